@@ -1,0 +1,1 @@
+"""smlaunch's container side: what runs inside the training container (torch lives here)."""

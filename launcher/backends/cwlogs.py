@@ -1,0 +1,96 @@
+"""Tail the CloudWatch logs of a SageMaker training job across all of its hosts.
+
+SageMaker writes one stream per host, ``<job>/algo-<i>-<epoch seconds>``, in the group
+``/aws/sagemaker/TrainingJobs``. Streams appear as hosts start, so every poll lists them again
+(paginated: a page holds at most 50 streams) and reads each from where the last poll stopped.
+The caller passes a ``logs`` client, so this module never imports boto3.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+
+# 10 digits: epoch seconds until the year 2286, never a host index.
+_EPOCH_SUFFIX = re.compile(r"(.+)-\d{10}")
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    timestamp: int
+    """Milliseconds since the epoch, as CloudWatch stores it."""
+    stream: str
+    host: str
+    """``algo-<i>``: the host that wrote the event."""
+    message: str
+
+
+def host_of(stream_name: str) -> str:
+    """``"<job>/algo-3-1700000000"`` -> ``"algo-3"``."""
+    leaf = stream_name.rsplit("/", 1)[-1]
+    match = _EPOCH_SUFFIX.fullmatch(leaf)
+    return match.group(1) if match else leaf
+
+
+class LogTailer:
+    """Returns, on each ``poll``, the events written since the previous poll."""
+
+    def __init__(self, logs_client: Any, job_name: str) -> None:
+        self._client = logs_client
+        self._prefix = f"{job_name}/"
+        self._tokens: dict[str, str] = {}  # stream -> nextForwardToken where reading stopped
+        self._seen: set[str] = set()
+
+    @property
+    def streams(self) -> list[str]:
+        """Every stream of the job found so far, sorted: where to look when a job fails."""
+        return sorted(self._seen)
+
+    def poll(self) -> list[LogEvent]:
+        """New events of every host, ordered by (timestamp, stream)."""
+        streams = self._streams()
+        self._seen.update(streams)
+        events = [event for stream in streams for event in self._read(stream)]
+        # sort is stable, so events sharing a timestamp keep their order within a stream.
+        events.sort(key=lambda e: (e.timestamp, e.stream))
+        return events
+
+    def _streams(self) -> list[str]:
+        request = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": self._prefix}
+        names: list[str] = []
+        while True:
+            try:
+                page = self._client.describe_log_streams(**request)
+            except self._client.exceptions.ResourceNotFoundException:
+                return []  # the job has not created its log group yet
+            names.extend(s["logStreamName"] for s in page.get("logStreams", []))
+            token = page.get("nextToken")
+            if not token or token == request.get("nextToken"):
+                return names
+            request["nextToken"] = token
+
+    def _read(self, stream: str) -> list[LogEvent]:
+        request = {"logGroupName": LOG_GROUP, "logStreamName": stream, "startFromHead": True}
+        if stream in self._tokens:
+            request["nextToken"] = self._tokens[stream]
+        host = host_of(stream)
+        events: list[LogEvent] = []
+        while True:
+            try:
+                page = self._client.get_log_events(**request)
+            except self._client.exceptions.ResourceNotFoundException:
+                break  # listed, then deleted: nothing to read
+            events.extend(
+                LogEvent(e["timestamp"], stream, host, e["message"]) for e in page["events"]
+            )
+            token = page["nextForwardToken"]
+            # CloudWatch marks the end of a stream by handing back the token it was given.
+            if token == request.get("nextToken"):
+                break
+            request["nextToken"] = token
+        if "nextToken" in request:
+            self._tokens[stream] = request["nextToken"]
+        return events

@@ -1,0 +1,308 @@
+"""Amazon SageMaker training jobs through boto3 (imported lazily: the CLI starts without it).
+
+torchx-style: `dryrun` builds the exact CreateTrainingJob request and sends nothing; `submit`
+checks the name, packs and uploads the code, then creates the job; `wait`/`logs` follow it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+from launcher.backends.base import (
+    TERMINAL_STATUSES,
+    BackendError,
+    JobFailedError,
+    default_base_name,
+    make_job_name,
+)
+from launcher.backends.cwlogs import LOG_GROUP, LogTailer
+from launcher.backends.images import resolve_image_uri
+from launcher.backends.sourcedir import SourceBundle, build_sourcedir
+from launcher.config import ValidatedJob
+from launcher.issues import ConfigError, Issue
+from launcher.metrics import DEFAULT_METRIC_DEFINITIONS
+from launcher import wire
+
+CONTAINER_LOG_LEVEL = 20
+
+
+@dataclass
+class DryRun:
+    """What submit would do: the request, the code archive and where it would be uploaded."""
+
+    request: dict
+    source_uri: str
+    bundle: SourceBundle | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self, masked: bool = True) -> dict:
+        out = {"CreateTrainingJob": self.request, "SourceUpload": self.source_uri}
+        if self.bundle is not None:
+            out["SourceBundle"] = {"files": len(self.bundle.files), "bytes": self.bundle.size_bytes,
+                                   "sha256": self.bundle.sha256}
+        return wire.mask_secrets(out) if masked else out
+
+
+def _s3_split(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+class SageMakerBackend:
+    """One AWS account and region. `session` may be a boto3.Session or a sagemaker.Session."""
+
+    def __init__(self, session: Any = None, region: str | None = None, printer: Callable[[str], None] | None = None):
+        import boto3  # lazy: keeps `smlaunch --help` and `validate` free of boto3
+
+        boto_session = getattr(session, "boto_session", session)
+        if boto_session is None:
+            boto_session = boto3.Session(region_name=region) if region else boto3.Session()
+        self.session = boto_session
+        self.region = region or boto_session.region_name
+        if not self.region:
+            raise ConfigError([Issue("region", None, "no AWS region is configured",
+                                     "set region: us-east-1 in the job (or --set region=...), "
+                                     "or AWS_DEFAULT_REGION")])
+        self._clients: dict[str, Any] = {}
+        self.print = printer or print
+
+    def client(self, name: str):
+        if name not in self._clients:
+            self._clients[name] = self.session.client(name, region_name=self.region)
+        return self._clients[name]
+
+    # --- building the request ------------------------------------------------------------
+    def dryrun(self, job: ValidatedJob, job_name: str | None = None, build: bool = True) -> DryRun:
+        cfg = job.config
+        issues = []
+        if cfg.is_local:
+            issues.append(Issue("instance_type", cfg.instance_type, "is a local instance type",
+                                "run it with the local backend, or pick an ml.* instance type"))
+        if not cfg.role:
+            issues.append(Issue("role", None, "SageMaker needs an IAM role to run the job",
+                                "set role: arn:aws:iam::<account>:role/<name>"))
+        if issues:
+            raise ConfigError(issues)
+        name = job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point))
+        bucket, prefix = self._code_location(cfg)
+        key = "/".join(p for p in (prefix, name, "source", "sourcedir.tar.gz") if p)
+        source_uri = f"s3://{bucket}/{key}"
+        bundle = None
+        if build:
+            with tempfile.TemporaryDirectory() as tmp:
+                bundle = self._bundle(job, Path(tmp))
+        output_path = cfg.output_path or f"s3://{self._default_bucket()}/"
+        request = build_request(job, job_name=name, region=self.region, source_uri=source_uri,
+                                output_path=output_path)
+        return DryRun(request=request, source_uri=source_uri, bundle=bundle)
+
+    def _bundle(self, job: ValidatedJob, dest_dir: Path) -> SourceBundle:
+        cfg = job.config
+        base = job.base_dir
+        source_dir = None if cfg.source_dir is None else base / cfg.source_dir
+        entry = cfg.entry_point if source_dir else str(base / cfg.entry_point)
+        deps = [base / d for d in cfg.dependencies]
+        return build_sourcedir(dest_dir / "sourcedir.tar.gz", entry_point=entry, source_dir=source_dir,
+                               dependencies=deps)
+
+    def _code_location(self, cfg) -> tuple[str, str]:
+        if cfg.code_location:
+            return _s3_split(cfg.code_location.rstrip("/"))
+        if cfg.output_path and cfg.output_path.startswith("s3://"):
+            return _s3_split(cfg.output_path)[0], ""
+        return self._default_bucket(), ""
+
+    def _default_bucket(self) -> str:
+        if not hasattr(self, "_default_bucket_name"):
+            account = self.client("sts").get_caller_identity()["Account"]
+            self._default_bucket_name = f"sagemaker-{self.region}-{account}"
+        return self._default_bucket_name
+
+    # --- submitting ----------------------------------------------------------------------
+    def submit(self, job: ValidatedJob, job_name: str | None = None) -> str:
+        """Create the job; nothing is uploaded or created if any check fails first."""
+        plan = self.dryrun(job, job_name, build=False)
+        name = plan.request["TrainingJobName"]
+        if self._job_exists(name):
+            raise BackendError(f"job_name {name!r} is already used by a training job in {self.region}; "
+                               "pick another name or drop job_name to get a timestamped one")
+        bucket, key = _s3_split(plan.source_uri)
+        self._ensure_bucket(bucket, created_ok=bucket == getattr(self, "_default_bucket_name", None))
+        with tempfile.TemporaryDirectory() as tmp:
+            bundle = self._bundle(job, Path(tmp))
+            self.client("s3").upload_file(str(bundle.path), bucket, key)
+        self.client("sagemaker").create_training_job(**plan.request)
+        return name
+
+    def _job_exists(self, name: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client("sagemaker").describe_training_job(TrainingJobName=name)
+            return True
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("ValidationException", "ResourceNotFound"):
+                return False
+            raise
+
+    def _ensure_bucket(self, bucket: str, created_ok: bool) -> None:
+        from botocore.exceptions import ClientError
+
+        s3 = self.client("s3")
+        try:
+            s3.head_bucket(Bucket=bucket)
+            return
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in ("404", "NoSuchBucket", "NotFound"):
+                raise BackendError(f"bucket {bucket!r} is not accessible: {exc}") from None
+        if not created_ok:
+            raise BackendError(f"bucket {bucket!r} (from code_location/output_path) does not exist; "
+                               "create it or point output_path at an existing bucket")
+        kwargs = {} if self.region == "us-east-1" else {
+            "CreateBucketConfiguration": {"LocationConstraint": self.region}}
+        s3.create_bucket(Bucket=bucket, **kwargs)
+
+    # --- following a job ------------------------------------------------------------------
+    def describe(self, name: str) -> dict:
+        from botocore.exceptions import ClientError
+
+        try:
+            return self.client("sagemaker").describe_training_job(TrainingJobName=name)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ValidationException":
+                raise BackendError(f"no training job named {name!r} in {self.region}") from None
+            raise
+
+    def wait(self, name: str, logs: bool = True, poll: float = 5.0) -> dict:
+        """Follow a job to its end; raise JobFailedError if it fails or is stopped."""
+        tailer = LogTailer(self.client("logs"), name) if logs else None
+        shown = 0
+        try:
+            while True:
+                desc = self.describe(name)
+                transitions = desc.get("SecondaryStatusTransitions", [])
+                for t in transitions[shown:]:
+                    self.print(f"[{name}] {t.get('Status')}: {t.get('StatusMessage', '')}".rstrip(": "))
+                shown = len(transitions)
+                if tailer:
+                    self._print_events(tailer)
+                if desc["TrainingJobStatus"] in TERMINAL_STATUSES:
+                    if tailer:
+                        self._print_events(tailer)  # drain what arrived after the last poll
+                    break
+                time.sleep(poll)
+        except KeyboardInterrupt:
+            self.print(f"\nStopped following; job {name} keeps running.\n"
+                       f"  follow again: smlaunch logs {name} --follow   (or PyTorch.attach({name!r}))\n"
+                       f"  stop it:      smlaunch stop {name}")
+            raise
+        status = desc["TrainingJobStatus"]
+        if status != "Completed":
+            streams = ", ".join(sorted(tailer.streams)) if tailer else ""
+            where = f"log group {LOG_GROUP}, streams {streams or name + '/*'}"
+            raise JobFailedError(name, status, desc.get("FailureReason", ""), where)
+        return desc
+
+    def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None:
+        if follow:
+            self.wait(name, logs=True, poll=poll)
+        else:
+            self._print_events(LogTailer(self.client("logs"), name))
+
+    def _print_events(self, tailer: LogTailer) -> None:
+        for event in tailer.poll():
+            self.print(f"[{event.host}] {event.message}")
+
+    def stop(self, name: str) -> None:
+        self.describe(name)
+        self.client("sagemaker").stop_training_job(TrainingJobName=name)
+
+    def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
+        kwargs: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending"}
+        if status:
+            kwargs["StatusEquals"] = status
+        if name_contains:
+            kwargs["NameContains"] = name_contains
+        jobs: list[dict] = []
+        for page in self.client("sagemaker").get_paginator("list_training_jobs").paginate(**kwargs):
+            jobs += page["TrainingJobSummaries"]
+            if len(jobs) >= max_results:
+                break
+        return jobs[:max_results]
+
+
+def build_request(job: ValidatedJob, *, job_name: str, region: str, source_uri: str, output_path: str) -> dict:
+    """The CreateTrainingJob request for a validated job, as the v2 SDK would send it."""
+    cfg = job.config
+    instance_type = job.instance.name if job.instance else cfg.instance_type
+    image = cfg.image_uri or resolve_image_uri(
+        region=region, framework_version=cfg.framework_version, py_version=cfg.py_version,
+        instance_type=instance_type, smp=bool(cfg.distribution and cfg.distribution.modelparallel),
+    )
+    program = cfg.entry_point if cfg.source_dir else Path(cfg.entry_point).name
+    hyperparameters = wire.user_hyperparameters(cfg)
+    hyperparameters.update(wire.distribution_hyperparameters(cfg, instance_type))
+    if cfg.processes_per_host:
+        hyperparameters[wire.PROCESSES_PER_HOST] = cfg.processes_per_host
+    hyperparameters.update({
+        "sagemaker_program": program,
+        "sagemaker_submit_directory": source_uri,
+        "sagemaker_container_log_level": CONTAINER_LOG_LEVEL,
+        "sagemaker_job_name": job_name,
+        "sagemaker_region": region,
+    })
+    resource: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": cfg.instance_count,
+                                "VolumeSizeInGB": cfg.volume_size}
+    if cfg.keep_alive_period_in_seconds is not None:
+        resource["KeepAlivePeriodInSeconds"] = cfg.keep_alive_period_in_seconds
+    stopping: dict[str, Any] = {"MaxRuntimeInSeconds": cfg.max_run}
+    if cfg.use_spot_instances:
+        stopping["MaxWaitTimeInSeconds"] = cfg.max_wait or cfg.max_run
+    metrics = [m.model_dump() for m in cfg.metric_definitions] if cfg.metric_definitions is not None \
+        else DEFAULT_METRIC_DEFINITIONS
+    request: dict[str, Any] = {
+        "TrainingJobName": job_name,
+        "AlgorithmSpecification": {
+            "TrainingImage": image,
+            "TrainingInputMode": cfg.input_mode,
+            "MetricDefinitions": metrics,
+            "EnableSageMakerMetricsTimeSeries": True,
+        },
+        "RoleArn": cfg.role,
+        "OutputDataConfig": {"S3OutputPath": output_path},
+        "ResourceConfig": resource,
+        "StoppingCondition": stopping,
+        "HyperParameters": wire.encode(hyperparameters),
+        "EnableManagedSpotTraining": cfg.use_spot_instances,
+    }
+    channels = []
+    for channel_name, ch in cfg.channels().items():
+        entry: dict[str, Any] = {
+            "ChannelName": channel_name,
+            "DataSource": {"S3DataSource": {"S3DataType": ch.s3_data_type, "S3Uri": ch.s3_data,
+                                            "S3DataDistributionType": ch.distribution}},
+        }
+        if ch.content_type:
+            entry["ContentType"] = ch.content_type
+        if ch.input_mode:
+            entry["InputMode"] = ch.input_mode
+        channels.append(entry)
+    if channels:
+        request["InputDataConfig"] = channels
+    if cfg.checkpoint_s3_uri:
+        request["CheckpointConfig"] = {"S3Uri": cfg.checkpoint_s3_uri, "LocalPath": cfg.checkpoint_local_path}
+    if cfg.environment:
+        request["Environment"] = dict(cfg.environment)
+    if cfg.tags:
+        request["Tags"] = cfg.tag_list()
+    return request
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, default=str)

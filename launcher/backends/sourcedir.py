@@ -1,0 +1,307 @@
+"""Build the ``sourcedir.tar.gz`` a SageMaker training job downloads into its code directory.
+
+Layout follows the SageMaker Python SDK v2 (``sagemaker.fw_utils.tar_and_upload_dir``):
+
+- with ``source_dir``, its contents sit at the archive root and ``entry_point`` is a path
+  relative to it; without it, the ``entry_point`` file alone sits at the root;
+- every ``dependencies`` path (file or directory) sits at the root under its basename;
+- every ``include_packages`` name (an importable package, found without importing it) sits
+  at the root under its package name, so ``train.py`` can ``import container`` on a stock AWS
+  image. A package the job already ships (from ``source_dir`` or ``dependencies``) is left out:
+  the user's copy wins.
+
+Unlike the SDK, ``ignore`` patterns (fnmatch on each path component's basename) keep ``.git``,
+virtualenvs, caches and secrets out, and the archive is reproducible: sorted entries, one fixed
+mtime, root ownership, normalised modes and a zeroed gzip timestamp, so the same tree always
+gives the same bytes (and the same sha256) with the same zlib.
+
+Symlinks are followed when their target lies inside the tree being added (``source_dir``, the
+dependency directory or the package directory): the archive stores the target's content as a
+plain file or directory, which any extractor accepts. A link that points outside the tree, is
+broken or loops is refused with an error, since the container would receive a dangling link.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import os
+import stat
+import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
+
+DEFAULT_IGNORE: tuple[str, ...] = (
+    ".git",
+    ".venv",
+    "venv",
+    "__pycache__",
+    "*.pyc",
+    ".ipynb_checkpoints",
+    ".env",
+    "*.pem",
+    ".DS_Store",
+    ".pytest_cache",
+    ".mypy_cache",
+    "node_modules",
+)
+
+# 2020-09-13. Not 0: ZIP cannot store dates before 1980, so a user re-zipping the extracted
+# code directory would fail on epoch-0 files.
+ARCHIVE_MTIME = 1_600_000_000
+
+# archive name -> (file whose bytes are stored, or None for a directory; mode)
+_Entries = dict[str, tuple[Path | None, int]]
+
+
+class SourceDirError(ValueError):
+    """The source bundle cannot be built; the message names the path or field and the fix."""
+
+
+@dataclass
+class SourceBundle:
+    path: Path
+    sha256: str
+    size_bytes: int
+    files: list[str]
+    """Archive names of the regular files, sorted."""
+    entry_point: str
+    """The entry point's name inside the archive (what ``sagemaker_program`` must name)."""
+    skipped_packages: list[str] = field(default_factory=list)
+    """``include_packages`` left out because the job already ships a copy."""
+
+
+def build_sourcedir(
+    dest: Path,
+    *,
+    entry_point: str | Path,
+    source_dir: str | Path | None,
+    dependencies: Sequence[str | Path] = (),
+    include_packages: Sequence[str] = ("container",),
+    ignore: Sequence[str] = DEFAULT_IGNORE,
+) -> SourceBundle:
+    """Write the job's code archive to ``dest`` (a file path) and describe it."""
+    dest = Path(dest)
+    if dest.is_dir():
+        raise SourceDirError(
+            f"dest '{dest}' is a directory: pass the archive's file path, "
+            f"e.g. '{dest / 'sourcedir.tar.gz'}'"
+        )
+    # A previous archive written inside source_dir must not end up inside the next one.
+    exclude = dest.resolve()
+    entries: _Entries = {}
+    origins: dict[str, str] = {}  # top-level archive name -> what provided it, for messages
+
+    if source_dir is not None:
+        src = Path(source_dir)
+        if not src.is_dir():
+            raise SourceDirError(
+                f"source_dir '{src}' is not a directory: pass an existing directory, "
+                "or None to ship entry_point alone"
+            )
+        tree: _Entries = {}
+        _add_tree(tree, src, "", ignore, exclude)
+        _merge(entries, origins, tree, f"source_dir '{src}'")
+        program = _program_in(src, entry_point, entries, ignore)
+    else:
+        script = Path(entry_point)
+        if not script.is_file():
+            raise SourceDirError(
+                f"entry_point '{script}' is not a file: pass an existing script, or set "
+                "source_dir and pass a path relative to it"
+            )
+        program = script.name
+        _merge(entries, origins, {program: _file_entry(script)}, f"entry_point '{script}'")
+
+    for dep in map(Path, dependencies):
+        if not dep.exists():
+            raise SourceDirError(
+                f"dependency '{dep}' does not exist: pass an existing file or directory"
+            )
+        # abspath, not resolve: '.' gets its directory's name, a symlink keeps its own name.
+        name = Path(os.path.abspath(dep)).name
+        _merge(entries, origins, _collect(dep, name, ignore, exclude), f"dependency '{dep}'")
+
+    skipped: list[str] = []
+    for package in include_packages:
+        if package in origins:
+            skipped.append(package)
+            continue
+        part = _collect(_package_dir(package), package, ignore, exclude)
+        _merge(entries, origins, part, f"include_packages entry '{package}'")
+
+    names = _write(dest, entries)
+    digest, size = _sha256(dest)
+    return SourceBundle(
+        path=dest,
+        sha256=digest,
+        size_bytes=size,
+        files=[n for n in names if entries[n][0] is not None],
+        entry_point=program,
+        skipped_packages=skipped,
+    )
+
+
+def _collect(path: Path, name: str, ignore: Sequence[str], exclude: Path) -> _Entries:
+    """Entries for one file or directory stored at the archive root as ``name``."""
+    real = path.resolve()
+    if real.is_file():
+        return {name: _file_entry(real)}
+    entries: _Entries = {name: (None, 0o755)}
+    _add_tree(entries, path, name, ignore, exclude)
+    return entries
+
+
+def _add_tree(
+    entries: _Entries, root: Path, prefix: str, ignore: Sequence[str], exclude: Path
+) -> None:
+    real_root = root.resolve()
+    _walk(entries, real_root, real_root, prefix, ignore, exclude, frozenset({real_root}))
+
+
+def _walk(
+    entries: _Entries,
+    tree_root: Path,
+    directory: Path,
+    prefix: str,
+    ignore: Sequence[str],
+    exclude: Path,
+    ancestors: frozenset[Path],
+) -> None:
+    for child in directory.iterdir():
+        if _ignored_by(child.name, ignore):
+            continue
+        arcname = f"{prefix}/{child.name}" if prefix else child.name
+        real = _follow(child, tree_root) if child.is_symlink() else child
+        if real == exclude:
+            continue
+        if real.is_dir():
+            if real in ancestors:
+                raise SourceDirError(
+                    f"symlink '{child}' points to its own ancestor '{real}': remove the link "
+                    "or add its name to ignore"
+                )
+            entries[arcname] = (None, 0o755)
+            _walk(entries, tree_root, real, arcname, ignore, exclude, ancestors | {real})
+        elif real.is_file():
+            entries[arcname] = _file_entry(real)
+        # Sockets, FIFOs and device nodes have no meaning in a code archive: left out.
+
+
+def _follow(link: Path, tree_root: Path) -> Path:
+    try:
+        target = link.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop on Python < 3.13
+        raise SourceDirError(
+            f"symlink '{link}' is broken or loops ({exc}): fix it, remove it, or add its "
+            "name to ignore"
+        ) from None
+    if not target.is_relative_to(tree_root):
+        raise SourceDirError(
+            f"symlink '{link}' points outside '{tree_root}' (to '{target}'), so the container "
+            "would get a dangling link: copy the target in, pass it as a dependency, or add "
+            "the link's name to ignore"
+        )
+    return target
+
+
+def _file_entry(path: Path) -> tuple[Path, int]:
+    executable = path.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path, 0o755 if executable else 0o644
+
+
+def _ignored_by(name: str, ignore: Sequence[str]) -> str | None:
+    return next((pattern for pattern in ignore if fnmatchcase(name, pattern)), None)
+
+
+def _merge(entries: _Entries, origins: dict[str, str], part: _Entries, origin: str) -> None:
+    for name in part:
+        top = name.split("/", 1)[0]
+        if top in origins and origins[top] != origin:
+            raise SourceDirError(
+                f"{origin} would be stored as '{top}', which {origins[top]} already "
+                "provides: rename one of them or drop one"
+            )
+        origins[top] = origin
+    entries.update(part)
+
+
+def _program_in(
+    source_dir: Path, entry_point: str | Path, entries: _Entries, ignore: Sequence[str]
+) -> str:
+    rel = PurePosixPath(str(entry_point))
+    if rel.is_absolute() or ".." in rel.parts:
+        raise SourceDirError(
+            f"entry_point '{entry_point}' must be a path relative to source_dir "
+            f"'{source_dir}' (e.g. 'train.py'), inside it"
+        )
+    name = rel.as_posix()
+    if name in entries and entries[name][0] is not None:
+        return name
+    blocked = next(filter(None, (_ignored_by(part, ignore) for part in rel.parts)), None)
+    if blocked and (source_dir / rel).is_file():
+        raise SourceDirError(
+            f"entry_point '{entry_point}' is excluded by ignore pattern '{blocked}': rename "
+            "the script or drop the pattern from ignore"
+        )
+    raise SourceDirError(
+        f"entry_point '{entry_point}' not found in source_dir '{source_dir}': pass a path "
+        "relative to source_dir"
+    )
+
+
+def _package_dir(name: str) -> Path:
+    if not name.isidentifier():
+        raise SourceDirError(
+            f"include_packages entry '{name}' is not a top-level package name: pass a name "
+            "such as 'container'"
+        )
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        raise SourceDirError(
+            f"include_packages entry '{name}' is not importable here: install it "
+            "(pip install -e .) or remove it from include_packages"
+        )
+    if spec.origin is None or Path(spec.origin).name != "__init__.py":
+        raise SourceDirError(
+            f"include_packages entry '{name}' is not a regular package (found "
+            f"{spec.origin or 'a namespace package'}): only a directory with __init__.py "
+            "can be bundled"
+        )
+    return Path(spec.origin).parent
+
+
+def _write(dest: Path, entries: _Entries) -> list[str]:
+    # Sorting on path components puts every directory before its contents.
+    names = sorted(entries, key=lambda n: n.split("/"))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # filename="" and mtime=0 keep the gzip header free of the name and the build time.
+    with open(dest, "wb") as raw, gzip.GzipFile(
+        filename="", mode="wb", fileobj=raw, mtime=0
+    ) as gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in names:
+            source, mode = entries[name]
+            info = tarfile.TarInfo(name)
+            info.mtime, info.mode = ARCHIVE_MTIME, mode
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if source is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = source.stat().st_size
+                with open(source, "rb") as fh:
+                    tar.addfile(info, fh)
+    return names
+
+
+def _sha256(path: Path) -> tuple[str, int]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size

@@ -1,0 +1,151 @@
+"""The `distribution` dict exactly as users write it for the SageMaker SDK's PyTorch estimator.
+
+Keys and defaults follow SMP v2 (`smdistributed.modelparallel.parameters`) and, for sharded
+data parallelism, SMP v1; see FACTS.md. Cross-field rules live in `launcher.config.rules`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from launcher.config.base import Strict
+
+
+class TorchDistributed(Strict):
+    enabled: bool = Field(False, description="Launch the entry point with torchrun on every host.")
+
+
+class ModelParallelParameters(Strict):
+    # --- SMP v2 -------------------------------------------------------------------------
+    hybrid_shard_degree: int = Field(
+        0,
+        ge=0,
+        description="FSDP sharding group size. 0: shard across all ranks (world / tp); 1: no "
+        "sharding; >=2: shard within groups of this size and replicate across groups.",
+    )
+    context_parallel_degree: int = Field(
+        1, ge=1, description="Split every sequence across this many ranks (inside the sharding group)."
+    )
+    tensor_parallel_degree: int = Field(
+        1, ge=1, description="Megatron-style split of attention and MLP weights."
+    )
+    expert_parallel_degree: int = Field(
+        1, ge=1, description="Split MoE experts across ranks; only meaningful for MoE models."
+    )
+    sm_activation_offloading: bool = Field(
+        True, description="Offload checkpointed activations to host memory (needs activation checkpointing)."
+    )
+    activation_loading_horizon: int = Field(
+        2, ge=1, description="How many offloaded layers may be on the accelerator at once."
+    )
+    fsdp_cache_flush_warnings: bool = Field(
+        True, description="Warn when the CUDA caching allocator flushes."
+    )
+    allow_empty_shards: bool = Field(
+        False, description="Allow tensors that do not divide evenly by the shard count."
+    )
+    random_seed: int | None = Field(None, description="Seed for tensor/expert-parallel random ops.")
+    delayed_parameter_initialization: bool = Field(
+        False, description="Create the model on the meta device, shard it, then initialise the shards."
+    )
+    # --- SMP v1 sharded data parallelism (mapped onto the same runtime concepts) ----------
+    sharded_data_parallel_degree: int | None = Field(
+        None, ge=1, description="SMP v1: sharding group size (same meaning as hybrid_shard_degree)."
+    )
+    sdp_reduce_bucket_size: int = Field(
+        500_000_000, ge=1, description="SMP v1: gradient reduce bucket size in elements."
+    )
+    sdp_param_persistence_threshold: int = Field(
+        1_000_000, ge=0, description="SMP v1: parameters smaller than this many elements stay unsharded."
+    )
+    sdp_max_live_parameters: int = Field(
+        1_000_000_000, ge=1, description="SMP v1: most parameters gathered at once (prefetch limit)."
+    )
+    sdp_hierarchical_allgather: bool = Field(
+        True, description="SMP v1: all-gather within a node first, then across nodes."
+    )
+    sdp_gradient_clipping: float = Field(
+        1.0, ge=0, description="SMP v1: clip the global gradient L2 norm to this value."
+    )
+    ddp: bool = Field(False, description="SMP v1: data parallelism on (required with sharded data parallelism).")
+    bf16: bool = Field(False, description="SMP v1: train in bfloat16.")
+    fp16: bool = Field(False, description="SMP v1: train in float16.")
+    prescaled_batch: bool = Field(
+        False, description="SMP v1: each tensor-parallel group reads one combined batch."
+    )
+    ddp_dist_backend: Literal["auto", "nccl"] = Field(
+        "auto", description="SMP v1: collective backend for data parallelism."
+    )
+    pipeline_parallel_degree: int = Field(
+        1, ge=1, description="SMP v1: pipeline stages (not supported with sharded data parallelism)."
+    )
+    partitions: int | None = Field(
+        None, ge=1, description="SMP v1 alias of pipeline_parallel_degree."
+    )
+    shard_optimizer_state: bool = Field(
+        False, description="SMP v1: optimizer state sharding (not with sharded data parallelism)."
+    )
+
+    @property
+    def pipeline_degree(self) -> int:
+        return max(self.pipeline_parallel_degree, self.partitions or 1)
+
+    def explicit(self) -> dict:
+        """Only the keys the user wrote, for the wire format (`mp_parameters`)."""
+        return self.model_dump(include=self.model_fields_set)
+
+
+class ModelParallel(Strict):
+    enabled: bool = Field(False, description="Turn on the model-parallel library.")
+    parameters: ModelParallelParameters = Field(
+        default_factory=ModelParallelParameters, description="Model-parallel parameters."
+    )
+
+
+class DataParallel(Strict):
+    enabled: bool = Field(False, description="SageMaker distributed data parallel (smddp).")
+
+
+class SMDistributed(Strict):
+    modelparallel: ModelParallel | None = Field(None, description="SMP (model parallelism).")
+    dataparallel: DataParallel | None = Field(None, description="SMDDP (data parallelism).")
+
+
+class MPI(Strict):
+    enabled: bool = Field(False, description="Launch with mpirun (SMP v1 style).")
+    processes_per_host: int | None = Field(None, ge=1, description="MPI processes per host.")
+    custom_mpi_options: str = Field("", description="Extra mpirun options.")
+
+
+class Distribution(Strict):
+    """The estimator's `distribution` argument."""
+
+    torch_distributed: TorchDistributed | None = Field(None, description="torchrun launcher.")
+    smdistributed: SMDistributed | None = Field(None, description="SageMaker distributed libraries.")
+    mpi: MPI | None = Field(None, description="mpirun launcher.")
+
+    @property
+    def torchrun(self) -> bool:
+        return bool(self.torch_distributed and self.torch_distributed.enabled)
+
+    @property
+    def mpi_enabled(self) -> bool:
+        return bool(self.mpi and self.mpi.enabled)
+
+    @property
+    def modelparallel(self) -> ModelParallel | None:
+        mp = self.smdistributed.modelparallel if self.smdistributed else None
+        return mp if mp and mp.enabled else None
+
+    @property
+    def dataparallel_enabled(self) -> bool:
+        dp = self.smdistributed.dataparallel if self.smdistributed else None
+        return bool(dp and dp.enabled)
+
+    @property
+    def parameters(self) -> ModelParallelParameters:
+        """The model-parallel parameters in force (all defaults when SMP is off)."""
+        mp = self.modelparallel
+        return mp.parameters if mp else ModelParallelParameters()

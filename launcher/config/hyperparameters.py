@@ -1,0 +1,143 @@
+"""The training script's hyperparameters that smlaunch understands and cross-checks.
+
+Names follow the seed's SMP v2 Llama script (`train.py` of AWS's SMP examples) so its
+hyperparameter dicts work unchanged. Other keys pass through to the user's script untouched;
+a key one typo away from a known one earns a warning.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from launcher.config.base import Strict
+
+SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_shard_zero2", "no_shard")
+
+
+class TrainingHyperparameters(BaseModel):
+    """Known hyperparameters, typed; unset ones are None (the script's default applies)."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True, defer_build=True)
+
+    # precision
+    bf16: bool | None = Field(None, description="Train in bfloat16 mixed precision.")
+    fp16: bool | None = Field(None, description="Train in float16 mixed precision.")
+    fp8: bool | None = Field(None, description="FP8 matmuls (Transformer Engine or torchao).")
+    fp8_recipe: Literal["delayed", "current"] | None = Field(None, description="FP8 scaling recipe.")
+    fp8_amax_history_len: int | None = Field(None, ge=1, description="Delayed scaling amax history length.")
+    fp8_amax_compute_algo: Literal["max", "most_recent"] | None = Field(
+        None, description="How the amax is taken from its history."
+    )
+    fp8_margin: int | None = Field(None, ge=0, description="FP8 scaling margin (powers of two).")
+    fp8_backend: Literal["transformer_engine", "torchao"] | None = Field(None, description="FP8 library.")
+    fp8_emulate: bool | None = Field(
+        None, description="Allow FP8 without FP8 hardware (emulated; for tests on CPU)."
+    )
+    # memory
+    activation_checkpointing: bool | None = Field(None, description="Recompute activations in backward.")
+    offload_activations: bool | None = Field(None, description="Offload checkpointed activations to host.")
+    delayed_param: bool | None = Field(None, description="Meta-device init (seed's spelling).")
+    clean_cache: bool | None = Field(None, description="Empty the CUDA cache between steps.")
+    enable_memory_profiling: bool | None = Field(None, description="Log memory statistics.")
+    # FSDP
+    sharding_strategy: Literal[SHARDING_STRATEGIES] | None = Field(None, description="FSDP sharding strategy.")
+    auto_wrap_policy: Literal["transformer_auto_wrap_policy", "size_based_auto_wrap_policy"] | None = Field(
+        None, description="Which modules FSDP wraps."
+    )
+    min_num_params: int | None = Field(None, ge=1, description="size_based_auto_wrap_policy threshold.")
+    backward_fetch_policy: Literal["backward_pre", "backward_post"] | None = Field(
+        None, description="FSDP backward prefetch."
+    )
+    forward_prefetch: bool | None = Field(None, description="FSDP forward prefetch.")
+    limit_all_gathers: bool | None = Field(None, description="Rate-limit FSDP all-gathers.")
+    # parallelism (the seed's script also accepts these as arguments)
+    tensor_parallel_degree: int | None = Field(None, ge=1, description="Must match the distribution.")
+    context_parallel_degree: int | None = Field(None, ge=1, description="Must match the distribution.")
+    hybrid_shard_degree: int | None = Field(None, ge=0, description="Must match the distribution.")
+    cp_comm_type: Literal["p2p", "all_gather", "a2a"] | None = Field(
+        None, description="Transformer Engine context-parallel communication."
+    )
+    distributed_backend: Literal["nccl", "gloo", "smddp"] | None = Field(
+        None, description="torch.distributed backend."
+    )
+    use_smp_implementation: bool | None = Field(None, description="Use SMP's model implementation.")
+    use_smp_flash_attn: bool | None = Field(None, description="Use SMP's flash attention.")
+    # model
+    model_type: str | None = Field(None, description="Model family (llama_v2, llama_v3, mixtral, ...).")
+    model_preset: str | None = Field(None, description="smlaunch model preset (llama3-tiny, llama3.1-8b, ...).")
+    hf_pretrained_model_name_or_dir: str | None = Field(None, description="HF model name or directory.")
+    max_context_width: int | None = Field(None, ge=1, description="Sequence length in tokens.")
+    vocab_size: int | None = Field(None, ge=1, description="Vocabulary size.")
+    hidden_width: int | None = Field(None, ge=1, description="Model width.")
+    num_layers: int | None = Field(None, ge=1, description="Transformer blocks.")
+    num_heads: int | None = Field(None, ge=1, description="Attention heads.")
+    num_key_value_heads: int | None = Field(None, ge=1, description="Key/value heads (GQA).")
+    intermediate_size: int | None = Field(None, ge=1, description="MLP width.")
+    moe: bool | None = Field(None, description="Mixture-of-experts model.")
+    num_local_experts: int | None = Field(None, ge=1, description="Experts per MoE layer.")
+    # training loop
+    train_batch_size: int | None = Field(None, ge=1, description="Sequences per data-parallel rank per step.")
+    val_batch_size: int | None = Field(None, ge=1, description="Validation sequences per rank.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
+    epochs: int | None = Field(None, ge=1, description="Passes over the data.")
+    lr: float | None = Field(None, gt=0, description="Peak learning rate.")
+    min_lr: float | None = Field(None, ge=0, description="Final learning rate.")
+    lr_decay_style: Literal["cosine", "linear", "exponential", "constant", "plateau"] | None = Field(
+        None, description="Learning-rate decay."
+    )
+    lr_decay_iters: int | None = Field(None, ge=1, description="Steps of learning-rate decay.")
+    warmup: float | None = Field(None, ge=0, description="Warm-up fraction of lr_decay_iters.")
+    plateau: float | None = Field(None, ge=0, description="Plateau fraction.")
+    beta1: float | None = Field(None, ge=0, lt=1, description="Adam beta1.")
+    beta2: float | None = Field(None, ge=0, lt=1, description="Adam beta2.")
+    weight_decay: float | None = Field(None, ge=0, description="AdamW weight decay.")
+    grad_clip: float | None = Field(None, ge=0, description="Gradient norm clipping.")
+    seed: int | None = Field(None, description="Random seed.")
+    do_train: bool | None = Field(None, description="Run training.")
+    do_eval: bool | None = Field(None, description="Run evaluation.")
+    validation_freq: int | None = Field(None, ge=1, description="Validate every N steps.")
+    validation_batches: int | None = Field(None, description="Validation batches (-1: all).")
+    fast_validation: bool | None = Field(None, description="Validate on a subset.")
+    logging_freq: int | None = Field(None, ge=1, description="Log every N steps.")
+    checkpoint_dir: str | None = Field(None, description="Where checkpoints are written.")
+    checkpoint_freq: int | None = Field(None, ge=1, description="Checkpoint every N steps.")
+    num_kept_checkpoints: int | None = Field(None, ge=1, description="Checkpoints kept.")
+    zipped_data: bool | None = Field(None, description="Data files are gzip-compressed.")
+
+    def known(self) -> dict:
+        return {k: v for k, v in self.model_dump(exclude_none=True).items() if k in type(self).model_fields}
+
+    @property
+    def extra_keys(self) -> list[str]:
+        return sorted(self.model_extra or {})
+
+
+class FP8Config(Strict):
+    """FP8 training settings, read from the hyperparameters (the wire format the script sees)."""
+
+    enabled: bool = Field(False, description="FP8 on.")
+    recipe: Literal["delayed", "current"] = Field("delayed", description="Scaling recipe.")
+    amax_history_len: int = Field(1024, ge=1, description="Delayed scaling amax history length.")
+    amax_compute_algo: Literal["max", "most_recent"] = Field("max", description="Amax from history.")
+    margin: int = Field(0, ge=0, description="Scaling margin.")
+    backend: Literal["transformer_engine", "torchao"] = Field(
+        "transformer_engine", description="FP8 library."
+    )
+    emulate: bool = Field(False, description="Emulated FP8 where the hardware has none (tests).")
+
+    @classmethod
+    def from_hyperparameters(cls, hp: TrainingHyperparameters) -> "FP8Config":
+        mapping = {
+            "enabled": hp.fp8,
+            "recipe": hp.fp8_recipe,
+            "amax_history_len": hp.fp8_amax_history_len,
+            "amax_compute_algo": hp.fp8_amax_compute_algo,
+            "margin": hp.fp8_margin,
+            "backend": hp.fp8_backend,
+            "emulate": hp.fp8_emulate,
+        }
+        if hp.fp8_backend == "torchao" and hp.fp8_recipe is None:
+            mapping["recipe"] = "current"  # torchao's float8 training scales dynamically
+        return cls(**{k: v for k, v in mapping.items() if v is not None})

@@ -1,0 +1,179 @@
+"""A job: the SageMaker SDK v2 `PyTorch` estimator's arguments plus `inputs` (the channels).
+
+Field-level checks live here; rules that relate fields (degrees against GPUs, FP8 against the
+accelerator, ...) live in `launcher.config.rules` so every error is reported at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from launcher.config.base import Strict
+from launcher.config.distribution import Distribution
+from launcher.config.hyperparameters import TrainingHyperparameters
+
+MAX_RUN_LIMIT = 28 * 24 * 3600  # SageMaker's StoppingCondition.MaxRuntimeInSeconds ceiling
+JOB_NAME_RE = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+ROLE_ARN_RE = r"^arn:aws[a-z\-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$"
+
+
+class ChannelInput(Strict):
+    """One input channel, like `sagemaker.inputs.TrainingInput`."""
+
+    s3_data: str = Field(description="s3://bucket/prefix, or a local path / file:// for local runs.")
+    distribution: Literal["FullyReplicated", "ShardedByS3Key"] = Field(
+        "FullyReplicated", description="Copy everything to every host, or shard objects by key."
+    )
+    s3_data_type: Literal["S3Prefix", "ManifestFile", "AugmentedManifestFile"] = Field(
+        "S3Prefix", description="What s3_data names."
+    )
+    input_mode: Literal["File", "Pipe", "FastFile"] | None = Field(
+        None, description="How the channel reaches the container (default: the job's File mode)."
+    )
+    content_type: str | None = Field(None, description="MIME type passed to the container.")
+
+
+class MetricDefinition(Strict):
+    Name: str = Field(min_length=1, max_length=255, description="Metric name in SageMaker.")
+    Regex: str = Field(min_length=1, max_length=500, description="Regex with one group, matched on logs.")
+
+    @field_validator("Regex")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc}); check brackets and escapes") from None
+        return value
+
+
+class Tag(Strict):
+    Key: str = Field(min_length=1, max_length=128)
+    Value: str = Field(max_length=256)
+
+
+class JobConfig(Strict):
+    """A training job, as estimator arguments (Python) or a job file (YAML)."""
+
+    entry_point: str = Field(description="Training script, relative to source_dir when that is set.")
+    source_dir: str | None = Field(None, description="Directory shipped as sourcedir.tar.gz.")
+    dependencies: list[str] = Field(
+        default_factory=list, description="Extra directories/files added at the code root."
+    )
+    role: str | None = Field(
+        None, pattern=ROLE_ARN_RE, description="IAM role ARN SageMaker assumes (not needed locally)."
+    )
+    region: str | None = Field(
+        None,
+        pattern=r"^[a-z]{2}(-gov|-iso[a-z]*)?-[a-z]+-\d$",
+        description="AWS region (default: the boto3 chain).",
+    )
+    instance_type: str = Field(description="ml.p5.48xlarge, ml.p4d.24xlarge, ..., or local / local_gpu.")
+    instance_count: int = Field(1, ge=1, description="Number of hosts.")
+    processes_per_host: int | None = Field(
+        None, ge=1, description="Processes per host (default: accelerators per instance; 1 on CPU)."
+    )
+    volume_size: int = Field(30, ge=1, le=16384, description="EBS volume per host, in GB.")
+    max_run: int = Field(
+        24 * 3600, ge=1, le=MAX_RUN_LIMIT, description="Stop the job after this many seconds (<= 28 days)."
+    )
+    max_wait: int | None = Field(
+        None, ge=1, description="Spot only: seconds to wait for capacity plus run time (>= max_run)."
+    )
+    use_spot_instances: bool = Field(False, description="Managed spot training.")
+    checkpoint_s3_uri: str | None = Field(
+        None, pattern=r"^s3://[^/]+(/.*)?$", description="S3 prefix synced with checkpoint_local_path."
+    )
+    checkpoint_local_path: str = Field(
+        "/opt/ml/checkpoints", description="Checkpoint directory inside the container."
+    )
+    output_path: str | None = Field(
+        None, description="Where model.tar.gz/output.tar.gz go (s3://..., or a local path for local runs)."
+    )
+    code_location: str | None = Field(
+        None, pattern=r"^s3://[^/]+(/.*)?$", description="S3 prefix for sourcedir.tar.gz."
+    )
+    base_job_name: str | None = Field(
+        None, pattern=JOB_NAME_RE, description="Job name prefix; a timestamp is appended."
+    )
+    hyperparameters: TrainingHyperparameters = Field(
+        default_factory=TrainingHyperparameters, description="Arguments for the training script."
+    )
+    distribution: Distribution | None = Field(None, description="The SageMaker distribution dict.")
+    environment: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables for the training container."
+    )
+    tags: list[Tag] | dict[str, str] = Field(default_factory=list, description="AWS tags.")
+    image_uri: str | None = Field(None, description="Training image (default: resolved from versions).")
+    framework_version: str | None = Field(
+        None, pattern=r"^\d+\.\d+(\.\d+)?$", description="PyTorch version of the AWS image (2.4.1)."
+    )
+    py_version: str | None = Field(None, pattern=r"^py3\d*$", description="Python of the AWS image (py311).")
+    keep_alive_period_in_seconds: int | None = Field(
+        None, ge=0, le=3600, description="Warm pool keep-alive (0-3600 s)."
+    )
+    metric_definitions: list[MetricDefinition] | None = Field(
+        None, description="Metrics parsed from the logs (default: the smlaunch script's metrics)."
+    )
+    input_mode: Literal["File", "Pipe", "FastFile"] = Field("File", description="Default channel mode.")
+    inputs: dict[str, str | ChannelInput] | str | None = Field(
+        None, description="Channels: {name: s3://... or local path}, or one URI (channel 'training')."
+    )
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _env_strings(cls, value: Any) -> Any:
+        # YAML turns `NCCL_IB_TIMEOUT: 22` into an int; SageMaker wants strings.
+        if isinstance(value, dict):
+            return {k: v if isinstance(v, str) else _scalar_str(v) for k, v in value.items()}
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,511}", k)]
+        if bad:
+            raise ValueError(f"invalid variable name(s) {bad}; use letters, digits and '_'")
+        return value
+
+    @field_validator("inputs")
+    @classmethod
+    def _channel_names(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            bad = [k for k in value if not re.fullmatch(r"[A-Za-z0-9.\-_]{1,64}", k)]
+            if bad:
+                raise ValueError(f"invalid channel name(s) {bad}; use 1-64 of [A-Za-z0-9.-_]")
+        return value
+
+    def channels(self) -> dict[str, ChannelInput]:
+        """Inputs as named channels (one bare URI becomes the 'training' channel, as in the SDK)."""
+        if self.inputs is None:
+            return {}
+        raw = {"training": self.inputs} if isinstance(self.inputs, str) else self.inputs
+        return {k: v if isinstance(v, ChannelInput) else ChannelInput(s3_data=v) for k, v in raw.items()}
+
+    def tag_list(self) -> list[dict[str, str]]:
+        if isinstance(self.tags, dict):
+            return [{"Key": k, "Value": v} for k, v in self.tags.items()]
+        return [t.model_dump() for t in self.tags]
+
+    @property
+    def is_local(self) -> bool:
+        return self.instance_type in ("local", "local_gpu")
+
+
+class JobFile(JobConfig):
+    """A YAML job file: the job plus an optional base file it extends."""
+
+    extends: str | None = Field(None, description="Base job file (relative to this one) merged first.")
+
+
+def _scalar_str(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value

@@ -1,0 +1,397 @@
+"""Rules that relate fields of a job. Each returns Issues; none raises, so all are reported."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher import catalog
+from launcher.config.distribution import ModelParallelParameters
+from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.config.job import JobConfig
+from launcher.config.layout import sharding_group
+from launcher.config.models import MOE_MODEL_TYPES, PRESETS, ModelSpec, resolve_model
+from launcher.issues import Issue, did_you_mean
+
+MP = "distribution.smdistributed.modelparallel.parameters"
+HP = "hyperparameters"
+SMP_V2_ONLY = (
+    "hybrid_shard_degree",
+    "context_parallel_degree",
+    "expert_parallel_degree",
+    "sm_activation_offloading",
+    "activation_loading_horizon",
+    "fsdp_cache_flush_warnings",
+    "allow_empty_shards",
+    "random_seed",
+)
+
+
+@dataclass
+class Context:
+    """What the rules know about a job: its instance, world size and model, where knowable."""
+
+    job: JobConfig
+    instance: catalog.InstanceType | None
+    processes_per_host: int | None
+    model: ModelSpec | None
+    base_dir: Path
+
+    @property
+    def world(self) -> int | None:
+        if self.processes_per_host is None:
+            return None
+        return self.job.instance_count * self.processes_per_host
+
+    @property
+    def params(self) -> ModelParallelParameters:
+        return self.job.distribution.parameters if self.job.distribution else ModelParallelParameters()
+
+    @property
+    def hp(self) -> TrainingHyperparameters:
+        return self.job.hyperparameters
+
+
+def check_instance(job: JobConfig) -> tuple[catalog.InstanceType | None, list[Issue]]:
+    name = catalog.normalize_instance_type(job.instance_type)
+    inst = catalog.get_instance_type(name)
+    if inst is not None:
+        return inst, []
+    if name in catalog.botocore_training_instance_types():
+        return None, [
+            Issue(
+                "instance_type", job.instance_type,
+                "known to SageMaker but not to smlaunch's catalog, so accelerator checks are skipped",
+                "check the degrees by hand, or add the type to launcher/catalog.py", "warning",
+            )
+        ]
+    suggestions = did_you_mean(name, catalog.catalog_names())
+    return None, [
+        Issue("instance_type", job.instance_type, "unknown instance type",
+              suggestions or "see `smlaunch validate --help` for the catalog")
+    ]
+
+
+def processes_per_host(job: JobConfig, inst: catalog.InstanceType | None) -> tuple[int | None, list[Issue]]:
+    issues: list[Issue] = []
+    explicit = job.processes_per_host
+    mpi = job.distribution.mpi if job.distribution else None
+    if mpi and mpi.enabled and mpi.processes_per_host:
+        if explicit and explicit != mpi.processes_per_host:
+            issues.append(Issue(
+                "processes_per_host", explicit,
+                f"differs from distribution.mpi.processes_per_host ({mpi.processes_per_host})",
+                "set one of them, or make them equal"))
+        explicit = explicit or mpi.processes_per_host
+    if inst is None:
+        return explicit, issues
+    gpus = inst.accelerators
+    if gpus is None:  # local_gpu: known only on the machine that runs it
+        return explicit, issues
+    if gpus == 0:
+        return explicit or 1, issues
+    if explicit and explicit > gpus:
+        issues.append(Issue(
+            "processes_per_host", explicit,
+            f"{inst.name} has only {gpus} accelerator(s); each process needs one",
+            f"use processes_per_host <= {gpus}"))
+    elif explicit and explicit < gpus:
+        issues.append(Issue(
+            "processes_per_host", explicit, f"leaves {gpus - explicit} of {gpus} accelerators idle",
+            f"omit it to use all {gpus}", "warning"))
+    return explicit or gpus, issues
+
+
+def check_launchers(ctx: Context) -> list[Issue]:
+    dist = ctx.job.distribution
+    if dist is None:
+        return []
+    issues = []
+    mp = dist.modelparallel
+    if mp and dist.dataparallel_enabled:
+        issues.append(Issue(
+            "distribution.smdistributed.dataparallel.enabled", True,
+            "smdistributed data parallelism cannot be combined with modelparallel",
+            "turn off dataparallel: SMP shards and reduces gradients itself"))
+    if dist.mpi_enabled and dist.torchrun:
+        issues.append(Issue(
+            "distribution.mpi.enabled", True, "mpi and torch_distributed are two launchers; pick one",
+            "for SMP v2 keep torch_distributed and remove mpi"))
+    if mp and not dist.torchrun:
+        v2_keys = sorted(set(mp.parameters.model_fields_set) & set(SMP_V2_ONLY))
+        if v2_keys or not dist.mpi_enabled:
+            issues.append(Issue(
+                "distribution.torch_distributed.enabled", False,
+                "SMP v2 model parallelism is launched by torchrun"
+                + (f" (parameters {', '.join(v2_keys)} are SMP v2 keys)" if v2_keys else ""),
+                "add torch_distributed: {enabled: true}"))
+    inst = ctx.instance
+    if dist.torchrun and inst is not None and inst.accelerators == 0 and not inst.is_local:
+        issues.append(Issue(
+            "distribution.torch_distributed.enabled", True,
+            f"{inst.name} has no GPU; torch_distributed on SageMaker needs GPU instances",
+            "pick a GPU instance type, or run locally with instance_type: local"))
+    return issues
+
+
+def check_degrees(ctx: Context) -> list[Issue]:
+    p, w = ctx.params, ctx.world
+    tp, cp, ep = p.tensor_parallel_degree, p.context_parallel_degree, p.expert_parallel_degree
+    issues: list[Issue] = []
+    if w is not None:
+        for key, degree in (("tensor_parallel_degree", tp), ("context_parallel_degree", cp),
+                            ("expert_parallel_degree", ep)):
+            if degree > w or w % degree:
+                issues.append(Issue(f"{MP}.{key}", degree,
+                                    f"must divide the world size {w} ({_world_text(ctx)})",
+                                    f"use one of {_divisors(w)}"))
+        hsd = p.hybrid_shard_degree
+        if hsd and tp <= w and w % tp == 0:
+            if hsd > w // tp:
+                issues.append(Issue(f"{MP}.hybrid_shard_degree", hsd,
+                                    f"exceeds world / tensor_parallel_degree = {w // tp}",
+                                    f"use 0 (shard over all {w // tp}) or a divisor of {w // tp}"))
+            elif w % (hsd * tp):
+                issues.append(Issue(f"{MP}.hybrid_shard_degree", hsd,
+                                    f"world {w} is not divisible by hybrid_shard_degree x tp = {hsd * tp}",
+                                    f"use one of {_divisors(w // tp)}"))
+        group = sharding_group(p, w)
+        if cp > 1 and group % cp:
+            issues.append(Issue(f"{MP}.context_parallel_degree", cp,
+                                f"the sharding group ({group} ranks) is not a multiple of it; "
+                                "context-parallel ranks sit inside the sharding group",
+                                f"use a divisor of {group}, or raise hybrid_shard_degree"))
+        issues += _check_sdp(p, w)
+    seq = ctx.hp.max_context_width
+    if cp > 1 and seq and seq % (2 * cp * tp):
+        issues.append(Issue(f"{HP}.max_context_width", seq,
+                            f"must be divisible by 2 x cp x tp = {2 * cp * tp} (each sequence is cut "
+                            "into 2*cp load-balanced chunks)",
+                            f"use {seq - seq % (2 * cp * tp)} or {seq + 2 * cp * tp - seq % (2 * cp * tp)}"))
+    model = ctx.model
+    if tp > 1 and model is not None:
+        for attr, label in (("num_heads", "attention heads"), ("num_kv_heads", "key/value heads")):
+            n = getattr(model, attr)
+            if n % tp:
+                issues.append(Issue(f"{MP}.tensor_parallel_degree", tp,
+                                    f"{model.name} has {n} {label}, not divisible by it",
+                                    f"use one of {_divisors(n)}"))
+    if ep > 1 and not _is_moe(ctx):
+        name = model.name if model else "this dense model"
+        issues.append(Issue(f"{MP}.expert_parallel_degree", ep,
+                            f"expert parallelism needs a mixture-of-experts model; {name} is dense",
+                            "set expert_parallel_degree: 1"))
+    for key in ("tensor_parallel_degree", "context_parallel_degree", "hybrid_shard_degree"):
+        hp_value, dist_value = getattr(ctx.hp, key), getattr(p, key)
+        if hp_value is not None and hp_value != dist_value:
+            issues.append(Issue(f"{HP}.{key}", hp_value,
+                                f"differs from {MP}.{key} = {dist_value}",
+                                "set it in the distribution only (the script receives it from there)"))
+    return issues
+
+
+def _check_sdp(p: ModelParallelParameters, w: int) -> list[Issue]:
+    sdp = p.sharded_data_parallel_degree
+    if not sdp:
+        return []
+    issues = []
+    key = f"{MP}.sharded_data_parallel_degree"
+    dp = w // (p.tensor_parallel_degree * p.pipeline_degree) or 1
+    if dp % sdp:
+        issues.append(Issue(key, sdp, f"must divide the data-parallel degree {dp}",
+                            f"use one of {_divisors(dp)}"))
+    if p.hybrid_shard_degree and p.hybrid_shard_degree != sdp:
+        issues.append(Issue(key, sdp, f"differs from hybrid_shard_degree = {p.hybrid_shard_degree}; "
+                            "both name the sharding group size", "set only one of them"))
+    if p.pipeline_degree > 1:
+        issues.append(Issue(key, sdp, f"excludes pipeline parallelism (degree {p.pipeline_degree})",
+                            "set pipeline_parallel_degree (partitions) to 1"))
+    if p.shard_optimizer_state:
+        issues.append(Issue(key, sdp, "excludes shard_optimizer_state",
+                            "set shard_optimizer_state: false (sharded data parallelism shards it)"))
+    if p.tensor_parallel_degree > 1 and not p.prescaled_batch:
+        issues.append(Issue(f"{MP}.prescaled_batch", p.prescaled_batch,
+                            "sharded data parallelism with tensor parallelism needs prescaled_batch",
+                            "set prescaled_batch: true"))
+    return issues
+
+
+def check_precision(ctx: Context, fp8: FP8Config) -> list[Issue]:
+    hp, p, inst = ctx.hp, ctx.params, ctx.instance
+    issues = []
+    bf16 = bool(hp.bf16 or p.bf16)
+    fp16 = bool(hp.fp16 or p.fp16)
+    if bf16 and fp16:
+        issues.append(Issue(f"{HP}.fp16", True, "bf16 and fp16 are both on", "keep one (bf16 on A100/H100)"))
+    if hp.bf16 is not None and "bf16" in p.model_fields_set and hp.bf16 != p.bf16:
+        issues.append(Issue(f"{HP}.bf16", hp.bf16, f"differs from {MP}.bf16 = {p.bf16}", "make them equal"))
+    acc = inst.accelerator if inst else None
+    if bf16 and acc and acc.compute_capability and acc.compute_capability < (8, 0):
+        issues.append(Issue(f"{HP}.bf16", True, f"{acc.model} ({inst.name}) has no bfloat16 support",
+                            "use fp16, or an A100/H100 instance (p4d, p5)"))
+    if not fp8.enabled:
+        return issues
+    if inst is not None and inst.accelerators is not None and not inst.has_fp8 and not fp8.emulate:
+        what = acc.model if acc else "a CPU"
+        issues.append(Issue(f"{HP}.fp8", True,
+                            f"{inst.name} runs on {what}, which has no FP8 (needs compute capability >= 8.9)",
+                            f"use an FP8 instance family ({_fp8_families()}), or set fp8: 0"))
+    if not bf16:
+        issues.append(Issue(f"{HP}.fp8", True, "FP8 training needs bf16 for the layers that stay in 16 bits",
+                            "add bf16: 1"))
+    if fp8.backend == "torchao" and hp.fp8_recipe == "delayed":
+        issues.append(Issue(f"{HP}.fp8_recipe", "delayed", "torchao float8 training scales per step only",
+                            "use fp8_recipe: current, or fp8_backend: transformer_engine"))
+    return issues
+
+
+def check_memory_options(ctx: Context) -> list[Issue]:
+    hp, p = ctx.hp, ctx.params
+    issues = []
+    ckpt_off = hp.activation_checkpointing is False
+    if ckpt_off and "sm_activation_offloading" in p.model_fields_set and p.sm_activation_offloading:
+        issues.append(Issue(f"{MP}.sm_activation_offloading", True,
+                            "offloads checkpointed activations, but activation_checkpointing is off",
+                            "set hyperparameters.activation_checkpointing: 1, or remove this key"))
+    if ckpt_off and hp.offload_activations:
+        issues.append(Issue(f"{HP}.offload_activations", True,
+                            "offloading needs activation checkpointing, which is off",
+                            "set activation_checkpointing: 1, or offload_activations: 0"))
+    if hp.delayed_param is not None and "delayed_parameter_initialization" in p.model_fields_set \
+            and hp.delayed_param != p.delayed_parameter_initialization:
+        issues.append(Issue(f"{HP}.delayed_param", hp.delayed_param,
+                            f"differs from {MP}.delayed_parameter_initialization = "
+                            f"{p.delayed_parameter_initialization}", "make them equal"))
+    w = ctx.world
+    group = sharding_group(p, w) if w else p.hybrid_shard_degree
+    if hp.sharding_strategy == "no_shard" and group and group > 1:
+        issues.append(Issue(f"{HP}.sharding_strategy", "no_shard",
+                            f"contradicts a sharding group of {group} ranks",
+                            "set hybrid_shard_degree: 1 for no sharding, or drop sharding_strategy"))
+    return issues
+
+
+def check_backend(ctx: Context) -> list[Issue]:
+    inst = ctx.instance
+    if ctx.hp.distributed_backend == "nccl" and inst is not None and inst.accelerators == 0:
+        return [Issue(f"{HP}.distributed_backend", "nccl", f"NCCL needs GPUs and {inst.name} has none",
+                      "use gloo on CPU")]
+    return []
+
+
+def check_job_fields(ctx: Context) -> list[Issue]:
+    job = ctx.job
+    issues = []
+    if job.use_spot_instances:
+        if job.max_wait is not None and job.max_wait < job.max_run:
+            issues.append(Issue("max_wait", job.max_wait, f"is less than max_run ({job.max_run})",
+                                f"use max_wait >= {job.max_run}"))
+        if job.checkpoint_s3_uri is None:
+            issues.append(Issue("checkpoint_s3_uri", None,
+                                "spot instances can be interrupted and the job restarts from scratch",
+                                "set checkpoint_s3_uri so training resumes", "warning"))
+        if job.keep_alive_period_in_seconds:
+            issues.append(Issue("keep_alive_period_in_seconds", job.keep_alive_period_in_seconds,
+                                "warm pools do not work with managed spot training",
+                                "remove it or set use_spot_instances: false"))
+    elif job.max_wait is not None:
+        issues.append(Issue("max_wait", job.max_wait, "only applies to spot training",
+                            "set use_spot_instances: true or remove max_wait"))
+    for i, metric in enumerate(job.metric_definitions or []):
+        if re.compile(metric.Regex).groups < 1:
+            issues.append(Issue(f"metric_definitions[{i}].Regex", metric.Regex,
+                                "has no capture group, so SageMaker never records a value",
+                                "wrap the number in a group, e.g. 'loss=([0-9.]+)'", "warning"))
+    if not job.is_local:
+        if job.output_path and not job.output_path.startswith("s3://"):
+            issues.append(Issue("output_path", job.output_path, "SageMaker writes artifacts to S3",
+                                "use s3://bucket/prefix (local paths work with instance_type: local)"))
+        for name, channel in job.channels().items():
+            if not channel.s3_data.startswith("s3://"):
+                issues.append(Issue(f"inputs.{name}", channel.s3_data, "SageMaker reads channels from S3",
+                                    "upload the data and use s3://..., or run with instance_type: local"))
+    return issues + _check_files(ctx)
+
+
+def _check_files(ctx: Context) -> list[Issue]:
+    job = ctx.job
+    if job.source_dir and job.source_dir.startswith("s3://"):
+        return []
+    issues = []
+    if job.source_dir:
+        src = _resolve(ctx.base_dir, job.source_dir)
+        if not src.is_dir():
+            return [Issue("source_dir", job.source_dir, f"no such directory ({src})",
+                          "give a directory relative to the job file, or an absolute path")]
+        entry = src / job.entry_point
+        where = f"in source_dir {src}"
+    else:
+        entry = _resolve(ctx.base_dir, job.entry_point)
+        where = f"({entry})"
+    if not entry.is_file():
+        issues.append(Issue("entry_point", job.entry_point, f"file not found {where}",
+                            "pass the script's path relative to source_dir (or to the job file)"))
+    for i, dep in enumerate(job.dependencies):
+        if not _resolve(ctx.base_dir, dep).exists():
+            issues.append(Issue(f"dependencies[{i}]", dep, "no such file or directory",
+                                "give a path relative to the job file, or an absolute path"))
+    return issues
+
+
+def check_hyperparameters(ctx: Context) -> list[Issue]:
+    hp = ctx.hp
+    issues = []
+    known = TrainingHyperparameters.model_fields
+    for key in hp.extra_keys:
+        hint = did_you_mean(key, known, n=1)
+        if hint.startswith("did you mean"):
+            issues.append(Issue(f"{HP}.{key}", (hp.model_extra or {})[key],
+                                "not a hyperparameter smlaunch knows; passed to the script as is",
+                                hint, "warning"))
+    if hp.model_preset and hp.model_preset not in PRESETS:
+        issues.append(Issue(f"{HP}.model_preset", hp.model_preset, "unknown model preset",
+                            did_you_mean(hp.model_preset, PRESETS)))
+    return issues
+
+
+def model_of(hp: TrainingHyperparameters, base_dir: Path) -> ModelSpec | None:
+    return resolve_model(
+        preset=hp.model_preset,
+        hf_name_or_dir=hp.hf_pretrained_model_name_or_dir,
+        overrides={
+            "hidden_size": hp.hidden_width,
+            "num_layers": hp.num_layers,
+            "num_heads": hp.num_heads,
+            "num_kv_heads": hp.num_key_value_heads,
+            "intermediate_size": hp.intermediate_size,
+            "vocab_size": hp.vocab_size,
+            "num_experts": hp.num_local_experts,
+        },
+        base_dir=base_dir,
+    )
+
+
+def _fp8_families() -> str:
+    families = sorted({catalog.get_instance_type(n).family for n in catalog.fp8_instance_types()},
+                      key=lambda f: (not f.startswith("p"), f))
+    return ", ".join(families) + "; e.g. ml.p5.48xlarge"
+
+
+def _is_moe(ctx: Context) -> bool:
+    hp = ctx.hp
+    return bool(hp.moe or hp.num_local_experts or (hp.model_type or "") in MOE_MODEL_TYPES
+                or (ctx.model and ctx.model.is_moe))
+
+
+def _world_text(ctx: Context) -> str:
+    return f"{ctx.job.instance_count} host(s) x {ctx.processes_per_host} process(es)"
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _resolve(base: Path, path: str) -> Path:
+    p = Path(path.removeprefix("file://")).expanduser()
+    return p if p.is_absolute() else base / p

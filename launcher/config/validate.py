@@ -1,0 +1,216 @@
+"""validate_job: structural checks (pydantic) and cross-field rules, all reported at once.
+
+A structurally broken field is reported, then removed so its default stands in, and the rules
+still run on the rest: a typo in one key does not hide a wrong degree in another.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+import typing
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ValidationError
+
+from launcher import catalog
+from launcher.config import rules
+from launcher.config.hyperparameters import FP8Config
+from launcher.config.job import JobConfig
+from launcher.config.layout import ParallelLayout
+from launcher.config.models import ModelSpec
+from launcher.issues import ConfigError, Issue, did_you_mean
+
+
+@dataclass
+class ValidatedJob:
+    """A job that passed validation, with what the checks derived from it."""
+
+    config: JobConfig
+    instance: catalog.InstanceType | None
+    processes_per_host: int | None
+    layout: ParallelLayout | None
+    model: ModelSpec | None
+    fp8: FP8Config
+    base_dir: Path
+    warnings: list[Issue] = field(default_factory=list)
+
+
+def validate_job(
+    data: Mapping[str, Any] | JobConfig,
+    *,
+    base_dir: str | Path | None = None,
+    source: str | None = None,
+    model: type[JobConfig] = JobConfig,
+) -> ValidatedJob:
+    """Validate a job; raise ConfigError listing every error, or return the validated job."""
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    raw = data.model_dump(exclude_unset=True) if isinstance(data, BaseModel) else dict(data)
+    job, issues, pruned = parse_lenient(model, raw)
+    if job is None:
+        raise ConfigError(issues, source)
+    issues += _rule_issues(job, base, pruned, out := {})
+    errors = [i for i in issues if i.level == "error"]
+    if errors:
+        raise ConfigError(issues, source)
+    world = out["ctx"].world
+    layout = ParallelLayout.from_parameters(out["ctx"].params, world) if world else None
+    return ValidatedJob(
+        config=job,
+        instance=out["ctx"].instance,
+        processes_per_host=out["ctx"].processes_per_host,
+        layout=layout,
+        model=out["ctx"].model,
+        fp8=out["fp8"],
+        base_dir=base,
+        warnings=[i for i in issues if i.level == "warning"],
+    )
+
+
+def _rule_issues(job: JobConfig, base: Path, pruned: list[str], out: dict) -> list[Issue]:
+    inst, issues = rules.check_instance(job)
+    pph, more = rules.processes_per_host(job, inst)
+    issues += more
+    ctx = rules.Context(job, inst, pph, rules.model_of(job.hyperparameters, base), base)
+    fp8 = FP8Config.from_hyperparameters(job.hyperparameters)
+    out.update(ctx=ctx, fp8=fp8)
+    for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,
+                  rules.check_backend, rules.check_job_fields, rules.check_hyperparameters):
+        issues += check(ctx)
+    issues += rules.check_precision(ctx, fp8)
+    # A rule may trip over the default that replaced a broken value; that value is reported.
+    return [i for i in issues if not any(_within(i.path, p) for p in pruned)]
+
+
+def parse_lenient(model: type[BaseModel], raw: dict) -> tuple[BaseModel | None, list[Issue], list[str]]:
+    """Validate; on errors, report them, drop the offending values and try again."""
+    data = copy.deepcopy(raw)
+    issues: list[Issue] = []
+    pruned: list[str] = []
+    seen: set[tuple] = set()
+    for _ in range(10):
+        try:
+            return model.model_validate(data), issues, pruned
+        except ValidationError as exc:
+            progressed = False
+            for err in exc.errors(include_url=False):
+                key = (err["loc"], err["type"])
+                if key not in seen:
+                    seen.add(key)
+                    issues.append(issue_from_pydantic(model, err))
+                    pruned.append(dotted(err["loc"]))
+                progressed |= _delete(data, err["loc"])
+            if not progressed:
+                return None, issues, pruned
+    return None, issues, pruned
+
+
+def issue_from_pydantic(model: type[BaseModel], err: dict) -> Issue:
+    loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
+    path = dotted(loc)
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        allowed = _fields_at(model, loc[:-1])
+        hint = did_you_mean(str(loc[-1]), allowed)
+        return Issue(path, value, "unknown key", hint or "remove it")
+    if kind == "missing":
+        return Issue(path, None, "required field is missing", "add it")
+    if kind == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        options = [o.strip(" '") for o in expected.replace(" or ", ",").split(",") if o.strip()]
+        return Issue(path, value, "not an allowed value", did_you_mean(str(value), options))
+    ctx = err.get("ctx", {})
+    message = err["msg"].removeprefix("Value error, ")
+    if kind == "value_error" and "; " in message:  # our validators say "problem; fix"
+        problem, fix = message.split("; ", 1)
+        return Issue(path, value, problem, fix)
+    fix = {
+        "int_parsing": "use a whole number",
+        "int_from_float": "use a whole number",
+        "int_type": "use a whole number",
+        "float_parsing": "use a number",
+        "float_type": "use a number",
+        "bool_parsing": "use true/false (or 1/0)",
+        "bool_type": "use true/false (or 1/0)",
+        "string_type": "use a string",
+        "dict_type": "use a mapping of keys to values",
+        "model_type": "use a mapping of keys to values",
+        "model_attributes_type": "use a mapping of keys to values",
+        "list_type": "use a list",
+        "greater_than_equal": f"use a value >= {ctx.get('ge')}",
+        "greater_than": f"use a value > {ctx.get('gt')}",
+        "less_than_equal": f"use a value <= {ctx.get('le')}",
+        "less_than": f"use a value < {ctx.get('lt')}",
+        "string_too_short": f"use at least {ctx.get('min_length')} character(s)",
+        "string_too_long": f"use at most {ctx.get('max_length')} characters",
+        "string_pattern_mismatch": f"match the pattern {ctx.get('pattern')}",
+    }.get(kind, "see `smlaunch schema` for what this field takes")
+    return Issue(path, value, message, fix)
+
+
+def dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if _is_union_tag(part):
+            continue
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _within(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[")
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic puts the union member's type name in `loc` (e.g. 'list[Tag]', 'str'); skip those.
+    return isinstance(part, str) and (part in ("str", "int", "bool") or "[" in part or
+                                      part in ("ChannelInput", "function-after[_compiles(), str]"))
+
+
+def _delete(data: Any, loc: tuple) -> bool:
+    loc = tuple(p for p in loc if not _is_union_tag(p))
+    if not loc:
+        return False
+    parent = data
+    for part in loc[:-1]:
+        try:
+            parent = parent[part]
+        except (KeyError, IndexError, TypeError):
+            return False
+    last = loc[-1]
+    try:
+        if isinstance(parent, dict) and last in parent:
+            del parent[last]
+            return True
+        if isinstance(parent, list) and isinstance(last, int) and last < len(parent):
+            parent.pop(last)
+            return True
+    except TypeError:
+        pass
+    return False
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    cls: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = getattr(cls, "model_fields", {}).get(part)
+        if info is None:
+            return []
+        cls = _model_in(info.annotation)
+        if cls is None:
+            return []
+    return list(getattr(cls, "model_fields", {}))
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

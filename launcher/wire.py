@@ -1,0 +1,134 @@
+"""The SageMaker wire format: hyperparameters as the v2 SDK sends them, and back.
+
+The v2 SDK json.dumps every hyperparameter value and adds reserved `sagemaker_*` keys and, for
+the distributed launchers, `mp_parameters` and friends (FACTS.md). The container and the
+sagemaker-training toolkit json.loads each value, falling back to the raw string.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from launcher.config.distribution import Distribution
+from launcher.config.job import JobConfig
+
+RESERVED_PREFIXES = ("sagemaker_", "smlaunch_")
+# The SDK has no key for torchrun's processes per host; the container reads this one.
+PROCESSES_PER_HOST = "smlaunch_processes_per_host"
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
+MASK = "****"
+
+
+def user_hyperparameters(job: JobConfig) -> dict[str, Any]:
+    """The hyperparameters the user set (known ones and pass-through ones), in their own types."""
+    hp = job.hyperparameters
+    values = hp.model_dump(exclude_none=True)
+    return dict(sorted(values.items()))
+
+
+def distribution_hyperparameters(job: JobConfig, instance_type: str) -> dict[str, Any]:
+    """What the v2 SDK adds for `distribution` (before JSON encoding)."""
+    dist = job.distribution
+    if dist is None:
+        return {}
+    out: dict[str, Any] = {}
+    if dist.mpi_enabled:
+        out["sagemaker_mpi_enabled"] = True
+        if dist.mpi.processes_per_host:
+            out["sagemaker_mpi_num_of_processes_per_host"] = dist.mpi.processes_per_host
+        out["sagemaker_mpi_custom_mpi_options"] = dist.mpi.custom_mpi_options
+    mp = dist.modelparallel
+    if mp is not None:
+        out["mp_parameters"] = mp.parameters.explicit()
+    if dist.smdistributed is not None:
+        out["sagemaker_distributed_dataparallel_enabled"] = dist.dataparallel_enabled
+        out["sagemaker_instance_type"] = instance_type
+    if dist.torchrun:
+        out["sagemaker_torch_distributed_enabled"] = True
+    return out
+
+
+def encode(values: dict[str, Any]) -> dict[str, str]:
+    """json.dumps every value, as the v2 SDK does ("llama" -> '"llama"', True -> 'true')."""
+    return {str(k): json.dumps(v) for k, v in values.items()}
+
+
+def decode(values: dict[str, str]) -> dict[str, Any]:
+    """json.loads each value, falling back to the raw string (the toolkit's rule)."""
+    out = {}
+    for key, raw in values.items():
+        try:
+            out[key] = json.loads(raw)
+        except (TypeError, ValueError):
+            out[key] = raw
+    return out
+
+
+def distribution_from_hyperparameters(decoded: dict[str, Any]) -> dict | None:
+    """Rebuild the `distribution` dict from a job's decoded hyperparameters (for attach)."""
+    dist: dict[str, Any] = {}
+    if decoded.get("sagemaker_torch_distributed_enabled"):
+        dist["torch_distributed"] = {"enabled": True}
+    if decoded.get("sagemaker_mpi_enabled"):
+        mpi: dict[str, Any] = {"enabled": True}
+        if decoded.get("sagemaker_mpi_num_of_processes_per_host"):
+            mpi["processes_per_host"] = decoded["sagemaker_mpi_num_of_processes_per_host"]
+        if decoded.get("sagemaker_mpi_custom_mpi_options"):
+            mpi["custom_mpi_options"] = decoded["sagemaker_mpi_custom_mpi_options"]
+        dist["mpi"] = mpi
+    smd: dict[str, Any] = {}
+    if "mp_parameters" in decoded:
+        params = decoded["mp_parameters"]
+        if isinstance(params, str):
+            params = json.loads(params)
+        smd["modelparallel"] = {"enabled": True, "parameters": params}
+    if decoded.get("sagemaker_distributed_dataparallel_enabled"):
+        smd["dataparallel"] = {"enabled": True}
+    if smd:
+        dist["smdistributed"] = smd
+    if not dist:
+        return None
+    Distribution.model_validate(dist)
+    return dist
+
+
+def split_reserved(decoded: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(user hyperparameters, reserved/distribution keys)."""
+    reserved_keys = {"mp_parameters"}
+    user = {k: v for k, v in decoded.items() if not k.startswith(RESERVED_PREFIXES) and k not in reserved_keys}
+    reserved = {k: v for k, v in decoded.items() if k not in user}
+    return user, reserved
+
+
+def _is_secret_name(name: str) -> bool:
+    upper = re.sub(r"([a-z])([A-Z])", r"\1_\2", name).upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+def _looks_numeric(value: Any) -> bool:
+    # Counts such as num_key_value_heads stay visible; secrets are strings.
+    if isinstance(value, (bool, int, float)):
+        return True
+    if isinstance(value, str):
+        try:
+            return isinstance(json.loads(value), (bool, int, float))
+        except ValueError:
+            return False
+    return False
+
+
+def mask_secrets(obj: Any) -> Any:
+    """A copy of obj for printing: values of secret-looking keys replaced by '****'."""
+    if isinstance(obj, dict):
+        if set(obj) == {"Key", "Value"} and isinstance(obj["Key"], str):  # an AWS tag
+            return {"Key": obj["Key"], "Value": MASK if _is_secret_name(obj["Key"]) else obj["Value"]}
+        return {
+            k: (MASK if _is_secret_name(str(k)) and not _looks_numeric(v) and not isinstance(v, (dict, list))
+                else mask_secrets(v))
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [mask_secrets(v) for v in obj]
+    return obj

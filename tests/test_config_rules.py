@@ -1,0 +1,371 @@
+"""Every validation rule: a valid case passes, an invalid case names the field, the value and a fix."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from launcher.config import ConfigError, ParallelLayout, validate_job
+
+MP = "distribution.smdistributed.modelparallel.parameters"
+
+
+@pytest.fixture
+def script_dir(tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    return tmp_path
+
+
+def make_job(script_dir, *, params=None, hp=None, **fields):
+    job = {
+        "entry_point": "train.py",
+        "source_dir": str(script_dir),
+        "instance_type": "ml.p4d.24xlarge",
+        "hyperparameters": {"bf16": 1, "max_context_width": 16384,
+                            "hf_pretrained_model_name_or_dir": "meta-llama/Llama-3.1-8B"},
+        "distribution": {
+            "torch_distributed": {"enabled": True},
+            "smdistributed": {"modelparallel": {"enabled": True, "parameters": {"hybrid_shard_degree": 8}}},
+        },
+    }
+    job["hyperparameters"].update(hp or {})
+    job["distribution"]["smdistributed"]["modelparallel"]["parameters"].update(params or {})
+    job.update(fields)
+    return job
+
+
+def issues_of(data, level="error"):
+    try:
+        result = validate_job(data)
+    except ConfigError as exc:
+        return exc.issues if level == "error" else exc.warnings
+    return [] if level == "error" else result.warnings
+
+
+def paths(data, level="error"):
+    return [i.path for i in issues_of(data, level)]
+
+
+def only_issue(data, path, level="error"):
+    found = [i for i in issues_of(data, level) if i.path == path]
+    assert found, f"no {level} at {path}; got {[str(i) for i in issues_of(data, level)]}"
+    for issue in found:
+        assert issue.fix, f"issue without a fix: {issue}"
+    return found
+
+
+def test_seed_shape_is_valid(script_dir):
+    job = validate_job(make_job(script_dir, params={"context_parallel_degree": 8}))
+    assert job.layout == ParallelLayout(world=8, dp_replicate=1, dp_shard=1, cp=8, tp=1)
+    assert job.model.name == "llama3.1-8b"
+
+
+@pytest.mark.parametrize("key", ["tensor_parallel_degree", "context_parallel_degree", "expert_parallel_degree"])
+def test_degrees_must_be_positive_integers(script_dir, key):
+    assert paths(make_job(script_dir, params={key: 0})) == [f"{MP}.{key}"]
+    assert f"{MP}.{key}" in paths(make_job(script_dir, params={key: 2.5}))
+    assert f"{MP}.{key}" in paths(make_job(script_dir, params={key: "two"}))
+
+
+def test_hybrid_shard_degree_zero_allowed_negative_not(script_dir):
+    assert paths(make_job(script_dir, params={"hybrid_shard_degree": 0})) == []
+    assert paths(make_job(script_dir, params={"hybrid_shard_degree": -1})) == [f"{MP}.hybrid_shard_degree"]
+
+
+def test_tp_must_divide_world(script_dir):
+    assert paths(make_job(script_dir, params={"tensor_parallel_degree": 2, "hybrid_shard_degree": 4})) == []
+    issue = only_issue(make_job(script_dir, params={"tensor_parallel_degree": 16, "hybrid_shard_degree": 0}),
+                       f"{MP}.tensor_parallel_degree")[0]
+    assert issue.value == 16 and "8" in issue.problem
+
+
+def test_cp_must_divide_world(script_dir):
+    issue = only_issue(make_job(script_dir, params={"context_parallel_degree": 3}), f"{MP}.context_parallel_degree")
+    assert any("world size 8" in i.problem for i in issue)
+
+
+def test_ep_must_divide_world_even_for_moe(script_dir):
+    data = make_job(script_dir, params={"expert_parallel_degree": 3}, hp={"moe": 1})
+    assert any("world size" in i.problem for i in only_issue(data, f"{MP}.expert_parallel_degree"))
+
+
+def test_hybrid_shard_degree_range_and_divisibility(script_dir):
+    assert paths(make_job(script_dir, params={"hybrid_shard_degree": 4})) == []
+    over = only_issue(make_job(script_dir, params={"hybrid_shard_degree": 16}), f"{MP}.hybrid_shard_degree")
+    assert "exceeds" in over[0].problem
+    # 3 instances x 8 = 24 ranks, tp 2 -> 12; hsd 8 does not divide 12.
+    data = make_job(script_dir, instance_count=3, params={"hybrid_shard_degree": 8, "tensor_parallel_degree": 2})
+    assert any("not divisible" in i.problem for i in only_issue(data, f"{MP}.hybrid_shard_degree"))
+
+
+def test_cp_must_fit_in_sharding_group(script_dir):
+    assert paths(make_job(script_dir, params={"hybrid_shard_degree": 4, "context_parallel_degree": 4})) == []
+    data = make_job(script_dir, params={"hybrid_shard_degree": 2, "context_parallel_degree": 4})
+    assert any("sharding group (2 ranks)" in i.problem for i in only_issue(data, f"{MP}.context_parallel_degree"))
+    # hybrid_shard_degree 0 means the whole world / tp: cp 8 fits in 8 ranks.
+    assert paths(make_job(script_dir, params={"hybrid_shard_degree": 0, "context_parallel_degree": 8})) == []
+
+
+def test_sequence_divisible_by_2_cp_tp(script_dir):
+    assert paths(make_job(script_dir, params={"context_parallel_degree": 8}, hp={"max_context_width": 16384})) == []
+    issue = only_issue(make_job(script_dir, params={"context_parallel_degree": 8}, hp={"max_context_width": 16004}),
+                       "hyperparameters.max_context_width")[0]
+    assert issue.value == 16004 and "16" in issue.problem and "16000" in issue.fix
+    # without CP the length is free
+    assert paths(make_job(script_dir, hp={"max_context_width": 16001})) == []
+
+
+def test_tp_must_divide_heads_when_model_known(script_dir):
+    ok = make_job(script_dir, params={"tensor_parallel_degree": 8, "hybrid_shard_degree": 1})
+    assert paths(ok) == []
+    # llama3.2-3b has 24 heads and 8 kv heads: tp 16 > world too, so use 2 hosts (16 ranks).
+    data = make_job(script_dir, instance_count=2, params={"tensor_parallel_degree": 16, "hybrid_shard_degree": 1},
+                    hp={"hf_pretrained_model_name_or_dir": "meta-llama/Llama-3.2-3B"})
+    problems = [i.problem for i in only_issue(data, f"{MP}.tensor_parallel_degree")]
+    assert any("24 attention heads" in p for p in problems) and any("8 key/value heads" in p for p in problems)
+
+
+def test_tp_heads_check_uses_explicit_shape(script_dir):
+    data = make_job(script_dir, params={"tensor_parallel_degree": 4, "hybrid_shard_degree": 2},
+                    hp={"hf_pretrained_model_name_or_dir": None, "model_preset": "llama3-tiny", "num_heads": 6})
+    assert any("6 attention heads" in i.problem for i in only_issue(data, f"{MP}.tensor_parallel_degree"))
+
+
+def test_tp_unknown_model_is_not_checked(script_dir):
+    data = make_job(script_dir, params={"tensor_parallel_degree": 8, "hybrid_shard_degree": 1},
+                    hp={"hf_pretrained_model_name_or_dir": "my-org/unknown-model"})
+    assert paths(data) == []
+
+
+def test_expert_parallel_needs_moe(script_dir):
+    dense = make_job(script_dir, params={"expert_parallel_degree": 2})
+    assert "dense" in only_issue(dense, f"{MP}.expert_parallel_degree")[0].problem
+    assert paths(make_job(script_dir, params={"expert_parallel_degree": 2}, hp={"model_type": "mixtral"})) == []
+
+
+def test_sharded_data_parallel_degree_rules(script_dir):
+    v1 = {"sharded_data_parallel_degree": 4, "ddp": True}
+    assert paths(make_job(script_dir, params={"hybrid_shard_degree": 0, **v1})) == []
+    job = validate_job(make_job(script_dir, params={"hybrid_shard_degree": 0, **v1}))
+    assert job.layout.sharding_group == 4 and job.layout.dp_replicate == 2
+    key = f"{MP}.sharded_data_parallel_degree"
+    assert only_issue(make_job(script_dir, params={"hybrid_shard_degree": 0, "sharded_data_parallel_degree": 3}), key)
+    assert any("pipeline" in i.problem for i in only_issue(
+        make_job(script_dir, params={"hybrid_shard_degree": 0, "pipeline_parallel_degree": 2, **v1}), key))
+    assert any("shard_optimizer_state" in i.problem for i in only_issue(
+        make_job(script_dir, params={"hybrid_shard_degree": 0, "shard_optimizer_state": True, **v1}), key))
+    assert any("hybrid_shard_degree" in i.problem for i in only_issue(
+        make_job(script_dir, params={"hybrid_shard_degree": 2, **v1}), key))
+    with_tp = make_job(script_dir, params={"hybrid_shard_degree": 0, "tensor_parallel_degree": 2,
+                                           "sharded_data_parallel_degree": 2})
+    assert only_issue(with_tp, f"{MP}.prescaled_batch")
+    with_tp["distribution"]["smdistributed"]["modelparallel"]["parameters"]["prescaled_batch"] = True
+    assert paths(with_tp) == []
+
+
+def test_smp_v1_job_with_mpi_is_valid(script_dir):
+    data = make_job(script_dir, instance_type="ml.p3.16xlarge",
+                    hp={"bf16": None, "fp16": 1},
+                    distribution={"smdistributed": {"modelparallel": {"enabled": True, "parameters": {
+                        "ddp": True, "sharded_data_parallel_degree": 2, "fp16": True}}},
+                        "mpi": {"enabled": True, "processes_per_host": 8}})
+    assert paths(data) == []
+
+
+def test_fp8_needs_fp8_hardware(script_dir):
+    p4d = make_job(script_dir, hp={"fp8": 1})
+    issue = only_issue(p4d, "hyperparameters.fp8")[0]
+    assert "A100" in issue.problem and "ml.p5.48xlarge" in issue.fix
+    assert paths(make_job(script_dir, instance_type="ml.p5.48xlarge", hp={"fp8": 1})) == []
+    for inst in ("ml.g5.48xlarge", "ml.p3.16xlarge", "ml.trn1.32xlarge"):
+        data = make_job(script_dir, instance_type=inst, hp={"fp8": 1, "bf16": 0, "fp16": 0},
+                        params={"hybrid_shard_degree": 0})
+        assert any("no FP8" in i.problem for i in issues_of(data) if i.path == "hyperparameters.fp8"), inst
+
+
+def test_fp8_on_local_cpu_needs_emulation_flag(script_dir):
+    data = make_job(script_dir, instance_type="local", processes_per_host=2, hp={"fp8": 1},
+                    params={"hybrid_shard_degree": 2})
+    assert only_issue(data, "hyperparameters.fp8")
+    data["hyperparameters"]["fp8_emulate"] = 1
+    assert paths(data) == []
+
+
+def test_fp8_needs_bf16(script_dir):
+    data = make_job(script_dir, instance_type="ml.p5.48xlarge", hp={"fp8": 1, "bf16": 0})
+    assert any("bf16" in i.fix for i in only_issue(data, "hyperparameters.fp8"))
+
+
+def test_torchao_fp8_refuses_delayed_recipe(script_dir):
+    base = dict(instance_type="ml.p5.48xlarge")
+    assert paths(make_job(script_dir, hp={"fp8": 1, "fp8_backend": "torchao"}, **base)) == []
+    job = validate_job(make_job(script_dir, hp={"fp8": 1, "fp8_backend": "torchao"}, **base))
+    assert job.fp8.recipe == "current"
+    assert only_issue(make_job(script_dir, hp={"fp8": 1, "fp8_backend": "torchao", "fp8_recipe": "delayed"}, **base),
+                      "hyperparameters.fp8_recipe")
+
+
+def test_bf16_needs_ampere(script_dir):
+    data = make_job(script_dir, instance_type="ml.p3.16xlarge")
+    assert "bfloat16" in only_issue(data, "hyperparameters.bf16")[0].problem
+
+
+def test_bf16_and_fp16_conflict(script_dir):
+    assert only_issue(make_job(script_dir, hp={"fp16": 1}), "hyperparameters.fp16")
+
+
+def test_offloading_needs_checkpointing(script_dir):
+    key = f"{MP}.sm_activation_offloading"
+    assert paths(make_job(script_dir, params={"sm_activation_offloading": True},
+                          hp={"activation_checkpointing": 1})) == []
+    # the SMP default (True) alone is no error when checkpointing is off
+    assert paths(make_job(script_dir, hp={"activation_checkpointing": 0})) == []
+    assert only_issue(make_job(script_dir, params={"sm_activation_offloading": True},
+                               hp={"activation_checkpointing": 0}), key)
+    assert only_issue(make_job(script_dir, hp={"activation_checkpointing": 0, "offload_activations": True}),
+                      "hyperparameters.offload_activations")
+
+
+def test_activation_loading_horizon_at_least_one(script_dir):
+    assert paths(make_job(script_dir, params={"activation_loading_horizon": 0})) == [f"{MP}.activation_loading_horizon"]
+    assert paths(make_job(script_dir, params={"activation_loading_horizon": 4})) == []
+
+
+def test_dataparallel_with_modelparallel_is_an_error(script_dir):
+    data = make_job(script_dir)
+    data["distribution"]["smdistributed"]["dataparallel"] = {"enabled": True}
+    assert only_issue(data, "distribution.smdistributed.dataparallel.enabled")
+
+
+def test_smp_v2_needs_torch_distributed(script_dir):
+    data = make_job(script_dir)
+    del data["distribution"]["torch_distributed"]
+    issue = only_issue(data, "distribution.torch_distributed.enabled")[0]
+    assert "hybrid_shard_degree" in issue.problem
+
+
+def test_mpi_with_torch_distributed_is_an_error(script_dir):
+    data = make_job(script_dir)
+    data["distribution"]["mpi"] = {"enabled": True}
+    assert only_issue(data, "distribution.mpi.enabled")
+
+
+def test_torch_distributed_on_cpu_instance(script_dir):
+    data = make_job(script_dir, instance_type="ml.c5.18xlarge", hp={"bf16": 0}, params={"hybrid_shard_degree": 0})
+    assert "no GPU" in only_issue(data, "distribution.torch_distributed.enabled")[0].problem
+    local = make_job(script_dir, instance_type="local", processes_per_host=2, hp={"bf16": 0},
+                     params={"hybrid_shard_degree": 2})
+    assert paths(local) == []
+
+
+def test_nccl_on_cpu_is_an_error(script_dir):
+    data = make_job(script_dir, instance_type="local", processes_per_host=2,
+                    hp={"distributed_backend": "nccl"}, params={"hybrid_shard_degree": 2})
+    assert "gloo" in only_issue(data, "hyperparameters.distributed_backend")[0].fix
+
+
+def test_unknown_keys_get_did_you_mean(script_dir):
+    data = make_job(script_dir, params={"context_paralel_degree": 8})
+    issue = only_issue(data, f"{MP}.context_paralel_degree")[0]
+    assert "context_parallel_degree" in issue.fix
+    top = make_job(script_dir, instance_cont=2)
+    assert "instance_count" in only_issue(top, "instance_cont")[0].fix
+    dist = make_job(script_dir)
+    dist["distribution"]["torch_distribued"] = {"enabled": True}
+    assert "torch_distributed" in only_issue(dist, "distribution.torch_distribued")[0].fix
+
+
+def test_all_errors_reported_together(script_dir):
+    data = make_job(script_dir, instance_count=0, volume_size=0, params={"context_paralel_degree": 8,
+                                                                         "tensor_parallel_degree": 3},
+                    hp={"fp8": 1})
+    found = set(paths(data))
+    assert {"instance_count", "volume_size", f"{MP}.context_paralel_degree", f"{MP}.tensor_parallel_degree",
+            "hyperparameters.fp8"} <= found
+
+
+def test_unknown_instance_type_suggests(script_dir):
+    issue = only_issue(make_job(script_dir, instance_type="ml.p5.48xlarg"), "instance_type")[0]
+    assert "ml.p5.48xlarge" in issue.fix
+
+
+def test_instance_type_known_to_botocore_only_warns(script_dir, monkeypatch):
+    from launcher import catalog
+
+    monkeypatch.setattr(catalog, "get_instance_type", lambda name: None)
+    data = make_job(script_dir, instance_type="ml.p5.48xlarge")
+    assert paths(data) == []
+    assert "instance_type" in paths(data, "warning")
+
+
+def test_processes_per_host(script_dir):
+    assert only_issue(make_job(script_dir, processes_per_host=16), "processes_per_host")
+    assert "processes_per_host" in paths(make_job(script_dir, processes_per_host=4,
+                                                  params={"hybrid_shard_degree": 4}), "warning")
+    job = validate_job(make_job(script_dir, instance_type="local", processes_per_host=4, hp={"bf16": 0},
+                                params={"hybrid_shard_degree": 2, "context_parallel_degree": 2}))
+    assert job.layout.world == 4 and job.layout.mesh_shape == (2, 1, 2, 1)
+
+
+@pytest.mark.parametrize("field,bad,good", [
+    ("instance_count", 0, 2),
+    ("volume_size", 0, 16384),
+    ("volume_size", 16385, 1),
+    ("max_run", 28 * 24 * 3600 + 1, 28 * 24 * 3600),
+    ("keep_alive_period_in_seconds", 3601, 3600),
+    ("base_job_name", "has_underscore", "has-dash"),
+    ("role", "SageMakerRole", "arn:aws:iam::111122223333:role/SageMakerRole"),
+    ("checkpoint_s3_uri", "/local/path", "s3://bucket/ckpt/"),
+])
+def test_job_field_ranges(script_dir, field, bad, good):
+    assert paths(make_job(script_dir, **{field: bad})) == [field]
+    assert paths(make_job(script_dir, **{field: good})) == []
+
+
+def test_spot_rules(script_dir):
+    assert only_issue(make_job(script_dir, use_spot_instances=True, max_run=3600, max_wait=1800,
+                               checkpoint_s3_uri="s3://b/c"), "max_wait")
+    assert paths(make_job(script_dir, use_spot_instances=True, max_run=3600, max_wait=7200,
+                          checkpoint_s3_uri="s3://b/c")) == []
+    assert "checkpoint_s3_uri" in paths(make_job(script_dir, use_spot_instances=True), "warning")
+    assert only_issue(make_job(script_dir, max_wait=7200), "max_wait")
+
+
+def test_sagemaker_needs_s3_inputs_and_output(script_dir):
+    assert only_issue(make_job(script_dir, inputs={"train": "/data/train"}), "inputs.train")
+    assert only_issue(make_job(script_dir, output_path="/tmp/out"), "output_path")
+    assert paths(make_job(script_dir, inputs={"train": "s3://b/train/"}, output_path="s3://b/out")) == []
+
+
+def test_missing_entry_point_and_source_dir(script_dir):
+    assert only_issue(make_job(script_dir, entry_point="nope.py"), "entry_point")
+    assert only_issue(make_job(script_dir, source_dir=str(script_dir / "missing")), "source_dir")
+    assert only_issue(make_job(script_dir, dependencies=["no/such/lib"]), "dependencies[0]")
+
+
+def test_hyperparameter_cross_checks(script_dir):
+    assert only_issue(make_job(script_dir, params={"context_parallel_degree": 8},
+                               hp={"context_parallel_degree": 4}), "hyperparameters.context_parallel_degree")
+    assert only_issue(make_job(script_dir, params={"delayed_parameter_initialization": True},
+                               hp={"delayed_param": 0}), "hyperparameters.delayed_param")
+    assert only_issue(make_job(script_dir, hp={"sharding_strategy": "no_shard"}), "hyperparameters.sharding_strategy")
+    assert only_issue(make_job(script_dir, hp={"sharding_strategy": "ful_shard"}), "hyperparameters.sharding_strategy")
+    warn = paths(make_job(script_dir, hp={"max_context_widht": 8192}), "warning")
+    assert "hyperparameters.max_context_widht" in warn
+    # unrelated script arguments pass through silently
+    assert paths(make_job(script_dir, hp={"my_custom_flag": 3}), "warning") == []
+
+
+def test_metric_regex_without_group_warns(script_dir):
+    data = make_job(script_dir, metric_definitions=[{"Name": "base_metric", "Regex": "<><><><><><>"}])
+    assert "metric_definitions[0].Regex" in paths(data, "warning")
+    assert only_issue(make_job(script_dir, metric_definitions=[{"Name": "m", "Regex": "(unclosed"}]),
+                      "metric_definitions[0].Regex")
+
+
+def test_validation_does_not_mutate_input(script_dir):
+    data = make_job(script_dir, params={"context_paralel_degree": 8})
+    before = copy.deepcopy(data)
+    issues_of(data)
+    assert data == before

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+
+from launcher.issues import ConfigError
+from launcher.jobfile import apply_overrides, deep_merge, load_job_file, validate_job_file
+
+MP = ("distribution", "smdistributed", "modelparallel", "parameters")
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def tree(tmp_path):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("")
+    write(tmp_path / "base.yaml", """
+entry_point: train.py
+source_dir: code
+instance_type: local
+processes_per_host: 2
+hyperparameters: {bf16: 0, lr: 0.001, seq: 1}
+distribution:
+  torch_distributed: {enabled: true}
+  smdistributed: {modelparallel: {enabled: true, parameters: {hybrid_shard_degree: 2}}}
+""")
+    (tmp_path / "runs").mkdir()
+    write(tmp_path / "runs" / "cp.yaml", """
+extends: ../base.yaml
+hyperparameters: {lr: 0.0002}
+distribution:
+  smdistributed: {modelparallel: {parameters: {context_parallel_degree: 2}}}
+""")
+    return tmp_path
+
+
+def test_extends_merges_mappings_and_resolves_paths_per_file(tree):
+    data, base = load_job_file(tree / "runs" / "cp.yaml")
+    assert data["hyperparameters"] == {"bf16": 0, "lr": 0.0002, "seq": 1}
+    assert data["distribution"]["smdistributed"]["modelparallel"]["parameters"] == {
+        "hybrid_shard_degree": 2, "context_parallel_degree": 2}
+    # source_dir is relative to base.yaml, where it was written, not to runs/cp.yaml
+    assert data["source_dir"] == str((tree / "code").resolve())
+    assert base == (tree / "runs").resolve()
+    job = validate_job_file(tree / "runs" / "cp.yaml")
+    assert job.layout.mesh_shape == (1, 1, 2, 1)
+
+
+def test_overrides_dotted_and_short_mp_keys(tree):
+    job = validate_job_file(tree / "runs" / "cp.yaml",
+                            ["hyperparameters.lr=0.5", "context_parallel_degree=1", "instance_count=2"])
+    assert job.config.hyperparameters.lr == 0.5
+    assert job.config.distribution.parameters.context_parallel_degree == 1
+    assert job.layout.world == 4
+
+
+def test_override_creates_missing_sections():
+    data = {"entry_point": "x.py"}
+    apply_overrides(data, ["tensor_parallel_degree=2", "hyperparameters.fp8=true"])
+    mp = data["distribution"]["smdistributed"]["modelparallel"]
+    assert mp == {"enabled": True, "parameters": {"tensor_parallel_degree": 2}}
+    assert data["hyperparameters"] == {"fp8": True}
+
+
+@pytest.mark.parametrize("item,needle", [("novalue", "KEY=VALUE"), ("context_paralel_degree=2", "context_parallel_degree")])
+def test_bad_overrides_name_the_option(item, needle):
+    with pytest.raises(ConfigError) as info:
+        apply_overrides({}, [item])
+    assert info.value.issues[0].path == "--set" and needle in str(info.value)
+
+
+def test_yaml_error_names_file_and_line(tmp_path):
+    bad = write(tmp_path / "bad.yaml", "entry_point: train.py\ninstance_type: [oops\n")
+    with pytest.raises(ConfigError) as info:
+        load_job_file(bad)
+    assert str(bad) in str(info.value) and "line 3" in str(info.value)
+
+
+def test_missing_file_and_cycle(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_job_file(tmp_path / "none.yaml")
+    write(tmp_path / "a.yaml", "extends: b.yaml\n")
+    write(tmp_path / "b.yaml", "extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="circular"):
+        load_job_file(tmp_path / "a.yaml")
+
+
+def test_top_level_must_be_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="mapping"):
+        load_job_file(write(tmp_path / "l.yaml", "- a\n- b\n"))
+
+
+def test_deep_merge_does_not_mutate():
+    base = {"a": {"b": 1, "c": [1]}}
+    out = deep_merge(base, {"a": {"c": [2]}})
+    assert out == {"a": {"b": 1, "c": [2]}} and base == {"a": {"b": 1, "c": [1]}}

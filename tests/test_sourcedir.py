@@ -1,0 +1,379 @@
+import gzip
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from launcher.backends.sourcedir import (
+    ARCHIVE_MTIME,
+    DEFAULT_IGNORE,
+    SourceDirError,
+    build_sourcedir,
+)
+
+
+def write(path: Path, text: str = "x", mode: int | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
+def members(archive: Path) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(archive) as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+def read(archive: Path, name: str) -> str:
+    with tarfile.open(archive) as tar:
+        return tar.extractfile(name).read().decode()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    write(src / "train.py", "print('train')")
+    write(src / "run.sh", "#!/bin/sh\n", mode=0o700)
+    write(src / "lib" / "model.py")
+    write(src / "lib" / "deep" / "layer.py")
+    write(src / "data" / "vocab.txt")
+    # everything below must be left out by DEFAULT_IGNORE
+    write(src / ".git" / "config")
+    write(src / "lib" / ".git" / "HEAD")
+    write(src / ".venv" / "bin" / "python")
+    write(src / "lib" / "deep" / ".venv" / "pyvenv.cfg")
+    write(src / "venv" / "lib" / "x.py")
+    write(src / "__pycache__" / "train.cpython-311.pyc")
+    write(src / "lib" / "__pycache__" / "model.cpython-311.pyc")
+    write(src / "lib" / "stale.pyc")
+    write(src / ".env", "SECRET=1")
+    write(src / "key.pem")
+    write(src / "lib" / ".DS_Store")
+    write(src / ".pytest_cache" / "v" / "cache")
+    write(src / ".mypy_cache" / "3.11" / "x.json")
+    write(src / "node_modules" / "left-pad" / "index.js")
+    write(src / "notebooks" / ".ipynb_checkpoints" / "a.ipynb")
+    return src
+
+
+@pytest.fixture
+def fake_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An importable package outside the project, standing in for ``container``."""
+    site = tmp_path / "site"
+    write(site / "smlaunch_fakepkg" / "__init__.py", "VALUE = 'installed'\n")
+    write(site / "smlaunch_fakepkg" / "sub" / "__init__.py")
+    write(site / "smlaunch_fakepkg" / "__pycache__" / "__init__.cpython-311.pyc")
+    monkeypatch.syspath_prepend(str(site))
+    return "smlaunch_fakepkg"
+
+
+def test_source_dir_contents_and_default_ignore(project: Path, tmp_path: Path) -> None:
+    bundle = build_sourcedir(
+        tmp_path / "out" / "sourcedir.tar.gz",
+        entry_point="train.py",
+        source_dir=project,
+        include_packages=(),
+    )
+    assert bundle.files == [
+        "data/vocab.txt",
+        "lib/deep/layer.py",
+        "lib/model.py",
+        "run.sh",
+        "train.py",
+    ]
+    # directories are stored too (an empty one survives), before their contents
+    names = list(members(bundle.path))
+    assert names == [
+        "data",
+        "data/vocab.txt",
+        "lib",
+        "lib/deep",
+        "lib/deep/layer.py",
+        "lib/model.py",
+        "notebooks",
+        "run.sh",
+        "train.py",
+    ]
+    assert bundle.entry_point == "train.py"
+    assert bundle.skipped_packages == []
+    assert read(bundle.path, "train.py") == "print('train')"
+
+
+def test_bundle_describes_the_written_file(project: Path, tmp_path: Path) -> None:
+    bundle = build_sourcedir(
+        tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project, include_packages=()
+    )
+    data = bundle.path.read_bytes()
+    assert bundle.sha256 == hashlib.sha256(data).hexdigest()
+    assert bundle.size_bytes == len(data)
+
+
+def test_custom_ignore_replaces_defaults(project: Path, tmp_path: Path) -> None:
+    bundle = build_sourcedir(
+        tmp_path / "a.tar.gz",
+        entry_point="train.py",
+        source_dir=project,
+        include_packages=(),
+        ignore=(*DEFAULT_IGNORE, "data", "*.sh"),
+    )
+    assert bundle.files == ["lib/deep/layer.py", "lib/model.py", "train.py"]
+
+
+def test_entry_point_in_subdirectory(project: Path, tmp_path: Path) -> None:
+    bundle = build_sourcedir(
+        tmp_path / "a.tar.gz",
+        entry_point=Path("lib/model.py"),
+        source_dir=str(project),
+        include_packages=(),
+    )
+    assert bundle.entry_point == "lib/model.py"
+
+
+def test_missing_entry_point_names_field_and_fix(project: Path, tmp_path: Path) -> None:
+    with pytest.raises(SourceDirError) as err:
+        build_sourcedir(
+            tmp_path / "a.tar.gz", entry_point="trian.py", source_dir=project, include_packages=()
+        )
+    message = str(err.value)
+    assert "entry_point 'trian.py' not found in source_dir" in message
+    assert str(project) in message
+    assert "relative to source_dir" in message
+    assert not (tmp_path / "a.tar.gz").exists()
+
+
+@pytest.mark.parametrize("entry_point", ["../train.py", "/abs/train.py"])
+def test_entry_point_outside_source_dir_is_refused(
+    project: Path, tmp_path: Path, entry_point: str
+) -> None:
+    with pytest.raises(SourceDirError, match="relative to source_dir"):
+        build_sourcedir(
+            tmp_path / "a.tar.gz", entry_point=entry_point, source_dir=project, include_packages=()
+        )
+
+
+def test_entry_point_that_is_ignored_says_which_pattern(project: Path, tmp_path: Path) -> None:
+    write(project / "venv" / "train.py")
+    with pytest.raises(SourceDirError, match="excluded by ignore pattern 'venv'"):
+        build_sourcedir(
+            tmp_path / "a.tar.gz",
+            entry_point="venv/train.py",
+            source_dir=project,
+            include_packages=(),
+        )
+
+
+def test_missing_source_dir(tmp_path: Path) -> None:
+    with pytest.raises(SourceDirError, match="source_dir '.*nope' is not a directory"):
+        build_sourcedir(
+            tmp_path / "a.tar.gz", entry_point="train.py", source_dir=tmp_path / "nope"
+        )
+
+
+def test_entry_point_alone_without_source_dir(project: Path, tmp_path: Path) -> None:
+    bundle = build_sourcedir(
+        tmp_path / "a.tar.gz",
+        entry_point=project / "lib" / "model.py",
+        source_dir=None,
+        include_packages=(),
+    )
+    assert bundle.files == ["model.py"]
+    assert bundle.entry_point == "model.py"
+
+
+def test_missing_entry_point_without_source_dir(tmp_path: Path) -> None:
+    with pytest.raises(SourceDirError, match="entry_point '.*ghost.py' is not a file"):
+        build_sourcedir(tmp_path / "a.tar.gz", entry_point=tmp_path / "ghost.py", source_dir=None)
+
+
+def test_dependencies_sit_at_root_under_their_basename(project: Path, tmp_path: Path) -> None:
+    libs = tmp_path / "libs"
+    write(libs / "shared_utils" / "__init__.py")
+    write(libs / "shared_utils" / "io.py")
+    write(libs / "shared_utils" / "__pycache__" / "io.cpython-311.pyc")
+    write(libs / "shared_utils" / ".git" / "HEAD")
+    single = write(tmp_path / "elsewhere" / "helpers.py")
+    bundle = build_sourcedir(
+        tmp_path / "a.tar.gz",
+        entry_point="train.py",
+        source_dir=project,
+        dependencies=[libs / "shared_utils", str(single)],
+        include_packages=(),
+    )
+    assert "shared_utils/__init__.py" in bundle.files
+    assert "shared_utils/io.py" in bundle.files
+    assert "helpers.py" in bundle.files
+    assert not [f for f in bundle.files if "__pycache__" in f or ".git" in f]
+
+
+def test_dependency_colliding_with_source_dir_is_refused(project: Path, tmp_path: Path) -> None:
+    write(tmp_path / "other" / "lib" / "x.py")
+    with pytest.raises(SourceDirError, match="stored as 'lib'.*source_dir"):
+        build_sourcedir(
+            tmp_path / "a.tar.gz",
+            entry_point="train.py",
+            source_dir=project,
+            dependencies=[tmp_path / "other" / "lib"],
+            include_packages=(),
+        )
+
+
+def test_missing_dependency(project: Path, tmp_path: Path) -> None:
+    with pytest.raises(SourceDirError, match="dependency '.*gone' does not exist"):
+        build_sourcedir(
+            tmp_path / "a.tar.gz",
+            entry_point="train.py",
+            source_dir=project,
+            dependencies=[tmp_path / "gone"],
+            include_packages=(),
+        )
+
+
+def test_included_package_is_importable_from_the_extracted_archive(
+    project: Path, tmp_path: Path, fake_package: str
+) -> None:
+    bundle = build_sourcedir(
+        tmp_path / "a.tar.gz",
+        entry_point="train.py",
+        source_dir=project,
+        include_packages=(fake_package,),
+    )
+    assert f"{fake_package}/__init__.py" in bundle.files
+    assert f"{fake_package}/sub/__init__.py" in bundle.files
+    assert not [f for f in bundle.files if "__pycache__" in f]
+    code_dir = tmp_path / "code"
+    with tarfile.open(bundle.path) as tar:
+        tar.extractall(code_dir, filter="data")  # the strict filter newer Pythons default to
+    # a fresh interpreter that only sees the code directory, like a stock AWS image
+    out = subprocess.run(
+        [sys.executable, "-c", f"import {fake_package} as p; print(p.VALUE, p.__file__)"],
+        cwd=code_dir,
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(code_dir)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.startswith("installed " + str(code_dir))
+
+
+def test_users_copy_of_a_package_wins(project: Path, tmp_path: Path, fake_package: str) -> None:
+    write(project / fake_package / "__init__.py", "VALUE = 'user'\n")
+    bundle = build_sourcedir(
+        tmp_path / "a.tar.gz",
+        entry_point="train.py",
+        source_dir=project,
+        include_packages=(fake_package,),
+    )
+    assert bundle.skipped_packages == [fake_package]
+    assert read(bundle.path, f"{fake_package}/__init__.py") == "VALUE = 'user'\n"
+    assert f"{fake_package}/sub/__init__.py" not in bundle.files
+
+
+def test_unimportable_package(project: Path, tmp_path: Path) -> None:
+    with pytest.raises(SourceDirError, match="'no_such_pkg_xyz' is not importable"):
+        build_sourcedir(
+            tmp_path / "a.tar.gz",
+            entry_point="train.py",
+            source_dir=project,
+            include_packages=("no_such_pkg_xyz",),
+        )
+
+
+def test_module_is_not_a_package(project: Path, tmp_path: Path, monkeypatch) -> None:
+    write(tmp_path / "mods" / "lonely_module_xyz.py")
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    with pytest.raises(SourceDirError, match="not a regular package"):
+        build_sourcedir(
+            tmp_path / "a.tar.gz",
+            entry_point="train.py",
+            source_dir=project,
+            include_packages=("lonely_module_xyz",),
+        )
+
+
+def test_rebuild_is_byte_identical_despite_mtimes_and_umask(
+    project: Path, tmp_path: Path, fake_package: str
+) -> None:
+    kwargs = dict(entry_point="train.py", source_dir=project, include_packages=(fake_package,))
+    first = build_sourcedir(tmp_path / "one.tar.gz", **kwargs)
+    for i, path in enumerate(sorted(project.rglob("*"))):
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+    (project / "train.py").chmod(0o600)  # permissions beyond the exec bit do not matter
+    second = build_sourcedir(tmp_path / "two.tar.gz", **kwargs)
+    assert first.path.read_bytes() == second.path.read_bytes()
+    assert first.sha256 == second.sha256
+
+    raw = first.path.read_bytes()
+    assert raw[4:8] == b"\0\0\0\0"  # gzip header MTIME
+    for info in members(first.path).values():
+        assert (info.mtime, info.uid, info.gid, info.uname, info.gname) == (
+            ARCHIVE_MTIME, 0, 0, "", ""
+        )
+    modes = {name: info.mode for name, info in members(first.path).items()}
+    assert modes["train.py"] == 0o644
+    assert modes["run.sh"] == 0o755
+    assert modes["lib"] == 0o755
+
+
+def test_content_change_changes_the_digest(project: Path, tmp_path: Path) -> None:
+    kwargs = dict(entry_point="train.py", source_dir=project, include_packages=())
+    first = build_sourcedir(tmp_path / "one.tar.gz", **kwargs)
+    write(project / "lib" / "model.py", "changed")
+    assert build_sourcedir(tmp_path / "two.tar.gz", **kwargs).sha256 != first.sha256
+
+
+def test_archive_written_inside_source_dir_is_not_bundled(project: Path) -> None:
+    dest = project / "sourcedir.tar.gz"
+    kwargs = dict(entry_point="train.py", source_dir=project, include_packages=())
+    first = build_sourcedir(dest, **kwargs).sha256
+    second = build_sourcedir(dest, **kwargs)
+    assert "sourcedir.tar.gz" not in second.files
+    assert second.sha256 == first
+
+
+def test_dest_directory_is_refused(project: Path, tmp_path: Path) -> None:
+    with pytest.raises(SourceDirError, match="is a directory"):
+        build_sourcedir(tmp_path, entry_point="train.py", source_dir=project)
+
+
+def test_symlinks_inside_the_tree_are_followed(project: Path, tmp_path: Path) -> None:
+    (project / "alias.py").symlink_to("lib/model.py")
+    (project / "lib_link").symlink_to("lib", target_is_directory=True)
+    bundle = build_sourcedir(
+        tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project, include_packages=()
+    )
+    infos = members(bundle.path)
+    assert infos["alias.py"].isfile()
+    assert "lib_link/deep/layer.py" in bundle.files
+
+
+def test_symlink_pointing_outside_is_refused(project: Path, tmp_path: Path) -> None:
+    secret = write(tmp_path / "outside" / "secret.txt")
+    (project / "leak.txt").symlink_to(secret)
+    with pytest.raises(SourceDirError, match="symlink '.*leak.txt' points outside"):
+        build_sourcedir(
+            tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project, include_packages=()
+        )
+
+
+def test_broken_and_cyclic_symlinks_are_refused(project: Path, tmp_path: Path) -> None:
+    kwargs = dict(entry_point="train.py", source_dir=project, include_packages=())
+    (project / "dangling").symlink_to(project / "missing")
+    with pytest.raises(SourceDirError, match="broken or loops"):
+        build_sourcedir(tmp_path / "a.tar.gz", **kwargs)
+    (project / "dangling").unlink()
+    (project / "lib" / "up").symlink_to(project / "lib", target_is_directory=True)
+    with pytest.raises(SourceDirError, match="own ancestor"):
+        build_sourcedir(tmp_path / "a.tar.gz", **kwargs)
+
+
+def test_gzip_stream_is_valid(project: Path, tmp_path: Path) -> None:
+    bundle = build_sourcedir(
+        tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project, include_packages=()
+    )
+    with gzip.open(bundle.path) as fh:
+        assert len(fh.read()) % 512 == 0
