@@ -182,10 +182,10 @@ def status(job_name: str, region: str | None, as_json: bool) -> None:
     def run():
         desc = _backend(region).describe(job_name)
         if as_json:
-            from launcher import wire
             from launcher.backends.sagemaker import dumps
+            from launcher.masking import mask_secrets
 
-            click.echo(dumps(wire.mask_secrets(desc)))
+            click.echo(dumps(mask_secrets(desc)))
             return
         click.echo(f"{job_name}: {desc['TrainingJobStatus']} ({desc.get('SecondaryStatus', '')})")
         if desc.get("FailureReason"):

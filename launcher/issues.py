@@ -38,14 +38,18 @@ class Issue:
     level: Literal["error", "warning"] = "error"
 
     def __str__(self) -> str:
-        text = f"{self.path} = {show_value(self.value)}: {self.problem}"
+        from launcher.masking import mask_value
+
+        text = f"{self.path} = {show_value(mask_value(self.path, self.value))}: {self.problem}"
         return f"{text}; {self.fix}" if self.fix else text
 
     def to_dict(self) -> dict:
+        from launcher.masking import mask_value
+
         return {
             "level": self.level,
             "path": self.path,
-            "value": self.value,
+            "value": mask_value(self.path, self.value),
             "problem": self.problem,
             "fix": self.fix,
         }

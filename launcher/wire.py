@@ -8,7 +8,6 @@ sagemaker-training toolkit json.loads each value, falling back to the raw string
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from launcher.config.distribution import Distribution
@@ -17,15 +16,11 @@ from launcher.config.job import JobConfig
 RESERVED_PREFIXES = ("sagemaker_", "smlaunch_")
 # The SDK has no key for torchrun's processes per host; the container reads this one.
 PROCESSES_PER_HOST = "smlaunch_processes_per_host"
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
-MASK = "****"
 
 
 def user_hyperparameters(job: JobConfig) -> dict[str, Any]:
-    """The hyperparameters the user set (known ones and pass-through ones), in their own types."""
-    hp = job.hyperparameters
-    values = hp.model_dump(exclude_none=True)
-    return dict(sorted(values.items()))
+    """The hyperparameters the user set, with the values as written (validated, not coerced)."""
+    return dict(sorted(job.hyperparameters.raw().items()))
 
 
 def distribution_hyperparameters(job: JobConfig, instance_type: str) -> dict[str, Any]:
@@ -100,35 +95,3 @@ def split_reserved(decoded: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     user = {k: v for k, v in decoded.items() if not k.startswith(RESERVED_PREFIXES) and k not in reserved_keys}
     reserved = {k: v for k, v in decoded.items() if k not in user}
     return user, reserved
-
-
-def _is_secret_name(name: str) -> bool:
-    upper = re.sub(r"([a-z])([A-Z])", r"\1_\2", name).upper()
-    return any(word in upper for word in SECRET_WORDS)
-
-
-def _looks_numeric(value: Any) -> bool:
-    # Counts such as num_key_value_heads stay visible; secrets are strings.
-    if isinstance(value, (bool, int, float)):
-        return True
-    if isinstance(value, str):
-        try:
-            return isinstance(json.loads(value), (bool, int, float))
-        except ValueError:
-            return False
-    return False
-
-
-def mask_secrets(obj: Any) -> Any:
-    """A copy of obj for printing: values of secret-looking keys replaced by '****'."""
-    if isinstance(obj, dict):
-        if set(obj) == {"Key", "Value"} and isinstance(obj["Key"], str):  # an AWS tag
-            return {"Key": obj["Key"], "Value": MASK if _is_secret_name(obj["Key"]) else obj["Value"]}
-        return {
-            k: (MASK if _is_secret_name(str(k)) and not _looks_numeric(v) and not isinstance(v, (dict, list))
-                else mask_secrets(v))
-            for k, v in obj.items()
-        }
-    if isinstance(obj, list):
-        return [mask_secrets(v) for v in obj]
-    return obj

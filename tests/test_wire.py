@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 from launcher import wire
+from launcher.config import ConfigError, validate_job
+from launcher.masking import mask_secrets
 
 
 def toolkit_decode(value: str):
@@ -55,7 +57,7 @@ def test_split_reserved():
 
 
 def test_mask_secrets():
-    masked = wire.mask_secrets({
+    masked = mask_secrets({
         "Environment": {"HF_TOKEN": "hf_abc", "AWS_SECRET_ACCESS_KEY": "s", "NCCL_DEBUG": "INFO"},
         "HyperParameters": {"api_key": '"k"', "db_password": "p", "num_key_value_heads": "8", "lr": "0.1"},
         "Tags": [{"Key": "team", "Value": "ml"}, {"Key": "deployToken", "Value": "t"}],
@@ -66,3 +68,30 @@ def test_mask_secrets():
                                          "num_key_value_heads": "8", "lr": "0.1"}
     assert masked["Tags"] == [{"Key": "team", "Value": "ml"}, {"Key": "deployToken", "Value": "****"}]
     assert masked["nested"] == [{"clientSecret": "****"}]
+
+
+def test_validation_errors_do_not_print_secret_values(tmp_path):
+    (tmp_path / "train.py").touch()
+    try:
+        validate_job({"entry_point": "train.py", "instance_type": "local", "source_dir": str(tmp_path),
+                      "environment": {"HF TOKEN": "hf_SECRET123"},
+                      "distribution": {"mpi": {"custom_mpi_options": 3, "password": "pw_SECRET456"}}})
+    except ConfigError as exc:
+        text = str(exc) + str([i.to_dict() for i in exc.issues])
+    else:
+        raise AssertionError("an environment variable name with a space must be rejected")
+    assert "environment" in text and "distribution.mpi.password" in text
+    assert "hf_SECRET123" not in text and "pw_SECRET456" not in text and "****" in text
+
+
+def test_metric_lines_match_the_metric_definitions():
+    import re
+
+    from launcher.metrics import METRIC_REGEXES, METRICS, format_metric_line
+
+    line = format_metric_line(12, loss=2.5, samples_per_s=2.03, tokens_per_s_per_gpu=4157.0,
+                              tflops_per_gpu=247.1, mfu=0.25)
+    values = {name: float(re.search(regex, line).group(1)) for name, regex in METRIC_REGEXES.items()}
+    assert values == {"train:loss": 2.5, "train:samples_per_sec": 2.03, "train:tokens_per_sec_per_gpu": 4157.0,
+                      "train:tflops_per_gpu": 247.1, "train:mfu": 0.25}
+    assert set(METRICS) == set(values)

@@ -7,8 +7,10 @@ checks the name, packs and uploads the code, then creates the job; `wait`/`logs`
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -23,9 +25,10 @@ from launcher.backends.base import (
 )
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer
 from launcher.backends.images import resolve_image_uri
-from launcher.backends.sourcedir import SourceBundle, build_sourcedir
+from launcher.backends.sourcedir import DEFAULT_IGNORE, SourceBundle, build_sourcedir
 from launcher.config import ValidatedJob
 from launcher.issues import ConfigError, Issue
+from launcher.masking import mask_secrets
 from launcher.metrics import DEFAULT_METRIC_DEFINITIONS
 from launcher import wire
 
@@ -46,7 +49,7 @@ class DryRun:
         if self.bundle is not None:
             out["SourceBundle"] = {"files": len(self.bundle.files), "bytes": self.bundle.size_bytes,
                                    "sha256": self.bundle.sha256}
-        return wire.mask_secrets(out) if masked else out
+        return mask_secrets(out) if masked else out
 
 
 def _s3_split(uri: str) -> tuple[str, str]:
@@ -109,7 +112,7 @@ class SageMakerBackend:
         entry = cfg.entry_point if source_dir else str(base / cfg.entry_point)
         deps = [base / d for d in cfg.dependencies]
         return build_sourcedir(dest_dir / "sourcedir.tar.gz", entry_point=entry, source_dir=source_dir,
-                               dependencies=deps)
+                               dependencies=deps, ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore))
 
     def _code_location(self, cfg) -> tuple[str, str]:
         if cfg.code_location:
@@ -184,19 +187,22 @@ class SageMakerBackend:
         tailer = LogTailer(self.client("logs"), name) if logs else None
         shown = 0
         try:
-            while True:
-                desc = self.describe(name)
-                transitions = desc.get("SecondaryStatusTransitions", [])
-                for t in transitions[shown:]:
-                    self.print(f"[{name}] {t.get('Status')}: {t.get('StatusMessage', '')}".rstrip(": "))
-                shown = len(transitions)
-                if tailer:
-                    self._print_events(tailer)
-                if desc["TrainingJobStatus"] in TERMINAL_STATUSES:
+            with _status_line(name) as status:
+                while True:
+                    desc = self.describe(name)
+                    transitions = desc.get("SecondaryStatusTransitions", [])
+                    for t in transitions[shown:]:
+                        self.print(f"[{name}] {t.get('Status')}: {t.get('StatusMessage', '')}".rstrip(": "))
+                    shown = len(transitions)
+                    if status is not None:
+                        status.update(f"{name}: {desc['TrainingJobStatus']} ({desc.get('SecondaryStatus', '')})")
                     if tailer:
-                        self._print_events(tailer)  # drain what arrived after the last poll
-                    break
-                time.sleep(poll)
+                        self._print_events(tailer)
+                    if desc["TrainingJobStatus"] in TERMINAL_STATUSES:
+                        if tailer:
+                            self._print_events(tailer)  # drain what arrived after the last poll
+                        break
+                    time.sleep(poll)
         except KeyboardInterrupt:
             self.print(f"\nStopped following; job {name} keeps running.\n"
                        f"  follow again: smlaunch logs {name} --follow   (or PyTorch.attach({name!r}))\n"
@@ -235,6 +241,18 @@ class SageMakerBackend:
             if len(jobs) >= max_results:
                 break
         return jobs[:max_results]
+
+
+@contextmanager
+def _status_line(name: str):
+    """A live status line on a terminal (rich); nothing when output goes to a file or notebook log."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(f"{name}: waiting") as status:
+        yield status
 
 
 def build_request(job: ValidatedJob, *, job_name: str, region: str, source_uri: str, output_path: str) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from launcher.config.base import Strict
 
@@ -19,7 +19,24 @@ SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_s
 class TrainingHyperparameters(BaseModel):
     """Known hyperparameters, typed; unset ones are None (the script's default applies)."""
 
-    model_config = ConfigDict(extra="allow", validate_assignment=True, defer_build=True)
+    model_config = ConfigDict(extra="allow", defer_build=True)
+    # The values as the user wrote them: the wire carries these, because scripts parse their own
+    # types (AWS's SMP script reads `--fp8 1` with type=int; a typed `true` would break it).
+    _raw: dict = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_raw(cls, data, handler):
+        model = handler(data)
+        if isinstance(data, dict):
+            model._raw = {str(k): v for k, v in data.items() if v is not None}
+        elif isinstance(data, TrainingHyperparameters):
+            model._raw = dict(data._raw)
+        return model
+
+    def raw(self) -> dict:
+        """The hyperparameters exactly as given (unset ones left out), for the wire format."""
+        return dict(self._raw)
 
     # precision
     bf16: bool | None = Field(None, description="Train in bfloat16 mixed precision.")

@@ -63,6 +63,11 @@ class JobConfig(Strict):
     dependencies: list[str] = Field(
         default_factory=list, description="Extra directories/files added at the code root."
     )
+    source_ignore: list[str] = Field(
+        default_factory=list,
+        description="fnmatch patterns left out of sourcedir.tar.gz, added to the defaults "
+        "(.git, .venv, venv, __pycache__, *.pyc, .ipynb_checkpoints, .env, *.pem, ...).",
+    )
     role: str | None = Field(
         None, pattern=ROLE_ARN_RE, description="IAM role ARN SageMaker assumes (not needed locally)."
     )

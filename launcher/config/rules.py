@@ -1,8 +1,10 @@
-"""Rules that relate fields of a job. Each returns Issues; none raises, so all are reported."""
+"""Rules that relate the parallelism, precision and launcher settings to the instance and model.
+
+Each returns Issues; none raises, so all are reported. Job-level rules are in job_rules.py.
+"""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 from launcher.config.job import JobConfig
 from launcher.config.layout import sharding_group
-from launcher.config.models import MOE_MODEL_TYPES, PRESETS, ModelSpec, resolve_model
+from launcher.config.models import MOE_MODEL_TYPES, ModelSpec, resolve_model
 from launcher.issues import Issue, did_you_mean
 
 MP = "distribution.smdistributed.modelparallel.parameters"
@@ -280,81 +282,6 @@ def check_backend(ctx: Context) -> list[Issue]:
     return []
 
 
-def check_job_fields(ctx: Context) -> list[Issue]:
-    job = ctx.job
-    issues = []
-    if job.use_spot_instances:
-        if job.max_wait is not None and job.max_wait < job.max_run:
-            issues.append(Issue("max_wait", job.max_wait, f"is less than max_run ({job.max_run})",
-                                f"use max_wait >= {job.max_run}"))
-        if job.checkpoint_s3_uri is None:
-            issues.append(Issue("checkpoint_s3_uri", None,
-                                "spot instances can be interrupted and the job restarts from scratch",
-                                "set checkpoint_s3_uri so training resumes", "warning"))
-        if job.keep_alive_period_in_seconds:
-            issues.append(Issue("keep_alive_period_in_seconds", job.keep_alive_period_in_seconds,
-                                "warm pools do not work with managed spot training",
-                                "remove it or set use_spot_instances: false"))
-    elif job.max_wait is not None:
-        issues.append(Issue("max_wait", job.max_wait, "only applies to spot training",
-                            "set use_spot_instances: true or remove max_wait"))
-    for i, metric in enumerate(job.metric_definitions or []):
-        if re.compile(metric.Regex).groups < 1:
-            issues.append(Issue(f"metric_definitions[{i}].Regex", metric.Regex,
-                                "has no capture group, so SageMaker never records a value",
-                                "wrap the number in a group, e.g. 'loss=([0-9.]+)'", "warning"))
-    if not job.is_local:
-        if job.output_path and not job.output_path.startswith("s3://"):
-            issues.append(Issue("output_path", job.output_path, "SageMaker writes artifacts to S3",
-                                "use s3://bucket/prefix (local paths work with instance_type: local)"))
-        for name, channel in job.channels().items():
-            if not channel.s3_data.startswith("s3://"):
-                issues.append(Issue(f"inputs.{name}", channel.s3_data, "SageMaker reads channels from S3",
-                                    "upload the data and use s3://..., or run with instance_type: local"))
-    return issues + _check_files(ctx)
-
-
-def _check_files(ctx: Context) -> list[Issue]:
-    job = ctx.job
-    if job.source_dir and job.source_dir.startswith("s3://"):
-        return []
-    issues = []
-    if job.source_dir:
-        src = _resolve(ctx.base_dir, job.source_dir)
-        if not src.is_dir():
-            return [Issue("source_dir", job.source_dir, f"no such directory ({src})",
-                          "give a directory relative to the job file, or an absolute path")]
-        entry = src / job.entry_point
-        where = f"in source_dir {src}"
-    else:
-        entry = _resolve(ctx.base_dir, job.entry_point)
-        where = f"({entry})"
-    if not entry.is_file():
-        issues.append(Issue("entry_point", job.entry_point, f"file not found {where}",
-                            "pass the script's path relative to source_dir (or to the job file)"))
-    for i, dep in enumerate(job.dependencies):
-        if not _resolve(ctx.base_dir, dep).exists():
-            issues.append(Issue(f"dependencies[{i}]", dep, "no such file or directory",
-                                "give a path relative to the job file, or an absolute path"))
-    return issues
-
-
-def check_hyperparameters(ctx: Context) -> list[Issue]:
-    hp = ctx.hp
-    issues = []
-    known = TrainingHyperparameters.model_fields
-    for key in hp.extra_keys:
-        hint = did_you_mean(key, known, n=1)
-        if hint.startswith("did you mean"):
-            issues.append(Issue(f"{HP}.{key}", (hp.model_extra or {})[key],
-                                "not a hyperparameter smlaunch knows; passed to the script as is",
-                                hint, "warning"))
-    if hp.model_preset and hp.model_preset not in PRESETS:
-        issues.append(Issue(f"{HP}.model_preset", hp.model_preset, "unknown model preset",
-                            did_you_mean(hp.model_preset, PRESETS)))
-    return issues
-
-
 def model_of(hp: TrainingHyperparameters, base_dir: Path) -> ModelSpec | None:
     return resolve_model(
         preset=hp.model_preset,
@@ -390,8 +317,3 @@ def _world_text(ctx: Context) -> str:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _resolve(base: Path, path: str) -> Path:
-    p = Path(path.removeprefix("file://")).expanduser()
-    return p if p.is_absolute() else base / p

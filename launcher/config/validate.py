@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from pydantic import BaseModel, ValidationError
 
 from launcher import catalog
-from launcher.config import rules
+from launcher.config import job_rules, rules
 from launcher.config.hyperparameters import FP8Config
 from launcher.config.job import JobConfig
 from launcher.config.layout import ParallelLayout
@@ -46,7 +46,11 @@ def validate_job(
 ) -> ValidatedJob:
     """Validate a job; raise ConfigError listing every error, or return the validated job."""
     base = Path(base_dir) if base_dir is not None else Path.cwd()
-    raw = data.model_dump(exclude_unset=True) if isinstance(data, BaseModel) else dict(data)
+    if isinstance(data, BaseModel):
+        raw = data.model_dump(exclude_unset=True)
+        raw["hyperparameters"] = data.hyperparameters.raw()
+    else:
+        raw = dict(data)
     job, issues, pruned = parse_lenient(model, raw)
     if job is None:
         raise ConfigError(issues, source)
@@ -76,7 +80,8 @@ def _rule_issues(job: JobConfig, base: Path, pruned: list[str], out: dict) -> li
     fp8 = FP8Config.from_hyperparameters(job.hyperparameters)
     out.update(ctx=ctx, fp8=fp8)
     for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,
-                  rules.check_backend, rules.check_job_fields, rules.check_hyperparameters):
+                  rules.check_backend, job_rules.check_job_fields, job_rules.check_hyperparameters,
+                  job_rules.check_image):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.
