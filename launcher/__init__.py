@@ -3,7 +3,7 @@
 Importing this package is cheap (no boto3, no torch); `PyTorch` is loaded on first use.
 """
 
-__all__ = ["PyTorch", "ConfigError", "validate_job"]
+__all__ = ["ConfigError", "PyTorch", "validate_job"]
 
 
 def __getattr__(name):

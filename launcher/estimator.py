@@ -141,7 +141,7 @@ class PyTorch:
 
     @classmethod
     def attach(cls, training_job_name: str, sagemaker_session: Any = None, session: Any = None,
-               region: str | None = None) -> "PyTorch":
+               region: str | None = None) -> PyTorch:
         """Rebuild an estimator (distribution included) from an existing job."""
         from launcher.backends.sagemaker import SageMakerBackend
 

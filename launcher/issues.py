@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 
 def did_you_mean(word: str, candidates: Iterable[str], n: int = 3) -> str:

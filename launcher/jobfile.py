@@ -7,8 +7,8 @@ is relative to source_dir, or to the job file when there is none.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
 
 import yaml
 

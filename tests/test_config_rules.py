@@ -198,7 +198,7 @@ def test_fp8_needs_bf16(script_dir):
 
 
 def test_torchao_fp8_refuses_delayed_recipe(script_dir):
-    base = dict(instance_type="ml.p5.48xlarge")
+    base = {"instance_type": "ml.p5.48xlarge"}
     assert paths(make_job(script_dir, hp={"fp8": 1, "fp8_backend": "torchao"}, **base)) == []
     job = validate_job(make_job(script_dir, hp={"fp8": 1, "fp8_backend": "torchao"}, **base))
     assert job.fp8.recipe == "current"
@@ -369,3 +369,12 @@ def test_validation_does_not_mutate_input(script_dir):
     before = copy.deepcopy(data)
     issues_of(data)
     assert data == before
+
+
+def test_framework_version_must_name_an_image(script_dir):
+    issue = only_issue(make_job(script_dir, framework_version="2.4.9"), "framework_version")[0]
+    assert issue.value == "2.4.9" and "2.4.1" in issue.problem + issue.fix
+    assert paths(make_job(script_dir, framework_version="2.4.1", py_version="py311")) == []
+    # an explicit image skips the table; so does local mode
+    assert paths(make_job(script_dir, framework_version="2.4.9", image_uri="my/image:1")) == []
+    assert only_issue(make_job(script_dir, framework_version="2.4.1", py_version="py38"), "py_version")

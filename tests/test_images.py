@@ -4,13 +4,13 @@ from launcher.backends.images import ImageResolutionError, resolve_image_uri
 
 
 def uri(**overrides) -> str:
-    args = dict(
-        region="us-west-2",
-        framework_version="2.4.1",
-        py_version="py311",
-        instance_type="ml.p5.48xlarge",
-        smp=True,
-    )
+    args = {
+        "region": "us-west-2",
+        "framework_version": "2.4.1",
+        "py_version": "py311",
+        "instance_type": "ml.p5.48xlarge",
+        "smp": True,
+    }
     return resolve_image_uri(**{**args, **overrides})
 
 

@@ -298,7 +298,7 @@ def test_module_is_not_a_package(project: Path, tmp_path: Path, monkeypatch) -> 
 def test_rebuild_is_byte_identical_despite_mtimes_and_umask(
     project: Path, tmp_path: Path, fake_package: str
 ) -> None:
-    kwargs = dict(entry_point="train.py", source_dir=project, include_packages=(fake_package,))
+    kwargs = {"entry_point": "train.py", "source_dir": project, "include_packages": (fake_package,)}
     first = build_sourcedir(tmp_path / "one.tar.gz", **kwargs)
     for i, path in enumerate(sorted(project.rglob("*"))):
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
@@ -320,7 +320,7 @@ def test_rebuild_is_byte_identical_despite_mtimes_and_umask(
 
 
 def test_content_change_changes_the_digest(project: Path, tmp_path: Path) -> None:
-    kwargs = dict(entry_point="train.py", source_dir=project, include_packages=())
+    kwargs = {"entry_point": "train.py", "source_dir": project, "include_packages": ()}
     first = build_sourcedir(tmp_path / "one.tar.gz", **kwargs)
     write(project / "lib" / "model.py", "changed")
     assert build_sourcedir(tmp_path / "two.tar.gz", **kwargs).sha256 != first.sha256
@@ -328,7 +328,7 @@ def test_content_change_changes_the_digest(project: Path, tmp_path: Path) -> Non
 
 def test_archive_written_inside_source_dir_is_not_bundled(project: Path) -> None:
     dest = project / "sourcedir.tar.gz"
-    kwargs = dict(entry_point="train.py", source_dir=project, include_packages=())
+    kwargs = {"entry_point": "train.py", "source_dir": project, "include_packages": ()}
     first = build_sourcedir(dest, **kwargs).sha256
     second = build_sourcedir(dest, **kwargs)
     assert "sourcedir.tar.gz" not in second.files
@@ -361,7 +361,7 @@ def test_symlink_pointing_outside_is_refused(project: Path, tmp_path: Path) -> N
 
 
 def test_broken_and_cyclic_symlinks_are_refused(project: Path, tmp_path: Path) -> None:
-    kwargs = dict(entry_point="train.py", source_dir=project, include_packages=())
+    kwargs = {"entry_point": "train.py", "source_dir": project, "include_packages": ()}
     (project / "dangling").symlink_to(project / "missing")
     with pytest.raises(SourceDirError, match="broken or loops"):
         build_sourcedir(tmp_path / "a.tar.gz", **kwargs)

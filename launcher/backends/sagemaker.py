@@ -10,12 +10,14 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlparse
 
+from launcher import wire
 from launcher.backends.base import (
     TERMINAL_STATUSES,
     BackendError,
@@ -30,7 +32,6 @@ from launcher.config import ValidatedJob
 from launcher.issues import ConfigError, Issue
 from launcher.masking import mask_secrets
 from launcher.metrics import DEFAULT_METRIC_DEFINITIONS
-from launcher import wire
 
 CONTAINER_LOG_LEVEL = 20
 
@@ -136,7 +137,10 @@ class SageMakerBackend:
             raise BackendError(f"job_name {name!r} is already used by a training job in {self.region}; "
                                "pick another name or drop job_name to get a timestamped one")
         bucket, key = _s3_split(plan.source_uri)
-        self._ensure_bucket(bucket, created_ok=bucket == getattr(self, "_default_bucket_name", None))
+        output_bucket = _s3_split(plan.request["OutputDataConfig"]["S3OutputPath"])[0]
+        default = getattr(self, "_default_bucket_name", None)
+        for needed in dict.fromkeys((bucket, output_bucket)):  # both exist before anything is written
+            self._ensure_bucket(needed, created_ok=needed == default)
         with tempfile.TemporaryDirectory() as tmp:
             bundle = self._bundle(job, Path(tmp))
             self.client("s3").upload_file(str(bundle.path), bucket, key)

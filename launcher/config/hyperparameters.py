@@ -145,7 +145,7 @@ class FP8Config(Strict):
     emulate: bool = Field(False, description="Emulated FP8 where the hardware has none (tests).")
 
     @classmethod
-    def from_hyperparameters(cls, hp: TrainingHyperparameters) -> "FP8Config":
+    def from_hyperparameters(cls, hp: TrainingHyperparameters) -> FP8Config:
         mapping = {
             "enabled": hp.fp8,
             "recipe": hp.fp8_recipe,

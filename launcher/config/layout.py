@@ -36,7 +36,7 @@ class ParallelLayout:
     mesh_dim_names = ("dp_replicate", "dp_shard", "cp", "tp")
 
     @classmethod
-    def from_parameters(cls, params: ModelParallelParameters, world: int) -> "ParallelLayout":
+    def from_parameters(cls, params: ModelParallelParameters, world: int) -> ParallelLayout:
         """Layout of a *validated* config (rules.check_layout reports what would not divide)."""
         tp, cp = params.tensor_parallel_degree, params.context_parallel_degree
         group = sharding_group(params, world)

@@ -7,10 +7,11 @@ still run on the rest: a typo in one key does not hide a wrong degree in another
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -165,7 +166,7 @@ def dotted(loc: tuple) -> str:
 
 
 def _within(path: str, prefix: str) -> bool:
-    return path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[")
+    return path == prefix or path.startswith((prefix + ".", prefix + "["))
 
 
 def _is_union_tag(part: Any) -> bool:
