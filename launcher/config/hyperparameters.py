@@ -54,6 +54,14 @@ class TrainingHyperparameters(BaseModel):
     )
     # memory
     activation_checkpointing: bool | None = Field(None, description="Recompute activations in backward.")
+    activation_checkpointing_mode: Literal["full", "selective"] | None = Field(
+        None, description="full: recompute whole blocks; selective: keep matmul/attention outputs."
+    )
+    gradient_accumulation_steps: int | None = Field(None, ge=1, description="Micro-batches per step.")
+    optimizer: Literal["adamw", "anyprecision"] | None = Field(
+        None, description="adamw, or anyprecision (pure-bf16 states with Kahan-compensated updates)."
+    )
+    dataset_type: Literal["jsonl", "synthetic"] | None = Field(None, description="Training data source.")
     offload_activations: bool | None = Field(None, description="Offload checkpointed activations to host.")
     delayed_param: bool | None = Field(None, description="Meta-device init (seed's spelling).")
     clean_cache: bool | None = Field(None, description="Empty the CUDA cache between steps.")

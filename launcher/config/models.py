@@ -23,6 +23,9 @@ class ModelSpec:
     rope_theta: float = 500_000.0
     tie_embeddings: bool = False
     num_experts: int = 0
+    norm_eps: float = 1e-5
+    # Llama 3.1 RoPE frequency scaling: (factor, low_freq_factor, high_freq_factor, original max positions)
+    rope_scaling: tuple[float, float, float, int] | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -38,10 +41,12 @@ PRESETS: dict[str, ModelSpec] = {
     s.name: s
     for s in (
         ModelSpec("llama3-tiny", 64, 2, 4, 2, 176, 256, 4096, tie_embeddings=False),
-        ModelSpec("llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 131072, tie_embeddings=True),
-        ModelSpec("llama3.2-3b", 3072, 28, 24, 8, 8192, 128256, 131072, tie_embeddings=True),
-        ModelSpec("llama3.1-8b", 4096, 32, 32, 8, 14336, 128256, 131072),
-        ModelSpec("llama3.1-70b", 8192, 80, 64, 8, 28672, 128256, 131072),
+        ModelSpec("llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 131072, tie_embeddings=True,
+                  rope_scaling=(32.0, 1.0, 4.0, 8192)),
+        ModelSpec("llama3.2-3b", 3072, 28, 24, 8, 8192, 128256, 131072, tie_embeddings=True,
+                  rope_scaling=(32.0, 1.0, 4.0, 8192)),
+        ModelSpec("llama3.1-8b", 4096, 32, 32, 8, 14336, 128256, 131072, rope_scaling=(8.0, 1.0, 4.0, 8192)),
+        ModelSpec("llama3.1-70b", 8192, 80, 64, 8, 28672, 128256, 131072, rope_scaling=(8.0, 1.0, 4.0, 8192)),
     )
 }
 
@@ -79,7 +84,44 @@ def spec_from_hf_config(config: dict, name: str) -> ModelSpec:
         rope_theta=float(config.get("rope_theta", 10_000.0)),
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
         num_experts=int(config.get("num_local_experts") or config.get("n_routed_experts") or 0),
+        norm_eps=float(config.get("rms_norm_eps", 1e-5)),
+        rope_scaling=_rope_scaling(config.get("rope_scaling")),
     )
+
+
+def _rope_scaling(value: dict | None) -> tuple[float, float, float, int] | None:
+    if not value or value.get("rope_type", value.get("type")) != "llama3":
+        return None
+    return (float(value["factor"]), float(value["low_freq_factor"]), float(value["high_freq_factor"]),
+            int(value["original_max_position_embeddings"]))
+
+
+def hf_config(spec: ModelSpec) -> dict:
+    """The Hugging Face `config.json` of a spec (LlamaForCausalLM), for exported models."""
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "rope_theta": spec.rope_theta,
+        "rms_norm_eps": spec.norm_eps,
+        "tie_word_embeddings": spec.tie_embeddings,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "head_dim": spec.head_dim,
+        "torch_dtype": "float32",
+    }
+    if spec.rope_scaling:
+        factor, low, high, original = spec.rope_scaling
+        config["rope_scaling"] = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low,
+                                  "high_freq_factor": high, "original_max_position_embeddings": original}
+    return config
 
 
 def resolve_model(

@@ -1,0 +1,82 @@
+"""tokens/s of entrypoints/train.py on one process vs a minimal hand-written loop (same model, CPU).
+
+Target (issue 3): train.py / hand loop >= 0.95. Both run here, one after the other, with the
+same tiny Llama, batch, sequence length, AdamW and synthetic data; warm-up steps are left out.
+Run: `.venv/bin/python bench/train_overhead.py [--steps 30] [--preset llama3-tiny] [--seq 256]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from container.models.llama import build_model  # noqa: E402
+from launcher.config.models import PRESETS  # noqa: E402
+
+WARMUP = 2
+
+
+def hand_loop(preset: str, seq: int, batch: int, steps: int) -> float:
+    torch.manual_seed(0)
+    model = build_model(PRESETS[preset], seq)
+    model.init_weights()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    vocab = PRESETS[preset].vocab_size
+    elapsed = 0.0
+    for step in range(steps):
+        tokens = torch.randint(0, vocab, (batch, seq + 1))
+        start = time.perf_counter()
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step >= WARMUP:
+            elapsed += time.perf_counter() - start
+    return (steps - WARMUP) * batch * seq / elapsed
+
+
+def train_py(preset: str, seq: int, batch: int, steps: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, str(ROOT / "entrypoints" / "train.py"), "--model_preset", preset,
+               "--dataset_type", "synthetic", "--max_context_width", str(seq), "--train_batch_size", str(batch),
+               "--max_steps", str(steps), "--logging_freq", str(steps), "--output_data_dir", tmp,
+               "--model_dir", f"{tmp}/model", "--checkpoint_dir", f"{tmp}/ckpt"]
+        subprocess.run(cmd, check=True, capture_output=True, env={**os.environ})
+        last = json.loads(Path(tmp, "metrics.jsonl").read_text().splitlines()[-1])
+    return last["tokens_per_s_per_gpu"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--preset", default="llama3-tiny")
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=30)
+    args = parser.parse_args()
+    print(f"machine: {platform.node()} {platform.machine()}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; {args.preset}, seq {args.seq}, batch {args.batch}, "
+          f"{args.steps} steps ({WARMUP} warm-up left out)")
+    hand = hand_loop(args.preset, args.seq, args.batch, args.steps)
+    ours = train_py(args.preset, args.seq, args.batch, args.steps)
+    print(f"hand-written loop  {hand:10.1f} tokens/s")
+    print(f"train.py           {ours:10.1f} tokens/s")
+    print(f"ratio              {ours / hand:10.3f}  (target >= 0.95)")
+
+
+if __name__ == "__main__":
+    main()

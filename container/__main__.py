@@ -1,0 +1,21 @@
+"""`python -m container train`: the training image's command (SageMaker starts `<image> train`)."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = "usage: python -m container train"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["train"]:
+        print(USAGE, file=sys.stderr)
+        return 2
+    from container.bootstrap import train  # after the usage check: it imports the catalog
+
+    return train()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""train.py's arguments: the seed script's names, typed by the client's own model.
+
+The sagemaker-training toolkit passes hyperparameters as `--key value` (bools as True/False,
+dicts as k=v,k2=v2); scripts must tolerate keys they do not know. Directories come from
+arguments, else the SM_* variables, else the /opt/ml layout under SAGEMAKER_BASE_DIR.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.config import TrainingHyperparameters
+
+DIRECTORY_ARGS = ("model_dir", "output_data_dir", "checkpoint_dir", "training_dir", "test_dir")
+
+
+def parse_pairs(argv: list[str]) -> dict[str, str]:
+    """`--key value`, `--key=value` and bare `--flag` (true) into a dict; positionals ignored."""
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("--") and len(token) > 2:
+            key, eq, value = token[2:].partition("=")
+            key = key.replace("-", "_")
+            if eq:
+                out[key] = value
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out[key] = argv[i + 1]
+                i += 1
+            else:
+                out[key] = "true"
+        i += 1
+    return out
+
+
+@dataclass
+class Directories:
+    model: Path
+    output_data: Path
+    checkpoints: Path
+    train: Path | None
+    validation: Path | None
+
+
+def directories(pairs: dict[str, str]) -> Directories:
+    base = Path(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml"))
+    env = os.environ
+
+    def channel(*names: str) -> Path | None:
+        for name in names:
+            if env.get(f"SM_CHANNEL_{name.upper()}"):
+                return Path(env[f"SM_CHANNEL_{name.upper()}"])
+        return None
+
+    def pick(arg: str, *fallbacks) -> Path | None:
+        if pairs.get(arg):
+            return Path(pairs[arg])
+        return next((Path(f) for f in fallbacks if f), None)
+
+    return Directories(
+        model=pick("model_dir", env.get("SM_MODEL_DIR"), base / "model"),
+        output_data=pick("output_data_dir", env.get("SM_OUTPUT_DATA_DIR"), base / "output" / "data"),
+        checkpoints=pick("checkpoint_dir", env.get("SMLAUNCH_CHECKPOINT_DIR"), base / "checkpoints"),
+        train=pick("training_dir", channel("train", "training")),
+        validation=pick("test_dir", channel("validation", "test")),
+    )
+
+
+def parse_args(argv: list[str]) -> tuple[TrainingHyperparameters, Directories, dict[str, str]]:
+    pairs = parse_pairs(argv)
+    known = {k: v for k, v in pairs.items() if k not in DIRECTORY_ARGS}
+    return TrainingHyperparameters.model_validate(known), directories(pairs), pairs

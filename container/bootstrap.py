@@ -1,0 +1,415 @@
+"""The training image's `train` command: fetch the code, launch the script, report the outcome.
+
+As the sagemaker-training toolkit does on AWS's PyTorch images (FACTS.md): the code from
+`sagemaker_submit_directory` goes to `<base>/code`, where torchrun (torch_distributed) or
+`python <program>` runs it with the `SM_*` environment and the user hyperparameters as arguments.
+`<base>/output/failure` (SageMaker shows its first 1024 characters as FailureReason) leads with
+the failing rank, its exit code and the exception, then the last frames of the traceback.
+
+A torchrun failure is captured without the script's help (no `@record`): torchrun's summary,
+the last lines of its stderr (which passes through here), names the first failing rank and its
+exit code, and that rank's traceback is read from its stderr file (`--log-dir`, `--tee 3`: kept
+in a file and still streamed to the console). torchrun exits 1 for any failure or signal, so the
+bootstrap exits with the failing rank's code (128 + N if signal N killed it), or 128 + N when
+the bootstrap itself was stopped by signal N.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+from pathlib import Path
+
+from container.contract import (
+    TrainingEnv,
+    base_dir_from_env,
+    read_training_env,
+    sm_environment,
+    to_cmd_args,
+)
+from launcher.catalog import get_instance_type
+from launcher.wire import PROCESSES_PER_HOST
+
+MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
+FAILURE_LIMIT = 1024  # SageMaker's FailureReason shows this many characters of output/failure
+EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
+STDERR_TAIL_BYTES = 64 * 1024  # enough for torchrun's failure summary of a full host
+_UNSUPPORTED = {
+    "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
+    "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel (smddp)",
+}
+# torch's excepthook prefixes every traceback line with "[rankN]: " once the process group exists.
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?", re.MULTILINE)
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)"
+    r".*?exitcode\s*:\s*(-?\d+)",
+    re.DOTALL,
+)
+# Lines that are log records rather than the rest of an exception message: glog-style lines from
+# torch's C++ side ("W1122 04:25:32...", "[W1122 ...]") and timestamped logging output.
+_LOG_LINE = re.compile(r"^(\[?[IWEF]\d{4} |\d{4}-\d\d-\d\d)")
+
+
+class ContractError(Exception):
+    """The job cannot run as described: no program, an unsupported launcher, bad settings."""
+
+
+def train(base_dir: Path | None = None) -> int:
+    """Run the training job of this host; returns the exit code for the image's `train`."""
+    output_dir = (Path(base_dir) if base_dir else base_dir_from_env()) / "output"
+    for marker in ("success", "failure"):
+        (output_dir / marker).unlink(missing_ok=True)
+    log_dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-"))
+    try:
+        try:
+            env = read_training_env(base_dir)
+            fetch_code(env)
+            cmd = launch_command(env, log_dir)
+            _log(f"{env.current_host}: {shlex.join(cmd)} (in {env.code_dir})")
+            child = Child(cmd, cwd=env.code_dir, env=child_environment(env))
+        except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
+            code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
+            return _report(output_dir, code, f"{type(exc).__name__}: {exc}")
+        returncode = child.wait()
+        if returncode == 0:
+            return _report(output_dir, 0, "")
+        return _report(output_dir, *_diagnose(env, child, returncode, log_dir))
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _log(message: str) -> None:
+    print(f"[smlaunch] {message}", file=sys.stderr, flush=True)
+
+
+def _report(output_dir: Path, code: int, failure: str) -> int:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if code == 0:
+        (output_dir / "success").write_text("")
+    else:
+        failure = failure[:FAILURE_LIMIT]
+        (output_dir / "failure").write_text(failure, encoding="utf-8")
+        _log(f"failed (exit code {code}):\n{failure}")
+    return code
+
+
+# --- the code -------------------------------------------------------------------------------
+
+def fetch_code(env: TrainingEnv) -> None:
+    """Put `sagemaker_submit_directory` into `<base>/code`.
+
+    An s3:// URI of a tarball (the SDK's sourcedir.tar.gz), a local tarball, or a local directory
+    (`file://` as SageMaker local mode writes it, or a plain path). Without one, the code is
+    expected in `<base>/code` already (baked into the image).
+    """
+    env.code_dir.mkdir(parents=True, exist_ok=True)
+    source = env.hyperparameters.get("sagemaker_submit_directory")
+    if not source:
+        return
+    source = str(source)
+    if source.startswith("s3://"):
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = Path(tmp) / "sourcedir.tar.gz"
+            _download_s3(source, archive, env.hyperparameters.get("sagemaker_region"))
+            _extract(archive, env.code_dir)
+        return
+    path = Path(source.removeprefix("file://"))
+    if path.is_dir():
+        if path.resolve() != env.code_dir.resolve():
+            shutil.copytree(path, env.code_dir, dirs_exist_ok=True)
+    elif path.is_file() and tarfile.is_tarfile(path):
+        _extract(path, env.code_dir)
+    else:
+        raise ContractError(
+            f"sagemaker_submit_directory {source!r} is neither an s3:// URI, a directory nor a "
+            "tar archive"
+        )
+
+
+def _download_s3(uri: str, dest: Path, region: str | None) -> None:
+    import boto3  # only jobs whose code is on S3 pay for importing boto3
+
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    # boto3 honours AWS_ENDPOINT_URL itself; S3_ENDPOINT_URL is the toolkit's own override.
+    client = boto3.client(
+        "s3", region_name=region or None, endpoint_url=os.environ.get("S3_ENDPOINT_URL") or None
+    )
+    client.download_file(bucket, key, str(dest))
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    # The "data" filter refuses absolute paths, "..", links leaving dest and device files.
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+
+
+# --- the command ----------------------------------------------------------------------------
+
+def launch_command(env: TrainingEnv, log_dir: Path) -> list[str]:
+    """torchrun for torch_distributed jobs, else `python <program> <args>` (run in code_dir)."""
+    for flag, name in _UNSUPPORTED.items():
+        if env.hyperparameters.get(flag):
+            raise ContractError(
+                f"{name} is not supported by this image ({flag}); use "
+                "distribution={'torch_distributed': {'enabled': True}}"
+            )
+    program = _program(env)
+    args = to_cmd_args(env.user_hyperparameters)
+    if not env.torch_distributed:
+        return [sys.executable, program, *args]
+    addr, port = master_address(env)
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(len(env.hosts)),
+        "--nproc_per_node", str(processes_per_host(env)),
+        "--master_addr", addr,
+        "--master_port", str(port),
+        "--node_rank", str(env.host_rank),
+        "--log-dir", str(log_dir),
+        "--tee", "3",
+        # SageMaker kills ~120 s after SIGTERM; torchrun's default 30 s is too short for ranks
+        # to save a checkpoint of a large model first.
+        "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
+        program, *args,
+    ]
+
+
+def _program(env: TrainingEnv) -> str:
+    program = env.user_entry_point
+    if not program:
+        raise ContractError("no sagemaker_program hyperparameter: which script should run?")
+    if not (env.code_dir / program).is_file():
+        found = sorted(p.name for p in env.code_dir.iterdir())
+        listing = ", ".join(found[:20]) + (", ..." if len(found) > 20 else "") or "nothing"
+        raise ContractError(
+            f"sagemaker_program {program!r} not found in {env.code_dir} "
+            f"(code from {env.module_dir}); it holds: {listing}"
+        )
+    return program
+
+
+def processes_per_host(env: TrainingEnv) -> int:
+    """One rank per GPU; on CPU hosts `smlaunch_processes_per_host` (default 1)."""
+    if env.num_gpus > 0:
+        return env.num_gpus
+    value = env.hyperparameters.get(PROCESSES_PER_HOST, 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ContractError(f"{PROCESSES_PER_HOST} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def master_address(env: TrainingEnv) -> tuple[str, int]:
+    """torchrun's static rendezvous: the first host at port 7777, as the toolkit launches it.
+
+    SMLAUNCH_MASTER_ADDR / SMLAUNCH_MASTER_PORT override both, so that several simulated hosts
+    can share one machine. A single host is its own master: 127.0.0.1 on a free port, so
+    single-host jobs side by side do not collide.
+    """
+    addr = os.environ.get("SMLAUNCH_MASTER_ADDR")
+    port = os.environ.get("SMLAUNCH_MASTER_PORT")
+    if len(env.hosts) == 1:
+        return addr or "127.0.0.1", int(port) if port else _free_port()
+    return addr or env.master_hostname, int(port) if port else MASTER_PORT
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_environment(env: TrainingEnv) -> dict[str, str]:
+    """This process's environment plus the SM_* variables, PYTHONPATH and the EFA settings."""
+    child = dict(os.environ)
+    child.update(sm_environment(env))
+    # The toolkit exports these three into its own environment, so scripts inherit them.
+    child["CURRENT_HOST"] = env.current_host
+    child["SAGEMAKER_JOB_NAME"] = str(env.hyperparameters.get("sagemaker_job_name", ""))
+    child["SAGEMAKER_REGION"] = str(
+        env.hyperparameters.get("sagemaker_region")
+        or os.environ.get("AWS_REGION", os.environ.get("AWS_DEFAULT_REGION", ""))
+    )
+    # The code first, then everything importable here (the toolkit passes on its sys.path the
+    # same way), so the script can import its own modules and this project's packages.
+    paths = [str(env.code_dir)] + [os.path.abspath(p) for p in sys.path if p]
+    child["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    instance = get_instance_type(env.current_instance_type)
+    if instance is not None and instance.efa:
+        # Settings the job's own environment gives win over these defaults.
+        child.setdefault("FI_PROVIDER", "efa")
+        child.setdefault("FI_EFA_USE_DEVICE_RDMA", "1")
+        child.setdefault("NCCL_SOCKET_IFNAME", env.network_interface_name)
+    return child
+
+
+# --- running it ------------------------------------------------------------------------------
+
+class Child:
+    """The launched command: SIGTERM/SIGINT forwarded to it, its stderr streamed and kept.
+
+    It runs in its own session, so a terminal's Ctrl-C reaches it once (through us), and signals
+    go to its whole process group. torchrun forwards them to every rank (each rank runs in a
+    session of its own) and stops the ranks; a single-process script gets them directly.
+    """
+
+    def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str]):
+        self.signals: list[int] = []
+        self.stderr_tail = b""
+        self._proc: subprocess.Popen | None = None
+        self._previous = {
+            s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)
+        }
+        # preexec_fn is safe here: this process runs no other thread yet (the pump starts below).
+        self._proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, start_new_session=True,
+            preexec_fn=_die_with_parent(),  # noqa: PLW1509
+        )
+        for signum in self.signals:  # arrived while the process was being started
+            self._forward(signum)
+        self._pump = threading.Thread(target=self._copy_stderr, daemon=True)
+        self._pump.start()
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        self.signals.append(signum)
+        if self._proc is not None:
+            self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        try:
+            os.killpg(self._proc.pid, signum)
+        except ProcessLookupError:  # already gone
+            pass
+
+    def _copy_stderr(self) -> None:
+        # Chunks, not lines: progress bars that redraw with \r must show up as they happen.
+        fd = self._proc.stderr.fileno()
+        while chunk := os.read(fd, 65536):
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.buffer.flush()
+            self.stderr_tail = (self.stderr_tail + chunk)[-STDERR_TAIL_BYTES:]
+
+    def wait(self) -> int:
+        returncode = self._proc.wait()
+        self._pump.join()
+        self._proc.stderr.close()
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        return returncode
+
+
+def _die_with_parent():
+    """Linux: should the bootstrap be SIGKILLed, the child gets SIGTERM (PR_SET_PDEATHSIG), so
+    torchrun stops every rank rather than living on without a parent."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None).prctl  # looked up here: the forked child only makes the call
+    return lambda: prctl(1, signal.SIGTERM)
+
+
+# --- the failure report ------------------------------------------------------------------------
+
+def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) -> tuple[int, str]:
+    """(exit code, failure text) for a child that did not succeed."""
+    if child.signals:
+        name = signal.Signals(child.signals[0]).name
+        code = 128 + child.signals[0] if env.torch_distributed else _exit_code(returncode)
+        return code, f"stopped: the bootstrap received {name} and forwarded it to every rank"
+    tail = child.stderr_tail.decode("utf-8", "replace")
+    if not env.torch_distributed:
+        return _exit_code(returncode), failure_text(
+            f"{env.user_entry_point} {_ended(returncode)}", tail
+        )
+    causes = _ROOT_CAUSE.findall(tail)
+    if not causes:  # no summary: torchrun itself failed (bad arguments, rendezvous timeout)
+        return _exit_code(returncode), failure_text(f"torchrun {_ended(returncode)}", tail)
+    rank, local_rank, exitcode = (int(x) for x in causes[-1])
+    header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {_ended(exitcode)}"
+    return _exit_code(exitcode), failure_text(header, _rank_stderr(log_dir, local_rank))
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode  # killed by N -> 128 + N, as a shell
+
+
+def _ended(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:  # a real-time signal has no name
+        return f"was killed by signal {-returncode}"
+
+
+def _rank_stderr(log_dir: Path, local_rank: int) -> str:
+    # torchrun's layout: <log_dir>/<run id>/attempt_<n>/<local rank>/stderr.log
+    files = glob.glob(str(log_dir / "*" / "attempt_*" / str(local_rank) / "stderr.log"))
+    if not files:
+        return ""
+    with open(max(files, key=os.path.getmtime), "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - STDERR_TAIL_BYTES))
+        return f.read().decode("utf-8", "replace")
+
+
+def failure_text(header: str, stderr: str, limit: int = FAILURE_LIMIT) -> str:
+    """At most `limit` characters, most useful first: header, exception, then the last frames.
+
+    Without a Python traceback in `stderr`, the last lines of `stderr` follow the header.
+    """
+    exception, frames = parse_traceback(stderr)
+    if not exception:
+        lines = [ln for ln in _RANK_PREFIX.sub("", stderr).splitlines() if ln.strip()]
+        return _fit([header, "last lines of stderr:"], lines, limit)
+    head = [header, "\n".join(exception)[: limit // 2], "Traceback (most recent call last):"]
+    return _fit(head, frames, limit)
+
+
+def _fit(head: list[str], tail: list[str], limit: int) -> str:
+    """`head`, then as many of the *last* entries of `tail` as fit, after "  ..." if not all."""
+    text = "\n".join(head)[:limit]
+    room = limit - len(text) - len("\n  ...")
+    kept: list[str] = []
+    for entry in reversed(tail):
+        if len(entry) + 1 > room:
+            break
+        kept.insert(0, entry)
+        room -= len(entry) + 1
+    skipped = ["  ..."] if len(kept) < len(tail) and room >= 0 else []
+    return "\n".join([text, *skipped, *kept])
+
+
+def parse_traceback(stderr: str) -> tuple[list[str], list[str]]:
+    """(exception lines, frames) of the last Python traceback in `stderr`; ([], []) if none.
+
+    Each frame is its `File ...` line with its source and caret lines. A chained exception's
+    last traceback is the one that ended the program.
+    """
+    lines = _RANK_PREFIX.sub("", stderr).splitlines()
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return [], []
+    frames: list[str] = []
+    body = lines[starts[-1] + 1:]
+    i = 0
+    while i < len(body) and body[i].startswith("  "):
+        if body[i].startswith("  File ") or not frames:
+            frames.append(body[i])
+        else:
+            frames[-1] += "\n" + body[i]
+        i += 1
+    exception: list[str] = []
+    for line in body[i:]:
+        if not line.strip() or _LOG_LINE.match(line) or len(exception) == 5:
+            break  # the message has ended: what follows is other output
+        exception.append(line)
+    return exception, frames

@@ -1,0 +1,229 @@
+"""Hugging Face Llama checkpoints: parameter names, loading weights, exporting the trained model.
+
+Our module names follow torchtitan; `LlamaForCausalLM` uses its own. RoPE in
+`container.models.llama` already uses Hugging Face's rotate-half layout, so q/k weights map
+one to one without the permutation that Meta's original checkpoints need.
+
+Both entry points take a plain module or an FSDP2-sharded one. Under a process group export is a
+collective, and so is loading with `distributed=True`: every rank calls them, rank 0 alone
+touches the files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    set_model_state_dict,
+)
+
+from launcher.config.models import ModelSpec, hf_config
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+# save_pretrained's long-standing default; keeps each file small enough for S3 single-part tools.
+MAX_SHARD_BYTES = 5 * 1024**3
+
+_LAYER_NAMES = {
+    "attention.wq": "self_attn.q_proj",
+    "attention.wk": "self_attn.k_proj",
+    "attention.wv": "self_attn.v_proj",
+    "attention.wo": "self_attn.o_proj",
+    "feed_forward.w1": "mlp.gate_proj",
+    "feed_forward.w3": "mlp.up_proj",
+    "feed_forward.w2": "mlp.down_proj",
+    "attention_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+_TOP_NAMES = {
+    "tok_embeddings.weight": "model.embed_tokens.weight",
+    "norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_TO_HF_LAYER = {f"{ours}.weight": f"{hf}.weight" for ours, hf in _LAYER_NAMES.items()}
+_FROM_HF_LAYER = {hf: ours for ours, hf in _TO_HF_LAYER.items()}
+_FROM_HF_TOP = {hf: ours for ours, hf in _TOP_NAMES.items()}
+_OUR_LAYER = re.compile(r"layers\.(\d+)\.(.+)")
+_HF_LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
+
+
+def to_hf_name(name: str) -> str:
+    """`layers.3.attention.wq.weight` -> `model.layers.3.self_attn.q_proj.weight`."""
+    if name in _TOP_NAMES:
+        return _TOP_NAMES[name]
+    match = _OUR_LAYER.fullmatch(name)
+    if match and match.group(2) in _TO_HF_LAYER:
+        return f"model.layers.{match.group(1)}.{_TO_HF_LAYER[match.group(2)]}"
+    raise KeyError(f"no Hugging Face name for parameter {name!r}")
+
+
+def from_hf_name(name: str) -> str | None:
+    """The inverse of `to_hf_name`; None for names our model has no parameter for."""
+    if name in _FROM_HF_TOP:
+        return _FROM_HF_TOP[name]
+    match = _HF_LAYER.fullmatch(name)
+    if match and match.group(2) in _FROM_HF_LAYER:
+        return f"layers.{match.group(1)}.{_FROM_HF_LAYER[match.group(2)]}"
+    return None
+
+
+def _is_distributed(distributed: bool) -> bool:
+    if distributed and not dist.is_initialized():
+        raise RuntimeError("distributed=True needs an initialised process group")
+    return distributed
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    if (directory / INDEX_FILE).is_file():
+        weight_map = json.loads((directory / INDEX_FILE).read_text())["weight_map"]
+        return [directory / name for name in sorted(set(weight_map.values()))]
+    if (directory / SINGLE_FILE).is_file():
+        return [directory / SINGLE_FILE]
+    raise FileNotFoundError(f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}")
+
+
+def _read_hf_state_dict(
+    directory: Path, expected: dict[str, torch.Size], tied: bool
+) -> dict[str, torch.Tensor]:
+    """Our names -> tensors from the safetensors files; every mismatch is reported at once."""
+    state: dict[str, torch.Tensor] = {}
+    unexpected: list[str] = []
+    for path in _weight_files(directory):
+        with safe_open(str(path), framework="pt") as f:
+            hf_names = f.keys()
+            for hf_name in hf_names:
+                name = from_hf_name(hf_name)
+                # Some tied checkpoints still store lm_head; the model ties it to the embedding
+                # anyway. Older Llama checkpoints store RoPE's inv_freq, which we recompute.
+                if (tied and name == "output.weight") or hf_name.endswith("rotary_emb.inv_freq"):
+                    continue
+                if name is None or name not in expected:
+                    unexpected.append(hf_name)
+                else:
+                    state[name] = f.get_tensor(hf_name)
+    missing = [to_hf_name(name) for name in expected if name not in state]
+    shapes = [f"{to_hf_name(name)}: file {tuple(t.shape)}, model {tuple(expected[name])}"
+              for name, t in state.items() if t.shape != expected[name]]
+    found = {"missing keys": missing, "unexpected keys": unexpected, "shape mismatches": shapes}
+    problems = "; ".join(f"{label}: {', '.join(items)}" for label, items in found.items() if items)
+    if problems:
+        raise ValueError(f"Hugging Face weights in {directory} do not fit the model; {problems}")
+    return state
+
+
+def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool = False) -> None:
+    """Load `model.safetensors` (or its shards with the index json) from a local directory.
+
+    The model must hold real storage (after `to_empty` when built on the meta device) and its
+    non-persistent RoPE buffers must be initialised; only persistent weights come from the files.
+    Tensors are cast to the model's dtypes.
+
+    `distributed=True` is a collective: rank 0 alone reads the files and `set_model_state_dict`
+    broadcasts each tensor into every rank's shards. With False this process reads the files
+    itself, into a plain model or (when a process group is up) a sharded one.
+    """
+    directory = Path(directory)
+    tied = bool(getattr(getattr(model, "args", None), "tie_embeddings", False))
+    # A sharded model's state_dict holds DTensors, whose shape is the global one.
+    local = {k: v for k, v in model.state_dict().items() if not (tied and k == "output.weight")}
+    expected = {k: v.shape for k, v in local.items()}
+    if not _is_distributed(distributed):
+        state = _read_hf_state_dict(directory, expected, tied)
+        if tied:
+            state["output.weight"] = state["tok_embeddings.weight"]
+        if dist.is_initialized():  # the parameters may be DTensors: copy each rank's slice
+            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+        else:
+            model.load_state_dict(state, strict=True)  # copy_ casts to each parameter's dtype
+        return
+
+    state, error = {}, None
+    if dist.get_rank() == 0:
+        try:
+            state = _read_hf_state_dict(directory, expected, tied)
+            state = {k: v.to(local[k].dtype) for k, v in state.items()}
+        except (ValueError, FileNotFoundError) as exc:
+            error = exc
+    # Every rank must raise the same error, or the others would wait in the broadcast forever.
+    box = [error]
+    dist.broadcast_object_list(box, src=0)
+    if box[0] is not None:
+        raise box[0]
+    if tied and state:
+        state["output.weight"] = state["tok_embeddings.weight"]
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    set_model_state_dict(model, state, options=options)
+
+
+def export_hf(
+    model: nn.Module,
+    spec: ModelSpec,
+    out_dir: str | Path,
+    dtype: torch.dtype = torch.bfloat16,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
+) -> None:
+    """Write the model as a Hugging Face LlamaForCausalLM directory (safetensors + config).
+
+    When a process group is up this is a collective (gathering the full state dict of a sharded
+    model): every rank calls it, rank 0 writes, and all return once the files are complete.
+    """
+    if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"export dtype must be bfloat16, float16 or float32, not {dtype}")
+    if dist.is_initialized():
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(model, options=options)
+        if dist.get_rank() == 0:
+            _write_hf(state, spec, Path(out_dir), dtype, max_shard_bytes)
+        dist.barrier()
+    else:
+        _write_hf(model.state_dict(), spec, Path(out_dir), dtype, max_shard_bytes)
+
+
+def _write_hf(
+    state: dict[str, torch.Tensor],
+    spec: ModelSpec,
+    out_dir: Path,
+    dtype: torch.dtype,
+    max_shard_bytes: int,
+) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = [name for name in state if not (spec.tie_embeddings and name == "output.weight")]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    shards: list[list[str]] = [[]]
+    size = total = 0
+    for name in names:
+        nbytes = state[name].numel() * itemsize
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+        total += nbytes
+    files = [SINGLE_FILE] if len(shards) == 1 else [
+        f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)]
+    for file, shard in zip(files, shards):
+        # Cast one shard at a time: the gathered full-precision state is already in host memory.
+        tensors = {to_hf_name(n): state[n].detach().to("cpu", dtype).contiguous() for n in shard}
+        # transformers checks the framework recorded in the safetensors metadata.
+        save_file(tensors, str(out_dir / file), metadata={"format": "pt"})
+    if len(shards) > 1:
+        weight_map = {to_hf_name(n): file for file, shard in zip(files, shards) for n in shard}
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        _write_json(out_dir / INDEX_FILE, index)
+    config = hf_config(spec)
+    config["torch_dtype"] = str(dtype).removeprefix("torch.")
+    _write_json(out_dir / "config.json", config)
+    _write_json(out_dir / "generation_config.json", {"_from_model_config": True})
+
+
+def _write_json(path: Path, value: dict) -> None:
+    path.write_text(json.dumps(value, indent=2) + "\n")

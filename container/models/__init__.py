@@ -1,0 +1,5 @@
+"""Models the runtime trains. Llama 3 is the one family; specs come from launcher.config.models."""
+
+from container.models.llama import Transformer, TransformerArgs
+
+__all__ = ["Transformer", "TransformerArgs"]

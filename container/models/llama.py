@@ -1,0 +1,211 @@
+"""Llama 3 (RMSNorm, RoPE with Llama 3.1 frequency scaling, grouped-query attention, SwiGLU).
+
+Module names follow torchtitan (`tok_embeddings`, `layers.<i>.attention.wq`, ...); checkpoint
+names map to Hugging Face's in `container.hf`. RoPE uses Hugging Face's rotate-half layout, so HF
+weights load without permuting q/k. `init_weights` follows torchtitan (depth-scaled output
+projections) and works on a model materialised from the meta device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from container.models import attention
+from launcher.config.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class TransformerArgs:
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    ffn_dim: int
+    max_seq_len: int
+    rope_theta: float = 500_000.0
+    rope_scaling: tuple[float, float, float, int] | None = None
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, max_seq_len: int) -> "TransformerArgs":
+        return cls(dim=spec.hidden_size, n_layers=spec.num_layers, n_heads=spec.num_heads,
+                   n_kv_heads=spec.num_kv_heads, vocab_size=spec.vocab_size, ffn_dim=spec.intermediate_size,
+                   max_seq_len=max_seq_len, rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,
+                   norm_eps=spec.norm_eps, tie_embeddings=spec.tie_embeddings)
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+
+def rope_inv_freq(args: TransformerArgs) -> torch.Tensor:
+    """Inverse frequencies, with Llama 3.1's scaling of the low frequencies when configured."""
+    d = args.head_dim
+    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    if args.rope_scaling is None:
+        return inv_freq.float()
+    factor, low_ff, high_ff, original = args.rope_scaling
+    low_wavelen, high_wavelen = original / low_ff, original / high_ff
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (original / wavelen - low_ff) / (high_ff - low_ff)
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    scaled = torch.where(medium, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
+    return scaled.float()
+
+
+def rope_tables(args: TransformerArgs, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin for every position < max_seq_len: [max_seq_len, head_dim] each."""
+    positions = torch.arange(args.max_seq_len, dtype=torch.float32, device=device)
+    freqs = torch.outer(positions, rope_inv_freq(args).to(device))
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [B, H, S, D]; cos/sin: [S, D] or [B, S, D] for the positions of x's tokens."""
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """Hugging Face's Llama RMSNorm: normalise in fp32, scale in the input dtype."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+
+class Attention(nn.Module):
+    def __init__(self, args: TransformerArgs):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=False)
+        self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
+        self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
+        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        bsz, seq, _ = x.shape
+        q = self.wq(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        out = attention.sdpa(q, k, v)
+        return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
+
+    def init_weights(self, std: float) -> None:
+        for linear in (self.wq, self.wk, self.wv):
+            nn.init.trunc_normal_(linear.weight, mean=0.0, std=0.02)
+        nn.init.trunc_normal_(self.wo.weight, mean=0.0, std=std)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)  # gate
+        self.w2 = nn.Linear(hidden, dim, bias=False)  # down
+        self.w3 = nn.Linear(dim, hidden, bias=False)  # up
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+    def init_weights(self, std: float) -> None:
+        nn.init.trunc_normal_(self.w1.weight, mean=0.0, std=0.02)
+        for linear in (self.w2, self.w3):
+            nn.init.trunc_normal_(linear.weight, mean=0.0, std=std)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, layer_id: int, args: TransformerArgs):
+        super().__init__()
+        self.attention = Attention(args)
+        self.feed_forward = FeedForward(args.dim, args.ffn_dim)
+        self.attention_norm = RMSNorm(args.dim, args.norm_eps)
+        self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.depth_std = 0.02 / (2 * (layer_id + 1)) ** 0.5
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), cos, sin)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+    def init_weights(self) -> None:
+        self.attention_norm.reset_parameters()
+        self.ffn_norm.reset_parameters()
+        self.attention.init_weights(self.depth_std)
+        self.feed_forward.init_weights(self.depth_std)
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: TransformerArgs):
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args) for i in range(args.n_layers)})
+        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        # Not persistent: recomputed on init, never checkpointed.
+        cos, sin = rope_tables(args)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens: [B, S] -> logits [B, S, V]. `positions` ([S] or [B, S]) default to 0..S-1;
+        context parallelism passes the global positions of a rank's chunks."""
+        if positions is None:
+            cos, sin = self.rope_cos[: tokens.shape[1]], self.rope_sin[: tokens.shape[1]]
+        else:
+            cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers.values():
+            h = layer(h, cos, sin)
+        return self.output(self.norm(h))
+
+    @torch.no_grad()
+    def init_buffers(self) -> None:
+        """Recompute the RoPE tables (after `to_empty` from the meta device they hold garbage)."""
+        cos, sin = rope_tables(self.args, device=self.rope_cos.device)
+        self.rope_cos.copy_(cos)
+        self.rope_sin.copy_(sin)
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Initialise every parameter and buffer (also after `to_empty` from the meta device)."""
+        self.init_buffers()
+        nn.init.normal_(self.tok_embeddings.weight)
+        for layer in self.layers.values():
+            layer.init_weights()
+        self.norm.reset_parameters()
+        if not self.args.tie_embeddings:
+            bound = 3 * self.args.dim**-0.5
+            nn.init.trunc_normal_(self.output.weight, mean=0.0, std=self.args.dim**-0.5, a=-bound, b=bound)
+
+    def num_params(self, exclude_embedding: bool = True) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.tok_embeddings.weight.numel() if exclude_embedding else n
+
+
+def build_model(spec: ModelSpec, max_seq_len: int, device: torch.device | str = "cpu") -> Transformer:
+    with torch.device(device):
+        return Transformer(TransformerArgs.from_spec(spec, max_seq_len))

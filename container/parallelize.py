@@ -1,0 +1,127 @@
+"""Parallelisms applied to an unchanged model, one `apply_*` per concern (torchtitan's layout).
+
+Gradients are reduced as a SUM (divide factor 1): the training loss on each rank is its token
+sum over the global token count, so the summed gradient is exactly the gradient of the global
+mean loss whatever the mesh. That is what makes every layout match a single process.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import torch
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import ActivationWrapper, checkpoint_wrapper
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+from container.models.llama import Transformer
+
+log = logging.getLogger("smlaunch")
+
+# Recomputing these costs more than keeping their outputs; everything else (norms, activations,
+# RoPE, casts) is cheap to recompute. CPU SDPA has its own flash op name.
+_SAVE_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def _selective_policy(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE if op in _SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def apply_activation_checkpointing(model: Transformer, mode: str = "full", offload: bool = False) -> None:
+    """Wrap every block: `full` recomputes it in backward, `selective` keeps matmul and attention
+    outputs. With `offload`, what the checkpoint keeps (block inputs) lives in host memory."""
+    for name, block in list(model.layers.named_children()):
+        kwargs = {"preserve_rng_state": False}
+        if mode == "selective":
+            kwargs["context_fn"] = partial(create_selective_checkpoint_contexts, _selective_policy)
+        wrapped = checkpoint_wrapper(block, **kwargs)
+        if offload:
+            wrapped = _OffloadSaved(wrapped)
+        model.layers.register_module(name, wrapped)
+    log.info("applied %s activation checkpointing%s to %d blocks", mode,
+             " with host offload" if offload else "", len(model.layers))
+
+
+class _OffloadSaved(ActivationWrapper):
+    """Tensors autograd saves while this module runs forward are kept in host memory. An
+    ActivationWrapper, so state dicts keep the plain parameter names."""
+
+    def forward(self, *args, **kwargs):
+        with torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available()):
+            return self._checkpoint_wrapped_module(*args, **kwargs)
+
+
+def fsdp_units(model: Transformer, wrap_policy: str, min_num_params: int) -> list[nn.Module]:
+    """The modules that get their own FSDP unit, innermost first (the root is added last).
+
+    transformer_auto_wrap_policy: each block. size_based_auto_wrap_policy: like FSDP1, any
+    subtree whose not-yet-wrapped parameters reach min_num_params."""
+    if wrap_policy != "size_based_auto_wrap_policy":
+        return list(model.layers.children())
+    units, wrapped = [], set()
+
+    def visit(module: nn.Module) -> int:
+        own = sum(visit(child) for child in module.children())
+        own += sum(p.numel() for p in module.parameters(recurse=False) if id(p) not in wrapped)
+        if module is not model and own >= min_num_params:
+            units.append(module)
+            wrapped.update(id(p) for p in module.parameters())
+            return 0
+        return own
+
+    visit(model)
+    return units
+
+
+def apply_fsdp(model: Transformer, mesh: DeviceMesh, *, param_dtype: torch.dtype | None,
+               reshard_after_forward: bool = True, wrap_policy: str = "transformer_auto_wrap_policy",
+               min_num_params: int = 100_000_000, persistence_threshold: int = 0) -> None:
+    """FSDP2 over `mesh` (1-D: full sharding; 2-D: hybrid sharding), mixed precision with fp32
+    reduction when `param_dtype` is set. Units below `persistence_threshold` parameters stay
+    unsharded between forward and backward (SMP v1's sdp_param_persistence_threshold)."""
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    units = fsdp_units(model, wrap_policy, min_num_params)
+    for unit in units:
+        size = sum(p.numel() for p in unit.parameters())
+        fully_shard(unit, mesh=mesh, mp_policy=mp,
+                    reshard_after_forward=reshard_after_forward and size >= persistence_threshold)
+    # The root's parameters (embeddings, final norm, output) are needed again at once in backward.
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            # plain SUM collectives: gloo has no PREMUL_SUM, and a factor of 1 needs no scaling
+            module.set_force_sum_reduction_for_comms(True)
+    log.info("applied FSDP2 to %d unit(s) + root over mesh %s (%s), params %s, reshard after forward %s",
+             len(units), tuple(mesh.shape), ",".join(mesh.mesh_dim_names), param_dtype, reshard_after_forward)
+
+
+def materialize_on_rank0_init(model: Transformer, build_reference, device: torch.device, seed: int) -> None:
+    """Delayed init: the meta-device (and sharded) model gets rank 0's eager initialisation.
+
+    DTensor random init on CPU gives every shard the same values (FACTS.md), so rank 0 builds
+    and initialises a full copy on the host, and the shards are broadcast from it. The result
+    equals single-process init with the same seed."""
+    import torch.distributed as dist
+
+    model.to_empty(device=device)
+    model.init_buffers()
+    full = None
+    if dist.get_rank() == 0:
+        reference = build_reference()
+        torch.manual_seed(seed)
+        reference.init_weights()
+        full = reference.state_dict()
+    set_model_state_dict(model, full or {},
+                         options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))

@@ -1,0 +1,162 @@
+"""The runtime API (SMP v2's `init()`): distribution config -> process group -> DeviceMesh.
+
+The mesh is (dp_replicate, dp_shard, cp, tp) with tp and cp innermost (FACTS.md). Named views:
+  "dp"          dp_replicate x dp_shard   ranks with distinct batches (data loading)
+  "dp_shard_cp" dp_shard x cp             the FSDP sharding group
+  "dp_cp"       dp_replicate x dp_shard x cp   ranks that hold distinct tokens (loss reduction)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from launcher.config import ModelParallelParameters, ParallelLayout
+from launcher.config.layout import sharding_group
+
+log = logging.getLogger("smlaunch")
+
+
+@dataclass
+class Runtime:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    params: ModelParallelParameters
+    layout: ParallelLayout
+    mesh: DeviceMesh
+    flat: dict[str, DeviceMesh]  # the flattened views, kept as torch asks (not re-sliced from the root)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def dp_rank(self) -> int:
+        return self.flat["dp"].get_local_rank()
+
+    @property
+    def dp_size(self) -> int:
+        return self.layout.data_parallel
+
+    @property
+    def fsdp_mesh(self) -> DeviceMesh:
+        """1-D sharding mesh, or 2-D (replicate, shard) for hybrid sharding."""
+        if self.layout.dp_replicate > 1:
+            return self.mesh["dp_replicate", "dp_shard_cp"]
+        return self.flat["dp_shard_cp"]
+
+    @property
+    def loss_group(self):
+        return self.flat["dp_cp"].get_group()
+
+
+def parse_mp_parameters(raw: str | dict | None) -> dict:
+    """`mp_parameters` as the toolkit passes it: JSON, or `k=v,k2=v2` (dict hyperparameters)."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    raw = raw.strip()
+    if raw.startswith("{"):
+        return json.loads(raw)
+    out = {}
+    for item in raw.split(","):
+        key, _, value = item.partition("=")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
+
+
+def distribution_parameters(mp_parameters: str | dict | None = None, **explicit) -> ModelParallelParameters:
+    """The model-parallel parameters in force: `mp_parameters` (argument, else SM_HP_MP_PARAMETERS),
+    with explicit script arguments (the seed's --hybrid_shard_degree ...) that must agree."""
+    raw = mp_parameters if mp_parameters not in (None, "") else os.environ.get("SM_HP_MP_PARAMETERS")
+    params = parse_mp_parameters(raw)
+    for key, value in explicit.items():
+        if value is None:
+            continue
+        if key in params and params[key] != value:
+            raise ValueError(f"--{key} {value} contradicts mp_parameters {key}={params[key]}; "
+                             "set it in one place")
+        params[key] = value
+    return ModelParallelParameters.model_validate(params)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_runtime(params: ModelParallelParameters, *, sharding_strategy: str | None = None) -> Runtime:
+    """Initialise the process group (NCCL on GPUs, gloo on CPU) and build the mesh."""
+    if "WORLD_SIZE" not in os.environ:  # a plain `python train.py`: a world of one
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None)
+    params = _apply_sharding_strategy(params, sharding_strategy, world, local_world)
+    _check_layout(params, world)
+    layout = ParallelLayout.from_parameters(params, world)
+    mesh = init_device_mesh(device.type, layout.mesh_shape, mesh_dim_names=ParallelLayout.mesh_dim_names)
+    flat = {
+        "dp": mesh["dp_replicate", "dp_shard"]._flatten("dp"),
+        "dp_shard_cp": mesh["dp_shard", "cp"]._flatten("dp_shard_cp"),
+        "dp_cp": mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp"),
+    }
+    if rank == 0:
+        log.info("mesh %s on %d rank(s), backend %s",
+                 dict(zip(ParallelLayout.mesh_dim_names, layout.mesh_shape)), world, backend)
+    return Runtime(rank, world, local_rank, local_world, device, params, layout, mesh, flat)
+
+
+def _apply_sharding_strategy(params: ModelParallelParameters, strategy: str | None, world: int,
+                             local_world: int) -> ModelParallelParameters:
+    """The seed's FSDP1 `sharding_strategy` in SMP terms, where hybrid_shard_degree leaves it open:
+    no_shard is a sharding group of 1; hybrid_shard shards within a host and replicates across."""
+    if params.hybrid_shard_degree or params.sharded_data_parallel_degree:
+        return params
+    if strategy == "no_shard":
+        return params.model_copy(update={"hybrid_shard_degree": 1})
+    if strategy in ("hybrid_shard", "_hybrid_shard_zero2"):
+        return params.model_copy(update={"hybrid_shard_degree": max(local_world // params.tensor_parallel_degree, 1)})
+    return params
+
+
+def _check_layout(params: ModelParallelParameters, world: int) -> None:
+    """The client validated the job; a job built by hand fails here, before any work."""
+    tp, cp = params.tensor_parallel_degree, params.context_parallel_degree
+    group = sharding_group(params, world)
+    problems = []
+    if world % tp or world % cp:
+        problems.append(f"tensor_parallel_degree {tp} and context_parallel_degree {cp} must divide world {world}")
+    elif world % (group * tp) or group % cp:
+        problems.append(f"sharding group {group} x tp {tp} must divide world {world} and be a multiple of cp {cp}")
+    if problems:
+        raise ValueError("; ".join(problems) + " (run `smlaunch validate` on the job for the full list)")
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

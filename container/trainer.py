@@ -1,0 +1,275 @@
+"""The training loop behind entrypoints/train.py: build, parallelize, train, checkpoint, export.
+
+Loss normalisation: every rank's loss is its summed token loss over the *global* token count of
+the step (all micro-batches, all data-parallel and context-parallel ranks); gradients are summed
+(parallelize.py). So loss and gradients are those of one process seeing the whole global batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from container import checkpoint as ckpt
+from container import data, flops, hf, optim
+from container.args import Directories
+from container.models.llama import Transformer, build_model
+from container.parallelize import apply_activation_checkpointing, apply_fsdp, materialize_on_rank0_init
+from container.runtime import Runtime
+from launcher.config import TrainingHyperparameters
+from launcher.config.models import ModelSpec
+from launcher.config.rules import model_of
+from launcher.metrics import format_metric_line
+
+log = logging.getLogger("smlaunch")
+IGNORE_INDEX = -100
+
+
+@dataclass
+class Settings:
+    """The hyperparameters the loop uses, with the seed script's defaults."""
+
+    seq_len: int
+    micro_batch: int
+    grad_accum: int
+    max_steps: int
+    seed: int
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    decay_steps: int
+    lr_style: str
+    weight_decay: float
+    betas: tuple[float, float]
+    grad_clip: float
+    bf16: bool
+    optimizer: str
+    logging_freq: int
+    checkpoint_freq: int
+    keep_checkpoints: int
+    validation_freq: int
+    validation_batches: int
+    val_batch: int
+    dataset_type: str
+
+    @classmethod
+    def from_hyperparameters(cls, hp: TrainingHyperparameters, sdp_clip: float | None) -> "Settings":
+        max_steps = hp.max_steps or 100
+        decay = hp.lr_decay_iters or max_steps
+        return cls(
+            seq_len=hp.max_context_width or 2048,
+            micro_batch=hp.train_batch_size or 1,
+            grad_accum=hp.gradient_accumulation_steps or 1,
+            max_steps=max_steps,
+            seed=hp.seed if hp.seed is not None else 12345,
+            lr=hp.lr or 1e-4,
+            min_lr=hp.min_lr if hp.min_lr is not None else 1e-5,
+            warmup_steps=int((hp.warmup if hp.warmup is not None else 0.0032) * decay),
+            decay_steps=decay,
+            lr_style=hp.lr_decay_style or "cosine",
+            weight_decay=hp.weight_decay if hp.weight_decay is not None else 0.2,
+            betas=(hp.beta1 or 0.9, hp.beta2 or 0.95),
+            grad_clip=hp.grad_clip if hp.grad_clip is not None else (sdp_clip if sdp_clip is not None else 1.0),
+            bf16=bool(hp.bf16),
+            optimizer=hp.optimizer or "adamw",
+            logging_freq=hp.logging_freq or 1,
+            checkpoint_freq=hp.checkpoint_freq or 0,
+            keep_checkpoints=hp.num_kept_checkpoints or 2,
+            validation_freq=hp.validation_freq or 0,
+            validation_batches=hp.validation_batches if hp.validation_batches and hp.validation_batches > 0 else 8,
+            val_batch=hp.val_batch_size or 1,
+            dataset_type=hp.dataset_type or "jsonl",
+        )
+
+
+def resolve_spec(hp: TrainingHyperparameters) -> ModelSpec:
+    spec = model_of(hp, Path.cwd())
+    if spec is None:
+        raise ValueError("the model is unknown: set model_preset (llama3-tiny, llama3.2-1b, llama3.1-8b, ...), "
+                         "or hf_pretrained_model_name_or_dir to a directory with config.json")
+    return spec
+
+
+def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSpec, s: Settings) -> Transformer:
+    """Model -> activation checkpointing -> FSDP -> weights (delayed init, or eager init before sharding)."""
+    delayed = bool(hp.delayed_param or rt.params.delayed_parameter_initialization)
+    model = build_model(spec, s.seq_len, device="meta" if delayed else rt.device)
+    if not delayed:  # seeded right before init_weights, as the delayed path does on rank 0
+        torch.manual_seed(s.seed)
+        model.init_weights()
+    if hp.activation_checkpointing:
+        offload = bool(hp.offload_activations) or (
+            "sm_activation_offloading" in rt.params.model_fields_set and rt.params.sm_activation_offloading)
+        apply_activation_checkpointing(model, hp.activation_checkpointing_mode or "full", offload)
+    if rt.world_size > 1 or s.bf16:
+        strategy = hp.sharding_strategy or "full_shard"
+        apply_fsdp(model, rt.fsdp_mesh, param_dtype=torch.bfloat16 if s.bf16 else None,
+                   reshard_after_forward=strategy not in ("shard_grad_op", "_hybrid_shard_zero2"),
+                   wrap_policy=hp.auto_wrap_policy or "transformer_auto_wrap_policy",
+                   min_num_params=hp.min_num_params or 100_000_000,
+                   persistence_threshold=rt.params.sdp_param_persistence_threshold
+                   if rt.params.sharded_data_parallel_degree else 0)
+    if delayed:
+        materialize_on_rank0_init(model, lambda: build_model(spec, s.seq_len, device="cpu"), rt.device, s.seed)
+    weights = hp.hf_pretrained_model_name_or_dir
+    if weights and Path(weights).is_dir() and any(Path(weights).glob("*.safetensors")):
+        hf.load_hf_weights(model, weights, distributed=rt.world_size > 1)
+    return model
+
+
+def token_loss_sum(model: Transformer, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of token losses, number of label tokens) for one micro-batch on this rank."""
+    logits = model(batch["input_ids"], batch.get("positions"))
+    labels = batch["labels"]
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
+                           reduction="sum")
+    return loss, (labels != IGNORE_INDEX).sum()
+
+
+def _all_sum(value: torch.Tensor, group) -> torch.Tensor:
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(value, group=group)
+    return value
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+class MetricsWriter:
+    def __init__(self, rt: Runtime, directory: Path):
+        self.enabled = rt.is_main
+        self.path = directory / "metrics.jsonl"
+        if self.enabled:
+            directory.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        print(format_metric_line(record["step"], **{k: v for k, v in record.items() if k != "step"}), flush=True)
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
+    s = Settings.from_hyperparameters(
+        hp, rt.params.sdp_gradient_clipping if rt.params.sharded_data_parallel_degree else None)
+    spec = resolve_spec(hp)
+    model = build_parallel_model(rt, hp, spec, s)
+    optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer)
+    scheduler = optim.lr_schedule(optimizer, warmup_steps=s.warmup_steps, total_steps=s.decay_steps,
+                                  min_lr=s.min_lr, style=s.lr_style)
+    loader = data.build_dataloader(
+        dataset_type=s.dataset_type, path=dirs.train, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
+        dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed)
+    checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints) if s.checkpoint_freq else None
+    start_step = 0
+    if checkpointer is not None:
+        restored = checkpointer.load_latest(model, optimizer, scheduler)
+        if restored is not None:
+            start_step, loader_state, _ = restored
+            loader.load_state_dict(loader_state)
+            if rt.is_main:
+                log.info("resumed from step %d in %s", start_step, dirs.checkpoints)
+    stop_flag = ckpt.install_sigterm_flag()
+    metrics = MetricsWriter(rt, dirs.output_data)
+    flops_token = flops.flops_per_token(spec, s.seq_len)
+    seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
+    peak = flops.peak_tflops(instance_type, "fp8" if hp.fp8 else "bf16",
+                             torch.cuda.get_device_name() if rt.device.type == "cuda" else None)
+    global_tokens_per_step = s.micro_batch * s.seq_len * s.grad_accum * rt.dp_size
+    timed_tokens, timed_seconds, last = 0, 0.0, {}
+    for step in range(start_step + 1, s.max_steps + 1):
+        _sync(rt)
+        t0 = time.perf_counter()
+        micro = [_to(loader.next_batch(), rt.device) for _ in range(s.grad_accum)]
+        local_tokens = sum((b["labels"] != IGNORE_INDEX).sum() for b in micro)
+        total_tokens = _all_sum(local_tokens.to(torch.float32), rt.loss_group)
+        loss_sum = torch.zeros((), device=rt.device)
+        for batch in micro:
+            loss, _ = token_loss_sum(model, batch)
+            (loss / total_tokens).backward()
+            loss_sum += loss.detach()
+        grad_norm = optim.clip_grad_norm_(model.parameters(), s.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = (_all_sum(loss_sum, rt.loss_group) / total_tokens).item()
+        _sync(rt)
+        elapsed = time.perf_counter() - t0
+        if step > start_step + 2:  # leave out warm-up (allocator, first all-gathers)
+            timed_tokens += global_tokens_per_step
+            timed_seconds += elapsed
+        if not math.isfinite(step_loss):
+            raise FloatingPointError(f"loss is {step_loss} at step {step}: lower lr or check the data")
+        if step % s.logging_freq == 0 or step == s.max_steps:
+            last = _record(rt, step, step_loss, float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
+                           timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
+            metrics.write(last)
+        if s.validation_freq and dirs.validation and step % s.validation_freq == 0:
+            metrics.write({"step": step, "val_loss": validate(rt, model, dirs.validation, s, spec)})
+        stopping = ckpt.should_stop(stop_flag)
+        if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
+            checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})
+        if stopping:
+            if rt.is_main:
+                log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
+            return last
+    hf.export_hf(model, spec, dirs.model, dtype=torch.bfloat16 if s.bf16 else torch.float32)
+    return last
+
+
+def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_per_step, elapsed, s,
+            flops_token, seed_flops_token, peak) -> dict:
+    tokens_per_s = timed_tokens / timed_seconds if timed_seconds else tokens_per_step / elapsed
+    per_device = tokens_per_s / rt.world_size
+    tflops = per_device * flops_token / 1e12
+    record = {
+        "step": step,
+        "loss": round(loss, 6),
+        "grad_norm": round(grad_norm, 6),
+        "lr": lr,
+        "samples_per_s": round(tokens_per_s / s.seq_len, 4),
+        "tokens_per_s_per_gpu": round(per_device, 2),
+        "tflops_per_gpu": round(tflops, 4),
+        "tflops_per_gpu_seed_formula": round(per_device * seed_flops_token / 1e12, 4),
+        "peak_memory_gib": round(_peak_memory_gib(rt), 3),
+    }
+    if peak:
+        record["mfu"] = round(flops.mfu(tflops, peak), 4)
+    return record
+
+
+@torch.no_grad()
+def validate(rt: Runtime, model: Transformer, path: Path, s: Settings, spec: ModelSpec) -> float:
+    loader = data.build_validation_loader(
+        dataset_type="jsonl", path=path, seq_len=s.seq_len, micro_batch_size=s.val_batch, dp_rank=rt.dp_rank,
+        dp_size=rt.dp_size, vocab_size=spec.vocab_size, seed=s.seed, max_batches=s.validation_batches)
+    loss_sum = torch.zeros((), device=rt.device)
+    tokens = torch.zeros((), device=rt.device)
+    for batch in loader:
+        loss, n = token_loss_sum(model, _to(batch, rt.device))
+        loss_sum += loss
+        tokens += n
+    return (_all_sum(loss_sum, rt.loss_group) / _all_sum(tokens, rt.loss_group)).item()
+
+
+def _sync(rt: Runtime) -> None:
+    if rt.device.type == "cuda":
+        torch.cuda.synchronize(rt.device)
+
+
+def _peak_memory_gib(rt: Runtime) -> float:
+    if rt.device.type == "cuda":
+        return torch.cuda.max_memory_allocated(rt.device) / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

@@ -1,0 +1,112 @@
+"""Write the `/opt/ml` tree as SageMaker writes it before it starts a training container.
+
+The local runners and the tests use this to give `container.bootstrap` exactly what it finds on
+AWS (FACTS.md, "The SageMaker training contract"): `input/config/{hyperparameters,resourceconfig,
+inputdataconfig}.json`, the channels under `input/data/<channel>/`, and the empty `model/`,
+`output/data/`, `checkpoints/` and `code/` directories. Pure stdlib: no torch, no boto3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+# SageMaker's name for the single instance group of a job that declares no instance groups.
+HOMOGENEOUS_GROUP = "homogeneousCluster"
+
+# Channel files up to this size are copied into `input/data/<channel>/`, bigger ones are
+# symlinked. Copies keep the tree self-contained (it can be mounted into a container, or the
+# source edited, without surprises); links keep a multi-GB data set from being duplicated per
+# simulated host. A docker runner must mount the link targets as well.
+COPY_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+def write_opt_ml(
+    base_dir: Path,
+    *,
+    hyperparameters: dict[str, str],
+    current_host: str,
+    hosts: list[str],
+    instance_type: str,
+    channels: dict[str, Path],
+    input_mode: str = "File",
+    network_interface_name: str = "eth0",
+) -> None:
+    """Write the tree SageMaker gives one host of a training job under `base_dir`.
+
+    `hyperparameters` are wire values, already JSON-encoded as the SDK sends them
+    (`launcher.wire.encode`). `channels` maps a channel name to a file or a directory whose
+    files become the channel's content (see COPY_LIMIT_BYTES for copy versus symlink).
+    """
+    not_strings = sorted(k for k, v in hyperparameters.items() if not isinstance(v, str))
+    if not_strings:
+        raise TypeError(f"hyperparameter values must be JSON-encoded strings: {not_strings}")
+    if current_host not in hosts:
+        raise ValueError(f"current_host {current_host!r} is not one of hosts {hosts}")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"hosts must be distinct: {hosts}")
+
+    base_dir = Path(base_dir)
+    config_dir = base_dir / "input" / "config"
+    for sub in (config_dir, base_dir / "model", base_dir / "output" / "data",
+                base_dir / "checkpoints", base_dir / "code"):
+        sub.mkdir(parents=True, exist_ok=True)
+
+    sorted_hosts = sorted(hosts)
+    resource_config = {
+        "current_host": current_host,
+        "current_instance_type": instance_type,
+        "current_group_name": HOMOGENEOUS_GROUP,
+        "hosts": sorted_hosts,
+        "instance_groups": [
+            {
+                "instance_group_name": HOMOGENEOUS_GROUP,
+                "instance_type": instance_type,
+                "hosts": sorted_hosts,
+            }
+        ],
+        "network_interface_name": network_interface_name,
+    }
+    input_data_config = {
+        name: {
+            "TrainingInputMode": input_mode,
+            "S3DistributionType": "FullyReplicated",
+            "RecordWrapperType": "None",
+        }
+        for name in sorted(channels)
+    }
+    _write_json(config_dir / "hyperparameters.json", dict(hyperparameters))
+    _write_json(config_dir / "resourceconfig.json", resource_config)
+    _write_json(config_dir / "inputdataconfig.json", input_data_config)
+
+    for name, source in channels.items():
+        _fill_channel(base_dir / "input" / "data" / name, Path(source))
+
+
+def _write_json(path: Path, obj: object) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+
+def _fill_channel(dest: Path, source: Path) -> None:
+    if not source.exists():
+        raise FileNotFoundError(f"channel source {source} does not exist")
+    dest.mkdir(parents=True, exist_ok=True)
+    if source.is_file():
+        _place(source, dest / source.name)
+        return
+    for root, _dirs, files in os.walk(source):
+        for name in files:
+            src = Path(root) / name
+            _place(src, dest / src.relative_to(source))
+
+
+def _place(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.is_symlink() or dst.exists():
+        dst.unlink()
+    if src.stat().st_size <= COPY_LIMIT_BYTES:
+        shutil.copy2(src, dst)
+    else:
+        dst.symlink_to(src.resolve())

@@ -1,0 +1,360 @@
+"""container.bootstrap end to end: `python -m container train` on trees written by
+launcher.contract, with torchrun on CPU (gloo, 127.0.0.1), simulated hosts sharing this machine.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from container.bootstrap import (
+    FAILURE_LIMIT,
+    child_environment,
+    failure_text,
+    launch_command,
+    master_address,
+)
+from container.contract import read_training_env
+from launcher.contract import write_opt_ml
+from launcher.wire import encode
+
+REPO = Path(__file__).resolve().parents[1]
+
+ALL_REDUCE = """
+import json, os, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(t)
+out = {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]), "sum": t.item(),
+       "host": os.environ["SM_CURRENT_HOST"], "args": sys.argv[1:], "hp_lr": os.environ["SM_HP_LR"]}
+with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], f"rank{out['rank']}.json"), "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+"""
+
+BOOM_ON_RANK_1 = """
+import time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+def nested():
+    raise ValueError("boom")
+if dist.get_rank() == 1:
+    nested()
+time.sleep(30)  # rank 0 must be stopped by torchrun, not finish on its own
+"""
+
+WAIT_FOR_SIGTERM = """
+import os, signal, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+out = os.environ["SM_OUTPUT_DATA_DIR"]
+def on_term(signum, frame):
+    with open(f"{out}/term{rank}", "w") as f:
+        f.write(str(signum))
+    sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, on_term)
+with open(f"{out}/pid{rank}.tmp", "w") as f:
+    f.write(f"{os.getpid()} {os.getppid()}")
+os.rename(f"{out}/pid{rank}.tmp", f"{out}/pid{rank}")
+time.sleep(120)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def source_dir(tmp_path: Path, program: str, text: str, name: str = "src") -> Path:
+    src = tmp_path / name
+    src.mkdir(parents=True, exist_ok=True)
+    (src / program).write_text(textwrap.dedent(text))
+    return src
+
+
+def host_tree(tmp_path: Path, host: str, hosts: list[str], hps: dict,
+              instance_type: str = "local") -> Path:
+    base = tmp_path / host / "opt" / "ml"
+    write_opt_ml(base, hyperparameters=encode(hps), current_host=host, hosts=hosts,
+                 instance_type=instance_type, channels={})
+    return base
+
+
+def distributed(program: str, src: Path, **extra) -> dict:
+    return {"sagemaker_program": program, "sagemaker_submit_directory": str(src),
+            "sagemaker_torch_distributed_enabled": True, "smlaunch_processes_per_host": 2,
+            **extra}
+
+
+def bootstrap_env(base: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SMLAUNCH_"))}
+    env.pop("SAGEMAKER_PROGRAM", None)
+    # TMPDIR: what a SIGKILLed bootstrap cannot clean up stays in the test's directory
+    env.update(SAGEMAKER_BASE_DIR=str(base), PYTHONPATH=str(REPO), TMPDIR=str(base.parent),
+               **extra)
+    return env
+
+
+def start(base: Path, **extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "container", "train"], cwd=REPO,
+                            env=bootstrap_env(base, **extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def run(base: Path, timeout: float = 60, **extra: str) -> tuple[int, str]:
+    proc = start(base, **extra)
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def failure(base: Path) -> str:
+    return (base / "output" / "failure").read_text()
+
+
+def test_two_hosts_two_processes_each(tmp_path: Path):
+    src = source_dir(tmp_path, "train.py", ALL_REDUCE)
+    hosts = ["algo-1", "algo-2"]
+    hps = distributed("train.py", src, lr=0.1, sagemaker_job_name="job-1")
+    bases = [host_tree(tmp_path, h, hosts, hps) for h in hosts]
+    port = str(free_port())
+    procs = [start(b, SMLAUNCH_MASTER_ADDR="127.0.0.1", SMLAUNCH_MASTER_PORT=port) for b in bases]
+    outputs = [p.communicate(timeout=90)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    for host_index, base in enumerate(bases):
+        assert (base / "output" / "success").exists()
+        assert not (base / "output" / "failure").exists()
+        for local_rank in range(2):
+            rank = 2 * host_index + local_rank
+            result = json.loads((base / "output" / "data" / f"rank{rank}.json").read_text())
+            assert result == {"rank": rank, "world": 4, "sum": 6.0, "host": hosts[host_index],
+                              "args": ["--lr", "0.1"], "hp_lr": "0.1"}
+    # every rank's output reaches the bootstrap's console, prefixed by torchrun
+    assert "--nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1" in outputs[0]
+    assert "--node_rank 1" in outputs[1]
+
+
+def test_failing_rank_is_reported(tmp_path: Path):
+    src = source_dir(tmp_path, "train.py", BOOM_ON_RANK_1)
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], distributed("train.py", src))
+    code, out = run(base)
+    assert code == 1, out
+    text = failure(base)
+    assert len(text) <= FAILURE_LIMIT
+    lines = text.splitlines()
+    assert lines[0] == "rank 1 (host algo-1, local rank 1) exited with code 1"
+    assert lines[1] == "ValueError: boom"
+    assert 'raise ValueError("boom")' in text and "in nested" in text
+    assert "[rank1]" not in text  # torch's line prefix is stripped
+    assert not (base / "output" / "success").exists()
+    assert "ValueError: boom" in out  # the traceback also reached the console
+
+
+def test_single_process_exit_code_passes_through(tmp_path: Path):
+    src = source_dir(tmp_path, "train.py", """
+        import sys
+        print("about to give up", file=sys.stderr)
+        sys.exit(3)
+    """)
+    base = host_tree(tmp_path, "algo-1", ["algo-1"],
+                     {"sagemaker_program": "train.py", "sagemaker_submit_directory": str(src)})
+    code, out = run(base)
+    assert code == 3, out
+    assert failure(base).splitlines()[:3] == [
+        "train.py exited with code 3", "last lines of stderr:", "about to give up"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_stopping_the_bootstrap_stops_every_rank(tmp_path: Path, signum: int):
+    """SIGTERM is forwarded; on SIGKILL the bootstrap cannot act, and torchrun's parent-death
+    signal (SIGTERM) stops the ranks instead."""
+    src = source_dir(tmp_path, "train.py", WAIT_FOR_SIGTERM)
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], distributed("train.py", src))
+    data = base / "output" / "data"
+    proc = start(base)
+    try:
+        deadline = time.monotonic() + 45
+        while not all((data / f"pid{r}").exists() for r in range(2)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.2)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=40)
+    finally:
+        proc.kill()
+    pids = [int(p) for r in range(2) for p in (data / f"pid{r}").read_text().split()]
+    deadline = time.monotonic() + 20  # after SIGKILL torchrun stops the ranks on its own
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if alive(pid)], out  # ranks and torchrun are gone
+    for rank in range(2):
+        assert (data / f"term{rank}").read_text() == str(int(signal.SIGTERM))
+    if signum == signal.SIGTERM:
+        assert proc.returncode == 128 + signal.SIGTERM, out
+        assert "SIGTERM" in failure(base)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+CHECK_CODE = """
+import os, helper
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "ok.txt"), "w") as f:
+    f.write(helper.VALUE + " " + os.getcwd())
+"""
+
+
+def tarball(tmp_path: Path) -> Path:
+    archive = tmp_path / "sourcedir.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, text in (("train.py", CHECK_CODE), ("helper.py", "VALUE = 'from-tarball'\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return archive
+
+
+def test_code_from_a_local_tarball(tmp_path: Path):
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], {
+        "sagemaker_program": "train.py", "sagemaker_submit_directory": str(tarball(tmp_path))})
+    code, out = run(base)
+    assert code == 0, out
+    assert (base / "model" / "ok.txt").read_text() == f"from-tarball {base / 'code'}"
+    assert (base / "output" / "success").exists()
+
+
+def test_code_from_s3(tmp_path: Path, monkeypatch):
+    boto3 = pytest.importorskip("boto3")
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_DEFAULT_REGION": "us-east-1"}
+        for key, value in creds.items():
+            monkeypatch.setenv(key, value)
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        s3.create_bucket(Bucket="jobs")
+        s3.upload_file(str(tarball(tmp_path)), "jobs", "job-1/source/sourcedir.tar.gz")
+        base = host_tree(tmp_path, "algo-1", ["algo-1"], {
+            "sagemaker_program": "train.py",
+            "sagemaker_submit_directory": "s3://jobs/job-1/source/sourcedir.tar.gz"})
+        code, out = run(base, AWS_ENDPOINT_URL=endpoint, **creds)
+    finally:
+        server.stop()
+    assert code == 0, out
+    assert (base / "model" / "ok.txt").read_text().startswith("from-tarball ")
+
+
+def test_missing_program_is_a_clear_failure(tmp_path: Path):
+    src = source_dir(tmp_path, "main.py", "print('hi')\n")
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], distributed("train.py", src))
+    code, _ = run(base)
+    assert code == 2
+    text = failure(base)
+    assert "sagemaker_program 'train.py' not found" in text and "main.py" in text
+
+
+def test_mpi_is_refused(tmp_path: Path):
+    src = source_dir(tmp_path, "train.py", "print('hi')\n")
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], {
+        "sagemaker_program": "train.py", "sagemaker_submit_directory": str(src),
+        "sagemaker_mpi_enabled": True})
+    code, _ = run(base)
+    assert code == 2 and "torch_distributed" in failure(base) and "MPI" in failure(base)
+
+
+def test_usage(tmp_path: Path):
+    proc = subprocess.run([sys.executable, "-m", "container"], cwd=REPO, capture_output=True,
+                          text=True, env=bootstrap_env(tmp_path), check=False)
+    assert proc.returncode == 2 and "python -m container train" in proc.stderr
+
+
+# --- units: the command and the environment, no processes ---------------------------------
+
+def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
+    for name in ("SMLAUNCH_MASTER_ADDR", "SMLAUNCH_MASTER_PORT", "FI_PROVIDER",
+                 "FI_EFA_USE_DEVICE_RDMA", "NCCL_SOCKET_IFNAME", "SAGEMAKER_PROGRAM"):
+        monkeypatch.delenv(name, raising=False)
+    hosts = ["algo-1", "algo-2", "algo-3"]
+    hps = {"sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True,
+           "smlaunch_processes_per_host": 3, "lr": 0.1}
+    base = host_tree(tmp_path, "algo-2", hosts, hps, instance_type="ml.p4d.24xlarge")
+    (base / "code" / "train.py").write_text("")
+    env = read_training_env(base, num_gpus=8)
+    cmd = launch_command(env, tmp_path / "logs")
+    assert cmd[1:] == [
+        "-m", "torch.distributed.run", "--nnodes", "3", "--nproc_per_node", "8",
+        "--master_addr", "algo-1", "--master_port", "7777", "--node_rank", "1",
+        "--log-dir", str(tmp_path / "logs"), "--tee", "3", "train.py", "--lr", "0.1"]
+    child = child_environment(env)
+    assert (child["FI_PROVIDER"], child["FI_EFA_USE_DEVICE_RDMA"],
+            child["NCCL_SOCKET_IFNAME"]) == ("efa", "1", "eth0")
+    assert child["PYTHONPATH"].split(os.pathsep)[0] == str(base / "code")
+    assert child["SM_HP_LR"] == "0.1" and child["CURRENT_HOST"] == "algo-2"
+
+    monkeypatch.setenv("SMLAUNCH_MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("SMLAUNCH_MASTER_PORT", "29999")
+    assert master_address(env) == ("127.0.0.1", 29999)
+
+
+def test_no_efa_settings_elsewhere(tmp_path: Path, monkeypatch):
+    for name in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], {"sagemaker_program": "train.py"},
+                     instance_type="ml.g5.48xlarge")
+    child = child_environment(read_training_env(base, num_gpus=0))
+    assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_SOCKET_IFNAME"} & set(child)
+
+
+def test_failure_text_keeps_the_exception_and_the_last_frames():
+    frames = "".join(
+        f'[rank3]:   File "/opt/ml/code/model/layer_{i}.py", line {i}, in forward_{i}\n'
+        f"[rank3]:     return self.block_{i}(x) + some_rather_long_expression_{i}\n"
+        for i in range(40))
+    stderr = ("[rank3]: noise before\n[rank3]: Traceback (most recent call last):\n" + frames
+              + "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.83 GiB\n"
+              + "W1122 some log line after the traceback\n")
+    text = failure_text("rank 3 (host algo-1, local rank 3) exited with code 1", stderr)
+    assert len(text) <= FAILURE_LIMIT
+    lines = text.splitlines()
+    assert lines[1] == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.83 GiB"
+    assert lines[2:4] == ["Traceback (most recent call last):", "  ..."]
+    assert lines[-1].strip() == "return self.block_39(x) + some_rather_long_expression_39"
+    assert "layer_0.py" not in text and "[rank3]" not in text and "log line" not in text
+
+
+def test_failure_text_of_the_last_chained_exception():
+    stderr = textwrap.dedent("""\
+        Traceback (most recent call last):
+          File "a.py", line 1, in <module>
+        KeyError: 'x'
+
+        During handling of the above exception, another exception occurred:
+
+        Traceback (most recent call last):
+          File "a.py", line 3, in <module>
+            raise RuntimeError("wrapped")
+        RuntimeError: wrapped
+    """)
+    assert failure_text("h", stderr).splitlines()[:2] == ["h", "RuntimeError: wrapped"]

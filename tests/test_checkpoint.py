@@ -1,0 +1,240 @@
+"""DCP checkpoints: exact resume (plain and FSDP2 models), resharding, partial saves, SIGTERM."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import signal
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from container.checkpoint import Checkpointer, StopFlag, install_sigterm_flag, should_stop
+from container.models.llama import build_model
+from launcher.config.models import PRESETS
+
+SPEC = replace(PRESETS["llama3-tiny"], max_position_embeddings=32)
+SEQ = 16
+
+
+def _warmup(step: int) -> float:
+    return min(1.0, (step + 1) / 4)
+
+
+def _make(seed: int, mesh=None, spec=SPEC):
+    torch.manual_seed(seed)
+    model = build_model(spec, SEQ)
+    model.init_weights()
+    if mesh is not None:
+        for block in model.layers.values():
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    return model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup)
+
+
+def _train_step(model, optimizer, scheduler, step: int) -> None:
+    # The same batch on every rank: FSDP's averaged gradient then equals the single-process one.
+    generator = torch.Generator().manual_seed(step)
+    tokens = torch.randint(0, SPEC.vocab_size, (2, SEQ + 1), generator=generator)
+    logits = model(tokens[:, :-1])
+    F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    scheduler.step()
+
+
+def _full_state(model) -> dict[str, torch.Tensor]:
+    if dist.is_initialized():
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(model, options=options)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _assert_close(got: dict, want: dict, atol: float) -> None:
+    assert got.keys() == want.keys()
+    for name, tensor in want.items():
+        torch.testing.assert_close(got[name], tensor, atol=atol, rtol=0, msg=name)
+
+
+def _spawn(world: int, fn, root: str) -> None:
+    """Run fn(root) on `world` gloo ranks; an assertion failing in any rank fails the test."""
+    # A fork server that has imported torch once starts ranks in milliseconds, not seconds each.
+    preload = ["torch", "torch.distributed.fsdp"]
+    multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
+    init = Path(root) / f"pg-{uuid.uuid4().hex}"
+    args = (world, str(init), fn, root)
+    mp.start_processes(_run_worker, args=args, nprocs=world, join=True, start_method="forkserver")
+
+
+def _run_worker(rank: int, world: int, init: str, fn, root: str) -> None:
+    torch.set_num_threads(1)  # several ranks share few cores
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    try:
+        fn(root)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_plain_round_trip_resumes_exactly(tmp_path, tied):
+    spec = replace(SPEC, tie_embeddings=tied)
+    model, optimizer, scheduler = _make(seed=0, spec=spec)
+    for step in range(3):
+        _train_step(model, optimizer, scheduler, step)
+    checkpointer = Checkpointer(tmp_path, keep=2)
+    checkpointer.save(3, model, optimizer, scheduler, {"position": 96}, {"tokens_seen": 96 * SEQ})
+    random_after_save = torch.rand(4)
+    lr_after_save = scheduler.get_last_lr()
+    _train_step(model, optimizer, scheduler, 3)
+    want = _full_state(model)
+
+    model2, optimizer2, scheduler2 = _make(seed=1, spec=spec)
+    resumed = checkpointer.load_latest(model2, optimizer2, scheduler2)
+    assert resumed == (3, {"position": 96}, {"tokens_seen": 96 * SEQ})
+    assert torch.equal(torch.rand(4), random_after_save)
+    assert scheduler2.get_last_lr() == lr_after_save
+    _train_step(model2, optimizer2, scheduler2, 3)
+    _assert_close(_full_state(model2), want, atol=1e-7)
+
+
+def test_nothing_to_resume(tmp_path):
+    model, optimizer, scheduler = _make(seed=0)
+    checkpointer = Checkpointer(tmp_path / "absent", keep=1)
+    assert checkpointer.load_latest(model, optimizer, scheduler) is None
+
+
+def test_keep_and_partial_checkpoints(tmp_path):
+    model, optimizer, scheduler = _make(seed=0)
+    checkpointer = Checkpointer(tmp_path, keep=2)
+    for step in (1, 2, 3):
+        _train_step(model, optimizer, scheduler, step)
+        checkpointer.save(step, model, optimizer, scheduler, {"position": step}, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-2", "step-3"]
+
+    # A save killed before the rename; renamed copies without the marker, with their metadata
+    # or a shard cut short (as an interrupted S3 sync leaves them).
+    shutil.copytree(tmp_path / "step-3", tmp_path / "step-9.tmp")
+    shutil.copytree(tmp_path / "step-3", tmp_path / "step-4")
+    metadata = tmp_path / "step-4" / ".metadata"
+    metadata.write_bytes(metadata.read_bytes()[:50])
+    shutil.copytree(tmp_path / "step-3", tmp_path / "step-5")
+    (tmp_path / "step-5" / ".complete").unlink()
+    shutil.copytree(tmp_path / "step-3", tmp_path / "step-6")
+    shard = next((tmp_path / "step-6").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    assert checkpointer.complete_steps() == [2, 3]
+
+    fresh = _make(seed=1)
+    assert checkpointer.load_latest(*fresh)[:2] == (3, {"position": 3})
+
+    _train_step(model, optimizer, scheduler, 7)
+    checkpointer.save(7, model, optimizer, scheduler, {"position": 7}, {})
+    # Everything older than the newest two complete ones goes; the later partial save stays.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-3", "step-7", "step-9.tmp"]
+
+
+def test_resaving_a_complete_step_keeps_it(tmp_path):
+    model, optimizer, scheduler = _make(seed=0)
+    checkpointer = Checkpointer(tmp_path, keep=1)
+    path = checkpointer.save(1, model, optimizer, scheduler, {}, {})
+    stamp = (path / ".complete").stat().st_mtime_ns
+    assert checkpointer.save(1, model, optimizer, scheduler, {}, {}) == path
+    assert (path / ".complete").stat().st_mtime_ns == stamp
+
+
+def _fsdp_save_then_load(root: str) -> None:
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    model, optimizer, scheduler = _make(seed=0, mesh=mesh)
+    for step in range(3):
+        _train_step(model, optimizer, scheduler, step)
+    checkpointer = Checkpointer(Path(root) / "ckpt", keep=2)
+    checkpointer.save(3, model, optimizer, scheduler, {"position": 3}, {})
+    saved = _full_state(model)
+    _train_step(model, optimizer, scheduler, 3)
+    after = _full_state(model)
+    if dist.get_rank() == 0:
+        torch.save({"saved": saved, "after": after}, Path(root) / "reference.pt")
+
+    fresh = _make(seed=1, mesh=mesh)
+    assert checkpointer.load_latest(*fresh) == (3, {"position": 3}, {})
+    loaded = _full_state(fresh[0])
+    _train_step(*fresh, 3)
+    if dist.get_rank() == 0:
+        _assert_close(loaded, saved, atol=0)
+        _assert_close(_full_state(fresh[0]), after, atol=1e-6)
+    else:
+        _full_state(fresh[0])  # the gather is a collective
+
+
+def _fsdp_load(root: str) -> None:
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    reference = torch.load(Path(root) / "reference.pt")
+    model, optimizer, scheduler = _make(seed=1, mesh=mesh)
+    checkpointer = Checkpointer(Path(root) / "ckpt", keep=2)
+    assert checkpointer.load_latest(model, optimizer, scheduler)[0] == 3
+    loaded = _full_state(model)
+    _train_step(model, optimizer, scheduler, 3)
+    after = _full_state(model)
+    if dist.get_rank() == 0:
+        _assert_close(loaded, reference["saved"], atol=0)
+        _assert_close(after, reference["after"], atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def two_rank_checkpoint(tmp_path_factory) -> Path:
+    """A checkpoint saved by 2 FSDP2 ranks, which also check that they resume from it exactly."""
+    root = tmp_path_factory.mktemp("fsdp")
+    _spawn(2, _fsdp_save_then_load, str(root))
+    return root
+
+
+def test_fsdp_two_ranks_resume_exactly(two_rank_checkpoint):
+    assert Checkpointer(two_rank_checkpoint / "ckpt", keep=2).complete_steps() == [3]
+    assert sorted(p.name for p in (two_rank_checkpoint / "ckpt" / "step-3").glob("rng-*.pt")) == [
+        "rng-0.pt", "rng-1.pt"]
+
+
+def test_fsdp_checkpoint_reshards_to_one_process(two_rank_checkpoint):
+    reference = torch.load(two_rank_checkpoint / "reference.pt")
+    model, optimizer, scheduler = _make(seed=1)
+    checkpointer = Checkpointer(two_rank_checkpoint / "ckpt", keep=2)
+    assert checkpointer.load_latest(model, optimizer, scheduler)[0] == 3
+    _assert_close(_full_state(model), reference["saved"], atol=0)
+    _train_step(model, optimizer, scheduler, 3)
+    _assert_close(_full_state(model), reference["after"], atol=1e-6)
+
+
+def test_fsdp_checkpoint_reshards_to_four_ranks(two_rank_checkpoint):
+    _spawn(4, _fsdp_load, str(two_rank_checkpoint))
+
+
+def test_sigterm_sets_the_flag():
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        flag = install_sigterm_flag()
+        assert not should_stop(flag)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert flag.requested and should_stop(flag)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _agree_on_stop(root: str) -> None:
+    flag = StopFlag(requested=dist.get_rank() == 1)
+    assert should_stop(flag)
+    assert not should_stop(StopFlag())
+
+
+def test_should_stop_agrees_across_ranks(tmp_path):
+    _spawn(2, _agree_on_stop, str(tmp_path))

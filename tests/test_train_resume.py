@@ -1,0 +1,35 @@
+"""Checkpoints through train.py: a stopped and resumed run continues exactly; artifacts are written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.train_runs import run_train, series
+
+
+def test_resume_continues_exactly(tmp_path):
+    common = {"lr_decay_iters": 6, "checkpoint_freq": 3, "train_batch_size": 2}
+    straight = run_train(tmp_path / "straight", 2, max_steps=6, **common)
+    run_dir = tmp_path / "resumed"
+    first = run_train(run_dir, 2, max_steps=3, **common)
+    assert (run_dir / "checkpoints" / "step-3").is_dir()
+    second = run_train(run_dir, 2, max_steps=6, **common)
+    # the resumed run starts at step 4: nothing before it is recomputed
+    assert series(second, "step")[-3:] == [4, 5, 6]
+    resumed = series(first, "loss") + series(second, "loss")[-3:]
+    assert resumed == pytest.approx(series(straight, "loss"), rel=1e-6)
+
+
+def test_four_process_hybrid_run_writes_artifacts(tmp_path):
+    records = run_train(tmp_path, 4, train_batch_size=1, max_steps=8, mp_parameters="hybrid_shard_degree=2")
+    losses = series(records, "loss")
+    assert losses[-1] < losses[0]
+    for key in ("loss", "grad_norm", "lr", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                "tflops_per_gpu_seed_formula", "samples_per_s", "peak_memory_gib"):
+        assert key in records[-1], key
+    model_dir = tmp_path / "model"
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["num_hidden_layers"] == 2
+    assert (model_dir / "model.safetensors").stat().st_size > 0

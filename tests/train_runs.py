@@ -1,0 +1,56 @@
+"""Helpers to run entrypoints/train.py as a user would (torchrun on 127.0.0.1, gloo) and read its metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "entrypoints" / "train.py"
+
+TINY = {
+    "model_preset": "llama3-tiny",
+    "dataset_type": "synthetic",
+    "max_context_width": 64,
+    "train_batch_size": 4,  # the global batch; callers divide it over data-parallel ranks
+    "max_steps": 6,
+    "lr": 0.003,
+    "warmup": 0.0,
+    "min_lr": 0.0003,
+    "seed": 7,
+    "logging_freq": 1,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_train(tmp: Path, nproc: int, timeout: int = 240, **hyperparameters) -> list[dict]:
+    """Run train.py on `nproc` local processes; return metrics.jsonl's records."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    args = {**TINY, **hyperparameters}
+    argv = []
+    for key, value in args.items():
+        argv += [f"--{key}", str(value)]
+    out = tmp / "out"
+    argv += ["--output_data_dir", str(out), "--model_dir", str(tmp / "model"),
+             "--checkpoint_dir", str(tmp / "checkpoints")]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(TRAIN), *argv]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("SAGEMAKER_BASE_DIR", None)
+    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise AssertionError(f"train.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def series(records: list[dict], key: str) -> list[float]:
+    return [r[key] for r in records if key in r and "val_loss" not in r]
