@@ -42,6 +42,7 @@ from launcher.catalog import get_instance_type
 from launcher.wire import PROCESSES_PER_HOST
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
+SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
 FAILURE_LIMIT = 1024  # SageMaker's FailureReason shows this many characters of output/failure
 EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
 STDERR_TAIL_BYTES = 64 * 1024  # enough for torchrun's failure summary of a full host

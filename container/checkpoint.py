@@ -124,13 +124,16 @@ class Checkpointer:
     def path(self, step: int) -> Path:
         return self.directory / f"step-{step}"
 
-    def complete_steps(self) -> list[int]:
-        """Steps with a complete checkpoint, oldest first."""
+    def complete_steps(self, local_shards_only: bool = False) -> list[int]:
+        """Steps with a complete checkpoint, oldest first. With `local_shards_only`, shards that are
+        absent do not count against a step: right after a save on per-host disks the other hosts'
+        shards are not here (they meet in the S3 checkpoint prefix), yet the marker says every
+        rank finished writing. Shards that are here must still be whole."""
         if not self.directory.is_dir():
             return []
         names = (_STEP_DIR.fullmatch(p.name) for p in self.directory.iterdir())
         steps = (int(m.group(1)) for m in names if m)
-        return sorted(step for step in steps if self._is_complete(self.path(step)))
+        return sorted(step for step in steps if self._is_complete(self.path(step), local_shards_only))
 
     def save(
         self,
@@ -176,7 +179,7 @@ class Checkpointer:
                 pass
         _barrier()
         # Rank 0 chooses what to keep, so that hosts with per-host disks (no markers there) agree.
-        kept = self.complete_steps() if self.rank == 0 else []
+        kept = self.complete_steps(local_shards_only=True) if self.rank == 0 else []
         kept = _from_rank0([s for s in kept if s <= step][-self.keep:])
         if self.local_rank == 0:
             self._prune(step, kept)
@@ -212,7 +215,7 @@ class Checkpointer:
         log.info("resumed from checkpoint %s", path)
         return step, trainer["dataloader"], trainer["extra"]
 
-    def _is_complete(self, path: Path) -> bool:
+    def _is_complete(self, path: Path, local_shards_only: bool = False) -> bool:
         if not (path / MARKER).is_file() or not (path / TRAINER_FILE).is_file():
             return False
         try:
@@ -223,7 +226,15 @@ class Checkpointer:
         for info in metadata.storage_data.values():
             end = info.offset + info.length
             ends[info.relative_path] = max(ends.get(info.relative_path, 0), end)
-        return all((path / f).is_file() and (path / f).stat().st_size >= n for f, n in ends.items())
+        for name, size in ends.items():
+            shard = path / name
+            if not shard.is_file():
+                if local_shards_only:
+                    continue
+                return False
+            if shard.stat().st_size < size:
+                return False
+        return True
 
     def _prune(self, newest: int, kept: list[int]) -> None:
         """Delete older checkpoints, complete or partial, except `kept`; leave later steps alone."""

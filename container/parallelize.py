@@ -12,7 +12,10 @@ from functools import partial
 
 import torch
 from torch import nn
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import ActivationWrapper, checkpoint_wrapper
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    ActivationWrapper,
+    checkpoint_wrapper,
+)
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -86,7 +89,8 @@ def fsdp_units(model: Transformer, wrap_policy: str, min_num_params: int) -> lis
 
 def apply_fsdp(model: Transformer, mesh: DeviceMesh, *, param_dtype: torch.dtype | None,
                reshard_after_forward: bool = True, wrap_policy: str = "transformer_auto_wrap_policy",
-               min_num_params: int = 100_000_000, persistence_threshold: int = 0) -> None:
+               min_num_params: int = 100_000_000, persistence_threshold: int = 0,
+               max_live_parameters: int | None = None) -> None:
     """FSDP2 over `mesh` (1-D: full sharding; 2-D: hybrid sharding), mixed precision with fp32
     reduction when `param_dtype` is set. Units below `persistence_threshold` parameters stay
     unsharded between forward and backward (SMP v1's sdp_param_persistence_threshold)."""
@@ -103,8 +107,22 @@ def apply_fsdp(model: Transformer, mesh: DeviceMesh, *, param_dtype: torch.dtype
             module.set_gradient_divide_factor(1.0)
             # plain SUM collectives: gloo has no PREMUL_SUM, and a factor of 1 needs no scaling
             module.set_force_sum_reduction_for_comms(True)
+    if max_live_parameters:
+        limit_prefetch(units, max_live_parameters)
     log.info("applied FSDP2 to %d unit(s) + root over mesh %s (%s), params %s, reshard after forward %s",
              len(units), tuple(mesh.shape), ",".join(mesh.mesh_dim_names), param_dtype, reshard_after_forward)
+
+
+def limit_prefetch(units: list[nn.Module], max_live_parameters: int) -> int:
+    """SMP v1's sdp_max_live_parameters as FSDP2 explicit prefetching: each unit gathers as many
+    following (forward) or preceding (backward) units as fit beside it under the limit, at least
+    one. Returns that depth."""
+    largest = max(sum(p.numel() for p in unit.parameters()) for unit in units)
+    depth = max(1, max_live_parameters // max(largest, 1) - 1)
+    for i, unit in enumerate(units):
+        unit.set_modules_to_forward_prefetch(units[i + 1: i + 1 + depth])
+        unit.set_modules_to_backward_prefetch(list(reversed(units[max(0, i - depth): i])))
+    return depth
 
 
 def materialize_on_rank0_init(model: Transformer, build_reference, device: torch.device, seed: int) -> None:

@@ -159,4 +159,7 @@ def _check_layout(params: ModelParallelParameters, world: int) -> None:
 
 def shutdown() -> None:
     if dist.is_initialized():
+        # A rank that tears gloo down while a peer still finishes its last collective makes the
+        # peer abort (SIGABRT); the barrier lets everyone leave together.
+        dist.barrier()
         dist.destroy_process_group()

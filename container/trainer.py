@@ -22,7 +22,11 @@ from container import checkpoint as ckpt
 from container import data, flops, hf, optim
 from container.args import Directories
 from container.models.llama import Transformer, build_model
-from container.parallelize import apply_activation_checkpointing, apply_fsdp, materialize_on_rank0_init
+from container.parallelize import (
+    apply_activation_checkpointing,
+    apply_fsdp,
+    materialize_on_rank0_init,
+)
 from container.runtime import Runtime
 from launcher.config import TrainingHyperparameters
 from launcher.config.models import ModelSpec
@@ -56,12 +60,12 @@ class Settings:
     checkpoint_freq: int
     keep_checkpoints: int
     validation_freq: int
-    validation_batches: int
+    validation_batches: int | None  # None: the whole validation channel (the seed's -1)
     val_batch: int
     dataset_type: str
 
     @classmethod
-    def from_hyperparameters(cls, hp: TrainingHyperparameters, sdp_clip: float | None) -> "Settings":
+    def from_hyperparameters(cls, hp: TrainingHyperparameters, sdp_clip: float | None) -> Settings:
         max_steps = hp.max_steps or 100
         decay = hp.lr_decay_iters or max_steps
         return cls(
@@ -84,7 +88,7 @@ class Settings:
             checkpoint_freq=hp.checkpoint_freq or 0,
             keep_checkpoints=hp.num_kept_checkpoints or 2,
             validation_freq=hp.validation_freq or 0,
-            validation_batches=hp.validation_batches if hp.validation_batches and hp.validation_batches > 0 else 8,
+            validation_batches=hp.validation_batches if hp.validation_batches and hp.validation_batches > 0 else None,
             val_batch=hp.val_batch_size or 1,
             dataset_type=hp.dataset_type or "jsonl",
         )
@@ -111,12 +115,13 @@ def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSp
         apply_activation_checkpointing(model, hp.activation_checkpointing_mode or "full", offload)
     if rt.world_size > 1 or s.bf16:
         strategy = hp.sharding_strategy or "full_shard"
+        sdp = bool(rt.params.sharded_data_parallel_degree)  # SMP v1 settings apply with SMP v1 sharding
         apply_fsdp(model, rt.fsdp_mesh, param_dtype=torch.bfloat16 if s.bf16 else None,
                    reshard_after_forward=strategy not in ("shard_grad_op", "_hybrid_shard_zero2"),
                    wrap_policy=hp.auto_wrap_policy or "transformer_auto_wrap_policy",
                    min_num_params=hp.min_num_params or 100_000_000,
-                   persistence_threshold=rt.params.sdp_param_persistence_threshold
-                   if rt.params.sharded_data_parallel_degree else 0)
+                   persistence_threshold=rt.params.sdp_param_persistence_threshold if sdp else 0,
+                   max_live_parameters=rt.params.sdp_max_live_parameters if sdp else None)
     if delayed:
         materialize_on_rank0_init(model, lambda: build_model(spec, s.seq_len, device="cpu"), rt.device, s.seed)
     weights = hp.hf_pretrained_model_name_or_dir

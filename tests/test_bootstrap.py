@@ -41,6 +41,7 @@ out = {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]), 
        "host": os.environ["SM_CURRENT_HOST"], "args": sys.argv[1:], "hp_lr": os.environ["SM_HP_LR"]}
 with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], f"rank{out['rank']}.json"), "w") as f:
     json.dump(out, f)
+dist.barrier()  # gloo aborts a peer still in a collective when the group is torn down
 dist.destroy_process_group()
 """
 
@@ -306,7 +307,8 @@ def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
     assert cmd[1:] == [
         "-m", "torch.distributed.run", "--nnodes", "3", "--nproc_per_node", "8",
         "--master_addr", "algo-1", "--master_port", "7777", "--node_rank", "1",
-        "--log-dir", str(tmp_path / "logs"), "--tee", "3", "train.py", "--lr", "0.1"]
+        "--log-dir", str(tmp_path / "logs"), "--tee", "3", "--shutdown-timeout", "100",
+        "train.py", "--lr", "0.1"]
     child = child_environment(env)
     assert (child["FI_PROVIDER"], child["FI_EFA_USE_DEVICE_RDMA"],
             child["NCCL_SOCKET_IFNAME"]) == ("efa", "1", "eth0")

@@ -138,6 +138,7 @@ def _run_worker(rank: int, world: int, init: str, fn, root: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     try:
         fn(root)
+        dist.barrier()  # gloo aborts a peer still in a collective when the group is torn down
     finally:
         dist.destroy_process_group()
 

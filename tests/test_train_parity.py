@@ -54,3 +54,11 @@ def test_activation_checkpointing_keeps_numerics(tmp_path, reference):
     assert_same_training(run_train(tmp_path / "full", 2, train_batch_size=2, activation_checkpointing=1), reference)
     assert_same_training(run_train(tmp_path / "sel", 1, activation_checkpointing=1,
                                    activation_checkpointing_mode="selective", offload_activations=1), reference)
+
+
+def test_smp_v1_sharded_data_parallel_settings_keep_numerics(tmp_path, reference):
+    # sharded_data_parallel_degree 2 of 2 ranks, with a live-parameter limit (explicit prefetch
+    # of one block) and a persistence threshold that keeps the small tiny-model blocks gathered
+    params = ("sharded_data_parallel_degree=2,ddp=true,sdp_max_live_parameters=100000,"
+              "sdp_param_persistence_threshold=60000,sdp_gradient_clipping=1.0")
+    assert_same_training(run_train(tmp_path, 2, train_batch_size=2, mp_parameters=params), reference)

@@ -34,7 +34,7 @@ class TransformerArgs:
     tie_embeddings: bool = False
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec, max_seq_len: int) -> "TransformerArgs":
+    def from_spec(cls, spec: ModelSpec, max_seq_len: int) -> TransformerArgs:
         return cls(dim=spec.hidden_size, n_layers=spec.num_layers, n_heads=spec.num_heads,
                    n_kv_heads=spec.num_kv_heads, vocab_size=spec.vocab_size, ffn_dim=spec.intermediate_size,
                    max_seq_len=max_seq_len, rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,

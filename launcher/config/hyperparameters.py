@@ -109,7 +109,7 @@ class TrainingHyperparameters(BaseModel):
     epochs: int | None = Field(None, ge=1, description="Passes over the data.")
     lr: float | None = Field(None, gt=0, description="Peak learning rate.")
     min_lr: float | None = Field(None, ge=0, description="Final learning rate.")
-    lr_decay_style: Literal["cosine", "linear", "exponential", "constant", "plateau"] | None = Field(
+    lr_decay_style: Literal["cosine", "linear", "constant"] | None = Field(
         None, description="Learning-rate decay."
     )
     lr_decay_iters: int | None = Field(None, ge=1, description="Steps of learning-rate decay.")
