@@ -13,7 +13,6 @@ from functools import partial
 import torch
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-    ActivationWrapper,
     checkpoint_wrapper,
 )
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
@@ -22,6 +21,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from container.models.llama import Transformer
+from container.offload import ActivationOffloader
 
 log = logging.getLogger("smlaunch")
 
@@ -41,28 +41,20 @@ def _selective_policy(ctx, op, *args, **kwargs):
     return CheckpointPolicy.MUST_SAVE if op in _SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def apply_activation_checkpointing(model: Transformer, mode: str = "full", offload: bool = False) -> None:
+def apply_activation_checkpointing(model: Transformer, mode: str = "full",
+                                   offloader: ActivationOffloader | None = None) -> None:
     """Wrap every block: `full` recomputes it in backward, `selective` keeps matmul and attention
-    outputs. With `offload`, what the checkpoint keeps (block inputs) lives in host memory."""
-    for name, block in list(model.layers.named_children()):
+    outputs. With an `offloader`, what the checkpoint keeps (block inputs) lives in host memory."""
+    for index, (name, block) in enumerate(list(model.layers.named_children())):
         kwargs = {"preserve_rng_state": False}
         if mode == "selective":
             kwargs["context_fn"] = partial(create_selective_checkpoint_contexts, _selective_policy)
         wrapped = checkpoint_wrapper(block, **kwargs)
-        if offload:
-            wrapped = _OffloadSaved(wrapped)
+        if offloader is not None:
+            wrapped = offloader.wrap(wrapped, index)
         model.layers.register_module(name, wrapped)
     log.info("applied %s activation checkpointing%s to %d blocks", mode,
-             " with host offload" if offload else "", len(model.layers))
-
-
-class _OffloadSaved(ActivationWrapper):
-    """Tensors autograd saves while this module runs forward are kept in host memory. An
-    ActivationWrapper, so state dicts keep the plain parameter names."""
-
-    def forward(self, *args, **kwargs):
-        with torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available()):
-            return self._checkpoint_wrapped_module(*args, **kwargs)
+             f" with host offload (horizon {offloader.horizon})" if offloader else "", len(model.layers))
 
 
 def fsdp_units(model: Transformer, wrap_policy: str, min_num_params: int) -> list[nn.Module]:

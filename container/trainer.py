@@ -22,6 +22,7 @@ from container import checkpoint as ckpt
 from container import data, flops, hf, optim
 from container.args import Directories
 from container.models.llama import Transformer, build_model
+from container.offload import ActivationOffloader
 from container.parallelize import (
     apply_activation_checkpointing,
     apply_fsdp,
@@ -112,7 +113,8 @@ def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSp
     if hp.activation_checkpointing:
         offload = bool(hp.offload_activations) or (
             "sm_activation_offloading" in rt.params.model_fields_set and rt.params.sm_activation_offloading)
-        apply_activation_checkpointing(model, hp.activation_checkpointing_mode or "full", offload)
+        offloader = ActivationOffloader(rt.params.activation_loading_horizon, rt.device) if offload else None
+        apply_activation_checkpointing(model, hp.activation_checkpointing_mode or "full", offloader)
     if rt.world_size > 1 or s.bf16:
         strategy = hp.sharding_strategy or "full_shard"
         sdp = bool(rt.params.sharded_data_parallel_degree)  # SMP v1 settings apply with SMP v1 sharding
