@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
 import signal
-import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
@@ -22,6 +19,7 @@ from torch.distributed.fsdp import fully_shard
 from container.checkpoint import Checkpointer, StopFlag, install_sigterm_flag, should_stop
 from container.models.llama import build_model
 from launcher.config.models import PRESETS
+from tests.gloo import spawn
 
 SPEC = replace(PRESETS["llama3-tiny"], max_position_embeddings=32)
 SEQ = 16
@@ -65,26 +63,6 @@ def _assert_close(got: dict, want: dict, atol: float) -> None:
     assert got.keys() == want.keys()
     for name, tensor in want.items():
         torch.testing.assert_close(got[name], tensor, atol=atol, rtol=0, msg=name)
-
-
-def _spawn(world: int, fn, root: str) -> None:
-    """Run fn(root) on `world` gloo ranks; an assertion failing in any rank fails the test."""
-    # A fork server that has imported torch once starts ranks in milliseconds, not seconds each.
-    preload = ["torch", "torch.distributed.fsdp"]
-    multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
-    init = Path(root) / f"pg-{uuid.uuid4().hex}"
-    args = (world, str(init), fn, root)
-    mp.start_processes(_run_worker, args=args, nprocs=world, join=True, start_method="forkserver")
-
-
-def _run_worker(rank: int, world: int, init: str, fn, root: str) -> None:
-    torch.set_num_threads(1)  # several ranks share few cores
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
-    try:
-        fn(root)
-        dist.barrier()  # gloo aborts a peer still in a collective when the group is torn down
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
@@ -196,7 +174,7 @@ def _fsdp_load(root: str) -> None:
 def two_rank_checkpoint(tmp_path_factory) -> Path:
     """A checkpoint saved by 2 FSDP2 ranks, which also check that they resume from it exactly."""
     root = tmp_path_factory.mktemp("fsdp")
-    _spawn(2, _fsdp_save_then_load, str(root))
+    spawn(2, _fsdp_save_then_load, str(root))
     return root
 
 
@@ -217,7 +195,7 @@ def test_fsdp_checkpoint_reshards_to_one_process(two_rank_checkpoint):
 
 
 def test_fsdp_checkpoint_reshards_to_four_ranks(two_rank_checkpoint):
-    _spawn(4, _fsdp_load, str(two_rank_checkpoint))
+    spawn(4, _fsdp_load, str(two_rank_checkpoint))
 
 
 def test_sigterm_sets_the_flag():
@@ -238,4 +216,4 @@ def _agree_on_stop(root: str) -> None:
 
 
 def test_should_stop_agrees_across_ranks(tmp_path):
-    _spawn(2, _agree_on_stop, str(tmp_path))
+    spawn(2, _agree_on_stop, str(tmp_path))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -98,22 +97,8 @@ def seed_estimator(sagemaker_session, instance_type: str = "ml.p5.48xlarge", **c
 
 
 @pytest.fixture(autouse=True)
-def no_network(monkeypatch: pytest.MonkeyPatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a test tried to open a network connection")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-
-
-@pytest.fixture
-def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+def _no_network(no_network):
+    """Every test here runs with the network refused (conftest.py)."""
 
 
 @pytest.fixture

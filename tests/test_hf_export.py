@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
-import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from safetensors.torch import load_file
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
@@ -20,6 +17,7 @@ from torch.distributed.fsdp import fully_shard
 from container.hf import export_hf, from_hf_name, load_hf_weights, to_hf_name
 from container.models.llama import TransformerArgs, build_model, rope_inv_freq
 from launcher.config.models import PRESETS
+from tests.gloo import spawn
 
 # Original context 64 with head_dim 16: one frequency is smoothed, six are divided by 8.
 SCALED = replace(
@@ -123,26 +121,6 @@ def test_load_names_every_mismatch(tmp_path):
         load_hf_weights(other, tmp_path / "absent")
 
 
-def _spawn(world: int, fn, root: str) -> None:
-    """Run fn(root) on `world` gloo ranks; an assertion failing in any rank fails the test."""
-    # A fork server that has imported torch once starts ranks in milliseconds, not seconds each.
-    preload = ["torch", "torch.distributed.fsdp"]
-    multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
-    init = Path(root) / f"pg-{uuid.uuid4().hex}"
-    args = (world, str(init), fn, root)
-    mp.start_processes(_run_worker, args=args, nprocs=world, join=True, start_method="forkserver")
-
-
-def _run_worker(rank: int, world: int, init: str, fn, root: str) -> None:
-    torch.set_num_threads(1)  # several ranks share few cores
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
-    try:
-        fn(root)
-        dist.barrier()  # gloo aborts a peer still in a collective when the group is torn down
-    finally:
-        dist.destroy_process_group()
-
-
 def _sharded(spec, seed: int):
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     model = _model(spec, seed)
@@ -181,7 +159,7 @@ def test_fsdp_export_equals_unsharded_export(tmp_path):
         model = _model(spec, seed=0)
         export_hf(model, spec, tmp_path / f"plain-{tied}", dtype=torch.float32)
         torch.save(model.state_dict(), tmp_path / f"plain-{tied}.pt")
-    _spawn(2, _fsdp_export_and_load, str(tmp_path))
+    spawn(2, _fsdp_export_and_load, str(tmp_path))
     for tied in (False, True):
         plain, fsdp = tmp_path / f"plain-{tied}", tmp_path / f"fsdp-{tied}"
         assert (plain / "config.json").read_text() == (fsdp / "config.json").read_text()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import tarfile
 import time
 from datetime import datetime, timezone
@@ -31,23 +30,12 @@ DEFAULT_BUCKET = f"sagemaker-{REGION}-{DEFAULT_ACCOUNT_ID}"
 
 
 @pytest.fixture(autouse=True)
-def no_network(monkeypatch: pytest.MonkeyPatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a test tried to open a network connection")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+def _no_network(no_network):
+    """Every test here runs with the network refused (conftest.py)."""
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_SESSION_TOKEN": "testing", "AWS_SECURITY_TOKEN": "testing",
-                       "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+def aws(fake_credentials):
     with mock_aws():
         yield boto3.Session(region_name=REGION)
 

@@ -1,0 +1,33 @@
+"""Fixtures shared by the AWS-facing tests: no real network, and fake credentials for moto."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+REGION = "us-east-1"
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch):
+    """Any real connection fails the test (moto's in-process mocks open none)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a test tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture
+def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Credentials and region for moto; nothing from the developer's own AWS configuration."""
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_SESSION_TOKEN": "testing", "AWS_SECURITY_TOKEN": "testing",
+                       "AWS_DEFAULT_REGION": REGION}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
