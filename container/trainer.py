@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from container import checkpoint as ckpt
 from container import data, flops, hf, optim
-from container.args import Directories
+from container.args import Directories, pretrained_dir
 from container.models.llama import Transformer, build_model
 from container.offload import ActivationOffloader
 from container.parallelize import (
@@ -96,6 +96,9 @@ class Settings:
 
 
 def resolve_spec(hp: TrainingHyperparameters) -> ModelSpec:
+    weights = pretrained_dir(hp.hf_pretrained_model_name_or_dir)
+    if weights is not None:  # read config.json from where the weights are, channel or path
+        hp = hp.model_copy(update={"hf_pretrained_model_name_or_dir": str(weights)})
     spec = model_of(hp, Path.cwd())
     if spec is None:
         raise ValueError("the model is unknown: set model_preset (llama3-tiny, llama3.2-1b, llama3.1-8b, ...), "
@@ -126,9 +129,11 @@ def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSp
                    max_live_parameters=rt.params.sdp_max_live_parameters if sdp else None)
     if delayed:
         materialize_on_rank0_init(model, lambda: build_model(spec, s.seq_len, device="cpu"), rt.device, s.seed)
-    weights = hp.hf_pretrained_model_name_or_dir
-    if weights and Path(weights).is_dir() and any(Path(weights).glob("*.safetensors")):
+    weights = pretrained_dir(hp.hf_pretrained_model_name_or_dir)
+    if weights is not None and any(weights.glob("*.safetensors")):
         hf.load_hf_weights(model, weights, distributed=rt.world_size > 1)
+        if rt.is_main:
+            log.info("loaded pretrained weights from %s", weights)
     return model
 
 

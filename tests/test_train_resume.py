@@ -33,3 +33,15 @@ def test_four_process_hybrid_run_writes_artifacts(tmp_path):
     config = json.loads((model_dir / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"] and config["num_hidden_layers"] == 2
     assert (model_dir / "model.safetensors").stat().st_size > 0
+
+
+def test_pretrained_weights_from_a_channel_are_loaded(tmp_path, monkeypatch):
+    """Fine-tuning: weights exported by one run, given to the next as a channel, give the same
+    first loss as the end of the first run's training (the model continues, not restarts)."""
+    first = run_train(tmp_path / "a", 1, max_steps=3)
+    channel = tmp_path / "a" / "model"  # HF safetensors + config.json written by the first run
+    monkeypatch.setenv("SM_CHANNEL_PRETRAINED", str(channel))
+    scratch = run_train(tmp_path / "b", 1, max_steps=1)
+    tuned = run_train(tmp_path / "c", 1, max_steps=1, model_preset="", hf_pretrained_model_name_or_dir="pretrained")
+    assert series(tuned, "loss")[0] < series(scratch, "loss")[0]
+    assert series(tuned, "loss")[0] < series(first, "loss")[0]
