@@ -8,6 +8,7 @@ mean loss whatever the mesh. That is what makes every layout match a single proc
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -34,6 +35,7 @@ _SAVE_OPS = {
     torch.ops.aten._scaled_dot_product_flash_attention.default,
     torch.ops.aten._scaled_dot_product_efficient_attention.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops.aten._scaled_mm.default,  # torchao's FP8 matmuls
 }
 
 
@@ -42,11 +44,13 @@ def _selective_policy(ctx, op, *args, **kwargs):
 
 
 def apply_activation_checkpointing(model: Transformer, mode: str = "full",
-                                   offloader: ActivationOffloader | None = None) -> None:
+                                   offloader: ActivationOffloader | None = None,
+                                   checkpoint_fn: Callable | None = None) -> None:
     """Wrap every block: `full` recomputes it in backward, `selective` keeps matmul and attention
-    outputs. With an `offloader`, what the checkpoint keeps (block inputs) lives in host memory."""
+    outputs. With an `offloader`, what the checkpoint keeps (block inputs) lives in host memory.
+    `checkpoint_fn` replaces torch's checkpoint (Transformer Engine's, for its FP8 state)."""
     for index, (name, block) in enumerate(list(model.layers.named_children())):
-        kwargs = {"preserve_rng_state": False}
+        kwargs = {"checkpoint_fn": checkpoint_fn} if checkpoint_fn else {"preserve_rng_state": False}
         if mode == "selective":
             kwargs["context_fn"] = partial(create_selective_checkpoint_contexts, _selective_policy)
         wrapped = checkpoint_wrapper(block, **kwargs)

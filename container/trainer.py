@@ -17,10 +17,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
 
 from container import checkpoint as ckpt
 from container import data, flops, hf, optim
 from container.args import Directories, pretrained_dir
+from container.context_parallel import apply_context_parallel
+from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
 from container.models.llama import Transformer, build_model
 from container.offload import ActivationOffloader
 from container.parallelize import (
@@ -29,7 +32,8 @@ from container.parallelize import (
     materialize_on_rank0_init,
 )
 from container.runtime import Runtime
-from launcher.config import TrainingHyperparameters
+from container.tensor_parallel import apply_tp, loss_context
+from launcher.config import FP8Config, TrainingHyperparameters
 from launcher.config.models import ModelSpec
 from launcher.config.rules import model_of
 from launcher.metrics import format_metric_line
@@ -107,17 +111,24 @@ def resolve_spec(hp: TrainingHyperparameters) -> ModelSpec:
 
 
 def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSpec, s: Settings) -> Transformer:
-    """Model -> activation checkpointing -> FSDP -> weights (delayed init, or eager init before sharding)."""
+    """Model -> FP8 -> tensor parallel -> activation checkpointing -> FSDP -> weights (delayed init,
+    or eager init before sharding)."""
     delayed = bool(hp.delayed_param or rt.params.delayed_parameter_initialization)
     model = build_model(spec, s.seq_len, device="meta" if delayed else rt.device)
     if not delayed:  # seeded right before init_weights, as the delayed path does on rank 0
         torch.manual_seed(s.seed)
         model.init_weights()
+    fp8 = FP8Config.from_hyperparameters(hp)
+    if fp8.enabled:  # first: tensor parallelism, checkpointing and FSDP wrap the swapped projections
+        apply_fp8(model, fp8, rt)
+    if rt.layout.tp > 1:
+        apply_tp(model, rt.mesh["tp"])
     if hp.activation_checkpointing:
         offload = bool(hp.offload_activations) or (
             "sm_activation_offloading" in rt.params.model_fields_set and rt.params.sm_activation_offloading)
         offloader = ActivationOffloader(rt.params.activation_loading_horizon, rt.device) if offload else None
-        apply_activation_checkpointing(model, hp.activation_checkpointing_mode or "full", offloader)
+        mode = hp.activation_checkpointing_mode or "full"
+        apply_activation_checkpointing(model, mode, offloader, checkpoint_fn=activation_checkpoint_fn(fp8, mode))
     if rt.world_size > 1 or s.bf16:
         strategy = hp.sharding_strategy or "full_shard"
         sdp = bool(rt.params.sharded_data_parallel_degree)  # SMP v1 settings apply with SMP v1 sharding
@@ -138,11 +149,14 @@ def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSp
 
 
 def token_loss_sum(model: Transformer, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of token losses, number of label tokens) for one micro-batch on this rank."""
+    """(sum of token losses, number of label tokens) for one micro-batch on this rank. Under
+    tensor parallelism it and the backward run in `loss_context` (vocabulary-sharded logits)."""
     logits = model(batch["input_ids"], batch.get("positions"))
     labels = batch["labels"]
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
                            reduction="sum")
+    if isinstance(loss, DTensor):  # vocabulary-parallel: replicated over tp, autograd kept
+        loss = loss.to_local()
     return loss, (labels != IGNORE_INDEX).sum()
 
 
@@ -176,7 +190,9 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         hp, rt.params.sdp_gradient_clipping if rt.params.sharded_data_parallel_degree else None)
     spec = resolve_spec(hp)
     model = build_parallel_model(rt, hp, spec, s)
+    cp_shard = apply_context_parallel(rt, hp.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer)
+    fp8 = FP8Config.from_hyperparameters(hp)
     scheduler = optim.lr_schedule(optimizer, warmup_steps=s.warmup_steps, total_steps=s.decay_steps,
                                   min_lr=s.min_lr, style=s.lr_style)
     loader = data.build_dataloader(
@@ -202,16 +218,18 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     for step in range(start_step + 1, s.max_steps + 1):
         _sync(rt)
         t0 = time.perf_counter()
-        micro = [_to(loader.next_batch(), rt.device) for _ in range(s.grad_accum)]
+        micro = [_to(cp_shard(loader.next_batch()), rt.device) for _ in range(s.grad_accum)]
         local_tokens = sum((b["labels"] != IGNORE_INDEX).sum() for b in micro)
         total_tokens = _all_sum(local_tokens.to(torch.float32), rt.loss_group)
         loss_sum = torch.zeros((), device=rt.device)
         for batch in micro:
-            loss, _ = token_loss_sum(model, batch)
-            (loss / total_tokens).backward()
+            with loss_context(rt.layout.tp):
+                loss, _ = token_loss_sum(model, batch)
+                (loss / total_tokens).backward()
             loss_sum += loss.detach()
         grad_norm = optim.clip_grad_norm_(model.parameters(), s.grad_clip)
         optimizer.step()
+        precompute_fp8_scales(model, fp8)
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step_loss = (_all_sum(loss_sum, rt.loss_group) / total_tokens).item()
@@ -227,7 +245,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             metrics.write(last)
         if s.validation_freq and dirs.validation and step % s.validation_freq == 0:
-            metrics.write({"step": step, "val_loss": validate(rt, model, dirs.validation, s, spec)})
+            metrics.write({"step": step, "val_loss": validate(rt, model, dirs.validation, s, spec, cp_shard)})
         stopping = ckpt.should_stop(stop_flag)
         if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
             checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})
@@ -261,14 +279,15 @@ def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_p
 
 
 @torch.no_grad()
-def validate(rt: Runtime, model: Transformer, path: Path, s: Settings, spec: ModelSpec) -> float:
+def validate(rt: Runtime, model: Transformer, path: Path, s: Settings, spec: ModelSpec, cp_shard) -> float:
     loader = data.build_validation_loader(
         dataset_type="jsonl", path=path, seq_len=s.seq_len, micro_batch_size=s.val_batch, dp_rank=rt.dp_rank,
         dp_size=rt.dp_size, vocab_size=spec.vocab_size, seed=s.seed, max_batches=s.validation_batches)
     loss_sum = torch.zeros((), device=rt.device)
     tokens = torch.zeros((), device=rt.device)
     for batch in loader:
-        loss, n = token_loss_sum(model, _to(batch, rt.device))
+        with loss_context(rt.layout.tp):
+            loss, n = token_loss_sum(model, _to(cp_shard(batch), rt.device))
         loss_sum += loss
         tokens += n
     return (_all_sum(loss_sum, rt.loss_group) / _all_sum(tokens, rt.loss_group)).item()

@@ -378,3 +378,15 @@ def test_framework_version_must_name_an_image(script_dir):
     # an explicit image skips the table; so does local mode
     assert paths(make_job(script_dir, framework_version="2.4.9", image_uri="my/image:1")) == []
     assert only_issue(make_job(script_dir, framework_version="2.4.1", py_version="py38"), "py_version")
+
+
+def test_tp_needs_divisible_sequence_mlp_and_vocab(script_dir):
+    data = make_job(script_dir, params={"tensor_parallel_degree": 2, "hybrid_shard_degree": 4},
+                    hp={"hf_pretrained_model_name_or_dir": None, "model_preset": "llama3-tiny",
+                        "max_context_width": 63, "intermediate_size": 175, "vocab_size": 257})
+    assert only_issue(data, "hyperparameters.max_context_width")
+    problems = " ".join(i.problem for i in only_issue(data, f"{MP}.tensor_parallel_degree"))
+    assert "175 MLP width" in problems and "257 vocabulary entries" in problems
+    ok = make_job(script_dir, params={"tensor_parallel_degree": 2, "hybrid_shard_degree": 4},
+                  hp={"hf_pretrained_model_name_or_dir": None, "model_preset": "llama3-tiny", "max_context_width": 64})
+    assert paths(ok) == []

@@ -171,9 +171,15 @@ def check_degrees(ctx: Context) -> list[Issue]:
                             f"must be divisible by 2 x cp x tp = {2 * cp * tp} (each sequence is cut "
                             "into 2*cp load-balanced chunks)",
                             f"use {seq - seq % (2 * cp * tp)} or {seq + 2 * cp * tp - seq % (2 * cp * tp)}"))
+    if tp > 1 and cp == 1 and seq and seq % tp:
+        issues.append(Issue(f"{HP}.max_context_width", seq,
+                            f"must be divisible by tensor_parallel_degree {tp} (sequence-parallel norms "
+                            "split each sequence across the tp ranks)",
+                            f"use {seq - seq % tp} or {seq + tp - seq % tp}"))
     model = ctx.model
     if tp > 1 and model is not None:
-        for attr, label in (("num_heads", "attention heads"), ("num_kv_heads", "key/value heads")):
+        for attr, label in (("num_heads", "attention heads"), ("num_kv_heads", "key/value heads"),
+                            ("intermediate_size", "MLP width"), ("vocab_size", "vocabulary entries")):
             n = getattr(model, attr)
             if n % tp:
                 issues.append(Issue(f"{MP}.tensor_parallel_degree", tp,

@@ -1,0 +1,92 @@
+"""Tensor parallelism (SMP's `tensor_parallel_degree`): Megatron-style sharded attention and MLP
+with sequence-parallel norms, applied to the unchanged model with `parallelize_module`
+(torchtitan's plan).
+
+Within a block the activations between the sub-layers are split along the sequence over the tp
+ranks (Shard(1)): norms run on a rank's slice of the sequence; the attention and MLP inputs are
+all-gathered, wq/wk/wv and w1/w3 are split by output features (so each rank owns whole heads:
+the attention's `view(bsz, seq, -1, head_dim)` sees the local head count), and wo/w2 are split
+by input features, their partial sums reduce-scattered back to sequence slices. The tokens,
+and so the RoPE tables and positions the model builds from them, are the same on every tp rank;
+the attention's input is the whole (tp-gathered) sequence, so they fit it unchanged, also when
+context parallelism later passes a rank's chunk positions.
+
+The logits stay split by vocabulary (a DTensor, Shard(-1)): the full [batch, seq, vocab] fp32
+logits are what ran the seed's 8B job out of memory, so each rank keeps 1/tp of them and the
+cross-entropy runs vocabulary-parallel (torch's `loss_parallel`, inside `loss_context`, which
+must also hold the backward). Every tp rank then holds the same loss, and DTensor's backward
+keeps the gradients those of one model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    loss_parallel,
+    parallelize_module,
+)
+
+from container.models.llama import Transformer
+
+log = logging.getLogger("smlaunch")
+
+
+def check_tp_degree(model: Transformer, tp: int) -> None:
+    """Every split must be even: heads (whole heads per rank), MLP and vocabulary features, and
+    the sequence (sequence-parallel slices are rebuilt from local tensors assuming equal sizes)."""
+    args = model.args
+    sizes = {"attention heads": args.n_heads, "key/value heads": args.n_kv_heads,
+             "MLP features": args.ffn_dim, "vocabulary entries": args.vocab_size,
+             "sequence length (max_context_width)": args.max_seq_len}
+    uneven = [f"{n} {label}" for label, n in sizes.items() if n % tp]
+    if uneven:
+        raise ValueError(f"tensor_parallel_degree {tp} must divide the model's {', '.join(uneven)}")
+
+
+def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
+    """Shard `model`'s parameters over the 1-D `tp_mesh` (before activation checkpointing and
+    FSDP, which then shards the same parameters over the data-parallel dimensions)."""
+    check_tp_degree(model, tp_mesh.size())
+    parallelize_module(model, tp_mesh, {
+        # tokens are replicated; each rank looks up its vocabulary rows, the partial embeddings
+        # are reduce-scattered into sequence slices
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
+    })
+    if model.args.tie_embeddings:
+        # parallelize_module replaced each module's weight with its own DTensor; both are the
+        # vocabulary dimension split the same way (Shard(0)), so the tie can be restored as is
+        model.output.weight = model.tok_embeddings.weight
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, {
+            "attention_norm": SequenceParallel(),
+            # (x, cos, sin): x gathered to the whole sequence; the RoPE tables are plain tensors
+            "attention": PrepareModuleInput(input_layouts=(Shard(1), None, None),
+                                            desired_input_layouts=(Replicate(), None, None)),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+            "feed_forward.w3": ColwiseParallel(),
+        })
+    log.info("applied tensor parallelism (degree %d, sequence-parallel norms) to %d blocks",
+             tp_mesh.size(), len(model.layers))
+
+
+def loss_context(tp: int) -> contextlib.AbstractContextManager:
+    """What the loss and its backward run in: with tp > 1 the logits are vocabulary-sharded
+    DTensors, and cross-entropy over them needs torch's loss-parallel kernels."""
+    return loss_parallel() if tp > 1 else contextlib.nullcontext()
