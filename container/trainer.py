@@ -110,7 +110,8 @@ def resolve_spec(hp: TrainingHyperparameters) -> ModelSpec:
     return spec
 
 
-def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSpec, s: Settings) -> Transformer:
+def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSpec, s: Settings,
+                         fp8: FP8Config) -> Transformer:
     """Model -> FP8 -> tensor parallel -> activation checkpointing -> FSDP -> weights (delayed init,
     or eager init before sharding)."""
     delayed = bool(hp.delayed_param or rt.params.delayed_parameter_initialization)
@@ -118,7 +119,6 @@ def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSp
     if not delayed:  # seeded right before init_weights, as the delayed path does on rank 0
         torch.manual_seed(s.seed)
         model.init_weights()
-    fp8 = FP8Config.from_hyperparameters(hp)
     if fp8.enabled:  # first: tensor parallelism, checkpointing and FSDP wrap the swapped projections
         apply_fp8(model, fp8, rt)
     if rt.layout.tp > 1:
@@ -189,10 +189,10 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     s = Settings.from_hyperparameters(
         hp, rt.params.sdp_gradient_clipping if rt.params.sharded_data_parallel_degree else None)
     spec = resolve_spec(hp)
-    model = build_parallel_model(rt, hp, spec, s)
+    fp8 = FP8Config.from_hyperparameters(hp)
+    model = build_parallel_model(rt, hp, spec, s, fp8)
     cp_shard = apply_context_parallel(rt, hp.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer)
-    fp8 = FP8Config.from_hyperparameters(hp)
     scheduler = optim.lr_schedule(optimizer, warmup_steps=s.warmup_steps, total_steps=s.decay_steps,
                                   min_lr=s.min_lr, style=s.lr_style)
     loader = data.build_dataloader(

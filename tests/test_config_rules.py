@@ -390,3 +390,9 @@ def test_tp_needs_divisible_sequence_mlp_and_vocab(script_dir):
     ok = make_job(script_dir, params={"tensor_parallel_degree": 2, "hybrid_shard_degree": 4},
                   hp={"hf_pretrained_model_name_or_dir": None, "model_preset": "llama3-tiny", "max_context_width": 64})
     assert paths(ok) == []
+
+
+def test_transformer_engine_fp8_refuses_tensor_parallelism(script_dir):
+    base = {"instance_type": "ml.p5.48xlarge", "params": {"tensor_parallel_degree": 2, "hybrid_shard_degree": 4}}
+    assert only_issue(make_job(script_dir, hp={"fp8": 1}, **base), "hyperparameters.fp8_backend")
+    assert paths(make_job(script_dir, hp={"fp8": 1, "fp8_backend": "torchao"}, **base)) == []

@@ -18,7 +18,7 @@ from launcher.wire import encode
 from tests.train_runs import ROOT, free_port, run_train, series
 
 HP = {"model_preset": "llama3-tiny", "dataset_type": "jsonl", "max_context_width": 64, "max_steps": 4,
-      "lr": 0.003, "warmup": 0.0, "min_lr": 0.0003, "seed": 7, "logging_freq": 1}
+      "lr": 0.03, "warmup": 0.0, "min_lr": 0.003, "seed": 7, "logging_freq": 1}
 
 
 @pytest.fixture(scope="module")

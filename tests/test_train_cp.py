@@ -1,5 +1,6 @@
 """Context parallelism through train.py trains exactly like one process: same per-step loss and
-gradient norm, alone, with activation checkpointing, and inside hybrid sharding.
+gradient norm, alone, with activation checkpointing, inside hybrid sharding, and with tensor
+parallelism.
 
 Every run sees the reference's global batch of 4 sequences per step: train_batch_size is the
 batch of one data-parallel rank, and cp ranks share their data-parallel rank's batch.
@@ -33,7 +34,9 @@ def reference(tmp_path_factory):
     # the issue's done-when: dp_replicate 2 x dp_shard 1 x cp 2 (hybrid sharding groups of 2 = the cp pairs)
     (4, 2, "context_parallel_degree=2,hybrid_shard_degree=2",
      {"activation_checkpointing": 1, "activation_checkpointing_mode": "selective"}),
-], ids=["cp2", "cp2-checkpointed", "cp4", "dp_shard2-cp2", "hsd2-cp2"])
+    # tp 2 x cp 2: the tp pair shares each cp chunk; one data-parallel batch
+    (4, 4, "tensor_parallel_degree=2,context_parallel_degree=2", {}),
+], ids=["cp2", "cp2-checkpointed", "cp4", "dp_shard2-cp2", "hsd2-cp2", "tp2-cp2"])
 def test_context_parallel_matches_single_process(tmp_path, reference, nproc, batch, params, extra):
     records = run_train(tmp_path, nproc, train_batch_size=batch, mp_parameters=params, **SENSITIVE, **extra)
     assert len(records) == 8

@@ -15,7 +15,9 @@ import torch
 
 from tests.train_runs import run_train, series
 
-BF16 = {"train_batch_size": 2, "bf16": 1, "checkpoint_freq": 3, "lr_decay_iters": 6}  # resumable
+# resumable; the gentle learning rate the FP8-vs-bf16 gap below was measured at (FP8 tracks bf16,
+# it is not exact, so the shared parity settings' large rate would only amplify rounding)
+BF16 = {"train_batch_size": 2, "bf16": 1, "checkpoint_freq": 3, "lr_decay_iters": 6, "lr": 0.003, "min_lr": 0.0003}
 FP8 = {**BF16, "fp8": 1, "fp8_backend": "torchao", "fp8_emulate": 1}
 # Measured: FP8's loss is within 4e-5 (relative) of bf16's over the 6 steps (1e-4 over 12). Early
 # in training the residual stream is mostly the embedding, which stays bf16, so the gap is small.

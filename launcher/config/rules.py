@@ -248,6 +248,10 @@ def check_precision(ctx: Context, fp8: FP8Config) -> list[Issue]:
     if not bf16:
         issues.append(Issue(f"{HP}.fp8", True, "FP8 training needs bf16 for the layers that stay in 16 bits",
                             "add bf16: 1"))
+    if fp8.backend == "transformer_engine" and ctx.params.tensor_parallel_degree > 1:
+        issues.append(Issue(f"{HP}.fp8_backend", fp8.backend,
+                            "Transformer Engine FP8 is not combined with tensor parallelism here",
+                            "use fp8_backend: torchao, or tensor_parallel_degree: 1"))
     if fp8.backend == "torchao" and hp.fp8_recipe == "delayed":
         issues.append(Issue(f"{HP}.fp8_recipe", "delayed", "torchao float8 training scales per step only",
                             "use fp8_recipe: current, or fp8_backend: transformer_engine"))
