@@ -220,11 +220,12 @@ def master_address(env: TrainingEnv) -> tuple[str, int]:
     addr = os.environ.get("SMLAUNCH_MASTER_ADDR")
     port = os.environ.get("SMLAUNCH_MASTER_PORT")
     if len(env.hosts) == 1:
-        return addr or "127.0.0.1", int(port) if port else _free_port()
+        return addr or "127.0.0.1", int(port) if port else free_port()
     return addr or env.master_hostname, int(port) if port else MASTER_PORT
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for a single-host rendezvous."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

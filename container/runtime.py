@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
+from container.bootstrap import free_port
 from launcher.config import ModelParallelParameters, ParallelLayout
 from launcher.config.layout import sharding_group
 
@@ -94,17 +94,12 @@ def distribution_parameters(mp_parameters: str | dict | None = None, **explicit)
     return ModelParallelParameters.model_validate(params)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def init_runtime(params: ModelParallelParameters, *, sharding_strategy: str | None = None) -> Runtime:
     """Initialise the process group (NCCL on GPUs, gloo on CPU) and build the mesh."""
     if "WORLD_SIZE" not in os.environ:  # a plain `python train.py`: a world of one
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))

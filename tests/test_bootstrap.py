@@ -8,7 +8,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -22,6 +21,7 @@ from container.bootstrap import (
     FAILURE_LIMIT,
     child_environment,
     failure_text,
+    free_port,
     launch_command,
     master_address,
 )
@@ -72,12 +72,6 @@ with open(f"{out}/pid{rank}.tmp", "w") as f:
 os.rename(f"{out}/pid{rank}.tmp", f"{out}/pid{rank}")
 time.sleep(120)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def source_dir(tmp_path: Path, program: str, text: str, name: str = "src") -> Path:

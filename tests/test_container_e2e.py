@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from container.bootstrap import free_port
 from container.data import byte_tokenize, pack, write_jsonl
 from launcher.contract import write_opt_ml
 from launcher.wire import encode
-from tests.train_runs import ROOT, free_port, run_train, series
+from tests.train_runs import ROOT, run_train, series
 
 HP = {"model_preset": "llama3-tiny", "dataset_type": "jsonl", "max_context_width": 64, "max_steps": 4,
       "lr": 0.03, "warmup": 0.0, "min_lr": 0.003, "seed": 7, "logging_freq": 1}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from container.bootstrap import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "entrypoints" / "train.py"
@@ -24,12 +25,6 @@ TINY = {
     "seed": 7,
     "logging_freq": 1,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_train(tmp: Path, nproc: int, timeout: int = 240, **hyperparameters) -> list[dict]:
