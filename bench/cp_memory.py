@@ -25,7 +25,6 @@ import gc
 import os
 import platform
 import re
-import socket
 import time
 
 import torch
@@ -37,6 +36,7 @@ from container import context_parallel as cpl
 from container.data import shift_labels
 from container.models import attention
 from container.models.llama import Transformer, TransformerArgs
+from launcher.contract import free_port
 
 MIB = 2**20
 
@@ -114,12 +114,6 @@ def worker(rank: int, cp: int, port: int, opts: argparse.Namespace, results) -> 
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seq", type=int, default=8192)
@@ -140,7 +134,7 @@ def main() -> None:
     first = None
     for cp in opts.cp:
         results = ctx.SimpleQueue()
-        mp.start_processes(worker, args=(cp, _free_port(), opts, results), nprocs=cp, join=True, start_method="spawn")
+        mp.start_processes(worker, args=(cp, free_port(), opts, results), nprocs=cp, join=True, start_method="spawn")
         rows = [results.get() for _ in range(cp)]
         saved, rss = max(r[2] for r in rows), max(r[3] for r in rows)
         wall, cpu = max(r[4] for r in rows), sum(r[5] for r in rows)

@@ -3,6 +3,9 @@
 The sagemaker-training toolkit passes hyperparameters as `--key value` (bools as True/False,
 dicts as k=v,k2=v2); scripts must tolerate keys they do not know. Directories come from
 arguments, else the SM_* variables, else the /opt/ml layout under SAGEMAKER_BASE_DIR.
+An argument that names a place under /opt/ml (the seed passes `--checkpoint_dir
+/opt/ml/checkpoints`) follows the tree when SAGEMAKER_BASE_DIR moves it (local mode), and the
+checkpoint directory follows SMLAUNCH_CHECKPOINT_DIR (shared by a local job's hosts).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from launcher.config import TrainingHyperparameters
 
 DIRECTORY_ARGS = ("model_dir", "output_data_dir", "checkpoint_dir", "training_dir", "test_dir")
+OPT_ML = Path("/opt/ml")
 
 
 def parse_pairs(argv: list[str]) -> dict[str, str]:
@@ -55,9 +59,18 @@ def directories(pairs: dict[str, str]) -> Directories:
                 return Path(env[f"SM_CHANNEL_{name.upper()}"])
         return None
 
+    def moved(value: str) -> Path:
+        path = Path(value)
+        if not path.is_relative_to(OPT_ML):
+            return path
+        rel = path.relative_to(OPT_ML)
+        if env.get("SMLAUNCH_CHECKPOINT_DIR") and rel.parts[:1] == ("checkpoints",):
+            return Path(env["SMLAUNCH_CHECKPOINT_DIR"]).joinpath(*rel.parts[1:])
+        return base / rel
+
     def pick(arg: str, *fallbacks) -> Path | None:
         if pairs.get(arg):
-            return Path(pairs[arg])
+            return moved(pairs[arg])
         return next((Path(f) for f in fallbacks if f), None)
 
     return Directories(

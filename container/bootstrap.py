@@ -23,7 +23,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -39,11 +38,11 @@ from container.contract import (
     to_cmd_args,
 )
 from launcher.catalog import get_instance_type
+from launcher.contract import FAILURE_LIMIT, free_port
 from launcher.wire import PROCESSES_PER_HOST
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
-FAILURE_LIMIT = 1024  # SageMaker's FailureReason shows this many characters of output/failure
 EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
 STDERR_TAIL_BYTES = 64 * 1024  # enough for torchrun's failure summary of a full host
 _UNSUPPORTED = {
@@ -222,13 +221,6 @@ def master_address(env: TrainingEnv) -> tuple[str, int]:
     if len(env.hosts) == 1:
         return addr or "127.0.0.1", int(port) if port else free_port()
     return addr or env.master_hostname, int(port) if port else MASTER_PORT
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 for a single-host rendezvous."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def child_environment(env: TrainingEnv) -> dict[str, str]:

@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from container.bootstrap import free_port
 from launcher.config import ModelParallelParameters, ParallelLayout
 from launcher.config.layout import sharding_group
+from launcher.contract import free_port
 
 log = logging.getLogger("smlaunch")
 
@@ -52,7 +53,11 @@ class Runtime:
     def fsdp_mesh(self) -> DeviceMesh:
         """1-D sharding mesh, or 2-D (replicate, shard) for hybrid sharding."""
         if self.layout.dp_replicate > 1:
-            return self.mesh["dp_replicate", "dp_shard_cp"]
+            # FSDP2's HSDP needs this 2-D (replicate, shard) view; torch >= 2.11 warns once per rank
+            # that slicing a flattened dim will be deprecated, and offers no other way to build it.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Slicing a flattened dim", category=UserWarning)
+                return self.mesh["dp_replicate", "dp_shard_cp"]
         return self.flat["dp_shard_cp"]
 
     @property

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
 from container import checkpoint as ckpt
-from container import data, flops, hf, optim
+from container import data, hf, optim
 from container.args import Directories, pretrained_dir
 from container.context_parallel import apply_context_parallel
 from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
@@ -33,6 +33,7 @@ from container.parallelize import (
 )
 from container.runtime import Runtime
 from container.tensor_parallel import apply_tp, loss_context
+from launcher import flops
 from launcher.config import FP8Config, TrainingHyperparameters
 from launcher.config.models import ModelSpec
 from launcher.config.rules import model_of
@@ -268,6 +269,7 @@ def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_p
         "grad_norm": round(grad_norm, 6),
         "lr": lr,
         "samples_per_s": round(tokens_per_s / s.seq_len, 4),
+        "tokens_per_s": round(tokens_per_s, 1),
         "tokens_per_s_per_gpu": round(per_device, 2),
         "tflops_per_gpu": round(tflops, 4),
         "tflops_per_gpu_seed_formula": round(per_device * seed_flops_token / 1e12, 4),

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from pathlib import Path
 
 # SageMaker's name for the single instance group of a job that declares no instance groups.
 HOMOGENEOUS_GROUP = "homogeneousCluster"
+
+FAILURE_LIMIT = 1024  # SageMaker's FailureReason shows this many characters of output/failure
 
 # Channel files up to this size are copied into `input/data/<channel>/`, bigger ones are
 # symlinked. Copies keep the tree self-contained (it can be mounted into a container, or the
@@ -33,12 +36,14 @@ def write_opt_ml(
     channels: dict[str, Path],
     input_mode: str = "File",
     network_interface_name: str = "eth0",
+    distributions: dict[str, str] | None = None,
 ) -> None:
     """Write the tree SageMaker gives one host of a training job under `base_dir`.
 
     `hyperparameters` are wire values, already JSON-encoded as the SDK sends them
     (`launcher.wire.encode`). `channels` maps a channel name to a file or a directory whose
-    files become the channel's content (see COPY_LIMIT_BYTES for copy versus symlink).
+    files become the channel's content (see COPY_LIMIT_BYTES for copy versus symlink);
+    `distributions` gives a channel's S3DistributionType (default FullyReplicated).
     """
     not_strings = sorted(k for k, v in hyperparameters.items() if not isinstance(v, str))
     if not_strings:
@@ -72,7 +77,7 @@ def write_opt_ml(
     input_data_config = {
         name: {
             "TrainingInputMode": input_mode,
-            "S3DistributionType": "FullyReplicated",
+            "S3DistributionType": (distributions or {}).get(name, "FullyReplicated"),
             "RecordWrapperType": "None",
         }
         for name in sorted(channels)
@@ -110,3 +115,10 @@ def _place(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
     else:
         dst.symlink_to(src.resolve())
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1, for a rendezvous of processes on this machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

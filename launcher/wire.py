@@ -16,6 +16,7 @@ from launcher.config.job import JobConfig
 RESERVED_PREFIXES = ("sagemaker_", "smlaunch_")
 # The SDK has no key for torchrun's processes per host; the container reads this one.
 PROCESSES_PER_HOST = "smlaunch_processes_per_host"
+CONTAINER_LOG_LEVEL = 20  # logging.INFO, the SDK's default sagemaker_container_log_level
 
 
 def user_hyperparameters(job: JobConfig) -> dict[str, Any]:
@@ -42,6 +43,25 @@ def distribution_hyperparameters(job: JobConfig, instance_type: str) -> dict[str
         out["sagemaker_instance_type"] = instance_type
     if dist.torchrun:
         out["sagemaker_torch_distributed_enabled"] = True
+    return out
+
+
+def job_hyperparameters(job: JobConfig, *, instance_type: str, program: str, submit_directory: str,
+                        job_name: str, region: str | None) -> dict[str, Any]:
+    """Everything hyperparameters.json holds for a job (before JSON encoding): the user's values,
+    the distribution's, ours, and the reserved keys the v2 SDK adds."""
+    out = user_hyperparameters(job)
+    out.update(distribution_hyperparameters(job, instance_type))
+    if job.processes_per_host:
+        out[PROCESSES_PER_HOST] = job.processes_per_host
+    out.update({
+        "sagemaker_program": program,
+        "sagemaker_submit_directory": submit_directory,
+        "sagemaker_container_log_level": CONTAINER_LOG_LEVEL,
+        "sagemaker_job_name": job_name,
+    })
+    if region:
+        out["sagemaker_region"] = region
     return out
 
 

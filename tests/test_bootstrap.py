@@ -21,12 +21,11 @@ from container.bootstrap import (
     FAILURE_LIMIT,
     child_environment,
     failure_text,
-    free_port,
     launch_command,
     master_address,
 )
 from container.contract import read_training_env
-from launcher.contract import write_opt_ml
+from launcher.contract import free_port, write_opt_ml
 from launcher.wire import encode
 
 REPO = Path(__file__).resolve().parents[1]

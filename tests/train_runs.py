@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from container.bootstrap import free_port
+from launcher.contract import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "entrypoints" / "train.py"

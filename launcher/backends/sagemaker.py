@@ -27,13 +27,11 @@ from launcher.backends.base import (
 )
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer
 from launcher.backends.images import resolve_image_uri
-from launcher.backends.sourcedir import DEFAULT_IGNORE, SourceBundle, build_sourcedir
+from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
 from launcher.issues import ConfigError, Issue
 from launcher.masking import mask_secrets
 from launcher.metrics import DEFAULT_METRIC_DEFINITIONS
-
-CONTAINER_LOG_LEVEL = 20
 
 
 @dataclass
@@ -107,13 +105,7 @@ class SageMakerBackend:
         return DryRun(request=request, source_uri=source_uri, bundle=bundle)
 
     def _bundle(self, job: ValidatedJob, dest_dir: Path) -> SourceBundle:
-        cfg = job.config
-        base = job.base_dir
-        source_dir = None if cfg.source_dir is None else base / cfg.source_dir
-        entry = cfg.entry_point if source_dir else str(base / cfg.entry_point)
-        deps = [base / d for d in cfg.dependencies]
-        return build_sourcedir(dest_dir / "sourcedir.tar.gz", entry_point=entry, source_dir=source_dir,
-                               dependencies=deps, ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore))
+        return build_job_sourcedir(job, dest_dir / "sourcedir.tar.gz")
 
     def _code_location(self, cfg) -> tuple[str, str]:
         if cfg.code_location:
@@ -267,18 +259,8 @@ def build_request(job: ValidatedJob, *, job_name: str, region: str, source_uri: 
         region=region, framework_version=cfg.framework_version, py_version=cfg.py_version,
         instance_type=instance_type, smp=bool(cfg.distribution and cfg.distribution.modelparallel),
     )
-    program = cfg.entry_point if cfg.source_dir else Path(cfg.entry_point).name
-    hyperparameters = wire.user_hyperparameters(cfg)
-    hyperparameters.update(wire.distribution_hyperparameters(cfg, instance_type))
-    if cfg.processes_per_host:
-        hyperparameters[wire.PROCESSES_PER_HOST] = cfg.processes_per_host
-    hyperparameters.update({
-        "sagemaker_program": program,
-        "sagemaker_submit_directory": source_uri,
-        "sagemaker_container_log_level": CONTAINER_LOG_LEVEL,
-        "sagemaker_job_name": job_name,
-        "sagemaker_region": region,
-    })
+    hyperparameters = wire.job_hyperparameters(cfg, instance_type=instance_type, program=program_name(cfg),
+                                               submit_directory=source_uri, job_name=job_name, region=region)
     resource: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": cfg.instance_count,
                                 "VolumeSizeInGB": cfg.volume_size}
     if cfg.keep_alive_period_in_seconds is not None:

@@ -7,7 +7,7 @@ Layout follows the SageMaker Python SDK v2 (``sagemaker.fw_utils.tar_and_upload_
 - every ``dependencies`` path (file or directory) sits at the root under its basename;
 - every ``include_packages`` name (an importable package, found without importing it) sits
   at the root under its package name, so ``train.py`` can ``import container`` on a stock AWS
-  image. A package the job already ships (from ``source_dir`` or ``dependencies``) is left out:
+  image (``container`` validates with ``launcher.config``, so both ship). A package the job already ships (from ``source_dir`` or ``dependencies``) is left out:
   the user's copy wins.
 
 Unlike the SDK, ``ignore`` patterns (fnmatch on each path component's basename) keep ``.git``,
@@ -80,7 +80,7 @@ def build_sourcedir(
     entry_point: str | Path,
     source_dir: str | Path | None,
     dependencies: Sequence[str | Path] = (),
-    include_packages: Sequence[str] = ("container",),
+    include_packages: Sequence[str] = ("container", "launcher"),
     ignore: Sequence[str] = DEFAULT_IGNORE,
 ) -> SourceBundle:
     """Write the job's code archive to ``dest`` (a file path) and describe it."""
@@ -305,3 +305,18 @@ def _sha256(path: Path) -> tuple[str, int]:
             digest.update(chunk)
             size += len(chunk)
     return digest.hexdigest(), size
+
+
+def build_job_sourcedir(job, dest: Path) -> SourceBundle:
+    """The archive of a validated job (`launcher.config.ValidatedJob`), paths relative to its file."""
+    cfg, base = job.config, job.base_dir
+    source_dir = None if cfg.source_dir is None else base / cfg.source_dir
+    entry = cfg.entry_point if source_dir else str(base / cfg.entry_point)
+    return build_sourcedir(dest, entry_point=entry, source_dir=source_dir,
+                           dependencies=[base / d for d in cfg.dependencies],
+                           ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore))
+
+
+def program_name(cfg) -> str:
+    """`sagemaker_program`: the entry point inside the archive."""
+    return cfg.entry_point if cfg.source_dir else PurePosixPath(cfg.entry_point).name
