@@ -22,17 +22,23 @@ install: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-demo: $(STAMP)
-	@for f in configs/seed/p4d-no-cp.yaml configs/seed/p4d-cp8.yaml configs/seed/p5-cp8-bf16.yaml configs/seed/p5-cp8-fp8.yaml; do \
-		$(VENV)/bin/smlaunch validate $$f || exit $$?; echo; done
-	@echo "--- a broken variant: FP8 on p4d (A100) with a context_parallel_degree that does not divide ---"
-	@$(VENV)/bin/smlaunch validate configs/seed/p4d-cp8.yaml --set hyperparameters.fp8=1 \
-		--set context_parallel_degree=3; test $$? -eq 2
-	@echo; echo "--- the request submit would send for the p5 CP 8 FP8 run (nothing is sent) ---"
-	$(VENV)/bin/smlaunch submit configs/seed/p5-cp8-fp8.yaml --dry-run
+# The demo's corpus: byte-level tokens of the Python standard library's own source (no network).
+DEMO_DATA := build/demo/data
+STDLIB     = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
+
+$(DEMO_DATA)/train/train.jsonl: $(STAMP)
+	$(PY) -m container.data pack --input $(STDLIB)/asyncio $(STDLIB)/collections $(STDLIB)/json \
+		--output $@ --block-size 256 --max-blocks 4000
+
+$(DEMO_DATA)/validation/validation.jsonl: $(STAMP)
+	$(PY) -m container.data pack --input $(STDLIB)/email --output $@ --block-size 256 --max-blocks 64
+
+demo: $(STAMP) $(DEMO_DATA)/train/train.jsonl $(DEMO_DATA)/validation/validation.jsonl
+	$(VENV)/bin/smlaunch submit configs/local/demo.yaml --local
 
 bench: $(STAMP)
 	$(PY) bench/cli_startup.py
+	$(PY) bench/local_overhead.py
 
 schema: $(STAMP)
 	$(VENV)/bin/smlaunch schema > configs/schema.json

@@ -7,6 +7,7 @@ Exit codes: 0 ok, 1 job failed (or AWS refused), 2 invalid job file or usage, 13
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -27,7 +28,10 @@ job_file_arg = click.argument("job_file", type=click.Path(dir_okay=False, path_t
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    # Tables written to a file or a pipe get room instead of an 80-column guess.
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
 
 
 def _report_invalid(exc: ConfigError) -> None:
@@ -70,10 +74,32 @@ def _aws_call(fn):
         sys.exit(EXIT_INTERRUPTED)
 
 
-def _backend(region: str | None):
+def _backend(region: str | None, job_name: str | None = None):
+    """The local backend for a job name that lives in the local job store, else SageMaker."""
+    if job_name is not None:
+        from launcher.local import store
+
+        if store.exists(job_name):
+            return _local_backend()
     from launcher.backends.sagemaker import SageMakerBackend
 
     return SageMakerBackend(region=region, printer=lambda line: click.echo(line))
+
+
+def _local_backend(runner: str = "process"):
+    from launcher.backends.local import LocalBackend
+
+    return LocalBackend(runner=runner, printer=lambda line: click.echo(line))
+
+
+def _load_local(job_file: Path, overrides: tuple[str, ...]):
+    """`--local`: the job file's instance type becomes `local`, unless it already is local or local_gpu."""
+    from launcher.jobfile import load_job_file
+
+    data, _ = load_job_file(job_file, overrides)
+    if data.get("instance_type") in ("local", "local_gpu"):
+        return overrides
+    return (*overrides, "instance_type=local")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -141,20 +167,34 @@ def _summary(job) -> dict:
 @click.option("--dry-run", is_flag=True, help="Print the CreateTrainingJob request as JSON; send nothing.")
 @click.option("--no-wait", is_flag=True, help="Return once the job is created.")
 @click.option("--job-name", default=None, help="Exact job name (default: <base_job_name>-<timestamp>).")
-def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: bool, job_name: str | None) -> None:
-    """Validate, pack and submit a job (or show the request with --dry-run)."""
+@click.option("--local", "local", is_flag=True,
+              help="Run on this machine: instance_type becomes local (kept if local or local_gpu).")
+@click.option("--force", is_flag=True, help="Submit even if the planner predicts it will not fit in memory.")
+@click.option("--runner", type=click.Choice(["process", "docker"]), default=None,
+              help="Local mode: simulated hosts as processes, or as containers (docker/podman compose); "
+                   "default: the job's local_runner (process).")
+def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: bool, job_name: str | None,
+           local: bool, runner: str | None, force: bool) -> None:
+    """Validate, pack and submit a job (or show the request with --dry-run).
+
+    Local jobs (instance_type local or local_gpu, or --local) run here, as SageMaker would run
+    them: one /opt/ml tree and one bootstrap per host, logs merged, artifacts in output_path.
+    """
     from launcher.jobfile import validate_job_file
 
     try:
+        if local:
+            overrides = _load_local(job_file, overrides)
         job = validate_job_file(job_file, overrides)
     except ConfigError as exc:
         _report_invalid(exc)
         sys.exit(EXIT_INVALID)
     for issue in job.warnings:
         click.echo(click.style("warning ", fg="yellow") + str(issue), err=True)
+    _check_memory(job, force=force, dry_run=dry_run)
     if job.config.is_local:
-        _fail(f"instance_type {job.config.instance_type!r}: local mode is not available in this version; "
-              "use an ml.* instance type", EXIT_INVALID)
+        _submit_local(job, job_name, runner or job.config.local_runner, dry_run=dry_run, no_wait=no_wait)
+        return
 
     def run():
         backend = _backend(job.config.region)
@@ -172,6 +212,59 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
     _aws_call(run)
 
 
+def _check_memory(job, force: bool, dry_run: bool) -> None:
+    """Refuse a job the planner predicts to run out of memory (exit 2), unless --force."""
+    from launcher.plan import PredictedOOMError, check_fits
+
+    try:
+        check_fits(job)
+    except PredictedOOMError as exc:
+        if force or dry_run:
+            click.echo(click.style("warning: ", fg="yellow", bold=True) + "predicted out of memory (--force given)"
+                       if force else click.style("warning: ", fg="yellow", bold=True) + "predicted out of memory",
+                       err=True)
+            click.echo(str(exc.args[0]).split("\nTo submit anyway")[0], err=True)
+            return
+        click.secho("refused: the job is predicted to run out of accelerator memory", fg="red", bold=True, err=True)
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INVALID)
+
+
+def _submit_local(job, job_name: str | None, runner: str, dry_run: bool, no_wait: bool) -> None:
+    from launcher.backends.local import run_summary
+
+    if dry_run:
+        _fail("--dry-run shows a SageMaker request; a local job has none: run it, or drop --local", EXIT_INVALID)
+    backend = _local_backend(runner)
+
+    def run():
+        name = backend.submit(job, job_name, detach=no_wait)
+        directory = backend.describe(name)["LocalJobDir"]
+        click.echo(f"submitted {name} (local, {runner} runner): {directory}")
+        if no_wait:
+            click.echo(f"  follow it: smlaunch logs {name} --follow\n  stop it:   smlaunch stop {name}")
+            return
+        try:
+            record = backend.wait(name, logs=True)
+        except KeyboardInterrupt:
+            click.echo(f"\n{name} stopped; every host has ended. Logs: {directory}/logs/job.log", err=True)
+            raise
+        click.echo(click.style(f"{name} completed", fg="green", bold=True) + f" in {record.get('TrainingTimeInSeconds')} s")
+        click.echo(f"  model artifact:  {record['ModelArtifacts']['S3ModelArtifacts']}")
+        click.echo(f"  output artifact: {record['OutputArtifacts']['output.tar.gz']}")
+        summary = run_summary(record)
+        if summary:
+            line = (f"  loss {summary['first_loss']:.4f} (step {summary['first_step']}) -> "
+                    f"{summary['last_loss']:.4f} (step {summary['steps']})")
+            if "last_val_loss" in summary:
+                line += f", validation loss {summary['last_val_loss']:.4f}"
+            if "tokens_per_s" in summary:
+                line += f", {summary['tokens_per_s']:,.0f} tokens/s"
+            click.echo(line)
+
+    _aws_call(run)
+
+
 @main.command()
 @click.argument("job_name")
 @region_option
@@ -180,7 +273,7 @@ def status(job_name: str, region: str | None, as_json: bool) -> None:
     """Show a job's status, secondary status and failure reason."""
 
     def run():
-        desc = _backend(region).describe(job_name)
+        desc = _backend(region, job_name).describe(job_name)
         if as_json:
             from launcher.backends.sagemaker import dumps
             from launcher.masking import mask_secrets
@@ -204,7 +297,7 @@ def status(job_name: str, region: str | None, as_json: bool) -> None:
 @click.option("--poll", default=5.0, show_default=True, help="Seconds between polls when following.")
 def logs(job_name: str, region: str | None, follow: bool, poll: float) -> None:
     """Print a job's CloudWatch logs from every host, merged by time."""
-    _aws_call(lambda: _backend(region).logs(job_name, follow=follow, poll=poll))
+    _aws_call(lambda: _backend(region, job_name).logs(job_name, follow=follow, poll=poll))
 
 
 @main.command()
@@ -214,7 +307,7 @@ def stop(job_name: str, region: str | None) -> None:
     """Stop a running job."""
 
     def run():
-        _backend(region).stop(job_name)
+        _backend(region, job_name).stop(job_name)
         click.echo(f"stopping {job_name}")
 
     _aws_call(run)
@@ -227,20 +320,94 @@ def stop(job_name: str, region: str | None) -> None:
               help="Only jobs with this status.")
 @click.option("--name-contains", default=None, help="Only jobs whose name contains this text.")
 @click.option("--max", "max_results", default=20, show_default=True, help="At most this many jobs.")
-def list_jobs(region: str | None, status_filter: str | None, name_contains: str | None, max_results: int) -> None:
+@click.option("--local", "local", is_flag=True, help="Local jobs (in $SMLAUNCH_HOME/jobs) instead of SageMaker's.")
+def list_jobs(region: str | None, status_filter: str | None, name_contains: str | None, max_results: int,
+              local: bool) -> None:
     """List recent training jobs."""
 
     def run():
         from rich.table import Table
 
-        jobs = _backend(region).list(status_filter, name_contains, max_results)
-        table = Table("name", "status", "created", "ended")
+        backend = _local_backend() if local else _backend(region)
+        jobs = backend.list(status_filter, name_contains, max_results)
+        table = Table("status", "created", "ended")
+        table.add_column("name", no_wrap=True)
+        table.columns.insert(0, table.columns.pop())
         for j in jobs:
             table.add_row(j["TrainingJobName"], j["TrainingJobStatus"], str(j.get("CreationTime", "")),
                           str(j.get("TrainingEndTime", "") or ""))
         _console().print(table)
 
     _aws_call(run)
+
+
+@main.command(name="plan")
+@job_file_arg
+@set_option
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
+              help="Plan every value (combined with other --sweep options), e.g. context_parallel_degree=1,2,4,8.")
+@click.option("--auto", "auto_pick", is_flag=True,
+              help="Pick the cheapest configuration that fits (searches cp, hsd and checkpointing if nothing is swept).")
+@click.option("--tokens", type=float, default=None, help="Also give hours and dollars for this many tokens (e.g. 1e9).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per configuration, in a list.")
+def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...], auto_pick: bool,
+             tokens: float | None, as_json: bool) -> None:
+    """Predict memory per GPU, speed and cost before launch; explain a predicted OOM.
+
+    Exit codes: 0 the (picked) configuration fits, 1 it does not (or none does), 2 invalid job.
+    """
+    from launcher import plan as planner
+
+    try:
+        if auto_pick:
+            best, results = planner.auto_job_file(job_file, overrides, sweeps)
+        elif sweeps:
+            best, results = None, planner.sweep_job_file(job_file, overrides, sweeps)
+        else:
+            from launcher.jobfile import validate_job_file
+
+            results = [planner.plan(validate_job_file(job_file, overrides))]
+            best = None
+    except ConfigError as exc:
+        _report_invalid(exc)
+        sys.exit(EXIT_INVALID)
+    chosen = best if auto_pick else (results[0] if len(results) == 1 else None)
+    if as_json:
+        rows = []
+        for r in results:
+            row = r.to_dict()
+            if auto_pick:
+                row["picked"] = r is best
+            if tokens and r.throughput:
+                hours, usd = r.throughput.cost_for(tokens=tokens)
+                row.update(hours_for_tokens=round(hours, 3), usd_for_tokens=None if usd is None else round(usd, 2))
+            rows.append(row)
+        click.echo(json.dumps(rows, indent=2, default=str))
+    else:
+        console = _console()
+        console.print(planner.render_table(results, best=best, title=f"plan: {job_file}"))
+        if chosen is not None and chosen.valid:
+            if chosen.throughput:
+                speed = chosen.throughput
+                console.print(f"{speed.formula}: {speed.tflops_per_gpu:.0f} TFLOPS/GPU "
+                              f"({speed.tflops_per_gpu_seed_formula:.0f} by the seed's formula), "
+                              f"step {speed.step_s:.2f} s")
+                if tokens:
+                    hours, usd = speed.cost_for(tokens=tokens)
+                    cost = f", ${usd:,.0f}" if usd is not None else ""
+                    console.print(f"{tokens:,.0f} tokens: {hours:,.1f} h{cost}")
+            if auto_pick:
+                console.print(f"picked: {planner.describe(chosen)}  (--set " + " --set ".join(chosen.overrides) + ")"
+                              if chosen.overrides else f"picked: {planner.describe(chosen)}")
+            if chosen.oom or not auto_pick:
+                console.print(planner.explain_oom(chosen.memory), highlight=False, markup=False)
+        elif auto_pick:
+            console.print("no configuration fits: see the table for the lowest peaks")
+        elif len(results) == 1 and not results[0].valid:
+            console.print("cannot plan: " + "; ".join(results[0].errors), markup=False)
+    if chosen is None:
+        sys.exit(EXIT_FAILED if auto_pick or not any(r.fits for r in results) else 0)
+    sys.exit(EXIT_FAILED if chosen.oom else 0)
 
 
 @main.command()

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from launcher import wire
@@ -88,22 +89,47 @@ class PyTorch:
 
     def _backend(self):
         if self.config.is_local:
-            raise ConfigError([Issue("instance_type", self.config.instance_type,
-                                     "local mode is not available in this version of smlaunch",
-                                     "use an ml.* instance type")])
+            from launcher.backends.local import LocalBackend
+
+            return LocalBackend(runner=self.config.local_runner)
         from launcher.backends.sagemaker import SageMakerBackend
 
         return SageMakerBackend(self._session, region=self.config.region)
 
     def dryrun(self, inputs: Any = None, job_name: str | None = None) -> dict:
         """The CreateTrainingJob request fit() would send; nothing is sent or uploaded."""
+        if self.config.is_local:
+            raise ConfigError([Issue("instance_type", self.config.instance_type,
+                                     "a local job sends no CreateTrainingJob request",
+                                     "call fit() to run it here, or pick an ml.* instance type")])
         job = self._with_inputs(inputs)
         return self._backend().dryrun(job, job_name).to_dict()
 
-    def fit(self, inputs: Any = None, wait: bool = True, logs: bool = True, job_name: str | None = None) -> None:
+    def plan(self):
+        """Memory per GPU, speed and cost of this job before launch (`launcher.plan.PlanResult`):
+        `.fits`, `.memory.peak_gib`, `.memory.largest_allocation`, `.tokens_per_s`,
+        `.usd_per_billion_tokens`; `print(launcher.plan.explain_oom(result.memory))` says why."""
+        from launcher.plan import plan
+
+        return plan(self.job)
+
+    def fit(self, inputs: Any = None, wait: bool = True, logs: bool = True, job_name: str | None = None,
+            force: bool = False) -> None:
+        """Submit the job and (by default) follow it to its end. A local job (instance_type local or
+        local_gpu) runs on this machine: in this process with `wait`, detached without.
+
+        A job the planner predicts to run out of accelerator memory is refused
+        (`launcher.plan.PredictedOOMError`, which says what fixes it) unless `force=True`."""
         job = self._with_inputs(inputs)
+        if not force:
+            from launcher.plan import check_fits
+
+            check_fits(job)
         backend = self._backend()
-        name = backend.submit(job, job_name)
+        if self.config.is_local:
+            name = backend.submit(job, job_name, detach=not wait)
+        else:
+            name = backend.submit(job, job_name)
         self.latest_training_job = TrainingJob(name, backend)
         print(f"Submitted training job {name}", file=sys.stderr)
         if wait:
@@ -142,10 +168,17 @@ class PyTorch:
     @classmethod
     def attach(cls, training_job_name: str, sagemaker_session: Any = None, session: Any = None,
                region: str | None = None) -> PyTorch:
-        """Rebuild an estimator (distribution included) from an existing job."""
-        from launcher.backends.sagemaker import SageMakerBackend
+        """Rebuild an estimator (distribution included) from an existing job (or a local one)."""
+        from launcher.local import store
 
-        backend = SageMakerBackend(sagemaker_session or session, region=region)
+        if store.exists(training_job_name):
+            from launcher.backends.local import LocalBackend
+
+            backend = LocalBackend()
+        else:
+            from launcher.backends.sagemaker import SageMakerBackend
+
+            backend = SageMakerBackend(sagemaker_session or session, region=region)
         desc = backend.describe(training_job_name)
         decoded = wire.decode(desc.get("HyperParameters", {}))
         user, reserved = wire.split_reserved(decoded)
@@ -156,7 +189,7 @@ class PyTorch:
             "hyperparameters": user,
             "distribution": wire.distribution_from_hyperparameters(decoded),
             "role": desc.get("RoleArn"),
-            "region": backend.region,
+            "region": getattr(backend, "region", None),
             "instance_type": resource["InstanceType"],
             "instance_count": resource["InstanceCount"],
             "volume_size": resource.get("VolumeSizeInGB"),
@@ -177,6 +210,9 @@ class PyTorch:
         metrics = desc.get("AlgorithmSpecification", {}).get("MetricDefinitions")
         if metrics:
             args["metric_definitions"] = metrics
-        est = cls(session=backend.session, **{k: v for k, v in args.items() if v is not None})
+        if "LocalJobDir" in desc:  # a local job: its runner, and the code as the first host got it
+            args.update(local_runner=desc.get("LocalRunner", "process"),
+                        source_dir=str(Path(desc["LocalJobDir"]) / "hosts" / "algo-1" / "code"))
+        est = cls(session=getattr(backend, "session", None), **{k: v for k, v in args.items() if v is not None})
         est.latest_training_job = TrainingJob(training_job_name, backend)
         return est

@@ -31,3 +31,17 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, Path]:
+    """(train dir, validation dir): byte-level JSON Lines blocks of 64 tokens of this project's
+    own source, as the training script reads them from its channels."""
+    from container.data import byte_tokenize, pack, write_jsonl  # imports torch: only when used
+
+    root = tmp_path_factory.mktemp("corpus")
+    text = (Path(__file__).resolve().parents[1] / "launcher" / "config" / "rules.py").read_text()
+    blocks = list(pack([text], byte_tokenize, 64))
+    write_jsonl(blocks[:96], root / "train" / "train.jsonl")
+    write_jsonl(blocks[96:112], root / "validation" / "validation.jsonl")
+    return root / "train", root / "validation"

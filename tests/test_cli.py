@@ -213,7 +213,7 @@ def test_submit_to_missing_bucket_exits_1(aws) -> None:
 
 # --- status, logs, list ---------------------------------------------------------------------------
 def test_status_of_failed_job_shows_reason(aws) -> None:
-    assert run_cli("submit", SEED / "p4d-no-cp.yaml", "--no-wait", "--job-name", "oom-run").exit_code == 0
+    assert run_cli("submit", SEED / "p4d-no-cp.yaml", "--no-wait", "--job-name", "oom-run", "--force").exit_code == 0
     reason = "AlgorithmError: CUDA out of memory. Tried to allocate 7.83 GiB"
     set_failed("oom-run", reason)
     result = run_cli("status", "oom-run")
@@ -240,7 +240,7 @@ def test_status_of_unknown_job_exits_1(aws) -> None:
 
 
 def test_wait_on_failed_job_exits_1(aws, monkeypatch) -> None:
-    assert run_cli("submit", SEED / "p4d-no-cp.yaml", "--no-wait", "--job-name", "failing").exit_code == 0
+    assert run_cli("submit", SEED / "p4d-no-cp.yaml", "--no-wait", "--job-name", "failing", "--force").exit_code == 0
     set_failed("failing", "AlgorithmError: boom")
     result = run_cli("logs", "failing", "--follow", "--poll", "0")
     assert result.exit_code == 1
@@ -310,7 +310,8 @@ sys.stderr.write("PROBE " + json.dumps({"code": code, "heavy": heavy}) + "\\n")
     ["validate", "configs/seed/p5-cp8-fp8.yaml", "--json"],
     ["validate", "configs/seed/p4d-cp8.yaml", "--set", "hyperparameters.fp8=1"],
     ["schema"],
-], ids=["help", "validate", "validate-json", "validate-invalid", "schema"])
+    ["plan", "configs/seed/p4d-cp8.yaml", "--sweep", "context_parallel_degree=4,8"],
+], ids=["help", "validate", "validate-json", "validate-invalid", "schema", "plan"])
 def test_light_commands_import_neither_boto3_nor_torch(args: list[str]) -> None:
     proc = subprocess.run([sys.executable, "-c", LIGHT_PROBE, *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, check=False)

@@ -8,30 +8,15 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from container.bootstrap import free_port
-from container.data import byte_tokenize, pack, write_jsonl
-from launcher.contract import write_opt_ml
+from launcher.contract import free_port, write_opt_ml
 from launcher.wire import encode
 from tests.train_runs import ROOT, run_train, series
 
 HP = {"model_preset": "llama3-tiny", "dataset_type": "jsonl", "max_context_width": 64, "max_steps": 4,
       "lr": 0.03, "warmup": 0.0, "min_lr": 0.003, "seed": 7, "logging_freq": 1}
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("corpus")
-    text = (ROOT / "launcher" / "config" / "rules.py").read_text()
-    blocks = list(pack([text], byte_tokenize, 64))
-    (root / "train").mkdir()
-    (root / "validation").mkdir()
-    write_jsonl(blocks[:96], root / "train" / "train.jsonl")
-    write_jsonl(blocks[96:112], root / "validation" / "validation.jsonl")
-    return root / "train", root / "validation"
 
 
 def test_two_hosts_through_the_bootstrap_match_one_process(tmp_path, corpus):

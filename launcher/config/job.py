@@ -78,6 +78,9 @@ class JobConfig(Strict):
     )
     instance_type: str = Field(description="ml.p5.48xlarge, ml.p4d.24xlarge, ..., or local / local_gpu.")
     instance_count: int = Field(1, ge=1, description="Number of hosts.")
+    local_runner: Literal["process", "docker"] = Field(
+        "process", description="Local mode: simulated hosts as processes here, or as containers (compose)."
+    )
     processes_per_host: int | None = Field(
         None, ge=1, description="Processes per host (default: accelerators per instance; 1 on CPU)."
     )

@@ -46,7 +46,31 @@ def check_job_fields(ctx: Context) -> list[Issue]:
             if not channel.s3_data.startswith("s3://"):
                 issues.append(Issue(f"inputs.{name}", channel.s3_data, "SageMaker reads channels from S3",
                                     "upload the data and use s3://..., or run with instance_type: local"))
+    else:
+        issues += _check_local_paths(ctx)
     return issues + _check_files(ctx)
+
+
+def _check_local_paths(ctx: Context) -> list[Issue]:
+    """Local runs read channels from disk and may write artifacts to a directory."""
+    job, issues = ctx.job, []
+    for name, channel in job.channels().items():
+        if channel.s3_data.startswith("s3://"):
+            if channel.s3_data_type != "S3Prefix":
+                issues.append(Issue(f"inputs.{name}.s3_data_type", channel.s3_data_type,
+                                    "local mode downloads S3 prefixes only",
+                                    "use s3_data_type: S3Prefix, or download the data and give a local path"))
+            continue
+        path = _resolve(ctx.base_dir, channel.s3_data)
+        if not path.exists():
+            issues.append(Issue(f"inputs.{name}", channel.s3_data, f"no such file or directory ({path})",
+                                "give a path relative to the job file, an absolute path, or s3://..."))
+    if job.output_path and not job.output_path.startswith("s3://"):
+        out = _resolve(ctx.base_dir, job.output_path)
+        if out.exists() and not out.is_dir():
+            issues.append(Issue("output_path", job.output_path, f"{out} is a file, not a directory",
+                                "give a directory (created if missing) or s3://bucket/prefix"))
+    return issues
 
 
 def _check_files(ctx: Context) -> list[Issue]:

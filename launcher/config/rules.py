@@ -147,13 +147,14 @@ def check_degrees(ctx: Context) -> list[Issue]:
             if degree > w or w % degree:
                 issues.append(Issue(f"{MP}.{key}", degree,
                                     f"must divide the world size {w} ({_world_text(ctx)})",
-                                    f"use one of {_divisors(w)}"))
+                                    f"use one of {_divisors(w)}" + _local_hint(ctx)))
         hsd = p.hybrid_shard_degree
         if hsd and tp <= w and w % tp == 0:
             if hsd > w // tp:
                 issues.append(Issue(f"{MP}.hybrid_shard_degree", hsd,
                                     f"exceeds world / tensor_parallel_degree = {w // tp}",
-                                    f"use 0 (shard over all {w // tp}) or a divisor of {w // tp}"))
+                                    f"use 0 (shard over all {w // tp}) or a divisor of {w // tp}"
+                                    + _local_hint(ctx)))
             elif w % (hsd * tp):
                 issues.append(Issue(f"{MP}.hybrid_shard_degree", hsd,
                                     f"world {w} is not divisible by hybrid_shard_degree x tp = {hsd * tp}",
@@ -327,3 +328,10 @@ def _world_text(ctx: Context) -> str:
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _local_hint(ctx: Context) -> str:
+    """Locally the world is whatever the job asks for: say how to grow it."""
+    if ctx.job.is_local:
+        return ", or raise processes_per_host / instance_count (local runs choose their world)"
+    return ""

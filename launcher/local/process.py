@@ -1,0 +1,69 @@
+"""The process runner: one `python -m container train` per simulated host on this machine.
+
+Each bootstrap gets its own `/opt/ml` tree (SAGEMAKER_BASE_DIR) and its host name from
+`resourceconfig.json`, exactly as in a SageMaker container; only the rendezvous differs:
+127.0.0.1 on a free port (SMLAUNCH_MASTER_ADDR/PORT) instead of `algo-1:7777`, and all hosts
+share one checkpoint directory (SMLAUNCH_CHECKPOINT_DIR), as their S3 checkpoint prefix would be.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+
+from launcher.contract import free_port
+from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError
+
+# Variables of the caller's shell that would point a bootstrap at another job.
+_NOT_INHERITED = ("SM_", "SAGEMAKER_", "SMLAUNCH_MASTER_", "SMLAUNCH_CHECKPOINT_DIR", "CUDA_VISIBLE_DEVICES")
+
+
+def _die_with_parent():
+    """Linux: a bootstrap whose supervisor is killed gets SIGTERM and stops its ranks."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None).prctl
+    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class ProcessRunner:
+    name = "process"
+
+    def submit_directory(self, spec: LocalJobSpec) -> str:
+        return f"file://{spec.source_archive}"
+
+    def check(self, spec: LocalJobSpec) -> None:
+        missing = [m for m in ("torch", "container") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise RunnerError(f"local mode trains on this machine, but {', '.join(missing)} is not installed "
+                              f"in {sys.executable}: pip install 'smlaunch[train]' (brings torch), "
+                              "or use the docker runner")
+
+    def environment(self, spec: LocalJobSpec, host: str, port: int) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
+        env.update(spec.environment)
+        env.update(SAGEMAKER_BASE_DIR=str(spec.host_dir(host)), SMLAUNCH_MASTER_ADDR="127.0.0.1",
+                   SMLAUNCH_MASTER_PORT=str(port), SMLAUNCH_CHECKPOINT_DIR=str(spec.checkpoint_dir),
+                   PYTHONUNBUFFERED="1")
+        if spec.gpus_per_host:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus_per_host[spec.hosts.index(host)]))
+        return env
+
+    def start(self, spec: LocalJobSpec) -> list[HostProcess]:
+        port = free_port()
+        started = []
+        for host in spec.hosts:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "container", "train"], cwd=spec.host_dir(host),
+                env=self.environment(spec, host, port), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent(),  # noqa: PLW1509
+            )
+            started.append(HostProcess(host, proc))
+        return started
+
+    def cleanup(self, spec: LocalJobSpec) -> None:
+        """Nothing: the processes are gone and their files belong to the user."""

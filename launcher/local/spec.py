@@ -1,0 +1,100 @@
+"""What a local job is once prepared, and what a runner must do with it.
+
+The job directory (`<jobs root>/<job name>/`):
+
+    job.json             status record, DescribeTrainingJob-shaped (launcher.local.store)
+    spec.json            this LocalJobSpec, so a detached supervisor can run the job
+    sourcedir.tar.gz     the code archive, built exactly as for SageMaker
+    hosts/algo-N/        one /opt/ml tree per simulated host (launcher.contract.write_opt_ml)
+    checkpoints/         shared by every host (unless checkpoint_local_path names another place)
+    data/<channel>/      channels downloaded from s3://
+    logs/algo-N.log      each host's output; logs/job.log: all hosts merged, host-prefixed
+    output/              model.tar.gz and output.tar.gz when output_path is not set
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+SPEC_FILE = "spec.json"
+
+
+@dataclass
+class LocalJobSpec:
+    name: str
+    job_dir: Path
+    hosts: list[str]  # ["algo-1", ..., "algo-N"], sorted as SageMaker sorts them
+    instance_type: str  # "local" or "local_gpu"
+    processes_per_host: int
+    hyperparameters: dict[str, str]  # wire-encoded, as in hyperparameters.json (runner-independent part)
+    channels: dict[str, Path]  # channel name -> local file or directory (after any s3 download)
+    environment: dict[str, str]  # the job's `environment`
+    checkpoint_dir: Path  # shared by all hosts
+    max_run: int  # seconds
+    image: str | None = None  # docker runner only
+    gpus_per_host: list[list[int]] = field(default_factory=list)  # local_gpu: device indices per host
+    runner: str = "process"
+    output_path: str | None = None  # an absolute directory or s3://...; None: <job_dir>/output
+    checkpoint_s3_uri: str | None = None  # synced with checkpoint_dir before and after the run
+    region: str | None = None
+    # ShardedByS3Key channels: host -> channel -> that host's part (replaces channels[name])
+    host_channels: dict[str, dict[str, Path]] = field(default_factory=dict)
+
+    def host_dir(self, host: str) -> Path:
+        """The host's /opt/ml tree."""
+        return self.job_dir / "hosts" / host
+
+    @property
+    def source_archive(self) -> Path:
+        return self.job_dir / "sourcedir.tar.gz"
+
+    def channels_of(self, host: str) -> dict[str, Path]:
+        return {**self.channels, **self.host_channels.get(host, {})}
+
+    def save(self) -> None:
+        (self.job_dir / SPEC_FILE).write_text(json.dumps(asdict(self), indent=2, default=str) + "\n")
+
+    @classmethod
+    def load(cls, job_dir: Path) -> LocalJobSpec:
+        data = json.loads((Path(job_dir) / SPEC_FILE).read_text())
+        data["job_dir"] = Path(data["job_dir"])
+        data["checkpoint_dir"] = Path(data["checkpoint_dir"])
+        data["channels"] = {k: Path(v) for k, v in data["channels"].items()}
+        data["host_channels"] = {h: {k: Path(v) for k, v in c.items()} for h, c in data["host_channels"].items()}
+        return cls(**data)
+
+
+@dataclass
+class HostProcess:
+    """One process the supervisor follows: its label in the merged log and the process.
+
+    The process runs in its own session (start_new_session=True), with stdout a pipe and
+    stderr merged into it, so that the supervisor can signal its whole process group.
+    """
+
+    label: str
+    proc: subprocess.Popen
+
+
+class Runner(Protocol):
+    name: str
+
+    def submit_directory(self, spec: LocalJobSpec) -> str:
+        """The value of `sagemaker_submit_directory` as the bootstrap will see it."""
+
+    def check(self, spec: LocalJobSpec) -> None:
+        """Raise RunnerError with a clear message if this runner cannot run here (no engine)."""
+
+    def start(self, spec: LocalJobSpec) -> list[HostProcess]:
+        """Start the job (the trees under spec.job_dir / "hosts" are written)."""
+
+    def cleanup(self, spec: LocalJobSpec) -> None:
+        """After every process ended (or was killed): release what start() created."""
+
+
+class RunnerError(RuntimeError):
+    """The runner cannot run the job here; the message says why and what to do."""

@@ -1,0 +1,296 @@
+"""Follow a prepared local job to its end: logs, max_run, stop signals, artifacts, status.
+
+One reader thread per host copies its output to `logs/<host>.log`, to the merged
+`logs/job.log` (host-prefixed) and to the console (host-prefixed, colour per host). The job
+fails as soon as one host fails: the others are stopped, since their collectives would only
+wait for the missing ranks. SIGINT/SIGTERM (Ctrl-C, `smlaunch stop`) and `max_run` stop every
+host the way SageMaker does: SIGTERM, which the bootstraps forward to the ranks so they can save
+a checkpoint, then SIGKILL after a grace period. Whatever happens, the hosts' `model/` and
+`output/data/` become `model.tar.gz` and `output.tar.gz` in `output_path`, and `job.json` gets
+the outcome, the failure reason and the times.
+
+`python -m launcher.local.supervise JOB_DIR` runs a prepared job detached (`submit --no-wait`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from launcher.contract import FAILURE_LIMIT
+from launcher.local import s3io, store
+from launcher.local.spec import HostProcess, LocalJobSpec, Runner
+
+STOP_GRACE_S = 120.0  # SageMaker's time between SIGTERM and SIGKILL when it stops a job
+FAILED_HOST_GRACE_S = 10.0  # other hosts get this long to notice a failed host and exit by themselves
+COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
+_ANSI = {"cyan": 36, "magenta": 35, "green": 32, "yellow": 33, "blue": 34, "red": 31}
+
+Printer = Callable[[str, str, str], None]  # (label, color, line)
+
+
+def console_printer(label: str, color: str, line: str) -> None:
+    """`algo-1 | line`, the prefix in the host's colour when stdout is a terminal."""
+    prefix = f"{label} |"
+    if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
+        prefix = f"\x1b[{_ANSI[color]}m{prefix}\x1b[0m"
+    sys.stdout.write(f"{prefix} {line}\n")
+    sys.stdout.flush()
+
+
+def runner_named(name: str) -> Runner:
+    if name == "process":
+        from launcher.local.process import ProcessRunner
+
+        return ProcessRunner()
+    if name == "docker":
+        from launcher.local.docker import DockerRunner
+
+        return DockerRunner()
+    raise ValueError(f"runner {name!r}: use 'process' or 'docker'")
+
+
+class Supervisor:
+    def __init__(self, spec: LocalJobSpec, runner: Runner, printer: Printer | None = console_printer,
+                 stop_grace_s: float = STOP_GRACE_S):
+        self.spec, self.runner, self.printer = spec, runner, printer
+        self.stop_grace_s = stop_grace_s
+        self.signals: list[int] = []
+        self.start_error = ""
+        self._lock = threading.Lock()
+        self._merged = None
+
+    # --- output ---------------------------------------------------------------------------
+    def _pump(self, host: HostProcess, color: str) -> None:
+        logs = self.spec.job_dir / "logs"
+        with open(logs / f"{host.label}.log", "ab") as own:
+            for raw in iter(host.proc.stdout.readline, b""):
+                own.write(raw)
+                own.flush()
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                with self._lock:
+                    self._merged.write(f"{host.label} | {line}\n")
+                    self._merged.flush()
+                    if self.printer:
+                        self.printer(host.label, color, line)
+        host.proc.stdout.close()
+
+    def _note(self, line: str) -> None:
+        with self._lock:
+            self._merged.write(f"smlaunch | {line}\n")
+            self._merged.flush()
+            if self.printer:
+                self.printer("smlaunch", "yellow", line)
+
+    # --- signals --------------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame) -> None:
+        self.signals.append(signum)
+
+    def _install_handlers(self) -> dict:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    @staticmethod
+    def _signal_all(hosts: list[HostProcess], signum: int) -> None:
+        for host in hosts:
+            if host.proc.poll() is None:
+                try:
+                    os.killpg(host.proc.pid, signum)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    # --- the run --------------------------------------------------------------------------
+    def run(self) -> dict:
+        """Run the job to its end; returns the final record. Raises KeyboardInterrupt after a
+        Ctrl-C, once every host is stopped and the outcome is recorded."""
+        (self.spec.job_dir / "logs").mkdir(exist_ok=True)
+        with open(self.spec.job_dir / "logs" / "job.log", "a", encoding="utf-8") as merged:
+            self._merged = merged
+            reason, record = self._run()
+        if reason == "interrupted":
+            raise KeyboardInterrupt
+        return record
+
+    def _run(self) -> tuple[str | None, dict]:
+        spec = self.spec
+        previous = self._install_handlers()
+        started = time.monotonic()
+        store.update(spec.job_dir, SecondaryStatus="Training", SupervisorPid=os.getpid(),
+                     TrainingStartTime=store.now(),
+                     StatusMessage=f"{len(spec.hosts)} host(s) x {spec.processes_per_host} process(es), "
+                                   f"{spec.runner} runner")
+        hosts: list[HostProcess] = []
+        pumps: list[threading.Thread] = []
+        reason, exits = None, []  # why we stopped the hosts; (label, code) in the order they ended
+        try:
+            try:
+                hosts = self.runner.start(spec)
+            except Exception as exc:  # noqa: BLE001 - a job that cannot start must still end in its record
+                self._note(f"could not start the hosts: {exc}")
+                reason, self.start_error = "start_failed", f"{type(exc).__name__}: {exc}"
+            for i, host in enumerate(hosts):
+                pumps.append(threading.Thread(target=self._pump, args=(host, COLORS[i % len(COLORS)]), daemon=True))
+                pumps[-1].start()
+            kill_at = None
+            while True:
+                for host in hosts:
+                    code = host.proc.poll()
+                    if code is not None and host.label not in dict(exits):
+                        exits.append((host.label, code))
+                if len(exits) == len(hosts):
+                    break
+                now = time.monotonic()
+                if reason is None:
+                    failed = [label for label, code in exits if code != 0]
+                    if self.signals:
+                        reason = "interrupted" if self.signals[0] == signal.SIGINT else "stopped"
+                        self._note(f"{signal.Signals(self.signals[0]).name}: stopping every host "
+                                   f"(SIGKILL in {self.stop_grace_s:.0f} s; again to kill now)")
+                        self._signal_all(hosts, signal.SIGTERM)
+                        kill_at = now + self.stop_grace_s
+                    elif now - started > spec.max_run:
+                        reason = "max_run"
+                        self._note(f"max_run ({spec.max_run} s) exceeded: stopping every host")
+                        self._signal_all(hosts, signal.SIGTERM)
+                        kill_at = now + self.stop_grace_s
+                    elif failed:
+                        reason = "host_failed"
+                        kill_at = now + FAILED_HOST_GRACE_S
+                elif reason == "host_failed" and kill_at is not None and now >= kill_at:
+                    self._note(f"{exits[0][0]} failed: stopping the other hosts")
+                    self._signal_all(hosts, signal.SIGTERM)
+                    reason, kill_at = "host_failed_stopping", now + self.stop_grace_s
+                elif kill_at is not None and (now >= kill_at or len(self.signals) > 1):
+                    self._signal_all(hosts, signal.SIGKILL)
+                    kill_at = None
+                time.sleep(0.1)
+        finally:
+            self._signal_all(hosts, signal.SIGKILL)  # only if something above raised
+            for host in hosts:
+                host.proc.wait()
+            for pump in pumps:
+                pump.join(timeout=5)
+            try:
+                self.runner.cleanup(spec)
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
+        return reason, self._finish(reason, exits, time.monotonic() - started)
+
+    # --- the outcome ----------------------------------------------------------------------
+    def _finish(self, reason: str | None, exits: list[tuple[str, int]], seconds: float) -> dict:
+        spec = self.spec
+        fields: dict = {"HostExitCodes": dict(exits), "TrainingTimeInSeconds": round(seconds)}
+        if reason in ("interrupted", "stopped"):
+            status, secondary, message = "Stopped", "Stopped", "Stopped by the user"
+        elif reason == "start_failed":
+            status, secondary, message = "Failed", "Failed", "The hosts could not be started"
+            fields["FailureReason"] = f"ClientError: {self.start_error}"[:FAILURE_LIMIT]
+        elif reason == "max_run":
+            status, secondary, message = "Stopped", "MaxRuntimeExceeded", f"Exceeded max_run ({spec.max_run} s)"
+            fields["FailureReason"] = f"MaxRuntimeExceeded: the job ran longer than max_run ({spec.max_run} s)"
+        elif exits and all(code == 0 for _, code in exits) and all(
+                (spec.host_dir(h) / "output" / "success").exists() for h in spec.hosts):
+            status, secondary, message = "Completed", "Completed", "Training job completed"
+        else:
+            status, secondary, message = "Failed", "Failed", "Training job failed"
+            fields["FailureReason"] = self._failure_reason(exits)
+        store.update(spec.job_dir, SecondaryStatus="Uploading", StatusMessage="Packing the artifacts")
+        try:
+            fields.update(self._artifacts(with_model=status != "Failed"))
+        except Exception as exc:  # noqa: BLE001 - an upload failure must end in the record
+            status, secondary, message = "Failed", "Failed", "Uploading the artifacts failed"
+            fields["FailureReason"] = f"ClientError: could not store the artifacts: {exc}"[:FAILURE_LIMIT]
+        if status == "Failed" and "FailureReason" in fields:
+            self._note(f"failed: {fields['FailureReason']}")
+        return store.update(spec.job_dir, TrainingJobStatus=status, SecondaryStatus=secondary,
+                            StatusMessage=message, TrainingEndTime=store.now(), **fields)
+
+    def _failure_reason(self, exits: list[tuple[str, int]]) -> str:
+        """The first host to fail, and its output/failure (the bootstrap's report) if it wrote one."""
+        order = [label for label, code in exits if code != 0] or [label for label, _ in exits] or self.spec.hosts
+        for label in order:
+            failure = self.spec.job_dir / "hosts" / label / "output" / "failure"
+            if failure.is_file() and failure.read_text(errors="replace").strip():
+                text = failure.read_text(errors="replace").strip()
+                return f"AlgorithmError: {label}: {text}"[:FAILURE_LIMIT]
+        codes = ", ".join(f"{label} exited with code {code}" for label, code in exits if code != 0)
+        return f"AlgorithmError: {codes or 'no host reported success'}; see logs/job.log"[:FAILURE_LIMIT]
+
+    def _artifacts(self, with_model: bool) -> dict:
+        spec = self.spec
+        staging = spec.job_dir / "artifacts"
+        staging.mkdir(exist_ok=True)
+        hosts = [spec.host_dir(h) for h in spec.hosts]
+        packed = {"output.tar.gz": pack([h / "output" / "data" for h in hosts], staging / "output.tar.gz")}
+        if with_model:
+            shared = [spec.job_dir / "model"] if (spec.job_dir / "model").is_dir() else []
+            packed["model.tar.gz"] = pack([h / "model" for h in hosts] + shared, staging / "model.tar.gz")
+        if spec.output_path and spec.output_path.startswith("s3://"):
+            base = f"{spec.output_path.rstrip('/')}/{spec.name}/output"
+            for name, path in packed.items():
+                s3io.upload_file(path, f"{base}/{name}", spec.region)
+            where = {name: f"{base}/{name}" for name in packed}
+        else:
+            dest = Path(spec.output_path) / spec.name / "output" if spec.output_path else spec.job_dir / "output"
+            dest.mkdir(parents=True, exist_ok=True)
+            where = {}
+            for name, path in packed.items():
+                shutil.move(path, dest / name)
+                where[name] = str(dest / name)
+        out = {"OutputArtifacts": where}
+        if "model.tar.gz" in where:
+            out["ModelArtifacts"] = {"S3ModelArtifacts": where["model.tar.gz"]}
+        if spec.checkpoint_s3_uri:
+            count = s3io.upload_tree(spec.checkpoint_dir, spec.checkpoint_s3_uri, spec.region)
+            self._note(f"checkpoints: {count} file(s) to {spec.checkpoint_s3_uri}")
+        return out
+
+
+def pack(directories: list[Path], dest: Path) -> Path:
+    """SageMaker's merge of the hosts' directories into one archive: a file that several hosts
+    wrote at the same path is taken from the first host (rank 0's host) that has it."""
+    seen: set[str] = set()
+    with tarfile.open(dest, "w:gz") as tar:
+        for directory in directories:
+            if not directory.is_dir():
+                continue
+            for path in sorted(directory.rglob("*")):
+                name = path.relative_to(directory).as_posix()
+                if name in seen or path.is_dir():
+                    continue
+                seen.add(name)
+                tar.add(path, arcname=name, recursive=False)
+    return dest
+
+
+def elapsed(record: dict) -> str:
+    """'12 s' between TrainingStartTime and TrainingEndTime (or now)."""
+    start = record.get("TrainingStartTime")
+    if not start:
+        return ""
+    end = record.get("TrainingEndTime") or store.now()
+    return f"{(datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds():.0f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m launcher.local.supervise JOB_DIR", file=sys.stderr)
+        return 2
+    spec = LocalJobSpec.load(Path(argv[0]))
+    record = Supervisor(spec, runner_named(spec.runner), printer=None).run()
+    return 0 if record["TrainingJobStatus"] == "Completed" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

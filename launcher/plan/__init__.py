@@ -1,0 +1,78 @@
+"""Plan a job before paying for it: memory per accelerator (does it fit, what dominates, the
+largest single allocation, which setting fixes an OOM), throughput and cost, sweeps and --auto.
+
+Pure arithmetic on the validated job: no torch, no boto3, no rich until a table is rendered.
+Importing this package loads nothing until a name is used.
+
+    from launcher.jobfile import validate_job_file
+    from launcher.plan import plan, explain_oom
+    result = plan(validate_job_file("configs/seed/p4d-no-cp.yaml"))
+    if result.oom:
+        print(explain_oom(result.memory))
+"""
+
+from __future__ import annotations
+
+_EXPORTS = {
+    "estimate_memory": "memory",
+    "MemoryEstimate": "memory",
+    "MemoryTerm": "memory",
+    "Allocation": "memory",
+    "Fix": "memory",
+    "SAFETY_MARGIN": "memory",
+    "estimate_throughput": "throughput",
+    "ThroughputEstimate": "throughput",
+    "CALIBRATION": "throughput",
+    "plan": "sweep",
+    "PlanResult": "sweep",
+    "sweep": "sweep",
+    "sweep_job_file": "sweep",
+    "parse_sweeps": "sweep",
+    "default_space": "sweep",
+    "auto": "sweep",
+    "auto_job_file": "sweep",
+    "render_table": "report",
+    "explain_oom": "report",
+    "PredictedOOMError": "report",
+    "check_fits": "report",
+    "describe": "report",
+    "PlanError": "workload",
+    "Workload": "workload",
+    "workload_of": "workload",
+}
+__all__ = [
+    "CALIBRATION",
+    "SAFETY_MARGIN",
+    "Allocation",
+    "Fix",
+    "MemoryEstimate",
+    "MemoryTerm",
+    "PlanError",
+    "PlanResult",
+    "PredictedOOMError",
+    "ThroughputEstimate",
+    "Workload",
+    "auto",
+    "auto_job_file",
+    "check_fits",
+    "default_space",
+    "describe",
+    "estimate_memory",
+    "estimate_throughput",
+    "explain_oom",
+    "parse_sweeps",
+    "plan",
+    "render_table",
+    "sweep",
+    "sweep_job_file",
+    "workload_of",
+]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'launcher.plan' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"launcher.plan.{module}"), name)

@@ -1,0 +1,122 @@
+"""What the planner prints: a table of configurations, and why a job would run out of memory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from launcher.plan.memory import PHASES, MemoryEstimate
+from launcher.plan.sweep import PlanResult
+
+_SETTING_LABELS = {
+    "context_parallel_degree": "cp",
+    "hybrid_shard_degree": "hsd",
+    "tensor_parallel_degree": "tp",
+    "hyperparameters.activation_checkpointing": "ac",
+    "hyperparameters.train_batch_size": "batch",
+}
+
+
+def describe(result: PlanResult) -> str:
+    """A short name for a configuration: its sweep overrides, or its parallel settings."""
+    if result.overrides:
+        return " ".join(_short(o) for o in result.overrides)
+    s = result.settings
+    ac = s.get("activation_checkpointing")
+    return (f"cp={s.get('context_parallel_degree')} hsd={s.get('hybrid_shard_degree')} "
+            f"tp={s.get('tensor_parallel_degree')} ac={ac or 'off'} batch={s.get('train_batch_size')}")
+
+
+def render_table(results: Sequence[PlanResult], best: PlanResult | None = None, title: str | None = None):
+    """A rich Table, one row per configuration; `best` (e.g. auto()'s pick) is marked."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("configuration", "left"), ("fits", "center"), ("peak / capacity GiB", "right"),
+                          ("largest allocation", "left"), ("dominant", "left"), ("tokens/s", "right"),
+                          ("$ / B tokens", "right")):
+        table.add_column(name, justify=justify)
+    for result in results:
+        name = ("[bold]* " if result is best else "") + describe(result) + ("[/bold]" if result is best else "")
+        if not result.valid:
+            table.add_row(name, "[yellow]invalid[/yellow]", "", _first_error(result), "", "", "")
+            continue
+        mem, speed = result.memory, result.throughput
+        fits = {True: "[green]yes[/green]", False: "[red]no[/red]", None: "?"}[mem.fits]
+        capacity = f"{mem.capacity_gib:g}" if mem.capacity_gib is not None else "?"
+        largest = f"{mem.largest_allocation.gib:.2f} {mem.largest_allocation.name}"
+        usd = result.usd_per_billion_tokens
+        table.add_row(name, fits, f"{mem.peak_gib:.1f} / {capacity}", largest,
+                      f"{mem.dominant.name} {mem.dominant.gib:.1f}",
+                      f"{speed.tokens_per_s:,.0f}" if speed else "-", f"{usd:,.0f}" if usd is not None else "-")
+    return table
+
+
+def explain_oom(estimate: MemoryEstimate) -> str:
+    """Why the job is predicted not to fit and what fixes it (what `submit` prints to refuse)."""
+    where = estimate.instance_type or "this instance"
+    if estimate.accelerator:
+        where += f" ({estimate.accelerator})"
+    lines = []
+    if estimate.fits is None:
+        lines.append(f"Predicted peak {estimate.peak_gib:.2f} GiB per process on {where}; "
+                     "its accelerator memory is unknown.")
+    else:
+        verdict = "does not fit" if estimate.oom else "fits"
+        lines.append(f"Predicted peak {estimate.peak_gib:.2f} GiB per GPU on {where} {verdict}: "
+                     f"{estimate.usable_gib:.2f} GiB usable of {estimate.capacity_gib:g} GiB "
+                     f"({_pct(1 - estimate.usable_gib / estimate.capacity_gib)} kept free).")
+    lines.append(f"The peak is at the {PHASES[estimate.peak_phase]}.")
+    dom = estimate.dominant
+    lines.append(f"Dominant term: {dom.name}, {dom.gib:.2f} GiB ({dom.formula}).")
+    big = estimate.largest_allocation
+    largest = f"Largest single allocation: {big.name}, {big.gib:.2f} GiB ({big.formula})"
+    if estimate.accelerator:
+        largest += f"; a CUDA OOM there reads \"Tried to allocate {big.gib:.2f} GiB\""
+    lines.append(largest + ".")
+    if estimate.advice:
+        fitting = [f for f in estimate.advice if f.fits is not False]
+        lines.append("Fixes, each validated and re-planned:" if fitting else
+                     "No single setting makes it fit; these lower the peak most:")
+        for fix in estimate.advice:
+            usd = f", ${fix.usd_per_billion_tokens:,.0f} per billion tokens" if fix.usd_per_billion_tokens else ""
+            verdict = "fits" if fix.fits else ("does not fit" if fix.fits is False else "capacity unknown")
+            lines.append(f"  --set {' --set '.join(fix.overrides)}: peak {fix.peak_gib:.2f} GiB, {verdict}{usd}")
+    elif estimate.oom:
+        lines.append("No setting smlaunch can change lowers the peak: use an instance type with more "
+                     "accelerator memory, a shorter max_context_width, or a smaller model.")
+    return "\n".join(lines)
+
+
+def _short(override: str) -> str:
+    key, _, value = override.partition("=")
+    return f"{_SETTING_LABELS.get(key, key.rsplit('.', 1)[-1])}={value}"
+
+
+def _first_error(result: PlanResult) -> str:
+    text = result.errors[0] if result.errors else ""
+    text = text.replace("distribution.smdistributed.modelparallel.parameters.", "")
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+class PredictedOOMError(ValueError):
+    """`submit`/`fit()` refuse a job the planner predicts to run out of accelerator memory."""
+
+    def __init__(self, result: PlanResult):
+        self.result = result
+        super().__init__(explain_oom(result.memory) + "\nTo submit anyway: smlaunch submit --force, "
+                         "or fit(force=True).")
+
+
+def check_fits(job) -> PlanResult | None:
+    """Plan a validated job; raise PredictedOOMError if it will not fit. None when the job cannot
+    be planned (unknown model): the planner then has nothing to say, and nothing is refused."""
+    from launcher.plan.sweep import plan
+
+    result = plan(job)
+    if result.oom:
+        raise PredictedOOMError(result)
+    return result if result.valid else None

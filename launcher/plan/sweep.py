@@ -1,0 +1,252 @@
+"""plan(): memory and throughput of one job; sweep(): of every combination of settings; auto():
+the cheapest combination that fits.
+
+A sweep works on the job file's data (extends resolved, --set applied) and applies each
+combination as `--set` overrides, so a sweep key is anything --set takes: a bare model-parallel
+key (`context_parallel_degree`), or a dotted path (`hyperparameters.activation_checkpointing`).
+Every combination is validated like `smlaunch validate`; one that fails is reported with its
+errors, not raised.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.config import ConfigError, Issue, ValidatedJob, validate_job
+from launcher.config.job import JobFile
+from launcher.plan.memory import MemoryEstimate, estimate_memory
+from launcher.plan.throughput import ThroughputEstimate, estimate_throughput
+from launcher.plan.workload import PlanError
+
+
+@dataclass
+class PlanResult:
+    """One configuration: what identifies it, and its plan (or why it has none)."""
+
+    settings: dict[str, Any]
+    overrides: tuple[str, ...] = ()  # the sweep's --set strings that made this configuration
+    memory: MemoryEstimate | None = None
+    throughput: ThroughputEstimate | None = None
+    errors: list[str] = field(default_factory=list)  # validation errors, or why it cannot be planned
+    job: ValidatedJob | None = field(default=None, repr=False)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+    @property
+    def fits(self) -> bool | None:
+        """True/False against the accelerator's memory; None when invalid or capacity unknown."""
+        return self.memory.fits if self.memory else None
+
+    @property
+    def oom(self) -> bool:
+        return self.memory is not None and self.memory.oom
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.throughput.tokens_per_s if self.throughput else None
+
+    @property
+    def usd_per_billion_tokens(self) -> float | None:
+        return self.throughput.usd_per_billion_tokens if self.throughput else None
+
+    def to_dict(self) -> dict:
+        mem, speed = self.memory, self.throughput
+        out = {
+            "valid": self.valid,
+            "errors": self.errors,
+            "overrides": list(self.overrides),
+            **self.settings,
+            "fits": self.fits,
+            "peak_gib": round(mem.peak_gib, 3) if mem else None,
+            "capacity_gib": mem.capacity_gib if mem else None,
+            "largest_allocation_gib": round(mem.largest_allocation.gib, 3) if mem else None,
+            "largest_allocation": mem.largest_allocation.name if mem else None,
+            "dominant": mem.dominant.key if mem else None,
+            "tokens_per_s": round(speed.tokens_per_s, 1) if speed else None,
+            "step_s": round(speed.step_s, 4) if speed else None,
+            "usd_per_hour": speed.usd_per_hour if speed else None,
+            "usd_per_billion_tokens": None if self.usd_per_billion_tokens is None
+            else round(self.usd_per_billion_tokens, 2),
+        }
+        out["memory"] = mem.to_dict() if mem else None
+        out["throughput"] = speed.to_dict() if speed else None
+        return out
+
+
+def plan(job: ValidatedJob, overrides: Sequence[str] = (), advise: bool = True) -> PlanResult:
+    """Memory (with advice when it predicts OOM) and throughput of a validated job."""
+    settings = settings_of(job)
+    try:
+        memory = estimate_memory(job, advise=advise)
+        speed = estimate_throughput(job)
+    except PlanError as exc:
+        return PlanResult(settings, tuple(overrides), errors=[str(exc)], job=job)
+    return PlanResult(settings, tuple(overrides), memory, speed, job=job)
+
+
+def settings_of(job: ValidatedJob) -> dict[str, Any]:
+    """The settings that tell one swept configuration from another."""
+    cfg, hp = job.config, job.config.hyperparameters
+    p = cfg.distribution.parameters if cfg.distribution else None
+    return {
+        "instance_type": job.instance.name if job.instance else cfg.instance_type,
+        "instance_count": cfg.instance_count,
+        "hybrid_shard_degree": p.hybrid_shard_degree if p else 0,
+        "sharding_group": job.layout.sharding_group if job.layout else None,
+        "context_parallel_degree": p.context_parallel_degree if p else 1,
+        "tensor_parallel_degree": p.tensor_parallel_degree if p else 1,
+        "activation_checkpointing": (hp.activation_checkpointing_mode or "full") if hp.activation_checkpointing
+        else False,
+        "offload_activations": bool(hp.offload_activations),
+        "fp8": job.fp8.enabled,
+        "train_batch_size": hp.train_batch_size or 1,
+        "gradient_accumulation_steps": hp.gradient_accumulation_steps or 1,
+        "max_context_width": hp.max_context_width or 2048,
+        "model": job.model.name if job.model else None,
+    }
+
+
+def parse_sweeps(specs: Iterable[str]) -> dict[str, list[str]]:
+    """`--sweep KEY=V1,V2,...` options -> {KEY: [V1, V2, ...]} (values stay text, read as YAML
+    when applied, like --set values). A repeated key is an error."""
+    out: dict[str, list[str]] = {}
+    issues = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip()
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not key or not items:
+            issues.append(Issue("--sweep", spec, "expected KEY=V1,V2,...",
+                                "e.g. --sweep context_parallel_degree=1,2,4,8"))
+        elif key in out:
+            issues.append(Issue("--sweep", spec, f"{key} is swept twice", "give all its values in one --sweep"))
+        else:
+            out[key] = items
+    if issues:
+        raise ConfigError(issues)
+    return out
+
+
+def sweep(data: Mapping[str, Any], sweeps: Mapping[str, Sequence[Any]], *, base_dir: str | Path,
+          source: str | None = None, advise: bool = False) -> list[PlanResult]:
+    """Plan every combination of `sweeps` applied to the job data; with no sweeps, the job itself."""
+    from launcher.jobfile import apply_overrides
+
+    keys = list(sweeps)
+    results = []
+    for combo in itertools.product(*(sweeps[k] for k in keys)):
+        overrides = tuple(f"{k}={_text(v)}" for k, v in zip(keys, combo))
+        raw = copy.deepcopy(dict(data))
+        try:
+            apply_overrides(raw, overrides)
+            job = validate_job(raw, base_dir=base_dir, source=source, model=JobFile)
+        except ConfigError as exc:
+            results.append(PlanResult(_raw_settings(raw), overrides, errors=[str(i) for i in exc.issues]))
+            continue
+        results.append(plan(job, overrides, advise=advise))
+    return results
+
+
+def sweep_job_file(path: str | Path, overrides: Iterable[str] = (),
+                   sweeps: Mapping[str, Sequence[Any]] | Iterable[str] = ()) -> list[PlanResult]:
+    """sweep() over a job file; `sweeps` as a mapping or as `--sweep` option strings. Raises
+    ConfigError when the file itself cannot be read or an override/sweep option is malformed."""
+    from launcher.jobfile import load_job_file
+
+    data, base = load_job_file(path, overrides)
+    if not isinstance(sweeps, Mapping):
+        sweeps = parse_sweeps(sweeps)
+    return sweep(data, sweeps, base_dir=base, source=str(path))
+
+
+def default_space(job: ValidatedJob) -> dict[str, list[Any]]:
+    """What --auto searches when nothing is swept: context_parallel_degree and
+    hybrid_shard_degree over the divisors of the processes per host (and 0, all ranks, across
+    hosts), activation checkpointing on and off; the job's own values are always included."""
+    pph = job.processes_per_host or 1
+    settings = settings_of(job)
+    divisors = [d for d in range(1, pph + 1) if pph % d == 0]
+    cps = sorted(set(divisors) | {settings["context_parallel_degree"]})
+    hsds = set(divisors) | {settings["hybrid_shard_degree"] or 1}  # on one host 0 means pph: listed
+    if job.config.instance_count > 1:
+        hsds.add(0)
+    return {
+        "context_parallel_degree": cps,
+        "hybrid_shard_degree": sorted(hsds),
+        "hyperparameters.activation_checkpointing": [1, 0],
+    }
+
+
+def auto(results: Iterable[PlanResult]) -> PlanResult | None:
+    """The cheapest configuration that fits: lowest $ per billion tokens, then highest tokens/s;
+    at equal cost the smaller cp and tp (communication the model does not price), then the
+    lower peak. Where no capacity is known (local runs), valid configurations compete instead."""
+    valid = [r for r in results if r.valid and r.memory is not None]
+    pool = [r for r in valid if r.fits] or [r for r in valid if r.fits is None]
+    if not pool:
+        return None
+
+    def key(r: PlanResult):
+        usd = r.usd_per_billion_tokens
+        return (usd is None, usd if usd is not None else 0.0, -(r.tokens_per_s or 0.0),
+                r.settings.get("context_parallel_degree", 1), r.settings.get("tensor_parallel_degree", 1),
+                r.memory.peak_gib if r.memory else math.inf)
+
+    return min(pool, key=key)
+
+
+def auto_job_file(path: str | Path, overrides: Iterable[str] = (),
+                  sweeps: Mapping[str, Sequence[Any]] | Iterable[str] = ()
+                  ) -> tuple[PlanResult | None, list[PlanResult]]:
+    """(the cheapest fitting configuration, every configuration tried). Without sweeps the
+    search space is default_space() of the job file as given (which must then be valid)."""
+    from launcher.jobfile import load_job_file
+
+    data, base = load_job_file(path, overrides)
+    if not isinstance(sweeps, Mapping):
+        sweeps = parse_sweeps(sweeps)
+    if not sweeps:
+        job = validate_job(data, base_dir=base, source=str(path), model=JobFile)
+        sweeps = default_space(job)
+    results = sweep(data, sweeps, base_dir=base, source=str(path))
+    return auto(results), results
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _raw_settings(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Best-effort settings of a configuration that did not validate."""
+    from launcher.jobfile import MP_PATH
+
+    node: Any = data.get("distribution")
+    for part in MP_PATH[1:]:
+        node = node.get(part) if isinstance(node, dict) else None
+    mp = node if isinstance(node, dict) else {}
+    hp = data.get("hyperparameters") if isinstance(data.get("hyperparameters"), dict) else {}
+    ac = hp.get("activation_checkpointing") not in (None, 0, False, "0", "false", "False")
+    return {
+        "instance_type": data.get("instance_type"),
+        "instance_count": data.get("instance_count", 1),
+        "hybrid_shard_degree": mp.get("hybrid_shard_degree", 0),
+        "sharding_group": None,
+        "context_parallel_degree": mp.get("context_parallel_degree", 1),
+        "tensor_parallel_degree": mp.get("tensor_parallel_degree", 1),
+        "activation_checkpointing": (hp.get("activation_checkpointing_mode") or "full") if ac else False,
+        "offload_activations": bool(hp.get("offload_activations")),
+        "fp8": bool(hp.get("fp8")),
+        "train_batch_size": hp.get("train_batch_size", 1),
+        "gradient_accumulation_steps": hp.get("gradient_accumulation_steps", 1),
+        "max_context_width": hp.get("max_context_width", 2048),
+        "model": hp.get("model_preset") or hp.get("hf_pretrained_model_name_or_dir"),
+    }

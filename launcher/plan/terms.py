@@ -1,0 +1,434 @@
+"""The memory terms, one function each; its docstring is its formula (per accelerator, bytes).
+
+Notation: P parameters (P_block one block's, P_root embeddings + final norm + head, P_head the
+head's V·h), shards = sharding group x tp, a = compute bytes (2 bf16, 4 fp32), N = tokens a rank
+holds per micro-batch (micro_batch x seq / cp), h hidden, L layers, V vocabulary, H heads,
+q = H·d_head, kv = H_kv·d_head, I MLP width, t = tp. Each term lists the phases it is alive in
+(launcher.plan.memory.PHASES); a function returns None where its term does not apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from launcher.plan.workload import Workload
+
+GIB = 2**30
+STEADY = ("forward", "loss", "backward_mlp", "backward_attention", "end_of_backward", "optimizer")
+ACTIVE = ("forward", "loss", "backward_mlp", "backward_attention")
+BACKWARD = ("backward_mlp", "backward_attention")
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    key: str  # stable identifier ("logits", "activations", ...)
+    name: str
+    gib: float  # per accelerator
+    formula: str  # one line: what it is, with the numbers
+    phases: tuple[str, ...]
+    allocated: bool = True  # False: CUDA context and allocator reserve, not live tensors
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "name": self.name, "gib": round(self.gib, 3), "formula": self.formula,
+                "phases": list(self.phases), "allocated": self.allocated}
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One tensor: what a CUDA "Tried to allocate X GiB" message would name."""
+
+    name: str
+    gib: float
+    formula: str
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Parameter counts of a Llama block and of the root (embeddings, final norm, head)."""
+
+    block_matmul: int  # q, k, v, o, gate, up, down
+    block: int  # + the two RMSNorm weights
+    root: int  # embedding (+ untied head) + final norm
+    head: int  # the LM head's weight (shared with the embedding when tied)
+    total: int
+
+    @classmethod
+    def of(cls, w: Workload) -> Sizes:
+        s = w.spec
+        h, q, kv = s.hidden_size, s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
+        experts = max(1, s.num_experts)  # MoE: every expert's MLP is a parameter
+        matmul = 2 * h * q + 2 * h * kv + experts * 3 * h * s.intermediate_size
+        block = matmul + 2 * h
+        head = s.vocab_size * h
+        root = head * (1 if s.tie_embeddings else 2) + h
+        return cls(matmul, block, root, head, s.num_layers * block + root)
+
+
+def per_token_bytes(w: Workload) -> dict[str, float]:
+    """Bytes one block keeps per local token for backward, by activation checkpointing mode.
+
+    full (no checkpointing):
+        2·(4h + a·h)/t   two RMSNorms: the fp32 input (kept by the fp32 normalisation) and the
+                         normalised value (kept by the weight multiply); sequence-parallel
+      + 2·a·h            the attention's and the MLP's projection inputs (tp-gathered)
+      + a·(2q + 2kv)/t   q and k after RoPE, v, the attention output (kept by flash attention)
+      + 4·H/t            flash attention's fp32 log-sum-exp
+      + 4·a·I/t          SwiGLU: gate and up outputs, silu(gate), their product
+    selective: the block input a·h/t, the outputs of wq, wk, wv (a·(q + 2kv)/t), of wo and w2
+        (a·h each: before tp's reduce-scatter), of w1 and w3 (2·a·I/t), the attention output
+        and log-sum-exp (a·q/t + 4·H/t): the matmul and attention outputs the runtime's policy saves.
+    checkpoint (full checkpointing): the block input, a·h/t.
+    RoPE's cos/sin tables need no gradient: nothing of RoPE is kept. An MoE model is counted as
+    one expert per token (the runtime trains dense models).
+    """
+    s, a, t = w.spec, w.compute_bytes, w.layout.tp
+    h, heads = s.hidden_size, s.num_heads
+    q, kv, inter = heads * s.head_dim, s.num_kv_heads * s.head_dim, s.intermediate_size
+    full = 2 * (4 * h + a * h) / t + 2 * a * h + a * (2 * q + 2 * kv) / t + 4 * heads / t + 4 * a * inter / t
+    selective = a * h / t + a * (q + 2 * kv) / t + 2 * a * h + 2 * a * inter / t + a * q / t + 4 * heads / t
+    return {"full": full, "selective": selective, "checkpoint": a * h / t}
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What every term needs, computed once."""
+
+    w: Workload
+
+    @cached_property
+    def sz(self) -> Sizes:
+        return Sizes.of(self.w)
+
+    @cached_property
+    def per(self) -> dict[str, float]:
+        return per_token_bytes(self.w)
+
+    @property
+    def a(self) -> int:
+        return self.w.compute_bytes
+
+    @property
+    def t(self) -> int:
+        return self.w.layout.tp
+
+    @property
+    def n(self) -> int:
+        return self.w.tokens_per_rank
+
+    @property
+    def shards(self) -> int:
+        return self.w.layout.sharding_group * self.w.layout.tp
+
+    @property
+    def kept(self) -> float:
+        """Bytes per token per layer kept between forward and backward."""
+        return {None: self.per["full"], "selective": self.per["selective"], "full": self.per["checkpoint"]}[
+            self.w.ac_mode]
+
+    @property
+    def params(self) -> str:
+        return f"{count(self.sz.total)} params"
+
+
+def _term(key: str, name: str, nbytes: float, formula: str, phases: tuple[str, ...]) -> MemoryTerm | None:
+    return MemoryTerm(key, name, nbytes / GIB, formula, phases) if nbytes > 0 else None
+
+
+# --- state ------------------------------------------------------------------------------------
+
+def parameters(c: Ctx) -> MemoryTerm | None:
+    """4·P / shards: FSDP2's fp32 parameter shards (the model is built in fp32)."""
+    g = c.w.layout.sharding_group
+    return _term("parameters", "parameters (fp32 shards)", 4 * c.sz.total / c.shards,
+                 f"4 B x {c.params} / (sharding group {g} x tp {c.t})", ("init",) + STEADY)
+
+
+def optimizer_state(c: Ctx) -> MemoryTerm | None:
+    """8·P / shards for AdamW (fp32 exp_avg and exp_avg_sq), 6·P / shards for
+    AnyPrecisionAdamW (bf16 moments and Kahan buffer). Created at the first step, then kept."""
+    state = 8 if c.w.optimizer == "adamw" else 6
+    what = "AdamW: fp32 exp_avg + exp_avg_sq" if state == 8 else "AnyPrecisionAdamW: bf16 moments + Kahan buffer"
+    return _term("optimizer", "optimizer state", state * c.sz.total / c.shards,
+                 f"{state} B x {c.params} / {c.shards} ({what})", STEADY)
+
+
+def gradients(c: Ctx) -> MemoryTerm | None:
+    """4·P / shards: fp32 gradient shards (reduce_dtype fp32), from the end of backward to the
+    optimizer step (zero_grad(set_to_none=True) frees them before the next forward)."""
+    return _term("gradients", "gradients (fp32 shards)", 4 * c.sz.total / c.shards,
+                 f"4 B x {c.params} / {c.shards}, from backward to the optimizer step",
+                 ("end_of_backward", "optimizer"))
+
+
+def optimizer_temporaries(c: Ctx) -> MemoryTerm | None:
+    """AdamW (foreach): 4·P / shards, sqrt(exp_avg_sq) for every tensor at once.
+    AnyPrecisionAdamW (a loop over tensors): 6 B x the largest shard, P_head / shards."""
+    if c.w.optimizer == "adamw":
+        return _term("optimizer_temp", "optimizer temporaries", 4 * c.sz.total / c.shards,
+                     f"4 B x {c.params} / {c.shards}: foreach AdamW's sqrt(exp_avg_sq) for every tensor at once",
+                     ("optimizer",))
+    return _term("optimizer_temp", "optimizer temporaries", 6 * c.sz.head / c.shards,
+                 "6 B x the largest parameter shard: per-tensor copy and bf16 denominator", ("optimizer",))
+
+
+def rope_tables(c: Ctx) -> MemoryTerm | None:
+    """2 x 4 B x S x d_head: the model's cos and sin buffers, fp32, built for max_context_width."""
+    return _term("rope", "RoPE tables", 2 * 4 * c.w.seq_len * c.w.spec.head_dim,
+                 f"cos and sin, fp32 [{c.w.seq_len}, {c.w.spec.head_dim}]", ("init",) + STEADY)
+
+
+def eager_init(c: Ctx) -> MemoryTerm | None:
+    """4·P without delayed init: build_model puts the whole fp32 model on every GPU before
+    fully_shard cuts it (delayed_param=1 builds it on the meta device instead)."""
+    if c.w.delayed_init:
+        return None
+    return _term("init_model", "whole fp32 model (eager init)", 4 * c.sz.total,
+                 f"4 B x {c.params}: built on every GPU before sharding; delayed_param=1 avoids it", ("init",))
+
+
+# --- FSDP's unsharded copies ------------------------------------------------------------------
+
+def root_unsharded(c: Ctx) -> MemoryTerm | None:
+    """a·P_root / t: the root unit is fully_shard'ed with reshard_after_forward=False, so its
+    all-gathered copy lives from the start of forward to the end of backward."""
+    if not c.w.fsdp:
+        return None
+    return _term("root_unsharded", "embeddings + head, all-gathered", c.a * c.sz.root / c.t,
+                 f"{c.a} B x {count(c.sz.root)} / tp {c.t}: the root is not resharded after forward",
+                 ACTIVE + ("end_of_backward",))
+
+
+def gathered_forward(c: Ctx) -> MemoryTerm | None:
+    """2 x a·P_block / t: the running block and the prefetched one. With torchao's FP8
+    all-gather the matmul weights travel and stay in 1 B."""
+    w = c.w
+    if not w.fsdp:
+        return None
+    fp8_gather = w.fp8 and w.fp8_backend == "torchao" and w.world > 1 and w.layout.sharding_group > 1
+    per_block = (c.sz.block_matmul * (1 if fp8_gather else c.a) + (c.sz.block - c.sz.block_matmul) * c.a) / c.t
+    size = "1 B (FP8 all-gather)" if fp8_gather else f"{c.a} B"
+    return _term("gathered_forward", "all-gathered blocks (forward)", 2 * per_block,
+                 f"2 blocks x {count(c.sz.block)} params x {size} / tp {c.t}: the running block and the "
+                 "prefetched one", ("forward",))
+
+
+def gathered_backward(c: Ctx) -> MemoryTerm | None:
+    """(3·a + 4)·P_block / t + 4·P_block / shards: the running and the prefetched block's
+    parameters (2·a), the running block's unsharded gradient (a), its fp32 reduce-scatter input
+    (4) and the fp32 gradient shard that comes out."""
+    if not c.w.fsdp:
+        return None
+    a, block = c.a, c.sz.block
+    return _term("gathered_backward", "all-gathered block + grads (backward)",
+                 (3 * a + 4) * block / c.t + 4 * block / c.shards,
+                 f"({a}+{a} B params, running and prefetched, + {a} B gradient + 4 B fp32 reduce-scatter "
+                 f"input) x {count(block)} / tp {c.t} + its fp32 gradient shard", BACKWARD)
+
+
+def kept_unsharded(c: Ctx) -> MemoryTerm | None:
+    """L·a·P_block / t with sharding_strategy shard_grad_op / _hybrid_shard_zero2: blocks stay
+    unsharded from their forward to their backward."""
+    w = c.w
+    if not w.fsdp or w.reshard_after_forward:
+        return None
+    L = w.spec.num_layers
+    return _term("kept_unsharded", "blocks kept unsharded after forward", L * c.a * c.sz.block / c.t,
+                 f"{L} blocks x {c.a} B x {count(c.sz.block)} / tp {c.t} (sharding_strategy shard_grad_op)",
+                 ("loss",) + BACKWARD)
+
+
+def head_gradient(c: Ctx) -> MemoryTerm | None:
+    """a·P_head / t: the head's unsharded gradient, computed first in backward and kept until the
+    root's reduce-scatter at the very end."""
+    if not c.w.fsdp:
+        return None
+    s = c.w.spec
+    return _term("head_grad", "head weight gradient (unsharded)", c.a * c.sz.head / c.t,
+                 f"{c.a} B x {s.vocab_size} x {s.hidden_size} / tp {c.t}: kept until the root's reduce-scatter",
+                 BACKWARD + ("end_of_backward",))
+
+
+def root_reduce_scatter(c: Ctx) -> MemoryTerm | None:
+    """(a·P_head [untied embedding gradient] + a·h + 4·P_root) / t: the root's remaining
+    unsharded gradients and the fp32 flat reduce-scatter input FSDP2 copies them into."""
+    if not c.w.fsdp:
+        return None
+    s = c.w.spec
+    embed = 0 if s.tie_embeddings else c.a * c.sz.head
+    text = "" if s.tie_embeddings else f"{c.a} B embedding gradient + "
+    return _term("root_reduce", "root gradients reduce-scatter",
+                 (embed + c.a * s.hidden_size + 4 * c.sz.root) / c.t,
+                 text + f"4 B fp32 flat reduce-scatter input x {count(c.sz.root)} / tp {c.t}", ("end_of_backward",))
+
+
+def running_gradients(c: Ctx) -> MemoryTerm | None:
+    """4·(P_head + P_block) without FSDP (one fp32 process): .grad accumulates in place; at the
+    last block's backward the head's and that block's gradients exist."""
+    if c.w.fsdp:
+        return None
+    return _term("gradients_running", "gradients so far (head + last block)", 4 * (c.sz.head + c.sz.block),
+                 "4 B x (head + one block): fp32 .grad, no FSDP", BACKWARD)
+
+
+# --- activations ------------------------------------------------------------------------------
+
+def activations(c: Ctx) -> MemoryTerm | None:
+    """L·kept·N, kept = per_token_bytes for the checkpointing mode. Offloaded: only
+    activation_loading_horizon + 1 block inputs on the GPU (selective's saved matmul outputs
+    stay). Without checkpointing and with cp_comm_type all_gather, every layer keeps the whole
+    sequence's K and V: + L·a·2kv·(N·cp − N)/t."""
+    w, lay, per, n = c.w, c.w.layout, c.per, c.n
+    L = w.spec.num_layers
+    if w.ac_mode is None:
+        how = "no activation checkpointing: everything backward needs"
+        saved = L * per["full"] * n
+        if lay.cp > 1 and w.cp_comm_type == "all_gather":
+            kv = w.spec.num_kv_heads * w.spec.head_dim
+            saved += L * c.a * 2 * kv * (n * lay.cp - n) / c.t
+            how += ", with all-gathered K/V"
+    elif w.offload:
+        resident = min(L, w.offload_horizon + 1)
+        extra = per["selective"] - per["checkpoint"] if w.ac_mode == "selective" else 0.0
+        saved = resident * per["checkpoint"] * n + L * extra * n
+        how = f"{w.ac_mode} checkpointing, block inputs offloaded ({resident} on the GPU)"
+    else:
+        saved = L * c.kept * n
+        how = f"{w.ac_mode} checkpointing keeps {c.kept:.0f} B/token/layer"
+    return _term("activations", "activations", saved,
+                 f"{L} layers x {n} tokens (B {w.micro_batch} x S {w.seq_len} / cp {lay.cp}): {how}", ACTIVE)
+
+
+def final_norm_and_head_input(c: Ctx) -> MemoryTerm | None:
+    """((4 + a)·h/t + a·h)·N: the final RMSNorm's kept values and the head's (tp-gathered)
+    input; under cp also the cos/sin rows gathered for this rank's positions (8·d_head·N)."""
+    h, a, n = c.w.spec.hidden_size, c.a, c.n
+    rope = 8 * c.w.spec.head_dim * n if c.w.layout.cp > 1 else 0
+    return _term("final", "final norm + head input", ((4 * h + a * h) / c.t + a * h) * n + rope,
+                 f"((4+{a}) B x {h} / tp + {a} B x {h}) x {n} tokens", ("loss",))
+
+
+def block_forward(c: Ctx) -> MemoryTerm | None:
+    """3·a·I/t·N with checkpointing: inside a block's forward, gate, up and their product live
+    together although nothing is kept (without checkpointing they are in `activations`)."""
+    if c.w.ac_mode is None:
+        return None
+    inter = c.w.spec.intermediate_size
+    return _term("block_forward", "block forward temporaries", 3 * c.a * inter / c.t * c.n,
+                 f"3 x {c.a} B x {inter} / tp {c.t} x {c.n} tokens: gate, up and their product", ("forward",))
+
+
+def logits(c: Ctx) -> MemoryTerm | None:
+    """12·N·V/t: the loss is cross_entropy(logits.float()) on the whole micro-batch. Backward
+    holds the fp32 log-probabilities kept by log_softmax, their gradient from nll_loss and the
+    logits' fp32 gradient (4 B each); forward peaks lower, at 10 B (bf16 logits, their fp32
+    copy, the log-probabilities). One fp32 [N, V/t] tensor is the step's largest allocation."""
+    V = c.w.spec.vocab_size
+    return _term("logits", "logits + loss (fp32)", 12 * c.n * V / c.t,
+                 f"12 B x {c.n} tokens x {V} / tp {c.t}: fp32 log-probs kept, their gradient, the logits' "
+                 "gradient (forward: bf16 logits + fp32 copy + log-probs = 10 B)", ("loss",))
+
+
+def block_backward(c: Ctx) -> MemoryTerm | None:
+    """(full − kept + 2·a·h/t)·N: the last block's recomputed activations (all of them under
+    full checkpointing, what selective did not keep) and the gradients of its output and of
+    the residual stream."""
+    h = c.w.spec.hidden_size
+    recompute = c.per["full"] - c.kept
+    return _term("block_backward", "block backward (recompute + grads)", (recompute + 2 * c.a * h / c.t) * c.n,
+                 f"({recompute:.0f} B recomputed + 2 x {c.a} B x {h} / tp gradients) x {c.n} tokens", BACKWARD)
+
+
+def mlp_backward(c: Ctx) -> MemoryTerm | None:
+    """3·a·I/t·N: the MLP's backward, gradients of the product, of silu(gate) and of up."""
+    inter = c.w.spec.intermediate_size
+    return _term("mlp_grads", "MLP backward temporaries", 3 * c.a * inter / c.t * c.n,
+                 f"3 x {c.a} B x {inter} / tp {c.t} x {c.n} tokens", ("backward_mlp",))
+
+
+def attention(c: Ctx) -> MemoryTerm | None:
+    """(4q + 3·a·q + 4H)/t·N: flash attention's backward (fp32 dq accumulator, dq, dK and dV
+    expanded to H heads, fp32 row sums), plus under cp Transformer Engine's exchange buffers:
+    p2p 4·2·a·kv/t·N (K/V chunks in flight and their gradients), all_gather 2·2·a·kv·N·cp/t
+    (the whole sequence's K/V and their gradients), a2a 2·a·(2q + 2kv)/t·N (send and receive)."""
+    w, a, t, n = c.w, c.a, c.t, c.n
+    s = w.spec
+    q, kv = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
+    nbytes = (4 * q + 3 * a * q + 4 * s.num_heads) / t * n
+    formula = f"(4 B fp32 dq + {a} B dq + 2 x {a} B GQA-expanded dK/dV) x {q} / tp x {n} tokens"
+    cp = w.layout.cp
+    if cp > 1 and w.cp_comm_type == "all_gather":
+        nbytes += 2 * 2 * a * kv * n * cp / t
+        formula += f" + whole-sequence K/V and their gradients ({n * cp} tokens)"
+    elif cp > 1 and w.cp_comm_type == "a2a":
+        nbytes += 2 * a * (2 * q + 2 * kv) / t * n
+        formula += " + all-to-all send/receive buffers of q, k, v, out"
+    elif cp > 1:
+        nbytes += 4 * 2 * a * kv / t * n
+        formula += " + ring buffers: K/V chunks in flight and their gradients"
+    return _term("attention", "attention working memory", nbytes, formula, ("backward_attention",))
+
+
+def fp8_weights(c: Ctx) -> MemoryTerm | None:
+    """blocks·b·P_block_matmul/t with FP8: Transformer Engine keeps each weight's FP8 cast and
+    its transpose for backward (b = 2), torchao its FP8 cast (b = 1); for the running block
+    under checkpointing, for all L blocks without. (TE's amax histories, 3 x 1024 fp32 per
+    projection, are a few MiB and left out.)"""
+    w = c.w
+    if not w.fp8:
+        return None
+    te = w.fp8_backend == "transformer_engine"
+    blocks, nbytes = (1 if w.ac_mode else w.spec.num_layers), (2 if te else 1)
+    what = "(TE keeps the FP8 weight and its transpose)" if te else "(torchao's FP8 weight cast)"
+    return _term("fp8_weights", "FP8 weight casts", blocks * nbytes * c.sz.block_matmul / c.t,
+                 f"{blocks} block(s) x {nbytes} B x {count(c.sz.block_matmul)} {what}",
+                 ACTIVE if not w.ac_mode else ("forward",) + BACKWARD)
+
+
+TERMS = (parameters, optimizer_state, gradients, optimizer_temporaries, rope_tables, eager_init,
+         root_unsharded, gathered_forward, gathered_backward, kept_unsharded, head_gradient,
+         root_reduce_scatter, running_gradients, activations, final_norm_and_head_input, block_forward,
+         logits, block_backward, mlp_backward, attention, fp8_weights)
+
+
+def terms(w: Workload) -> list[MemoryTerm]:
+    c = Ctx(w)
+    return [term for fn in TERMS if (term := fn(c)) is not None]
+
+
+def largest_allocation(w: Workload) -> Allocation:
+    """The largest single tensor of the step; the candidates are the big flat ones: the fp32
+    logits (4·N·V/t), an MLP activation (a·N·I/t), FSDP's fp32 reduce-scatter inputs of the
+    root (4·P_root/t) and of a block (4·P_block/t), the fp32 embedding under eager init
+    (4·V·h) and, with cp_comm_type all_gather, the gathered K/V (2·a·kv·N·cp/t)."""
+    s, lay, sz = w.spec, w.layout, Sizes.of(w)
+    a, t, n = w.compute_bytes, lay.tp, w.tokens_per_rank
+    candidates = [
+        Allocation("fp32 logits", 4 * n * s.vocab_size / t / GIB,
+                   f"logits.float() in the loss: {w.micro_batch} x {w.seq_len // lay.cp} tokens x "
+                   f"{s.vocab_size // t} vocab x 4 B"),
+        Allocation("MLP activation", a * n * s.intermediate_size / t / GIB,
+                   f"gate or up output: {n} tokens x {s.intermediate_size // t} x {a} B"),
+    ]
+    if w.fsdp:
+        candidates += [
+            Allocation("root reduce-scatter buffer", 4 * sz.root / t / GIB,
+                       f"FSDP's fp32 input for the root's gradients: {count(sz.root)} params x 4 B / tp {t}"),
+            Allocation("block reduce-scatter buffer", 4 * sz.block / t / GIB,
+                       f"FSDP's fp32 input for a block's gradients: {count(sz.block)} params x 4 B / tp {t}"),
+        ]
+    if not w.delayed_init:
+        candidates.append(Allocation("fp32 embedding (eager init)", 4 * sz.head / GIB,
+                                     f"{s.vocab_size} x {s.hidden_size} x 4 B"))
+    if lay.cp > 1 and w.cp_comm_type == "all_gather":
+        kv = s.num_kv_heads * s.head_dim
+        candidates.append(Allocation("all-gathered K/V", 2 * a * kv * n * lay.cp / t / GIB,
+                                     f"2 x {n * lay.cp} tokens x {kv} x {a} B"))
+    return max(candidates, key=lambda cand: cand.gib)
+
+
+def count(n: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(int(n))

@@ -1,0 +1,93 @@
+"""What the training runtime will do with a validated job, as plain numbers for the planner.
+
+Each field mirrors one decision of `container.trainer` (Settings.from_hyperparameters and
+build_parallel_model), so the memory and throughput models size THIS runtime, not a generic one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.catalog import InstanceType
+from launcher.config import ValidatedJob
+from launcher.config.layout import ParallelLayout
+from launcher.config.models import ModelSpec
+
+
+class PlanError(ValueError):
+    """A job the planner cannot size (unknown model or world size); the message says what to set."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    spec: ModelSpec
+    seq_len: int  # max_context_width (runtime default 2048)
+    micro_batch: int  # train_batch_size: sequences per data-parallel rank per micro-batch
+    grad_accum: int
+    layout: ParallelLayout
+    compute_bytes: int  # 2 with bf16 (FSDP2 param_dtype bf16), 4 in fp32 (the runtime has no fp16 path)
+    fsdp: bool  # the runtime applies FSDP2 when world > 1 or bf16
+    ac_mode: str | None  # None, "full" or "selective"
+    offload: bool  # checkpointed block inputs live in host memory
+    offload_horizon: int  # activation_loading_horizon
+    reshard_after_forward: bool  # False for shard_grad_op / _hybrid_shard_zero2
+    delayed_init: bool  # meta-device init: the full model never exists on a GPU
+    optimizer: str  # "adamw" (fp32 moments) or "anyprecision" (bf16 moments + Kahan buffer)
+    fp8: bool
+    fp8_backend: str  # "transformer_engine" or "torchao"
+    cp_comm_type: str  # Transformer Engine's context-parallel exchange: p2p, all_gather or a2a
+    instance: InstanceType | None
+    instance_count: int
+    processes_per_host: int
+
+    @property
+    def tokens_per_rank(self) -> int:
+        """Tokens one rank holds per micro-batch: its 1/cp of every sequence of its micro-batch."""
+        return self.micro_batch * self.seq_len // self.layout.cp
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens one optimizer step consumes across the job."""
+        return self.micro_batch * self.seq_len * self.grad_accum * self.layout.data_parallel
+
+    @property
+    def world(self) -> int:
+        return self.layout.world
+
+
+def workload_of(job: ValidatedJob) -> Workload:
+    """The runtime's view of `job`; PlanError when the model or world size is unknown."""
+    if job.model is None:
+        raise PlanError("the model is unknown: set hyperparameters.model_preset (llama3.2-1b, llama3.1-8b, ...) "
+                        "or hf_pretrained_model_name_or_dir to a known name or a directory with config.json")
+    if job.layout is None or job.processes_per_host is None:
+        raise PlanError("the world size is only known where the job runs (local_gpu): set processes_per_host")
+    hp = job.config.hyperparameters
+    dist = job.config.distribution
+    params = dist.parameters if dist else None
+    bf16 = bool(hp.bf16)  # trainer.Settings reads hyperparameters.bf16 only
+    ac_mode = (hp.activation_checkpointing_mode or "full") if hp.activation_checkpointing else None
+    sm_offload = params is not None and "sm_activation_offloading" in params.model_fields_set \
+        and params.sm_activation_offloading
+    strategy = hp.sharding_strategy or "full_shard"
+    return Workload(
+        spec=job.model,
+        seq_len=hp.max_context_width or 2048,
+        micro_batch=hp.train_batch_size or 1,
+        grad_accum=hp.gradient_accumulation_steps or 1,
+        layout=job.layout,
+        compute_bytes=2 if bf16 else 4,
+        fsdp=job.layout.world > 1 or bf16,
+        ac_mode=ac_mode,
+        offload=ac_mode is not None and bool(hp.offload_activations or sm_offload),
+        offload_horizon=max(1, params.activation_loading_horizon if params else 2),
+        reshard_after_forward=strategy not in ("shard_grad_op", "_hybrid_shard_zero2"),
+        delayed_init=bool(hp.delayed_param or (params and params.delayed_parameter_initialization)),
+        optimizer=hp.optimizer or "adamw",
+        fp8=job.fp8.enabled,
+        fp8_backend=job.fp8.backend,
+        cp_comm_type=hp.cp_comm_type or "p2p",
+        instance=job.instance,
+        instance_count=job.config.instance_count,
+        processes_per_host=job.processes_per_host,
+    )

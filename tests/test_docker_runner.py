@@ -1,0 +1,428 @@
+"""The docker runner of local mode: its compose file (golden files: they are the spec), engine
+detection and the commands it runs (fake executables on PATH), and a real two-host run where an
+engine and an image are present (SMLAUNCH_DOCKER_IMAGE names the image)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.contract import write_opt_ml
+from launcher.local import docker
+from launcher.local.docker import DockerRunner, Engine, compose_file, find_engine
+from launcher.local.spec import LocalJobSpec, RunnerError
+from launcher.wire import encode
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE_GOLDEN = os.environ.get("SMLAUNCH_UPDATE_GOLDEN") == "1"
+JOB = "demo-2026-11-22-00-00-00-000"
+JOB_DIR = Path("/jobs") / JOB
+DATA = "/srv/data"  # where the channel sources appear in the golden files
+
+
+def make_spec(job_dir: Path, channels: dict[str, Path], **kw) -> LocalJobSpec:
+    return LocalJobSpec(**{
+        "name": JOB, "job_dir": job_dir, "hosts": ["algo-1", "algo-2"], "instance_type": "local",
+        "processes_per_host": 2, "hyperparameters": {}, "channels": channels,
+        "environment": {"OMP_NUM_THREADS": "1", "NCCL_DEBUG": "WARN"},
+        "checkpoint_dir": job_dir / "checkpoints", "max_run": 3600, "image": "smlaunch:latest",
+        **kw,
+    })
+
+
+@pytest.fixture
+def channels(tmp_path) -> dict[str, Path]:
+    """A directory channel and a single-file channel (real paths: files and directories mount
+    differently)."""
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "train.jsonl").write_text('{"input_ids": [1, 2]}\n')
+    (tmp_path / "tokenizer.json").write_text("{}")
+    return {"train": tmp_path / "corpus", "tokenizer": tmp_path / "tokenizer.json"}
+
+
+def golden_yaml(spec: LocalJobSpec, tmp_path: Path, engine: str = "docker") -> str:
+    text = yaml.safe_dump(compose_file(spec, engine), sort_keys=False)
+    return text.replace(str(tmp_path), DATA)
+
+
+def assert_golden(text: str, name: str) -> None:
+    path = GOLDEN / name
+    if UPDATE_GOLDEN:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed; review, then SMLAUNCH_UPDATE_GOLDEN=1"
+
+
+# --- the compose file ------------------------------------------------------------------------
+
+def test_two_cpu_hosts_match_the_golden_file(tmp_path, channels):
+    assert_golden(golden_yaml(make_spec(JOB_DIR, channels), tmp_path), "compose_2hosts_cpu.yaml")
+
+
+def test_local_gpu_matches_the_golden_file(tmp_path, channels):
+    spec = make_spec(JOB_DIR, {"train": channels["train"]}, instance_type="local_gpu",
+                     gpus_per_host=[[0, 1], [2, 3]], environment={})
+    assert_golden(golden_yaml(spec, tmp_path), "compose_local_gpu.yaml")
+
+
+def test_the_compose_file_keeps_the_sagemaker_contract(channels):
+    compose = compose_file(make_spec(JOB_DIR, channels))
+    assert list(compose["services"]) == ["algo-1", "algo-2"]
+    assert compose["networks"] == {JOB: {"name": JOB}}
+    for host, service in compose["services"].items():
+        assert service["command"] == "train" and service["hostname"] == host
+        assert service["networks"] == [JOB]  # where the service name, the host, resolves
+        volumes = dict(v.split(":", 1) for v in service["volumes"])
+        assert volumes[f"/jobs/{JOB}/hosts/{host}/output"] == "/opt/ml/output"
+        assert volumes[f"/jobs/{JOB}/model"] == "/opt/ml/model"  # one for every host
+        assert volumes[str(JOB_DIR / "sourcedir.tar.gz")] == "/opt/ml/sourcedir.tar.gz:ro"
+        assert volumes[str(channels["tokenizer"])] == "/opt/ml/input/data/tokenizer/tokenizer.json:ro"
+        assert all(Path(v.split(":")[0]).is_absolute() for v in service["volumes"])
+        # The bootstrap must find the master by name, as on AWS: no local-mode override.
+        assert not any(k.startswith("SMLAUNCH_MASTER") for k in service["environment"])
+        assert service["environment"]["TRAINING_JOB_NAME"] == JOB
+        assert "deploy" not in service  # CPU hosts reserve no GPU
+    assert compose["services"]["algo-1"]["container_name"] != compose["services"]["algo-2"]["container_name"]
+
+
+def test_a_sharded_channel_mounts_each_hosts_own_part(tmp_path, channels):
+    parts = {h: tmp_path / "shards" / h for h in ("algo-1", "algo-2")}
+    for part in parts.values():
+        part.mkdir(parents=True)
+    spec = make_spec(JOB_DIR, channels, host_channels={h: {"train": p} for h, p in parts.items()})
+    for host, service in compose_file(spec)["services"].items():
+        assert f"{parts[host]}:/opt/ml/input/data/train:ro" in service["volumes"]
+        assert f"{channels['train']}:/opt/ml/input/data/train:ro" not in service["volumes"]
+
+
+def test_podman_gets_cdi_devices_instead_of_a_reservation(channels):
+    spec = make_spec(JOB_DIR, channels, instance_type="local_gpu", gpus_per_host=[[0, 1], [2, 3]])
+    services = compose_file(spec, "podman")["services"]
+    assert services["algo-2"]["devices"] == ["nvidia.com/gpu=2", "nvidia.com/gpu=3"]
+    assert "deploy" not in services["algo-2"]
+
+
+def test_project_and_container_names_are_what_compose_accepts(channels):
+    spec = make_spec(JOB_DIR, channels, name="My-Job.2026")
+    assert docker.project_name(spec) == "my-job-2026"
+    assert docker.container_name(spec, "algo-2") == "my-job-2026-algo-2"
+
+
+def test_a_gpu_job_needs_a_gpu_list_per_host(channels):
+    spec = make_spec(JOB_DIR, channels, instance_type="local_gpu", gpus_per_host=[[0]])
+    with pytest.raises(RunnerError, match="one GPU list per host"):
+        compose_file(spec)
+
+
+def test_a_missing_channel_source_is_refused(tmp_path):
+    with pytest.raises(RunnerError, match="channel 'train'.*does not exist"):
+        compose_file(make_spec(JOB_DIR, {"train": tmp_path / "gone"}))
+
+
+def test_the_submit_directory_is_the_mounted_archive(channels):
+    spec = make_spec(JOB_DIR, channels)
+    assert DockerRunner(Engine("docker", ("docker",), ("docker", "compose"))).submit_directory(spec) \
+        == "/opt/ml/sourcedir.tar.gz"
+    assert "/opt/ml/sourcedir.tar.gz:ro" in "\n".join(compose_file(spec)["services"]["algo-1"]["volumes"])
+
+
+# --- engine detection (fake executables) ----------------------------------------------------
+
+def fake(bin_dir: Path, name: str, script: str) -> Path:
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(script))
+    path.chmod(0o755)
+    return path
+
+
+NO_DAEMON = """\
+case "$1" in
+  info) echo "Client: Docker Engine"; echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1;;
+  *) exit 0;;
+esac
+"""
+NO_PLUGIN = """\
+case "$1" in
+  compose) echo "docker: 'compose' is not a docker command." >&2; exit 1;;
+  *) exit 0;;
+esac
+"""
+
+
+@pytest.fixture
+def bin_dir(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "bin"
+    path.mkdir()
+    monkeypatch.setenv("PATH", str(path))
+    monkeypatch.delenv(docker.ENGINE_ENV, raising=False)
+    return path
+
+
+def test_docker_with_the_compose_plugin(bin_dir):
+    fake(bin_dir, "docker", "exit 0\n")
+    fake(bin_dir, "podman", "exit 0\n")
+    assert find_engine() == Engine("docker", ("docker",), ("docker", "compose"))
+
+
+def test_docker_compose_v1_when_the_plugin_is_missing(bin_dir):
+    fake(bin_dir, "docker", NO_PLUGIN)
+    fake(bin_dir, "docker-compose", "exit 0\n")
+    assert find_engine() == Engine("docker", ("docker",), ("docker-compose",))
+
+
+def test_a_docker_client_without_a_daemon_falls_back_to_podman_compose(bin_dir):
+    fake(bin_dir, "docker", NO_DAEMON)
+    fake(bin_dir, "podman", NO_PLUGIN)  # podman 4.3 has no `podman compose`
+    fake(bin_dir, "podman-compose", "exit 0\n")
+    assert find_engine() == Engine("podman", ("podman",), ("podman-compose",))
+
+
+def test_the_engine_variable_picks_podman(bin_dir, monkeypatch):
+    fake(bin_dir, "docker", "exit 0\n")
+    fake(bin_dir, "podman", "exit 0\n")
+    monkeypatch.setenv(docker.ENGINE_ENV, "podman")
+    assert find_engine() == Engine("podman", ("podman",), ("podman", "compose"))
+    monkeypatch.setenv(docker.ENGINE_ENV, "containerd")
+    with pytest.raises(RunnerError, match="use docker or podman"):
+        find_engine()
+
+
+def test_only_a_docker_client_is_no_engine(bin_dir):
+    fake(bin_dir, "docker", NO_DAEMON)  # this machine: /usr/local/bin/docker, no daemon
+    with pytest.raises(RunnerError) as err:
+        find_engine()
+    message = str(err.value)
+    assert "docker:" in message and "daemon does not answer" in message
+    assert "Cannot connect to the Docker daemon" in message
+    assert "podman: not installed" in message
+    assert "start the Docker daemon" in message and "apt-get install podman podman-compose" in message
+    assert "--runner process" in message
+
+
+def test_no_engine_at_all_names_both_tries_and_the_fixes(bin_dir):
+    with pytest.raises(RunnerError) as err:
+        find_engine()
+    message = str(err.value)
+    assert "docker: not installed" in message and "podman: not installed" in message
+    assert "--runner process" in message
+
+
+def test_an_engine_without_compose_is_no_engine(bin_dir):
+    fake(bin_dir, "docker", NO_PLUGIN)
+    with pytest.raises(RunnerError, match=r"docker answers, but no compose command does"):
+        find_engine()
+
+
+# --- check, start and cleanup (fake engine) -------------------------------------------------
+
+RECORD = """\
+echo "$0 $*" >> "{log}"
+"""
+FAKE_DOCKER = RECORD + """\
+case "$1" in
+  image) [ "$3" = "smlaunch:latest" ] || {{ echo "Error: No such image: $3" >&2; exit 1; }};;
+  start) echo "[$3] hello"; echo "[$3] pgid $(cut -d' ' -f5 /proc/$$/stat) pid $$";
+         case "$3" in *algo-2) exit 3;; esac;;
+  run) [ -n "$FAIL_RUN" ] && {{ echo "permission denied" >&2; exit 125; }};;
+esac
+exit 0
+"""
+FAKE_COMPOSE = RECORD + """\
+[ -n "$FAIL_COMPOSE" ] && {{ echo "network {project} failed" >&2; exit 1; }}
+exit 0
+"""
+
+
+@pytest.fixture
+def engine(tmp_path) -> tuple[Engine, Path]:
+    log = tmp_path / "calls.log"
+    bin_dir = tmp_path / "fakebin"
+    cli = fake(bin_dir, "docker", FAKE_DOCKER.format(log=log))
+    compose = fake(bin_dir, "docker-compose", FAKE_COMPOSE.format(log=log, project=JOB))
+    return Engine("docker", (str(cli),), (str(compose),)), log
+
+
+def calls(log: Path) -> list[list[str]]:
+    return [line.split()[1:] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.fixture
+def job(tmp_path, channels) -> LocalJobSpec:
+    spec = make_spec(tmp_path / "jobs" / JOB, channels)
+    for host in spec.hosts:
+        write_opt_ml(spec.host_dir(host), hyperparameters={}, current_host=host, hosts=spec.hosts,
+                     instance_type="local", channels=channels)
+    spec.source_archive.write_bytes(b"")
+    return spec
+
+
+def test_check_accepts_a_present_image_and_explains_how_to_build_a_missing_one(engine, job):
+    fake_engine, log = engine
+    DockerRunner(fake_engine).check(job)
+    assert calls(log) == [["image", "inspect", "smlaunch:latest"]]
+    job.image = "nope:1"
+    with pytest.raises(RunnerError) as err:
+        DockerRunner(fake_engine).check(job)
+    assert "No such image: nope:1" in str(err.value)
+    assert "docker build -f container/Dockerfile -t nope:1 ." in str(err.value)
+
+
+def test_check_refuses_podman_networks_where_host_names_do_not_resolve(tmp_path, job, monkeypatch):
+    log = tmp_path / "podman.log"
+    cli = fake(tmp_path / "podbin", "podman", RECORD.format(log=log) + """\
+        [ "$1" = info ] && echo cni
+        exit 0
+        """)
+    runner = DockerRunner(Engine("podman", (str(cli),), ("podman-compose",)))
+    plugins = tmp_path / "cni"
+    plugins.mkdir()
+    monkeypatch.setattr(docker, "CNI_PLUGIN_DIRS", (str(plugins),))
+    with pytest.raises(RunnerError, match="without the dnsname plugin"):
+        runner.check(job)
+    (plugins / "dnsname").write_text("")
+    runner.check(job)  # with the plugin, the image check comes next and passes
+    assert calls(log)[-1] == ["image", "inspect", "smlaunch:latest"]
+
+
+def test_start_writes_the_compose_file_creates_then_attaches_one_process_per_host(engine, job):
+    fake_engine, log = engine
+    hosts = DockerRunner(fake_engine).start(job)
+    outputs = {h.label: h.proc.communicate(timeout=30)[0].decode() for h in hosts}
+
+    compose_path = job.job_dir / "docker-compose.yaml"
+    assert yaml.safe_load(compose_path.read_text()) == compose_file(job)
+    assert (job.job_dir / "model").is_dir() and job.checkpoint_dir.is_dir()
+    assert calls(log)[0] == ["-f", str(compose_path), "-p", JOB, "up", "--no-start"]
+    assert sorted(calls(log)[1:]) == [["start", "--attach", f"{JOB}-{h}"] for h in job.hosts]
+    assert [h.label for h in hosts] == ["algo-1", "algo-2"]
+    assert f"[{JOB}-algo-1] hello" in outputs["algo-1"]
+    assert [h.proc.returncode for h in hosts] == [0, 3]  # each host's exit code reaches the supervisor
+    for text in outputs.values():  # start_new_session: each process leads its own group
+        pgid, pid = text.split("pgid ")[1].split(" pid ")
+        assert pgid.strip() == pid.strip()
+
+
+def test_start_reports_a_failed_create(engine, job, monkeypatch):
+    monkeypatch.setenv("FAIL_COMPOSE", "1")
+    with pytest.raises(RunnerError, match=f"(?s)creating the containers failed.*network {JOB} failed"):
+        DockerRunner(engine[0]).start(job)
+    assert (job.job_dir / "docker-compose.yaml").is_file()  # written before anything starts
+
+
+def test_cleanup_takes_the_stack_down(engine, job):
+    fake_engine, log = engine
+    runner = DockerRunner(fake_engine)
+    docker.write_compose_file(job)
+    runner.cleanup(job)
+    compose_path = str(job.job_dir / "docker-compose.yaml")
+    assert calls(log) == [
+        ["-f", compose_path, "-p", JOB, "down", "--timeout", "10", "--remove-orphans"],
+        ["network", "rm", JOB],
+    ]  # every file is ours: no chown container
+
+
+def test_cleanup_with_podman_compose_passes_no_remove_orphans(engine, job):
+    fake_engine, log = engine
+    podman = Engine("podman", fake_engine.cli, fake_engine.compose)
+    docker.write_compose_file(job, "podman")
+    DockerRunner(podman).cleanup(job)
+    assert calls(log)[0][-3:] == ["down", "--timeout", "10"]
+
+
+def test_cleanup_hands_root_owned_files_back(engine, job, monkeypatch):
+    fake_engine, log = engine
+    uid, gid = os.getuid(), os.getgid()
+    owner = uid + 1  # files appear to belong to someone else: the container's root
+    monkeypatch.setattr(docker.os, "getuid", lambda: owner)
+    DockerRunner(fake_engine).cleanup(job)
+    run = [c for c in calls(log) if c[0] == "run"]
+    assert run == [["run", "--rm", "--network", "none", "--ulimit=nofile=20000:20000",
+                    "--ulimit=nproc=4096:4096", "-v", f"{job.job_dir}:/job0", "smlaunch:latest",
+                    "chown", "-R", f"{owner}:{gid}", "/job0"]]
+
+
+def test_a_failed_chown_is_reported_not_raised(engine, job, monkeypatch, caplog):
+    monkeypatch.setattr(docker.os, "getuid", lambda: os.getgid() + 12345)
+    monkeypatch.setenv("FAIL_RUN", "1")
+    with caplog.at_level(logging.WARNING, logger=docker.__name__):
+        DockerRunner(engine[0]).cleanup(job)
+    assert "could not be handed back" in caplog.text and "permission denied" in caplog.text
+
+
+# --- a real run --------------------------------------------------------------------------------
+
+SCRIPT = """\
+import json, os, socket
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+total = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(total)
+host = os.environ["SM_CURRENT_HOST"]
+with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "host.txt"), "w") as f:
+    f.write(socket.gethostname())
+if dist.get_rank() == 0:
+    train = os.path.join(os.environ["SM_CHANNEL_TRAIN"], "train.jsonl")
+    tokenizer = os.path.join(os.environ["SM_CHANNEL_TOKENIZER"], "tokenizer.json")
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "result.json"), "w") as f:
+        json.dump({"sum": total.item(), "world": dist.get_world_size(), "host": host,
+                   "train": open(train).read(), "tokenizer": open(tokenizer).read(),
+                   "master": os.environ["MASTER_ADDR"]}, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_real_two_host_job_runs_in_containers(tmp_path, channels):
+    image = os.environ.get("SMLAUNCH_DOCKER_IMAGE")
+    if not image:
+        pytest.skip("SMLAUNCH_DOCKER_IMAGE names no image (build one: "
+                    "docker build -f container/Dockerfile -t smlaunch:latest .)")
+    try:
+        engine = find_engine()
+    except RunnerError as exc:
+        pytest.skip(f"no container engine: {exc}".splitlines()[0])
+
+    spec = make_spec(tmp_path / "jobs" / JOB, channels, image=image, environment={"OMP_NUM_THREADS": "1"})
+    runner = DockerRunner(engine)
+    hps = encode({"sagemaker_program": "script.py", "sagemaker_submit_directory": runner.submit_directory(spec),
+                  "sagemaker_torch_distributed_enabled": True, "smlaunch_processes_per_host": 1,
+                  "sagemaker_job_name": JOB})
+    for host in spec.hosts:
+        write_opt_ml(spec.host_dir(host), hyperparameters=hps, current_host=host, hosts=spec.hosts,
+                     instance_type="local", channels=channels)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "script.py").write_text(SCRIPT)
+    with tarfile.open(spec.source_archive, "w:gz") as tar:
+        tar.add(code / "script.py", arcname="script.py")
+
+    runner.check(spec)
+    hosts = runner.start(spec)
+    try:
+        outputs = [h.proc.communicate(timeout=300)[0].decode(errors="replace") for h in hosts]
+    finally:
+        for h in hosts:
+            if h.proc.poll() is None:
+                h.proc.kill()
+        runner.cleanup(spec)
+    assert [h.proc.returncode for h in hosts] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    result = json.loads((spec.job_dir / "model" / "result.json").read_text())
+    assert result == {"sum": 3.0, "world": 2, "host": "algo-1", "train": '{"input_ids": [1, 2]}\n',
+                      "tokenizer": "{}", "master": "algo-1"}
+    for host in spec.hosts:
+        assert (spec.host_dir(host) / "output" / "success").is_file()
+        assert (spec.host_dir(host) / "output" / "data" / "host.txt").read_text() == host
+    # Every file the containers wrote is the user's again, so the job directory can be removed.
+    assert not docker._foreign_owner(spec.job_dir, os.getuid())
+    shutil.rmtree(spec.job_dir)

@@ -1,0 +1,97 @@
+"""Pieces of local mode that need no run: the artifact merge, the status record, the stale
+supervisor, and where /opt/ml arguments land when the tree moves."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from container.args import directories
+from launcher.backends.local import LocalBackend
+from launcher.local import store
+from launcher.local.spec import LocalJobSpec
+from launcher.local.supervise import Supervisor, pack
+
+
+def test_pack_merges_hosts_and_the_first_host_wins(tmp_path):
+    a, b = tmp_path / "algo-1", tmp_path / "algo-2"
+    (a / "sub").mkdir(parents=True)
+    (b / "sub").mkdir(parents=True)
+    (a / "model.safetensors").write_text("rank 0")
+    (b / "model.safetensors").write_text("rank 1")
+    (a / "sub" / "x.txt").write_text("a")
+    (b / "sub" / "y.txt").write_text("b")
+    archive = pack([a, b, tmp_path / "missing"], tmp_path / "model.tar.gz")
+    with tarfile.open(archive) as tar:
+        got = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+    assert got == {"model.safetensors": "rank 0", "sub/x.txt": "a", "sub/y.txt": "b"}
+
+
+def test_status_record_transitions_and_listing(tmp_path):
+    root = tmp_path / "jobs"
+    for i, name in enumerate(["old", "new"]):
+        store.write(root / name, {"TrainingJobName": name, "TrainingJobStatus": "InProgress",
+                                  "SecondaryStatus": "Starting", "CreationTime": f"2026-11-22T00:00:0{i}"})
+    record = store.update(root / "new", SecondaryStatus="Training", StatusMessage="go")
+    record = store.update(root / "new", SecondaryStatus="Completed", TrainingJobStatus="Completed")
+    assert [t["Status"] for t in record["SecondaryStatusTransitions"]] == ["Training", "Completed"]
+    assert "EndTime" in record["SecondaryStatusTransitions"][0]
+    assert [r["TrainingJobName"] for r in store.list_jobs(root)] == ["new", "old"]
+    assert [r["TrainingJobName"] for r in store.list_jobs(root, status="Completed")] == ["new"]
+    (root / "broken").mkdir()
+    (root / "broken" / "job.json").write_text("{")
+    assert len(store.list_jobs(root)) == 2  # a damaged record is skipped, not fatal
+    with pytest.raises(LookupError, match="no local job named 'nope'"):
+        store.read("nope", root)
+
+
+def test_a_job_whose_supervisor_died_is_reported_failed(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    root = tmp_path / "jobs"
+    store.write(root / "orphan", {"TrainingJobName": "orphan", "TrainingJobStatus": "InProgress",
+                                  "SecondaryStatus": "Training", "SupervisorPid": dead.pid})
+    record = LocalBackend(root=root).describe("orphan")
+    assert record["TrainingJobStatus"] == "Failed"
+    assert f"supervisor (pid {dead.pid}) ended without recording an outcome" in record["FailureReason"]
+
+
+def test_opt_ml_arguments_follow_the_moved_tree(tmp_path, monkeypatch):
+    for name in ("SM_MODEL_DIR", "SM_OUTPUT_DATA_DIR", "SM_CHANNEL_TRAIN", "SMLAUNCH_CHECKPOINT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(tmp_path / "algo-1"))
+    dirs = directories({"checkpoint_dir": "/opt/ml/checkpoints", "model_dir": "/opt/ml/model",
+                        "output_data_dir": "/elsewhere/out"})
+    assert dirs.checkpoints == tmp_path / "algo-1" / "checkpoints"
+    assert dirs.model == tmp_path / "algo-1" / "model"
+    assert dirs.output_data == Path("/elsewhere/out")  # not under /opt/ml: as given
+    monkeypatch.setenv("SMLAUNCH_CHECKPOINT_DIR", str(tmp_path / "shared"))
+    assert directories({"checkpoint_dir": "/opt/ml/checkpoints/run1"}).checkpoints == tmp_path / "shared" / "run1"
+    assert directories({}).checkpoints == tmp_path / "shared"
+
+
+class CannotStart:
+    name = "broken"
+
+    def start(self, spec):
+        raise RuntimeError("no engine answered")
+
+    def cleanup(self, spec):
+        self.cleaned = True
+
+
+def test_a_runner_that_cannot_start_ends_the_job_failed(tmp_path):
+    job_dir = tmp_path / "jobs" / "j"
+    store.write(job_dir, {"TrainingJobName": "j", "TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting"})
+    spec = LocalJobSpec(name="j", job_dir=job_dir, hosts=["algo-1"], instance_type="local", processes_per_host=1,
+                        hyperparameters={}, channels={}, environment={}, checkpoint_dir=job_dir / "checkpoints",
+                        max_run=60)
+    runner = CannotStart()
+    record = Supervisor(spec, runner, printer=None).run()
+    assert record["TrainingJobStatus"] == "Failed" and runner.cleaned
+    assert record["FailureReason"] == "ClientError: RuntimeError: no engine answered"
+    assert "could not start the hosts: no engine answered" in (job_dir / "logs" / "job.log").read_text()

@@ -1,0 +1,123 @@
+"""`smlaunch plan`, the planner in `submit` (refuse a predicted OOM unless --force) and
+`PyTorch.plan()`/`fit()`. Expected figures come from arithmetic, not from the planner."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from click.testing import CliRunner
+from moto import mock_aws
+
+from launcher import PyTorch
+from launcher.cli import main
+from launcher.plan import PredictedOOMError
+from tests.test_cli import REGION, SEED, SEED_BUCKET
+
+LOGITS_GIB = 16384 * 128256 * 4 / 2**30  # one sequence's fp32 logits: the seed's OOM allocation
+
+
+def run_cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_network(no_network):
+    """Planning never touches the network."""
+
+
+def test_plan_says_the_seed_p4d_run_will_not_fit_and_why():
+    result = run_cli("plan", SEED / "p4d-no-cp.yaml")
+    assert result.exit_code == 1, result.output
+    out = " ".join(result.output.split())
+    assert "does not fit" in out
+    assert f'Tried to allocate {LOGITS_GIB:.2f} GiB' in out and "fp32 logits" in out
+    assert "--set context_parallel_degree=2" in out and "fits" in out
+
+
+def test_plan_of_the_cp8_run_fits():
+    result = run_cli("plan", SEED / "p4d-cp8.yaml")
+    assert result.exit_code == 0, result.output
+    assert "fits" in result.output and "does not fit" not in result.output
+
+
+def test_plan_json_has_the_documented_fields():
+    rows = json.loads(run_cli("plan", SEED / "p4d-no-cp.yaml", "--json", "--tokens", "1e9").output)
+    assert len(rows) == 1
+    row = rows[0]
+    for key in ("fits", "peak_gib", "capacity_gib", "largest_allocation_gib", "tokens_per_s",
+                "usd_per_billion_tokens", "hours_for_tokens", "usd_for_tokens"):
+        assert key in row, key
+    assert row["fits"] is False and row["capacity_gib"] == 40
+    assert row["largest_allocation_gib"] == pytest.approx(LOGITS_GIB, abs=0.01)
+    # cost arithmetic: $/B tokens from the job's tokens/s and the instance's hourly price
+    assert row["usd_per_billion_tokens"] == pytest.approx(row["usd_per_hour"] / (row["tokens_per_s"] * 3600) * 1e9,
+                                                          rel=1e-3)
+    assert row["hours_for_tokens"] == pytest.approx(1e9 / row["tokens_per_s"] / 3600, rel=1e-3)
+
+
+def test_sweep_reports_invalid_values_instead_of_failing():
+    result = run_cli("plan", SEED / "p4d-no-cp.yaml", "--sweep", "context_parallel_degree=1,3,8", "--json")
+    rows = json.loads(result.output)
+    by_cp = {r["context_parallel_degree"]: r for r in rows}
+    assert by_cp[1]["fits"] is False and by_cp[8]["fits"] is True
+    assert by_cp[3]["valid"] is False and any("context_parallel_degree" in e for e in by_cp[3]["errors"])
+    assert result.exit_code == 0  # some configuration fits
+
+
+def test_auto_picks_the_cheapest_configuration_that_fits():
+    result = run_cli("plan", SEED / "p4d-no-cp.yaml", "--auto", "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    picked = [r for r in rows if r["picked"]]
+    assert len(picked) == 1 and picked[0]["fits"] is True
+    fitting = [r for r in rows if r["fits"]]
+    assert picked[0]["usd_per_billion_tokens"] == min(r["usd_per_billion_tokens"] for r in fitting)
+    table = run_cli("plan", SEED / "p4d-no-cp.yaml", "--auto")
+    assert "picked: " in table.output and "--set context_parallel_degree=" in table.output
+
+
+def test_plan_of_an_invalid_job_exits_2():
+    result = run_cli("plan", SEED / "p4d-no-cp.yaml", "--set", "context_parallel_degree=3")
+    assert result.exit_code == 2 and "context_parallel_degree" in result.output
+
+
+@pytest.fixture
+def aws(fake_credentials):
+    with mock_aws():
+        session = boto3.Session(region_name=REGION)
+        session.client("s3").create_bucket(Bucket=SEED_BUCKET)
+        yield session
+
+
+def test_submit_refuses_a_predicted_oom_and_sends_nothing(aws):
+    result = run_cli("submit", SEED / "p4d-no-cp.yaml", "--no-wait", "--job-name", "oom")
+    assert result.exit_code == 2
+    assert "refused: the job is predicted to run out of accelerator memory" in result.output
+    assert "context_parallel_degree=2" in result.output and "--force" in result.output
+    assert aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+    assert "Contents" not in aws.client("s3").list_objects_v2(Bucket=SEED_BUCKET)
+
+    forced = run_cli("submit", SEED / "p4d-no-cp.yaml", "--no-wait", "--job-name", "oom", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "predicted out of memory (--force given)" in forced.output
+    assert aws.client("sagemaker").describe_training_job(TrainingJobName="oom")["TrainingJobStatus"]
+
+
+def test_estimator_plans_and_refuses(aws):
+    est = PyTorch(entry_point="train.py", source_dir=str(SEED.parents[1] / "entrypoints"),
+                  role="arn:aws:iam::111122223333:role/SageMakerExecutionRole", region=REGION,
+                  instance_type="ml.p4d.24xlarge", output_path=f"s3://{SEED_BUCKET}/out",
+                  hyperparameters={"max_context_width": 16384, "bf16": 1, "activation_checkpointing": 1,
+                                   "hf_pretrained_model_name_or_dir": "meta-llama/Llama-3.1-8B",
+                                   "vocab_size": 128256, "train_batch_size": 1},
+                  distribution={"torch_distributed": {"enabled": True},
+                                "smdistributed": {"modelparallel": {"enabled": True, "parameters": {
+                                    "hybrid_shard_degree": 8}}}})
+    planned = est.plan()
+    assert planned.fits is False
+    assert planned.memory.largest_allocation.gib == pytest.approx(LOGITS_GIB, abs=0.01)
+    with pytest.raises(PredictedOOMError, match="context_parallel_degree"):
+        est.fit(wait=False)
+    assert aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []

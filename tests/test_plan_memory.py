@@ -1,0 +1,202 @@
+"""The planner's memory model: the seed's runs, terms derived by hand, and monotone properties.
+
+Expectations come from arithmetic on the model's shapes, not from running the planner.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from launcher.config import validate_job
+from launcher.config.layout import ParallelLayout
+from launcher.config.models import PRESETS
+from launcher.jobfile import validate_job_file
+from launcher.plan import estimate_memory, explain_oom
+from launcher.plan.memory import GIB, SAFETY_MARGIN, estimate_workload
+from launcher.plan.workload import PlanError, workload_of
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = ROOT / "configs" / "seed"
+SPEC_8B = PRESETS["llama3.1-8b"]
+
+
+def seed(name: str):
+    return validate_job_file(SEED / f"{name}.yaml")
+
+
+def params_8b() -> int:
+    s = SPEC_8B
+    h, d = s.hidden_size, s.head_dim
+    block = 2 * h * s.num_heads * d + 2 * h * s.num_kv_heads * d + 3 * h * s.intermediate_size + 2 * h
+    return s.num_layers * block + 2 * s.vocab_size * h + h  # untied embedding and head, final norm
+
+
+def test_seed_p4d_without_cp_is_predicted_oom_by_its_logits():
+    est = estimate_memory(seed("p4d-no-cp"))
+    assert est.fits is False and est.oom
+    assert est.capacity_gib == 40  # A100 40GB
+    assert est.peak_gib > est.capacity_gib * (1 - SAFETY_MARGIN)
+    # "Tried to allocate 7.83 GiB": one sequence's fp32 logits
+    assert "logits" in est.largest_allocation.name
+    assert est.largest_allocation.gib == pytest.approx(16384 * 128256 * 4 / 2**30, abs=0.01)
+    assert round(est.largest_allocation.gib, 2) == 7.83
+    assert est.dominant.key == "logits"
+    assert est.peak_phase == "loss"
+
+
+def test_seed_p4d_advice_names_context_parallelism_and_it_fits():
+    job = seed("p4d-no-cp")
+    est = estimate_memory(job)
+    assert est.advice, "an OOM comes with advice"
+    cp_fixes = [f for f in est.advice if f.overrides[0].startswith("context_parallel_degree=")]
+    assert cp_fixes and cp_fixes[0].fits
+    # the advised setting, applied the way `--set` applies it, really does fit
+    fixed = validate_job_file(SEED / "p4d-no-cp.yaml", cp_fixes[0].overrides)
+    assert estimate_memory(fixed).fits
+    text = explain_oom(est)
+    assert "context_parallel_degree=" in text and "7.83 GiB" in text and "logits" in text
+
+
+@pytest.mark.parametrize("name", ["p4d-cp8", "p5-cp8-bf16", "p5-cp8-fp8"])
+def test_seed_runs_that_completed_are_predicted_to_fit(name):
+    est = estimate_memory(seed(name))
+    assert est.fits is True and not est.advice
+    assert est.peak_gib <= est.capacity_gib * (1 - SAFETY_MARGIN)
+
+
+def test_state_terms_by_hand():
+    """fp32 parameters, fp32 gradients and AdamW's two fp32 moments, over 8 shards."""
+    est = estimate_memory(seed("p4d-no-cp"))
+    n = params_8b()
+    assert est.gib("parameters") == pytest.approx(4 * n / 8 / GIB, rel=1e-9)
+    assert est.gib("gradients") == pytest.approx(4 * n / 8 / GIB, rel=1e-9)
+    assert est.gib("optimizer") == pytest.approx(8 * n / 8 / GIB, rel=1e-9)
+
+
+def test_logits_and_checkpointed_activations_by_hand():
+    """12 B per token per vocabulary entry (kept log-probs, their gradient, the logits' gradient);
+    full checkpointing keeps one bf16 hidden state per token per layer."""
+    for name, tokens in (("p4d-no-cp", 16384), ("p4d-cp8", 16384 // 8), ("p5-cp8-bf16", 4 * 16384 // 8)):
+        est = estimate_memory(seed(name))
+        assert est.gib("logits") == pytest.approx(12 * tokens * 128256 / GIB, rel=1e-9)
+        assert est.gib("activations") == pytest.approx(32 * tokens * 2 * 4096 / GIB, rel=1e-9)
+
+
+def test_anyprecision_optimizer_keeps_six_bytes_per_parameter():
+    job = validate_job_file(SEED / "p4d-cp8.yaml", ["hyperparameters.optimizer=anyprecision"])
+    assert estimate_memory(job).gib("optimizer") == pytest.approx(6 * params_8b() / 8 / GIB, rel=1e-9)
+
+
+def test_eager_init_builds_the_whole_fp32_model():
+    w = workload_of(seed("p4d-cp8"))
+    assert estimate_workload(w).term("init_model") is None  # the seed uses delayed init
+    eager = estimate_workload(replace(w, delayed_init=False))
+    assert eager.gib("init_model") == pytest.approx(4 * params_8b() / GIB, rel=1e-9)
+    assert eager.phases["init"] > estimate_workload(w).phases["init"]
+
+
+def test_tensor_parallelism_splits_the_vocabulary():
+    w = workload_of(seed("p4d-no-cp"))
+    tp2 = replace(w, layout=ParallelLayout(world=8, dp_replicate=1, dp_shard=4, cp=1, tp=2))
+    assert estimate_workload(tp2).gib("logits") == pytest.approx(estimate_workload(w).gib("logits") / 2)
+    assert estimate_workload(tp2).largest_allocation.gib == pytest.approx(16384 * 128256 * 4 / 2 / GIB)
+
+
+def test_offload_keeps_only_the_loading_horizon_on_the_gpu():
+    w = workload_of(seed("p4d-no-cp"))
+    offloaded = replace(w, offload=True, offload_horizon=2)
+    per_layer = 16384 * 2 * 4096 / GIB
+    assert estimate_workload(offloaded).gib("activations") == pytest.approx(3 * per_layer)
+    assert estimate_workload(w).gib("activations") == pytest.approx(32 * per_layer)
+
+
+def test_capacity_unknown_for_local_jobs():
+    job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+                        "hyperparameters": {"model_preset": "llama3-tiny", "max_context_width": 256}})
+    est = estimate_memory(job)
+    assert est.capacity_gib is None and est.fits is None and not est.oom and est.peak_gib > 0
+
+
+def test_unknown_model_cannot_be_planned():
+    job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"),
+                        "instance_type": "ml.p5.48xlarge", "hyperparameters": {"bf16": 1}})
+    with pytest.raises(PlanError, match="model_preset"):
+        estimate_memory(job)
+
+
+def test_to_dict_has_the_json_fields():
+    d = estimate_memory(seed("p4d-no-cp")).to_dict()
+    assert d["fits"] is False and d["capacity_gib"] == 40
+    assert d["largest_allocation"]["gib"] == pytest.approx(7.828, abs=1e-3)
+    assert {t["key"] for t in d["terms"]} >= {"parameters", "gradients", "optimizer", "activations", "logits"}
+    assert any(a["set"][0].startswith("context_parallel_degree=") for a in d["advice"])
+
+
+def test_importing_the_planner_loads_neither_torch_nor_boto3():
+    code = ("import sys; from launcher.jobfile import validate_job_file; from launcher.plan import plan; "
+            f"r = plan(validate_job_file({str(SEED / 'p4d-no-cp.yaml')!r})); assert r.oom; "
+            "print(sorted(m for m in ('torch', 'boto3', 'botocore', 'rich') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+# --- properties -----------------------------------------------------------------------------
+
+BASE = workload_of(seed("p5-cp8-bf16"))
+ACTIVATION_TERMS = ("activations", "logits", "final", "block_forward", "block_backward", "mlp_grads")
+STATE_TERMS = ("parameters", "gradients", "optimizer")
+presets = st.sampled_from(["llama3.2-1b", "llama3.2-3b", "llama3.1-8b", "llama3.1-70b"])
+ac_modes = st.sampled_from([None, "selective", "full"])
+
+
+def workload(preset: str, seq: int, batch: int, cp: int, group: int, ac: str | None, world: int = 8):
+    layout = ParallelLayout(world=world, dp_replicate=world // group, dp_shard=group // cp, cp=cp, tp=1)
+    return replace(BASE, spec=PRESETS[preset], seq_len=seq, micro_batch=batch, layout=layout, ac_mode=ac)
+
+
+@settings(max_examples=60, deadline=None)
+@given(presets, st.integers(1, 16), st.integers(1, 4), st.sampled_from([1, 2, 4]), ac_modes)
+def test_more_context_parallelism_means_less_activation_memory(preset, k, batch, cp, ac):
+    seq = 1024 * k * 2  # divisible by 2·cp for every cp here
+    fewer = estimate_workload(workload(preset, seq, batch, cp, 8, ac))
+    more = estimate_workload(workload(preset, seq, batch, 2 * cp, 8, ac))
+    assert more.gib("activations") < fewer.gib("activations")
+    for key in ACTIVATION_TERMS:
+        assert more.gib(key) <= fewer.gib(key), key
+    assert more.peak_gib <= fewer.peak_gib
+
+
+@settings(max_examples=60, deadline=None)
+@given(presets, st.sampled_from([1, 2, 4]), ac_modes)
+def test_a_larger_sharding_group_means_less_state_per_gpu(preset, group, ac):
+    small = estimate_workload(workload(preset, 8192, 1, 1, group, ac))
+    large = estimate_workload(workload(preset, 8192, 1, 1, 2 * group, ac))
+    for key in STATE_TERMS:
+        assert large.gib(key) < small.gib(key), key
+    assert large.peak_gib <= small.peak_gib
+
+
+@settings(max_examples=60, deadline=None)
+@given(presets, st.integers(1, 32), st.integers(1, 4), st.sampled_from([1, 2, 4, 8]))
+def test_activation_checkpointing_lowers_activation_memory(preset, k, batch, cp):
+    seq = 1024 * k
+    none, selective, full = (estimate_workload(workload(preset, seq, batch, cp, 8, ac)).gib("activations")
+                             for ac in (None, "selective", "full"))
+    assert full < selective < none
+
+
+@settings(max_examples=60, deadline=None)
+@given(presets, st.integers(1, 32), st.integers(1, 4), st.sampled_from([1, 2, 4, 8]), ac_modes)
+def test_memory_grows_with_sequence_length(preset, k, batch, cp, ac):
+    short = estimate_workload(workload(preset, 1024 * k, batch, cp, 8, ac))
+    long = estimate_workload(workload(preset, 1024 * (k + 1), batch, cp, 8, ac))
+    assert long.gib("activations") > short.gib("activations")
+    assert long.gib("logits") > short.gib("logits")
+    assert long.allocated_gib >= short.allocated_gib and long.peak_gib >= short.peak_gib
