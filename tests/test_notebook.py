@@ -1,0 +1,35 @@
+"""notebooks/walkthrough.ipynb runs top to bottom: the seed's three runs planned (OOM predicted
+for the p4d run without CP, the CP 8 run fits, FP8 refused on A100 and planned on p5) and the
+no-CP and CP 2 layouts trained locally. The notebook asserts its own key results as it goes."""
+
+from __future__ import annotations
+
+import re
+
+import nbclient
+import nbformat
+
+from tests.train_runs import ROOT
+
+
+def text_of(cell) -> str:
+    return "".join(o.get("text", "") or "".join(o.get("data", {}).get("text/plain", "")) for o in cell.outputs)
+
+
+def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SMLAUNCH_NOTEBOOK_WORK", str(tmp_path / "work"))
+    monkeypatch.setenv("SMLAUNCH_ROOT", str(ROOT))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    nb = nbformat.read(ROOT / "notebooks" / "walkthrough.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    out = "\n".join(text_of(c) for c in nb.cells if c.cell_type == "code")
+    assert 'Tried to allocate 7.83 GiB' in out and "does not fit" in out
+    assert "--set context_parallel_degree=" in out
+    assert "has no FP8" in out and "ml.p5.48xlarge" in out
+    assert out.count("model artifact:") == 2
+    stamp = re.compile(r"-\d{4}(-\d\d){5}-\d{3}$")  # make_job_name's timestamp
+    jobs = sorted(stamp.sub("", p.name) for p in (tmp_path / "home" / "jobs").iterdir())
+    assert jobs == ["walkthrough-cp2", "walkthrough-no-cp"]
