@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 REGION = "us-east-1"
+SEED_BUCKET = "sagemaker-us-east-1-111122223333"  # the seed files' output_path bucket
 
 
 @pytest.fixture
@@ -45,3 +46,15 @@ def corpus(tmp_path_factory) -> tuple[Path, Path]:
     write_jsonl(blocks[:96], root / "train" / "train.jsonl")
     write_jsonl(blocks[96:112], root / "validation" / "validation.jsonl")
     return root / "train", root / "validation"
+
+
+@pytest.fixture
+def aws(fake_credentials):
+    """moto in-process AWS with the seed files' bucket created."""
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        session = boto3.Session(region_name=REGION)
+        session.client("s3").create_bucket(Bucket=SEED_BUCKET)
+        yield session

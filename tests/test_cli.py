@@ -7,21 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import boto3
 import pytest
 from click.testing import CliRunner
-from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
 from launcher.cli import main
+from tests.conftest import REGION, SEED_BUCKET
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "configs" / "seed"
 SEED_FILES = sorted(SEED.glob("*.yaml"))
 RUNS = [SEED / f"{run}.yaml" for run in ("p4d-no-cp", "p4d-cp8", "p5-cp8-bf16", "p5-cp8-fp8")]
-REGION = "us-east-1"
-SEED_BUCKET = "sagemaker-us-east-1-111122223333"  # the seed files' output_path bucket
 MP = "distribution.smdistributed.modelparallel.parameters"
 
 
@@ -32,14 +29,6 @@ def run_cli(*args: str):
 @pytest.fixture(autouse=True)
 def _no_network(no_network):
     """Every test here runs with the network refused (conftest.py)."""
-
-
-@pytest.fixture
-def aws(fake_credentials):
-    with mock_aws():
-        session = boto3.Session(region_name=REGION)
-        session.client("s3").create_bucket(Bucket=SEED_BUCKET)
-        yield session
 
 
 def set_failed(name: str, reason: str) -> None:

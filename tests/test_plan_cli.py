@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 
-import boto3
 import pytest
 from click.testing import CliRunner
-from moto import mock_aws
 
 from launcher import PyTorch
 from launcher.cli import main
 from launcher.plan import PredictedOOMError
-from tests.test_cli import REGION, SEED, SEED_BUCKET
+from tests.conftest import REGION, SEED_BUCKET
+from tests.test_cli import SEED
 
 LOGITS_GIB = 16384 * 128256 * 4 / 2**30  # one sequence's fp32 logits: the seed's OOM allocation
 
@@ -81,14 +80,6 @@ def test_auto_picks_the_cheapest_configuration_that_fits():
 def test_plan_of_an_invalid_job_exits_2():
     result = run_cli("plan", SEED / "p4d-no-cp.yaml", "--set", "context_parallel_degree=3")
     assert result.exit_code == 2 and "context_parallel_degree" in result.output
-
-
-@pytest.fixture
-def aws(fake_credentials):
-    with mock_aws():
-        session = boto3.Session(region_name=REGION)
-        session.client("s3").create_bucket(Bucket=SEED_BUCKET)
-        yield session
 
 
 def test_submit_refuses_a_predicted_oom_and_sends_nothing(aws):
