@@ -1,7 +1,8 @@
-"""`smlaunch`: validate, submit and follow training jobs.
+"""`smlaunch`: validate, plan, submit and follow training jobs, on SageMaker or locally.
 
-Start-up stays light: `--help`, `validate` and `schema` import neither boto3 nor torch.
-Exit codes: 0 ok, 1 job failed (or AWS refused), 2 invalid job file or usage, 130 interrupted.
+Start-up stays light: `--help`, `validate`, `plan` and `schema` import neither boto3 nor torch,
+and neither do `status`/`logs`/`stop` of a local job. Exit codes: 0 ok, 1 job failed (or AWS
+refused, or `plan` predicts OOM), 2 invalid job file, usage or refused OOM, 130 interrupted.
 """
 
 from __future__ import annotations
