@@ -71,7 +71,9 @@ class Settings:
     dataset_type: str
 
     @classmethod
-    def from_hyperparameters(cls, hp: TrainingHyperparameters, sdp_clip: float | None) -> Settings:
+    def from_hyperparameters(cls, hp: TrainingHyperparameters, sdp_clip: float | None,
+                             smp_bf16: bool = False) -> Settings:
+        """`smp_bf16`: SMP v1's `parameters.bf16`, which validation accepts as the bf16 switch too."""
         max_steps = hp.max_steps or 100
         decay = hp.lr_decay_iters or max_steps
         return cls(
@@ -88,7 +90,7 @@ class Settings:
             weight_decay=hp.weight_decay if hp.weight_decay is not None else 0.2,
             betas=(hp.beta1 or 0.9, hp.beta2 or 0.95),
             grad_clip=hp.grad_clip if hp.grad_clip is not None else (sdp_clip if sdp_clip is not None else 1.0),
-            bf16=bool(hp.bf16),
+            bf16=bool(hp.bf16 or smp_bf16),
             optimizer=hp.optimizer or "adamw",
             logging_freq=hp.logging_freq or 1,
             checkpoint_freq=hp.checkpoint_freq or 0,
@@ -188,7 +190,7 @@ class MetricsWriter:
 
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
     s = Settings.from_hyperparameters(
-        hp, rt.params.sdp_gradient_clipping if rt.params.sharded_data_parallel_degree else None)
+        hp, rt.params.sdp_gradient_clipping if rt.params.sharded_data_parallel_degree else None, rt.params.bf16)
     spec = resolve_spec(hp)
     fp8 = FP8Config.from_hyperparameters(hp)
     model = build_parallel_model(rt, hp, spec, s, fp8)

@@ -396,3 +396,8 @@ def test_transformer_engine_fp8_refuses_tensor_parallelism(script_dir):
     base = {"instance_type": "ml.p5.48xlarge", "params": {"tensor_parallel_degree": 2, "hybrid_shard_degree": 4}}
     assert only_issue(make_job(script_dir, hp={"fp8": 1}, **base), "hyperparameters.fp8_backend")
     assert paths(make_job(script_dir, hp={"fp8": 1, "fp8_backend": "torchao"}, **base)) == []
+
+
+def test_fp16_warns_that_train_py_would_train_in_fp32(script_dir):
+    issue = only_issue(make_job(script_dir, hp={"bf16": None, "fp16": 1}), "hyperparameters.fp16", "warning")[0]
+    assert "float32" in issue.problem and "bf16" in issue.fix

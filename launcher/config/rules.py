@@ -233,6 +233,11 @@ def check_precision(ctx: Context, fp8: FP8Config) -> list[Issue]:
     fp16 = bool(hp.fp16 or p.fp16)
     if bf16 and fp16:
         issues.append(Issue(f"{HP}.fp16", True, "bf16 and fp16 are both on", "keep one (bf16 on A100/H100)"))
+    elif fp16:
+        issues.append(Issue(f"{HP}.fp16" if hp.fp16 else f"{MP}.fp16", True,
+                            "smlaunch's train.py has no float16 path: it would train in float32",
+                            "use bf16 (A100/H100 and newer), or an entry point of your own that reads fp16",
+                            "warning"))
     if hp.bf16 is not None and "bf16" in p.model_fields_set and hp.bf16 != p.bf16:
         issues.append(Issue(f"{HP}.bf16", hp.bf16, f"differs from {MP}.bf16 = {p.bf16}", "make them equal"))
     acc = inst.accelerator if inst else None

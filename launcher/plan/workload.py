@@ -65,7 +65,7 @@ def workload_of(job: ValidatedJob) -> Workload:
     hp = job.config.hyperparameters
     dist = job.config.distribution
     params = dist.parameters if dist else None
-    bf16 = bool(hp.bf16)  # trainer.Settings reads hyperparameters.bf16 only
+    bf16 = bool(hp.bf16 or (params is not None and params.bf16))  # as trainer.Settings
     ac_mode = (hp.activation_checkpointing_mode or "full") if hp.activation_checkpointing else None
     sm_offload = params is not None and "sm_activation_offloading" in params.model_fields_set \
         and params.sm_activation_offloading
