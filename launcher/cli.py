@@ -221,10 +221,9 @@ def _check_memory(job, force: bool, dry_run: bool) -> None:
         check_fits(job)
     except PredictedOOMError as exc:
         if force or dry_run:
-            click.echo(click.style("warning: ", fg="yellow", bold=True) + "predicted out of memory (--force given)"
-                       if force else click.style("warning: ", fg="yellow", bold=True) + "predicted out of memory",
-                       err=True)
-            click.echo(str(exc.args[0]).split("\nTo submit anyway")[0], err=True)
+            note = " (--force given)" if force else ""
+            click.echo(click.style("warning: ", fg="yellow", bold=True) + f"predicted out of memory{note}", err=True)
+            click.echo(exc.explanation, err=True)
             return
         click.secho("refused: the job is predicted to run out of accelerator memory", fg="red", bold=True, err=True)
         click.echo(str(exc), err=True)

@@ -107,8 +107,8 @@ class PredictedOOMError(ValueError):
 
     def __init__(self, result: PlanResult):
         self.result = result
-        super().__init__(explain_oom(result.memory) + "\nTo submit anyway: smlaunch submit --force, "
-                         "or fit(force=True).")
+        self.explanation = explain_oom(result.memory)
+        super().__init__(self.explanation + "\nTo submit anyway: smlaunch submit --force, or fit(force=True).")
 
 
 def check_fits(job) -> PlanResult | None:
