@@ -95,3 +95,22 @@ def test_a_runner_that_cannot_start_ends_the_job_failed(tmp_path):
     assert record["TrainingJobStatus"] == "Failed" and runner.cleaned
     assert record["FailureReason"] == "ClientError: RuntimeError: no engine answered"
     assert "could not start the hosts: no engine answered" in (job_dir / "logs" / "job.log").read_text()
+
+
+def test_console_lines_are_host_prefixed_and_coloured_on_a_terminal(monkeypatch):
+    import io
+
+    from launcher.local import supervise
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    supervise.console_printer("algo-2", "magenta", "step 1")
+    assert out.getvalue() == "\x1b[35malgo-2 |\x1b[0m step 1\n"
+    monkeypatch.setenv("NO_COLOR", "1")
+    supervise.console_printer("algo-2", "magenta", "step 2")
+    assert out.getvalue().endswith("algo-2 | step 2\n")
