@@ -330,9 +330,10 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
 
         backend = _local_backend() if local else _backend(region)
         jobs = backend.list(status_filter, name_contains, max_results)
-        table = Table("status", "created", "ended")
+        table = Table()
         table.add_column("name", no_wrap=True)
-        table.columns.insert(0, table.columns.pop())
+        for column in ("status", "created", "ended"):
+            table.add_column(column)
         for j in jobs:
             table.add_row(j["TrainingJobName"], j["TrainingJobStatus"], str(j.get("CreationTime", "")),
                           str(j.get("TrainingEndTime", "") or ""))

@@ -87,6 +87,10 @@ class LocalBackend:
             record = Supervisor(spec, runner_named(spec.runner), printer=self.console if logs else None).run()
         else:
             record = self._follow(name, logs, poll)
+        return self._completed(name, record)
+
+    def _completed(self, name: str, record: dict) -> dict:
+        """The record of a Completed job; JobFailedError (reason, log file) for any other end."""
         if record["TrainingJobStatus"] != "Completed":
             raise JobFailedError(name, record["TrainingJobStatus"], record.get("FailureReason", ""),
                                  str(self._dir(name) / "logs" / "job.log"))
@@ -119,10 +123,7 @@ class LocalBackend:
     def logs(self, name: str, follow: bool = False, poll: float = 1.0) -> None:
         self.describe(name)
         if follow:
-            record = self._follow(name, True, poll)
-            if record["TrainingJobStatus"] != "Completed":
-                raise JobFailedError(name, record["TrainingJobStatus"], record.get("FailureReason", ""),
-                                     str(self._dir(name) / "logs" / "job.log"))
+            self._completed(name, self._follow(name, True, poll))
         else:
             self._print_log(name, 0)
 

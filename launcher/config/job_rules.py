@@ -61,12 +61,12 @@ def _check_local_paths(ctx: Context) -> list[Issue]:
                                     "local mode downloads S3 prefixes only",
                                     "use s3_data_type: S3Prefix, or download the data and give a local path"))
             continue
-        path = _resolve(ctx.base_dir, channel.s3_data)
+        path = resolve_path(ctx.base_dir, channel.s3_data)
         if not path.exists():
             issues.append(Issue(f"inputs.{name}", channel.s3_data, f"no such file or directory ({path})",
                                 "give a path relative to the job file, an absolute path, or s3://..."))
     if job.output_path and not job.output_path.startswith("s3://"):
-        out = _resolve(ctx.base_dir, job.output_path)
+        out = resolve_path(ctx.base_dir, job.output_path)
         if out.exists() and not out.is_dir():
             issues.append(Issue("output_path", job.output_path, f"{out} is a file, not a directory",
                                 "give a directory (created if missing) or s3://bucket/prefix"))
@@ -79,20 +79,20 @@ def _check_files(ctx: Context) -> list[Issue]:
         return []
     issues = []
     if job.source_dir:
-        src = _resolve(ctx.base_dir, job.source_dir)
+        src = resolve_path(ctx.base_dir, job.source_dir)
         if not src.is_dir():
             return [Issue("source_dir", job.source_dir, f"no such directory ({src})",
                           "give a directory relative to the job file, or an absolute path")]
         entry = src / job.entry_point
         where = f"in source_dir {src}"
     else:
-        entry = _resolve(ctx.base_dir, job.entry_point)
+        entry = resolve_path(ctx.base_dir, job.entry_point)
         where = f"({entry})"
     if not entry.is_file():
         issues.append(Issue("entry_point", job.entry_point, f"file not found {where}",
                             "pass the script's path relative to source_dir (or to the job file)"))
     for i, dep in enumerate(job.dependencies):
-        if not _resolve(ctx.base_dir, dep).exists():
+        if not resolve_path(ctx.base_dir, dep).exists():
             issues.append(Issue(f"dependencies[{i}]", dep, "no such file or directory",
                                 "give a path relative to the job file, or an absolute path"))
     return issues
@@ -129,6 +129,7 @@ def check_image(ctx: Context) -> list[Issue]:
     return []
 
 
-def _resolve(base: Path, path: str) -> Path:
+def resolve_path(base: Path, path: str) -> Path:
+    """A job-file path (plain or file://, ~ expanded) relative to the job file's directory."""
     p = Path(path.removeprefix("file://")).expanduser()
     return p if p.is_absolute() else base / p

@@ -19,6 +19,7 @@ from launcher import wire
 from launcher.backends.base import BackendError, default_base_name, make_job_name
 from launcher.backends.sourcedir import build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
+from launcher.config.job_rules import resolve_path
 from launcher.contract import write_opt_ml
 from launcher.local import s3io, store
 from launcher.local.spec import LocalJobSpec, Runner
@@ -53,8 +54,7 @@ def _gpu_layout(job: ValidatedJob, hosts: list[str]) -> tuple[int, list[list[int
 
 
 def _resolve(job: ValidatedJob, path: str) -> Path:
-    p = Path(path.removeprefix("file://")).expanduser()
-    return (p if p.is_absolute() else job.base_dir / p).resolve()
+    return resolve_path(job.base_dir, path).resolve()
 
 
 def prepare(job: ValidatedJob, runner: Runner, *, job_name: str | None = None, root: Path | None = None,

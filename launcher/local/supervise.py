@@ -22,7 +22,6 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 from launcher.contract import FAILURE_LIMIT
@@ -271,15 +270,6 @@ def pack(directories: list[Path], dest: Path) -> Path:
                 seen.add(name)
                 tar.add(path, arcname=name, recursive=False)
     return dest
-
-
-def elapsed(record: dict) -> str:
-    """'12 s' between TrainingStartTime and TrainingEndTime (or now)."""
-    start = record.get("TrainingStartTime")
-    if not start:
-        return ""
-    end = record.get("TrainingEndTime") or store.now()
-    return f"{(datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds():.0f} s"
 
 
 def main(argv: list[str] | None = None) -> int:
