@@ -86,14 +86,3 @@ def parse_args(argv: list[str]) -> tuple[TrainingHyperparameters, Directories, d
     pairs = parse_pairs(argv)
     known = {k: v for k, v in pairs.items() if k not in DIRECTORY_ARGS}
     return TrainingHyperparameters.model_validate(known), directories(pairs), pairs
-
-
-def pretrained_dir(name: str | None) -> Path | None:
-    """`hf_pretrained_model_name_or_dir` as a directory: a path, or the name of a channel
-    (weights shipped as an input channel arrive in SM_CHANNEL_<NAME>)."""
-    if not name:
-        return None
-    if Path(name).is_dir():
-        return Path(name)
-    channel = os.environ.get(f"SM_CHANNEL_{name.upper()}")
-    return Path(channel) if channel and Path(channel).is_dir() else None

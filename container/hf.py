@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -26,7 +27,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
 )
 
-from launcher.config.models import ModelSpec, hf_config
+from launcher.config.hf_config import WEIGHT_FILES, generation_config, hf_config
+from launcher.config.models import ModelSpec
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -82,34 +84,58 @@ def _is_distributed(distributed: bool) -> bool:
     return distributed
 
 
-def _weight_files(directory: Path) -> list[Path]:
-    if (directory / INDEX_FILE).is_file():
-        weight_map = json.loads((directory / INDEX_FILE).read_text())["weight_map"]
-        return [directory / name for name in sorted(set(weight_map.values()))]
-    if (directory / SINGLE_FILE).is_file():
-        return [directory / SINGLE_FILE]
-    raise FileNotFoundError(f"{directory} has neither {SINGLE_FILE} nor {INDEX_FILE}")
+def weight_files(directory: Path) -> list[Path]:
+    """The weight files of a Hugging Face model directory, as transformers picks them: safetensors
+    (sharded by its index, or single) before PyTorch `.bin` (sharded or single)."""
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return [path]
+        try:
+            weight_map = json.loads(path.read_text())["weight_map"]
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"{path}: not a weight index ({exc}); write it again with save_pretrained") from None
+        files = [directory / file for file in sorted(set(weight_map.values()))]
+        absent = [str(f) for f in files if not f.is_file()]
+        if absent:
+            raise FileNotFoundError(f"{path} lists files that are not there: {', '.join(absent)}")
+        return files
+    raise FileNotFoundError(f"{directory} holds no weights (none of {', '.join(WEIGHT_FILES)}); give the model's "
+                            "directory, or set init_from_scratch: 1 to train its architecture from random weights")
+
+
+def _tensors(path: Path) -> Iterator[tuple[str, Callable[[], torch.Tensor]]]:
+    """(name, loader) of every tensor of one weight file, read lazily."""
+    if path.suffix == ".safetensors":
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open is no dict
+                yield name, lambda name=name: f.get_tensor(name)
+        return
+    # weights_only: a .bin is a pickle, and only tensors may come out of it, never code.
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    for name, tensor in state.items():
+        yield name, lambda tensor=tensor: tensor
 
 
 def _read_hf_state_dict(
     directory: Path, expected: dict[str, torch.Size], tied: bool
 ) -> dict[str, torch.Tensor]:
-    """Our names -> tensors from the safetensors files; every mismatch is reported at once."""
+    """Our names -> tensors from the weight files; every mismatch is reported at once."""
     state: dict[str, torch.Tensor] = {}
     unexpected: list[str] = []
-    for path in _weight_files(directory):
-        with safe_open(str(path), framework="pt") as f:
-            hf_names = f.keys()
-            for hf_name in hf_names:
-                name = from_hf_name(hf_name)
-                # Some tied checkpoints still store lm_head; the model ties it to the embedding
-                # anyway. Older Llama checkpoints store RoPE's inv_freq, which we recompute.
-                if (tied and name == "output.weight") or hf_name.endswith("rotary_emb.inv_freq"):
-                    continue
-                if name is None or name not in expected:
-                    unexpected.append(hf_name)
-                else:
-                    state[name] = f.get_tensor(hf_name)
+    for path in weight_files(directory):
+        for hf_name, load in _tensors(path):
+            name = from_hf_name(hf_name)
+            # Some tied checkpoints still store lm_head; the model ties it to the embedding
+            # anyway. Older Llama checkpoints store RoPE's inv_freq, which we recompute.
+            if (tied and name == "output.weight") or hf_name.endswith("rotary_emb.inv_freq"):
+                continue
+            if name is None or name not in expected:
+                unexpected.append(hf_name)
+            else:
+                state[name] = load()
     missing = [to_hf_name(name) for name in expected if name not in state]
     shapes = [f"{to_hf_name(name)}: file {tuple(t.shape)}, model {tuple(expected[name])}"
               for name, t in state.items() if t.shape != expected[name]]
@@ -121,7 +147,7 @@ def _read_hf_state_dict(
 
 
 def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool = False) -> None:
-    """Load `model.safetensors` (or its shards with the index json) from a local directory.
+    """Load a Hugging Face model directory's weights (safetensors or `.bin`, single or sharded).
 
     The model must hold real storage (after `to_empty` when built on the meta device) and its
     non-persistent RoPE buffers must be initialised; only persistent weights come from the files.
@@ -151,7 +177,7 @@ def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool =
         try:
             state = _read_hf_state_dict(directory, expected, tied)
             state = {k: v.to(local[k].dtype) for k, v in state.items()}
-        except (ValueError, FileNotFoundError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure (a corrupt pickle too) must reach every rank
             error = exc
     # Every rank must raise the same error, or the others would wait in the broadcast forever.
     box = [error]
@@ -222,7 +248,7 @@ def _write_hf(
     config = hf_config(spec)
     config["torch_dtype"] = str(dtype).removeprefix("torch.")
     _write_json(out_dir / "config.json", config)
-    _write_json(out_dir / "generation_config.json", {"_from_model_config": True})
+    _write_json(out_dir / "generation_config.json", {"_from_model_config": True, **generation_config(spec)})
 
 
 def _write_json(path: Path, value: dict) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,8 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
 from container import checkpoint as ckpt
-from container import data, hf, optim
-from container.args import Directories, pretrained_dir
+from container import data, hf, optim, pretrained
+from container.args import Directories
 from container.context_parallel import apply_context_parallel
 from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
 from container.models.llama import Transformer, build_model
@@ -36,7 +37,6 @@ from container.tensor_parallel import apply_tp, loss_context
 from launcher import flops
 from launcher.config import FP8Config, TrainingHyperparameters
 from launcher.config.models import ModelSpec
-from launcher.config.rules import model_of
 from launcher.metrics import format_metric_line
 
 log = logging.getLogger("smlaunch")
@@ -102,21 +102,10 @@ class Settings:
         )
 
 
-def resolve_spec(hp: TrainingHyperparameters) -> ModelSpec:
-    weights = pretrained_dir(hp.hf_pretrained_model_name_or_dir)
-    if weights is not None:  # read config.json from where the weights are, channel or path
-        hp = hp.model_copy(update={"hf_pretrained_model_name_or_dir": str(weights)})
-    spec = model_of(hp, Path.cwd())
-    if spec is None:
-        raise ValueError("the model is unknown: set model_preset (llama3-tiny, llama3.2-1b, llama3.1-8b, ...), "
-                         "or hf_pretrained_model_name_or_dir to a directory with config.json")
-    return spec
-
-
 def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSpec, s: Settings,
-                         fp8: FP8Config) -> Transformer:
+                         fp8: FP8Config, sources: pretrained.Sources | None = None) -> Transformer:
     """Model -> FP8 -> tensor parallel -> activation checkpointing -> FSDP -> weights (delayed init,
-    or eager init before sharding)."""
+    or eager init before sharding; then the pretrained weights, when the job names them)."""
     delayed = bool(hp.delayed_param or rt.params.delayed_parameter_initialization)
     model = build_model(spec, s.seq_len, device="meta" if delayed else rt.device)
     if not delayed:  # seeded right before init_weights, as the delayed path does on rank 0
@@ -143,11 +132,12 @@ def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSp
                    max_live_parameters=rt.params.sdp_max_live_parameters if sdp else None)
     if delayed:
         materialize_on_rank0_init(model, lambda: build_model(spec, s.seq_len, device="cpu"), rt.device, s.seed)
-    weights = pretrained_dir(hp.hf_pretrained_model_name_or_dir)
-    if weights is not None and any(weights.glob("*.safetensors")):
-        hf.load_hf_weights(model, weights, distributed=rt.world_size > 1)
-        if rt.is_main:
-            log.info("loaded pretrained weights from %s", weights)
+    if sources is not None and sources.load_weights:
+        hf.load_hf_weights(model, sources.model.directory, distributed=rt.world_size > 1)
+    if rt.is_main:
+        origin = f"weights of {sources.model.describe()}" if sources and sources.load_weights else (
+            f"random weights (seed {s.seed})")
+        log.info("model %s: %s parameters, %s", spec.name, f"{model.num_params(exclude_embedding=False):,}", origin)
     return model
 
 
@@ -191,9 +181,10 @@ class MetricsWriter:
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
     s = Settings.from_hyperparameters(
         hp, rt.params.sdp_gradient_clipping if rt.params.sharded_data_parallel_degree else None, rt.params.bf16)
-    spec = resolve_spec(hp)
+    sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
+    spec = pretrained.model_spec(hp, sources)
     fp8 = FP8Config.from_hyperparameters(hp)
-    model = build_parallel_model(rt, hp, spec, s, fp8)
+    model = build_parallel_model(rt, hp, spec, s, fp8, sources)
     cp_shard = apply_context_parallel(rt, hp.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer)
     scheduler = optim.lr_schedule(optimizer, warmup_steps=s.warmup_steps, total_steps=s.decay_steps,
@@ -257,7 +248,19 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
                 log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
             return last
     hf.export_hf(model, spec, dirs.model, dtype=torch.bfloat16 if s.bf16 else torch.float32)
+    if rt.is_main:
+        _complete_artifact(sources, dirs.model)
     return last
+
+
+def _complete_artifact(sources: pretrained.Sources, model_dir: Path) -> None:
+    """The pretrained model's own generation_config.json (sampling defaults included) and the
+    tokenizer, so transformers loads model.tar.gz's contents as a model and its tokenizer."""
+    if sources.model is not None and (sources.model.directory / "generation_config.json").is_file():
+        shutil.copyfile(sources.model.directory / "generation_config.json", model_dir / "generation_config.json")
+    if sources.tokenizer is not None:
+        copied = pretrained.copy_tokenizer(sources.tokenizer, model_dir)
+        log.info("tokenizer of %s: %s", sources.tokenizer.source.describe(), ", ".join(copied))
 
 
 def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_per_step, elapsed, s,

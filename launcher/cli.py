@@ -355,7 +355,8 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
              tokens: float | None, as_json: bool) -> None:
     """Predict memory per GPU, speed and cost before launch; explain a predicted OOM.
 
-    Exit codes: 0 the (picked) configuration fits, 1 it does not (or none does), 2 invalid job.
+    Exit codes: 0 the (picked) configuration fits, 1 it does not (or none does), 2 invalid job
+    (or one that cannot be planned: its model or world size is unknown).
     """
     from launcher import plan as planner
 
@@ -408,6 +409,8 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
             console.print("cannot plan: " + "; ".join(results[0].errors), markup=False)
     if chosen is None:
         sys.exit(EXIT_FAILED if auto_pick or not any(r.fits for r in results) else 0)
+    if not chosen.valid:  # nothing to plan (the model or world size is unknown): the job needs a fix
+        sys.exit(EXIT_INVALID)
     sys.exit(EXIT_FAILED if chosen.oom else 0)
 
 

@@ -119,7 +119,7 @@ def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
     train, validation = corpus
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
                         "instance_count": 2, "processes_per_host": 2, "distribution": HSD_CP,
-                        "hyperparameters": {"max_steps": 3, "model_preset": "llama3-tiny"},
+                        "hyperparameters": {"max_steps": 3, "model_preset": "llama3-tiny", "max_context_width": 64},
                         "inputs": {"train": str(train), "test": str(validation)}})
     spec = prepare(job, ProcessRunner(), job_name="trees", log=lambda _: None)
     for host in ("algo-1", "algo-2"):
@@ -140,8 +140,8 @@ def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
         framework = json.loads(env["SM_FRAMEWORK_PARAMS"])
         assert framework["sagemaker_torch_distributed_enabled"] is True
         assert framework["smlaunch_processes_per_host"] == 2
-        assert json.loads(env["SM_USER_ARGS"]) == ["--max_steps", "3", "--model_preset", "llama3-tiny",
-                                                   "--mp_parameters",
+        assert json.loads(env["SM_USER_ARGS"]) == ["--max_context_width", "64", "--max_steps", "3",
+                                                   "--model_preset", "llama3-tiny", "--mp_parameters",
                                                    "context_parallel_degree=2,hybrid_shard_degree=2"]
     record = store.read("trees")
     assert record["TrainingJobStatus"] == "InProgress" and record["ProcessesPerHost"] == 2
@@ -151,8 +151,8 @@ def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
 
 
 def test_a_used_job_name_is_refused_and_nothing_is_written(tmp_path, home, corpus):
-    job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"),
-                        "instance_type": "local", "inputs": {"train": str(corpus[0])}})
+    job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+                        "hyperparameters": HP, "inputs": {"train": str(corpus[0])}})
     prepare(job, ProcessRunner(), job_name="taken", log=lambda _: None)
     before = (home / "jobs" / "taken" / "job.json").read_text()
     with pytest.raises(BackendError, match="job_name 'taken' is already used by a local job"):
@@ -163,7 +163,7 @@ def test_a_used_job_name_is_refused_and_nothing_is_written(tmp_path, home, corpu
 def test_local_gpu_without_a_gpu_is_a_clear_error(home, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"),
-                        "instance_type": "local_gpu"})
+                        "instance_type": "local_gpu", "hyperparameters": HP})
     with pytest.raises(BackendError, match="no NVIDIA GPU found.*instance_type: local"):
         prepare(job, ProcessRunner(), job_name="gpu", log=lambda _: None)
     assert not (home / "jobs" / "gpu").exists()

@@ -83,7 +83,7 @@ def test_sharded_channel_gives_each_host_its_part(tmp_path, s3, monkeypatch):
         client.put_object(Bucket=BUCKET, Key=f"shards/part-{i}.jsonl", Body=b"{}\n")
     monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
-                        "instance_count": 2, "region": REGION,
+                        "instance_count": 2, "region": REGION, "hyperparameters": {"model_preset": "llama3-tiny"},
                         "inputs": {"train": {"s3_data": f"s3://{BUCKET}/shards/", "distribution": "ShardedByS3Key"}}})
     spec = prepare(job, ProcessRunner(), job_name="sharded", log=lambda _: None)
     parts = {h: sorted(p.name for p in (spec.host_dir(h) / "input" / "data" / "train").iterdir()) for h in spec.hosts}
@@ -95,7 +95,7 @@ def test_sharded_channel_gives_each_host_its_part(tmp_path, s3, monkeypatch):
 def test_a_missing_output_bucket_fails_before_the_job_exists(tmp_path, s3, monkeypatch):
     monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
-                        "output_path": "s3://no-such-bucket/out"})
+                        "output_path": "s3://no-such-bucket/out", "hyperparameters": {"model_preset": "llama3-tiny"}})
     with pytest.raises(BackendError, match="output_path 's3://no-such-bucket/out': bucket 'no-such-bucket' does not exist"):
         prepare(job, ProcessRunner(), job_name="nobucket", log=lambda _: None)
     assert not (tmp_path / "home" / "jobs" / "nobucket").exists()

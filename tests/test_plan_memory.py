@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.config import validate_job
+from launcher.config import ConfigError, validate_job
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import PRESETS
 from launcher.jobfile import validate_job_file
@@ -124,8 +124,15 @@ def test_capacity_unknown_for_local_jobs():
     assert est.capacity_gib is None and est.fits is None and not est.oom and est.peak_gib > 0
 
 
-def test_unknown_model_cannot_be_planned():
-    job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"),
+def test_unknown_model_is_invalid_for_smlaunchs_train_py():
+    with pytest.raises(ConfigError, match="hyperparameters.model_preset = null: smlaunch's train.py cannot tell"):
+        validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"),
+                      "instance_type": "ml.p5.48xlarge", "hyperparameters": {"bf16": 1}})
+
+
+def test_unknown_model_of_an_own_script_cannot_be_planned(tmp_path):
+    (tmp_path / "train.py").write_text("print('my own loop')\n")
+    job = validate_job({"entry_point": "train.py", "source_dir": str(tmp_path),
                         "instance_type": "ml.p5.48xlarge", "hyperparameters": {"bf16": 1}})
     with pytest.raises(PlanError, match="model_preset"):
         estimate_memory(job)

@@ -61,6 +61,7 @@ def make_job(**fields):
         "hyperparameters": {"max_steps": 3, "model_type": "llama_v2"},
     }
     data.update(fields)
+    data["hyperparameters"] = {"model_preset": "llama3-tiny", **data["hyperparameters"]}  # train.py needs a model
     data = {k: v for k, v in data.items() if v is not None}
     return validate_job(data, base_dir=ROOT)
 

@@ -32,17 +32,19 @@ class TransformerArgs:
     rope_scaling: tuple[float, float, float, int] | None = None
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
+    explicit_head_dim: int | None = None  # config.json's head_dim where it is not dim / n_heads
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, max_seq_len: int) -> TransformerArgs:
         return cls(dim=spec.hidden_size, n_layers=spec.num_layers, n_heads=spec.num_heads,
                    n_kv_heads=spec.num_kv_heads, vocab_size=spec.vocab_size, ffn_dim=spec.intermediate_size,
                    max_seq_len=max_seq_len, rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,
-                   norm_eps=spec.norm_eps, tie_embeddings=spec.tie_embeddings)
+                   norm_eps=spec.norm_eps, tie_embeddings=spec.tie_embeddings,
+                   explicit_head_dim=spec.explicit_head_dim)
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        return self.explicit_head_dim or self.dim // self.n_heads
 
 
 def rope_inv_freq(args: TransformerArgs) -> torch.Tensor:

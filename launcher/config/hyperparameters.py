@@ -92,7 +92,16 @@ class TrainingHyperparameters(BaseModel):
     # model
     model_type: str | None = Field(None, description="Model family (llama_v2, llama_v3, mixtral, ...).")
     model_preset: str | None = Field(None, description="smlaunch model preset (llama3-tiny, llama3.1-8b, ...).")
-    hf_pretrained_model_name_or_dir: str | None = Field(None, description="HF model name or directory.")
+    hf_pretrained_model_name_or_dir: str | None = Field(
+        None, description="Pretrained weights: a directory, an input channel's name, or a Hub id org/name[@revision]."
+    )
+    init_from_scratch: bool | None = Field(
+        None, description="Take only the architecture from hf_pretrained_model_name_or_dir; random weights."
+    )
+    tokenizer: str | None = Field(
+        None, description="Tokenizer shipped in model.tar.gz: a directory, a channel's name or a Hub id "
+        "(default: the pretrained model's)."
+    )
     max_context_width: int | None = Field(None, ge=1, description="Sequence length in tokens.")
     vocab_size: int | None = Field(None, ge=1, description="Vocabulary size.")
     hidden_width: int | None = Field(None, ge=1, description="Model width.")
@@ -100,6 +109,8 @@ class TrainingHyperparameters(BaseModel):
     num_heads: int | None = Field(None, ge=1, description="Attention heads.")
     num_key_value_heads: int | None = Field(None, ge=1, description="Key/value heads (GQA).")
     intermediate_size: int | None = Field(None, ge=1, description="MLP width.")
+    llama_intermediate_size: int | None = Field(None, ge=1, description="MLP width (AWS's SMP script's name).")
+    rotary_emb_base: float | None = Field(None, gt=0, description="RoPE base (theta) of a model_type model.")
     moe: bool | None = Field(None, description="Mixture-of-experts model.")
     num_local_experts: int | None = Field(None, ge=1, description="Experts per MoE layer.")
     # training loop

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from launcher.backends.images import ImageResolutionError, resolve_image_uri
 from launcher.config.hyperparameters import TrainingHyperparameters
+from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
 from launcher.config.rules import HP, Context
 from launcher.issues import Issue, did_you_mean
@@ -75,18 +76,17 @@ def _check_local_paths(ctx: Context) -> list[Issue]:
 
 def _check_files(ctx: Context) -> list[Issue]:
     job = ctx.job
-    if job.source_dir and job.source_dir.startswith("s3://"):
+    entry = entry_point_path(job, ctx.base_dir)
+    if entry is None:
         return []
     issues = []
     if job.source_dir:
-        src = resolve_path(ctx.base_dir, job.source_dir)
+        src = code_dir(job, ctx.base_dir)
         if not src.is_dir():
             return [Issue("source_dir", job.source_dir, f"no such directory ({src})",
                           "give a directory relative to the job file, or an absolute path")]
-        entry = src / job.entry_point
         where = f"in source_dir {src}"
     else:
-        entry = resolve_path(ctx.base_dir, job.entry_point)
         where = f"({entry})"
     if not entry.is_file():
         issues.append(Issue("entry_point", job.entry_point, f"file not found {where}",
@@ -96,6 +96,22 @@ def _check_files(ctx: Context) -> list[Issue]:
             issues.append(Issue(f"dependencies[{i}]", dep, "no such file or directory",
                                 "give a path relative to the job file, or an absolute path"))
     return issues
+
+
+def code_dir(job: JobConfig, base: Path) -> Path | None:
+    """The local directory whose files the job ships as its code (the script's working directory
+    in the container); None when source_dir is on S3."""
+    if job.source_dir:
+        return None if job.source_dir.startswith("s3://") else resolve_path(base, job.source_dir)
+    return resolve_path(base, job.entry_point).parent
+
+
+def entry_point_path(job: JobConfig, base: Path) -> Path | None:
+    """The entry point on this machine; None when source_dir is on S3."""
+    directory = code_dir(job, base)
+    if directory is None:
+        return None
+    return directory / job.entry_point if job.source_dir else resolve_path(base, job.entry_point)
 
 
 def check_hyperparameters(ctx: Context) -> list[Issue]:

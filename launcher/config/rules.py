@@ -13,7 +13,7 @@ from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 from launcher.config.job import JobConfig
 from launcher.config.layout import sharding_group
-from launcher.config.models import MOE_MODEL_TYPES, ModelSpec, resolve_model
+from launcher.config.models import MOE_MODEL_TYPES, ModelSpec
 from launcher.issues import Issue, did_you_mean
 
 MP = "distribution.smdistributed.modelparallel.parameters"
@@ -296,23 +296,6 @@ def check_backend(ctx: Context) -> list[Issue]:
         return [Issue(f"{HP}.distributed_backend", "nccl", f"NCCL needs GPUs and {inst.name} has none",
                       "use gloo on CPU")]
     return []
-
-
-def model_of(hp: TrainingHyperparameters, base_dir: Path) -> ModelSpec | None:
-    return resolve_model(
-        preset=hp.model_preset,
-        hf_name_or_dir=hp.hf_pretrained_model_name_or_dir,
-        overrides={
-            "hidden_size": hp.hidden_width,
-            "num_layers": hp.num_layers,
-            "num_heads": hp.num_heads,
-            "num_kv_heads": hp.num_key_value_heads,
-            "intermediate_size": hp.intermediate_size,
-            "vocab_size": hp.vocab_size,
-            "num_experts": hp.num_local_experts,
-        },
-        base_dir=base_dir,
-    )
 
 
 def _fp8_families() -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from launcher import catalog
-from launcher.config import job_rules, rules
+from launcher.config import job_rules, model_rules, rules
 from launcher.config.hyperparameters import FP8Config
 from launcher.config.job import JobConfig
 from launcher.config.layout import ParallelLayout
@@ -77,7 +77,9 @@ def _rule_issues(job: JobConfig, base: Path, pruned: list[str], out: dict) -> li
     inst, issues = rules.check_instance(job)
     pph, more = rules.processes_per_host(job, inst)
     issues += more
-    ctx = rules.Context(job, inst, pph, rules.model_of(job.hyperparameters, base), base)
+    model = model_rules.job_model(job, base, trainer=model_rules.runs_smlaunch_trainer(job, base))
+    issues += model.issues
+    ctx = rules.Context(job, inst, pph, model.spec, base)
     fp8 = FP8Config.from_hyperparameters(job.hyperparameters)
     out.update(ctx=ctx, fp8=fp8)
     for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,

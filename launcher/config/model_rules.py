@@ -1,0 +1,155 @@
+"""The job's model on the client: read the pretrained source's config.json where this machine can
+(a local directory or channel, the Hugging Face cache, the Hub), resolve the model as the runtime
+will (model_resolution.py), and check what smlaunch's own train.py needs of it.
+
+A script of the user's own may read the model hyperparameters however it likes: for it these
+findings are warnings, and the Hub is not contacted. For smlaunch's train.py they are errors, so
+a model that would fail (or silently train something else) is refused before anything is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from launcher.config.hf_config import WEIGHT_FILES, hf_config
+from launcher.config.job import JobConfig
+from launcher.config.job_rules import code_dir, entry_point_path, resolve_path
+from launcher.config.model_resolution import ModelResolution, resolve_model, trainable_issues
+from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
+from launcher.config.models import preset_for_hf_name
+from launcher.datafiles import first_block_length
+from launcher.issues import Issue
+
+HP = "hyperparameters"
+# The import that makes an entry point smlaunch's training script (entrypoints/train.py has it).
+_TRAINER_IMPORT = re.compile(r"^\s*(from\s+container\.trainer\s+import|import\s+container\.trainer\b)", re.MULTILINE)
+# Channels train.py reads (container.args.directories): training data, then validation data.
+_DATA_CHANNELS = (("train", "training"), ("validation", "test"))
+
+
+def runs_smlaunch_trainer(job: JobConfig, base_dir: Path) -> bool:
+    """Whether the entry point is smlaunch's train.py (or any script built on container.trainer)."""
+    entry = entry_point_path(job, base_dir)
+    try:
+        return entry is not None and bool(_TRAINER_IMPORT.search(entry.read_text(errors="replace")))
+    except OSError:
+        return False
+
+
+@dataclass
+class _Config:
+    """What the client learnt of the pretrained source's config.json."""
+
+    config: dict | None = None
+    name: str | None = None
+    issues: list[Issue] = field(default_factory=list)
+    deferred: bool = False  # only the container can read it (an S3 channel)
+
+
+def job_model(job: JobConfig, base_dir: Path, trainer: bool) -> ModelResolution:
+    hp = job.hyperparameters
+    found = _Config()
+    if hp.hf_pretrained_model_name_or_dir and not hp.model_preset:
+        found = _pretrained_config(job, base_dir, trainer)
+    resolution = resolve_model(hp, found.config, found.name)
+    resolution.issues[:0] = found.issues
+    if trainer:
+        resolution.issues += _trainer_issues(job, base_dir, resolution, found.deferred)
+    else:  # the user's script decides what these hyperparameters mean
+        resolution.issues = [replace(i, level="warning") for i in resolution.issues]
+    return resolution
+
+
+def _pretrained_config(job: JobConfig, base_dir: Path, trainer: bool) -> _Config:
+    value = job.hyperparameters.hf_pretrained_model_name_or_dir
+    try:
+        source = parse_model_source(value, job.channels(), code_dir(job, base_dir))
+    except ModelSourceError as exc:
+        return _Config(issues=[Issue(FIELD, value, str(exc), "give a directory, the name of an input "
+                                     "channel that holds the model, or a Hub id such as meta-llama/Llama-3.1-8B")])
+    if source.kind == "hub":
+        return _hub_config(job, source, trainer)
+    issues = []
+    if source.kind == "directory":
+        directory = source.path
+        if not job.is_local and Path(value).expanduser().is_absolute():
+            issues.append(Issue(FIELD, value, "is a directory of this machine, which a SageMaker container "
+                                "sees only if its image holds it",
+                                "upload it to S3 and name an input channel that holds it", "warning"))
+    else:
+        channel = job.channels()[source.channel].s3_data
+        if channel.startswith("s3://"):
+            return _Config(deferred=True)
+        directory = resolve_path(base_dir, channel)
+    found = _directory_config(directory, job.hyperparameters.init_from_scratch, value)
+    found.issues[:0] = issues
+    return found
+
+
+def _directory_config(directory: Path, from_scratch: bool | None, value: str) -> _Config:
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except FileNotFoundError:
+        return _Config(issues=[Issue(FIELD, value, f"{directory} has no config.json",
+                                     "point it at a Hugging Face model directory (save_pretrained's output)")])
+    except (OSError, ValueError) as exc:
+        return _Config(issues=[Issue(FIELD, value, f"{directory}/config.json cannot be read ({exc})",
+                                     "write it again with save_pretrained")])
+    issues = []
+    if not from_scratch and not any((directory / name).is_file() for name in WEIGHT_FILES):
+        issues.append(Issue(FIELD, value, f"{directory} holds no weights ({', '.join(WEIGHT_FILES)})",
+                            "add the weights, or set init_from_scratch: 1 to train this architecture "
+                            "from random weights"))
+    return _Config(config, value, issues)
+
+
+def _hub_config(job: JobConfig, source: ModelSource, trainer: bool) -> _Config:
+    """The Hub model's config: this machine's cache, else a known model's shapes, else (for
+    smlaunch's train.py) config.json from the Hub, which also proves the id and token work."""
+    from launcher import hub
+
+    name = source.text
+    try:
+        config = hub.cached_config(source.repo_id, source.revision)
+    except (OSError, ValueError):
+        config = None
+    preset = preset_for_hf_name(source.repo_id)
+    if config is None and preset is not None:
+        return _Config(hf_config(preset), preset.name)
+    if config is None and trainer:
+        try:
+            config = hub.fetch_config(source.repo_id, source.revision, hub.token_from(job.environment))
+        except hub.HubError as exc:
+            problem, _, fix = str(exc).partition("; ")
+            return _Config(issues=[Issue(FIELD, source.text, problem, fix)])
+    return _Config(config, name if config is not None else None)
+
+
+def _trainer_issues(job: JobConfig, base_dir: Path, resolution: ModelResolution, deferred: bool) -> list[Issue]:
+    issues = trainable_issues(job.hyperparameters, resolution, deferred)
+    return issues + _block_issues(job, base_dir) if resolution.spec is not None else issues
+
+
+def _block_issues(job: JobConfig, base_dir: Path) -> list[Issue]:
+    """Local channels: the first record's length against max_context_width (the runtime would
+    stop at it after the instances started)."""
+    hp, channels = job.hyperparameters, job.channels()
+    if (hp.dataset_type or "jsonl") != "jsonl":
+        return []
+    seq = hp.max_context_width or 2048
+    issues = []
+    for names in _DATA_CHANNELS:
+        name = next((n for n in names if n in channels), None)
+        if name is None or channels[name].s3_data.startswith("s3://"):
+            continue
+        found = first_block_length(resolve_path(base_dir, channels[name].s3_data))
+        if found is not None and found[1] != seq:
+            file, length = found
+            default = "" if hp.max_context_width else " (the default)"
+            issues.append(Issue(f"{HP}.max_context_width", seq,
+                                f"is {seq}{default}, but channel {name!r} holds blocks of {length} tokens ({file})",
+                                f"set max_context_width: {length}, or re-pack the data with --block-size {seq}"))
+    return issues

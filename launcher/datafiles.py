@@ -1,0 +1,48 @@
+"""Where a channel's training records are, and how long its blocks are (torch-free: the client
+checks local channels against max_context_width with it, the container reads the same files)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
+
+
+def data_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The data files under `path` (a file, a channel directory, or a list of them), in order:
+    each directory contributes its JSON Lines files (any depth) sorted by relative name."""
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(DATA_SUFFIXES))
+            if not found:
+                raise FileNotFoundError(f"{p}: no data files ({', '.join(DATA_SUFFIXES)}) in the directory")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"{p}: no such file or directory")
+    return files
+
+
+def open_text(path: Path):
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def first_block_length(path: str | Path) -> tuple[Path, int] | None:
+    """(file, number of input_ids) of the first record under `path`; None when it has no
+    readable record (the container reports what is wrong with it, by line)."""
+    try:
+        first = data_files(path)[0]
+        with open_text(first) as f:
+            line = next((line for line in f if line.strip()), None)
+        ids = json.loads(line)["input_ids"] if line else None
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+    return (first, len(ids)) if isinstance(ids, list) else None

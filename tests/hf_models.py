@@ -1,0 +1,113 @@
+"""Tiny pretrained Llama models and tokenizers, made here with transformers and tokenizers (the
+Hub cannot be reached), saved as users find them: transformers 5 or 4 config.json, safetensors or
+PyTorch .bin, single or sharded, in a directory or in a real huggingface_hub cache."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+VOCAB = 320  # the tokenizer's 256 byte symbols, its merges and special tokens fit
+SEQ = 128
+# Llama 3.1's RoPE scaling, with an original context small enough that SEQ positions feel it.
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64}
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+CORPUS = ("Long documents are cut into blocks. The model learns from every token of every block. "
+          "Context parallelism splits each sequence over ranks; the loss stays the same. ") * 8
+
+
+def llama_config(rope: dict | None = LLAMA3_ROPE, tied: bool = False, **overrides):
+    from transformers import LlamaConfig
+
+    fields = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 176, "vocab_size": VOCAB, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+              "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": tied}
+    rope_parameters = {"rope_theta": 500000.0, **(rope or {"rope_type": "default"})}
+    return LlamaConfig(**{**fields, **overrides}, rope_parameters=rope_parameters)
+
+
+def save_llama(directory: Path, config, *, weights: str = "safetensors", shards: int = 1,
+               config_style: str = "v5", seed: int = 0):
+    """Save a randomly initialised LlamaForCausalLM; returns it (the reference, fp32, eval mode)."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    directory.mkdir(parents=True, exist_ok=True)
+    if weights == "safetensors":
+        size = sum(p.numel() * 4 for p in model.parameters())
+        model.save_pretrained(directory, max_shard_size=size // shards + 1 if shards > 1 else "50GB")
+    else:  # transformers 5 writes safetensors only; a .bin is torch.save of the state dict (4.x's format)
+        model.config.save_pretrained(directory)
+        model.generation_config.save_pretrained(directory)
+        _save_bin(model, directory, shards)
+    if config_style == "v4":
+        path = directory / "config.json"
+        path.write_text(json.dumps(v4_config(json.loads(path.read_text())), indent=2))
+    return model
+
+
+def _save_bin(model, directory: Path, shards: int) -> None:
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    if shards == 1:
+        torch.save(state, directory / "pytorch_model.bin")
+        return
+    names = list(state)
+    weight_map = {}
+    for i in range(shards):
+        file = f"pytorch_model-{i + 1:05d}-of-{shards:05d}.bin"
+        part = {n: state[n] for n in names[i::shards]}
+        torch.save(part, directory / file)
+        weight_map.update(dict.fromkeys(part, file))
+    index = {"metadata": {"total_size": sum(t.numel() * 4 for t in state.values())}, "weight_map": weight_map}
+    (directory / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+
+
+def v4_config(config: dict) -> dict:
+    """A transformers 5 config.json as transformers 4.x wrote it: rope_theta and rope_scaling at the
+    top level (the scaling dict without rope_theta; null for default RoPE)."""
+    config = dict(config)
+    params = dict(config.pop("rope_parameters"))
+    config["rope_theta"] = params.pop("rope_theta")
+    config["rope_scaling"] = None if params.get("rope_type", "default") == "default" else params
+    config["transformers_version"] = "4.46.0"
+    return config
+
+
+def save_tokenizer(directory: Path):
+    """A byte-level BPE fast tokenizer trained on CORPUS, with <s> (1) and </s> (2); returns it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - 8, special_tokens=["<pad>", "<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([CORPUS], trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.save_pretrained(directory)
+    return fast
+
+
+def hub_cache(cache: Path, repo_id: str, files: Path, commit: str = COMMIT) -> Path:
+    """Put `files` into a huggingface_hub cache as the `main` snapshot of `repo_id`, laid out as
+    huggingface_hub writes it (blobs, snapshot links, refs/main); returns the snapshot directory."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir(exist_ok=True)
+    for file in sorted(files.iterdir()):
+        blob = repo / "blobs" / f"{file.name}.blob"
+        shutil.copyfile(file, blob)
+        (snapshot / file.name).symlink_to(Path("../..") / "blobs" / blob.name)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot
