@@ -14,7 +14,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PIP) install --quiet --disable-pip-version-check $(TORCH)
-	$(PIP) install --quiet --disable-pip-version-check -e '.[train,test]'
+	$(PIP) install --quiet --disable-pip-version-check -e '.[train,data,test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,10 +28,10 @@ STDLIB     = $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["st
 
 $(DEMO_DATA)/train/train.jsonl: $(STAMP)
 	$(PY) -m container.data pack --input $(STDLIB)/asyncio $(STDLIB)/collections $(STDLIB)/json \
-		--output $@ --block-size 256 --max-blocks 4000
+		--output $@ --block-size 256 --max-blocks 4000 --overwrite
 
 $(DEMO_DATA)/validation/validation.jsonl: $(STAMP)
-	$(PY) -m container.data pack --input $(STDLIB)/email --output $@ --block-size 256 --max-blocks 64
+	$(PY) -m container.data pack --input $(STDLIB)/email --output $@ --block-size 256 --max-blocks 64 --overwrite
 
 demo: $(STAMP) $(DEMO_DATA)/train/train.jsonl $(DEMO_DATA)/validation/validation.jsonl
 	$(VENV)/bin/smlaunch submit configs/local/demo.yaml --local

@@ -13,54 +13,29 @@ Labels are shifted here, before context parallelism cuts sequences: labels[:, t]
 at t+1 (or the record's own label at t+1), -100 (ignored by the loss) at the last position
 and where the record's attention_mask marks the target as padding.
 
-Also: `pack` (the seed's `group_texts`), a byte-level tokenizer and `write_jsonl`, with a
-command line to make a data set from text files:
+Data sets are made by container.pack (`pack`, the seed's `group_texts`; `byte_tokenize`;
+`write_jsonl`, re-exported here for the code that imports them from this module), also as
 
     python -m container.data pack --input docs/ src/ --output train.jsonl --block-size 512
 """
 
 from __future__ import annotations
 
-import argparse
-import gzip
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from container.pack import byte_tokenize, pack, write_jsonl  # noqa: F401 - re-exported
+from launcher.datafiles import data_files, open_text
+
 IGNORE_INDEX = -100
-DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
-TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py")
 
 
 class EndOfData(Exception):
     """A non-repeating source (validation) has fewer samples than asked for."""
-
-
-def data_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
-    """The data files under `path` (a file, a channel directory, or a list of them), in order:
-    each directory contributes its JSON Lines files (any depth) sorted by relative name."""
-    paths = [path] if isinstance(path, (str, Path)) else list(path)
-    files: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(DATA_SUFFIXES))
-            if not found:
-                raise FileNotFoundError(f"{p}: no data files ({', '.join(DATA_SUFFIXES)}) in the directory")
-            files.extend(found)
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise FileNotFoundError(f"{p}: no such file or directory")
-    return files
-
-
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open(encoding="utf-8")
 
 
 def shift_labels(labels: torch.Tensor) -> torch.Tensor:
@@ -89,7 +64,7 @@ class JsonlSource:
     def _read_lines(self) -> Iterator[tuple[Path, int, str]]:
         count = 0
         for path in self.files:
-            with _open_text(path) as f:
+            with open_text(path) as f:
                 for lineno, line in enumerate(f, 1):
                     if line.strip():
                         count += 1
@@ -151,7 +126,7 @@ class JsonlSource:
             raise ValueError(
                 f"{where}: input_ids has {len(ids) if ids.ndim == 1 else tuple(ids.shape)} tokens, "
                 f"expected max_context_width={self.seq_len}. Blocks must be fixed-length: "
-                f"re-block the data (python -m container.data pack --block-size {self.seq_len}) "
+                f"re-block the data (python -m container.pack --block-size {self.seq_len}) "
                 f"or set max_context_width to the data's block size")
         outside = ids[(ids < 0) | (ids >= self.vocab_size)]
         if len(outside):
@@ -304,73 +279,14 @@ def build_validation_loader(*, dataset_type: str, path=None, seq_len: int, micro
                             max_batches=max_batches)
 
 
-# --- making data sets -----------------------------------------------------------------------
-
-def pack(texts: Iterable[str], tokenize: Callable[[str], list[int]], block_size: int) -> Iterator[list[int]]:
-    """The seed's `group_texts`: concatenate every text's tokens, cut into block_size blocks,
-    drop the remainder. Streams: only one block's worth of tokens is held beyond a text's own."""
-    if block_size < 1:
-        raise ValueError("block_size must be >= 1")
-    buffer: list[int] = []
-    for text in texts:
-        buffer.extend(tokenize(text))
-        full = len(buffer) // block_size * block_size
-        for i in range(0, full, block_size):
-            yield buffer[i:i + block_size]
-        del buffer[:full]
-
-
-def byte_tokenize(text: str) -> list[int]:
-    """UTF-8 bytes as token ids (vocabulary 256, e.g. the llama3-tiny preset)."""
-    return list(text.encode("utf-8"))
-
-
-def byte_detokenize(ids: Iterable[int]) -> str:
-    return bytes(ids).decode("utf-8", errors="replace")
-
-
-def write_jsonl(blocks: Iterable[list[int]], path: str | Path) -> int:
-    """Write blocks as the seed's records (gzip when the name ends in .gz); returns the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with (gzip.open(path, "wt", encoding="utf-8") if path.name.endswith(".gz") else path.open("w")) as f:
-        for block in blocks:
-            record = {"input_ids": block, "attention_mask": [1] * len(block), "labels": block}
-            f.write(json.dumps(record, separators=(",", ":")) + "\n")
-            count += 1
-    return count
-
-
-def _text_files(inputs: Sequence[str]) -> Iterator[Path]:
-    for name in inputs:
-        p = Path(name)
-        if p.is_dir():
-            yield from sorted(f for f in p.rglob("*") if f.is_file() and f.suffix in TEXT_SUFFIXES)
-        elif p.is_file():
-            yield p
-        else:
-            raise FileNotFoundError(f"{p}: no such file or directory")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m container.data", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("pack", help="byte-tokenize text files into fixed-length JSON Lines blocks")
-    p.add_argument("--input", nargs="+", required=True,
-                   help=f"files, or directories whose {'/'.join(TEXT_SUFFIXES)} files are read in sorted order")
-    p.add_argument("--output", required=True, help="output .jsonl (or .jsonl.gz)")
-    p.add_argument("--block-size", type=int, required=True, help="tokens per block (= max_context_width)")
-    p.add_argument("--max-blocks", type=int, help="stop after this many blocks")
-    args = parser.parse_args(argv)
-    texts = (f.read_text(encoding="utf-8", errors="replace") for f in _text_files(args.input))
-    blocks = pack(texts, byte_tokenize, args.block_size)
-    if args.max_blocks is not None:
-        blocks = (b for _, b in zip(range(args.max_blocks), blocks))
-    count = write_jsonl(blocks, args.output)
-    print(f"wrote {count} blocks of {args.block_size} byte tokens (vocab_size 256) to {args.output}")
-    return 0 if count else 1
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m container.data pack ...` is the name the Makefile and the docs have long used.
+    import sys
+
+    from container.pack import main
+
+    if sys.argv[1:2] != ["pack"]:
+        print("usage: python -m container.data pack ... (see python -m container.pack --help)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    raise SystemExit(main(sys.argv[2:], prog="python -m container.data pack"))

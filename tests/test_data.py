@@ -1,26 +1,14 @@
-"""Data loading: global order independent of parallelism, streaming, resume, labels, packing."""
+"""Data loading: global order independent of parallelism, streaming, resume, labels (packing: test_pack)."""
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from container import data
-from container.data import (
-    IGNORE_INDEX,
-    build_dataloader,
-    build_validation_loader,
-    byte_detokenize,
-    byte_tokenize,
-    pack,
-    write_jsonl,
-)
+from container.data import IGNORE_INDEX, build_dataloader, build_validation_loader
 
 SEQ = 4
 VOCAB = 10_000
@@ -112,8 +100,8 @@ class _CountingFile:
 @pytest.fixture
 def lines_read(monkeypatch) -> list:
     """Every line the loader takes from a file, in order."""
-    log, real_open = [], data._open_text
-    monkeypatch.setattr(data, "_open_text", lambda p: _CountingFile(real_open(p), log))
+    log, real_open = [], data.open_text
+    monkeypatch.setattr(data, "open_text", lambda p: _CountingFile(real_open(p), log))
     return log
 
 
@@ -245,59 +233,3 @@ def test_synthetic_validation_differs_from_training_and_needs_a_limit():
     assert not torch.equal(val[0], train)
     with pytest.raises(ValueError, match="max_batches"):
         validation("synthetic", None, mb=2, dp_rank=0, dp=1)
-
-
-# --- packing ---------------------------------------------------------------------------------
-
-def test_pack_concatenates_and_drops_the_remainder():
-    blocks = list(pack(["abc", "defgh", "ij"], byte_tokenize, 3))
-    assert [byte_detokenize(b) for b in blocks] == ["abc", "def", "ghi"]  # "j" dropped
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(max_size=20), max_size=10), st.integers(1, 12))
-def test_pack_equals_group_texts(texts, block_size):
-    ids = [t for text in texts for t in byte_tokenize(text)]
-    whole = len(ids) // block_size * block_size
-    expected = [ids[i:i + block_size] for i in range(0, whole, block_size)]
-    assert list(pack(texts, byte_tokenize, block_size)) == expected
-
-
-def test_byte_tokenizer_round_trip():
-    text = "Llama 3.1 — 16 384 tokens, ü, 日本語, 🦙\n"
-    ids = byte_tokenize(text)
-    assert all(0 <= i < 256 for i in ids)
-    assert byte_detokenize(ids) == text
-
-
-def test_write_jsonl_writes_the_seeds_record_layout(tmp_path):
-    count = write_jsonl(pack(["hello world!"], byte_tokenize, 4), tmp_path / "out.jsonl.gz")
-    assert count == 3
-    with gzip.open(tmp_path / "out.jsonl.gz", "rt") as f:
-        first = json.loads(f.readline())
-    assert list(first) == ["input_ids", "attention_mask", "labels"]
-    assert first["input_ids"] == first["labels"] == byte_tokenize("hell")
-    assert first["attention_mask"] == [1, 1, 1, 1]
-    batch = build_dataloader(dataset_type="jsonl", path=tmp_path, seq_len=4, micro_batch_size=3,
-                             dp_rank=0, dp_size=1, vocab_size=256).next_batch()
-    assert byte_detokenize(batch["input_ids"].flatten().tolist()) == "hello world!"
-
-
-def test_pack_command_line(tmp_path):
-    src = tmp_path / "src"
-    (src / "sub").mkdir(parents=True)
-    (src / "a.txt").write_text("a" * 10)
-    (src / "sub" / "b.py").write_text("b" * 10)
-    (src / "skip.bin").write_bytes(b"\x00" * 10)
-    out = tmp_path / "out" / "train.jsonl"
-    assert data.main(["pack", "--input", str(src), "--output", str(out), "--block-size", "6"]) == 0
-    blocks = [json.loads(line)["input_ids"] for line in out.read_text().splitlines()]
-    assert [byte_detokenize(b) for b in blocks] == ["aaaaaa", "aaaabb", "bbbbbb"]  # a.txt, then sub/b.py
-
-    limited = tmp_path / "limited.jsonl"
-    result = subprocess.run(
-        [sys.executable, "-m", "container.data", "pack", "--input", str(src / "a.txt"), str(src / "sub"),
-         "--output", str(limited), "--block-size", "3", "--max-blocks", "2"],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], check=True)
-    assert "wrote 2 blocks" in result.stdout
-    assert len(limited.read_text().splitlines()) == 2

@@ -1,0 +1,105 @@
+"""Throughput of `python -m container.pack`: a realistic model tokenizer against UTF-8 bytes.
+
+The tokenizer is a byte-level BPE with a Llama-sized vocabulary (32,000 by default), trained
+here with the `tokenizers` library on the Python standard library's sources (no network) and
+saved as a transformers fast tokenizer with a BOS post-processor and an EOS token, like Llama
+3's. Both paths then pack the same few MB of stdlib sources (one document per file) with
+`--eos` where a tokenizer is used; runs alternate and medians are reported. The time covers
+reading, tokenizing, grouping and writing JSON Lines, not loading the tokenizer.
+Run: `.venv/bin/python bench/pack_throughput.py [--megabytes 6] [--vocab 32000] [--repeats 3]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from container import pack
+from container.encoders import load_tokenizer
+
+
+def stdlib_sources(megabytes: float) -> list[Path]:
+    """The first stdlib .py files (sorted, tests left out) that add up to `megabytes`."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files, total = [], 0
+    for path in sorted(root.rglob("*.py")):
+        if "test" in path.relative_to(root).parts[0] or "site-packages" in path.parts:
+            continue
+        files.append(path)
+        total += path.stat().st_size
+        if total >= megabytes * 1e6:
+            break
+    return files
+
+
+def train_tokenizer(files: list[Path], vocab: int, directory: Path) -> float:
+    """Train and save the BPE; returns the seconds it took."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    start = time.perf_counter()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    special = ["<|begin_of_text|>", "<|end_of_text|>"]
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=special, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator((f.read_text(encoding="utf-8", errors="replace") for f in files), trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", tok.token_to_id(special[0]))])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=special[0], eos_token=special[1])
+    fast.save_pretrained(directory)
+    return time.perf_counter() - start
+
+
+def measure(files: list[Path], out: Path, block: int, tokenizer: Path | None) -> pack.Summary:
+    argv = ["--input", *map(str, files), "--output", str(out), "--block-size", str(block),
+            "--overwrite", "--quiet"]
+    if tokenizer is not None:
+        argv += ["--tokenizer", str(tokenizer), "--eos"]
+    return pack.run(pack.parse_args(argv))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--megabytes", type=float, default=6.0, help="stdlib sources to pack (and train on)")
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--block-size", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    files = stdlib_sources(args.megabytes)
+    size = sum(f.stat().st_size for f in files)
+    print(f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
+          f"{len(files)} stdlib files, {size / 1e6:.2f} MB, block size {args.block_size}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = Path(tmp) / "tokenizer"
+        seconds = train_tokenizer(files, args.vocab, tokenizer)
+        start = time.perf_counter()
+        vocab = len(load_tokenizer(str(tokenizer)))
+        print(f"BPE tokenizer: vocab {vocab}, trained in {seconds:.1f} s on the same files, "
+              f"loaded in {time.perf_counter() - start:.2f} s")
+        runs: dict[str, list[pack.Summary]] = {"bytes": [], "tokenizer": []}
+        for _ in range(args.repeats):  # alternating, so machine noise hits both
+            runs["bytes"].append(measure(files, Path(tmp) / "bytes.jsonl", args.block_size, None))
+            runs["tokenizer"].append(measure(files, Path(tmp) / "tokens.jsonl", args.block_size, tokenizer))
+    print(f"{'tokens':<28}{'documents/s':>12}{'tokens/s':>12}{'MB/s':>8}{'tokens':>11}{'blocks':>8}")
+    labels = {"tokenizer": f"BPE {vocab} (--tokenizer --eos)", "bytes": "UTF-8 bytes (default)"}
+    for name, label in labels.items():
+        seconds = statistics.median(s.seconds for s in runs[name])
+        s = runs[name][0]
+        print(f"{label:<28}{s.documents / seconds:>12,.0f}{s.tokens / seconds:>12,.0f}"
+              f"{size / 1e6 / seconds:>8.2f}{s.tokens:>11,}{sum(s.blocks):>8,}")
+    print(f"median of {args.repeats} runs each; per-run seconds: "
+          + "; ".join(f"{name} " + " / ".join(f"{s.seconds:.2f}" for s in runs[name]) for name in runs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
