@@ -1,6 +1,8 @@
 """notebooks/walkthrough.ipynb runs top to bottom: the seed's three runs planned (OOM predicted
-for the p4d run without CP, the CP 8 run fits, FP8 refused on A100 and planned on p5) and the
-no-CP and CP 2 layouts trained locally. The notebook asserts its own key results as it goes."""
+for the p4d run without CP, the CP 8 run fits, FP8 refused on A100 and planned on p5), the
+no-CP and CP 2 layouts trained locally, and a pretrained model fine-tuned on text packed with its
+tokenizer (first loss = transformers', artifact loaded back). The notebook asserts its own key
+results as it goes."""
 
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     assert "--set context_parallel_degree=" in out
     assert "has no FP8" in out and "ml.p5.48xlarge" in out
     assert out.count("model artifact:") == 2
+    ours, reference = map(float, re.search(r"first loss (\S+); transformers on the same blocks (\S+)", out).groups())
+    assert abs(ours - reference) <= 1e-5 * reference
+    assert "tokenizer.json" in out and "generated: " in out
     stamp = re.compile(r"-\d{4}(-\d\d){5}-\d{3}$")  # make_job_name's timestamp
     jobs = sorted(stamp.sub("", p.name) for p in (tmp_path / "home" / "jobs").iterdir())
-    assert jobs == ["walkthrough-cp2", "walkthrough-no-cp"]
+    assert jobs == ["walkthrough-cp2", "walkthrough-finetune", "walkthrough-no-cp"]
