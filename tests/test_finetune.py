@@ -142,3 +142,18 @@ def test_seed_style_model_hyperparameters_validate_plan_and_train(tmp_path):
     config = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
     assert (config["hidden_size"], config["num_key_value_heads"], config["intermediate_size"],
             config["rope_theta"], config["max_position_embeddings"]) == (64, 2, 176, 500000.0, 64)
+
+
+@pytest.mark.parametrize("layout", ["tensor_parallel_degree=2", "context_parallel_degree=2"], ids=["tp2", "cp2"])
+def test_pretrained_weights_reach_every_shard_of_a_parallel_layout(tmp_path, layout):
+    """Rank 0 reads, every rank gets its tensor-parallel or context-parallel part: the first loss
+    is still transformers' loss on the step's samples."""
+    from container.data import SyntheticSource
+
+    reference = save_llama(tmp_path / "m", llama_config(), weights="bin", shards=2)
+    records = run_train(tmp_path / "run", 2, model_preset="", hf_pretrained_model_name_or_dir=str(tmp_path / "m"),
+                        max_steps=1, mp_parameters=layout)
+    ids = SyntheticSource(SEQ, reference.config.vocab_size, seed=7).read(0, 4)[0]  # run_train's seed and batch
+    with torch.no_grad():
+        expected = reference(ids, labels=ids).loss.item()
+    assert records[0]["loss"] == pytest.approx(expected, rel=1e-5)
