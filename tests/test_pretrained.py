@@ -277,10 +277,10 @@ def test_hub_refusals_name_the_model_the_reason_and_the_fix(monkeypatch, error, 
 def test_hub_download_fetches_weights_only_where_they_are_read(tmp_path, monkeypatch):
     """First host: config and tokenizer, then safetensors (.bin only if there are none); other
     hosts: config and tokenizer only. Meta's original/ checkpoint is never fetched."""
-    import huggingface_hub
-
     import fnmatch
     import shutil
+
+    import huggingface_hub
 
     repo = tmp_path / "repo"  # what the Hub holds
     save_llama(repo, llama_config(), weights="bin")

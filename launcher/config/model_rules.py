@@ -107,25 +107,25 @@ def _directory_config(directory: Path, from_scratch: bool | None, value: str) ->
 
 
 def _hub_config(job: JobConfig, source: ModelSource, trainer: bool) -> _Config:
-    """The Hub model's config: this machine's cache, else a known model's shapes, else (for
-    smlaunch's train.py) config.json from the Hub, which also proves the id and token work."""
+    """The Hub model's config: a known Meta model's published shapes (no import of huggingface_hub,
+    which would double `smlaunch validate`'s start-up), else this machine's Hugging Face cache,
+    else (for smlaunch's train.py) config.json from the Hub, which also proves the id and token work."""
+    preset = preset_for_hf_name(source.repo_id)
+    if preset is not None:
+        return _Config(hf_config(preset), preset.name)
     from launcher import hub
 
-    name = source.text
     try:
         config = hub.cached_config(source.repo_id, source.revision)
     except (OSError, ValueError):
         config = None
-    preset = preset_for_hf_name(source.repo_id)
-    if config is None and preset is not None:
-        return _Config(hf_config(preset), preset.name)
     if config is None and trainer:
         try:
             config = hub.fetch_config(source.repo_id, source.revision, hub.token_from(job.environment))
         except hub.HubError as exc:
             problem, _, fix = str(exc).partition("; ")
             return _Config(issues=[Issue(FIELD, source.text, problem, fix)])
-    return _Config(config, name if config is not None else None)
+    return _Config(config, source.text if config is not None else None)
 
 
 def _trainer_issues(job: JobConfig, base_dir: Path, resolution: ModelResolution, deferred: bool) -> list[Issue]:
