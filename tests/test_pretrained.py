@@ -303,3 +303,13 @@ def test_hub_download_fetches_weights_only_where_they_are_read(tmp_path, monkeyp
     calls.clear()
     pretrained._locate("org/m", "f", weights=True)
     assert calls == [[], ["model*.safetensors"], ["pytorch_model*.bin"]]  # no safetensors here: then .bin
+
+
+def test_a_config_missing_a_required_key_is_named(tmp_path):
+    save_llama(tmp_path, llama_config())
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["num_hidden_layers"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    hp = _hp(hf_pretrained_model_name_or_dir=str(tmp_path))
+    with pytest.raises(pretrained.PretrainedError, match="config.json has no 'num_hidden_layers'"):
+        pretrained.model_spec(hp, pretrained.prepare(hp, 0, 0, 1))

@@ -37,7 +37,6 @@ SEED_REQUIRED = ("hidden_width", "num_layers", "num_heads", "intermediate_size",
 class ModelResolution:
     spec: ModelSpec | None
     issues: list[Issue] = field(default_factory=list)
-    pretrained: bool = False  # weights come from hf_pretrained_model_name_or_dir
 
 
 def sizes(hp: TrainingHyperparameters) -> dict[str, int]:
@@ -60,21 +59,21 @@ def resolve_model(hp: TrainingHyperparameters, config: dict | None = None,
         try:
             spec = spec_from_hf_config(config, config_name or hp.hf_pretrained_model_name_or_dir or "config.json")
         except ModelConfigError as exc:
-            return ModelResolution(None, [Issue(f"{HP}.hf_pretrained_model_name_or_dir",
-                                                hp.hf_pretrained_model_name_or_dir, str(exc),
-                                                "point it at a Llama model's directory or Hub id")], pretrained)
+            issues.append(Issue(f"{HP}.hf_pretrained_model_name_or_dir", hp.hf_pretrained_model_name_or_dir,
+                                str(exc), "point it at a Llama model's directory or Hub id"))
+            return ModelResolution(None, issues)
     elif hp.model_type in SEED_MODEL_TYPES and not hp.hf_pretrained_model_name_or_dir:
         spec, more = _seed_spec(hp)
         issues += more
     else:
         spec = None
     if spec is None:
-        return ModelResolution(None, issues, pretrained)
+        return ModelResolution(None, issues)
     given = sizes(hp)
     if pretrained and config is not None:
         issues += _disagreements(given, spec)
-        return ModelResolution(spec, issues, pretrained)
-    return ModelResolution(replace(spec, **given) if given else spec, issues, pretrained)
+        return ModelResolution(spec, issues)
+    return ModelResolution(replace(spec, **given) if given else spec, issues)
 
 
 def _conflicts(hp: TrainingHyperparameters) -> list[Issue]:
