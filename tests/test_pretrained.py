@@ -42,10 +42,6 @@ def _hp(**values) -> TrainingHyperparameters:
     return TrainingHyperparameters.model_validate(values)
 
 
-def _sources(tmp_path, value, monkeypatch=None, **hp):
-    return pretrained.prepare(_hp(hf_pretrained_model_name_or_dir=value, **hp), rank=0, local_rank=0, world_size=1)
-
-
 def _ours(directory, hp=None):
     hp = hp or _hp(hf_pretrained_model_name_or_dir=str(directory))
     sources = pretrained.prepare(hp, 0, 0, 1)
