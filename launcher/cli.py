@@ -141,6 +141,7 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
 def _summary(job) -> dict:
     cfg = job.config
     out = {
+        "kind": str(job.kind),
         "instance_type": cfg.instance_type,
         "instances": cfg.instance_count,
         "processes_per_host": job.processes_per_host if job.processes_per_host else "detected at run time",

@@ -13,8 +13,17 @@ MP = "distribution.smdistributed.modelparallel.parameters"
 
 @pytest.fixture
 def script_dir(tmp_path):
-    (tmp_path / "train.py").write_text("print('hi')\n")
+    """A source_dir whose train.py runs smlaunch's runtime (most rules here describe it)."""
+    (tmp_path / "train.py").write_text("from container.trainer import train\n")
     return tmp_path
+
+
+@pytest.fixture
+def own_script_dir(tmp_path):
+    """A source_dir whose train.py is a script of the user's own."""
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "train.py").write_text("print('hi')\n")
+    return tmp_path / "own"
 
 
 def make_job(script_dir, *, params=None, hp=None, **fields):
@@ -132,16 +141,17 @@ def test_tp_heads_check_uses_explicit_shape(script_dir):
     assert any("6 attention heads" in i.problem for i in only_issue(data, f"{MP}.tensor_parallel_degree"))
 
 
-def test_tp_unknown_model_is_not_checked(script_dir):
-    data = make_job(script_dir, params={"tensor_parallel_degree": 8, "hybrid_shard_degree": 1},
+def test_tp_unknown_model_is_not_checked(own_script_dir):
+    data = make_job(own_script_dir, params={"tensor_parallel_degree": 8, "hybrid_shard_degree": 1},
                     hp={"hf_pretrained_model_name_or_dir": "my-org/unknown-model"})
     assert paths(data) == []
 
 
-def test_expert_parallel_needs_moe(script_dir):
+def test_expert_parallel_needs_moe(script_dir, own_script_dir):
     dense = make_job(script_dir, params={"expert_parallel_degree": 2})
     assert "dense" in only_issue(dense, f"{MP}.expert_parallel_degree")[0].problem
-    assert paths(make_job(script_dir, params={"expert_parallel_degree": 2}, hp={"model_type": "mixtral"})) == []
+    # smlaunch's runtime has no MoE model; a script of the user's own may train Mixtral
+    assert paths(make_job(own_script_dir, params={"expert_parallel_degree": 2}, hp={"model_type": "mixtral"})) == []
 
 
 def test_sharded_data_parallel_degree_rules(script_dir):

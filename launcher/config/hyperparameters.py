@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from launcher.config.base import Strict
 
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_shard_zero2", "no_shard")
+# Choices smlaunch's train.py makes; a user script may mean anything by these keys (job_kind.py).
+RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activation_checkpointing_mode",
+                   "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",
+                   "cp_comm_type", "distributed_backend", "lr_decay_style")
 
 
 class TrainingHyperparameters(BaseModel):

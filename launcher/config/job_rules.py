@@ -115,7 +115,10 @@ def entry_point_path(job: JobConfig, base: Path) -> Path | None:
 
 
 def check_hyperparameters(ctx: Context) -> list[Issue]:
+    """smlaunch's train.py: near-misses of its names, its presets. A user script's names are its own."""
     hp = ctx.hp
+    if not ctx.runtime:
+        return []
     issues = []
     known = TrainingHyperparameters.model_fields
     for key in hp.extra_keys:

@@ -10,13 +10,12 @@ a model that would fail (or silently train something else) is refused before any
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from launcher.config.hf_config import WEIGHT_FILES, hf_config
 from launcher.config.job import JobConfig
-from launcher.config.job_rules import code_dir, entry_point_path, resolve_path
+from launcher.config.job_rules import code_dir, resolve_path
 from launcher.config.model_resolution import ModelResolution, resolve_model, trainable_issues
 from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
 from launcher.config.models import preset_for_hf_name
@@ -24,19 +23,8 @@ from launcher.datafiles import first_block_length
 from launcher.issues import Issue
 
 HP = "hyperparameters"
-# The import that makes an entry point smlaunch's training script (entrypoints/train.py has it).
-_TRAINER_IMPORT = re.compile(r"^\s*(from\s+container\.trainer\s+import|import\s+container\.trainer\b)", re.MULTILINE)
 # Channels train.py reads (container.args.directories): training data, then validation data.
 _DATA_CHANNELS = (("train", "training"), ("validation", "test"))
-
-
-def runs_smlaunch_trainer(job: JobConfig, base_dir: Path) -> bool:
-    """Whether the entry point is smlaunch's train.py (or any script built on container.trainer)."""
-    entry = entry_point_path(job, base_dir)
-    try:
-        return entry is not None and bool(_TRAINER_IMPORT.search(entry.read_text(errors="replace")))
-    except OSError:
-        return False
 
 
 @dataclass

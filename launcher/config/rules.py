@@ -39,6 +39,7 @@ class Context:
     processes_per_host: int | None
     model: ModelSpec | None
     base_dir: Path
+    runtime: bool = True  # smlaunch's training runtime, else a user script (job_kind.py)
 
     @property
     def world(self) -> int | None:
@@ -233,7 +234,7 @@ def check_precision(ctx: Context, fp8: FP8Config) -> list[Issue]:
     fp16 = bool(hp.fp16 or p.fp16)
     if bf16 and fp16:
         issues.append(Issue(f"{HP}.fp16", True, "bf16 and fp16 are both on", "keep one (bf16 on A100/H100)"))
-    elif fp16:
+    elif fp16 and ctx.runtime:
         issues.append(Issue(f"{HP}.fp16" if hp.fp16 else f"{MP}.fp16", True,
                             "smlaunch's train.py has no float16 path: it would train in float32",
                             "use bf16 (A100/H100 and newer), or an entry point of your own that reads fp16",
@@ -254,6 +255,8 @@ def check_precision(ctx: Context, fp8: FP8Config) -> list[Issue]:
     if not bf16:
         issues.append(Issue(f"{HP}.fp8", True, "FP8 training needs bf16 for the layers that stay in 16 bits",
                             "add bf16: 1"))
+    if not ctx.runtime:  # the FP8 library and recipe are the user script's
+        return issues
     if fp8.backend == "transformer_engine" and ctx.params.tensor_parallel_degree > 1:
         issues.append(Issue(f"{HP}.fp8_backend", fp8.backend,
                             "Transformer Engine FP8 is not combined with tensor parallelism here",

@@ -19,6 +19,7 @@ from launcher import catalog
 from launcher.config import job_rules, model_rules, rules
 from launcher.config.hyperparameters import FP8Config
 from launcher.config.job import JobConfig
+from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import ModelSpec
 from launcher.issues import ConfigError, Issue, did_you_mean
@@ -35,6 +36,7 @@ class ValidatedJob:
     model: ModelSpec | None
     fp8: FP8Config
     base_dir: Path
+    kind: JobKind
     warnings: list[Issue] = field(default_factory=list)
 
 
@@ -52,10 +54,15 @@ def validate_job(
         raw["hyperparameters"] = data.hyperparameters.raw()
     else:
         raw = dict(data)
-    job, issues, pruned = parse_lenient(model, raw)
+    # Read as a user script's job first: the entry point decides whether the runtime's stricter
+    # hyperparameters apply (job_kind.py).
+    job, issues, pruned = parse_lenient(for_user_scripts(model), raw)
+    kind = job_kind(job_rules.entry_point_path(job, base), job.entry_point) if job is not None else None
+    if kind is not None and kind.runtime:
+        job, issues, pruned = parse_lenient(model, raw)
     if job is None:
         raise ConfigError(issues, source)
-    issues += _rule_issues(job, base, pruned, out := {})
+    issues += _rule_issues(job, kind, base, pruned, out := {})
     errors = [i for i in issues if i.level == "error"]
     if errors:
         raise ConfigError(issues, source)
@@ -69,18 +76,22 @@ def validate_job(
         model=out["ctx"].model,
         fp8=out["fp8"],
         base_dir=base,
+        kind=kind,
         warnings=[i for i in issues if i.level == "warning"],
     )
 
 
-def _rule_issues(job: JobConfig, base: Path, pruned: list[str], out: dict) -> list[Issue]:
+def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], out: dict) -> list[Issue]:
     inst, issues = rules.check_instance(job)
     pph, more = rules.processes_per_host(job, inst)
     issues += more
-    model = model_rules.job_model(job, base, trainer=model_rules.runs_smlaunch_trainer(job, base))
+    model = model_rules.job_model(job, base, trainer=kind.runtime)
     issues += model.issues
-    ctx = rules.Context(job, inst, pph, model.spec, base)
-    fp8 = FP8Config.from_hyperparameters(job.hyperparameters)
+    ctx = rules.Context(job, inst, pph, model.spec, base, runtime=kind.runtime)
+    hp = job.hyperparameters
+    # A user script's FP8 settings are its own; whether the accelerator has FP8 is the launcher's.
+    fp8 = FP8Config.from_hyperparameters(hp) if kind.runtime else FP8Config(enabled=bool(hp.fp8),
+                                                                           emulate=bool(hp.fp8_emulate))
     out.update(ctx=ctx, fp8=fp8)
     for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,
                   rules.check_backend, job_rules.check_job_fields, job_rules.check_hyperparameters,
