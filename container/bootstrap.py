@@ -3,8 +3,10 @@
 As the sagemaker-training toolkit does on AWS's PyTorch images (FACTS.md): the code from
 `sagemaker_submit_directory` goes to `<base>/code`, where torchrun (torch_distributed) or
 `python <program>` runs it with the `SM_*` environment and the user hyperparameters as arguments.
-`<base>/output/failure` (SageMaker shows its first 1024 characters as FailureReason) leads with
-the failing rank, its exit code and the exception, then the last frames of the traceback.
+`<base>/output/failure` (SageMaker shows its first 1024 characters as FailureReason) begins as
+the toolkit's does (`ExecuteUserScriptError:`, `ExitCode N`, `ErrorMessage "..."`), and its
+message leads with the failing rank, its host and exit code and the exception, then the last
+frames of the traceback.
 
 A torchrun failure is captured without the script's help (no `@record`): torchrun's summary,
 the last lines of its stderr (which passes through here), names the first failing rank and its
@@ -84,7 +86,8 @@ def train(base_dir: Path | None = None) -> int:
         returncode = child.wait()
         if returncode == 0:
             return _report(output_dir, 0, "")
-        return _report(output_dir, *_diagnose(env, child, returncode, log_dir))
+        code, message = _diagnose(env, child, returncode, log_dir)
+        return _report(output_dir, code, user_script_error(code, message, cmd))
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
 
@@ -238,11 +241,16 @@ def child_environment(env: TrainingEnv) -> dict[str, str]:
     # same way), so the script can import its own modules and this project's packages.
     paths = [str(env.code_dir)] + [os.path.abspath(p) for p in sys.path if p]
     child["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    # As sagemaker-training 5.1.4 sets them (FACTS.md); the job's own environment wins.
+    if env.torch_distributed:
+        child.setdefault("NCCL_PROTO", "simple")
     instance = get_instance_type(env.current_instance_type)
-    if instance is not None and instance.efa:
-        # Settings the job's own environment gives win over these defaults.
+    if instance is not None and instance.efa:  # EFA with device RDMA (launcher/catalog.py)
         child.setdefault("FI_PROVIDER", "efa")
         child.setdefault("FI_EFA_USE_DEVICE_RDMA", "1")
+        # A rank that forks after registering memory with the NIC (DataLoader workers) can
+        # otherwise abort.
+        child.setdefault("RDMAV_FORK_SAFE", "1")
         child.setdefault("NCCL_SOCKET_IFNAME", env.network_interface_name)
     return child
 
@@ -313,6 +321,20 @@ def _die_with_parent():
 
 # --- the failure report ------------------------------------------------------------------------
 
+# SageMaker's FailureReason shows the first 1024 characters of output/failure; the toolkit's
+# starts `ExecuteUserScriptError:\nExitCode N\nErrorMessage "..."\nCommand "..."` (its
+# errors._CalledProcessError). The header allows a 3-digit exit code.
+_ERROR_HEAD = 'ExecuteUserScriptError:\nExitCode {code}\nErrorMessage "'
+MESSAGE_LIMIT = FAILURE_LIMIT - len(_ERROR_HEAD.format(code=255)) - 1  # the closing quote
+
+
+def user_script_error(code: int, message: str, cmd: list[str]) -> str:
+    """The failure file of a script that failed, as the toolkit writes it: our message (rank,
+    host, exception, last frames) as the ErrorMessage, the command after it where room is left."""
+    text = f'{_ERROR_HEAD.format(code=code)}{message[:MESSAGE_LIMIT]}"'
+    command = f'\nCommand "{cmd}"'  # the toolkit formats the argument list with %s
+    return text + command if len(text) + len(command) <= FAILURE_LIMIT else text
+
 def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) -> tuple[int, str]:
     """(exit code, failure text) for a child that did not succeed."""
     if child.signals:
@@ -355,7 +377,7 @@ def _rank_stderr(log_dir: Path, local_rank: int) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def failure_text(header: str, stderr: str, limit: int = FAILURE_LIMIT) -> str:
+def failure_text(header: str, stderr: str, limit: int = MESSAGE_LIMIT) -> str:
     """At most `limit` characters, most useful first: header, exception, then the last frames.
 
     Without a Python traceback in `stderr`, the last lines of `stderr` follow the header.

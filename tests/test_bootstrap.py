@@ -23,6 +23,7 @@ from container.bootstrap import (
     failure_text,
     launch_command,
     master_address,
+    user_script_error,
 )
 from container.contract import read_training_env
 from launcher.contract import free_port, write_opt_ml
@@ -149,8 +150,9 @@ def test_failing_rank_is_reported(tmp_path: Path):
     text = failure(base)
     assert len(text) <= FAILURE_LIMIT
     lines = text.splitlines()
-    assert lines[0] == "rank 1 (host algo-1, local rank 1) exited with code 1"
-    assert lines[1] == "ValueError: boom"
+    assert lines[:3] == ["ExecuteUserScriptError:", "ExitCode 1",
+                         'ErrorMessage "rank 1 (host algo-1, local rank 1) exited with code 1']
+    assert lines[3] == "ValueError: boom"
     assert 'raise ValueError("boom")' in text and "in nested" in text
     assert "[rank1]" not in text  # torch's line prefix is stripped
     assert not (base / "output" / "success").exists()
@@ -167,8 +169,9 @@ def test_single_process_exit_code_passes_through(tmp_path: Path):
                      {"sagemaker_program": "train.py", "sagemaker_submit_directory": str(src)})
     code, out = run(base)
     assert code == 3, out
-    assert failure(base).splitlines()[:3] == [
-        "train.py exited with code 3", "last lines of stderr:", "about to give up"]
+    assert failure(base).splitlines()[:5] == [
+        "ExecuteUserScriptError:", "ExitCode 3", 'ErrorMessage "train.py exited with code 3', "last lines of stderr:",
+        'about to give up"']
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
@@ -287,8 +290,8 @@ def test_usage(tmp_path: Path):
 # --- units: the command and the environment, no processes ---------------------------------
 
 def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
-    for name in ("SMLAUNCH_MASTER_ADDR", "SMLAUNCH_MASTER_PORT", "FI_PROVIDER",
-                 "FI_EFA_USE_DEVICE_RDMA", "NCCL_SOCKET_IFNAME", "SAGEMAKER_PROGRAM"):
+    for name in ("SMLAUNCH_MASTER_ADDR", "SMLAUNCH_MASTER_PORT", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA",
+                 "RDMAV_FORK_SAFE", "NCCL_PROTO", "NCCL_SOCKET_IFNAME", "SAGEMAKER_PROGRAM"):
         monkeypatch.delenv(name, raising=False)
     hosts = ["algo-1", "algo-2", "algo-3"]
     hps = {"sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True,
@@ -303,8 +306,8 @@ def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
         "--log-dir", str(tmp_path / "logs"), "--tee", "3", "--shutdown-timeout", "100",
         "train.py", "--lr", "0.1"]
     child = child_environment(env)
-    assert (child["FI_PROVIDER"], child["FI_EFA_USE_DEVICE_RDMA"],
-            child["NCCL_SOCKET_IFNAME"]) == ("efa", "1", "eth0")
+    assert (child["FI_PROVIDER"], child["FI_EFA_USE_DEVICE_RDMA"], child["RDMAV_FORK_SAFE"],
+            child["NCCL_SOCKET_IFNAME"], child["NCCL_PROTO"]) == ("efa", "1", "1", "eth0", "simple")
     assert child["PYTHONPATH"].split(os.pathsep)[0] == str(base / "code")
     assert child["SM_HP_LR"] == "0.1" and child["CURRENT_HOST"] == "algo-2"
 
@@ -314,12 +317,13 @@ def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
 
 
 def test_no_efa_settings_elsewhere(tmp_path: Path, monkeypatch):
-    for name in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_SOCKET_IFNAME"):
+    names = {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE", "NCCL_SOCKET_IFNAME", "NCCL_PROTO"}
+    for name in names:
         monkeypatch.delenv(name, raising=False)
     base = host_tree(tmp_path, "algo-1", ["algo-1"], {"sagemaker_program": "train.py"},
                      instance_type="ml.g5.48xlarge")
     child = child_environment(read_training_env(base, num_gpus=0))
-    assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_SOCKET_IFNAME"} & set(child)
+    assert not names & set(child)  # first-generation EFA (no RDMA), and no torchrun
 
 
 def test_failure_text_keeps_the_exception_and_the_last_frames():
@@ -353,3 +357,18 @@ def test_failure_text_of_the_last_chained_exception():
         RuntimeError: wrapped
     """)
     assert failure_text("h", stderr).splitlines()[:2] == ["h", "RuntimeError: wrapped"]
+
+
+@pytest.mark.parametrize("message", ["short", "x" * 5000])
+def test_failure_file_is_the_toolkits_within_the_limit(message):
+    """The toolkit's ExecuteUserScriptError text is the reference; ours only keeps to 1024."""
+    from sagemaker_training import errors
+
+    cmd = ["/usr/bin/python3", "train.py", "--lr", "0.1"]
+    ours = user_script_error(1, message, cmd)
+    theirs = str(errors.ExecuteUserScriptError(cmd, return_code=1, output=message))
+    assert len(ours) <= FAILURE_LIMIT
+    if len(theirs) <= FAILURE_LIMIT:
+        assert ours == theirs
+    else:  # the message is cut to fit, the command left out; the beginning is the toolkit's
+        assert ours == theirs[:len(ours) - 1] + '"' and ours.endswith('x"')

@@ -234,7 +234,8 @@ def test_a_failing_host_fails_the_job_with_its_reason(tmp_path, home):
     name = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("submitted "))
     status = smlaunch("status", name, env=env)
     assert f"{name}: Failed (Failed)" in status.stdout
-    assert "failure reason: AlgorithmError: algo-2: rank 1 (host algo-2, local rank 0) exited with code 1" in status.stdout
+    assert "failure reason: AlgorithmError: algo-2: ExecuteUserScriptError:\nExitCode 1\n" \
+           'ErrorMessage "rank 1 (host algo-2, local rank 0) exited with code 1' in status.stdout
     assert "ValueError: boom on rank 1" in status.stdout
     record = store.read(name)
     assert record["HostExitCodes"]["algo-2"] == 1 and record["HostExitCodes"]["algo-1"] != 0  # stopped
