@@ -203,7 +203,7 @@ def _program(env: TrainingEnv) -> str:
 
 
 def processes_per_host(env: TrainingEnv) -> int:
-    """One rank per GPU; on CPU hosts `smlaunch_processes_per_host` (default 1)."""
+    """One rank per GPU; on CPU hosts `sagemaker_smlaunch_processes_per_host` (default 1)."""
     if env.num_gpus > 0:
         return env.num_gpus
     value = env.hyperparameters.get(PROCESSES_PER_HOST, 1)

@@ -70,6 +70,7 @@ class TrainingEnv:
     framework_module: str | None  # SAGEMAKER_TRAINING_MODULE
     job_name: str | None  # TRAINING_JOB_NAME, set by the SageMaker platform
     smddpmprun_installed: bool
+    smddprun_installed: bool
 
     # --- paths ------------------------------------------------------------------------------
     @property
@@ -195,11 +196,11 @@ class TrainingEnv:
         return bool(self.hyperparameters.get("sagemaker_torch_distributed_enabled", False))
 
     @property
-    def is_modelparallel_enabled(self) -> bool | None:
-        # The toolkit reads SM_HP_MP_PARAMETERS: None when absent, False when "{}".
-        if "mp_parameters" not in self.hyperparameters:
-            return None
-        return self.hyperparameters["mp_parameters"] not in ({}, "{}")
+    def is_modelparallel_enabled(self) -> bool | str | None:
+        # As the toolkit computes it: from SM_HP_MP_PARAMETERS in the *bootstrap's* environment
+        # (`value and value != "{}"`), which SageMaker does not set, so on AWS it is None.
+        value = os.environ.get("SM_HP_MP_PARAMETERS")
+        return value and value != "{}"
 
 
 def _reserved(key: str) -> bool:
@@ -232,6 +233,7 @@ def read_training_env(
         framework_module=os.environ.get("SAGEMAKER_TRAINING_MODULE"),
         job_name=os.environ.get("TRAINING_JOB_NAME"),
         smddpmprun_installed=shutil.which("smddpmprun") is not None,
+        smddprun_installed=shutil.which("smddprun") is not None,
     )
 
 
@@ -285,6 +287,7 @@ def training_env_dict(env: TrainingEnv) -> dict[str, Any]:
         "is_master": env.current_host == env.master_hostname,
         "is_modelparallel_enabled": env.is_modelparallel_enabled,
         "is_smddpmprun_installed": env.smddpmprun_installed,
+        "is_smddprun_installed": env.smddprun_installed,
         "job_name": env.job_name,
         "log_level": env.log_level,
         "master_hostname": env.master_hostname,
@@ -299,6 +302,8 @@ def training_env_dict(env: TrainingEnv) -> dict[str, Any]:
         "output_dir": str(env.output_dir),
         "output_intermediate_dir": str(env.output_intermediate_dir),
         "resource_config": env.resource_config,
+        # GB200 UltraServer host-to-capacity mappings; the toolkit lists none elsewhere
+        "topology": env.resource_config.get("topology", []),
         "user_entry_point": env.user_entry_point,
     }
 

@@ -14,8 +14,9 @@ from launcher.config.distribution import Distribution
 from launcher.config.job import JobConfig
 
 RESERVED_PREFIXES = ("sagemaker_", "smlaunch_")
-# The SDK has no key for torchrun's processes per host; the container reads this one.
-PROCESSES_PER_HOST = "smlaunch_processes_per_host"
+# The SDK has no key for torchrun's processes per host; the container reads this one. Its
+# `sagemaker_` prefix makes AWS's toolkit treat it as a framework parameter, never a script argument.
+PROCESSES_PER_HOST = "sagemaker_smlaunch_processes_per_host"
 CONTAINER_LOG_LEVEL = 20  # logging.INFO, the SDK's default sagemaker_container_log_level
 
 

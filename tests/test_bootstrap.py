@@ -91,7 +91,7 @@ def host_tree(tmp_path: Path, host: str, hosts: list[str], hps: dict,
 
 def distributed(program: str, src: Path, **extra) -> dict:
     return {"sagemaker_program": program, "sagemaker_submit_directory": str(src),
-            "sagemaker_torch_distributed_enabled": True, "smlaunch_processes_per_host": 2,
+            "sagemaker_torch_distributed_enabled": True, "sagemaker_smlaunch_processes_per_host": 2,
             **extra}
 
 
@@ -295,7 +295,7 @@ def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     hosts = ["algo-1", "algo-2", "algo-3"]
     hps = {"sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True,
-           "smlaunch_processes_per_host": 3, "lr": 0.1}
+           "sagemaker_smlaunch_processes_per_host": 3, "lr": 0.1}
     base = host_tree(tmp_path, "algo-2", hosts, hps, instance_type="ml.p4d.24xlarge")
     (base / "code" / "train.py").write_text("")
     env = read_training_env(base, num_gpus=8)

@@ -25,7 +25,7 @@ def test_two_hosts_through_the_bootstrap_match_one_process(tmp_path, corpus):
     hps = {**HP, "train_batch_size": 2, "checkpoint_freq": 2, "validation_freq": 2, "validation_batches": 2,
            "mp_parameters": {"hybrid_shard_degree": 1},  # replicate over the two hosts
            "sagemaker_program": "train.py", "sagemaker_submit_directory": str(ROOT / "entrypoints"),
-           "sagemaker_torch_distributed_enabled": True, "smlaunch_processes_per_host": 1}
+           "sagemaker_torch_distributed_enabled": True, "sagemaker_smlaunch_processes_per_host": 1}
     port = str(free_port())
     procs, bases = [], []
     for host in hosts:

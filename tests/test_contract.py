@@ -46,7 +46,7 @@ def tree(tmp_path: Path, channels) -> Path:
         "sagemaker_container_log_level": 20, "sagemaker_job_name": "job-1",
         "sagemaker_region": "us-west-2", "sagemaker_torch_distributed_enabled": True,
         "sagemaker_distributed_dataparallel_enabled": False,
-        "sagemaker_instance_type": "ml.p5.48xlarge", "smlaunch_processes_per_host": 2,
+        "sagemaker_instance_type": "ml.p5.48xlarge", "sagemaker_smlaunch_processes_per_host": 2,
     }
     write_opt_ml(base, hyperparameters=encode(hps), current_host="algo-2",
                  hosts=["algo-2", "algo-1"], instance_type="ml.p5.48xlarge", channels=channels)
@@ -111,7 +111,7 @@ def test_sm_environment_matches_the_toolkit(tree: Path, monkeypatch):
     user = {"epochs": 3, "fp8": True, "lr": 0.1, "model": "llama", "mp_parameters": MP}
     framework = {"sagemaker_distributed_dataparallel_enabled": False,
                  "sagemaker_instance_type": "ml.p5.48xlarge",
-                 "sagemaker_torch_distributed_enabled": True, "smlaunch_processes_per_host": 2}
+                 "sagemaker_torch_distributed_enabled": True, "sagemaker_smlaunch_processes_per_host": 2}
     resource = json.loads((tree / "input/config/resourceconfig.json").read_text())
     data = json.loads((tree / "input/config/inputdataconfig.json").read_text())
     user_args = ["--epochs", "3", "--fp8", "True", "--lr", "0.1", "--model", "llama",
@@ -162,10 +162,10 @@ def test_sm_environment_matches_the_toolkit(tree: Path, monkeypatch):
         "distribution_hosts", "distribution_instance_groups", "framework_module", "hosts",
         "hyperparameters", "input_config_dir", "input_data_config", "input_dir",
         "instance_groups", "instance_groups_dict", "is_hetero", "is_master",
-        "is_modelparallel_enabled", "is_smddpmprun_installed", "job_name", "log_level",
+        "is_modelparallel_enabled", "is_smddpmprun_installed", "is_smddprun_installed", "job_name", "log_level",
         "master_hostname", "model_dir", "module_dir", "module_name", "network_interface_name",
         "num_cpus", "num_gpus", "num_neurons", "output_data_dir", "output_dir",
-        "output_intermediate_dir", "resource_config", "user_entry_point",
+        "output_intermediate_dir", "resource_config", "topology", "user_entry_point",
     ])
     assert training_env["hyperparameters"] == user
     assert training_env["additional_framework_parameters"] == framework
@@ -173,7 +173,7 @@ def test_sm_environment_matches_the_toolkit(tree: Path, monkeypatch):
                                                   "test": f"{base}/input/data/test"}
     assert training_env["master_hostname"] == "algo-1" and training_env["is_master"] is False
     assert training_env["distribution_hosts"] == ["algo-1", "algo-2"]
-    assert training_env["is_modelparallel_enabled"] is True
+    assert training_env["is_modelparallel_enabled"] is None  # SageMaker sets no SM_HP_* for the toolkit
     assert training_env["job_name"] is None and training_env["log_level"] == 20
 
 

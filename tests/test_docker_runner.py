@@ -396,7 +396,7 @@ def test_a_real_two_host_job_runs_in_containers(tmp_path, channels):
     spec = make_spec(tmp_path / "jobs" / JOB, channels, image=image, environment={"OMP_NUM_THREADS": "1"})
     runner = DockerRunner(engine)
     hps = encode({"sagemaker_program": "script.py", "sagemaker_submit_directory": runner.submit_directory(spec),
-                  "sagemaker_torch_distributed_enabled": True, "smlaunch_processes_per_host": 1,
+                  "sagemaker_torch_distributed_enabled": True, "sagemaker_smlaunch_processes_per_host": 1,
                   "sagemaker_job_name": JOB})
     for host in spec.hosts:
         write_opt_ml(spec.host_dir(host), hyperparameters=hps, current_host=host, hosts=spec.hosts,

@@ -139,7 +139,7 @@ def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
         assert env["SM_USER_ENTRY_POINT"] == "train.py"
         framework = json.loads(env["SM_FRAMEWORK_PARAMS"])
         assert framework["sagemaker_torch_distributed_enabled"] is True
-        assert framework["smlaunch_processes_per_host"] == 2
+        assert framework["sagemaker_smlaunch_processes_per_host"] == 2
         assert json.loads(env["SM_USER_ARGS"]) == ["--max_context_width", "64", "--max_steps", "3",
                                                    "--model_preset", "llama3-tiny", "--mp_parameters",
                                                    "context_parallel_degree=2,hybrid_shard_degree=2"]

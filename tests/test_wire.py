@@ -51,9 +51,9 @@ def test_mpi_distribution_round_trip():
 
 def test_split_reserved():
     user, reserved = wire.split_reserved({"lr": 1, "sagemaker_program": "t.py", "mp_parameters": {},
-                                          "smlaunch_processes_per_host": 2})
+                                          "sagemaker_smlaunch_processes_per_host": 2})
     assert user == {"lr": 1}
-    assert set(reserved) == {"sagemaker_program", "mp_parameters", "smlaunch_processes_per_host"}
+    assert set(reserved) == {"sagemaker_program", "mp_parameters", "sagemaker_smlaunch_processes_per_host"}
 
 
 def test_mask_secrets():
