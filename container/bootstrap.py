@@ -67,6 +67,14 @@ class ContractError(Exception):
     """The job cannot run as described: no program, an unsupported launcher, bad settings."""
 
 
+class RequirementsError(Exception):
+    """pip could not install the code's requirements.txt; str() is the failure file's text."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(text)
+        self.code = code
+
+
 def train(base_dir: Path | None = None) -> int:
     """Run the training job of this host; returns the exit code for the image's `train`."""
     output_dir = (Path(base_dir) if base_dir else base_dir_from_env()) / "output"
@@ -77,9 +85,12 @@ def train(base_dir: Path | None = None) -> int:
         try:
             env = read_training_env(base_dir)
             fetch_code(env)
+            install_requirements(env)
             cmd = launch_command(env, log_dir)
             _log(f"{env.current_host}: {shlex.join(cmd)} (in {env.code_dir})")
             child = Child(cmd, cwd=env.code_dir, env=child_environment(env))
+        except RequirementsError as exc:
+            return _report(output_dir, exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
             code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
             return _report(output_dir, code, f"{type(exc).__name__}: {exc}")
@@ -87,7 +98,7 @@ def train(base_dir: Path | None = None) -> int:
         if returncode == 0:
             return _report(output_dir, 0, "")
         code, message = _diagnose(env, child, returncode, log_dir)
-        return _report(output_dir, code, user_script_error(code, message, cmd))
+        return _report(output_dir, code, toolkit_error("ExecuteUserScriptError", code, message, cmd))
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
 
@@ -155,6 +166,23 @@ def _extract(archive: Path, dest: Path) -> None:
     # The "data" filter refuses absolute paths, "..", links leaving dest and device files.
     with tarfile.open(archive) as tar:
         tar.extractall(dest, filter="data")
+
+
+def install_requirements(env: TrainingEnv) -> None:
+    """`python -m pip install -r requirements.txt` in the code directory, as the toolkit does
+    before it launches anything (into this image's Python, which the script runs with)."""
+    if not (env.code_dir / "requirements.txt").is_file():
+        return
+    cmd = [sys.executable, "-m", "pip", "install", "-r", "requirements.txt"]
+    _log(f"installing the code's requirements.txt: {shlex.join(cmd)}")
+    proc = subprocess.run(cmd, cwd=env.code_dir, stderr=subprocess.PIPE, check=False)
+    stderr = proc.stderr.decode("utf-8", "replace")
+    sys.stderr.write(stderr)
+    if proc.returncode:
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        message = _fit(["pip could not install requirements.txt; last lines of its output:"], lines, MESSAGE_LIMIT)
+        raise RequirementsError(proc.returncode, toolkit_error("InstallRequirementsError", proc.returncode,
+                                                               message, cmd))
 
 
 # --- the command ----------------------------------------------------------------------------
@@ -322,16 +350,16 @@ def _die_with_parent():
 # --- the failure report ------------------------------------------------------------------------
 
 # SageMaker's FailureReason shows the first 1024 characters of output/failure; the toolkit's
-# starts `ExecuteUserScriptError:\nExitCode N\nErrorMessage "..."\nCommand "..."` (its
-# errors._CalledProcessError). The header allows a 3-digit exit code.
-_ERROR_HEAD = 'ExecuteUserScriptError:\nExitCode {code}\nErrorMessage "'
-MESSAGE_LIMIT = FAILURE_LIMIT - len(_ERROR_HEAD.format(code=255)) - 1  # the closing quote
+# starts `<error class>:\nExitCode N\nErrorMessage "..."\nCommand "..."` (its
+# errors._CalledProcessError). The header allows the longest class name and a 3-digit code.
+_ERROR_HEAD = '{kind}:\nExitCode {code}\nErrorMessage "'
+MESSAGE_LIMIT = FAILURE_LIMIT - len(_ERROR_HEAD.format(kind="InstallRequirementsError", code=255)) - 1
 
 
-def user_script_error(code: int, message: str, cmd: list[str]) -> str:
-    """The failure file of a script that failed, as the toolkit writes it: our message (rank,
-    host, exception, last frames) as the ErrorMessage, the command after it where room is left."""
-    text = f'{_ERROR_HEAD.format(code=code)}{message[:MESSAGE_LIMIT]}"'
+def toolkit_error(kind: str, code: int, message: str, cmd: list[str]) -> str:
+    """A failure file as the toolkit writes it: our message (for a script: rank, host, exception,
+    last frames) as the ErrorMessage, the command after it where room is left."""
+    text = f'{_ERROR_HEAD.format(kind=kind, code=code)}{message[:MESSAGE_LIMIT]}"'
     command = f'\nCommand "{cmd}"'  # the toolkit formats the argument list with %s
     return text + command if len(text) + len(command) <= FAILURE_LIMIT else text
 

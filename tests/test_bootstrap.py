@@ -23,7 +23,7 @@ from container.bootstrap import (
     failure_text,
     launch_command,
     master_address,
-    user_script_error,
+    toolkit_error,
 )
 from container.contract import read_training_env
 from launcher.contract import free_port, write_opt_ml
@@ -99,8 +99,7 @@ def bootstrap_env(base: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SMLAUNCH_"))}
     env.pop("SAGEMAKER_PROGRAM", None)
     # TMPDIR: what a SIGKILLed bootstrap cannot clean up stays in the test's directory
-    env.update(SAGEMAKER_BASE_DIR=str(base), PYTHONPATH=str(REPO), TMPDIR=str(base.parent),
-               **extra)
+    env.update({"SAGEMAKER_BASE_DIR": str(base), "PYTHONPATH": str(REPO), "TMPDIR": str(base.parent), **extra})
     return env
 
 
@@ -365,10 +364,53 @@ def test_failure_file_is_the_toolkits_within_the_limit(message):
     from sagemaker_training import errors
 
     cmd = ["/usr/bin/python3", "train.py", "--lr", "0.1"]
-    ours = user_script_error(1, message, cmd)
+    ours = toolkit_error("ExecuteUserScriptError", 1, message, cmd)
     theirs = str(errors.ExecuteUserScriptError(cmd, return_code=1, output=message))
     assert len(ours) <= FAILURE_LIMIT
     if len(theirs) <= FAILURE_LIMIT:
         assert ours == theirs
     else:  # the message is cut to fit, the command left out; the beginning is the toolkit's
         assert ours == theirs[:len(ours) - 1] + '"' and ours.endswith('x"')
+
+
+def _wheel(directory: Path, name: str, source: str) -> Path:
+    """A minimal pure-Python wheel of one module (what `pip wheel` would build)."""
+    import zipfile
+
+    path = directory / f"{name}-0.1-py3-none-any.whl"
+    info = f"{name}-0.1.dist-info"
+    files = {f"{name}.py": source, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as zf:
+        for file, text in files.items():
+            zf.writestr(file, text)
+    return path
+
+
+def test_requirements_txt_is_installed_before_the_script_runs(tmp_path: Path):
+    """As the toolkit does: pip install -r requirements.txt in the code directory, then launch."""
+    src = source_dir(tmp_path, "train.py", """
+        import smlaunch_probe_dep
+        print("dependency says", smlaunch_probe_dep.VALUE)
+    """)
+    wheel = _wheel(src, "smlaunch_probe_dep", "VALUE = 42\n")
+    (src / "requirements.txt").write_text(f"./{wheel.name}\n")
+    site = tmp_path / "site"  # pip's target here, so the test leaves this environment as it was
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], {"sagemaker_program": "train.py",
+                                                      "sagemaker_submit_directory": str(src)})
+    code, out = run(base, timeout=120, PIP_TARGET=str(site), PYTHONPATH=f"{REPO}{os.pathsep}{site}")
+    assert code == 0, out
+    assert "installing the code's requirements.txt" in out and "dependency says 42" in out
+
+
+def test_requirements_that_fail_to_install_fail_the_job_as_the_toolkit_reports_it(tmp_path: Path):
+    src = source_dir(tmp_path, "train.py", "print('never runs')\n")
+    (src / "requirements.txt").write_text("./no-such-package-dir\n")
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], {"sagemaker_program": "train.py",
+                                                      "sagemaker_submit_directory": str(src)})
+    code, out = run(base, timeout=120)
+    assert code != 0 and "never runs" not in out
+    text = failure(base)
+    assert text.startswith(f"InstallRequirementsError:\nExitCode {code}\nErrorMessage \"pip could not install")
+    assert "no-such-package-dir" in text and len(text) <= FAILURE_LIMIT
