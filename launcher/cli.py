@@ -138,6 +138,23 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
         click.echo(click.style("  warning ", fg="yellow") + str(issue))
 
 
+def _image_text(job) -> str:
+    cfg = job.config
+    if cfg.is_local:
+        if cfg.local_runner == "docker":
+            from launcher.local.docker import DEFAULT_IMAGE
+
+            return f"{cfg.image_uri or DEFAULT_IMAGE} (local docker runner)"
+        return "none: the local process runner uses this machine's Python"
+    if job.instance is None:
+        return cfg.image_uri or "unknown (the instance type is not in the catalog)"
+    from launcher.backends.images import job_image
+    from launcher.config.job_rules import DEFAULT_REGION
+
+    region = cfg.region or f"{DEFAULT_REGION}; yours comes from the boto3 chain"
+    return f"{job_image(cfg, job.instance.name, cfg.region or DEFAULT_REGION)} (region {region})"
+
+
 def _summary(job) -> dict:
     cfg = job.config
     out = {
@@ -148,6 +165,7 @@ def _summary(job) -> dict:
     }
     if job.instance and job.instance.accelerator:
         out["accelerator"] = f"{job.instance.accelerators} x {job.instance.accelerator.model}"
+    out["image"] = _image_text(job)
     if job.layout:
         lay = job.layout
         out["world_size"] = lay.world

@@ -92,3 +92,17 @@ def test_validate_shows_the_kind(tmp_path, own):
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["summary"]["kind"] == kind
+
+
+def test_validate_shows_the_image(tmp_path):
+    """The image the request would name (build_request takes it from the same job_image)."""
+    seed = subprocess.run([sys.executable, "-m", "launcher.cli", "validate", str(ROOT / "configs/seed/p5-cp8-fp8.yaml"),
+                           "--json"], capture_output=True, text=True, check=False)
+    assert json.loads(seed.stdout)["summary"]["image"] == (
+        "658645717510.dkr.ecr.us-east-1.amazonaws.com/smdistributed-modelparallel:2.4.1-gpu-py311-cu121 "
+        "(region us-east-1)")
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job(ROOT / "entrypoints", instance_type="local", distribution=None)))
+    local = subprocess.run([sys.executable, "-m", "launcher.cli", "validate", str(path), "--json"],
+                           capture_output=True, text=True, check=False)
+    assert json.loads(local.stdout)["summary"]["image"] == "none: the local process runner uses this machine's Python"

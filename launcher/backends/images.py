@@ -198,3 +198,12 @@ def _unsupported(
     if close:
         message += f"; did you mean {' or '.join(repr(c) for c in close)}?"
     return ImageResolutionError(field, value, message)
+
+
+def job_image(job, instance_type: str, region: str) -> str:
+    """The image a SageMaker job runs on: its `image_uri`, else the SDK's resolution from
+    framework_version, py_version and the instance (SMP v2's image when model parallelism is on).
+    `job` is a JobConfig."""
+    return job.image_uri or resolve_image_uri(
+        region=region, framework_version=job.framework_version, py_version=job.py_version,
+        instance_type=instance_type, smp=bool(job.distribution and job.distribution.modelparallel))

@@ -26,7 +26,7 @@ from launcher.backends.base import (
     make_job_name,
 )
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer
-from launcher.backends.images import resolve_image_uri
+from launcher.backends.images import job_image
 from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
 from launcher.issues import ConfigError, Issue
@@ -255,10 +255,7 @@ def build_request(job: ValidatedJob, *, job_name: str, region: str, source_uri: 
     """The CreateTrainingJob request for a validated job, as the v2 SDK would send it."""
     cfg = job.config
     instance_type = job.instance.name if job.instance else cfg.instance_type
-    image = cfg.image_uri or resolve_image_uri(
-        region=region, framework_version=cfg.framework_version, py_version=cfg.py_version,
-        instance_type=instance_type, smp=bool(cfg.distribution and cfg.distribution.modelparallel),
-    )
+    image = job_image(cfg, instance_type, region)
     hyperparameters = wire.job_hyperparameters(cfg, instance_type=instance_type, program=program_name(cfg),
                                                submit_directory=source_uri, job_name=job_name, region=region)
     resource: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": cfg.instance_count,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.backends.images import ImageResolutionError, resolve_image_uri
+from launcher.backends.images import ImageResolutionError, job_image
 from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
@@ -133,15 +133,18 @@ def check_hyperparameters(ctx: Context) -> list[Issue]:
     return issues
 
 
+# Validation shows and checks images in this region when the job names none (the backend then
+# takes the boto3 chain's).
+DEFAULT_REGION = "us-east-1"
+
+
 def check_image(ctx: Context) -> list[Issue]:
     """framework_version/py_version must name an image that exists (unless image_uri is given)."""
     job = ctx.job
     if job.image_uri or job.is_local or ctx.instance is None:
         return []
     try:
-        resolve_image_uri(region=job.region or "us-east-1", framework_version=job.framework_version,
-                          py_version=job.py_version, instance_type=ctx.instance.name,
-                          smp=bool(job.distribution and job.distribution.modelparallel))
+        job_image(job, ctx.instance.name, job.region or DEFAULT_REGION)
     except ImageResolutionError as exc:
         problem, _, fix = str(exc).partition(": ")
         return [Issue(exc.field, exc.value, problem, fix or "or set image_uri to your own image")]
