@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config import TrainingHyperparameters
+from launcher.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS
 
 DIRECTORY_ARGS = ("model_dir", "output_data_dir", "checkpoint_dir", "training_dir", "test_dir")
 OPT_ML = Path("/opt/ml")
@@ -77,8 +78,8 @@ def directories(pairs: dict[str, str]) -> Directories:
         model=pick("model_dir", env.get("SM_MODEL_DIR"), base / "model"),
         output_data=pick("output_data_dir", env.get("SM_OUTPUT_DATA_DIR"), base / "output" / "data"),
         checkpoints=pick("checkpoint_dir", env.get("SMLAUNCH_CHECKPOINT_DIR"), base / "checkpoints"),
-        train=pick("training_dir", channel("train", "training")),
-        validation=pick("test_dir", channel("validation", "test")),
+        train=pick("training_dir", channel(*TRAIN_CHANNELS)),
+        validation=pick("test_dir", channel(*VALIDATION_CHANNELS)),
     )
 
 

@@ -9,6 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
+# The channels smlaunch's train.py reads, each under the names it accepts, first found wins.
+TRAIN_CHANNELS = ("train", "training")
+VALIDATION_CHANNELS = ("validation", "test")
 
 
 def data_files(path: str | Path | Sequence[str | Path]) -> list[Path]:

@@ -12,7 +12,11 @@ import os
 
 
 class HubError(RuntimeError):
-    """A Hub model that cannot be had; the message names it, says why and what to do."""
+    """A Hub model that cannot be had: what went wrong (naming it) and what to do."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(f"{problem}; {fix}")
+        self.problem, self.fix = problem, fix
 
 
 def token_from(environment: dict[str, str] | None = None) -> str | None:
@@ -35,7 +39,7 @@ def fetch_config(repo_id: str, revision: str | None = None, token: str | None = 
     try:
         path = hf_hub_download(repo_id, "config.json", revision=revision, token=token)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear message; see explain()
-        raise HubError("; ".join(explain(exc, repo_id, revision, token))) from None
+        raise HubError(*explain(exc, repo_id, revision, token)) from None
     return json.loads(open(path).read())
 
 

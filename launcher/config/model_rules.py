@@ -19,12 +19,10 @@ from launcher.config.job_rules import code_dir, resolve_path
 from launcher.config.model_resolution import ModelResolution, resolve_model, trainable_issues
 from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
 from launcher.config.models import preset_for_hf_name
-from launcher.datafiles import first_block_length
+from launcher.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
 from launcher.issues import Issue
 
 HP = "hyperparameters"
-# Channels train.py reads (container.args.directories): training data, then validation data.
-_DATA_CHANNELS = (("train", "training"), ("validation", "test"))
 
 
 @dataclass
@@ -111,8 +109,7 @@ def _hub_config(job: JobConfig, source: ModelSource, trainer: bool) -> _Config:
         try:
             config = hub.fetch_config(source.repo_id, source.revision, hub.token_from(job.environment))
         except hub.HubError as exc:
-            problem, _, fix = str(exc).partition("; ")
-            return _Config(issues=[Issue(FIELD, source.text, problem, fix)])
+            return _Config(issues=[Issue(FIELD, source.text, exc.problem, exc.fix)])
     return _Config(config, source.text if config is not None else None)
 
 
@@ -129,7 +126,7 @@ def _block_issues(job: JobConfig, base_dir: Path) -> list[Issue]:
         return []
     seq = hp.max_context_width or 2048
     issues = []
-    for names in _DATA_CHANNELS:
+    for names in (TRAIN_CHANNELS, VALIDATION_CHANNELS):
         name = next((n for n in names if n in channels), None)
         if name is None or channels[name].s3_data.startswith("s3://"):
             continue
