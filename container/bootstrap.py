@@ -8,18 +8,20 @@ the toolkit's does (`ExecuteUserScriptError:`, `ExitCode N`, `ErrorMessage "..."
 message leads with the failing rank, its host and exit code and the exception, then the last
 frames of the traceback.
 
+The ranks' output reaches the console as the script printed it, without torchrun's `[default0]:`
+prefixes (container.rank_logs), and the NCCL/EFA variables are the toolkit's for the instance
+type (container.toolkit_env). docs/container.md lists where this bootstrap and the toolkit differ.
+
 A torchrun failure is captured without the script's help (no `@record`): torchrun's summary,
 the last lines of its stderr (which passes through here), names the first failing rank and its
-exit code, and that rank's traceback is read from its stderr file (`--log-dir`, `--tee 3`: kept
-in a file and still streamed to the console). torchrun exits 1 for any failure or signal, so the
-bootstrap exits with the failing rank's code (128 + N if signal N killed it), or 128 + N when
-the bootstrap itself was stopped by signal N.
+exit code, and that rank's traceback is read from its stderr file (`--log-dir`, `--redirects 3`).
+torchrun exits 1 for any failure or signal, so the bootstrap exits with the failing rank's code
+(128 + N if signal N killed it), or 128 + N when the bootstrap itself was stopped by signal N.
 """
 
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 import re
 import shlex
@@ -39,7 +41,8 @@ from container.contract import (
     sm_environment,
     to_cmd_args,
 )
-from launcher.catalog import get_instance_type
+from container.rank_logs import RankLogs, rank_stderr
+from container.toolkit_env import torchrun_variables
 from launcher.contract import FAILURE_LIMIT, free_port
 from launcher.wire import PROCESSES_PER_HOST
 
@@ -88,7 +91,8 @@ def train(base_dir: Path | None = None) -> int:
             install_requirements(env)
             cmd = launch_command(env, log_dir)
             _log(f"{env.current_host}: {shlex.join(cmd)} (in {env.code_dir})")
-            child = Child(cmd, cwd=env.code_dir, env=child_environment(env))
+            child = Child(cmd, cwd=env.code_dir, env=child_environment(env),
+                          rank_logs=log_dir if uses_torchrun(env) else None)
         except RequirementsError as exc:
             return _report(output_dir, exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
@@ -121,33 +125,43 @@ def _report(output_dir: Path, code: int, failure: str) -> int:
 # --- the code -------------------------------------------------------------------------------
 
 def fetch_code(env: TrainingEnv) -> None:
-    """Put `sagemaker_submit_directory` into `<base>/code`.
+    """Put `sagemaker_submit_directory` into `<base>/code`, as the toolkit's
+    `files.download_and_extract` does.
 
-    An s3:// URI of a tarball (the SDK's sourcedir.tar.gz), a local tarball, or a local directory
-    (`file://` as SageMaker local mode writes it, or a plain path). Without one, the code is
-    expected in `<base>/code` already (baked into the image).
+    An s3:// URI of a tar.gz (the SDK's sourcedir.tar.gz), a local path of a tar archive (the SDK
+    with network isolation: `/opt/ml/input/data/code/sourcedir.tar.gz`; smlaunch's local runners),
+    a local directory, or a single file. Nothing is fetched when `<base>/code` already holds files
+    (code baked into the image, or SageMaker local mode's `/opt/ml/code` mount, which its SDK
+    names as the submit directory in place of the `file://` URI it was given) or when there is no
+    submit directory.
     """
     env.code_dir.mkdir(parents=True, exist_ok=True)
     source = env.hyperparameters.get("sagemaker_submit_directory")
     if not source:
         return
     source = str(source)
+    if any(env.code_dir.iterdir()):
+        _log(f"{env.code_dir} is not empty: running the code in it, not {source}")
+        return
     if source.startswith("s3://"):
         with tempfile.TemporaryDirectory() as tmp:
             archive = Path(tmp) / "sourcedir.tar.gz"
             _download_s3(source, archive, env.hyperparameters.get("sagemaker_region"))
             _extract(archive, env.code_dir)
         return
-    path = Path(source.removeprefix("file://"))
+    path = Path(source)
     if path.is_dir():
-        if path.resolve() != env.code_dir.resolve():
-            shutil.copytree(path, env.code_dir, dirs_exist_ok=True)
-    elif path.is_file() and tarfile.is_tarfile(path):
-        _extract(path, env.code_dir)
+        shutil.copytree(path, env.code_dir, dirs_exist_ok=True)
+    elif path.is_file():
+        if tarfile.is_tarfile(path):
+            _extract(path, env.code_dir)
+        else:
+            shutil.copy2(path, env.code_dir)
     else:
         raise ContractError(
-            f"sagemaker_submit_directory {source!r} is neither an s3:// URI, a directory nor a "
-            "tar archive"
+            f"sagemaker_submit_directory {source!r} is neither an s3:// URI nor an existing local "
+            "path; give the s3:// URI of sourcedir.tar.gz, or a directory, tar archive or file in "
+            "the container (a file:// URI is read by neither this bootstrap nor the toolkit)"
         )
 
 
@@ -188,7 +202,7 @@ def install_requirements(env: TrainingEnv) -> None:
 # --- the command ----------------------------------------------------------------------------
 
 def launch_command(env: TrainingEnv, log_dir: Path) -> list[str]:
-    """torchrun for torch_distributed jobs, else `python <program> <args>` (run in code_dir)."""
+    """torchrun where `uses_torchrun`, else `python <program> <args>` (run in code_dir)."""
     for flag, name in _UNSUPPORTED.items():
         if env.hyperparameters.get(flag):
             raise ContractError(
@@ -197,23 +211,32 @@ def launch_command(env: TrainingEnv, log_dir: Path) -> list[str]:
             )
     program = _program(env)
     args = to_cmd_args(env.user_hyperparameters)
-    if not env.torch_distributed:
+    if not uses_torchrun(env):
         return [sys.executable, program, *args]
     addr, port = master_address(env)
+    hosts = env.distribution_hosts  # the toolkit's torchrun hosts: those of the distribution groups
     return [
         sys.executable, "-m", "torch.distributed.run",
-        "--nnodes", str(len(env.hosts)),
+        "--nnodes", str(len(hosts)),
         "--nproc_per_node", str(processes_per_host(env)),
         "--master_addr", addr,
         "--master_port", str(port),
-        "--node_rank", str(env.host_rank),
+        "--node_rank", str(hosts.index(env.current_host)),
+        # Each rank's stdout and stderr in files only: container.rank_logs passes them on
+        # unprefixed (`--tee` would prefix every line) and reads a failing rank's traceback back.
         "--log-dir", str(log_dir),
-        "--tee", "3",
+        "--redirects", "3",
         # SageMaker kills ~120 s after SIGTERM; torchrun's default 30 s is too short for ranks
         # to save a checkpoint of a large model first.
         "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
         program, *args,
     ]
+
+
+def uses_torchrun(env: TrainingEnv) -> bool:
+    """torch_distributed on a host of a distribution instance group, as AWS's PyTorch images
+    decide (sagemaker_pytorch_container.training.train): other hosts run `python <program>`."""
+    return env.torch_distributed and env.current_host in env.distribution_hosts
 
 
 def _program(env: TrainingEnv) -> str:
@@ -249,13 +272,13 @@ def master_address(env: TrainingEnv) -> tuple[str, int]:
     """
     addr = os.environ.get("SMLAUNCH_MASTER_ADDR")
     port = os.environ.get("SMLAUNCH_MASTER_PORT")
-    if len(env.hosts) == 1:
+    if len(env.distribution_hosts) == 1:
         return addr or "127.0.0.1", int(port) if port else free_port()
     return addr or env.master_hostname, int(port) if port else MASTER_PORT
 
 
 def child_environment(env: TrainingEnv) -> dict[str, str]:
-    """This process's environment plus the SM_* variables, PYTHONPATH and the EFA settings."""
+    """This process's environment plus the SM_* variables, PYTHONPATH and the NCCL/EFA settings."""
     child = dict(os.environ)
     child.update(sm_environment(env))
     # The toolkit exports these three into its own environment, so scripts inherit them.
@@ -269,31 +292,23 @@ def child_environment(env: TrainingEnv) -> dict[str, str]:
     # same way), so the script can import its own modules and this project's packages.
     paths = [str(env.code_dir)] + [os.path.abspath(p) for p in sys.path if p]
     child["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    # As sagemaker-training 5.1.4 sets them (FACTS.md); the job's own environment wins.
-    if env.torch_distributed:
-        child.setdefault("NCCL_PROTO", "simple")
-    instance = get_instance_type(env.current_instance_type)
-    if instance is not None and instance.efa:  # EFA with device RDMA (launcher/catalog.py)
-        child.setdefault("FI_PROVIDER", "efa")
-        child.setdefault("FI_EFA_USE_DEVICE_RDMA", "1")
-        # A rank that forks after registering memory with the NIC (DataLoader workers) can
-        # otherwise abort.
-        child.setdefault("RDMAV_FORK_SAFE", "1")
-        child.setdefault("NCCL_SOCKET_IFNAME", env.network_interface_name)
+    if uses_torchrun(env):  # over the job's own values, as the toolkit assigns them
+        child.update(torchrun_variables(env.current_instance_type, env.network_interface_name))
     return child
 
 
 # --- running it ------------------------------------------------------------------------------
 
 class Child:
-    """The launched command: SIGTERM/SIGINT forwarded to it, its stderr streamed and kept.
+    """The launched command: SIGTERM/SIGINT forwarded to it, its stderr streamed and kept, and
+    with `rank_logs` (torchrun's --log-dir) the ranks' output streamed from their files.
 
     It runs in its own session, so a terminal's Ctrl-C reaches it once (through us), and signals
     go to its whole process group. torchrun forwards them to every rank (each rank runs in a
     session of its own) and stops the ranks; a single-process script gets them directly.
     """
 
-    def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str]):
+    def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str], rank_logs: Path | None = None):
         self.signals: list[int] = []
         self.stderr_tail = b""
         self._proc: subprocess.Popen | None = None
@@ -309,6 +324,7 @@ class Child:
             self._forward(signum)
         self._pump = threading.Thread(target=self._copy_stderr, daemon=True)
         self._pump.start()
+        self._ranks = RankLogs(rank_logs).start() if rank_logs else None
 
     def _on_signal(self, signum: int, _frame) -> None:
         self.signals.append(signum)
@@ -332,6 +348,8 @@ class Child:
     def wait(self) -> int:
         returncode = self._proc.wait()
         self._pump.join()
+        if self._ranks:
+            self._ranks.stop()
         self._proc.stderr.close()
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
@@ -367,10 +385,10 @@ def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) ->
     """(exit code, failure text) for a child that did not succeed."""
     if child.signals:
         name = signal.Signals(child.signals[0]).name
-        code = 128 + child.signals[0] if env.torch_distributed else _exit_code(returncode)
+        code = 128 + child.signals[0] if uses_torchrun(env) else _exit_code(returncode)
         return code, f"stopped: the bootstrap received {name} and forwarded it to every rank"
     tail = child.stderr_tail.decode("utf-8", "replace")
-    if not env.torch_distributed:
+    if not uses_torchrun(env):
         return _exit_code(returncode), failure_text(
             f"{env.user_entry_point} {_ended(returncode)}", tail
         )
@@ -379,7 +397,7 @@ def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) ->
         return _exit_code(returncode), failure_text(f"torchrun {_ended(returncode)}", tail)
     rank, local_rank, exitcode = (int(x) for x in causes[-1])
     header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {_ended(exitcode)}"
-    return _exit_code(exitcode), failure_text(header, _rank_stderr(log_dir, local_rank))
+    return _exit_code(exitcode), failure_text(header, rank_stderr(log_dir, local_rank))
 
 
 def _exit_code(returncode: int) -> int:
@@ -393,16 +411,6 @@ def _ended(returncode: int) -> str:
         return f"was killed by {signal.Signals(-returncode).name}"
     except ValueError:  # a real-time signal has no name
         return f"was killed by signal {-returncode}"
-
-
-def _rank_stderr(log_dir: Path, local_rank: int) -> str:
-    # torchrun's layout: <log_dir>/<run id>/attempt_<n>/<local rank>/stderr.log
-    files = glob.glob(str(log_dir / "*" / "attempt_*" / str(local_rank) / "stderr.log"))
-    if not files:
-        return ""
-    with open(max(files, key=os.path.getmtime), "rb") as f:
-        f.seek(max(0, os.fstat(f.fileno()).st_size - STDERR_TAIL_BYTES))
-        return f.read().decode("utf-8", "replace")
 
 
 def failure_text(header: str, stderr: str, limit: int = MESSAGE_LIMIT) -> str:

@@ -155,11 +155,6 @@ class TrainingEnv:
     def master_hostname(self) -> str:
         return (self.distribution_hosts or self.hosts)[0]
 
-    @property
-    def host_rank(self) -> int:
-        """This host's index in the host list: torchrun's --node_rank."""
-        return self.hosts.index(self.current_host)
-
     # --- hyperparameters --------------------------------------------------------------------
     @property
     def user_hyperparameters(self) -> dict[str, Any]:

@@ -23,9 +23,10 @@ Figures as of 2026-11-22, and where they come from:
   the SageMaker HyperPod CLI's instance table.
 - EFA: the EC2 user guide's list of EFA-supported instance types, by Nitro/EFA version
   (docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html). `efa` is True where the instance has
-  EFA *with device RDMA* (p4d/p4de: RDMA read; EFA v2 and later: read and write), because that is
-  what the container bootstrap switches on (FI_PROVIDER=efa, FI_EFA_USE_DEVICE_RDMA=1; see
-  FACTS.md). p3dn, g4dn and g5 have first-generation EFA without RDMA, so they are False.
+  EFA *with device RDMA* (p4d/p4de: RDMA read; EFA v2 and later: read and write). p3dn, g4dn and
+  g5 have first-generation EFA without RDMA, so they are False. This is the hardware; the
+  variables the container sets follow the sagemaker-training toolkit's own instance lists
+  (container/toolkit_env.py), which name fewer types.
 - Prices: on-demand USD per hour of the ml.* *training* instance in us-east-1 (AWS SageMaker
   pricing page, aws.amazon.com/sagemaker/pricing, which renders its tables client-side, so not
   every figure could be re-read). Each line says how sure it is: `list` = an AWS Price List API

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,8 +20,10 @@ import pytest
 
 from container.bootstrap import (
     FAILURE_LIMIT,
+    ContractError,
     child_environment,
     failure_text,
+    fetch_code,
     launch_command,
     master_address,
     toolkit_error,
@@ -54,6 +57,25 @@ def nested():
 if dist.get_rank() == 1:
     nested()
 time.sleep(30)  # rank 0 must be stopped by torchrun, not finish on its own
+"""
+
+# Each rank prints a metric line, then waits until the test has seen both on the console: output
+# that reached the console only at the end would leave it waiting, and it then exits with code 7.
+METRIC_THEN_BOOM = """
+import os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+print(f"loss=1.0 rank={rank}")
+print(f"stderr of rank {rank}", file=sys.stderr)
+go, deadline = os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "go"), time.monotonic() + 30
+while not os.path.exists(go):
+    if time.monotonic() > deadline:
+        sys.exit(7)
+    time.sleep(0.05)
+if rank == 1:
+    raise ValueError("boom after the metric")
+time.sleep(30)  # rank 0 must be stopped by torchrun
 """
 
 WAIT_FOR_SIGTERM = """
@@ -136,7 +158,7 @@ def test_two_hosts_two_processes_each(tmp_path: Path):
             result = json.loads((base / "output" / "data" / f"rank{rank}.json").read_text())
             assert result == {"rank": rank, "world": 4, "sum": 6.0, "host": hosts[host_index],
                               "args": ["--lr", "0.1"], "hp_lr": "0.1"}
-    # every rank's output reaches the bootstrap's console, prefixed by torchrun
+    # the bootstrap logs the command it runs
     assert "--nnodes 2 --nproc_per_node 2 --master_addr 127.0.0.1" in outputs[0]
     assert "--node_rank 1" in outputs[1]
 
@@ -156,6 +178,32 @@ def test_failing_rank_is_reported(tmp_path: Path):
     assert "[rank1]" not in text  # torch's line prefix is stripped
     assert not (base / "output" / "success").exists()
     assert "ValueError: boom" in out  # the traceback also reached the console
+    assert "[default" not in out  # without torchrun's --tee prefixes
+
+
+def test_rank_output_is_live_and_unprefixed_and_a_failing_rank_keeps_its_traceback(tmp_path: Path):
+    """MetricDefinitions regexes anchored with ^ must match what a rank prints (torchrun's --tee
+    would prefix `[default0]:`), while it runs; the failure file still has the rank's traceback."""
+    src = source_dir(tmp_path, "train.py", METRIC_THEN_BOOM)
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], distributed("train.py", src))
+    proc = start(base, PYTHONUNBUFFERED="1")  # as the image and the local runner set it
+    try:
+        seen: list[str] = []
+        for line in proc.stdout:
+            seen.append(line)
+            if sum(bool(re.match(r"^loss=1\.0 rank=\d$", ln)) for ln in seen) == 2:
+                (base / "output" / "data" / "go").touch()
+                break
+        out = "".join(seen) + proc.communicate(timeout=60)[0]
+    finally:
+        proc.kill()
+    assert sorted(re.findall(r"^loss=.*$", out, re.MULTILINE)) == ["loss=1.0 rank=0", "loss=1.0 rank=1"], out
+    assert re.search(r"^stderr of rank 1$", out, re.MULTILINE) and "[default" not in out, out
+    assert proc.returncode == 1, out
+    lines = failure(base).splitlines()
+    assert lines[2:4] == ['ErrorMessage "rank 1 (host algo-1, local rank 1) exited with code 1',
+                          "ValueError: boom after the metric"], lines
+    assert 'raise ValueError("boom after the metric")' in failure(base)
 
 
 def test_single_process_exit_code_passes_through(tmp_path: Path):
@@ -262,6 +310,22 @@ def test_code_from_s3(tmp_path: Path, monkeypatch):
     assert (base / "model" / "ok.txt").read_text().startswith("from-tarball ")
 
 
+def test_code_already_in_place_is_kept_as_the_toolkit_keeps_it(tmp_path: Path):
+    """files.download_and_extract fetches nothing into a code directory that holds files (code
+    baked into the image, SageMaker local mode's mount); a file:// URI is read by neither."""
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], {
+        "sagemaker_program": "train.py", "sagemaker_submit_directory": str(tarball(tmp_path))})
+    (base / "code" / "train.py").write_text("baked = True\n")
+    fetch_code(read_training_env(base, num_gpus=0))
+    assert sorted(p.name for p in (base / "code").iterdir()) == ["train.py"]
+    assert (base / "code" / "train.py").read_text() == "baked = True\n"
+
+    uri = host_tree(tmp_path / "uri", "algo-1", ["algo-1"], {
+        "sagemaker_program": "train.py", "sagemaker_submit_directory": f"file://{tarball(tmp_path)}"})
+    with pytest.raises(ContractError, match="neither an s3:// URI nor an existing local path"):
+        fetch_code(read_training_env(uri, num_gpus=0))
+
+
 def test_missing_program_is_a_clear_failure(tmp_path: Path):
     src = source_dir(tmp_path, "main.py", "print('hi')\n")
     base = host_tree(tmp_path, "algo-1", ["algo-1"], distributed("train.py", src))
@@ -302,7 +366,7 @@ def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
     assert cmd[1:] == [
         "-m", "torch.distributed.run", "--nnodes", "3", "--nproc_per_node", "8",
         "--master_addr", "algo-1", "--master_port", "7777", "--node_rank", "1",
-        "--log-dir", str(tmp_path / "logs"), "--tee", "3", "--shutdown-timeout", "100",
+        "--log-dir", str(tmp_path / "logs"), "--redirects", "3", "--shutdown-timeout", "100",
         "train.py", "--lr", "0.1"]
     child = child_environment(env)
     assert (child["FI_PROVIDER"], child["FI_EFA_USE_DEVICE_RDMA"], child["RDMAV_FORK_SAFE"],
@@ -315,14 +379,22 @@ def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
     assert master_address(env) == ("127.0.0.1", 29999)
 
 
-def test_no_efa_settings_elsewhere(tmp_path: Path, monkeypatch):
-    names = {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE", "NCCL_SOCKET_IFNAME", "NCCL_PROTO"}
-    for name in names:
+def test_torchrun_settings_override_the_jobs_and_a_plain_script_gets_none(tmp_path: Path, monkeypatch):
+    """As the toolkit: NCCL_PROTO and NCCL_SOCKET_IFNAME for every torchrun job, over the job's own
+    values; FI_PROVIDER only on its EFA list (g5.48xlarge: EFA without RDMA); nothing without torchrun."""
+    monkeypatch.setenv("NCCL_PROTO", "LL128")  # the job's own environment
+    for name in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE", "NCCL_SOCKET_IFNAME"):
         monkeypatch.delenv(name, raising=False)
-    base = host_tree(tmp_path, "algo-1", ["algo-1"], {"sagemaker_program": "train.py"},
-                     instance_type="ml.g5.48xlarge")
-    child = child_environment(read_training_env(base, num_gpus=0))
-    assert not names & set(child)  # first-generation EFA (no RDMA), and no torchrun
+    hps = {"sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True}
+    torchrun = child_environment(read_training_env(
+        host_tree(tmp_path / "a", "algo-1", ["algo-1"], hps, instance_type="ml.g5.48xlarge"), num_gpus=8))
+    assert (torchrun["NCCL_PROTO"], torchrun["NCCL_SOCKET_IFNAME"], torchrun["FI_PROVIDER"]) == ("simple", "eth0", "efa")
+    assert "FI_EFA_USE_DEVICE_RDMA" not in torchrun and "RDMAV_FORK_SAFE" not in torchrun
+    plain = child_environment(read_training_env(
+        host_tree(tmp_path / "b", "algo-1", ["algo-1"], {"sagemaker_program": "train.py"},
+                  instance_type="ml.p4d.24xlarge"), num_gpus=8))
+    assert plain["NCCL_PROTO"] == "LL128"
+    assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE", "NCCL_SOCKET_IFNAME"} & set(plain)
 
 
 def test_failure_text_keeps_the_exception_and_the_last_frames():

@@ -152,7 +152,7 @@ def test_prices_are_positive_for_priced_accelerated_types():
 
 
 def test_efa():
-    # FACTS.md: these get FI_PROVIDER=efa and FI_EFA_USE_DEVICE_RDMA=1 on SageMaker.
+    # EFA with device RDMA (the hardware; what the toolkit sets is container/toolkit_env.py's table).
     for name in ("ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5e.48xlarge",
                  "ml.p5en.48xlarge", "ml.trn1.32xlarge", "ml.trn1n.32xlarge", "ml.trn2.48xlarge",
                  "ml.p6-b200.48xlarge", "ml.p6-b300.48xlarge", "ml.p6e-gb200.36xlarge"):

@@ -78,7 +78,7 @@ def test_two_hosts_with_hybrid_sharding_and_cp_train_like_one_process(tmp_path, 
     name = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("submitted "))
     # the merged console log: every host's lines, each prefixed with its host
     assert "algo-1 | " in proc.stdout and "algo-2 | " in proc.stdout
-    assert "algo-1 | [default0]:[metrics] step=4 loss=" in proc.stdout
+    assert "algo-1 | [metrics] step=4 loss=" in proc.stdout  # the rank's line as printed, after the host
 
     model = out / name / "output" / "model.tar.gz"
     output = out / name / "output" / "output.tar.gz"
@@ -135,7 +135,8 @@ def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
         assert env["SM_OUTPUT_DATA_DIR"] == f"{base}/output/data"
         assert env["SM_HP_MAX_STEPS"] == "3" and env["SM_HP_MODEL_PRESET"] == "llama3-tiny"
         assert env["SM_HP_MP_PARAMETERS"] == '{"context_parallel_degree":2,"hybrid_shard_degree":2}'
-        assert env["SM_MODULE_DIR"] == f"file://{spec.source_archive}"
+        assert env["SM_MODULE_DIR"] == str(spec.source_archive)
+        assert env["SM_NETWORK_INTERFACE_NAME"] == "lo"  # the hosts meet on 127.0.0.1
         assert env["SM_USER_ENTRY_POINT"] == "train.py"
         framework = json.loads(env["SM_FRAMEWORK_PARAMS"])
         assert framework["sagemaker_torch_distributed_enabled"] is True
@@ -148,6 +149,35 @@ def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
     with tarfile.open(spec.source_archive) as tar:  # the code SageMaker would get, container and launcher
         names = set(tar.getnames())
     assert {"train.py", "container/bootstrap.py", "launcher/config/__init__.py"} <= names
+
+
+# The toolkit's trainer fetches the code with files.download_and_extract(env.module_dir,
+# environment.code_dir) (entry_point.run); computed in a process of its own, as it reads
+# SAGEMAKER_BASE_DIR when imported.
+TOOLKIT_FETCH = """
+from sagemaker_training import environment, files
+files.download_and_extract(uri=environment.Environment().module_dir, path=environment.code_dir)
+"""
+
+
+def test_the_toolkit_fetches_the_code_of_a_local_tree(tmp_path, home, corpus):
+    """AWS's toolkit, run on a tree the process runner wrote, puts the code where our bootstrap does."""
+    pytest.importorskip("sagemaker_training")
+    from container.bootstrap import fetch_code
+
+    job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+                        "instance_count": 2, "hyperparameters": HP, "inputs": {"train": str(corpus[0])}})
+    prepare(job, ProcessRunner(), job_name="fetch", log=lambda _: None)
+    theirs, ours = (home / "jobs" / "fetch" / "hosts" / host for host in ("algo-1", "algo-2"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}
+    proc = subprocess.run([sys.executable, "-c", TOOLKIT_FETCH], env={**env, "SAGEMAKER_BASE_DIR": str(theirs)},
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    fetch_code(read_training_env(ours, num_gpus=0))
+    assert (theirs / "code" / "train.py").read_bytes() == (ROOT / "entrypoints" / "train.py").read_bytes()
+    assert (theirs / "code" / "container" / "bootstrap.py").is_file()  # the bundled package, importable
+    listing = [sorted(str(p.relative_to(base / "code")) for p in (base / "code").rglob("*")) for base in (theirs, ours)]
+    assert listing[0] == listing[1]
 
 
 def test_a_used_job_name_is_refused_and_nothing_is_written(tmp_path, home, corpus):
@@ -283,7 +313,7 @@ def test_no_wait_then_logs_and_stop(tmp_path, home):
     stop = smlaunch("stop", name, env=env)
     assert stop.returncode == 0 and f"stopping {name}" in stop.stdout
     follow = smlaunch("logs", name, "--follow", "--poll", "0.2", env=env, timeout=150)
-    assert "algo-1 | [default0]:rank 0 on algo-1 ready" in follow.stdout
+    assert "algo-1 | rank 0 on algo-1 ready" in follow.stdout
     assert follow.returncode == 1 and "stopped" in follow.stderr  # following a stopped job ends like wait()
     assert store.read(name)["TrainingJobStatus"] == "Stopped"
     wait_for(lambda: processes_in(job) == [], timeout=30)

@@ -250,6 +250,7 @@ class DockerRunner:
     """Runs a prepared job as one container per host (see the module docstring)."""
 
     name = "docker"
+    network_interface_name = "eth0"  # each container's interface on the job's network
 
     def __init__(self, engine: Engine | None = None):
         self._engine = engine

@@ -71,7 +71,7 @@ def prepare(job: ValidatedJob, runner: Runner, *, job_name: str | None = None, r
         per_host, gpus_per_host = _gpu_layout(job, hosts)
     else:
         per_host = job.processes_per_host or 1
-    if cfg.checkpoint_local_path != DEFAULT_CHECKPOINT_PATH:
+    if cfg.checkpoint_local_path not in (None, DEFAULT_CHECKPOINT_PATH):
         checkpoint_dir = _resolve(job, cfg.checkpoint_local_path)  # shared by re-runs: they resume
     else:
         checkpoint_dir = directory / "checkpoints"
@@ -105,7 +105,8 @@ def prepare(job: ValidatedJob, runner: Runner, *, job_name: str | None = None, r
         for host in hosts:
             write_opt_ml(spec.host_dir(host), hyperparameters=spec.hyperparameters, current_host=host,
                          hosts=hosts, instance_type=cfg.instance_type, channels=spec.channels_of(host),
-                         input_mode=cfg.input_mode, distributions=distributions)
+                         input_mode=cfg.input_mode, distributions=distributions,
+                         network_interface_name=runner.network_interface_name)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         (directory / "logs").mkdir(exist_ok=True)
         spec.save()
@@ -169,6 +170,6 @@ def _record(job: ValidatedJob, spec: LocalJobSpec) -> dict:
     }
     if cfg.environment:
         record["Environment"] = dict(cfg.environment)
-    if cfg.checkpoint_s3_uri or cfg.checkpoint_local_path != DEFAULT_CHECKPOINT_PATH:
+    if cfg.checkpoint_s3_uri or cfg.checkpoint_local_path not in (None, DEFAULT_CHECKPOINT_PATH):
         record["CheckpointConfig"] = {"S3Uri": cfg.checkpoint_s3_uri or "", "LocalPath": str(spec.checkpoint_dir)}
     return record

@@ -32,9 +32,12 @@ def _die_with_parent():
 
 class ProcessRunner:
     name = "process"
+    network_interface_name = "lo"  # the hosts meet on 127.0.0.1
 
     def submit_directory(self, spec: LocalJobSpec) -> str:
-        return f"file://{spec.source_archive}"
+        # A plain path of the tar.gz, which the toolkit's files.download_and_extract reads too
+        # (a file:// URI it cannot open); every host extracts it into its own code/ directory.
+        return str(spec.source_archive)
 
     def check(self, spec: LocalJobSpec) -> None:
         missing = [m for m in ("torch", "container") if importlib.util.find_spec(m) is None]

@@ -82,6 +82,9 @@ class HostProcess:
 
 class Runner(Protocol):
     name: str
+    # resourceconfig.json's network_interface_name: the interface the hosts reach each other on,
+    # which torchrun jobs get as NCCL_SOCKET_IFNAME (container.toolkit_env)
+    network_interface_name: str
 
     def submit_directory(self, spec: LocalJobSpec) -> str:
         """The value of `sagemaker_submit_directory` as the bootstrap will see it."""
