@@ -138,21 +138,23 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
         click.echo(click.style("  warning ", fg="yellow") + str(issue))
 
 
-def _image_text(job) -> str:
+def _image_text(job) -> tuple[str, str | None]:
+    """The image and why it is the one (images.py decides both)."""
     cfg = job.config
     if cfg.is_local:
         if cfg.local_runner == "docker":
             from launcher.local.docker import DEFAULT_IMAGE
 
-            return f"{cfg.image_uri or DEFAULT_IMAGE} (local docker runner)"
-        return "none: the local process runner uses this machine's Python"
+            return f"{cfg.image_uri or DEFAULT_IMAGE} (local docker runner)", None
+        return "none: the local process runner uses this machine's Python", None
     if job.instance is None:
-        return cfg.image_uri or "unknown (the instance type is not in the catalog)"
-    from launcher.backends.images import job_image
+        return cfg.image_uri or "unknown (the instance type is not in the catalog)", None
+    from launcher.backends.images import job_image_choice
     from launcher.config.job_rules import DEFAULT_REGION
 
+    choice = job_image_choice(cfg, job.instance.name, cfg.region or DEFAULT_REGION, runtime=job.kind.runtime)
     region = cfg.region or f"{DEFAULT_REGION}; yours comes from the boto3 chain"
-    return f"{job_image(cfg, job.instance.name, cfg.region or DEFAULT_REGION)} (region {region})"
+    return f"{choice.uri} (region {region})", choice.reason
 
 
 def _summary(job) -> dict:
@@ -165,7 +167,9 @@ def _summary(job) -> dict:
     }
     if job.instance and job.instance.accelerator:
         out["accelerator"] = f"{job.instance.accelerators} x {job.instance.accelerator.model}"
-    out["image"] = _image_text(job)
+    out["image"], reason = _image_text(job)
+    if reason:
+        out["image_reason"] = reason
     if job.layout:
         lay = job.layout
         out["world_size"] = lay.world

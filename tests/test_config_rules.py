@@ -26,6 +26,10 @@ def own_script_dir(tmp_path):
     return tmp_path / "own"
 
 
+# A user's script names its image, as the SageMaker SDK requires: the seed's SMP v2 image.
+SCRIPT_IMAGE = {"framework_version": "2.4.1", "py_version": "py311"}
+
+
 def make_job(script_dir, *, params=None, hp=None, **fields):
     job = {
         "entry_point": "train.py",
@@ -143,7 +147,7 @@ def test_tp_heads_check_uses_explicit_shape(script_dir):
 
 def test_tp_unknown_model_is_not_checked(own_script_dir):
     data = make_job(own_script_dir, params={"tensor_parallel_degree": 8, "hybrid_shard_degree": 1},
-                    hp={"hf_pretrained_model_name_or_dir": "my-org/unknown-model"})
+                    hp={"hf_pretrained_model_name_or_dir": "my-org/unknown-model"}, **SCRIPT_IMAGE)
     assert paths(data) == []
 
 
@@ -151,7 +155,8 @@ def test_expert_parallel_needs_moe(script_dir, own_script_dir):
     dense = make_job(script_dir, params={"expert_parallel_degree": 2})
     assert "dense" in only_issue(dense, f"{MP}.expert_parallel_degree")[0].problem
     # smlaunch's runtime has no MoE model; a script of the user's own may train Mixtral
-    assert paths(make_job(own_script_dir, params={"expert_parallel_degree": 2}, hp={"model_type": "mixtral"})) == []
+    assert paths(make_job(own_script_dir, params={"expert_parallel_degree": 2}, hp={"model_type": "mixtral"},
+                          **SCRIPT_IMAGE)) == []
 
 
 def test_sharded_data_parallel_degree_rules(script_dir):
@@ -381,13 +386,54 @@ def test_validation_does_not_mutate_input(script_dir):
     assert data == before
 
 
-def test_framework_version_must_name_an_image(script_dir):
-    issue = only_issue(make_job(script_dir, framework_version="2.4.9"), "framework_version")[0]
+def test_framework_version_must_name_an_image(own_script_dir):
+    issue = only_issue(make_job(own_script_dir, framework_version="2.4.9"), "framework_version")[0]
     assert issue.value == "2.4.9" and "2.4.1" in issue.problem + issue.fix
-    assert paths(make_job(script_dir, framework_version="2.4.1", py_version="py311")) == []
+    assert paths(make_job(own_script_dir, **SCRIPT_IMAGE)) == []
     # an explicit image skips the table; so does local mode
-    assert paths(make_job(script_dir, framework_version="2.4.9", image_uri="my/image:1")) == []
-    assert only_issue(make_job(script_dir, framework_version="2.4.1", py_version="py38"), "py_version")
+    assert paths(make_job(own_script_dir, framework_version="2.4.9", image_uri="my/image:1")) == []
+    assert "framework_version" not in paths(make_job(own_script_dir, framework_version="2.4.9", instance_type="local"))
+    assert only_issue(make_job(own_script_dir, framework_version="2.4.1", py_version="py38"), "py_version")
+
+
+def test_a_user_script_names_its_image_as_the_sdk_requires(own_script_dir):
+    issue = only_issue(make_job(own_script_dir), "framework_version")[0]
+    assert "image_uri" in issue.fix
+
+
+def test_the_runtime_needs_torch_2_6(script_dir):
+    """Its default is the newest DLC; the seed's SMP v2 image (PyTorch 2.4.1) has no fully_shard."""
+    assert paths(make_job(script_dir)) == []
+    issue = only_issue(make_job(script_dir, **SCRIPT_IMAGE), "framework_version")[0]
+    assert "torch >= 2.6" in issue.problem and "remove framework_version" in issue.fix
+    old_dlc = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.4.0-gpu-py311"
+    assert only_issue(make_job(script_dir, image_uri=old_dlc), "image_uri")
+    assert paths(make_job(script_dir, image_uri="my/image:1")) == []
+
+
+def test_an_image_from_another_region_warns(script_dir):
+    image = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312"
+    assert "eu-west-1" in only_issue(make_job(script_dir, image_uri=image, region="eu-west-1"), "image_uri",
+                                     "warning")[0].problem
+    assert paths(make_job(script_dir, image_uri=image, region="us-east-1"), "warning") == []
+
+
+def test_network_isolation_warns_that_the_runtimes_requirements_need_pip(script_dir):
+    assert only_issue(make_job(script_dir, enable_network_isolation=True), "enable_network_isolation", "warning")
+
+
+def test_sdk_refuses_two_smdistributed_strategies_even_one_off(script_dir):
+    data = make_job(script_dir)
+    data["distribution"]["smdistributed"]["dataparallel"] = {"enabled": False}
+    assert "more than one" in only_issue(data, "distribution.smdistributed")[0].problem
+
+
+def test_sdk_refuses_smdistributed_on_p5_without_torchrun(own_script_dir):
+    smddp = make_job(own_script_dir, instance_type="ml.p5.48xlarge", framework_version="2.2.0", py_version="py310",
+                     distribution={"smdistributed": {"dataparallel": {"enabled": True}}})
+    assert "p5" in only_issue(smddp, "distribution.torch_distributed.enabled")[0].problem
+    smddp["instance_type"] = "ml.p4d.24xlarge"
+    assert paths(smddp) == []
 
 
 def test_tp_needs_divisible_sequence_mlp_and_vocab(script_dir):

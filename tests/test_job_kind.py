@@ -33,6 +33,9 @@ def job(source_dir, hp=None, params=None, **fields) -> dict:
             "hyperparameters": {"model_preset": "llama3-tiny", "max_context_width": 256, "bf16": 1, **(hp or {})},
             "distribution": {"torch_distributed": {"enabled": True}, "smdistributed": {"modelparallel": {
                 "enabled": True, "parameters": {"hybrid_shard_degree": 8, **(params or {})}}}}}
+    if source_dir != ROOT / "entrypoints":
+        # a user's SMP script names its image, as the SageMaker SDK requires; the runtime takes its default
+        data.update(framework_version="2.4.1", py_version="py311")
     data.update(fields)
     return data
 
@@ -94,15 +97,38 @@ def test_validate_shows_the_kind(tmp_path, own):
         assert json.loads(proc.stdout)["summary"]["kind"] == kind
 
 
+# pytorch.json (SDK v2): the 2.8.0 DLC, account 763104351884 in both regions used here.
+DLC = "763104351884.dkr.ecr.{region}.amazonaws.com/pytorch-training:2.8.0-gpu-py312"
+
+
 def test_validate_shows_the_image(tmp_path):
     """The image the request would name (build_request takes it from the same job_image)."""
     seed = subprocess.run([sys.executable, "-m", "launcher.cli", "validate", str(ROOT / "configs/seed/p5-cp8-fp8.yaml"),
                            "--json"], capture_output=True, text=True, check=False)
-    assert json.loads(seed.stdout)["summary"]["image"] == (
-        "658645717510.dkr.ecr.us-east-1.amazonaws.com/smdistributed-modelparallel:2.4.1-gpu-py311-cu121 "
-        "(region us-east-1)")
+    summary = json.loads(seed.stdout)["summary"]
+    assert summary["image"] == f"{DLC.format(region='us-east-1')} (region us-east-1)"
+    assert summary["image_reason"] == "image_uri as given (PyTorch 2.8.0)"
     path = tmp_path / "job.json"
+    path.write_text(json.dumps(job(ROOT / "entrypoints", region="eu-west-1")))
+    runtime = subprocess.run([sys.executable, "-m", "launcher.cli", "validate", str(path), "--json"],
+                             capture_output=True, text=True, check=False)
+    summary = json.loads(runtime.stdout)["summary"]
+    assert summary["image"] == f"{DLC.format(region='eu-west-1')} (region eu-west-1)"
+    assert summary["image_reason"] == "PyTorch DLC 2.8.0: the default for smlaunch's runtime (needs torch >= 2.6)"
     path.write_text(json.dumps(job(ROOT / "entrypoints", instance_type="local", distribution=None)))
     local = subprocess.run([sys.executable, "-m", "launcher.cli", "validate", str(path), "--json"],
                            capture_output=True, text=True, check=False)
     assert json.loads(local.stdout)["summary"]["image"] == "none: the local process runner uses this machine's Python"
+
+
+def test_the_image_follows_the_kind(own):
+    """A user's SMP script keeps the SDK's SMP v2 image; smlaunch's runtime cannot run on it."""
+    from launcher.backends.images import job_image_choice
+
+    script = validate_job(job(own))
+    choice = job_image_choice(script.config, "ml.p5.48xlarge", "us-east-1", runtime=script.kind.runtime)
+    assert choice.uri == \
+        "658645717510.dkr.ecr.us-east-1.amazonaws.com/smdistributed-modelparallel:2.4.1-gpu-py311-cu121"
+    assert choice.reason == "SMP v2 image for PyTorch 2.4.1 (model parallelism on, with torch_distributed)"
+    assert errors(job(own, framework_version=None, py_version=None)) == ["framework_version"]
+    assert errors(job(ROOT / "entrypoints", framework_version="2.4.1", py_version="py311")) == ["framework_version"]

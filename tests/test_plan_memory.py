@@ -133,7 +133,8 @@ def test_unknown_model_is_invalid_for_smlaunchs_train_py():
 def test_unknown_model_of_an_own_script_cannot_be_planned(tmp_path):
     (tmp_path / "train.py").write_text("print('my own loop')\n")
     job = validate_job({"entry_point": "train.py", "source_dir": str(tmp_path),
-                        "instance_type": "ml.p5.48xlarge", "hyperparameters": {"bf16": 1}})
+                        "instance_type": "ml.p5.48xlarge", "hyperparameters": {"bf16": 1},
+                        "framework_version": "2.8.0", "py_version": "py312"})  # a user script names its image
     with pytest.raises(PlanError, match="model_preset"):
         estimate_memory(job)
 

@@ -15,7 +15,8 @@ def test_source_ignore_adds_to_defaults(tmp_path, monkeypatch):
     (code / ".git" / "HEAD").write_text("ref")
     (code / "keep.py").write_text("")
     job = validate_job({"entry_point": "train.py", "source_dir": str(code), "instance_type": "ml.g5.xlarge",
-                        "role": "arn:aws:iam::111122223333:role/R", "source_ignore": ["data"]})
+                        "role": "arn:aws:iam::111122223333:role/R", "source_ignore": ["data"],
+                        "framework_version": "2.8.0", "py_version": "py312"})  # a user script names its image
     backend = SageMakerBackend(region="us-east-1")
     bundle = backend._bundle(job, tmp_path)
     with tarfile.open(bundle.path) as tar:

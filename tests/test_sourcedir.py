@@ -377,3 +377,121 @@ def test_gzip_stream_is_valid(project: Path, tmp_path: Path) -> None:
     )
     with gzip.open(bundle.path) as fh:
         assert len(fh.read()) % 512 == 0
+
+
+# --- the runtime's requirements.txt -------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _job(source_dir: Path, instance_type: str = "ml.p5.48xlarge", **fields):
+    from launcher.config import validate_job
+
+    return validate_job({"entry_point": "train.py", "source_dir": str(source_dir), "instance_type": instance_type,
+                         "hyperparameters": {"model_preset": "llama3-tiny", "max_context_width": 256}, **fields})
+
+
+def _pyproject_specs() -> dict[str, str]:
+    """What pyproject.toml asks for, by distribution name: the dependencies and the train extra."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = project["dependencies"] + project["optional-dependencies"]["train"]
+    return {line.split(">")[0].split("=")[0].split("<")[0].strip(): line for line in lines}
+
+
+def test_a_runtime_job_for_sagemaker_ships_the_runtimes_requirements(tmp_path: Path) -> None:
+    from launcher.backends.sourcedir import build_job_sourcedir
+
+    bundle = build_job_sourcedir(_job(ROOT / "entrypoints"), tmp_path / "a.tar.gz")
+    lines = [line for line in read(bundle.path, "requirements.txt").splitlines() if not line.startswith("#")]
+    specs = _pyproject_specs()
+    assert lines == [specs[name] for name in ("pydantic", "numpy", "safetensors", "huggingface_hub")]
+    assert bundle.added_requirements == lines
+    assert not any(line.startswith("torch") for line in lines)  # the image's; images.py checks its version
+
+
+def test_what_the_runtime_imports_is_the_image_or_the_requirements(tmp_path: Path) -> None:
+    """Every distribution train.py's imports load beyond PyTorch's own is one requirements.txt installs."""
+    pytest.importorskip("torch")
+    from importlib.metadata import PackageNotFoundError, packages_distributions, requires
+
+    from launcher.backends.sourcedir import runtime_requirements
+
+    code = ("import sys\n"
+            "import torch, torch.distributed.fsdp, torch.distributed.tensor, torch.distributed.checkpoint, "
+            "torch.utils.data, torch.utils.checkpoint\n"
+            "before = set(sys.modules)\n"
+            "sys.path.insert(0, 'entrypoints')\n"
+            "import train, container.args, container.runtime, container.trainer, container.pretrained, container.hf\n"
+            "print(' '.join(set(sys.modules) - before))")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout.split()
+    owners = packages_distributions()
+
+    def norm(requirement: str) -> str:
+        name = requirement.split(";")[0]
+        for stop in "[<>=!~ ":
+            name = name.split(stop)[0]
+        return name.strip().lower().replace("_", "-")
+
+    imported = {norm(d) for m in loaded for d in owners.get(m.split(".")[0], [])}
+    installed, todo = set(), [norm(r) for r in runtime_requirements()]
+    while todo:  # what pip installs for the requirements, dependencies included
+        name = todo.pop()
+        if name not in installed:
+            installed.add(name)
+            try:
+                todo += [norm(d) for d in requires(name) or [] if "extra ==" not in d]
+            except PackageNotFoundError:
+                pass
+    assert {"pydantic", "safetensors"} <= imported
+    assert imported - installed <= {"smlaunch", "torch"}, imported - installed  # torch: the image's
+
+
+def test_local_jobs_and_user_scripts_get_no_requirements(tmp_path: Path) -> None:
+    """Local runs use this machine's Python (or smlaunch's image): pip must not reach for the network."""
+    from launcher.backends.sourcedir import build_job_sourcedir
+
+    local = build_job_sourcedir(_job(ROOT / "entrypoints", "local"), tmp_path / "local.tar.gz")
+    assert "requirements.txt" not in local.files and local.added_requirements == []
+    write(tmp_path / "own" / "train.py", "print('mine')\n")
+    script = build_job_sourcedir(_job(tmp_path / "own", framework_version="2.8.0", py_version="py312"),
+                                 tmp_path / "own.tar.gz")
+    assert "requirements.txt" not in script.files
+
+
+def test_a_users_requirements_are_kept_and_completed(tmp_path: Path) -> None:
+    from launcher.backends.sourcedir import build_job_sourcedir
+
+    code = tmp_path / "code"
+    write(code / "train.py", "from container.trainer import train\n")
+    write(code / "requirements.txt", "pydantic==2.9.2\n-r more.txt\nwandb")
+    bundle = build_job_sourcedir(_job(code), tmp_path / "a.tar.gz")
+    text = read(bundle.path, "requirements.txt")
+    specs = _pyproject_specs()
+    assert text == ("pydantic==2.9.2\n-r more.txt\nwandb\n# smlaunch's runtime (added by smlaunch)\n"
+                    f"{specs['numpy']}\n{specs['safetensors']}\n{specs['huggingface_hub']}\n")
+    assert read(bundle.path, "train.py") == "from container.trainer import train\n"
+
+
+def test_requirements_are_written_or_left_alone(project: Path, tmp_path: Path) -> None:
+    bundle = build_sourcedir(tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project,
+                             include_packages=(), requirements=["numpy>=1.24"])
+    assert read(bundle.path, "requirements.txt") == "# smlaunch's runtime (added by smlaunch)\nnumpy>=1.24\n"
+    assert members(bundle.path)["requirements.txt"].mode == 0o644
+    write(project / "requirements.txt", "HuggingFace.Hub==0.30\n")  # names compare as pip normalises them
+    bundle = build_sourcedir(tmp_path / "b.tar.gz", entry_point="train.py", source_dir=project,
+                             include_packages=(), requirements=["huggingface_hub>=0.26"])
+    assert read(bundle.path, "requirements.txt") == "HuggingFace.Hub==0.30\n" and bundle.added_requirements == []
+
+
+def test_an_installed_smlaunch_reads_its_requirements_from_its_metadata(tmp_path, monkeypatch) -> None:
+    """Without a checkout's pyproject.toml beside the packages (a wheel install): the metadata."""
+    from importlib.metadata import requires
+
+    from launcher.backends import sourcedir
+
+    monkeypatch.setattr(sourcedir, "_package_dir", lambda name: tmp_path / "site-packages" / name)
+    installed = [line.split(";")[0].strip() for line in requires("smlaunch")]
+    lines = sourcedir.runtime_requirements()
+    assert [line.split(">")[0].split("<")[0] for line in lines] == list(sourcedir.RUNTIME_DISTRIBUTIONS)
+    assert set(lines) <= set(installed)

@@ -1,209 +1,361 @@
-"""Training image URIs: AWS Deep Learning Containers for PyTorch, and the SMP v2 images.
+"""Which training image a SageMaker job runs on, and why: the SageMaker Python SDK v2's choice.
 
-Sources, so the tables can be refreshed:
+Source: the SageMaker Python SDK 2.257.7.
 
-- Versions, Python versions, version aliases and ECR accounts per region: the SageMaker Python
-  SDK 2.257.7, ``src/sagemaker/image_uri_config/pytorch.json`` (``training``) and
-  ``pytorch-smp.json``. In ``pytorch-smp.json`` the later keys of ``versions`` are SMP library
-  releases and ``version_aliases`` maps PyTorch versions onto them; the image tag carries the
-  PyTorch version. The SMP CUDA suffix is the one ``sagemaker.image_uris.get_training_image_uri``
-  picks (cu124 for PyTorch 2.5, cu121 for 2.1-2.4).
-- CUDA and Ubuntu parts of the DLC tags: ``pytorch/training/buildspec-2-<minor>-sm.yml`` in
-  github.com/aws/deep-learning-containers (the ``-sagemaker`` images).
+- ``pytorch_images.json`` is a verbatim copy of the SDK's ``image_uri_config/pytorch.json``
+  (scope ``training``: the PyTorch DLCs 0.4 to 2.8) under ``pytorch`` and of
+  ``image_uri_config/pytorch-smp.json`` (``training``: the SMP v2 images) under ``pytorch-smp``.
+  tests/test_images_sdk.py fails when the installed SDK's files differ (refresh: see
+  docs/images.md).
+- The rules are those of ``sagemaker.image_uris.get_training_image_uri`` and ``retrieve``, and the
+  version checks of the SDK's ``PyTorch`` estimator (``sagemaker.fw_utils.validate_distribution``);
+  the constants below are the SDK's. tests/test_images_sdk.py compares the URIs with the SDK's
+  own over a grid of versions, Python versions, instance types, regions and distributions.
 
-The SDK itself emits the short DLC tag (``2.4.0-gpu-py311``); the full tag built here names the
-same image family with its CUDA and OS spelled out, as AWS's release notes list it.
+In the SDK's terms: a ``distribution`` holding both ``torch_distributed`` and
+``smdistributed.modelparallel`` (whose ``enabled`` defaults to true) selects SMP v2's
+``smdistributed-modelparallel`` image, its CUDA suffix read from framework_version. Everything
+else, SMP v1 (model parallelism launched by mpi) and smddp (``smdistributed.dataparallel``)
+included, runs the PyTorch DLC ``pytorch-training:<framework_version>-<cpu|gpu>-<py_version>``.
+The tag carries framework_version as written: "2.4" gives the DLC's moving tag ``2.4-gpu-py311``.
+
+smlaunch's own rules: Neuron (trn, inf) and Graviton instances are refused where the SDK would
+switch to Neuron or inference images; py_version may be left out when the version has one Python
+(``retrieve``'s rule; the SDK's estimator requires it); a job that runs smlaunch's runtime needs
+torch >= RUNTIME_MIN_TORCH, and without framework_version and image_uri it runs on the newest DLC,
+as if image_uri named it.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
 
-SMP_ACCOUNT = "658645717510"
-SMP_REPOSITORY = "smdistributed-modelparallel"
-DLC_REPOSITORY = "pytorch-training"
+# The oldest PyTorch smlaunch's runtime runs on: torch.distributed.fsdp.fully_shard is public from
+# 2.6. pyproject.toml's `train` extra asks for the same (tests/test_images.py holds them together).
+RUNTIME_MIN_TORCH = "2.6"
 
-# PyTorch version -> (Python, CUDA, Ubuntu). Versions before 2.0 are left out: the training
-# container needs PyTorch 2.
-_DLC_BUILDS: dict[str, tuple[str, str, str]] = {
-    "2.0.0": ("py310", "cu118", "20.04"),
-    "2.0.1": ("py310", "cu118", "20.04"),
-    "2.1.0": ("py310", "cu121", "20.04"),
-    "2.2.0": ("py310", "cu121", "20.04"),
-    "2.3.0": ("py311", "cu121", "20.04"),
-    "2.4.0": ("py311", "cu124", "22.04"),
-    "2.5.1": ("py311", "cu124", "22.04"),
-    "2.6.0": ("py312", "cu126", "22.04"),
-    "2.7.1": ("py312", "cu128", "22.04"),
-    "2.8.0": ("py312", "cu128", "22.04"),
-}
+TABLE = Path(__file__).with_name("pytorch_images.json")
+DLC = "pytorch"
+SMP = "pytorch-smp"
 
-# PyTorch version -> (Python, CUDA); the comment names the pytorch-smp.json entry the SDK
-# resolves it to. PyTorch 2.0.1 is left out: the SDK picks its CUDA suffix by instance type.
-_SMP_BUILDS: dict[str, tuple[str, str]] = {
-    "2.1.2": ("py310", "cu121"),  # entry 2.1.2
-    "2.2.0": ("py310", "cu121"),  # entry 2.3.1 (SMP 2.3.1)
-    "2.3.1": ("py311", "cu121"),  # entry 2.5.0 (SMP 2.5.0)
-    "2.4.1": ("py311", "cu121"),  # entry 2.7.0 (SMP 2.7.0)
-    "2.5.1": ("py311", "cu124"),  # entry 2.8.0 (SMP 2.8.0)
-}
+# sagemaker.fw_utils.TORCH_DISTRIBUTED_GPU_SUPPORTED_FRAMEWORK_VERSIONS
+TORCH_DISTRIBUTED_GPU_VERSIONS = ("1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0", "2.3.0", "2.3.1",
+                                  "2.4.1", "2.5.1", "2.6.0", "2.7.1", "2.8.0")
+# sagemaker.fw_utils.SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS["pytorch"]
+SMDDP_VERSIONS = ("1.6", "1.6.0", "1.7", "1.7.1", "1.8", "1.8.0", "1.8.1", "1.9", "1.9.0", "1.9.1", "1.10",
+                  "1.10.0", "1.10.2", "1.11", "1.11.0", "1.12", "1.12.0", "1.12.1", "1.13.1", "2.0.0", "2.0.1",
+                  "2.1.0", "2.1.2", "2.2.0")
+# sagemaker.estimator.Framework.UNSUPPORTED_DLC_IMAGE_FOR_SM_PARALLELISM
+SMDISTRIBUTED_INCOMPATIBLE_IMAGES = ("2.0.1-gpu-py310-cu121",)
+# sagemaker.image_uris._get_image_tag: the suffix PyTorch 1.6 GPU tags get on p4d or with smdistributed.
+_PT16_SUFFIXES = {"1.6-gpu-py36": "cu110-ubuntu18.04-v3", "1.6.0-gpu-py36": "cu110-ubuntu18.04",
+                  "1.6-gpu-py3": "cu110-ubuntu18.04-v3", "1.6.0-gpu-py3": "cu110-ubuntu18.04"}
+# sagemaker.fw_utils.GRAVITON_ALLOWED_TARGET_INSTANCE_FAMILY
+_GRAVITON = frozenset({"m6g", "m6gd", "c6g", "c6gd", "c6gn", "c7g", "r6g", "r6gd"})
+# ECR's DNS suffix outside the aws partition, as botocore resolves it for the SDK.
+_PARTITION_DNS = (("cn-", "amazonaws.com.cn"), ("us-isob-", "sc2s.sgov.gov"), ("us-isof-", "csp.hci.ic.gov"),
+                  ("us-iso-", "c2s.ic.gov"), ("eu-isoe-", "cloud.adc-e.uk"))
+_INSTANCE_TYPE = re.compile(r"ml\.([a-z][a-z0-9-]*)\.[a-z0-9]+")
+_ECR_REGION = re.compile(r"^\d{12}\.dkr\.ecr\.([a-z0-9-]+)\.")
+_KNOWN_IMAGE = re.compile(r"/(pytorch-training|smdistributed-modelparallel):(\d+\.\d+(?:\.\d+)?)-")
 
-# The same accounts serve every PyTorch 2.4+ version in pytorch.json; the ISO partitions that
-# older versions also list are left out (their ECR hostnames differ).
-_DLC_ACCOUNTS: dict[str, str] = {
-    "af-south-1": "626614931356", "ap-east-1": "871362719292", "ap-east-2": "975050140332",
-    "ap-northeast-1": "763104351884", "ap-northeast-2": "763104351884",
-    "ap-northeast-3": "364406365360", "ap-south-1": "763104351884",
-    "ap-south-2": "772153158452", "ap-southeast-1": "763104351884",
-    "ap-southeast-2": "763104351884", "ap-southeast-3": "907027046896",
-    "ap-southeast-4": "457447274322", "ap-southeast-5": "550225433462",
-    "ap-southeast-6": "633930458069", "ap-southeast-7": "590183813437",
-    "ca-central-1": "763104351884", "ca-west-1": "204538143572",
-    "cn-north-1": "727897471807", "cn-northwest-1": "727897471807",
-    "eu-central-1": "763104351884", "eu-central-2": "380420809688",
-    "eu-north-1": "763104351884", "eu-south-1": "692866216735", "eu-south-2": "503227376785",
-    "eu-west-1": "763104351884", "eu-west-2": "763104351884", "eu-west-3": "763104351884",
-    "il-central-1": "780543022126", "me-central-1": "914824155844",
-    "me-south-1": "217643126080", "mx-central-1": "637423239942", "sa-east-1": "763104351884",
-    "us-east-1": "763104351884", "us-east-2": "763104351884",
-    "us-gov-east-1": "446045086412", "us-gov-west-1": "442386744353",
-    "us-west-1": "763104351884", "us-west-2": "763104351884",
-}  # fmt: skip
 
-# pytorch-smp.json lists one account for every region it serves.
-_SMP_REGIONS: frozenset[str] = frozenset({
-    "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1", "ap-southeast-1",
-    "ap-southeast-2", "ca-central-1", "eu-central-1", "eu-north-1", "eu-west-1", "eu-west-2",
-    "eu-west-3", "sa-east-1", "us-east-1", "us-east-2", "us-west-1", "us-west-2",
-})  # fmt: skip
+@dataclass(frozen=True)
+class ImageChoice:
+    """The image, why it is the one, and the PyTorch version inside where the table or tag tells."""
 
-_INSTANCE_TYPE = re.compile(r"ml\.([a-z]+)\d+[a-z0-9-]*\.[a-z0-9]+")
-_GPU_FAMILIES = frozenset({"p", "g"})
-_NEURON_FAMILIES = frozenset({"trn", "inf"})
+    uri: str
+    reason: str
+    torch: str | None = None
 
 
 class ImageResolutionError(ValueError):
-    """No known image matches; ``field`` names the offending argument."""
+    """No image fits, or the SDK refuses the combination; ``field`` names the offending argument."""
 
-    def __init__(self, field: str, value: object, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.value = value
+    def __init__(self, field: str, value: object, problem: str, fix: str) -> None:
+        super().__init__(f"{field} {problem}; {fix}" if value is None else f"{field} '{value}' {problem}; {fix}")
+        self.field, self.value, self.problem, self.fix = field, value, problem, fix
 
 
-def resolve_image_uri(
+def resolve_image(
     *,
     region: str,
-    framework_version: str | None,
-    py_version: str | None,
     instance_type: str,
-    smp: bool,
-) -> str:
-    """The training image for a PyTorch job; SMP v2's image when ``smp`` is set.
+    framework_version: str | None = None,
+    py_version: str | None = None,
+    distribution: Mapping[str, Any] | None = None,
+    image_uri: str | None = None,
+    runtime: bool | None = None,
+) -> ImageChoice:
+    """The training image for a PyTorch job, as the SDK picks it from the same arguments.
 
-    ``framework_version`` may be "2.4" (the latest patch the table has) or "2.4.1"; None means
-    the newest version. ``py_version`` None means the one the image ships.
+    ``distribution`` is the estimator's dict as the SDK sees it. ``runtime``: the job runs
+    smlaunch's runtime (True: its torch minimum is checked), a script of the user's own (False:
+    framework_version or image_uri is required, as in the SDK), or it is not known (None: a job
+    already validated).
     """
-    gpu = _has_gpu(instance_type)
-    if smp:
-        if not gpu:
+    dist = dict(distribution or {})
+    if image_uri:
+        _check_image_with_launchers(image_uri, dist)
+        torch = _torch_in_uri(image_uri)
+        choice = ImageChoice(image_uri, f"image_uri as given (PyTorch {torch})" if torch else "image_uri as given",
+                             torch)
+        if runtime:
+            _check_runtime(choice, "image_uri", image_uri, region, instance_type)
+        return choice
+    if framework_version is None:
+        if runtime is False:
+            newest = _newest(DLC)
             raise ImageResolutionError(
-                "instance_type",
-                instance_type,
-                f"instance_type '{instance_type}' has no GPU, and SMP v2 images run only on "
-                "GPU instances: pick an ml.p* or ml.g* type, or turn SMP off",
-            )
-        version = _full_version(framework_version, _SMP_BUILDS, "SMP v2 image")
-        py, cuda = _SMP_BUILDS[version]
-        _check_py(py_version, py, version)
-        account = _account(region, dict.fromkeys(_SMP_REGIONS, SMP_ACCOUNT), "SMP v2 images")
-        tag = f"{version}-gpu-{py}-{cuda}"
-        return f"{_registry(account, region)}/{SMP_REPOSITORY}:{tag}"
-
-    version = _full_version(framework_version, _DLC_BUILDS, "PyTorch training DLC")
-    py, cuda, ubuntu = _DLC_BUILDS[version]
-    _check_py(py_version, py, version)
-    account = _account(region, _DLC_ACCOUNTS, "PyTorch training DLCs")
-    device = f"gpu-{py}-{cuda}" if gpu else f"cpu-{py}"
-    tag = f"{version}-{device}-ubuntu{ubuntu}-sagemaker"
-    return f"{_registry(account, region)}/{DLC_REPOSITORY}:{tag}"
+                "framework_version", None,
+                "is required without image_uri: the SageMaker SDK picks the image from framework_version "
+                "and py_version",
+                f"set framework_version (e.g. {newest}, py_version {_py_versions(DLC, newest)[0]}) or image_uri")
+        return runtime_default_image(region, instance_type, py_version)
+    _check_versions_with_launchers(framework_version, instance_type, dist)
+    choice = _retrieve(_framework(dist), region, framework_version, py_version, instance_type, dist)
+    if runtime:
+        _check_runtime(choice, "framework_version", framework_version, region, instance_type)
+    return choice
 
 
-def _has_gpu(instance_type: str) -> bool:
+def runtime_default_image(region: str, instance_type: str, py_version: str | None = None) -> ImageChoice:
+    """The newest PyTorch DLC: smlaunch's runtime's image when a job names no version and no image."""
+    version = _newest(DLC)
+    choice = _retrieve(DLC, region, version, py_version, instance_type, {})
+    return ImageChoice(choice.uri, f"PyTorch DLC {version}: the default for smlaunch's runtime "
+                                   f"(needs torch >= {RUNTIME_MIN_TORCH})", choice.torch)
+
+
+def job_image_choice(job, instance_type: str, region: str, *, runtime: bool | None = None) -> ImageChoice:
+    """`resolve_image` for a JobConfig."""
+    dist = job.distribution.model_dump(exclude_unset=True, exclude_none=True) if job.distribution else None
+    return resolve_image(region=region, instance_type=instance_type, framework_version=job.framework_version,
+                         py_version=job.py_version, distribution=dist, image_uri=job.image_uri, runtime=runtime)
+
+
+def job_image(job, instance_type: str, region: str, *, runtime: bool | None = None) -> str:
+    """The image URI a SageMaker job runs on (`job` is a JobConfig)."""
+    return job_image_choice(job, instance_type, region, runtime=runtime).uri
+
+
+# --- the SDK's resolution ---------------------------------------------------------------------------
+@cache
+def _table() -> dict[str, Any]:
+    return json.loads(TABLE.read_text())
+
+
+def _framework(dist: Mapping[str, Any]) -> str:
+    """get_training_image_uri: SMP v2 needs both keys; modelparallel's `enabled` defaults to true."""
+    mp = (dist.get("smdistributed") or {}).get("modelparallel")
+    return SMP if "torch_distributed" in dist and mp is not None and mp.get("enabled", True) else DLC
+
+
+def _retrieve(framework: str, region: str, version: str, py_version: str | None, instance_type: str,
+              dist: Mapping[str, Any]) -> ImageChoice:
+    table = _table()[framework]
+    family, processor = _processor(instance_type, framework)
+    config = table["versions"].get(table["version_aliases"].get(version, version))
+    if config is None:
+        what = "SMP v2 image (model parallelism with torch_distributed)" if framework == SMP else "PyTorch DLC"
+        raise _unsupported("framework_version", version, f"has no {what}", _accepted(framework))
+    py = _py(py_version, config["py_versions"], version)
+    accounts = config["registries"]
+    if region not in accounts:
+        raise _unsupported("region", region, f"has no {_label(framework)} {version}", sorted(accounts))
+    torch = _torch_of(framework, version)
+    if framework == SMP:
+        tag = f"{version}-{processor}-{py}-{_smp_cuda(version, instance_type)}"
+        shown = f"for PyTorch {torch}" if torch == version else f"{version} for PyTorch {torch}"
+        reason = f"SMP v2 image {shown} (model parallelism on, with torch_distributed)"
+    else:
+        if family == "p2" and _key(version) >= (1, 13):
+            raise ImageResolutionError("instance_type", instance_type,
+                                       "is a P2 instance, which the SageMaker SDK refuses from PyTorch 1.13",
+                                       "pick a newer GPU family (ml.g5, ml.p3 or later)")
+        tag = f"{version}-{processor}-{py}"
+        if processor == "gpu" and (family == "p4d" or "smdistributed" in dist) and tag in _PT16_SUFFIXES:
+            tag += f"-{_PT16_SUFFIXES[tag]}"
+        reason = f"PyTorch DLC {torch} ({_dlc_why(version, dist)})"
+    uri = f"{accounts[region]}.dkr.ecr.{region}.{_dns(region)}/{config['repository']}:{tag}"
+    return ImageChoice(uri, reason, torch)
+
+
+def _dlc_why(version: str, dist: Mapping[str, Any]) -> str:
+    smd = dist.get("smdistributed") or {}
+    if (smd.get("dataparallel") or {}).get("enabled"):
+        return "smddp: SageMaker's data-parallel library ships in the DLC"
+    if smd.get("modelparallel") is not None and smd["modelparallel"].get("enabled", True):
+        return "SMP v1: model parallelism without torch_distributed"
+    return f"framework_version {version}"
+
+
+def _processor(instance_type: str, framework: str) -> tuple[str, str]:
     match = _INSTANCE_TYPE.fullmatch(instance_type)
     if match is None:
-        raise ImageResolutionError(
-            "instance_type",
-            instance_type,
-            f"instance_type '{instance_type}' is not a SageMaker instance type: use the "
-            "'ml.' form, e.g. 'ml.p5.48xlarge' or 'ml.m5.xlarge'",
-        )
+        raise ImageResolutionError("instance_type", instance_type, "is not a SageMaker instance type",
+                                   "use the 'ml.' form, e.g. 'ml.p5.48xlarge' or 'ml.m5.xlarge'")
     family = match.group(1)
-    if family in _NEURON_FAMILIES:
+    if family.startswith(("trn", "inf")):
         raise ImageResolutionError(
-            "instance_type",
-            instance_type,
-            f"instance_type '{instance_type}' is a Trainium/Inferentia (Neuron) instance, which "
-            "the PyTorch DLC and SMP images do not support: pick a GPU (ml.p*, ml.g*) or CPU "
-            "instance, or pass a Neuron image URI explicitly",
-        )
-    return family in _GPU_FAMILIES
+            "instance_type", instance_type,
+            "is a Trainium/Inferentia (Neuron) instance; the PyTorch DLC and SMP images do not run there",
+            "pick a GPU (ml.p*, ml.g*) or CPU instance, or pass a Neuron image as image_uri")
+    if family in _GRAVITON:
+        raise ImageResolutionError(
+            "instance_type", instance_type, "is a Graviton (arm64) instance; PyTorch training DLCs are x86",
+            "pick an x86 instance, or pass an arm64 image as image_uri")
+    processor = "gpu" if family[0] in "gp" else "cpu"
+    if processor not in _table()[framework]["processors"]:
+        raise ImageResolutionError(
+            "instance_type", instance_type, "has no GPU, and SMP v2 images run only on GPU instances",
+            "pick an ml.p* or ml.g* type, or turn model parallelism off")
+    return family, processor
 
 
-def _version_key(version: str) -> tuple[int, ...]:
+def _smp_cuda(version: str, instance_type: str) -> str:
+    """get_training_image_uri's choice, substring tests included."""
+    if "2.5" in version:
+        return "cu124"
+    if "p5" in instance_type or any(v in version for v in ("2.1", "2.2", "2.3", "2.4")):
+        return "cu121"
+    return "cu118"
+
+
+def _py(requested: str | None, available: list[str], version: str) -> str:
+    if requested is None:
+        if len(available) == 1:
+            return available[0]
+        raise ImageResolutionError("py_version", None, f"is required: PyTorch {version} images come for "
+                                   f"{', '.join(available)}", f"set py_version to one of {', '.join(available)}")
+    if requested not in available:
+        raise _unsupported("py_version", requested, f"is not built for PyTorch {version}", available)
+    return requested
+
+
+def _dns(region: str) -> str:
+    return next((dns for prefix, dns in _PARTITION_DNS if region.startswith(prefix)), "amazonaws.com")
+
+
+def _label(framework: str) -> str:
+    return "SMP v2 image" if framework == SMP else "PyTorch DLC"
+
+
+def _accepted(framework: str) -> list[str]:
+    table = _table()[framework]
+    return sorted(set(table["versions"]) | set(table["version_aliases"]), key=_key)
+
+
+def _py_versions(framework: str, version: str) -> list[str]:
+    table = _table()[framework]
+    return table["versions"][table["version_aliases"].get(version, version)]["py_versions"]
+
+
+def _newest(framework: str) -> str:
+    return max(_table()[framework]["versions"], key=_key)
+
+
+@cache
+def _smp_torch() -> dict[str, str]:
+    """SMP table entry -> the PyTorch inside: the full PyTorch version aliased to it, else the entry
+    itself (the first entries are named after PyTorch, the later ones after SMP releases)."""
+    table = _table()[SMP]
+    out = {entry: entry for entry in table["versions"]}
+    for alias, entry in sorted(table["version_aliases"].items(), key=lambda kv: _key(kv[0])):
+        if alias.count(".") == 2:
+            out[entry] = alias
+    return out
+
+
+def _torch_of(framework: str, version: str) -> str:
+    table = _table()[framework]
+    entry = table["version_aliases"].get(version, version)
+    return _smp_torch()[entry] if framework == SMP else entry
+
+
+def _key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
-def _full_version(requested: str | None, builds: Mapping[str, object], what: str) -> str:
-    if requested is None:
-        return max(builds, key=_version_key)
-    if requested in builds:
-        return requested
-    # "2.4" means the latest 2.4.x, which is what the SDK's version_aliases encode.
-    if re.fullmatch(r"\d+\.\d+", requested):
-        patches = [v for v in builds if v.startswith(f"{requested}.")]
-        if patches:
-            return max(patches, key=_version_key)
-    minors = {v.rsplit(".", 1)[0] for v in builds}
-    supported = sorted(set(builds) | minors, key=_version_key)
-    raise _unsupported("framework_version", requested, f"has no {what}", supported)
+# --- the SDK estimator's checks ---------------------------------------------------------------------
+def _check_versions_with_launchers(version: str, instance_type: str, dist: Mapping[str, Any]) -> None:
+    """validate_distribution's version checks (the SDK skips them when image_uri is given)."""
+    framework = _framework(dist)
+    if (dist.get("torch_distributed") or {}).get("enabled") and _is_gpu(instance_type) \
+            and version not in TORCH_DISTRIBUTED_GPU_VERSIONS:
+        usable = [v for v in TORCH_DISTRIBUTED_GPU_VERSIONS if v in _accepted(framework)]
+        raise _unsupported("framework_version", version,
+                           "is not a version the SageMaker SDK launches with torch_distributed on GPUs", usable)
+    smd = dist.get("smdistributed") or {}
+    if (smd.get("dataparallel") or {}).get("enabled") and version not in SMDDP_VERSIONS:
+        usable = [v for v in SMDDP_VERSIONS if v in _accepted(framework)]
+        raise _unsupported("framework_version", version,
+                           "is not a version the SageMaker SDK runs smdistributed dataparallel (smddp) with",
+                           usable)
 
 
-def _check_py(requested: str | None, available: str, version: str) -> None:
-    if requested is not None and requested != available:
-        raise _unsupported(
-            "py_version", requested, f"is not built for PyTorch {version}", [available]
-        )
+def _check_image_with_launchers(image_uri: str, dist: Mapping[str, Any]) -> None:
+    """Framework._distribution_configuration: this DLC has no SMP/smddp library for mpi launches."""
+    torchrun = (dist.get("torch_distributed") or {}).get("enabled")
+    bad = next((tag for tag in SMDISTRIBUTED_INCOMPATIBLE_IMAGES if tag in image_uri), None)
+    if "smdistributed" in dist and not torchrun and bad:
+        raise ImageResolutionError(
+            "image_uri", image_uri, f"({bad}) cannot run smdistributed libraries without torch_distributed "
+            "(the SageMaker SDK refuses it)", "add torch_distributed: {enabled: true}, or pick another image")
 
 
-def _account(region: str, accounts: Mapping[str, str], what: str) -> str:
-    if region not in accounts:
-        raise _unsupported("region", region, f"has no {what}", sorted(accounts))
-    return accounts[region]
+def _is_gpu(instance_type: str) -> bool:
+    match = _INSTANCE_TYPE.fullmatch(instance_type)
+    return bool(match and match.group(1)[0] in "gp")
 
 
-def _registry(account: str, region: str) -> str:
-    domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
-    return f"{account}.dkr.ecr.{region}.{domain}"
+def ecr_region(uri: str) -> str | None:
+    """The region of an ECR image URI; None for other registries."""
+    match = _ECR_REGION.match(uri)
+    return match.group(1) if match else None
 
 
-def _unsupported(
-    field: str, value: str, problem: str, supported: Iterable[str]
-) -> ImageResolutionError:
+# --- smlaunch's runtime -----------------------------------------------------------------------------
+def _torch_in_uri(uri: str) -> str | None:
+    """The PyTorch version an AWS PyTorch DLC or SMP v2 image's tag names; None for other images."""
+    match = _KNOWN_IMAGE.search(uri)
+    return match.group(2) if match else None
+
+
+def _check_runtime(choice: ImageChoice, field: str, value: str, region: str, instance_type: str) -> None:
+    if choice.torch is None or _key(choice.torch) >= _key(RUNTIME_MIN_TORCH):
+        return
+    default = runtime_default_image(region, instance_type)
+    what = f"names an image with PyTorch {choice.torch}" if field == "image_uri" else f"gives the {choice.reason}"
+    problem = (f"{what}; smlaunch's runtime needs torch >= {RUNTIME_MIN_TORCH} "
+               "(torch.distributed.fsdp.fully_shard)")
+    if field == "image_uri":
+        fix = f"use an image with torch >= {RUNTIME_MIN_TORCH}, e.g. {default.uri}, or remove image_uri"
+    elif _framework_of(choice) == SMP:
+        fix = (f"remove framework_version and py_version: the runtime then runs on PyTorch DLC {default.torch} "
+               "and applies the model-parallel parameters itself, without SMP's library; or set image_uri "
+               f"to an image with torch >= {RUNTIME_MIN_TORCH}")
+    else:
+        fix = (f"use framework_version {default.torch} (py_version {_py_versions(DLC, default.torch)[0]}), "
+               "or remove framework_version and py_version for that default")
+    raise ImageResolutionError(field, value, problem, fix)
+
+
+def _framework_of(choice: ImageChoice) -> str:
+    return SMP if "/smdistributed-modelparallel:" in choice.uri else DLC
+
+
+def _unsupported(field: str, value: str, problem: str, supported: Iterable[str]) -> ImageResolutionError:
     choices = list(supported)
-    message = f"{field} '{value}' {problem}; supported: {', '.join(choices)}"
+    fix = f"supported: {', '.join(choices)}"
     close = difflib.get_close_matches(value, choices, n=3, cutoff=0.6)
     if close:
-        message += f"; did you mean {' or '.join(repr(c) for c in close)}?"
-    return ImageResolutionError(field, value, message)
-
-
-def job_image(job, instance_type: str, region: str) -> str:
-    """The image a SageMaker job runs on: its `image_uri`, else the SDK's resolution from
-    framework_version, py_version and the instance (SMP v2's image when model parallelism is on).
-    `job` is a JobConfig."""
-    return job.image_uri or resolve_image_uri(
-        region=region, framework_version=job.framework_version, py_version=job.py_version,
-        instance_type=instance_type, smp=bool(job.distribution and job.distribution.modelparallel))
+        fix += f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    return ImageResolutionError(field, value, problem, fix)

@@ -10,6 +10,14 @@ Layout follows the SageMaker Python SDK v2 (``sagemaker.fw_utils.tar_and_upload_
   image (``container`` validates with ``launcher.config``, so both ship). A package the job already ships (from ``source_dir`` or ``dependencies``) is left out:
   the user's copy wins.
 
+A job that runs smlaunch's runtime on SageMaker also gets a ``requirements.txt`` at the archive
+root, which the image's toolkit installs with pip before training: what the runtime imports
+beyond the image's PyTorch (``RUNTIME_DISTRIBUTIONS``), with the versions smlaunch itself
+requires. A ``requirements.txt`` the job already ships is kept and the runtime's lines the user
+does not name are appended to it; the user's own lines win. Local jobs get none: the process
+runner uses this machine's Python, the Docker runner smlaunch's image, both of which have them,
+and pip would otherwise reach for the network. User scripts get none either.
+
 Unlike the SDK, ``ignore`` patterns (fnmatch on each path component's basename) keep ``.git``,
 virtualenvs, caches and secrets out, and the archive is reproducible: sorted entries, one fixed
 mtime, root ownership, normalised modes and a zeroed gzip timestamp, so the same tree always
@@ -26,7 +34,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib.util
+import io
 import os
+import re
 import stat
 import tarfile
 from collections.abc import Sequence
@@ -53,8 +63,14 @@ DEFAULT_IGNORE: tuple[str, ...] = (
 # code directory would fail on epoch-0 files.
 ARCHIVE_MTIME = 1_600_000_000
 
-# archive name -> (file whose bytes are stored, or None for a directory; mode)
-_Entries = dict[str, tuple[Path | None, int]]
+# What smlaunch's runtime imports beyond the image's PyTorch (distribution names). Their versions
+# are smlaunch's own requirements (runtime_requirements); torch is the image's, checked in images.py.
+RUNTIME_DISTRIBUTIONS = ("pydantic", "numpy", "safetensors", "huggingface_hub")
+REQUIREMENTS = "requirements.txt"
+_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+# archive name -> (file whose bytes are stored, the bytes themselves, or None for a directory; mode)
+_Entries = dict[str, tuple[Path | bytes | None, int]]
 
 
 class SourceDirError(ValueError):
@@ -72,6 +88,8 @@ class SourceBundle:
     """The entry point's name inside the archive (what ``sagemaker_program`` must name)."""
     skipped_packages: list[str] = field(default_factory=list)
     """``include_packages`` left out because the job already ships a copy."""
+    added_requirements: list[str] = field(default_factory=list)
+    """Lines added to (or written as) the archive's requirements.txt."""
 
 
 def build_sourcedir(
@@ -82,8 +100,10 @@ def build_sourcedir(
     dependencies: Sequence[str | Path] = (),
     include_packages: Sequence[str] = ("container", "launcher"),
     ignore: Sequence[str] = DEFAULT_IGNORE,
+    requirements: Sequence[str] = (),
 ) -> SourceBundle:
-    """Write the job's code archive to ``dest`` (a file path) and describe it."""
+    """Write the job's code archive to ``dest`` (a file path) and describe it. ``requirements``
+    go into the archive's requirements.txt, after the lines of one the code already has."""
     dest = Path(dest)
     if dest.is_dir():
         raise SourceDirError(
@@ -133,6 +153,7 @@ def build_sourcedir(
         part = _collect(_package_dir(package), package, ignore, exclude)
         _merge(entries, origins, part, f"include_packages entry '{package}'")
 
+    added = _add_requirements(entries, requirements)
     names = _write(dest, entries)
     digest, size = _sha256(dest)
     return SourceBundle(
@@ -142,7 +163,69 @@ def build_sourcedir(
         files=[n for n in names if entries[n][0] is not None],
         entry_point=program,
         skipped_packages=skipped,
+        added_requirements=added,
     )
+
+
+def _add_requirements(entries: _Entries, lines: Sequence[str]) -> list[str]:
+    if not lines:
+        return []
+    source, mode = entries.get(REQUIREMENTS, (b"", 0o644))
+    if source is None:
+        raise SourceDirError(f"the code has a directory named {REQUIREMENTS}, where the toolkit expects a "
+                             "file: rename it")
+    text = (source if isinstance(source, bytes) else source.read_bytes()).decode()
+    named = {_distribution(line) for line in text.splitlines()}
+    added = [line for line in lines if _distribution(line) not in named]
+    if added:
+        if text and not text.endswith("\n"):
+            text += "\n"
+        text += "# smlaunch's runtime (added by smlaunch)\n" + "".join(f"{line}\n" for line in added)
+        entries[REQUIREMENTS] = (text.encode(), mode)
+    return added
+
+
+def _distribution(requirement: str) -> str | None:
+    """The normalised distribution name a requirements line names; None for options and comments."""
+    match = _NAME.match(requirement)
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else None
+
+
+def runtime_requirements() -> list[str]:
+    """RUNTIME_DISTRIBUTIONS with the versions smlaunch requires (its dependencies and `train` extra):
+    from the pyproject.toml beside the packages that ship (a checkout), else from the installed
+    distribution's metadata."""
+    declared = {_distribution(r): r for r in _declared_requirements()}
+    missing = [n for n in RUNTIME_DISTRIBUTIONS if _distribution(n) not in declared]
+    if missing:
+        raise SourceDirError(f"smlaunch's requirements do not name {', '.join(missing)}, which its runtime "
+                             "imports: add them to pyproject.toml (dependencies or the train extra)")
+    return [declared[_distribution(n)] for n in RUNTIME_DISTRIBUTIONS]
+
+
+def _declared_requirements() -> list[str]:
+    pyproject = _package_dir("launcher").parent / "pyproject.toml"
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the metadata says the same
+        tomllib = None
+    if tomllib is not None and pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text()).get("project", {})
+        if project.get("name") == "smlaunch":
+            return [*project.get("dependencies", []), *project.get("optional-dependencies", {}).get("train", [])]
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        found = requires("smlaunch") or []
+    except PackageNotFoundError:
+        raise SourceDirError("smlaunch is not installed, so its runtime's requirements are unknown: "
+                             "pip install -e . (or pip install smlaunch)") from None
+    out = []
+    for line in found:
+        requirement, _, marker = line.partition(";")
+        if not marker.strip() or re.search(r"""extra\s*==\s*["']train["']""", marker):
+            out.append(requirement.strip())
+    return out
 
 
 def _collect(path: Path, name: str, ignore: Sequence[str], exclude: Path) -> _Entries:
@@ -291,6 +374,9 @@ def _write(dest: Path, entries: _Entries) -> list[str]:
             if source is None:
                 info.type = tarfile.DIRTYPE
                 tar.addfile(info)
+            elif isinstance(source, bytes):
+                info.size = len(source)
+                tar.addfile(info, io.BytesIO(source))
             else:
                 info.size = source.stat().st_size
                 with open(source, "rb") as fh:
@@ -312,9 +398,10 @@ def build_job_sourcedir(job, dest: Path) -> SourceBundle:
     cfg, base = job.config, job.base_dir
     source_dir = None if cfg.source_dir is None else base / cfg.source_dir
     entry = cfg.entry_point if source_dir else str(base / cfg.entry_point)
+    requirements = runtime_requirements() if job.kind.runtime and not cfg.is_local else ()
     return build_sourcedir(dest, entry_point=entry, source_dir=source_dir,
                            dependencies=[base / d for d in cfg.dependencies],
-                           ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore))
+                           ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore), requirements=requirements)
 
 
 def program_name(cfg) -> str:

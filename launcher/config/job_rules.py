@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.backends.images import ImageResolutionError, job_image
+from launcher.backends.images import ImageResolutionError, ecr_region, job_image_choice
+from launcher.backends.sourcedir import RUNTIME_DISTRIBUTIONS
 from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
@@ -139,16 +140,27 @@ DEFAULT_REGION = "us-east-1"
 
 
 def check_image(ctx: Context) -> list[Issue]:
-    """framework_version/py_version must name an image that exists (unless image_uri is given)."""
+    """The image exists and the SageMaker SDK would accept it; smlaunch's runtime gets torch >= 2.6."""
     job = ctx.job
-    if job.image_uri or job.is_local or ctx.instance is None:
+    if job.is_local or ctx.instance is None:
         return []
     try:
-        job_image(job, ctx.instance.name, job.region or DEFAULT_REGION)
+        choice = job_image_choice(job, ctx.instance.name, job.region or DEFAULT_REGION, runtime=ctx.runtime)
     except ImageResolutionError as exc:
-        problem, _, fix = str(exc).partition(": ")
-        return [Issue(exc.field, exc.value, problem, fix or "or set image_uri to your own image")]
-    return []
+        return [Issue(exc.field, exc.value, exc.problem, exc.fix)]
+    issues = []
+    image_region = ecr_region(choice.uri)
+    if job.region and image_region and image_region != job.region:
+        issues.append(Issue("image_uri", job.image_uri, f"is in {image_region}, and SageMaker pulls the training "
+                            f"image from the job's region ({job.region})",
+                            f"use the image's copy in {job.region}; for AWS's PyTorch images leave image_uri "
+                            "out and set framework_version (or nothing, for smlaunch's runtime)", "warning"))
+    if ctx.runtime and job.enable_network_isolation and choice.torch is not None:
+        issues.append(Issue("enable_network_isolation", True,
+                            f"the code archive's requirements.txt ({', '.join(RUNTIME_DISTRIBUTIONS)}) is "
+                            "installed with pip in the container, and an AWS PyTorch image may lack some of them",
+                            "use an image that has them (image_uri), or turn network isolation off", "warning"))
+    return issues
 
 
 def resolve_path(base: Path, path: str) -> Path:

@@ -112,11 +112,17 @@ def check_launchers(ctx: Context) -> list[Issue]:
         return []
     issues = []
     mp = dist.modelparallel
+    smd = dist.smdistributed
     if mp and dist.dataparallel_enabled:
         issues.append(Issue(
             "distribution.smdistributed.dataparallel.enabled", True,
             "smdistributed data parallelism cannot be combined with modelparallel",
             "turn off dataparallel: SMP shards and reduces gradients itself"))
+    elif smd and smd.modelparallel is not None and smd.dataparallel is not None:
+        issues.append(Issue(
+            "distribution.smdistributed", sorted(smd.model_fields_set),
+            "names both modelparallel and dataparallel; the SageMaker SDK refuses more than one "
+            "smdistributed strategy, even a disabled one", "remove the one you do not use"))
     if dist.mpi_enabled and dist.torchrun:
         issues.append(Issue(
             "distribution.mpi.enabled", True, "mpi and torch_distributed are two launchers; pick one",
@@ -129,6 +135,12 @@ def check_launchers(ctx: Context) -> list[Issue]:
                 "SMP v2 model parallelism is launched by torchrun"
                 + (f" (parameters {', '.join(v2_keys)} are SMP v2 keys)" if v2_keys else ""),
                 "add torch_distributed: {enabled: true}"))
+    if smd and not dist.torchrun and "p5.48xlarge" in ctx.job.instance_type \
+            and not any(i.path == "distribution.torch_distributed.enabled" for i in issues):
+        issues.append(Issue(
+            "distribution.torch_distributed.enabled", False,
+            "the SageMaker SDK refuses smdistributed (SMP, smddp) on ml.p5.48xlarge without torch_distributed",
+            "add torch_distributed: {enabled: true}"))
     inst = ctx.instance
     if dist.torchrun and inst is not None and inst.accelerators == 0 and not inst.is_local:
         issues.append(Issue(
