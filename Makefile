@@ -14,7 +14,7 @@ $(PY):
 
 $(STAMP): $(PY) pyproject.toml
 	$(PIP) install --quiet --disable-pip-version-check $(TORCH)
-	$(PIP) install --quiet --disable-pip-version-check -e '.[train,data,test]'
+	$(PIP) install --quiet --disable-pip-version-check -e '.[train,data,test,sagemaker]'
 	touch $(STAMP)
 
 install: $(STAMP)

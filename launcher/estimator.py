@@ -11,15 +11,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launcher import wire
+from launcher import sdk_objects, wire
 from launcher.config import JobConfig, ValidatedJob, validate_job
 from launcher.issues import ConfigError, Issue, did_you_mean
 
-# Accepted for compatibility with SDK code; they change nothing in the job smlaunch builds.
-SDK_ONLY_ARGUMENTS = frozenset({
-    "debugger_hook_config", "disable_profiler", "profiler_config", "enable_sagemaker_metrics",
-    "rules", "container_log_level", "wait", "disable_output_compression", "enable_network_isolation",
-})
+# SDK v2 arguments smlaunch refuses, and why; every other SDK argument is a JobConfig field.
+REFUSED_ARGUMENTS = {
+    "compiler_config": ("SageMaker Training Compiler runs only on its own PyTorch 1.13/2.0 images",
+                        "remove compiler_config (torch.compile in the script does the same on any image)"),
+    "training_recipe": ("SageMaker HyperPod recipes are launched by the SageMaker SDK's recipe machinery",
+                        "submit recipes with the SageMaker SDK, or give entry_point a training script"),
+    "recipe_overrides": ("SageMaker HyperPod recipes are launched by the SageMaker SDK's recipe machinery",
+                         "submit recipes with the SageMaker SDK, or give entry_point a training script"),
+}
+# Accepted by the SDK's constructor through **kwargs and ignored there; said out loud here.
+IGNORED_ARGUMENTS = {"wait": "is a fit() argument; the SDK's constructor ignores it too, so pass it to fit()"}
 
 
 def _channel(value: Any) -> Any:
@@ -47,6 +53,30 @@ def _inputs(inputs: Any) -> Any:
     return {"training": _channel(inputs)}
 
 
+def _aws_settings(desc: dict, reserved: dict) -> dict[str, Any]:
+    """The SDK settings a DescribeTrainingJob answer carries back (attach)."""
+    vpc, output = desc.get("VpcConfig") or {}, desc.get("OutputDataConfig", {})
+    resource, tensorboard = desc.get("ResourceConfig", {}), desc.get("TensorBoardOutputConfig")
+    groups = resource.get("InstanceGroups")
+    out = {
+        "subnets": vpc.get("Subnets"),
+        "security_group_ids": vpc.get("SecurityGroupIds"),
+        "enable_network_isolation": desc.get("EnableNetworkIsolation") or None,
+        "encrypt_inter_container_traffic": desc.get("EnableInterContainerTrafficEncryption") or None,
+        "max_retry_attempts": (desc.get("RetryStrategy") or {}).get("MaximumRetryAttempts"),
+        "output_kms_key": output.get("KmsKeyId"),
+        "disable_output_compression": output.get("CompressionType") == "NONE" or None,
+        "volume_kms_key": resource.get("VolumeKmsKeyId"),
+        "container_log_level": reserved.get("sagemaker_container_log_level"),
+        "tensorboard_output_config": {"s3_output_path": tensorboard["S3OutputPath"],
+                                      "container_local_output_path": tensorboard.get("LocalPath")}
+        if tensorboard else None,
+        "instance_groups": [{"instance_group_name": g["InstanceGroupName"], "instance_type": g["InstanceType"],
+                             "instance_count": g["InstanceCount"]} for g in groups] if groups else None,
+    }
+    return out
+
+
 class TrainingJob:
     """A submitted job: its name and the backend that follows it."""
 
@@ -63,17 +93,21 @@ class PyTorch:
     def __init__(self, entry_point: str, source_dir: str | None = None, hyperparameters: dict | None = None,
                  distribution: dict | None = None, *, sagemaker_session: Any = None, session: Any = None,
                  **kwargs: Any):
-        allowed = set(JobConfig.model_fields) | SDK_ONLY_ARGUMENTS
-        unknown = sorted(set(kwargs) - allowed)
-        if unknown:
-            raise ConfigError([Issue(k, kwargs[k], "unknown estimator argument",
-                                     did_you_mean(k, allowed) or "remove it") for k in unknown])
-        args = {k: v for k, v in kwargs.items() if k not in SDK_ONLY_ARGUMENTS and v is not None}
+        allowed = set(JobConfig.model_fields)
+        refused = [Issue(k, kwargs[k], *REFUSED_ARGUMENTS[k]) for k in kwargs
+                   if k in REFUSED_ARGUMENTS and kwargs[k] is not None]
+        unknown = [Issue(k, kwargs[k], "unknown estimator argument", did_you_mean(k, allowed) or "remove it")
+                   for k in sorted(set(kwargs) - allowed - set(REFUSED_ARGUMENTS) - set(IGNORED_ARGUMENTS))]
+        if refused or unknown:
+            raise ConfigError(refused + unknown)
+        for name in set(kwargs) & set(IGNORED_ARGUMENTS):
+            print(f"warning: {name}: {IGNORED_ARGUMENTS[name]}", file=sys.stderr)
+        args = sdk_objects.plain({k: v for k, v in kwargs.items() if v is not None and k not in IGNORED_ARGUMENTS})
         args.update(entry_point=entry_point, hyperparameters=dict(hyperparameters or {}))
         if source_dir is not None:
             args["source_dir"] = source_dir
         if distribution is not None:
-            args["distribution"] = distribution
+            args["distribution"] = sdk_objects.distribution(distribution)
         if "inputs" in args:
             args["inputs"] = _inputs(args["inputs"])
         self._args = args
@@ -113,14 +147,17 @@ class PyTorch:
 
         return plan(self.job)
 
-    def fit(self, inputs: Any = None, wait: bool = True, logs: bool = True, job_name: str | None = None,
-            force: bool = False) -> None:
+    def fit(self, inputs: Any = None, wait: bool = True, logs: bool | str = True, job_name: str | None = None,
+            experiment_config: dict | None = None, force: bool = False) -> None:
         """Submit the job and (by default) follow it to its end. A local job (instance_type local or
         local_gpu) runs on this machine: in this process with `wait`, detached without.
+        `experiment_config` ({"ExperimentName", "TrialName", ...}) is sent as the SDK sends it;
+        `logs` may be the SDK's "All"/"None" as well as a bool.
 
         A job the planner predicts to run out of accelerator memory is refused
         (`launcher.plan.PredictedOOMError`, which says what fixes it) unless `force=True`."""
-        job = self._with_inputs(inputs)
+        logs = logs not in (False, "None")
+        job = self._with_inputs(inputs, experiment_config)
         if not force:
             from launcher.plan import check_fits
 
@@ -135,10 +172,15 @@ class PyTorch:
         if wait:
             backend.wait(name, logs=logs)
 
-    def _with_inputs(self, inputs: Any) -> ValidatedJob:
-        if inputs is None:
+    def _with_inputs(self, inputs: Any, experiment_config: dict | None = None) -> ValidatedJob:
+        if inputs is None and not experiment_config:
             return self.job
-        return validate_job({**self._args, "inputs": _inputs(inputs)})
+        args = dict(self._args)
+        if inputs is not None:
+            args["inputs"] = _inputs(inputs)
+        if experiment_config:
+            args["experiment_config"] = experiment_config
+        return validate_job(args)
 
     def _latest(self) -> TrainingJob:
         if self.latest_training_job is None:
@@ -190,8 +232,8 @@ class PyTorch:
             "distribution": wire.distribution_from_hyperparameters(decoded),
             "role": desc.get("RoleArn"),
             "region": getattr(backend, "region", None),
-            "instance_type": resource["InstanceType"],
-            "instance_count": resource["InstanceCount"],
+            "instance_type": resource.get("InstanceType"),
+            "instance_count": resource.get("InstanceCount"),
             "volume_size": resource.get("VolumeSizeInGB"),
             "keep_alive_period_in_seconds": resource.get("KeepAlivePeriodInSeconds"),
             "processes_per_host": reserved.get(wire.PROCESSES_PER_HOST),
@@ -206,7 +248,8 @@ class PyTorch:
         checkpoint = desc.get("CheckpointConfig")
         if checkpoint:
             args["checkpoint_s3_uri"] = checkpoint["S3Uri"]
-            args["checkpoint_local_path"] = checkpoint.get("LocalPath", "/opt/ml/checkpoints")
+            args["checkpoint_local_path"] = checkpoint.get("LocalPath")
+        args.update(_aws_settings(desc, reserved))
         metrics = desc.get("AlgorithmSpecification", {}).get("MetricDefinitions")
         if metrics:
             args["metric_definitions"] = metrics

@@ -17,7 +17,6 @@ RESERVED_PREFIXES = ("sagemaker_", "smlaunch_")
 # The SDK has no key for torchrun's processes per host; the container reads this one. Its
 # `sagemaker_` prefix makes AWS's toolkit treat it as a framework parameter, never a script argument.
 PROCESSES_PER_HOST = "sagemaker_smlaunch_processes_per_host"
-CONTAINER_LOG_LEVEL = 20  # logging.INFO, the SDK's default sagemaker_container_log_level
 
 
 def user_hyperparameters(job: JobConfig) -> dict[str, Any]:
@@ -26,24 +25,35 @@ def user_hyperparameters(job: JobConfig) -> dict[str, Any]:
 
 
 def distribution_hyperparameters(job: JobConfig, instance_type: str) -> dict[str, Any]:
-    """What the v2 SDK adds for `distribution` (before JSON encoding)."""
+    """What the v2 SDK adds for `distribution` (before JSON encoding): `PyTorch.
+    _pytorch_distribution_configuration` and `Framework._distribution_configuration`."""
     dist = job.distribution
     if dist is None:
         return {}
+    # With instance_groups the SDK's estimator has no instance_type, and says so: null.
+    sent_type = None if job.instance_groups else instance_type
     out: dict[str, Any] = {}
-    if dist.mpi_enabled:
-        out["sagemaker_mpi_enabled"] = True
+    if dist.torchrun and dist.smdistributed is None:
+        return {"sagemaker_torch_distributed_enabled": True, "sagemaker_instance_type": sent_type}
+    if dist.instance_groups:
+        out["sagemaker_distribution_instance_groups"] = list(dist.instance_groups)
+    if dist.mpi is not None:
+        out["sagemaker_mpi_enabled"] = dist.mpi.enabled
         if dist.mpi.processes_per_host:
             out["sagemaker_mpi_num_of_processes_per_host"] = dist.mpi.processes_per_host
         out["sagemaker_mpi_custom_mpi_options"] = dist.mpi.custom_mpi_options
-    mp = dist.modelparallel
-    if mp is not None:
-        out["mp_parameters"] = mp.parameters.explicit()
     if dist.smdistributed is not None:
+        mp = dist.modelparallel
+        if mp is not None and mp.parameters.explicit():
+            out["mp_parameters"] = mp.parameters.explicit()
         out["sagemaker_distributed_dataparallel_enabled"] = dist.dataparallel_enabled
-        out["sagemaker_instance_type"] = instance_type
+        out["sagemaker_instance_type"] = sent_type
+        if dist.dataparallel_enabled:
+            dp = dist.smdistributed.dataparallel
+            out["sagemaker_distributed_dataparallel_custom_mpi_options"] = dp.custom_mpi_options
     if dist.torchrun:
         out["sagemaker_torch_distributed_enabled"] = True
+        out["sagemaker_instance_type"] = sent_type
     return out
 
 
@@ -58,7 +68,7 @@ def job_hyperparameters(job: JobConfig, *, instance_type: str, program: str, sub
     out.update({
         "sagemaker_program": program,
         "sagemaker_submit_directory": submit_directory,
-        "sagemaker_container_log_level": CONTAINER_LOG_LEVEL,
+        "sagemaker_container_log_level": job.container_log_level,
         "sagemaker_job_name": job_name,
     })
     if region:

@@ -81,8 +81,8 @@ def seed_estimator(sagemaker_session, instance_type: str = "ml.p5.48xlarge", **c
         "instance_count": 1,
         "sagemaker_session": sagemaker_session,
         "distribution": seed_distribution(),
-        "py_version": "py311",
-        "framework_version": "2.4.1",
+        # The seed notebook's framework_version 2.4.1 (SMP v2's image) is left out: smlaunch's train.py
+        # needs torch >= 2.6, and without a version it runs on the newest PyTorch DLC.
         "output_path": OUTPUT,
         "max_run": 86400,
         "debugger_hook_config": False,
@@ -129,7 +129,8 @@ def test_seed_notebook_fit(session, capsys) -> None:
     assert desc["CheckpointConfig"]["S3Uri"] == CHECKPOINTS
     assert desc["OutputDataConfig"]["S3OutputPath"] == OUTPUT
     assert desc["RoleArn"] == ROLE
-    assert desc["AlgorithmSpecification"]["TrainingImage"].endswith("smdistributed-modelparallel:2.4.1-gpu-py311-cu121")
+    assert desc["AlgorithmSpecification"]["TrainingImage"] == \
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312"  # pytorch.json 2.8.0
     hp = desc["HyperParameters"]
     assert json.loads(hp["mp_parameters"]) == seed_distribution()["smdistributed"]["modelparallel"]["parameters"]
     assert hp["sagemaker_torch_distributed_enabled"] == "true"

@@ -24,9 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "configs" / "seed"
 SEED_RUNS = ["p4d-no-cp", "p4d-cp8", "p5-cp8-bf16", "p5-cp8-fp8"]
 JOB = "x-1"
-# pytorch-smp.json (SDK v2): PyTorch 2.4.1 is SMP 2.7.0, image tag 2.4.1-gpu-py311-cu121,
-# account 658645717510 in every region that serves SMP v2.
-SMP_IMAGE = "658645717510.dkr.ecr.us-east-1.amazonaws.com/smdistributed-modelparallel:2.4.1-gpu-py311-cu121"
+# The seed's jobs run smlaunch's train.py (torch >= 2.6) and name no version, so they get the newest
+# PyTorch DLC: pytorch.json (SDK v2) 2.8.0, py312, account 763104351884 in us-east-1; the SDK's
+# image_uris.retrieve("pytorch", "us-east-1", "2.8.0", "py312", "ml.p5.48xlarge", image_scope="training").
+IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312"
 RESERVED = {
     "mp_parameters",
     "sagemaker_torch_distributed_enabled",
@@ -100,7 +101,7 @@ def test_seed_request(run: str) -> None:
     req = plan.request
 
     assert req["TrainingJobName"] == JOB
-    assert req["AlgorithmSpecification"]["TrainingImage"] == SMP_IMAGE
+    assert req["AlgorithmSpecification"]["TrainingImage"] == IMAGE
     assert req["AlgorithmSpecification"]["TrainingInputMode"] == "File"
     assert req["RoleArn"] == spec["role"]
     assert req["OutputDataConfig"] == {"S3OutputPath": spec["output_path"]}
@@ -111,8 +112,8 @@ def test_seed_request(run: str) -> None:
         "KeepAlivePeriodInSeconds": spec["keep_alive_period_in_seconds"],
     }
     assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": spec["max_run"]}
-    assert req["EnableManagedSpotTraining"] is False
-    assert req["CheckpointConfig"] == {"S3Uri": spec["checkpoint_s3_uri"], "LocalPath": "/opt/ml/checkpoints"}
+    assert "EnableManagedSpotTraining" not in req  # the SDK sends it only when true
+    assert req["CheckpointConfig"] == {"S3Uri": spec["checkpoint_s3_uri"]}  # LocalPath only when given
     assert req["Environment"] == {k: str(v) for k, v in spec["environment"].items()}
     channels = {c["ChannelName"]: c for c in req["InputDataConfig"]}
     assert channels == {

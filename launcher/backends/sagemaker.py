@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from launcher import wire
 from launcher.backends.base import (
     TERMINAL_STATUSES,
     BackendError,
@@ -26,12 +25,11 @@ from launcher.backends.base import (
     make_job_name,
 )
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer
-from launcher.backends.images import job_image
-from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir, program_name
+from launcher.backends.request import build_request
+from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
 from launcher.config import ValidatedJob
 from launcher.issues import ConfigError, Issue
 from launcher.masking import mask_secrets
-from launcher.metrics import DEFAULT_METRIC_DEFINITIONS
 
 
 @dataclass
@@ -114,10 +112,14 @@ class SageMakerBackend:
             return _s3_split(cfg.output_path)[0], ""
         return self._default_bucket(), ""
 
+    def _account(self) -> str:
+        if not hasattr(self, "_account_id"):
+            self._account_id = self.client("sts").get_caller_identity()["Account"]
+        return self._account_id
+
     def _default_bucket(self) -> str:
         if not hasattr(self, "_default_bucket_name"):
-            account = self.client("sts").get_caller_identity()["Account"]
-            self._default_bucket_name = f"sagemaker-{self.region}-{account}"
+            self._default_bucket_name = f"sagemaker-{self.region}-{self._account()}"
         return self._default_bucket_name
 
     # --- submitting ----------------------------------------------------------------------
@@ -135,9 +137,21 @@ class SageMakerBackend:
             self._ensure_bucket(needed, created_ok=needed == default)
         with tempfile.TemporaryDirectory() as tmp:
             bundle = self._bundle(job, Path(tmp))
-            self.client("s3").upload_file(str(bundle.path), bucket, key)
+            self.client("s3").upload_file(str(bundle.path), bucket, key,
+                                          ExtraArgs=self._upload_settings(job.config, bucket, output_bucket))
         self.client("sagemaker").create_training_job(**plan.request)
         return name
+
+    def _upload_settings(self, cfg, code_bucket: str, output_bucket: str) -> dict[str, str]:
+        """As the SDK's `tar_and_upload_dir`: the code is encrypted at rest with KMS, with
+        output_kms_key when it goes to the output bucket, and the default bucket must be ours."""
+        kms_key = cfg.output_kms_key if (cfg.code_location is None or code_bucket == output_bucket) else None
+        extra = {"ServerSideEncryption": "aws:kms"}
+        if kms_key:
+            extra["SSEKMSKeyId"] = kms_key
+        if code_bucket == getattr(self, "_default_bucket_name", None):
+            extra["ExpectedBucketOwner"] = self._account()
+        return extra
 
     def _job_exists(self, name: str) -> bool:
         from botocore.exceptions import ClientError
@@ -249,60 +263,6 @@ def _status_line(name: str):
 
     with Console(stderr=True).status(f"{name}: waiting") as status:
         yield status
-
-
-def build_request(job: ValidatedJob, *, job_name: str, region: str, source_uri: str, output_path: str) -> dict:
-    """The CreateTrainingJob request for a validated job, as the v2 SDK would send it."""
-    cfg = job.config
-    instance_type = job.instance.name if job.instance else cfg.instance_type
-    image = job_image(cfg, instance_type, region)
-    hyperparameters = wire.job_hyperparameters(cfg, instance_type=instance_type, program=program_name(cfg),
-                                               submit_directory=source_uri, job_name=job_name, region=region)
-    resource: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": cfg.instance_count,
-                                "VolumeSizeInGB": cfg.volume_size}
-    if cfg.keep_alive_period_in_seconds is not None:
-        resource["KeepAlivePeriodInSeconds"] = cfg.keep_alive_period_in_seconds
-    stopping: dict[str, Any] = {"MaxRuntimeInSeconds": cfg.max_run}
-    if cfg.use_spot_instances:
-        stopping["MaxWaitTimeInSeconds"] = cfg.max_wait or cfg.max_run
-    metrics = [m.model_dump() for m in cfg.metric_definitions] if cfg.metric_definitions is not None \
-        else DEFAULT_METRIC_DEFINITIONS
-    request: dict[str, Any] = {
-        "TrainingJobName": job_name,
-        "AlgorithmSpecification": {
-            "TrainingImage": image,
-            "TrainingInputMode": cfg.input_mode,
-            "MetricDefinitions": metrics,
-            "EnableSageMakerMetricsTimeSeries": True,
-        },
-        "RoleArn": cfg.role,
-        "OutputDataConfig": {"S3OutputPath": output_path},
-        "ResourceConfig": resource,
-        "StoppingCondition": stopping,
-        "HyperParameters": wire.encode(hyperparameters),
-        "EnableManagedSpotTraining": cfg.use_spot_instances,
-    }
-    channels = []
-    for channel_name, ch in cfg.channels().items():
-        entry: dict[str, Any] = {
-            "ChannelName": channel_name,
-            "DataSource": {"S3DataSource": {"S3DataType": ch.s3_data_type, "S3Uri": ch.s3_data,
-                                            "S3DataDistributionType": ch.distribution}},
-        }
-        if ch.content_type:
-            entry["ContentType"] = ch.content_type
-        if ch.input_mode:
-            entry["InputMode"] = ch.input_mode
-        channels.append(entry)
-    if channels:
-        request["InputDataConfig"] = channels
-    if cfg.checkpoint_s3_uri:
-        request["CheckpointConfig"] = {"S3Uri": cfg.checkpoint_s3_uri, "LocalPath": cfg.checkpoint_local_path}
-    if cfg.environment:
-        request["Environment"] = dict(cfg.environment)
-    if cfg.tags:
-        request["Tags"] = cfg.tag_list()
-    return request
 
 
 def dumps(obj: Any) -> str:

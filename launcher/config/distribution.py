@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from launcher.config.base import Strict
 
@@ -106,6 +106,7 @@ class ModelParallel(Strict):
 
 class DataParallel(Strict):
     enabled: bool = Field(False, description="SageMaker distributed data parallel (smddp).")
+    custom_mpi_options: str = Field("", description="Extra mpirun options for smddp.")
 
 
 class SMDistributed(Strict):
@@ -125,6 +126,23 @@ class Distribution(Strict):
     torch_distributed: TorchDistributed | None = Field(None, description="torchrun launcher.")
     smdistributed: SMDistributed | None = Field(None, description="SageMaker distributed libraries.")
     mpi: MPI | None = Field(None, description="mpirun launcher.")
+    pytorchddp: DataParallel | None = Field(
+        None, description="Older spelling of smdistributed.dataparallel (the SDK rewrites it so)."
+    )
+    instance_groups: list[str] | None = Field(
+        None, max_length=1, description="Heterogeneous clusters: the one instance group that trains."
+    )
+
+    @model_validator(mode="after")
+    def _pytorchddp(self) -> Distribution:
+        # As sagemaker.pytorch.PyTorch does: pytorchddp becomes smdistributed.dataparallel.
+        if self.pytorchddp is not None:
+            if self.smdistributed is not None:
+                raise ValueError("pytorchddp and smdistributed cannot be used together (the SDK refuses "
+                                 "them too); keep smdistributed.dataparallel")
+            dp, self.pytorchddp = self.pytorchddp, None
+            self.smdistributed = SMDistributed(dataparallel=dp)
+        return self
 
     @property
     def torchrun(self) -> bool:

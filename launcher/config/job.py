@@ -9,8 +9,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from launcher.config.aws_settings import (
+    DebuggerHookConfig,
+    DebuggerRule,
+    GitConfig,
+    InstanceGroup,
+    ProfilerConfig,
+    TensorBoardOutputConfig,
+)
 from launcher.config.base import Strict
 from launcher.config.distribution import Distribution
 from launcher.config.hyperparameters import TrainingHyperparameters
@@ -78,6 +86,9 @@ class JobConfig(Strict):
     )
     instance_type: str = Field(description="ml.p5.48xlarge, ml.p4d.24xlarge, ..., or local / local_gpu.")
     instance_count: int = Field(1, ge=1, description="Number of hosts.")
+    instance_groups: list[InstanceGroup] | None = Field(
+        None, description="Heterogeneous cluster: named groups instead of instance_type/instance_count."
+    )
     local_runner: Literal["process", "docker"] = Field(
         "process", description="Local mode: simulated hosts as processes here, or as containers (compose)."
     )
@@ -95,8 +106,8 @@ class JobConfig(Strict):
     checkpoint_s3_uri: str | None = Field(
         None, pattern=r"^s3://[^/]+(/.*)?$", description="S3 prefix synced with checkpoint_local_path."
     )
-    checkpoint_local_path: str = Field(
-        "/opt/ml/checkpoints", description="Checkpoint directory inside the container."
+    checkpoint_local_path: str | None = Field(
+        None, description="Checkpoint directory inside the container (default /opt/ml/checkpoints)."
     )
     output_path: str | None = Field(
         None, description="Where model.tar.gz/output.tar.gz go (s3://..., or a local path for local runs)."
@@ -127,9 +138,76 @@ class JobConfig(Strict):
         None, description="Metrics parsed from the logs (default: the smlaunch script's metrics)."
     )
     input_mode: Literal["File", "Pipe", "FastFile"] = Field("File", description="Default channel mode.")
+    # --- the rest of the SDK v2 estimator's arguments, sent as the SDK sends them ----------------
+    subnets: list[str] | None = Field(None, description="VPC subnet ids (with security_group_ids).")
+    security_group_ids: list[str] | None = Field(None, description="VPC security group ids (with subnets).")
+    encrypt_inter_container_traffic: bool = Field(False, description="Encrypt traffic between hosts.")
+    enable_network_isolation: bool = Field(
+        False, description="No network in the container; the code arrives as the 'code' channel."
+    )
+    max_retry_attempts: int | None = Field(
+        None, ge=1, le=30, description="Retries after an internal SageMaker error (RetryStrategy)."
+    )
+    disable_output_compression: bool = Field(False, description="Upload model/output files uncompressed.")
+    volume_kms_key: str | None = Field(None, description="KMS key for the hosts' EBS volumes.")
+    output_kms_key: str | None = Field(None, description="KMS key for the artifacts and the uploaded code.")
+    container_log_level: int = Field(20, ge=0, le=50, description="Toolkit log level (logging.INFO).")
+    enable_sagemaker_metrics: bool | None = Field(
+        None, description="Metrics time series (default: on, as the SDK sets it for PyTorch >= 1.3)."
+    )
+    tensorboard_output_config: TensorBoardOutputConfig | None = Field(
+        None, description="Upload TensorBoard files while the job runs."
+    )
+    debugger_hook_config: DebuggerHookConfig | bool | None = Field(
+        None, description="Debugger hook: false turns it off; default as the SDK decides."
+    )
+    rules: list[DebuggerRule] | None = Field(None, description="Debugger and profiler rules.")
+    profiler_config: ProfilerConfig | None = Field(None, description="Debugger profiler settings.")
+    disable_profiler: bool | None = Field(None, description="Turn the Debugger profiler off.")
+    git_config: GitConfig | None = Field(None, description="Clone the code from git instead of source_dir.")
+    training_repository_access_mode: Literal["Platform", "Vpc"] | None = Field(
+        None, description="How the image is pulled (Vpc: a private registry in the VPC)."
+    )
+    training_repository_credentials_provider_arn: str | None = Field(
+        None, description="Lambda that gives private-registry credentials (with access mode Vpc)."
+    )
+    model_uri: str | None = Field(None, description="S3 model artifacts, mounted as the model channel.")
+    model_channel_name: str = Field("model", description="Channel name of model_uri.")
+    enable_infra_check: bool | None = Field(None, description="Health checks before training (InfraCheckConfig).")
+    container_entry_point: list[str] | None = Field(None, description="Overrides the image's entry point.")
+    container_arguments: list[str] | None = Field(None, description="Arguments of that entry point.")
+    enable_remote_debug: bool | None = Field(None, description="Allow SSM sessions into the container.")
+    enable_session_tag_chaining: bool | None = Field(None, description="Chain the role session's tags.")
+    training_plan: str | None = Field(None, description="SageMaker training plan ARN for the capacity.")
+    experiment_config: dict[
+        Literal["ExperimentName", "TrialName", "TrialComponentDisplayName", "RunName"], str
+    ] | None = Field(None, description="SageMaker Experiments association (fit's experiment_config).")
+    instance_placement_config: dict[str, Any] | None = Field(
+        None, description="ResourceConfig.InstancePlacementConfig, as the API takes it."
+    )
     inputs: dict[str, str | ChannelInput] | str | None = Field(
         None, description="Channels: {name: s3://... or local path}, or one URI (channel 'training')."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _training_group(cls, data: Any) -> Any:
+        """With instance_groups, validation sees the group that trains (the distribution's
+        `instance_groups`, else the only or first group) as instance_type x instance_count."""
+        if not isinstance(data, dict) or not data.get("instance_groups"):
+            return data
+        if data.get("instance_type") is not None or data.get("instance_count") is not None:
+            raise ValueError("instance_groups replaces instance_type and instance_count; set either "
+                             "instance_groups or the two of them, as the SageMaker SDK requires")
+        groups = [g if isinstance(g, dict) else g.model_dump() for g in data["instance_groups"]]
+        dist = data.get("distribution")
+        wanted = dist.get("instance_groups") if isinstance(dist, dict) else None
+        name = wanted[0] if wanted else groups[0].get("instance_group_name")
+        group = next((g for g in groups if g.get("instance_group_name") == name), None)
+        if group is None:
+            raise ValueError(f"distribution.instance_groups names {name!r}, which is not one of "
+                             f"instance_groups {[g.get('instance_group_name') for g in groups]}")
+        return {**data, "instance_type": group.get("instance_type"), "instance_count": group.get("instance_count")}
 
     @field_validator("environment", mode="before")
     @classmethod

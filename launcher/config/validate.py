@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from launcher import catalog
-from launcher.config import job_rules, model_rules, rules
+from launcher.config import aws_rules, git_source, job_rules, model_rules, rules
 from launcher.config.hyperparameters import FP8Config
 from launcher.config.job import JobConfig
 from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
@@ -54,6 +54,8 @@ def validate_job(
         raw["hyperparameters"] = data.hyperparameters.raw()
     else:
         raw = dict(data)
+    if raw.get("git_config"):
+        raw = git_source.apply(raw)
     # Read as a user script's job first: the entry point decides whether the runtime's stricter
     # hyperparameters apply (job_kind.py).
     job, issues, pruned = parse_lenient(for_user_scripts(model), raw)
@@ -95,7 +97,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
     out.update(ctx=ctx, fp8=fp8)
     for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,
                   rules.check_backend, job_rules.check_job_fields, job_rules.check_hyperparameters,
-                  job_rules.check_image):
+                  job_rules.check_image, aws_rules.check_aws_settings):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.
