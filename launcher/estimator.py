@@ -15,14 +15,14 @@ from launcher import sdk_objects, wire
 from launcher.config import JobConfig, ValidatedJob, validate_job
 from launcher.issues import ConfigError, Issue, did_you_mean
 
+_RECIPES = ("SageMaker HyperPod recipes are launched by the SageMaker SDK's recipe machinery",
+            "submit recipes with the SageMaker SDK, or give entry_point a training script")
 # SDK v2 arguments smlaunch refuses, and why; every other SDK argument is a JobConfig field.
 REFUSED_ARGUMENTS = {
     "compiler_config": ("SageMaker Training Compiler runs only on its own PyTorch 1.13/2.0 images",
                         "remove compiler_config (torch.compile in the script does the same on any image)"),
-    "training_recipe": ("SageMaker HyperPod recipes are launched by the SageMaker SDK's recipe machinery",
-                        "submit recipes with the SageMaker SDK, or give entry_point a training script"),
-    "recipe_overrides": ("SageMaker HyperPod recipes are launched by the SageMaker SDK's recipe machinery",
-                         "submit recipes with the SageMaker SDK, or give entry_point a training script"),
+    "training_recipe": _RECIPES,
+    "recipe_overrides": _RECIPES,
 }
 # Accepted by the SDK's constructor through **kwargs and ignored there; said out loud here.
 IGNORED_ARGUMENTS = {"wait": "is a fit() argument; the SDK's constructor ignores it too, so pass it to fit()"}
