@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from launcher import sdk_objects, wire
+from launcher.backends.base import check_job_name
 from launcher.config import JobConfig, ValidatedJob, validate_job
 from launcher.issues import ConfigError, Issue, did_you_mean
 
@@ -77,6 +79,26 @@ def _aws_settings(desc: dict, reserved: dict) -> dict[str, Any]:
     return out
 
 
+def _argument_types(hyperparameters: Any, sagemaker_session: Any, session: Any) -> list[Issue]:
+    """The arguments the constructor itself reads (the rest are validated as the job's fields)."""
+    issues = []
+    if hyperparameters is not None and not isinstance(hyperparameters, Mapping):
+        issues.append(Issue("hyperparameters", hyperparameters,
+                            f"is of type {type(hyperparameters).__name__}; the estimator takes a dict of names to "
+                            "values, as the SageMaker SDK does",
+                            "pass a dict, e.g. hyperparameters={'lr': 1e-4, 'epochs': 2}"))
+    for name, value in (("sagemaker_session", sagemaker_session), ("session", session)):
+        boto_session = getattr(value, "boto_session", value)  # a sagemaker.Session wraps a boto3.Session
+        if value is not None and not callable(getattr(boto_session, "client", None)):
+            issues.append(Issue(name, value, f"is of type {type(value).__name__}, not a sagemaker.Session or a "
+                                "boto3.Session", "pass sagemaker.Session() or boto3.Session(region_name=...), or "
+                                "leave it out to use the default AWS credentials and region"))
+    if sagemaker_session is not None and session is not None and sagemaker_session is not session:
+        issues.append(Issue("session", session, "and sagemaker_session are both given",
+                            "pass one of them"))
+    return issues
+
+
 class TrainingJob:
     """A submitted job: its name and the backend that follows it."""
 
@@ -98,8 +120,9 @@ class PyTorch:
                    if k in REFUSED_ARGUMENTS and kwargs[k] is not None]
         unknown = [Issue(k, kwargs[k], "unknown estimator argument", did_you_mean(k, allowed) or "remove it")
                    for k in sorted(set(kwargs) - allowed - set(REFUSED_ARGUMENTS) - set(IGNORED_ARGUMENTS))]
-        if refused or unknown:
-            raise ConfigError(refused + unknown)
+        wrong = _argument_types(hyperparameters, sagemaker_session, session)
+        if refused or unknown or wrong:
+            raise ConfigError(refused + unknown + wrong)
         for name in set(kwargs) & set(IGNORED_ARGUMENTS):
             print(f"warning: {name}: {IGNORED_ARGUMENTS[name]}", file=sys.stderr)
         args = sdk_objects.plain({k: v for k, v in kwargs.items() if v is not None and k not in IGNORED_ARGUMENTS})
@@ -213,6 +236,10 @@ class PyTorch:
         """Rebuild an estimator (distribution included) from an existing job (or a local one)."""
         from launcher.local import store
 
+        check_job_name(training_job_name, "training_job_name")
+        wrong = _argument_types(None, sagemaker_session, session)
+        if wrong:
+            raise ConfigError(wrong)
         if store.exists(training_job_name):
             from launcher.backends.local import LocalBackend
 

@@ -7,6 +7,8 @@ registry credentials provider without Vpc access), smlaunch refuses it: the user
 
 from __future__ import annotations
 
+import os
+
 from launcher.backends.debugger import DebuggerSettingError, debugger_fields, profiler_fields
 from launcher.config.job_rules import DEFAULT_REGION
 from launcher.config.model_source import FIELD as MODEL_SOURCE
@@ -65,7 +67,7 @@ def _network_isolation(ctx: Context) -> list[Issue]:
                             "is a Hugging Face Hub id, and enable_network_isolation leaves the container "
                             "no network to download it", "put the model in S3 and pass it as an input "
                             "channel (see docs/models.md), or turn network isolation off"))
-    if ctx.base_dir and job.source_dir and (ctx.base_dir / job.source_dir / "requirements.txt").is_file():
+    if ctx.base_dir and job.source_dir and os.path.isfile(ctx.base_dir / job.source_dir / "requirements.txt"):
         issues.append(Issue("enable_network_isolation", True, "the container installs requirements.txt "
                             "with pip before training, which fails without network for any package the "
                             "image lacks", "use an image that has the packages (image_uri), or turn network "

@@ -13,7 +13,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from launcher.config.base import Strict
+from launcher.config.base import Strict, WholeNumber
+from launcher.config.limits import MAX_INSTANCE_COUNT
 
 S3_URI = r"^s3://[^/]+(/.*)?$"
 
@@ -38,7 +39,7 @@ class DebuggerRule(Strict):
     name: str = Field(min_length=1, description="RuleConfigurationName.")
     image_uri: str | None = Field(None, description="Rule evaluator image (default: AWS's built-in one).")
     instance_type: str | None = Field(None, description="Custom rules: instance that evaluates the rule.")
-    volume_size_in_gb: int | None = Field(None, ge=1, description="Custom rules: volume of that instance.")
+    volume_size_in_gb: WholeNumber | None = Field(None, ge=1, description="Custom rules: volume of that instance.")
     container_local_output_path: str | None = Field(None, description="Rule output inside its container.")
     s3_output_path: str | None = Field(None, pattern=S3_URI, description="Where rule output goes.")
     rule_parameters: dict[str, str] = Field(default_factory=dict, description="RuleParameters.")
@@ -67,7 +68,7 @@ class InstanceGroup(Strict):
 
     instance_group_name: str = Field(min_length=1, max_length=64, pattern=r"^.+$", description="Group name.")
     instance_type: str = Field(description="Instance type of the group.")
-    instance_count: int = Field(ge=1, description="Hosts in the group.")
+    instance_count: WholeNumber = Field(ge=1, le=MAX_INSTANCE_COUNT, description="Hosts in the group.")
 
 
 class GitConfig(Strict):

@@ -1,4 +1,20 @@
-from pydantic import BaseModel, ConfigDict
+"""What every config model shares: the strict base model and the number and value types.
+
+pydantic's lax mode reads `true` as 1 and `2.0` as 2, so YAML's `instance_count: yes` would run
+one host; a job's numbers are therefore whole numbers or finite numbers as YAML/JSON write them.
+Hyperparameters are the exception: scripts receive them as text (`--lr 1e-4`) and notebooks
+often write them so, so their numbers may be text, but never booleans, .inf or .nan.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from types import UnionType
+from typing import Annotated, Any, Union
+
+from pydantic import AfterValidator, AllowInfNan, BaseModel, ConfigDict
+from pydantic import Strict as StrictType
 
 
 class Strict(BaseModel):
@@ -7,3 +23,62 @@ class Strict(BaseModel):
     model_config = ConfigDict(
         extra="forbid", validate_assignment=True, populate_by_name=True, defer_build=True
     )
+
+
+# A whole number as written (not a boolean, not 2.0, not "2").
+WholeNumber = Annotated[int, StrictType()]
+# A finite number as written (an int is one; a boolean, .inf, .nan or "1.5" is not).
+FiniteNumber = Annotated[float, StrictType(), AllowInfNan(False)]
+
+
+# What is wrong with a boolean where a number belongs, and the fix (validate.py words pydantic's
+# strict-mode errors the same way).
+BOOLEAN_NOT_NUMBER = ("is a boolean, not a number (YAML reads yes/no/on/off/true/false as booleans)",
+                      "write the number")
+
+
+def reject_boolean(value: Any, annotation: Any) -> Any:
+    """`value` unless it is a boolean for a field of int or float type (pydantic's lax mode would
+    take it as 1 or 0); for the hyperparameters, which stay lax so text such as "8" is read."""
+    if not isinstance(value, bool):
+        return value
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, UnionType) else (annotation,)
+    if {typing.get_args(m)[0] if typing.get_origin(m) is Annotated else m for m in members} & {int, float}:
+        raise ValueError("; ".join(BOOLEAN_NOT_NUMBER))
+    return value
+
+
+def json_problem(value: Any) -> str | None:
+    """Why `value` cannot travel as JSON (the wire json.dumps every hyperparameter), or None."""
+    if value is None or isinstance(value, (str, int)):  # bool is an int
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value} is not a finite number (JSON has no inf or nan)"
+    if isinstance(value, (list, tuple)):
+        return next((p for p in map(json_problem, value) if p), None)
+    if isinstance(value, dict):
+        bad_keys = [k for k in value if not isinstance(k, str)]
+        if bad_keys:
+            return f"mapping key {bad_keys[0]!r} is of type {type(bad_keys[0]).__name__}, and JSON keys are strings"
+        return next((p for p in map(json_problem, value.values()) if p), None)
+    return f"a {type(value).__name__} ({value!r:.40}) is not a JSON value"
+
+
+def _json_value(value: Any) -> Any:
+    problem = json_problem(value)
+    if problem:
+        raise ValueError(f"{problem}; write a string, a number, true/false, null, or a list or mapping of "
+                         "those (quote dates and other YAML tags: '2024-01-01')")
+    return value
+
+
+def _named(key: str) -> str:
+    if not key.strip():
+        raise ValueError("a hyperparameter needs a name (the script would get a bare '--' argument); "
+                         "name it or remove it")
+    return key
+
+
+# What a hyperparameter that smlaunch does not type may hold: what json.dumps writes faithfully.
+JsonValue = Annotated[Any, AfterValidator(_json_value)]
+HyperparameterName = Annotated[str, AfterValidator(_named)]

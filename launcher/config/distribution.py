@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from launcher.config.base import Strict
+from launcher.config.base import FiniteNumber, Strict, WholeNumber
+from launcher.config.limits import MAX_PROCESSES_PER_HOST, MAX_WORLD
 
 
 class TorchDistributed(Strict):
@@ -19,25 +20,26 @@ class TorchDistributed(Strict):
 
 class ModelParallelParameters(Strict):
     # --- SMP v2 -------------------------------------------------------------------------
-    hybrid_shard_degree: int = Field(
+    hybrid_shard_degree: WholeNumber = Field(
         0,
         ge=0,
+        le=MAX_WORLD,
         description="FSDP sharding group size. 0: shard across all ranks (world / tp); 1: no "
         "sharding; >=2: shard within groups of this size and replicate across groups.",
     )
-    context_parallel_degree: int = Field(
-        1, ge=1, description="Split every sequence across this many ranks (inside the sharding group)."
+    context_parallel_degree: WholeNumber = Field(
+        1, ge=1, le=MAX_WORLD, description="Split every sequence across this many ranks (inside the sharding group)."
     )
-    tensor_parallel_degree: int = Field(
-        1, ge=1, description="Megatron-style split of attention and MLP weights."
+    tensor_parallel_degree: WholeNumber = Field(
+        1, ge=1, le=MAX_WORLD, description="Megatron-style split of attention and MLP weights."
     )
-    expert_parallel_degree: int = Field(
-        1, ge=1, description="Split MoE experts across ranks; only meaningful for MoE models."
+    expert_parallel_degree: WholeNumber = Field(
+        1, ge=1, le=MAX_WORLD, description="Split MoE experts across ranks; only meaningful for MoE models."
     )
     sm_activation_offloading: bool = Field(
         True, description="Offload checkpointed activations to host memory (needs activation checkpointing)."
     )
-    activation_loading_horizon: int = Field(
+    activation_loading_horizon: WholeNumber = Field(
         2, ge=1, description="How many offloaded layers may be on the accelerator at once."
     )
     fsdp_cache_flush_warnings: bool = Field(
@@ -46,27 +48,27 @@ class ModelParallelParameters(Strict):
     allow_empty_shards: bool = Field(
         False, description="Allow tensors that do not divide evenly by the shard count."
     )
-    random_seed: int | None = Field(None, description="Seed for tensor/expert-parallel random ops.")
+    random_seed: WholeNumber | None = Field(None, description="Seed for tensor/expert-parallel random ops.")
     delayed_parameter_initialization: bool = Field(
         False, description="Create the model on the meta device, shard it, then initialise the shards."
     )
     # --- SMP v1 sharded data parallelism (mapped onto the same runtime concepts) ----------
-    sharded_data_parallel_degree: int | None = Field(
-        None, ge=1, description="SMP v1: sharding group size (same meaning as hybrid_shard_degree)."
+    sharded_data_parallel_degree: WholeNumber | None = Field(
+        None, ge=1, le=MAX_WORLD, description="SMP v1: sharding group size (same meaning as hybrid_shard_degree)."
     )
-    sdp_reduce_bucket_size: int = Field(
+    sdp_reduce_bucket_size: WholeNumber = Field(
         500_000_000, ge=1, description="SMP v1: gradient reduce bucket size in elements."
     )
-    sdp_param_persistence_threshold: int = Field(
+    sdp_param_persistence_threshold: WholeNumber = Field(
         1_000_000, ge=0, description="SMP v1: parameters smaller than this many elements stay unsharded."
     )
-    sdp_max_live_parameters: int = Field(
+    sdp_max_live_parameters: WholeNumber = Field(
         1_000_000_000, ge=1, description="SMP v1: most parameters gathered at once (prefetch limit)."
     )
     sdp_hierarchical_allgather: bool = Field(
         True, description="SMP v1: all-gather within a node first, then across nodes."
     )
-    sdp_gradient_clipping: float = Field(
+    sdp_gradient_clipping: FiniteNumber = Field(
         1.0, ge=0, description="SMP v1: clip the global gradient L2 norm to this value."
     )
     ddp: bool = Field(False, description="SMP v1: data parallelism on (required with sharded data parallelism).")
@@ -78,11 +80,11 @@ class ModelParallelParameters(Strict):
     ddp_dist_backend: Literal["auto", "nccl"] = Field(
         "auto", description="SMP v1: collective backend for data parallelism."
     )
-    pipeline_parallel_degree: int = Field(
-        1, ge=1, description="SMP v1: pipeline stages (not supported with sharded data parallelism)."
+    pipeline_parallel_degree: WholeNumber = Field(
+        1, ge=1, le=MAX_WORLD, description="SMP v1: pipeline stages (not supported with sharded data parallelism)."
     )
-    partitions: int | None = Field(
-        None, ge=1, description="SMP v1 alias of pipeline_parallel_degree."
+    partitions: WholeNumber | None = Field(
+        None, ge=1, le=MAX_WORLD, description="SMP v1 alias of pipeline_parallel_degree."
     )
     shard_optimizer_state: bool = Field(
         False, description="SMP v1: optimizer state sharding (not with sharded data parallelism)."
@@ -116,7 +118,9 @@ class SMDistributed(Strict):
 
 class MPI(Strict):
     enabled: bool = Field(False, description="Launch with mpirun (SMP v1 style).")
-    processes_per_host: int | None = Field(None, ge=1, description="MPI processes per host.")
+    processes_per_host: WholeNumber | None = Field(
+        None, ge=1, le=MAX_PROCESSES_PER_HOST, description="MPI processes per host."
+    )
     custom_mpi_options: str = Field("", description="Extra mpirun options.")
 
 

@@ -12,7 +12,10 @@ another RoPE scaling) is recorded in `ModelSpec.unsupported`, by key, for the ru
 
 from __future__ import annotations
 
-from launcher.config.models import ModelSpec
+import math
+
+from launcher.config.limits import MAX_DIMENSION
+from launcher.config.models import ModelShapeError, ModelSpec
 
 LLAMA_DEFAULTS = {"rope_theta": 10_000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 2048,
                   "bos_token_id": 1, "eos_token_id": 2}
@@ -22,68 +25,141 @@ WEIGHT_FILES = ("model.safetensors.index.json", "model.safetensors", "pytorch_mo
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
+# ModelSpec field -> the config.json key it is read from (to name the key a shape error is about)
+CONFIG_KEYS = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+               "num_kv_heads": "num_key_value_heads", "num_experts": "num_local_experts", "norm_eps": "rms_norm_eps"}
+
+
 class ModelConfigError(ValueError):
-    """A config.json that cannot describe a model (a required key missing or malformed)."""
+    """A config.json that cannot describe a model: `problem` names the key, `fix` says what to do."""
+
+    def __init__(self, problem: str, fix: str):
+        self.problem, self.fix = problem, fix
+        super().__init__(problem)
 
 
 def spec_from_hf_config(config: dict, name: str) -> ModelSpec:
     """A ModelSpec from a config.json dict (Llama; Mistral/Mixtral and others are sized for the
-    planner and marked unsupported)."""
+    planner and marked unsupported). ModelConfigError names the key that is missing or malformed."""
+    if not isinstance(config, dict):
+        raise ModelConfigError(f"{name}: config.json holds a JSON {type(config).__name__}, not an object of "
+                               "settings", "write it again with save_pretrained")
     try:
-        heads = int(config["num_attention_heads"])
+        heads = _whole(config, "num_attention_heads")
+        hidden = _whole(config, "hidden_size")
         rope_theta, rope_scaling, rope_unsupported = _rope(config)
         return ModelSpec(
             name=name,
-            hidden_size=int(config["hidden_size"]),
-            num_layers=int(config["num_hidden_layers"]),
+            hidden_size=hidden,
+            num_layers=_whole(config, "num_hidden_layers"),
             num_heads=heads,
-            num_kv_heads=int(config.get("num_key_value_heads") or heads),
-            intermediate_size=int(config["intermediate_size"]),
-            vocab_size=int(config["vocab_size"]),
-            max_position_embeddings=int(config.get("max_position_embeddings")
-                                        or LLAMA_DEFAULTS["max_position_embeddings"]),
+            num_kv_heads=_whole(config, "num_key_value_heads", default=heads),
+            intermediate_size=_whole(config, "intermediate_size"),
+            vocab_size=_whole(config, "vocab_size"),
+            max_position_embeddings=_whole(config, "max_position_embeddings",
+                                           default=LLAMA_DEFAULTS["max_position_embeddings"]),
             rope_theta=rope_theta,
-            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
-            num_experts=int(config.get("num_local_experts") or config.get("n_routed_experts") or 0),
-            norm_eps=float(config.get("rms_norm_eps", LLAMA_DEFAULTS["rms_norm_eps"])),
+            tie_embeddings=_flag(config, "tie_word_embeddings"),
+            num_experts=_whole(config, "num_local_experts", default=0, low=0)
+            or _whole(config, "n_routed_experts", default=0, low=0),
+            norm_eps=_number(config, "rms_norm_eps", LLAMA_DEFAULTS["rms_norm_eps"]),
             rope_scaling=rope_scaling,
-            explicit_head_dim=_explicit_head_dim(config, heads),
+            explicit_head_dim=_explicit_head_dim(config, hidden, heads),
             bos_token_id=_token(config, "bos_token_id"),
             eos_token_id=_token(config, "eos_token_id"),
             pad_token_id=_token(config, "pad_token_id"),
             unsupported=tuple(_unsupported(config) + rope_unsupported),
         )
-    except KeyError as exc:
-        raise ModelConfigError(f"{name}: config.json has no {exc.args[0]!r}, which a Llama config needs") from None
-    except (TypeError, ValueError) as exc:
-        raise ModelConfigError(f"{name}: config.json has a malformed value ({exc})") from None
+    except ModelShapeError as exc:  # each key is sound, their combination is not
+        key = CONFIG_KEYS.get(exc.field, exc.field)
+        raise ModelConfigError(f"{name}: config.json: {exc.problem}", f"correct {key} in config.json") from None
+    except ModelConfigError as exc:
+        raise ModelConfigError(f"{name}: {exc.problem}", exc.fix) from None
+
+
+def _missing(key: str) -> ModelConfigError:
+    return ModelConfigError(f"config.json has no {key!r}, which a Llama config needs",
+                            f"add {key} to config.json (save_pretrained writes it), or use a complete model")
+
+
+def _malformed(key: str, value: object, expected: str) -> ModelConfigError:
+    return ModelConfigError(f"config.json's {key} is {value!r}, not {expected}", f"correct {key} in config.json")
+
+
+_REQUIRED = object()
+
+
+def _whole(config: dict, key: str, default: object = _REQUIRED, low: int = 1, within: str = "") -> int:
+    """A whole-number key (of the `within` object); absent or null takes `default`."""
+    value = config.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise _missing(within + key)
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_DIMENSION:
+        raise _malformed(within + key, value, f"a whole number from {low} to {MAX_DIMENSION}")
+    return value
+
+
+def _number(config: dict, key: str, default: float, within: str = "") -> float:
+    """A positive finite number (of the `within` object); absent or null takes `default`."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise _malformed(within + key, value, "a finite number above 0")
+    return float(value)
+
+
+def _flag(config: dict, key: str) -> bool:
+    value = config.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _malformed(key, value, "true or false")
+    return value
+
+
+def _mapping(config: dict, key: str) -> dict:
+    value = config.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _malformed(key, value, "an object of settings")
+    return value
 
 
 def _rope(config: dict) -> tuple[float, tuple[float, float, float, int] | None, list[str]]:
-    params = config.get("rope_parameters") or {}
-    theta = config.get("rope_theta", params.get("rope_theta", LLAMA_DEFAULTS["rope_theta"]))
-    scaling = config.get("rope_scaling") or params
+    params = _mapping(config, "rope_parameters")
+    theta = _number(params, "rope_theta", LLAMA_DEFAULTS["rope_theta"], "rope_parameters.")
+    theta = _number(config, "rope_theta", theta)  # the 4.x key wins
+    within = "rope_scaling." if config.get("rope_scaling") else "rope_parameters."
+    scaling = _mapping(config, "rope_scaling") or params
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type == "default":
-        return float(theta), None, []
+        return theta, None, []
     if rope_type != "llama3":
-        return float(theta), None, [f"rope_type: {rope_type}"]
-    factor, low, high, original = (scaling[key] for key in LLAMA3_ROPE_KEYS)
-    return float(theta), (float(factor), float(low), float(high), int(original)), []
+        return theta, None, [f"rope_type: {rope_type}"]
+    missing = [key for key in LLAMA3_ROPE_KEYS if scaling.get(key) is None]
+    if missing:
+        raise _missing(within + missing[0])
+    factor, low, high = (_number(scaling, key, 0.0, within) for key in LLAMA3_ROPE_KEYS[:3])
+    return theta, (factor, low, high, _whole(scaling, "original_max_position_embeddings", within=within)), []
 
 
-def _explicit_head_dim(config: dict, heads: int) -> int | None:
-    head_dim = config.get("head_dim")
-    if head_dim is None or int(head_dim) == int(config["hidden_size"]) // heads:
-        return None
-    return int(head_dim)
+def _explicit_head_dim(config: dict, hidden: int, heads: int) -> int | None:
+    head_dim = _whole(config, "head_dim", default=None)
+    return None if head_dim is None or head_dim == hidden // heads else head_dim
 
 
 def _token(config: dict, key: str) -> int | tuple[int, ...] | None:
     value = config.get(key, LLAMA_DEFAULTS.get(key))
-    if isinstance(value, list):
-        return tuple(int(v) for v in value)
-    return None if value is None else int(value)
+    if value is None:
+        return None
+    ids = value if isinstance(value, list) else [value]
+    if not ids or any(isinstance(v, bool) or not isinstance(v, int) for v in ids):
+        raise _malformed(key, value, "a token id or a list of them")
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _unsupported(config: dict) -> list[str]:

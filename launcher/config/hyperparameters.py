@@ -9,11 +9,24 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from launcher.config.base import Strict
+from launcher.config.base import HyperparameterName, JsonValue, Strict, reject_boolean
+from launcher.config.limits import MAX_DIMENSION, MAX_WORLD
 
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_shard_zero2", "no_shard")
+# Long enough for rank 0 to load a large pretrained model while the others wait; short enough
+# that a rank left alone in a collective fails within minutes, not torch's 30 (gloo).
+COLLECTIVE_TIMEOUT_DEFAULT_S = 600
 # Choices smlaunch's train.py makes; a user script may mean anything by these keys (job_kind.py).
 RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activation_checkpointing_mode",
                    "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",
@@ -24,6 +37,8 @@ class TrainingHyperparameters(BaseModel):
     """Known hyperparameters, typed; unset ones are None (the script's default applies)."""
 
     model_config = ConfigDict(extra="allow", defer_build=True)
+    # Keys smlaunch does not know pass to the script; the wire json.dumps them, so JSON values only.
+    __pydantic_extra__: dict[HyperparameterName, JsonValue]
     # The values as the user wrote them: the wire carries these, because scripts parse their own
     # types (AWS's SMP script reads `--fp8 1` with type=int; a typed `true` would break it).
     _raw: dict = PrivateAttr(default_factory=dict)
@@ -37,6 +52,11 @@ class TrainingHyperparameters(BaseModel):
         elif isinstance(data, TrainingHyperparameters):
             model._raw = dict(data._raw)
         return model
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value, info: ValidationInfo):
+        return reject_boolean(value, cls.model_fields[info.field_name].annotation)
 
     def raw(self) -> dict:
         """The hyperparameters exactly as given (unset ones left out), for the wire format."""
@@ -61,7 +81,9 @@ class TrainingHyperparameters(BaseModel):
     activation_checkpointing_mode: Literal["full", "selective"] | None = Field(
         None, description="full: recompute whole blocks; selective: keep matmul/attention outputs."
     )
-    gradient_accumulation_steps: int | None = Field(None, ge=1, description="Micro-batches per step.")
+    gradient_accumulation_steps: int | None = Field(
+        None, ge=1, le=MAX_DIMENSION, description="Micro-batches per step."
+    )
     optimizer: Literal["adamw", "anyprecision"] | None = Field(
         None, description="adamw, or anyprecision (pure-bf16 states with Kahan-compensated updates)."
     )
@@ -82,9 +104,9 @@ class TrainingHyperparameters(BaseModel):
     forward_prefetch: bool | None = Field(None, description="FSDP forward prefetch.")
     limit_all_gathers: bool | None = Field(None, description="Rate-limit FSDP all-gathers.")
     # parallelism (the seed's script also accepts these as arguments)
-    tensor_parallel_degree: int | None = Field(None, ge=1, description="Must match the distribution.")
-    context_parallel_degree: int | None = Field(None, ge=1, description="Must match the distribution.")
-    hybrid_shard_degree: int | None = Field(None, ge=0, description="Must match the distribution.")
+    tensor_parallel_degree: int | None = Field(None, ge=1, le=MAX_WORLD, description="Must match the distribution.")
+    context_parallel_degree: int | None = Field(None, ge=1, le=MAX_WORLD, description="Must match the distribution.")
+    hybrid_shard_degree: int | None = Field(None, ge=0, le=MAX_WORLD, description="Must match the distribution.")
     cp_comm_type: Literal["p2p", "all_gather", "a2a"] | None = Field(
         None, description="Transformer Engine context-parallel communication."
     )
@@ -106,34 +128,38 @@ class TrainingHyperparameters(BaseModel):
         None, description="Tokenizer shipped in model.tar.gz: a directory, a channel's name or a Hub id "
         "(default: the pretrained model's)."
     )
-    max_context_width: int | None = Field(None, ge=1, description="Sequence length in tokens.")
-    vocab_size: int | None = Field(None, ge=1, description="Vocabulary size.")
-    hidden_width: int | None = Field(None, ge=1, description="Model width.")
-    num_layers: int | None = Field(None, ge=1, description="Transformer blocks.")
-    num_heads: int | None = Field(None, ge=1, description="Attention heads.")
-    num_key_value_heads: int | None = Field(None, ge=1, description="Key/value heads (GQA).")
-    intermediate_size: int | None = Field(None, ge=1, description="MLP width.")
-    llama_intermediate_size: int | None = Field(None, ge=1, description="MLP width (AWS's SMP script's name).")
-    rotary_emb_base: float | None = Field(None, gt=0, description="RoPE base (theta) of a model_type model.")
+    max_context_width: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Sequence length in tokens.")
+    vocab_size: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Vocabulary size.")
+    hidden_width: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Model width.")
+    num_layers: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Transformer blocks.")
+    num_heads: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Attention heads.")
+    num_key_value_heads: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Key/value heads (GQA).")
+    intermediate_size: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="MLP width.")
+    llama_intermediate_size: int | None = Field(
+        None, ge=1, le=MAX_DIMENSION, description="MLP width (AWS's SMP script's name)."
+    )
+    rotary_emb_base: FiniteFloat | None = Field(None, gt=0, description="RoPE base (theta) of a model_type model.")
     moe: bool | None = Field(None, description="Mixture-of-experts model.")
-    num_local_experts: int | None = Field(None, ge=1, description="Experts per MoE layer.")
+    num_local_experts: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Experts per MoE layer.")
     # training loop
-    train_batch_size: int | None = Field(None, ge=1, description="Sequences per data-parallel rank per step.")
-    val_batch_size: int | None = Field(None, ge=1, description="Validation sequences per rank.")
+    train_batch_size: int | None = Field(
+        None, ge=1, le=MAX_DIMENSION, description="Sequences per data-parallel rank per step."
+    )
+    val_batch_size: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Validation sequences per rank.")
     max_steps: int | None = Field(None, ge=1, description="Stop after this many steps.")
     epochs: int | None = Field(None, ge=1, description="Passes over the data.")
-    lr: float | None = Field(None, gt=0, description="Peak learning rate.")
-    min_lr: float | None = Field(None, ge=0, description="Final learning rate.")
+    lr: FiniteFloat | None = Field(None, gt=0, description="Peak learning rate.")
+    min_lr: FiniteFloat | None = Field(None, ge=0, description="Final learning rate.")
     lr_decay_style: Literal["cosine", "linear", "constant"] | None = Field(
         None, description="Learning-rate decay."
     )
     lr_decay_iters: int | None = Field(None, ge=1, description="Steps of learning-rate decay.")
-    warmup: float | None = Field(None, ge=0, description="Warm-up fraction of lr_decay_iters.")
-    plateau: float | None = Field(None, ge=0, description="Plateau fraction.")
-    beta1: float | None = Field(None, ge=0, lt=1, description="Adam beta1.")
-    beta2: float | None = Field(None, ge=0, lt=1, description="Adam beta2.")
-    weight_decay: float | None = Field(None, ge=0, description="AdamW weight decay.")
-    grad_clip: float | None = Field(None, ge=0, description="Gradient norm clipping.")
+    warmup: FiniteFloat | None = Field(None, ge=0, description="Warm-up fraction of lr_decay_iters.")
+    plateau: FiniteFloat | None = Field(None, ge=0, description="Plateau fraction.")
+    beta1: FiniteFloat | None = Field(None, ge=0, lt=1, description="Adam beta1.")
+    beta2: FiniteFloat | None = Field(None, ge=0, lt=1, description="Adam beta2.")
+    weight_decay: FiniteFloat | None = Field(None, ge=0, description="AdamW weight decay.")
+    grad_clip: FiniteFloat | None = Field(None, ge=0, description="Gradient norm clipping.")
     seed: int | None = Field(None, description="Random seed.")
     do_train: bool | None = Field(None, description="Run training.")
     do_eval: bool | None = Field(None, description="Run evaluation.")
@@ -145,6 +171,10 @@ class TrainingHyperparameters(BaseModel):
     checkpoint_freq: int | None = Field(None, ge=1, description="Checkpoint every N steps.")
     num_kept_checkpoints: int | None = Field(None, ge=1, description="Checkpoints kept.")
     zipped_data: bool | None = Field(None, description="Data files are gzip-compressed.")
+    collective_timeout: int | None = Field(
+        None, ge=1, le=86400,
+        description="Seconds any collective may wait for the other ranks before the job fails "
+                    f"(default {COLLECTIVE_TIMEOUT_DEFAULT_S}).")
 
     def known(self) -> dict:
         return {k: v for k, v in self.model_dump(exclude_none=True).items() if k in type(self).model_fields}

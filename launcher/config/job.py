@@ -7,10 +7,12 @@ accelerator, ...) live in `launcher.config.rules` so every error is reported at 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, field_validator, model_validator
+from pydantic import Tag as UnionTag
 
+from launcher.backends.base import JOB_NAME_PATTERN
 from launcher.config.aws_settings import (
     DebuggerHookConfig,
     DebuggerRule,
@@ -19,19 +21,38 @@ from launcher.config.aws_settings import (
     ProfilerConfig,
     TensorBoardOutputConfig,
 )
-from launcher.config.base import Strict
+from launcher.config.base import JsonValue, Strict, WholeNumber
 from launcher.config.distribution import Distribution
 from launcher.config.hyperparameters import TrainingHyperparameters
+from launcher.config.limits import (
+    ENVIRONMENT_KEY_MAX,
+    ENVIRONMENT_MAX,
+    ENVIRONMENT_VALUE_MAX,
+    MAX_INSTANCE_COUNT,
+    MAX_PROCESSES_PER_HOST,
+    TAG_KEY_MAX,
+    TAG_PATTERN,
+    TAG_VALUE_MAX,
+    TAGS_MAX,
+)
+from launcher.config.paths import LocalPathText
 
 MAX_RUN_LIMIT = 28 * 24 * 3600  # SageMaker's StoppingCondition.MaxRuntimeInSeconds ceiling
-JOB_NAME_RE = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 ROLE_ARN_RE = r"^arn:aws[a-z\-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$"
+
+
+def _check_channel_names(names: list[str]) -> None:
+    """SageMaker's ChannelName (1-64 of [A-Za-z0-9.-_]), less `.` and `..`: a channel is the
+    directory input/data/<name> in the container, which those two would leave."""
+    bad = [k for k in names if not re.fullmatch(r"[A-Za-z0-9.\-_]{1,64}", k) or k in (".", "..")]
+    if bad:
+        raise ValueError(f"invalid channel name(s) {bad}; use 1-64 of [A-Za-z0-9.-_], not '.' or '..'")
 
 
 class ChannelInput(Strict):
     """One input channel, like `sagemaker.inputs.TrainingInput`."""
 
-    s3_data: str = Field(description="s3://bucket/prefix, or a local path / file:// for local runs.")
+    s3_data: LocalPathText = Field(description="s3://bucket/prefix, or a local path / file:// for local runs.")
     distribution: Literal["FullyReplicated", "ShardedByS3Key"] = Field(
         "FullyReplicated", description="Copy everything to every host, or shard objects by key."
     )
@@ -58,23 +79,37 @@ class MetricDefinition(Strict):
         return value
 
 
+TagKey = Annotated[str, Field(min_length=1, max_length=TAG_KEY_MAX, pattern=TAG_PATTERN)]
+TagValue = Annotated[str, Field(max_length=TAG_VALUE_MAX, pattern=TAG_PATTERN)]
+
+
 class Tag(Strict):
-    Key: str = Field(min_length=1, max_length=128)
-    Value: str = Field(max_length=256)
+    Key: TagKey
+    Value: TagValue
+
+
+# A list of {Key, Value} or one mapping; the form decides which is checked, so an error in one is
+# not reported again as "should be the other".
+Tags = Annotated[
+    Annotated[list[Tag], Field(max_length=TAGS_MAX), UnionTag("list[Tag]")]
+    | Annotated[dict[TagKey, TagValue], Field(max_length=TAGS_MAX), UnionTag("dict[str,str]")],
+    Discriminator(lambda value: "dict[str,str]" if isinstance(value, dict) else "list[Tag]"),
+]
 
 
 class JobConfig(Strict):
     """A training job, as estimator arguments (Python) or a job file (YAML)."""
 
-    entry_point: str = Field(description="Training script, relative to source_dir when that is set.")
-    source_dir: str | None = Field(None, description="Directory shipped as sourcedir.tar.gz.")
-    dependencies: list[str] = Field(
+    entry_point: LocalPathText = Field(description="Training script, relative to source_dir when that is set.")
+    source_dir: LocalPathText | None = Field(None, description="Directory shipped as sourcedir.tar.gz.")
+    dependencies: list[LocalPathText] = Field(
         default_factory=list, description="Extra directories/files added at the code root."
     )
     source_ignore: list[str] = Field(
         default_factory=list,
         description="fnmatch patterns left out of sourcedir.tar.gz, added to the defaults "
-        "(.git, .venv, venv, __pycache__, *.pyc, .ipynb_checkpoints, .env, *.pem, ...).",
+        "(.git, .venv, venv, __pycache__, *.pyc, .ipynb_checkpoints, ...); credential files "
+        "(.env*, *.pem, *.key, .ssh/, .aws/, ...: docs/secrets.md) are always left out.",
     )
     role: str | None = Field(
         None, pattern=ROLE_ARN_RE, description="IAM role ARN SageMaker assumes (not needed locally)."
@@ -85,53 +120,55 @@ class JobConfig(Strict):
         description="AWS region (default: the boto3 chain).",
     )
     instance_type: str = Field(description="ml.p5.48xlarge, ml.p4d.24xlarge, ..., or local / local_gpu.")
-    instance_count: int = Field(1, ge=1, description="Number of hosts.")
+    instance_count: WholeNumber = Field(1, ge=1, le=MAX_INSTANCE_COUNT, description="Number of hosts.")
     instance_groups: list[InstanceGroup] | None = Field(
         None, description="Heterogeneous cluster: named groups instead of instance_type/instance_count."
     )
     local_runner: Literal["process", "docker"] = Field(
         "process", description="Local mode: simulated hosts as processes here, or as containers (compose)."
     )
-    processes_per_host: int | None = Field(
-        None, ge=1, description="Processes per host (default: accelerators per instance; 1 on CPU)."
+    processes_per_host: WholeNumber | None = Field(
+        None, ge=1, le=MAX_PROCESSES_PER_HOST,
+        description="Processes per host (default: accelerators per instance; 1 on CPU).",
     )
-    volume_size: int = Field(30, ge=1, le=16384, description="EBS volume per host, in GB.")
-    max_run: int = Field(
+    volume_size: WholeNumber = Field(30, ge=1, le=16384, description="EBS volume per host, in GB.")
+    max_run: WholeNumber = Field(
         24 * 3600, ge=1, le=MAX_RUN_LIMIT, description="Stop the job after this many seconds (<= 28 days)."
     )
-    max_wait: int | None = Field(
+    max_wait: WholeNumber | None = Field(
         None, ge=1, description="Spot only: seconds to wait for capacity plus run time (>= max_run)."
     )
     use_spot_instances: bool = Field(False, description="Managed spot training.")
     checkpoint_s3_uri: str | None = Field(
         None, pattern=r"^s3://[^/]+(/.*)?$", description="S3 prefix synced with checkpoint_local_path."
     )
-    checkpoint_local_path: str | None = Field(
+    checkpoint_local_path: LocalPathText | None = Field(
         None, description="Checkpoint directory inside the container (default /opt/ml/checkpoints)."
     )
-    output_path: str | None = Field(
+    output_path: LocalPathText | None = Field(
         None, description="Where model.tar.gz/output.tar.gz go (s3://..., or a local path for local runs)."
     )
     code_location: str | None = Field(
         None, pattern=r"^s3://[^/]+(/.*)?$", description="S3 prefix for sourcedir.tar.gz."
     )
     base_job_name: str | None = Field(
-        None, pattern=JOB_NAME_RE, description="Job name prefix; a timestamp is appended."
+        None, pattern=f"^{JOB_NAME_PATTERN.pattern}$", description="Job name prefix; a timestamp is appended."
     )
     hyperparameters: TrainingHyperparameters = Field(
         default_factory=TrainingHyperparameters, description="Arguments for the training script."
     )
     distribution: Distribution | None = Field(None, description="The SageMaker distribution dict.")
-    environment: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables for the training container."
+    environment: dict[str, Annotated[str, Field(max_length=ENVIRONMENT_VALUE_MAX)]] = Field(
+        default_factory=dict, max_length=ENVIRONMENT_MAX,
+        description="Environment variables for the training container.",
     )
-    tags: list[Tag] | dict[str, str] = Field(default_factory=list, description="AWS tags.")
+    tags: Tags = Field(default_factory=list, description=f"AWS tags (at most {TAGS_MAX}).")
     image_uri: str | None = Field(None, description="Training image (default: resolved from versions).")
     framework_version: str | None = Field(
         None, pattern=r"^\d+\.\d+(\.\d+)?$", description="PyTorch version of the AWS image (2.4.1)."
     )
     py_version: str | None = Field(None, pattern=r"^py3\d*$", description="Python of the AWS image (py311).")
-    keep_alive_period_in_seconds: int | None = Field(
+    keep_alive_period_in_seconds: WholeNumber | None = Field(
         None, ge=0, le=3600, description="Warm pool keep-alive (0-3600 s)."
     )
     metric_definitions: list[MetricDefinition] | None = Field(
@@ -145,13 +182,13 @@ class JobConfig(Strict):
     enable_network_isolation: bool = Field(
         False, description="No network in the container; the code arrives as the 'code' channel."
     )
-    max_retry_attempts: int | None = Field(
+    max_retry_attempts: WholeNumber | None = Field(
         None, ge=1, le=30, description="Retries after an internal SageMaker error (RetryStrategy)."
     )
     disable_output_compression: bool = Field(False, description="Upload model/output files uncompressed.")
     volume_kms_key: str | None = Field(None, description="KMS key for the hosts' EBS volumes.")
     output_kms_key: str | None = Field(None, description="KMS key for the artifacts and the uploaded code.")
-    container_log_level: int = Field(20, ge=0, le=50, description="Toolkit log level (logging.INFO).")
+    container_log_level: WholeNumber = Field(20, ge=0, le=50, description="Toolkit log level (logging.INFO).")
     enable_sagemaker_metrics: bool | None = Field(
         None, description="Metrics time series (default: on, as the SDK sets it for PyTorch >= 1.3)."
     )
@@ -182,10 +219,10 @@ class JobConfig(Strict):
     experiment_config: dict[
         Literal["ExperimentName", "TrialName", "TrialComponentDisplayName", "RunName"], str
     ] | None = Field(None, description="SageMaker Experiments association (fit's experiment_config).")
-    instance_placement_config: dict[str, Any] | None = Field(
+    instance_placement_config: dict[str, JsonValue] | None = Field(
         None, description="ResourceConfig.InstancePlacementConfig, as the API takes it."
     )
-    inputs: dict[str, str | ChannelInput] | str | None = Field(
+    inputs: dict[str, LocalPathText | ChannelInput] | LocalPathText | None = Field(
         None, description="Channels: {name: s3://... or local path}, or one URI (channel 'training')."
     )
 
@@ -220,18 +257,23 @@ class JobConfig(Strict):
     @field_validator("environment")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = [k for k in value if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,511}", k)]
+        bad = [k for k in value if not re.fullmatch(rf"[A-Za-z_][A-Za-z0-9_]{{0,{ENVIRONMENT_KEY_MAX - 1}}}", k)]
         if bad:
-            raise ValueError(f"invalid variable name(s) {bad}; use letters, digits and '_'")
+            raise ValueError(f"invalid variable name(s) {bad}; use letters, digits and '_', "
+                             f"at most {ENVIRONMENT_KEY_MAX} characters, not starting with a digit")
         return value
 
     @field_validator("inputs")
     @classmethod
     def _channel_names(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            bad = [k for k in value if not re.fullmatch(r"[A-Za-z0-9.\-_]{1,64}", k)]
-            if bad:
-                raise ValueError(f"invalid channel name(s) {bad}; use 1-64 of [A-Za-z0-9.-_]")
+            _check_channel_names(list(value))
+        return value
+
+    @field_validator("model_channel_name")
+    @classmethod
+    def _model_channel_name(cls, value: str) -> str:
+        _check_channel_names([value])
         return value
 
     def channels(self) -> dict[str, ChannelInput]:

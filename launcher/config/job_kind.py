@@ -14,16 +14,19 @@ script's other hyperparameters pass through as written.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
+from launcher.config.base import JsonValue
 from launcher.config.hyperparameters import RUNTIME_CHOICES, TrainingHyperparameters
 
+SCRIPT_READ_LIMIT = 1 << 20  # a script's imports are at its top; a bigger file is not read further
 _TRAINER_IMPORT = re.compile(r"^\s*(from\s+container\.trainer\s+import|import\s+container\.trainer\b)", re.MULTILINE)
 
 
@@ -41,7 +44,7 @@ def job_kind(entry: Path | None, entry_point: str) -> JobKind:
     if entry is None:
         return JobKind(False, f"{entry_point} is on S3, so it is taken for a script of your own")
     try:
-        text = entry.read_text(errors="replace")
+        text = _read_script(entry)
     except OSError:
         return JobKind(False, f"{entry} cannot be read")
     if _TRAINER_IMPORT.search(text):
@@ -49,11 +52,23 @@ def job_kind(entry: Path | None, entry_point: str) -> JobKind:
     return JobKind(False, f"{entry_point} does not import container.trainer")
 
 
+def _read_script(entry: Path) -> str:
+    """The start of a regular file: a FIFO or a device named as the entry point must not block
+    or stream without end (the file rules report that it is not a file)."""
+    fd = os.open(entry, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{entry} is not a regular file")
+        return os.read(fd, SCRIPT_READ_LIMIT).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
 # A user script's hyperparameters: typed like the runtime's, except the choices only smlaunch's
 # train.py makes (optimizer, dataset_type, ...), which pass as written.
 ScriptHyperparameters = create_model(
     "ScriptHyperparameters", __base__=TrainingHyperparameters,
-    **{name: (Any, Field(None, description=TrainingHyperparameters.model_fields[name].description))
+    **{name: (JsonValue, Field(None, description=TrainingHyperparameters.model_fields[name].description))
        for name in RUNTIME_CHOICES})
 
 

@@ -1,15 +1,18 @@
 """Job-level rules: spot and stopping settings, S3 locations, files, metrics, image, hyperparameter names.
 
-Each returns Issues; none raises, so all are reported with the parallelism rules.
+Each returns Issues; none raises, so all are reported with the parallelism rules. Files are
+looked at with os.path's predicates, which answer False where pathlib's raise (a path too long,
+a directory that may not be searched): the issue then says the file is not there.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from launcher.backends.images import ImageResolutionError, ecr_region, job_image_choice
-from launcher.backends.sourcedir import RUNTIME_DISTRIBUTIONS
+from launcher.backends.requirements import RUNTIME_DISTRIBUTIONS
 from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
@@ -64,12 +67,12 @@ def _check_local_paths(ctx: Context) -> list[Issue]:
                                     "use s3_data_type: S3Prefix, or download the data and give a local path"))
             continue
         path = resolve_path(ctx.base_dir, channel.s3_data)
-        if not path.exists():
+        if not os.path.exists(path):
             issues.append(Issue(f"inputs.{name}", channel.s3_data, f"no such file or directory ({path})",
                                 "give a path relative to the job file, an absolute path, or s3://..."))
     if job.output_path and not job.output_path.startswith("s3://"):
         out = resolve_path(ctx.base_dir, job.output_path)
-        if out.exists() and not out.is_dir():
+        if os.path.exists(out) and not os.path.isdir(out):
             issues.append(Issue("output_path", job.output_path, f"{out} is a file, not a directory",
                                 "give a directory (created if missing) or s3://bucket/prefix"))
     return issues
@@ -83,17 +86,17 @@ def _check_files(ctx: Context) -> list[Issue]:
     issues = []
     if job.source_dir:
         src = code_dir(job, ctx.base_dir)
-        if not src.is_dir():
+        if not os.path.isdir(src):
             return [Issue("source_dir", job.source_dir, f"no such directory ({src})",
                           "give a directory relative to the job file, or an absolute path")]
         where = f"in source_dir {src}"
     else:
         where = f"({entry})"
-    if not entry.is_file():
+    if not os.path.isfile(entry):
         issues.append(Issue("entry_point", job.entry_point, f"file not found {where}",
                             "pass the script's path relative to source_dir (or to the job file)"))
     for i, dep in enumerate(job.dependencies):
-        if not resolve_path(ctx.base_dir, dep).exists():
+        if not os.path.exists(resolve_path(ctx.base_dir, dep)):
             issues.append(Issue(f"dependencies[{i}]", dep, "no such file or directory",
                                 "give a path relative to the job file, or an absolute path"))
     return issues
@@ -165,5 +168,5 @@ def check_image(ctx: Context) -> list[Issue]:
 
 def resolve_path(base: Path, path: str) -> Path:
     """A job-file path (plain or file://, ~ expanded) relative to the job file's directory."""
-    p = Path(path.removeprefix("file://")).expanduser()
+    p = Path(os.path.expanduser(path.removeprefix("file://")))  # an unknown ~user stays as written
     return p if p.is_absolute() else base / p

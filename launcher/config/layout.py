@@ -6,6 +6,7 @@ world = dp_replicate x sharding_group x tp, sharding_group = dp_shard x cp; the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from launcher.config.distribution import ModelParallelParameters
@@ -57,3 +58,10 @@ def sharding_group(params: ModelParallelParameters, world: int) -> int:
     if params.sharded_data_parallel_degree:
         return params.sharded_data_parallel_degree
     return max(world // params.tensor_parallel_degree, 1)
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of n in ascending order, found in sqrt(n) steps (n may be a world of a million
+    ranks or a vocabulary of 2**31 entries)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]

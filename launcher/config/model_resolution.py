@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from launcher.config.hf_config import ModelConfigError, spec_from_hf_config
 from launcher.config.hyperparameters import TrainingHyperparameters
-from launcher.config.models import PRESETS, ModelSpec
+from launcher.config.models import PRESETS, ModelShapeError, ModelSpec
 from launcher.issues import Issue
 
 HP = "hyperparameters"
@@ -60,7 +60,7 @@ def resolve_model(hp: TrainingHyperparameters, config: dict | None = None,
             spec = spec_from_hf_config(config, config_name or hp.hf_pretrained_model_name_or_dir or "config.json")
         except ModelConfigError as exc:
             issues.append(Issue(f"{HP}.hf_pretrained_model_name_or_dir", hp.hf_pretrained_model_name_or_dir,
-                                str(exc), "point it at a Llama model's directory or Hub id"))
+                                exc.problem, exc.fix))
             return ModelResolution(None, issues)
     elif hp.model_type in SEED_MODEL_TYPES and not hp.hf_pretrained_model_name_or_dir:
         spec, more = _seed_spec(hp)
@@ -73,7 +73,10 @@ def resolve_model(hp: TrainingHyperparameters, config: dict | None = None,
     if pretrained and config is not None:
         issues += _disagreements(given, spec)
         return ModelResolution(spec, issues)
-    return ModelResolution(replace(spec, **given) if given else spec, issues)
+    try:
+        return ModelResolution(replace(spec, **given) if given else spec, issues)
+    except ModelShapeError as exc:
+        return ModelResolution(None, issues + [_shape_issue(hp, exc)])
 
 
 def _conflicts(hp: TrainingHyperparameters) -> list[Issue]:
@@ -106,15 +109,27 @@ def _seed_spec(hp: TrainingHyperparameters) -> tuple[ModelSpec | None, list[Issu
                             f"set {', '.join(missing)}, or name the model with model_preset or "
                             "hf_pretrained_model_name_or_dir")]
     seq = hp.max_context_width or 2048
-    spec = ModelSpec(
-        name=f"{hp.model_type} ({given['num_layers']} layers x {given['hidden_size']})",
-        hidden_size=given["hidden_size"], num_layers=given["num_layers"], num_heads=given["num_heads"],
-        num_kv_heads=given.get("num_kv_heads", given["num_heads"]),
-        intermediate_size=given["intermediate_size"], vocab_size=given["vocab_size"],
-        max_position_embeddings=seq,
-        rope_theta=float(hp.rotary_emb_base or SEED_MODEL_TYPES[hp.model_type]),
-    )
+    try:
+        spec = ModelSpec(
+            name=f"{hp.model_type} ({given['num_layers']} layers x {given['hidden_size']})",
+            hidden_size=given["hidden_size"], num_layers=given["num_layers"], num_heads=given["num_heads"],
+            num_kv_heads=given.get("num_kv_heads", given["num_heads"]),
+            intermediate_size=given["intermediate_size"], vocab_size=given["vocab_size"],
+            max_position_embeddings=seq,
+            rope_theta=float(hp.rotary_emb_base or SEED_MODEL_TYPES[hp.model_type]),
+        )
+    except ModelShapeError as exc:
+        return None, [_shape_issue(hp, exc)]
     return spec, []
+
+
+def _shape_issue(hp: TrainingHyperparameters, exc: ModelShapeError) -> Issue:
+    """The size hyperparameters make no model (the planner and the runtime divide by them)."""
+    key = {spec_key: hp_key for hp_key, spec_key in SIZE_KEYS.items()}.get(exc.field, exc.field)
+    if exc.field == "num_kv_heads" and hp.num_key_value_heads is None:
+        key = "num_heads"
+    return Issue(f"{HP}.{key}", getattr(hp, key, None), exc.problem,
+                 "use num_heads <= hidden_width and a num_key_value_heads that divides num_heads")
 
 
 def _disagreements(given: dict[str, int], spec: ModelSpec) -> list[Issue]:

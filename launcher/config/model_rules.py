@@ -10,6 +10,7 @@ a model that would fail (or silently train something else) is refused before any
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def _pretrained_config(job: JobConfig, base_dir: Path, trainer: bool) -> _Config
     issues = []
     if source.kind == "directory":
         directory = source.path
-        if not job.is_local and Path(value).expanduser().is_absolute():
+        if not job.is_local and Path(os.path.expanduser(value)).is_absolute():
             issues.append(Issue(FIELD, value, "is a directory of this machine, which a SageMaker container "
                                 "sees only if its image holds it",
                                 "upload it to S3 and name an input channel that holds it", "warning"))
@@ -85,7 +86,7 @@ def _directory_config(directory: Path, from_scratch: bool | None, value: str) ->
         return _Config(issues=[Issue(FIELD, value, f"{directory}/config.json cannot be read ({exc})",
                                      "write it again with save_pretrained")])
     issues = []
-    if not from_scratch and not any((directory / name).is_file() for name in WEIGHT_FILES):
+    if not from_scratch and not any(os.path.isfile(directory / name) for name in WEIGHT_FILES):
         issues.append(Issue(FIELD, value, f"{directory} holds no weights ({', '.join(WEIGHT_FILES)})",
                             "add the weights, or set init_from_scratch: 1 to train this architecture "
                             "from random weights"))

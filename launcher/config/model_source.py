@@ -7,6 +7,7 @@ job, then a Hub id `org/name`, optionally pinned with `@revision` (a branch, tag
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -41,10 +42,10 @@ class ModelSource:
 def parse_model_source(value: str, channels: Iterable[str] = (), base_dir: Path | None = None) -> ModelSource:
     """Classify `value`. `base_dir`: where a relative directory is looked for (the script's
     working directory in the container; source_dir on the client)."""
-    path = Path(value).expanduser()
+    path = Path(os.path.expanduser(value))  # an unknown ~user stays as written
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
-    if path.is_dir():
+    if os.path.isdir(path):  # False, not an exception, for a path too long to be one
         return ModelSource(value, "directory", path=path)
     if value in set(channels):
         return ModelSource(value, "channel", channel=value)

@@ -7,7 +7,21 @@ hyperparameters in `model_resolution.py`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from launcher.config.limits import MAX_DIMENSION
+
+DIMENSIONS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size",
+              "max_position_embeddings")
+
+
+class ModelShapeError(ValueError):
+    """A shape no model can have; `field` is the ModelSpec field, for callers to name their key."""
+
+    def __init__(self, field: str, problem: str):
+        self.field, self.problem = field, problem
+        super().__init__(problem)
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,12 @@ class ModelSpec:
     # the runtime (and validation, for smlaunch's train.py) refuses such a model by these names.
     unsupported: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # Every consumer divides by these (head_dim, tp divisibility, the planner's per-rank terms).
+        found = shape_problem(self)
+        if found:
+            raise ModelShapeError(*found)
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
@@ -42,6 +62,32 @@ class ModelSpec:
     @property
     def head_dim(self) -> int:
         return self.explicit_head_dim or self.hidden_size // self.num_heads
+
+
+def _whole(value: object, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_DIMENSION
+
+
+def shape_problem(spec: ModelSpec) -> tuple[str, str] | None:
+    """(field, what is wrong) for the first impossible shape of `spec`, else None."""
+    for key in DIMENSIONS:
+        if not _whole(getattr(spec, key), 1):
+            return key, f"{key} {getattr(spec, key)!r} is not a whole number from 1 to {MAX_DIMENSION}"
+    if not _whole(spec.num_experts, 0):
+        return "num_experts", f"num_experts {spec.num_experts!r} is not a whole number (0: a dense model)"
+    if spec.explicit_head_dim is not None and not _whole(spec.explicit_head_dim, 1):
+        return "head_dim", f"head_dim {spec.explicit_head_dim!r} is not a whole number from 1 to {MAX_DIMENSION}"
+    if spec.head_dim < 1:
+        return "num_heads", (f"{spec.num_heads} attention heads leave no head dimension in a width of "
+                             f"{spec.hidden_size}")
+    if spec.num_heads % spec.num_kv_heads:
+        return "num_kv_heads", (f"{spec.num_kv_heads} key/value heads do not divide {spec.num_heads} attention heads "
+                                "(each key/value head serves a whole group of them)")
+    for key in ("rope_theta", "norm_eps"):
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            return key, f"{key} {value!r} is not a finite number above 0"
+    return None
 
 
 # <|begin_of_text|> and <|end_of_text|> of the Llama 3 tokenizer (the base models' config.json).

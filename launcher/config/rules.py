@@ -12,7 +12,7 @@ from launcher import catalog
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 from launcher.config.job import JobConfig
-from launcher.config.layout import sharding_group
+from launcher.config.layout import divisors, sharding_group
 from launcher.config.models import MOE_MODEL_TYPES, ModelSpec
 from launcher.issues import Issue, did_you_mean
 
@@ -160,7 +160,7 @@ def check_degrees(ctx: Context) -> list[Issue]:
             if degree > w or w % degree:
                 issues.append(Issue(f"{MP}.{key}", degree,
                                     f"must divide the world size {w} ({_world_text(ctx)})",
-                                    f"use one of {_divisors(w)}" + _local_hint(ctx)))
+                                    f"use one of {divisors(w)}" + _local_hint(ctx)))
         hsd = p.hybrid_shard_degree
         if hsd and tp <= w and w % tp == 0:
             if hsd > w // tp:
@@ -171,7 +171,7 @@ def check_degrees(ctx: Context) -> list[Issue]:
             elif w % (hsd * tp):
                 issues.append(Issue(f"{MP}.hybrid_shard_degree", hsd,
                                     f"world {w} is not divisible by hybrid_shard_degree x tp = {hsd * tp}",
-                                    f"use one of {_divisors(w // tp)}"))
+                                    f"use one of {divisors(w // tp)}"))
         group = sharding_group(p, w)
         if cp > 1 and group % cp:
             issues.append(Issue(f"{MP}.context_parallel_degree", cp,
@@ -198,7 +198,7 @@ def check_degrees(ctx: Context) -> list[Issue]:
             if n % tp:
                 issues.append(Issue(f"{MP}.tensor_parallel_degree", tp,
                                     f"{model.name} has {n} {label}, not divisible by it",
-                                    f"use one of {_divisors(n)}"))
+                                    f"use one of {divisors(n)}"))
     if ep > 1 and not _is_moe(ctx):
         name = model.name if model else "this dense model"
         issues.append(Issue(f"{MP}.expert_parallel_degree", ep,
@@ -222,7 +222,7 @@ def _check_sdp(p: ModelParallelParameters, w: int) -> list[Issue]:
     dp = w // (p.tensor_parallel_degree * p.pipeline_degree) or 1
     if dp % sdp:
         issues.append(Issue(key, sdp, f"must divide the data-parallel degree {dp}",
-                            f"use one of {_divisors(dp)}"))
+                            f"use one of {divisors(dp)}"))
     if p.hybrid_shard_degree and p.hybrid_shard_degree != sdp:
         issues.append(Issue(key, sdp, f"differs from hybrid_shard_degree = {p.hybrid_shard_degree}; "
                             "both name the sharding group size", "set only one of them"))
@@ -327,10 +327,6 @@ def _is_moe(ctx: Context) -> bool:
 
 def _world_text(ctx: Context) -> str:
     return f"{ctx.job.instance_count} host(s) x {ctx.processes_per_host} process(es)"
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _local_hint(ctx: Context) -> str:

@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from launcher import catalog
-from launcher.config import aws_rules, git_source, job_rules, model_rules, rules
+from launcher.config import aws_rules, git_source, job_rules, model_rules, request_limits, rules
+from launcher.config.base import BOOLEAN_NOT_NUMBER
 from launcher.config.hyperparameters import FP8Config
 from launcher.config.job import JobConfig
 from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
@@ -52,8 +53,11 @@ def validate_job(
     if isinstance(data, BaseModel):
         raw = data.model_dump(exclude_unset=True)
         raw["hyperparameters"] = data.hyperparameters.raw()
-    else:
+    elif isinstance(data, Mapping):
         raw = dict(data)
+    else:
+        raise ConfigError([Issue("job", data, f"is of type {type(data).__name__}, not a mapping of settings",
+                                 "give the job as a mapping (a dict, or a YAML mapping)")], source)
     if raw.get("git_config"):
         raw = git_source.apply(raw)
     # Read as a user script's job first: the entry point decides whether the runtime's stricter
@@ -97,7 +101,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
     out.update(ctx=ctx, fp8=fp8)
     for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,
                   rules.check_backend, job_rules.check_job_fields, job_rules.check_hyperparameters,
-                  job_rules.check_image, aws_rules.check_aws_settings):
+                  job_rules.check_image, aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.
@@ -116,11 +120,14 @@ def parse_lenient(model: type[BaseModel], raw: dict) -> tuple[BaseModel | None, 
         except ValidationError as exc:
             progressed = False
             for err in exc.errors(include_url=False):
+                err["loc"] = data_loc(data, err["loc"])
                 key = (err["loc"], err["type"])
-                if key not in seen:
+                path = dotted(err["loc"])
+                # A value already reported and dropped is not reported again as missing.
+                if key not in seen and not (err["type"] == "missing" and path in pruned):
                     seen.add(key)
                     issues.append(issue_from_pydantic(model, err))
-                    pruned.append(dotted(err["loc"]))
+                    pruned.append(path)
                 progressed |= _delete(data, err["loc"])
             if not progressed:
                 return None, issues, pruned
@@ -128,11 +135,11 @@ def parse_lenient(model: type[BaseModel], raw: dict) -> tuple[BaseModel | None, 
 
 
 def issue_from_pydantic(model: type[BaseModel], err: dict) -> Issue:
-    loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
+    loc = err["loc"]
     path = dotted(loc)
     kind = err["type"]
     value = err.get("input")
-    if kind == "extra_forbidden":
+    if kind == "extra_forbidden" and loc:
         allowed = _fields_at(model, loc[:-1])
         hint = did_you_mean(str(loc[-1]), allowed)
         return Issue(path, value, "unknown key", hint or "remove it")
@@ -143,6 +150,11 @@ def issue_from_pydantic(model: type[BaseModel], err: dict) -> Issue:
         options = [o.strip(" '") for o in expected.replace(" or ", ",").split(",") if o.strip()]
         return Issue(path, value, "not an allowed value", did_you_mean(str(value), options))
     ctx = err.get("ctx", {})
+    if kind in ("int_type", "float_type") and isinstance(value, bool):
+        return Issue(path, value, *BOOLEAN_NOT_NUMBER)
+    if kind in ("int_type", "float_type") and isinstance(value, str):
+        number = "whole number" if kind == "int_type" else "number"
+        return Issue(path, value, f"is text, not a {number}", f"write a {number}, without quotes")
     message = err["msg"].removeprefix("Value error, ")
     if kind == "value_error" and "; " in message:  # our validators say "problem; fix"
         problem, fix = message.split("; ", 1)
@@ -153,6 +165,9 @@ def issue_from_pydantic(model: type[BaseModel], err: dict) -> Issue:
         "int_type": "use a whole number",
         "float_parsing": "use a number",
         "float_type": "use a number",
+        "finite_number": "use a finite number (not .inf or .nan)",
+        "invalid_key": "write the name as a string (quote it)",
+        "too_long": f"use at most {ctx.get('max_length')} entries",
         "bool_parsing": "use true/false (or 1/0)",
         "bool_type": "use true/false (or 1/0)",
         "string_type": "use a string",
@@ -174,9 +189,12 @@ def issue_from_pydantic(model: type[BaseModel], err: dict) -> Issue:
 def dotted(loc: tuple) -> str:
     out = ""
     for part in loc:
-        if _is_union_tag(part):
-            continue
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part == "":  # an empty key, which a dot would hide
+            out += '[""]'
+        else:
+            out += f".{part}" if out else str(part)
     return out
 
 
@@ -184,14 +202,28 @@ def _within(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith((prefix + ".", prefix + "["))
 
 
+def data_loc(data: Any, loc: tuple) -> tuple:
+    """`loc` without the union members' type names pydantic puts in it ('list[Tag]', 'str',
+    'function-after[...]'): a part is such a name only where the data has no key of that name,
+    so a user's key that happens to read `str` or `tags[0]` keeps its place."""
+    out, node = [], data
+    for part in loc:
+        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif _is_union_tag(part):
+            continue
+        else:
+            node = None
+        out.append(part)
+    return tuple(out)
+
+
 def _is_union_tag(part: Any) -> bool:
-    # pydantic puts the union member's type name in `loc` (e.g. 'list[Tag]', 'str'); skip those.
     return isinstance(part, str) and (part in ("str", "int", "bool") or "[" in part or
                                       part in ("ChannelInput", "function-after[_compiles(), str]"))
 
 
 def _delete(data: Any, loc: tuple) -> bool:
-    loc = tuple(p for p in loc if not _is_union_tag(p))
     if not loc:
         return False
     parent = data

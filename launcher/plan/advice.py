@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from launcher.config import ConfigError, ValidatedJob, validate_job
+from launcher.config.layout import divisors
 from launcher.plan import memory, throughput
 from launcher.plan.workload import PlanError, Workload, workload_of
 
@@ -36,13 +37,13 @@ def candidates(w: Workload) -> list[tuple[str, ...]]:
     lay = w.layout
     ranks = lay.world // lay.tp  # what the sharding group and cp can span
     out: list[tuple[str, ...]] = []
-    for cp in _divisors(ranks):
+    for cp in divisors(ranks):
         if cp <= lay.cp:
             continue
         if lay.sharding_group % cp == 0:
             out.append((f"context_parallel_degree={cp}",))
         else:  # cp ranks sit inside the sharding group: widen it to the next multiple of cp
-            group = next(g for g in _divisors(ranks) if g >= lay.sharding_group and g % cp == 0)
+            group = next(g for g in divisors(ranks) if g >= lay.sharding_group and g % cp == 0)
             out.append((f"context_parallel_degree={cp}", f"hybrid_shard_degree={group}"))
     if w.ac_mode is None:
         out.append(("hyperparameters.activation_checkpointing=1",))
@@ -52,7 +53,7 @@ def candidates(w: Workload) -> list[tuple[str, ...]]:
         out.append(("hyperparameters.offload_activations=1",))
     if lay.sharding_group < ranks:
         out.append(("hybrid_shard_degree=0",))
-    for tp in _divisors(w.processes_per_host):
+    for tp in divisors(w.processes_per_host):
         if tp > lay.tp:  # a group wider than world / tp no longer exists: shard over all of it
             wide = lay.sharding_group > lay.world // tp
             out.append((f"tensor_parallel_degree={tp}",) + (("hybrid_shard_degree=0",) if wide else ()))
@@ -98,7 +99,3 @@ def fixes(job: ValidatedJob, estimate: memory.MemoryEstimate, limit: int = 4) ->
             seen.add(knob)
             out.append(fix)
     return out[:limit]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]

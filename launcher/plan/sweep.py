@@ -21,6 +21,7 @@ from typing import Any
 
 from launcher.config import ConfigError, Issue, ValidatedJob, validate_job
 from launcher.config.job import JobFile
+from launcher.config.layout import divisors
 from launcher.plan.memory import MemoryEstimate, estimate_memory
 from launcher.plan.throughput import ThroughputEstimate, estimate_throughput
 from launcher.plan.workload import PlanError
@@ -174,9 +175,9 @@ def default_space(job: ValidatedJob) -> dict[str, list[Any]]:
     hosts), activation checkpointing on and off; the job's own values are always included."""
     pph = job.processes_per_host or 1
     settings = settings_of(job)
-    divisors = [d for d in range(1, pph + 1) if pph % d == 0]
-    cps = sorted(set(divisors) | {settings["context_parallel_degree"]})
-    hsds = set(divisors) | {settings["hybrid_shard_degree"] or 1}  # on one host 0 means pph: listed
+    per_host = divisors(pph)
+    cps = sorted(set(per_host) | {settings["context_parallel_degree"]})
+    hsds = set(per_host) | {settings["hybrid_shard_degree"] or 1}  # on one host 0 means pph: listed
     if job.config.instance_count > 1:
         hsds.add(0)
     return {

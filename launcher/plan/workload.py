@@ -6,6 +6,7 @@ build_parallel_model), so the memory and throughput models size THIS runtime, no
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from launcher.catalog import InstanceType
@@ -62,6 +63,10 @@ def workload_of(job: ValidatedJob) -> Workload:
                         "or hf_pretrained_model_name_or_dir to a known name or a directory with config.json")
     if job.layout is None or job.processes_per_host is None:
         raise PlanError("the world size is only known where the job runs (local_gpu): set processes_per_host")
+    lay = job.layout
+    if min(lay.mesh_shape) < 1 or math.prod(lay.mesh_shape) != lay.world:  # a job not built by validate_job
+        raise PlanError(f"the mesh {dict(zip(lay.mesh_dim_names, lay.mesh_shape))} does not tile the world of "
+                        f"{lay.world} ranks: run `smlaunch validate` on the job for what to change")
     hp = job.config.hyperparameters
     dist = job.config.distribution
     params = dist.parameters if dist else None
