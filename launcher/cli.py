@@ -75,16 +75,42 @@ def _aws_call(fn):
         sys.exit(EXIT_INTERRUPTED)
 
 
-def _backend(region: str | None, job_name: str | None = None):
-    """The local backend for a job name that lives in the local job store, else SageMaker."""
-    if job_name is not None:
-        from launcher.local import store
-
-        if store.exists(job_name):
-            return _local_backend()
+def _backend(region: str | None):
     from launcher.backends.sagemaker import SageMakerBackend
 
     return SageMakerBackend(region=region, printer=lambda line: click.echo(line))
+
+
+def _backend_of(job_name: str, region: str | None):
+    """The backend that has the job: the local job store's, else SageMaker's; an error naming
+    both when neither has it. The name is checked first, so a bad one costs no AWS call."""
+    from launcher.backends.base import BackendError, check_job_name
+    from launcher.local import store
+
+    check_job_name(job_name)
+    if store.exists(job_name):
+        return _local_backend()
+    from botocore.exceptions import (  # only now: AWS is asked
+        BotoCoreError,
+        ClientError,
+        NoCredentialsError,
+    )
+
+    not_local = f"no job named {job_name!r}: not a local job (in {store.jobs_root()})"
+    try:
+        backend = _backend(region)
+        found = backend.exists(job_name)
+    except ConfigError as exc:  # no region: SageMaker cannot be asked at all
+        raise BackendError(f"{not_local}, and SageMaker cannot be asked: {exc.issues[0].problem} "
+                           f"({exc.issues[0].fix})") from None
+    except NoCredentialsError:
+        raise BackendError(f"{not_local}, and SageMaker cannot be asked: no AWS credentials found "
+                           "(aws configure, AWS_PROFILE, or an instance role)") from None
+    except (BotoCoreError, ClientError) as exc:  # no network, access denied
+        raise BackendError(f"{not_local}, and SageMaker could not be asked: {exc}") from None
+    if not found:
+        raise BackendError(f"{not_local}, nor a SageMaker training job in {backend.region}")
+    return backend
 
 
 def _local_backend(runner: str = "process"):
@@ -204,9 +230,12 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
     Local jobs (instance_type local or local_gpu, or --local) run here, as SageMaker would run
     them: one /opt/ml tree and one bootstrap per host, logs merged, artifacts in output_path.
     """
+    from launcher.backends.base import check_job_name
     from launcher.jobfile import validate_job_file
 
     try:
+        if job_name is not None:
+            check_job_name(job_name, field="--job-name")
         if local:
             overrides = _load_local(job_file, overrides)
         job = validate_job_file(job_file, overrides)
@@ -296,12 +325,13 @@ def status(job_name: str, region: str | None, as_json: bool) -> None:
     """Show a job's status, secondary status and failure reason."""
 
     def run():
-        desc = _backend(region, job_name).describe(job_name)
+        from launcher.masking import mask_secrets
+
+        desc = mask_secrets(_backend_of(job_name, region).describe(job_name))  # a FailureReason may quote one
         if as_json:
             from launcher.backends.sagemaker import dumps
-            from launcher.masking import mask_secrets
 
-            click.echo(dumps(mask_secrets(desc)))
+            click.echo(dumps(desc))
             return
         click.echo(f"{job_name}: {desc['TrainingJobStatus']} ({desc.get('SecondaryStatus', '')})")
         if desc.get("FailureReason"):
@@ -320,7 +350,7 @@ def status(job_name: str, region: str | None, as_json: bool) -> None:
 @click.option("--poll", default=5.0, show_default=True, help="Seconds between polls when following.")
 def logs(job_name: str, region: str | None, follow: bool, poll: float) -> None:
     """Print a job's CloudWatch logs from every host, merged by time."""
-    _aws_call(lambda: _backend(region, job_name).logs(job_name, follow=follow, poll=poll))
+    _aws_call(lambda: _backend_of(job_name, region).logs(job_name, follow=follow, poll=poll))
 
 
 @main.command()
@@ -330,7 +360,7 @@ def stop(job_name: str, region: str | None) -> None:
     """Stop a running job."""
 
     def run():
-        _backend(region, job_name).stop(job_name)
+        _backend_of(job_name, region).stop(job_name)
         click.echo(f"stopping {job_name}")
 
     _aws_call(run)

@@ -221,11 +221,24 @@ def test_status_json_masks_secrets(aws) -> None:
     assert "sk-live-123" not in result.stdout
 
 
-def test_status_of_unknown_job_exits_1(aws) -> None:
+@pytest.mark.parametrize("command", ["status", "stop", "logs"])
+def test_unknown_job_is_neither_local_nor_on_sagemaker(aws, command, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
+    result = run_cli(command, "no-such-job")
+    assert result.exit_code == 1
+    assert "no job named 'no-such-job': not a local job" in result.stderr
+    assert f"nor a SageMaker training job in {REGION}" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_unknown_job_when_sagemaker_cannot_be_asked(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     result = run_cli("status", "no-such-job")
     assert result.exit_code == 1
-    assert "no training job named 'no-such-job'" in result.stderr
-    assert "Traceback" not in result.output
+    assert "not a local job" in result.stderr and "SageMaker cannot be asked: no AWS region" in result.stderr
 
 
 def test_wait_on_failed_job_exits_1(aws, monkeypatch) -> None:

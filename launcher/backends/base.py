@@ -5,12 +5,21 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
+from launcher.issues import ConfigError, Issue
+
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
 MAX_JOB_NAME = 63
+# CreateTrainingJob's TrainingJobName; it is also a directory name locally and an S3 key part.
+JOB_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+JOB_NAME_FIX = "use 1-63 letters, digits and hyphens, starting and ending with a letter or digit, e.g. my-job-1"
 
 
 class BackendError(RuntimeError):
     """A backend could not do what was asked (missing bucket, name taken, AWS error, ...)."""
+
+
+class SourceDirError(ValueError):
+    """The source bundle cannot be built; the message names the path or field and the fix."""
 
 
 class JobFailedError(RuntimeError):
@@ -24,6 +33,26 @@ class JobFailedError(RuntimeError):
         if where:
             text += f"\n  logs: {where}"
         super().__init__(text)
+
+
+def check_job_name(name: object, field: str = "job_name") -> str:
+    """`name` if SageMaker accepts it as a training job name, else ConfigError saying why."""
+    if isinstance(name, str) and len(name) <= MAX_JOB_NAME and JOB_NAME_PATTERN.fullmatch(name):
+        return name
+    raise ConfigError([Issue(field, name, _job_name_problem(name), JOB_NAME_FIX)])
+
+
+def _job_name_problem(name: object) -> str:
+    if not isinstance(name, str):
+        return f"is not text ({type(name).__name__})"
+    if not name:
+        return "is empty"
+    if len(name) > MAX_JOB_NAME:
+        return f"is {len(name)} characters long; SageMaker allows {MAX_JOB_NAME}"
+    bad = sorted(set(re.sub(r"[a-zA-Z0-9-]", "", name)))
+    if bad:
+        return "contains " + ", ".join(repr(c) for c in bad)
+    return "starts or ends with '-'"
 
 
 def make_job_name(base: str, now: datetime | None = None) -> str:

@@ -1,9 +1,11 @@
 """Turn a validated job into a local job directory, checking everything that can fail first.
 
-Nothing is written until the name, the runner, the GPUs, the code archive and the S3 locations
-have passed their checks; then the job directory gets its record, the code archive, the
-channels (downloaded from S3 if need be) and one `/opt/ml` tree per host, written as
-SageMaker writes them (launcher.contract.write_opt_ml).
+Nothing is written until the name, the runner, the GPUs, the places the job writes to (a probe
+file and some free space in each), the code archive and the S3 locations have passed their
+checks; then the job directory gets its record, the code archive, the channels (downloaded from
+S3 if need be) and one `/opt/ml` tree per host, written as SageMaker writes them
+(launcher.contract.write_opt_ml). A failure on the way leaves no job stuck "Starting": the
+directory goes if the record is not written yet, else the record says Failed.
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher import wire
-from launcher.backends.base import BackendError, default_base_name, make_job_name
+from launcher.backends.base import BackendError, check_job_name, default_base_name, make_job_name
 from launcher.backends.sourcedir import build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
 from launcher.config.job_rules import resolve_path
 from launcher.contract import write_opt_ml
+from launcher.issues import ConfigError, Issue
 from launcher.local import s3io, store
 from launcher.local.spec import LocalJobSpec, Runner
 
 DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"
+MIN_FREE_BYTES = 1 << 20  # less, and not even the job's record, code archive and logs fit
 
 
 def visible_gpus() -> list[int]:
@@ -59,12 +63,21 @@ def _resolve(job: ValidatedJob, path: str) -> Path:
 
 def prepare(job: ValidatedJob, runner: Runner, *, job_name: str | None = None, root: Path | None = None,
             log: Callable[[str], None] = print) -> LocalJobSpec:
+    spec = _checked_spec(job, runner, job_name, root)
+    try:
+        _write(job, spec, runner, log)
+    except OSError as exc:  # a full disk, a directory that turned read-only: nothing half-made is left
+        raise BackendError(f"could not prepare local job {spec.name} in {spec.job_dir}: {exc}") from exc
+    return spec
+
+
+def _checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: Path | None) -> LocalJobSpec:
+    """The job's spec once every check has passed; nothing is written."""
     cfg = job.config
-    name = job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point))
+    name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
     directory = store.job_dir(name, root)
-    if directory.exists():
-        raise BackendError(f"job_name {name!r} is already used by a local job ({directory}); pick another "
-                           "name, drop job_name to get a timestamped one, or delete that directory")
+    if directory.exists():  # early, before the code archive is built; _create_job_dir settles races
+        raise _name_taken(name, directory)
     hosts = [f"algo-{i + 1}" for i in range(cfg.instance_count)]
     gpus_per_host: list[list[int]] = []
     if cfg.instance_type == "local_gpu":
@@ -86,37 +99,106 @@ def prepare(job: ValidatedJob, runner: Runner, *, job_name: str | None = None, r
         region=cfg.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
     )
     runner.check(spec)
+    _check_writable(job, spec)
     for field, uri in (("output_path", output_path), ("checkpoint_s3_uri", cfg.checkpoint_s3_uri),
                        *((f"inputs.{n}", c.s3_data) for n, c in cfg.channels().items())):
         if uri and uri.startswith("s3://"):
             s3io.check_bucket(uri, field, spec.region)
+    return spec
 
+
+def _check_writable(job: ValidatedJob, spec: LocalJobSpec) -> None:
+    """Where the job writes on this machine: the jobs root, a local output_path and a
+    checkpoint_local_path; all refused at once, before training is paid for with minutes."""
+    cfg = job.config
+    places = [(store.HOME_ENV, str(spec.job_dir.parent), spec.job_dir.parent)]
+    if spec.output_path and not spec.output_path.startswith("s3://"):
+        places.append(("output_path", cfg.output_path, Path(spec.output_path)))
+    if spec.checkpoint_dir != spec.job_dir / "checkpoints":
+        places.append(("checkpoint_local_path", cfg.checkpoint_local_path, spec.checkpoint_dir))
+    issues = [issue for place in places if (issue := _writable_issue(*place))]
+    if issues:
+        raise ConfigError(issues)
+
+
+def _writable_issue(field: str, value: str, directory: Path) -> Issue | None:
+    """Why the job could not write in `directory` (created if missing), or None: a probe file is
+    written in it, or in the nearest directory that exists, and free space is checked."""
+    try:
+        existing = directory
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            return Issue(field, value, f"{existing} is a file, not a directory", "give a directory")
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".smlaunch-probe-")
+        try:
+            os.write(fd, b"probe")
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+        free = shutil.disk_usage(existing).free
+    except OSError as exc:
+        return Issue(field, value, f"{directory} cannot be written ({exc.strerror})",
+                     "fix its permissions or pick a writable directory")
+    if free < MIN_FREE_BYTES:
+        return Issue(field, value, f"{existing} has {free:,} bytes free", "free some space or pick another disk")
+    return None
+
+
+def _name_taken(name: str, directory: Path) -> BackendError:
+    return BackendError(f"job_name {name!r} is already used by a local job ({directory}); pick another "
+                        "name, drop job_name to get a timestamped one, or delete that directory")
+
+
+def _create_job_dir(directory: Path) -> None:
+    """Make the job directory itself in one step, so that of two jobs of one name exactly one gets it."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:
+        raise _name_taken(directory.name, directory) from None
+
+
+def _write(job: ValidatedJob, spec: LocalJobSpec, runner: Runner, log: Callable[[str], None]) -> None:
+    """The job directory, its record, inputs and /opt/ml trees. Until the record exists a failure
+    removes the directory (which would block the name); after, the record says Failed."""
+    cfg = job.config
     with tempfile.TemporaryDirectory() as tmp:  # a broken source_dir fails before the job exists
         bundle = build_job_sourcedir(job, Path(tmp) / "sourcedir.tar.gz")
-        directory.mkdir(parents=True)
-        shutil.move(str(bundle.path), spec.source_archive)
-    spec.hyperparameters = wire.encode(wire.job_hyperparameters(
-        cfg, instance_type=cfg.instance_type, program=program_name(cfg),
-        submit_directory=runner.submit_directory(spec), job_name=name, region=spec.region))
-    store.write(directory, _record(job, spec))
+        _create_job_dir(spec.job_dir)
+        try:
+            shutil.move(str(bundle.path), spec.source_archive)
+            spec.hyperparameters = wire.encode(wire.job_hyperparameters(
+                cfg, instance_type=cfg.instance_type, program=program_name(cfg),
+                submit_directory=runner.submit_directory(spec), job_name=spec.name, region=spec.region))
+            store.write(spec.job_dir, _record(job, spec))
+        except BaseException:
+            shutil.rmtree(spec.job_dir, ignore_errors=True)
+            raise
     try:
         _fetch_inputs(job, spec, log)
         distributions = {n: c.distribution for n, c in cfg.channels().items()}
-        for host in hosts:
+        for host in spec.hosts:
             write_opt_ml(spec.host_dir(host), hyperparameters=spec.hyperparameters, current_host=host,
-                         hosts=hosts, instance_type=cfg.instance_type, channels=spec.channels_of(host),
+                         hosts=spec.hosts, instance_type=cfg.instance_type, channels=spec.channels_of(host),
                          input_mode=cfg.input_mode, distributions=distributions,
                          network_interface_name=runner.network_interface_name)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        (directory / "logs").mkdir(exist_ok=True)
+        (spec.job_dir / "logs").mkdir(exist_ok=True)
         spec.save()
     except BaseException as exc:  # Ctrl-C during a download too: the record must not stay InProgress
-        stopped = isinstance(exc, KeyboardInterrupt)
+        _record_end(spec.job_dir, exc)
+        raise
+
+
+def _record_end(directory: Path, exc: BaseException) -> None:
+    stopped = isinstance(exc, KeyboardInterrupt)
+    try:
         store.update(directory, TrainingJobStatus="Stopped" if stopped else "Failed",
                      SecondaryStatus="Stopped" if stopped else "Failed",
                      FailureReason="" if stopped else f"ClientError: {exc}", TrainingEndTime=store.now())
-        raise
-    return spec
+    except OSError:  # the record cannot be written either (a full disk): no job is better than one stuck Starting
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _fetch_inputs(job: ValidatedJob, spec: LocalJobSpec, log: Callable[[str], None]) -> None:

@@ -3,17 +3,21 @@
 The record has DescribeTrainingJob's shape (TrainingJobName, TrainingJobStatus, SecondaryStatus,
 SecondaryStatusTransitions, FailureReason, the times, ModelArtifacts, ...), so `smlaunch status`
 and the estimator read a local job as they read a SageMaker one. Writes are atomic (write a
-temporary file, then rename), since `status` may read while the supervisor writes.
+temporary file, then rename), since `status` may read while the supervisor writes, and the file
+is 0600: it holds the job's hyperparameters and environment in clear, as DescribeTrainingJob
+returns them (`status --json` masks them, launcher.masking).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from launcher.backends.base import check_job_name
+from launcher.contract import write_private
 
 HOME_ENV = "SMLAUNCH_HOME"  # default ~/.smlaunch; jobs live in <home>/jobs/<job name>/
 RECORD = "job.json"
@@ -24,7 +28,8 @@ def jobs_root() -> Path:
 
 
 def job_dir(name: str, root: Path | None = None) -> Path:
-    return (root or jobs_root()) / name
+    """The job's directory; a name that is not a valid job name (`../x`, `a/b`) never becomes a path."""
+    return (root or jobs_root()) / check_job_name(name)
 
 
 def now() -> str:
@@ -45,11 +50,7 @@ def read(name: str, root: Path | None = None) -> dict[str, Any]:
 
 def write(directory: Path, record: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".job.", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2, default=str)
-        f.write("\n")
-    os.replace(tmp, directory / RECORD)
+    write_private(directory / RECORD, json.dumps(record, indent=2, default=str) + "\n")
 
 
 def update(directory: Path, **fields: Any) -> dict[str, Any]:
