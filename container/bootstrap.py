@@ -17,6 +17,11 @@ the last lines of its stderr (which passes through here), names the first failin
 exit code, and that rank's traceback is read from its stderr file (`--log-dir`, `--redirects 3`).
 torchrun exits 1 for any failure or signal, so the bootstrap exits with the failing rank's code
 (128 + N if signal N killed it), or 128 + N when the bootstrap itself was stopped by signal N.
+
+Secrets never leave in the clear (launcher.masking, docs/secrets.md): the values of the job's
+secret-named hyperparameters and environment variables, and URL passwords, are masked in the
+launch command, every `[smlaunch]` line, pip's output, the failure file, the command's stdout and
+stderr and the ranks' output, including what the script itself prints.
 """
 
 from __future__ import annotations
@@ -41,9 +46,17 @@ from container.contract import (
     sm_environment,
     to_cmd_args,
 )
+from container.failure_report import (
+    MESSAGE_LIMIT,
+    exit_code,
+    failure_text,
+    fit,
+    toolkit_error,
+)
 from container.rank_logs import RankLogs, rank_stderr
 from container.toolkit_env import torchrun_variables
-from launcher.contract import FAILURE_LIMIT, free_port
+from launcher import masking
+from launcher.contract import FAILURE_LIMIT, free_port, process_ended
 from launcher.wire import PROCESSES_PER_HOST
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
@@ -54,16 +67,11 @@ _UNSUPPORTED = {
     "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
     "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel (smddp)",
 }
-# torch's excepthook prefixes every traceback line with "[rankN]: " once the process group exists.
-_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?", re.MULTILINE)
 _ROOT_CAUSE = re.compile(
     r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)"
     r".*?exitcode\s*:\s*(-?\d+)",
     re.DOTALL,
 )
-# Lines that are log records rather than the rest of an exception message: glog-style lines from
-# torch's C++ side ("W1122 04:25:32...", "[W1122 ...]") and timestamped logging output.
-_LOG_LINE = re.compile(r"^(\[?[IWEF]\d{4} |\d{4}-\d\d-\d\d)")
 
 
 class ContractError(Exception):
@@ -84,13 +92,16 @@ def train(base_dir: Path | None = None) -> int:
     for marker in ("success", "failure"):
         (output_dir / marker).unlink(missing_ok=True)
     log_dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-"))
+    masking.install(masking.Masker.of(dict(os.environ)))  # until the hyperparameters are read
     try:
         try:
             env = read_training_env(base_dir)
+            masking.install(masking.Masker.of(dict(os.environ), env.hyperparameters))
             fetch_code(env)
             install_requirements(env)
             cmd = launch_command(env, log_dir)
-            _log(f"{env.current_host}: {shlex.join(cmd)} (in {env.code_dir})")
+            shown = masking.mask_command(cmd, masking.installed())
+            _log(f"{env.current_host}: {shlex.join(shown)} (in {env.code_dir})")
             child = Child(cmd, cwd=env.code_dir, env=child_environment(env),
                           rank_logs=log_dir if uses_torchrun(env) else None)
         except RequirementsError as exc:
@@ -102,13 +113,13 @@ def train(base_dir: Path | None = None) -> int:
         if returncode == 0:
             return _report(output_dir, 0, "")
         code, message = _diagnose(env, child, returncode, log_dir)
-        return _report(output_dir, code, toolkit_error("ExecuteUserScriptError", code, message, cmd))
+        return _report(output_dir, code, toolkit_error("ExecuteUserScriptError", code, message, shown))
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def _log(message: str) -> None:
-    print(f"[smlaunch] {message}", file=sys.stderr, flush=True)
+    print(f"[smlaunch] {masking.installed()(message)}", file=sys.stderr, flush=True)
 
 
 def _report(output_dir: Path, code: int, failure: str) -> int:
@@ -116,7 +127,8 @@ def _report(output_dir: Path, code: int, failure: str) -> int:
     if code == 0:
         (output_dir / "success").write_text("")
     else:
-        failure = failure[:FAILURE_LIMIT]
+        # Masked before it is cut: a cut could leave the start of a secret that no longer matches.
+        failure = masking.installed()(failure)[:FAILURE_LIMIT]
         (output_dir / "failure").write_text(failure, encoding="utf-8")
         _log(f"failed (exit code {code}):\n{failure}")
     return code
@@ -190,11 +202,12 @@ def install_requirements(env: TrainingEnv) -> None:
     cmd = [sys.executable, "-m", "pip", "install", "-r", "requirements.txt"]
     _log(f"installing the code's requirements.txt: {shlex.join(cmd)}")
     proc = subprocess.run(cmd, cwd=env.code_dir, stderr=subprocess.PIPE, check=False)
-    stderr = proc.stderr.decode("utf-8", "replace")
+    # An index URL in requirements.txt may hold a password; masked before lines are cut to fit.
+    stderr = masking.installed()(proc.stderr.decode("utf-8", "replace"))
     sys.stderr.write(stderr)
     if proc.returncode:
         lines = [ln for ln in stderr.splitlines() if ln.strip()]
-        message = _fit(["pip could not install requirements.txt; last lines of its output:"], lines, MESSAGE_LIMIT)
+        message = fit(["pip could not install requirements.txt; last lines of its output:"], lines, MESSAGE_LIMIT)
         raise RequirementsError(proc.returncode, toolkit_error("InstallRequirementsError", proc.returncode,
                                                                message, cmd))
 
@@ -300,8 +313,9 @@ def child_environment(env: TrainingEnv) -> dict[str, str]:
 # --- running it ------------------------------------------------------------------------------
 
 class Child:
-    """The launched command: SIGTERM/SIGINT forwarded to it, its stderr streamed and kept, and
-    with `rank_logs` (torchrun's --log-dir) the ranks' output streamed from their files.
+    """The launched command: SIGTERM/SIGINT forwarded to it, its stdout and stderr streamed
+    (masked) and the end of its stderr kept, and with `rank_logs` (torchrun's --log-dir) the
+    ranks' output streamed from their files.
 
     It runs in its own session, so a terminal's Ctrl-C reaches it once (through us), and signals
     go to its whole process group. torchrun forwards them to every rank (each rank runs in a
@@ -315,15 +329,19 @@ class Child:
         self._previous = {
             s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)
         }
-        # preexec_fn is safe here: this process runs no other thread yet (the pump starts below).
+        # preexec_fn is safe here: this process runs no other thread yet (the pumps start below).
         self._proc = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, start_new_session=True,
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             preexec_fn=_die_with_parent(),  # noqa: PLW1509
         )
         for signum in self.signals:  # arrived while the process was being started
             self._forward(signum)
-        self._pump = threading.Thread(target=self._copy_stderr, daemon=True)
-        self._pump.start()
+        self._pumps = [
+            threading.Thread(target=self._copy, args=(self._proc.stdout, sys.stdout.buffer, False), daemon=True),
+            threading.Thread(target=self._copy, args=(self._proc.stderr, sys.stderr.buffer, True), daemon=True),
+        ]
+        for pump in self._pumps:
+            pump.start()
         self._ranks = RankLogs(rank_logs).start() if rank_logs else None
 
     def _on_signal(self, signum: int, _frame) -> None:
@@ -337,19 +355,27 @@ class Child:
         except ProcessLookupError:  # already gone
             pass
 
-    def _copy_stderr(self) -> None:
-        # Chunks, not lines: progress bars that redraw with \r must show up as they happen.
-        fd = self._proc.stderr.fileno()
+    def _copy(self, src, dst, keep_tail: bool) -> None:
+        # Chunks, not lines: progress bars that redraw with \r must show up as they happen. Only
+        # a chunk's tail that may begin a secret waits for the next chunk, so a secret cut in two
+        # by the pipe is still masked.
+        fd = src.fileno()
+        masked = masking.StreamMasker(masking.installed())
         while chunk := os.read(fd, 65536):
-            sys.stderr.buffer.write(chunk)
-            sys.stderr.buffer.flush()
-            self.stderr_tail = (self.stderr_tail + chunk)[-STDERR_TAIL_BYTES:]
+            dst.write(masked.feed(chunk))
+            dst.flush()
+            if keep_tail:
+                self.stderr_tail = (self.stderr_tail + chunk)[-STDERR_TAIL_BYTES:]
+        dst.write(masked.feed(b"", final=True))
+        dst.flush()
 
     def wait(self) -> int:
         returncode = self._proc.wait()
-        self._pump.join()
+        for pump in self._pumps:
+            pump.join()
         if self._ranks:
             self._ranks.stop()
+        self._proc.stdout.close()
         self._proc.stderr.close()
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
@@ -365,103 +391,20 @@ def _die_with_parent():
     return lambda: prctl(1, signal.SIGTERM)
 
 
-# --- the failure report ------------------------------------------------------------------------
-
-# SageMaker's FailureReason shows the first 1024 characters of output/failure; the toolkit's
-# starts `<error class>:\nExitCode N\nErrorMessage "..."\nCommand "..."` (its
-# errors._CalledProcessError). The header allows the longest class name and a 3-digit code.
-_ERROR_HEAD = '{kind}:\nExitCode {code}\nErrorMessage "'
-MESSAGE_LIMIT = FAILURE_LIMIT - len(_ERROR_HEAD.format(kind="InstallRequirementsError", code=255)) - 1
-
-
-def toolkit_error(kind: str, code: int, message: str, cmd: list[str]) -> str:
-    """A failure file as the toolkit writes it: our message (for a script: rank, host, exception,
-    last frames) as the ErrorMessage, the command after it where room is left."""
-    text = f'{_ERROR_HEAD.format(kind=kind, code=code)}{message[:MESSAGE_LIMIT]}"'
-    command = f'\nCommand "{cmd}"'  # the toolkit formats the argument list with %s
-    return text + command if len(text) + len(command) <= FAILURE_LIMIT else text
-
 def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) -> tuple[int, str]:
     """(exit code, failure text) for a child that did not succeed."""
     if child.signals:
         name = signal.Signals(child.signals[0]).name
-        code = 128 + child.signals[0] if uses_torchrun(env) else _exit_code(returncode)
+        code = 128 + child.signals[0] if uses_torchrun(env) else exit_code(returncode)
         return code, f"stopped: the bootstrap received {name} and forwarded it to every rank"
     tail = child.stderr_tail.decode("utf-8", "replace")
     if not uses_torchrun(env):
-        return _exit_code(returncode), failure_text(
-            f"{env.user_entry_point} {_ended(returncode)}", tail
+        return exit_code(returncode), failure_text(
+            f"{env.user_entry_point} {process_ended(returncode)}", tail
         )
     causes = _ROOT_CAUSE.findall(tail)
     if not causes:  # no summary: torchrun itself failed (bad arguments, rendezvous timeout)
-        return _exit_code(returncode), failure_text(f"torchrun {_ended(returncode)}", tail)
+        return exit_code(returncode), failure_text(f"torchrun {process_ended(returncode)}", tail)
     rank, local_rank, exitcode = (int(x) for x in causes[-1])
-    header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {_ended(exitcode)}"
-    return _exit_code(exitcode), failure_text(header, rank_stderr(log_dir, local_rank))
-
-
-def _exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode  # killed by N -> 128 + N, as a shell
-
-
-def _ended(returncode: int) -> str:
-    if returncode >= 0:
-        return f"exited with code {returncode}"
-    try:
-        return f"was killed by {signal.Signals(-returncode).name}"
-    except ValueError:  # a real-time signal has no name
-        return f"was killed by signal {-returncode}"
-
-
-def failure_text(header: str, stderr: str, limit: int = MESSAGE_LIMIT) -> str:
-    """At most `limit` characters, most useful first: header, exception, then the last frames.
-
-    Without a Python traceback in `stderr`, the last lines of `stderr` follow the header.
-    """
-    exception, frames = parse_traceback(stderr)
-    if not exception:
-        lines = [ln for ln in _RANK_PREFIX.sub("", stderr).splitlines() if ln.strip()]
-        return _fit([header, "last lines of stderr:"], lines, limit)
-    head = [header, "\n".join(exception)[: limit // 2], "Traceback (most recent call last):"]
-    return _fit(head, frames, limit)
-
-
-def _fit(head: list[str], tail: list[str], limit: int) -> str:
-    """`head`, then as many of the *last* entries of `tail` as fit, after "  ..." if not all."""
-    text = "\n".join(head)[:limit]
-    room = limit - len(text) - len("\n  ...")
-    kept: list[str] = []
-    for entry in reversed(tail):
-        if len(entry) + 1 > room:
-            break
-        kept.insert(0, entry)
-        room -= len(entry) + 1
-    skipped = ["  ..."] if len(kept) < len(tail) and room >= 0 else []
-    return "\n".join([text, *skipped, *kept])
-
-
-def parse_traceback(stderr: str) -> tuple[list[str], list[str]]:
-    """(exception lines, frames) of the last Python traceback in `stderr`; ([], []) if none.
-
-    Each frame is its `File ...` line with its source and caret lines. A chained exception's
-    last traceback is the one that ended the program.
-    """
-    lines = _RANK_PREFIX.sub("", stderr).splitlines()
-    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
-    if not starts:
-        return [], []
-    frames: list[str] = []
-    body = lines[starts[-1] + 1:]
-    i = 0
-    while i < len(body) and body[i].startswith("  "):
-        if body[i].startswith("  File ") or not frames:
-            frames.append(body[i])
-        else:
-            frames[-1] += "\n" + body[i]
-        i += 1
-    exception: list[str] = []
-    for line in body[i:]:
-        if not line.strip() or _LOG_LINE.match(line) or len(exception) == 5:
-            break  # the message has ended: what follows is other output
-        exception.append(line)
-    return exception, frames
+    header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {process_ended(exitcode)}"
+    return exit_code(exitcode), failure_text(header, rank_stderr(log_dir, local_rank))

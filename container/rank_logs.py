@@ -6,6 +6,9 @@ this process's stdout and stderr as they grow, as they are: torchrun's own `--te
 with a `[default0]:` prefix on every line, which breaks `^`-anchored SageMaker MetricDefinitions
 regexes, and the sagemaker-training toolkit passes rank output through unprefixed.
 `rank_stderr()` reads a rank's stderr back for the failure file.
+
+What a script prints may hold a secret (a token it echoes): every line goes through the masker
+the bootstrap installed (launcher.masking) before it reaches the console.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import BinaryIO
+
+from launcher.masking import Masker, StreamMasker, installed
 
 POLL_S = 0.1  # as often as torchrun's own tailer looks at the files
 TAIL_BYTES = 64 * 1024  # of a rank's stderr, for its traceback; also the longest line held back
@@ -38,27 +43,31 @@ def rank_stderr(log_dir: Path, local_rank: int) -> str:
 class _Tail:
     """One rank's file: what was written since the last look, in whole lines."""
 
-    def __init__(self, path: str, dst: BinaryIO):
+    def __init__(self, path: str, dst: BinaryIO, masker: Masker):
         self.file = open(path, "rb")  # noqa: SIM115 - open while the rank runs, closed by RankLogs
         self.dst = dst
         self.pending = b""
+        self.masked = StreamMasker(masker)  # whole lines need no hold-back; a cut long line does
 
     def copy(self, final: bool) -> None:
         data = self.pending + self.file.read()
         # Whole lines only (a \r ends one too: progress bars), so that ranks printing at the same
         # time do not cut into each other's lines; everything once the rank has ended.
         end = len(data) if final or len(data) >= TAIL_BYTES else max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
-        if end:
-            self.dst.write(data[:end])
+        out = self.masked.feed(data[:end], final=final)
+        if out:
+            self.dst.write(out)
             self.dst.flush()
         self.pending = data[end:]
 
 
 class RankLogs:
-    """Streams the ranks' log files under `log_dir` to stdout/stderr until stop()."""
+    """Streams the ranks' log files under `log_dir` to stdout/stderr, masked by `masker`
+    (default: the one the bootstrap installed), until stop()."""
 
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, masker: Masker | None = None):
         self._log_dir = log_dir
+        self._masker = masker or installed()
         self._tails: dict[str, _Tail] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rank-logs", daemon=True)
@@ -78,7 +87,7 @@ class RankLogs:
             for path in sorted(_files(self._log_dir)):  # new ranks (or attempts) appear as they start
                 if path not in self._tails:
                     dst = sys.stdout.buffer if path.endswith("stdout.log") else sys.stderr.buffer
-                    self._tails[path] = _Tail(path, dst)
+                    self._tails[path] = _Tail(path, dst, self._masker)
             for tail in self._tails.values():
                 tail.copy(final)
             if final:

@@ -4,6 +4,9 @@ The local runners and the tests use this to give `container.bootstrap` exactly w
 AWS (FACTS.md, "The SageMaker training contract"): `input/config/{hyperparameters,resourceconfig,
 inputdataconfig}.json`, the channels under `input/data/<channel>/`, and the empty `model/`,
 `output/data/`, `checkpoints/` and `code/` directories. Pure stdlib: no torch, no boto3.
+
+`hyperparameters.json` holds the job's secrets in clear, as on SageMaker (a token the script
+needs), so `input/config/` is 0700 and its files 0600 (`write_private`), from their creation.
 """
 
 from __future__ import annotations
@@ -11,13 +14,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
+import stat
+import tempfile
 from pathlib import Path
 
 # SageMaker's name for the single instance group of a job that declares no instance groups.
 HOMOGENEOUS_GROUP = "homogeneousCluster"
 
 FAILURE_LIMIT = 1024  # SageMaker's FailureReason shows this many characters of output/failure
+
+
+def process_ended(returncode: int) -> str:
+    """How a process ended, from its return code as Popen gives it (-N: killed by signal N)."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:  # a real-time signal has no name
+        return f"was killed by signal {-returncode}"
 
 # Channel files up to this size are copied into `input/data/<channel>/`, bigger ones are
 # symlinked. Copies keep the tree self-contained (it can be mounted into a container, or the
@@ -55,9 +71,10 @@ def write_opt_ml(
 
     base_dir = Path(base_dir)
     config_dir = base_dir / "input" / "config"
-    for sub in (config_dir, base_dir / "model", base_dir / "output" / "data",
+    for sub in (base_dir / "input", base_dir / "model", base_dir / "output" / "data",
                 base_dir / "checkpoints", base_dir / "code"):
         sub.mkdir(parents=True, exist_ok=True)
+    private_dir(config_dir)
 
     sorted_hosts = sorted(hosts)
     resource_config = {
@@ -91,7 +108,28 @@ def write_opt_ml(
 
 
 def _write_json(path: Path, obj: object) -> None:
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    write_private(path, json.dumps(obj, indent=2) + "\n")
+
+
+def private_dir(path: Path) -> None:
+    """`path` as a directory only its owner can open (0700), created so if it is missing."""
+    path.mkdir(mode=0o700, exist_ok=True)
+    if stat.S_IMODE(path.stat().st_mode) != 0o700:  # there already, e.g. a tree written again
+        path.chmod(0o700)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` as a file only its owner can read: 0600 from its creation (mkstemp),
+    so no other user can open it in between, and atomically (readers see the old or new file)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _fill_channel(dest: Path, source: Path) -> None:

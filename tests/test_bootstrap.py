@@ -19,17 +19,15 @@ from pathlib import Path
 import pytest
 
 from container.bootstrap import (
-    FAILURE_LIMIT,
     ContractError,
     child_environment,
-    failure_text,
     fetch_code,
     launch_command,
     master_address,
-    toolkit_error,
 )
 from container.contract import read_training_env
-from launcher.contract import free_port, write_opt_ml
+from container.failure_report import failure_text, toolkit_error
+from launcher.contract import FAILURE_LIMIT, free_port, write_opt_ml
 from launcher.wire import encode
 
 REPO = Path(__file__).resolve().parents[1]

@@ -101,6 +101,7 @@ def test_source_dir_contents_and_default_ignore(project: Path, tmp_path: Path) -
     ]
     assert bundle.entry_point == "train.py"
     assert bundle.skipped_packages == []
+    assert bundle.excluded == [".env", "key.pem"]  # credentials are reported, the rest is not
     assert read(bundle.path, "train.py") == "print('train')"
 
 
@@ -414,7 +415,7 @@ def test_what_the_runtime_imports_is_the_image_or_the_requirements(tmp_path: Pat
     pytest.importorskip("torch")
     from importlib.metadata import PackageNotFoundError, packages_distributions, requires
 
-    from launcher.backends.sourcedir import runtime_requirements
+    from launcher.backends.requirements import runtime_requirements
 
     code = ("import sys\n"
             "import torch, torch.distributed.fsdp, torch.distributed.tensor, torch.distributed.checkpoint, "
@@ -488,10 +489,82 @@ def test_an_installed_smlaunch_reads_its_requirements_from_its_metadata(tmp_path
     """Without a checkout's pyproject.toml beside the packages (a wheel install): the metadata."""
     from importlib.metadata import requires
 
+    from launcher.backends import requirements
+
+    monkeypatch.setattr(requirements, "PYPROJECT", tmp_path / "site-packages" / "pyproject.toml")
+    installed = [line.split(";")[0].strip() for line in requires("smlaunch")]
+    lines = requirements.runtime_requirements()
+    assert [line.split(">")[0].split("<")[0] for line in lines] == list(requirements.RUNTIME_DISTRIBUTIONS)
+    assert set(lines) <= set(installed)
+
+
+# --- credential files -----------------------------------------------------------------------------
+
+CREDENTIALS = [".aws/credentials", ".ssh/id_rsa", "id_ed25519", "id_ed25519.pub", "deploy/id_ecdsa", "tls/server.key",
+               "tls/server.pem", ".netrc", "_netrc", ".git-credentials", ".npmrc", ".pypirc", ".env", ".env.local",
+               "app/.env.production", "credentials.json", "cert.p12", "cert.PFX", ".docker/config.json",
+               ".dockercfg", ".kube/config", ".gnupg/private-keys-v1.d/k.key"]
+
+
+def test_credential_files_are_left_out_and_listed(tmp_path: Path, caplog) -> None:
+    src = tmp_path / "src"
+    write(src / "train.py")
+    write(src / "config.json")  # an ordinary config file of the same extension ships
+    write(src / "keyboard.py")
+    write(src / "app" / "settings.py")
+    for name in CREDENTIALS:
+        write(src / name, f"CREDENTIAL {name}")
+    write(src / ".envdir" / "bin" / "python")  # a virtualenv named .env*: left out whole
+    with caplog.at_level("WARNING", logger="launcher.backends.sourcedir"):
+        bundle = build_sourcedir(tmp_path / "a.tar.gz", entry_point="train.py", source_dir=src,
+                                 include_packages=(), ignore=())  # no ignore pattern lets them in
+    assert bundle.files == ["app/settings.py", "config.json", "keyboard.py", "train.py"]
+    assert bundle.excluded == sorted([".aws/", ".ssh/", ".gnupg/", ".envdir/", ".kube/config", ".docker/config.json",
+                                      *(n for n in CREDENTIALS if not n.startswith((".aws/", ".ssh/", ".gnupg/",
+                                                                                   ".kube/", ".docker/")))])
+    with tarfile.open(bundle.path) as tar:
+        contents = b"".join(tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+    assert b"CREDENTIAL" not in contents
+    assert len(bundle.notes) == 1 and bundle.notes[0].startswith("left out of a.tar.gz as credential files: .aws/, ")
+    assert caplog.messages == bundle.notes  # shown to the user, whichever backend built it
+
+
+def test_a_credential_file_named_in_dependencies_ships_with_a_note(project: Path, tmp_path: Path) -> None:
+    netrc = write(tmp_path / "home" / ".netrc", "machine pypi.example.com password x")
+    bundle = build_sourcedir(tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project,
+                             dependencies=[netrc], include_packages=())
+    assert ".netrc" in bundle.files
+    assert any(n.startswith(f"dependency '{netrc}' matches credential pattern '.netrc' and is shipped")
+               for n in bundle.notes)
+
+
+def test_a_credential_in_a_dependency_directory_is_left_out(project: Path, tmp_path: Path) -> None:
+    write(tmp_path / "shared" / "util.py")
+    write(tmp_path / "shared" / ".env", "TOKEN=x")
+    bundle = build_sourcedir(tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project,
+                             dependencies=[tmp_path / "shared"], include_packages=())
+    assert "shared/util.py" in bundle.files and "shared/.env" not in bundle.files
+    assert "shared/.env" in bundle.excluded
+
+
+def test_an_entry_point_named_like_a_credential_is_refused(tmp_path: Path) -> None:
+    write(tmp_path / "src" / "id_rsa_tool.py")
+    with pytest.raises(SourceDirError, match="entry_point 'id_rsa_tool.py' is left out as a credential file "
+                                             r"\(pattern 'id_rsa\*'\): rename the script"):
+        build_sourcedir(tmp_path / "a.tar.gz", entry_point="id_rsa_tool.py", source_dir=tmp_path / "src",
+                        include_packages=())
+
+
+def test_a_large_archive_gets_a_note_naming_its_largest_files(project: Path, tmp_path: Path, monkeypatch) -> None:
     from launcher.backends import sourcedir
 
-    monkeypatch.setattr(sourcedir, "_package_dir", lambda name: tmp_path / "site-packages" / name)
-    installed = [line.split(";")[0].strip() for line in requires("smlaunch")]
-    lines = sourcedir.runtime_requirements()
-    assert [line.split(">")[0].split("<")[0] for line in lines] == list(sourcedir.RUNTIME_DISTRIBUTIONS)
-    assert set(lines) <= set(installed)
+    write(project / "data" / "big.bin").write_bytes(os.urandom(300_000))
+    write(project / "data" / "medium.bin").write_bytes(os.urandom(200_000))
+    small = build_sourcedir(tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project, include_packages=())
+    assert not [n for n in small.notes if "MB (over" in n]
+    monkeypatch.setattr(sourcedir, "LARGE_BUNDLE_BYTES", 400_000)
+    monkeypatch.setattr(sourcedir, "LARGEST_SHOWN", 2)
+    bundle = build_sourcedir(tmp_path / "b.tar.gz", entry_point="train.py", source_dir=project, include_packages=())
+    note = bundle.notes[-1]
+    assert note.startswith("b.tar.gz is 0.5 MB (over 0.4 MB), and every host downloads it before training; "
+                           "largest files: data/big.bin (0.3 MB), data/medium.bin (0.2 MB). Leave data out")

@@ -4,6 +4,11 @@ SageMaker writes one stream per host, ``<job>/algo-<i>-<epoch seconds>``, in the
 ``/aws/sagemaker/TrainingJobs``. Streams appear as hosts start, so every poll lists them again
 (paginated: a page holds at most 50 streams) and reads each from where the last poll stopped.
 The caller passes a ``logs`` client, so this module never imports boto3.
+
+A message is masked before it is returned (launcher.masking): URL passwords always, and the
+secrets of the job when the caller passes its masker (``Masker.of(describe_training_job(...))``:
+its secret-named hyperparameters and environment), since on AWS's own images the toolkit prints
+the script's command line, hyperparameters included.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from launcher.masking import Masker
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
@@ -38,8 +45,9 @@ def host_of(stream_name: str) -> str:
 class LogTailer:
     """Returns, on each ``poll``, the events written since the previous poll."""
 
-    def __init__(self, logs_client: Any, job_name: str) -> None:
+    def __init__(self, logs_client: Any, job_name: str, masker: Masker | None = None) -> None:
         self._client = logs_client
+        self._mask = masker or Masker()
         self._prefix = f"{job_name}/"
         self._tokens: dict[str, str] = {}  # stream -> nextForwardToken where reading stopped
         self._seen: set[str] = set()
@@ -84,7 +92,7 @@ class LogTailer:
             except self._client.exceptions.ResourceNotFoundException:
                 break  # listed, then deleted: nothing to read
             events.extend(
-                LogEvent(e["timestamp"], stream, host, e["message"]) for e in page["events"]
+                LogEvent(e["timestamp"], stream, host, self._mask(e["message"])) for e in page["events"]
             )
             token = page["nextForwardToken"]
             # CloudWatch marks the end of a stream by handing back the token it was given.

@@ -19,9 +19,16 @@ runner uses this machine's Python, the Docker runner smlaunch's image, both of w
 and pip would otherwise reach for the network. User scripts get none either.
 
 Unlike the SDK, ``ignore`` patterns (fnmatch on each path component's basename) keep ``.git``,
-virtualenvs, caches and secrets out, and the archive is reproducible: sorted entries, one fixed
+virtualenvs and caches out, and the archive is reproducible: sorted entries, one fixed
 mtime, root ownership, normalised modes and a zeroed gzip timestamp, so the same tree always
 gives the same bytes (and the same sha256) with the same zlib.
+
+Also unlike the SDK (which ships whatever the directory holds), credential files
+(``launcher.masking.CREDENTIAL_PATTERNS``: ``.env*``, ``.ssh/``, ``.aws/``, ``id_rsa*``, ``*.key``,
+``.netrc``, ...) are left out of every tree whatever ``ignore`` says, and the bundle lists them
+(``excluded``). The one way to ship such a file is to name the file itself in ``dependencies``: a
+deliberate choice, which a note repeats. An archive over LARGE_BUNDLE_BYTES gets a note naming
+its largest files. Notes are logged as warnings (every caller shows them) and kept in ``notes``.
 
 Symlinks are followed when their target lies inside the tree being added (``source_dir``, the
 dependency directory or the package directory): the archive stores the target's content as a
@@ -35,14 +42,20 @@ import gzip
 import hashlib
 import importlib.util
 import io
+import logging
 import os
-import re
 import stat
 import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
+
+from launcher.backends.base import SourceDirError
+from launcher.backends.requirements import REQUIREMENTS, runtime_requirements, with_requirements
+from launcher.masking import credential_pattern
+
+log = logging.getLogger(__name__)
 
 DEFAULT_IGNORE: tuple[str, ...] = (
     ".git",
@@ -51,30 +64,22 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     "__pycache__",
     "*.pyc",
     ".ipynb_checkpoints",
-    ".env",
-    "*.pem",
     ".DS_Store",
     ".pytest_cache",
     ".mypy_cache",
     "node_modules",
 )
 
+# Every host downloads the archive before training: data belongs in an input channel.
+LARGE_BUNDLE_BYTES = 100_000_000
+LARGEST_SHOWN = 5  # files named in the note about a large archive
+
 # 2020-09-13. Not 0: ZIP cannot store dates before 1980, so a user re-zipping the extracted
 # code directory would fail on epoch-0 files.
 ARCHIVE_MTIME = 1_600_000_000
 
-# What smlaunch's runtime imports beyond the image's PyTorch (distribution names). Their versions
-# are smlaunch's own requirements (runtime_requirements); torch is the image's, checked in images.py.
-RUNTIME_DISTRIBUTIONS = ("pydantic", "numpy", "safetensors", "huggingface_hub")
-REQUIREMENTS = "requirements.txt"
-_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-
 # archive name -> (file whose bytes are stored, the bytes themselves, or None for a directory; mode)
 _Entries = dict[str, tuple[Path | bytes | None, int]]
-
-
-class SourceDirError(ValueError):
-    """The source bundle cannot be built; the message names the path or field and the fix."""
 
 
 @dataclass
@@ -90,6 +95,10 @@ class SourceBundle:
     """``include_packages`` left out because the job already ships a copy."""
     added_requirements: list[str] = field(default_factory=list)
     """Lines added to (or written as) the archive's requirements.txt."""
+    excluded: list[str] = field(default_factory=list)
+    """Archive paths left out as credential files (a directory ends with '/'), sorted."""
+    notes: list[str] = field(default_factory=list)
+    """What the user should know: exclusions, a credential file shipped, a large archive."""
 
 
 def build_sourcedir(
@@ -114,6 +123,8 @@ def build_sourcedir(
     exclude = dest.resolve()
     entries: _Entries = {}
     origins: dict[str, str] = {}  # top-level archive name -> what provided it, for messages
+    excluded: list[str] = []  # credential files and directories left out
+    notes: list[str] = []
 
     if source_dir is not None:
         src = Path(source_dir)
@@ -123,7 +134,7 @@ def build_sourcedir(
                 "or None to ship entry_point alone"
             )
         tree: _Entries = {}
-        _add_tree(tree, src, "", ignore, exclude)
+        _add_tree(tree, src, "", ignore, exclude, excluded)
         _merge(entries, origins, tree, f"source_dir '{src}'")
         program = _program_in(src, entry_point, entries, ignore)
     else:
@@ -143,19 +154,30 @@ def build_sourcedir(
             )
         # abspath, not resolve: '.' gets its directory's name, a symlink keeps its own name.
         name = Path(os.path.abspath(dep)).name
-        _merge(entries, origins, _collect(dep, name, ignore, exclude), f"dependency '{dep}'")
+        _merge(entries, origins, _collect(dep, name, ignore, exclude, excluded), f"dependency '{dep}'")
+        pattern = credential_pattern("/".join(Path(os.path.abspath(dep)).parts[-2:]))
+        if pattern and dep.resolve().is_file():
+            notes.append(f"dependency '{dep}' matches credential pattern '{pattern}' and is shipped as "
+                         f"'{name}', since dependencies name it: drop it if that was not meant")
 
     skipped: list[str] = []
     for package in include_packages:
         if package in origins:
             skipped.append(package)
             continue
-        part = _collect(_package_dir(package), package, ignore, exclude)
+        part = _collect(_package_dir(package), package, ignore, exclude, excluded)
         _merge(entries, origins, part, f"include_packages entry '{package}'")
 
     added = _add_requirements(entries, requirements)
     names = _write(dest, entries)
     digest, size = _sha256(dest)
+    if excluded:
+        notes.insert(0, f"left out of {dest.name} as credential files: {', '.join(sorted(excluded))} "
+                        "(pass secrets as environment or hyperparameters; docs/secrets.md)")
+    if size > LARGE_BUNDLE_BYTES:
+        notes.append(_large_note(dest, size, entries))
+    for note in notes:
+        log.warning("%s", note)
     return SourceBundle(
         path=dest,
         sha256=digest,
@@ -164,7 +186,19 @@ def build_sourcedir(
         entry_point=program,
         skipped_packages=skipped,
         added_requirements=added,
+        excluded=sorted(excluded),
+        notes=notes,
     )
+
+
+def _large_note(dest: Path, size: int, entries: _Entries) -> str:
+    sizes = {name: len(source) if isinstance(source, bytes) else source.stat().st_size
+             for name, (source, _mode) in entries.items() if source is not None}
+    largest = sorted(sizes, key=lambda n: (-sizes[n], n))[:LARGEST_SHOWN]
+    listed = ", ".join(f"{n} ({sizes[n] / 1e6:.1f} MB)" for n in largest)
+    return (f"{dest.name} is {size / 1e6:.1f} MB (over {LARGE_BUNDLE_BYTES / 1e6:g} MB), and every host "
+            f"downloads it before training; largest files: {listed}. Leave data out with source_ignore "
+            "and pass it as an input channel")
 
 
 def _add_requirements(entries: _Entries, lines: Sequence[str]) -> list[str]:
@@ -174,75 +208,27 @@ def _add_requirements(entries: _Entries, lines: Sequence[str]) -> list[str]:
     if source is None:
         raise SourceDirError(f"the code has a directory named {REQUIREMENTS}, where the toolkit expects a "
                              "file: rename it")
-    text = (source if isinstance(source, bytes) else source.read_bytes()).decode()
-    named = {_distribution(line) for line in text.splitlines()}
-    added = [line for line in lines if _distribution(line) not in named]
+    text, added = with_requirements((source if isinstance(source, bytes) else source.read_bytes()).decode(), lines)
     if added:
-        if text and not text.endswith("\n"):
-            text += "\n"
-        text += "# smlaunch's runtime (added by smlaunch)\n" + "".join(f"{line}\n" for line in added)
         entries[REQUIREMENTS] = (text.encode(), mode)
     return added
 
 
-def _distribution(requirement: str) -> str | None:
-    """The normalised distribution name a requirements line names; None for options and comments."""
-    match = _NAME.match(requirement)
-    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else None
-
-
-def runtime_requirements() -> list[str]:
-    """RUNTIME_DISTRIBUTIONS with the versions smlaunch requires (its dependencies and `train` extra):
-    from the pyproject.toml beside the packages that ship (a checkout), else from the installed
-    distribution's metadata."""
-    declared = {_distribution(r): r for r in _declared_requirements()}
-    missing = [n for n in RUNTIME_DISTRIBUTIONS if _distribution(n) not in declared]
-    if missing:
-        raise SourceDirError(f"smlaunch's requirements do not name {', '.join(missing)}, which its runtime "
-                             "imports: add them to pyproject.toml (dependencies or the train extra)")
-    return [declared[_distribution(n)] for n in RUNTIME_DISTRIBUTIONS]
-
-
-def _declared_requirements() -> list[str]:
-    pyproject = _package_dir("launcher").parent / "pyproject.toml"
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10: the metadata says the same
-        tomllib = None
-    if tomllib is not None and pyproject.is_file():
-        project = tomllib.loads(pyproject.read_text()).get("project", {})
-        if project.get("name") == "smlaunch":
-            return [*project.get("dependencies", []), *project.get("optional-dependencies", {}).get("train", [])]
-    from importlib.metadata import PackageNotFoundError, requires
-
-    try:
-        found = requires("smlaunch") or []
-    except PackageNotFoundError:
-        raise SourceDirError("smlaunch is not installed, so its runtime's requirements are unknown: "
-                             "pip install -e . (or pip install smlaunch)") from None
-    out = []
-    for line in found:
-        requirement, _, marker = line.partition(";")
-        if not marker.strip() or re.search(r"""extra\s*==\s*["']train["']""", marker):
-            out.append(requirement.strip())
-    return out
-
-
-def _collect(path: Path, name: str, ignore: Sequence[str], exclude: Path) -> _Entries:
+def _collect(path: Path, name: str, ignore: Sequence[str], exclude: Path, excluded: list[str]) -> _Entries:
     """Entries for one file or directory stored at the archive root as ``name``."""
     real = path.resolve()
     if real.is_file():
         return {name: _file_entry(real)}
     entries: _Entries = {name: (None, 0o755)}
-    _add_tree(entries, path, name, ignore, exclude)
+    _add_tree(entries, path, name, ignore, exclude, excluded)
     return entries
 
 
 def _add_tree(
-    entries: _Entries, root: Path, prefix: str, ignore: Sequence[str], exclude: Path
+    entries: _Entries, root: Path, prefix: str, ignore: Sequence[str], exclude: Path, excluded: list[str]
 ) -> None:
     real_root = root.resolve()
-    _walk(entries, real_root, real_root, prefix, ignore, exclude, frozenset({real_root}))
+    _walk(entries, real_root, real_root, prefix, ignore, exclude, frozenset({real_root}), excluded)
 
 
 def _walk(
@@ -253,6 +239,7 @@ def _walk(
     ignore: Sequence[str],
     exclude: Path,
     ancestors: frozenset[Path],
+    excluded: list[str],
 ) -> None:
     for child in directory.iterdir():
         if _ignored_by(child.name, ignore):
@@ -261,6 +248,9 @@ def _walk(
         real = _follow(child, tree_root) if child.is_symlink() else child
         if real == exclude:
             continue
+        if credential_pattern(arcname, real.is_dir()):
+            excluded.append(arcname + "/" if real.is_dir() else arcname)
+            continue
         if real.is_dir():
             if real in ancestors:
                 raise SourceDirError(
@@ -268,7 +258,7 @@ def _walk(
                     "or add its name to ignore"
                 )
             entries[arcname] = (None, 0o755)
-            _walk(entries, tree_root, real, arcname, ignore, exclude, ancestors | {real})
+            _walk(entries, tree_root, real, arcname, ignore, exclude, ancestors | {real}, excluded)
         elif real.is_file():
             entries[arcname] = _file_entry(real)
         # Sockets, FIFOs and device nodes have no meaning in a code archive: left out.
@@ -329,6 +319,14 @@ def _program_in(
         raise SourceDirError(
             f"entry_point '{entry_point}' is excluded by ignore pattern '{blocked}': rename "
             "the script or drop the pattern from ignore"
+        )
+    parts = rel.parts
+    credential = next(filter(None, (credential_pattern("/".join(parts[:i + 1]), i < len(parts) - 1)
+                                    for i in range(len(parts)))), None)
+    if credential and (source_dir / rel).is_file():
+        raise SourceDirError(
+            f"entry_point '{entry_point}' is left out as a credential file (pattern '{credential}'): "
+            "rename the script"
         )
     raise SourceDirError(
         f"entry_point '{entry_point}' not found in source_dir '{source_dir}': pass a path "

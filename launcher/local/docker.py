@@ -32,6 +32,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.contract import write_private
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError
 
 ENGINE_ENV = "SMLAUNCH_CONTAINER_ENGINE"
@@ -158,7 +159,8 @@ def write_compose_file(spec: LocalJobSpec, engine: str = "docker") -> Path:
     import yaml  # only the docker runner needs it
 
     path = spec.job_dir / COMPOSE_FILE
-    path.write_text(yaml.safe_dump(compose_file(spec, engine), sort_keys=False), encoding="utf-8")
+    # 0600: the services' environment holds the job's secrets in clear.
+    write_private(path, yaml.safe_dump(compose_file(spec, engine), sort_keys=False))
     return path
 
 

@@ -3,7 +3,8 @@
 The job directory (`<jobs root>/<job name>/`):
 
     job.json             status record, DescribeTrainingJob-shaped (launcher.local.store)
-    spec.json            this LocalJobSpec, so a detached supervisor can run the job
+    spec.json            this LocalJobSpec, so a detached supervisor can run the job (0600: it
+                         holds the environment and hyperparameters, secrets included)
     sourcedir.tar.gz     the code archive, built exactly as for SageMaker
     hosts/algo-N/        one /opt/ml tree per simulated host (launcher.contract.write_opt_ml)
     checkpoints/         shared by every host (unless checkpoint_local_path names another place)
@@ -19,6 +20,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from launcher.contract import write_private
 
 SPEC_FILE = "spec.json"
 
@@ -56,7 +59,7 @@ class LocalJobSpec:
         return {**self.channels, **self.host_channels.get(host, {})}
 
     def save(self) -> None:
-        (self.job_dir / SPEC_FILE).write_text(json.dumps(asdict(self), indent=2, default=str) + "\n")
+        write_private(self.job_dir / SPEC_FILE, json.dumps(asdict(self), indent=2, default=str) + "\n")
 
     @classmethod
     def load(cls, job_dir: Path) -> LocalJobSpec:
