@@ -1,16 +1,23 @@
-"""Training checkpoints with torch.distributed.checkpoint (DCP) and automatic resume.
+"""Training checkpoints with torch.distributed.checkpoint (DCP) and verified automatic resume.
 
 Layout of `<directory>/step-<N>/`:
     .metadata, __<rank>_0.distcp   DCP's sharded model and optimizer state (reshardable)
     rng-<rank>.pt                  each rank's torch RNG state
     trainer.pt                     step, world size, scheduler, data position, extra (rank 0)
-    .complete                      written last by rank 0
+    manifest-<rank>.json           size and sha256 of every file that rank wrote
+    .complete                      written last by rank 0: the step and how many manifest parts
 
 A checkpoint is written as `step-<N>.tmp/` and renamed once every rank has finished, so a job
 killed mid-save leaves only a `.tmp` directory, which resume ignores. The rename is done by the
 first rank of every host: on SageMaker `/opt/ml/checkpoints` is a per-host disk synced to one S3
-prefix, so each host must rename its own shards. Because that sync gives no ordering, resume also
-checks that every file DCP's metadata names is present and long enough.
+prefix, so each host must rename its own shards, and hashes only its own files
+(container.checkpoint_manifest).
+
+Resume verifies before it loads: the newest checkpoint whose marker, manifest parts, sizes and
+hashes all agree is loaded; a corrupt or partial one is skipped with a log line saying why.
+Rank 0 decides (the hashing is spread over the ranks) and every rank takes its decision, so no
+rank raises or enters a collective that the others skip. When step-<N> checkpoints exist and
+none is usable, resume fails with every reason rather than train from step 1 over them.
 
 Works with a plain model in one process (no process group: DCP's no-dist mode) and with an
 FSDP2-sharded model; DCP reshards on load, so a job may resume on a different number of ranks
@@ -20,10 +27,8 @@ FSDP2-sharded model; DCP reshards on load, so a job may resume on a different nu
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import pickle
 import re
 import shutil
 import signal
@@ -44,16 +49,26 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.optim.lr_scheduler import LRScheduler
 
+from container import checkpoint_manifest as manifest
+
 log = logging.getLogger(__name__)
 
-MARKER = ".complete"
 TRAINER_FILE = "trainer.pt"
+DCP_METADATA = ".metadata"  # written by DCP's coordinator (rank 0) in FileSystemWriter.finish
 _STEP_DIR = re.compile(r"step-(\d+)")
 _TMP_DIR = re.compile(r"step-(\d+)\.tmp")
 
 
+class CheckpointError(RuntimeError):
+    """Checkpoints exist, and none of them can be resumed from."""
+
+
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
+
+
+def _world() -> int:
+    return dist.get_world_size() if _distributed() else 1
 
 
 def _barrier() -> None:
@@ -70,12 +85,32 @@ def _from_rank0(value: Any) -> Any:
     return box[0]
 
 
+def _first_of_all(value: Any) -> Any:
+    """The first value other than None over all ranks, in rank order: the same on every rank."""
+    if not _distributed():
+        return value
+    values: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return next((v for v in values if v is not None), None)
+
+
 @contextlib.contextmanager
 def _quiet_no_dist():
     # DCP warns on every save/load without a process group; here that is a supported mode.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         yield
+
+
+class _RecordingWriter(dcp.FileSystemWriter):
+    """DCP's file writer that remembers the files this rank wrote, for its manifest part."""
+
+    written: list[str]
+
+    def write_data(self, plan, planner):
+        future = super().write_data(plan, planner)
+        self.written = [result.storage_data.relative_path for result in future.wait()]
+        return future
 
 
 def _sharded_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -100,7 +135,8 @@ def _set_rng_state(state: dict[str, torch.Tensor]) -> None:
 
 
 class Checkpointer:
-    """Saves `step-<N>/` checkpoints under `directory`, keeps the newest `keep`, resumes the newest.
+    """Saves `step-<N>/` checkpoints under `directory`, keeps the newest `keep`, resumes the
+    newest usable one.
 
     `rank` and `local_rank` default to the process group's rank and torchrun's `LOCAL_RANK`.
     """
@@ -120,20 +156,17 @@ class Checkpointer:
         if local_rank is None:
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.local_rank = local_rank
+        self._good: set[int] = set()  # steps this job saved or verified
+        self._bad: set[int] = set()  # steps resume found unusable: never kept in place of good ones
 
     def path(self, step: int) -> Path:
         return self.directory / f"step-{step}"
 
-    def complete_steps(self, local_shards_only: bool = False) -> list[int]:
-        """Steps with a complete checkpoint, oldest first. With `local_shards_only`, shards that are
-        absent do not count against a step: right after a save on per-host disks the other hosts'
-        shards are not here (they meet in the S3 checkpoint prefix), yet the marker says every
-        rank finished writing. Shards that are here must still be whole."""
-        if not self.directory.is_dir():
-            return []
-        names = (_STEP_DIR.fullmatch(p.name) for p in self.directory.iterdir())
-        steps = (int(m.group(1)) for m in names if m)
-        return sorted(step for step in steps if self._is_complete(self.path(step), local_shards_only))
+    def complete_steps(self) -> list[int]:
+        """Steps whose marker says every rank wrote its files, oldest first. Their contents are
+        verified at resume, not here: right after a save on per-host disks the other hosts'
+        shards are not here (they meet in the S3 checkpoint prefix)."""
+        return [step for step in self._steps() if manifest.has_marker(self.path(step))]
 
     def save(
         self,
@@ -147,8 +180,9 @@ class Checkpointer:
         """Collective: every rank calls it. `dataloader_state` and `extra` are rank 0's (use a
         global data position) and must hold only plain values and tensors (loaded weights_only)."""
         final = self.path(step)
-        # Re-saving a complete step (SIGTERM right after a resume) could only lose it.
-        if _from_rank0(self.rank == 0 and self._is_complete(final)):
+        # Re-saving a step this job saved or verified (SIGTERM right after a resume) could only
+        # lose it; any other step-<N> of that name (one resume skipped) is replaced.
+        if step in self._good:
             return final
         tmp = self.directory / f"step-{step}.tmp"
         if self.local_rank == 0:
@@ -156,21 +190,26 @@ class Checkpointer:
             shutil.rmtree(final, ignore_errors=True)
         _barrier()
         tmp.mkdir(parents=True, exist_ok=True)
-        # Written before dcp.save, whose completion on rank 0 then implies every rank's file exists.
-        torch.save(_rng_state(), tmp / f"rng-{self.rank}.pt")
-        state = _sharded_state(model, optimizer)
+        rng_file = f"rng-{self.rank}.pt"
+        torch.save(_rng_state(), tmp / rng_file)
+        writer = _RecordingWriter(tmp)
         with _quiet_no_dist():
-            dcp.save(state, checkpoint_id=tmp, no_dist=not _distributed())
+            dcp.save(_sharded_state(model, optimizer), storage_writer=writer, no_dist=not _distributed())
+        written = [rng_file, *writer.written]
         if self.rank == 0:
             trainer = {
                 "step": step,
-                "world_size": dist.get_world_size() if _distributed() else 1,
+                "world_size": _world(),
                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
                 "dataloader": dataloader_state,
                 "extra": extra or {},
             }
             torch.save(trainer, tmp / TRAINER_FILE)
-            (tmp / MARKER).write_text(json.dumps({"step": step}) + "\n")
+            written += [TRAINER_FILE, DCP_METADATA]  # dcp.save has returned: the metadata is written
+        manifest.write_part(tmp, self.rank, written)
+        _barrier()  # every rank's part is written: only now may the marker say so
+        if self.rank == 0:
+            manifest.write_marker(tmp, step, parts=_world())
         _barrier()
         if self.local_rank == 0:
             try:
@@ -178,8 +217,10 @@ class Checkpointer:
             except FileNotFoundError:  # a shared file system: another host's first rank renamed it
                 pass
         _barrier()
+        self._good.add(step)
+        self._bad.discard(step)
         # Rank 0 chooses what to keep, so that hosts with per-host disks (no markers there) agree.
-        kept = self.complete_steps(local_shards_only=True) if self.rank == 0 else []
+        kept = [s for s in self.complete_steps() if s not in self._bad] if self.rank == 0 else []
         kept = _from_rank0([s for s in kept if s <= step][-self.keep:])
         if self.local_rank == 0:
             self._prune(step, kept)
@@ -190,12 +231,53 @@ class Checkpointer:
     def load_latest(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LRScheduler | None
     ) -> tuple[int, dict, dict] | None:
-        """Collective. Restore the newest complete checkpoint into the given (fresh) objects and
-        return (step, dataloader_state, extra), or None when there is nothing to resume."""
-        steps = self.complete_steps() if self.rank == 0 else []
-        step = _from_rank0(steps[-1] if steps else None)
-        if step is None:
+        """Collective. Restore the newest usable checkpoint into the given (fresh) objects and
+        return (step, dataloader_state, extra); None when there is no checkpoint. Raises
+        CheckpointError when checkpoints exist and none is usable."""
+        candidates = _from_rank0(self._candidates() if self.rank == 0 else None)
+        if not candidates:
             return None
+        reasons: dict[int, str] = {}
+        for step in candidates:
+            reason = self._verify(step)
+            if reason is None:
+                return self._load(step, model, optimizer, scheduler)
+            reasons[step] = reason
+            self._bad.add(step)
+            if self.rank == 0:
+                log.warning("checkpoint %s is not usable, trying the one before it: %s", self.path(step), reason)
+        listing = "".join(f"\n  {self.path(step).name}: {reason}" for step, reason in reasons.items())
+        raise CheckpointError(
+            f"no usable checkpoint in {self.directory} (checkpoint_dir), and training does not start over "
+            f"from step 1 on top of them. To start fresh, move or delete them (on SageMaker: under "
+            f"checkpoint_s3_uri) or point checkpoint_dir elsewhere.{listing}")
+
+    def _steps(self) -> list[int]:
+        if not self.directory.is_dir():
+            return []
+        names = (_STEP_DIR.fullmatch(p.name) for p in self.directory.iterdir())
+        return sorted(int(m.group(1)) for m in names if m)
+
+    def _candidates(self) -> list[int]:
+        """Rank 0: every step-<N> directory, newest first; `.tmp` ones are saves that never finished."""
+        if self.directory.is_dir():
+            for p in sorted(self.directory.iterdir()):
+                if _TMP_DIR.fullmatch(p.name):
+                    log.info("ignoring %s: a save that did not finish is not a checkpoint", p)
+        return self._steps()[::-1]
+
+    def _verify(self, step: int) -> str | None:
+        """Collective: None when `step` is usable, else why not; the same answer on every rank.
+        Rank 0 checks the marker, parts and sizes; every rank hashes its share of the files."""
+        path = self.path(step)
+        entries, reason = _from_rank0(
+            manifest.inspect(path, step, required=(DCP_METADATA, TRAINER_FILE)) if self.rank == 0 else None)
+        if reason is not None:
+            return reason
+        return _first_of_all(manifest.first_mismatch(path, manifest.share(entries, self.rank, _world())))
+
+    def _load(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+              scheduler: LRScheduler | None) -> tuple[int, dict, dict]:
         path = self.path(step)
         state = _sharded_state(model, optimizer)
         with _quiet_no_dist():
@@ -205,36 +287,15 @@ class Checkpointer:
         trainer = torch.load(path / TRAINER_FILE, weights_only=True)
         if scheduler is not None and trainer["scheduler"] is not None:
             scheduler.load_state_dict(trainer["scheduler"])
-        world = dist.get_world_size() if _distributed() else 1
         rng_file = path / f"rng-{self.rank}.pt"
-        if trainer["world_size"] == world and rng_file.is_file():
+        if trainer["world_size"] == _world() and rng_file.is_file():
             _set_rng_state(torch.load(rng_file, weights_only=True))
         else:
             log.warning("checkpoint %s was saved by %d ranks, now %d: RNG states not restored",
-                        path, trainer["world_size"], world)
+                        path, trainer["world_size"], _world())
+        self._good.add(step)
         log.info("resumed from checkpoint %s", path)
         return step, trainer["dataloader"], trainer["extra"]
-
-    def _is_complete(self, path: Path, local_shards_only: bool = False) -> bool:
-        if not (path / MARKER).is_file() or not (path / TRAINER_FILE).is_file():
-            return False
-        try:
-            metadata = dcp.FileSystemReader(path).read_metadata()
-        except (OSError, EOFError, pickle.UnpicklingError, RuntimeError, ValueError):
-            return False  # a metadata file cut short by a kill or an interrupted S3 sync
-        ends: dict[str, int] = {}
-        for info in metadata.storage_data.values():
-            end = info.offset + info.length
-            ends[info.relative_path] = max(ends.get(info.relative_path, 0), end)
-        for name, size in ends.items():
-            shard = path / name
-            if not shard.is_file():
-                if local_shards_only:
-                    continue
-                return False
-            if shard.stat().st_size < size:
-                return False
-        return True
 
     def _prune(self, newest: int, kept: list[int]) -> None:
         """Delete older checkpoints, complete or partial, except `kept`; leave later steps alone."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -201,6 +203,10 @@ def export_hf(
 
     When a process group is up this is a collective (gathering the full state dict of a sharded
     model): every rank calls it, rank 0 writes, and all return once the files are complete.
+
+    The files are written into a staging directory inside `out_dir` and moved into place once all
+    are complete; on a failure what was written is removed, so a failed export (a full disk, a
+    kill) never leaves a truncated artifact to be uploaded as the model.
     """
     if dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"export dtype must be bfloat16, float16 or float32, not {dtype}")
@@ -208,10 +214,30 @@ def export_hf(
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(model, options=options)
         if dist.get_rank() == 0:
-            _write_hf(state, spec, Path(out_dir), dtype, max_shard_bytes)
+            _export(state, spec, Path(out_dir), dtype, max_shard_bytes)
         dist.barrier()
     else:
-        _write_hf(model.state_dict(), spec, Path(out_dir), dtype, max_shard_bytes)
+        _export(model.state_dict(), spec, Path(out_dir), dtype, max_shard_bytes)
+
+
+def _export(state: dict[str, torch.Tensor], spec: ModelSpec, out_dir: Path, dtype: torch.dtype,
+            max_shard_bytes: int) -> None:
+    """`_write_hf` into a staging directory, then each file renamed into `out_dir` (the same file
+    system, so each rename is atomic), config.json last: it is what tells a reader a model is there."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
+    moved: list[Path] = []
+    try:
+        _write_hf(state, spec, staging, dtype, max_shard_bytes)
+        for file in sorted(staging.iterdir(), key=lambda f: f.name == "config.json"):
+            file.replace(out_dir / file.name)
+            moved.append(out_dir / file.name)
+    except BaseException:
+        for file in moved:
+            file.unlink(missing_ok=True)
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _write_hf(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -178,9 +179,26 @@ class MetricsWriter:
             f.write(json.dumps(record) + "\n")
 
 
+def check_writable(directories: dict[str, Path]) -> None:
+    """Create (if need be) each directory and a probe file in it, then delete the probe: a
+    directory training cannot write fails the job now, not after hours of training."""
+    for label, directory in directories.items():
+        probe = directory / f".smlaunch-write-probe-{os.getpid()}"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise PermissionError(
+                f"{label} {directory} is not writable ({exc.strerror or exc}): make it writable, "
+                f"or point {label} at a directory this job can write") from exc
+
+
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
     s = Settings.from_hyperparameters(
         hp, rt.params.sdp_gradient_clipping if rt.params.sharded_data_parallel_degree else None, rt.params.bf16)
+    writable = {"model_dir": dirs.model, "output_data_dir": dirs.output_data}
+    check_writable({**writable, "checkpoint_dir": dirs.checkpoints} if s.checkpoint_freq else writable)
     sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
     spec = pretrained.model_spec(hp, sources)
     fp8 = FP8Config.from_hyperparameters(hp)

@@ -26,22 +26,15 @@ def main(argv: list[str]) -> int:
         context_parallel_degree=hp.context_parallel_degree,
         tensor_parallel_degree=hp.tensor_parallel_degree,
     )
-    rt = init_runtime(params, sharding_strategy=hp.sharding_strategy)
-    try:
-        train(rt, hp, dirs, instance_type=os.environ.get("SM_CURRENT_INSTANCE_TYPE"))
-    finally:
-        shutdown()
+    rt = init_runtime(params, sharding_strategy=hp.sharding_strategy, collective_timeout=hp.collective_timeout)
+    train(rt, hp, dirs, instance_type=os.environ.get("SM_CURRENT_INSTANCE_TYPE"))
+    # Not in a `finally`: a rank that failed must leave at once, never wait in a barrier that
+    # its peers, still training, do not reach.
+    shutdown()
     return 0
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # Leave without interpreter finalization. DeviceMesh keeps its process groups referenced
-    # after destroy_process_group, so they would be destructed during finalization, where a
-    # gloo worker thread still alive now and then aborts the process (SIGABRT, "terminate
-    # called without an active exception") after a run that succeeded. Everything is written;
-    # flush what is buffered and go.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    from container.runtime import run_rank
+
+    run_rank(main, sys.argv[1:])  # exits the process: at once, with the traceback, on a failure

@@ -104,22 +104,24 @@ def test_keep_and_partial_checkpoints(tmp_path):
     # A save killed before the rename; renamed copies without the marker, with their metadata
     # or a shard cut short (as an interrupted S3 sync leaves them).
     shutil.copytree(tmp_path / "step-3", tmp_path / "step-9.tmp")
-    shutil.copytree(tmp_path / "step-3", tmp_path / "step-4")
+    for step in (4, 5, 6):
+        shutil.copytree(tmp_path / "step-3", tmp_path / f"step-{step}")
+        marker = tmp_path / f"step-{step}" / ".complete"
+        marker.write_text(marker.read_text().replace('"step": 3', f'"step": {step}'))
     metadata = tmp_path / "step-4" / ".metadata"
     metadata.write_bytes(metadata.read_bytes()[:50])
-    shutil.copytree(tmp_path / "step-3", tmp_path / "step-5")
     (tmp_path / "step-5" / ".complete").unlink()
-    shutil.copytree(tmp_path / "step-3", tmp_path / "step-6")
     shard = next((tmp_path / "step-6").glob("*.distcp"))
     shard.write_bytes(shard.read_bytes()[:100])
-    assert checkpointer.complete_steps() == [2, 3]
+    # Marked complete; whether they are whole is found at resume.
+    assert checkpointer.complete_steps() == [2, 3, 4, 6]
 
     fresh = _make(seed=1)
     assert checkpointer.load_latest(*fresh)[:2] == (3, {"position": 3})
 
     _train_step(model, optimizer, scheduler, 7)
     checkpointer.save(7, model, optimizer, scheduler, {"position": 7}, {})
-    # Everything older than the newest two complete ones goes; the later partial save stays.
+    # Everything older than the newest two usable ones goes; the later partial save stays.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-3", "step-7", "step-9.tmp"]
 
 

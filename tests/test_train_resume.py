@@ -1,11 +1,18 @@
-"""Checkpoints through train.py: a stopped and resumed run continues exactly; artifacts are written."""
+"""Checkpoints through train.py: a stopped and resumed run continues exactly; artifacts are written,
+never half: directories training cannot write fail the job before it trains, and a failed export
+leaves nothing behind."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
+from container import hf
+from container.models.llama import build_model
+from container.trainer import check_writable
+from launcher.config.models import PRESETS
 from tests.train_runs import run_train, series
 
 
@@ -45,3 +52,42 @@ def test_pretrained_weights_from_a_channel_are_loaded(tmp_path, monkeypatch):
     tuned = run_train(tmp_path / "c", 1, max_steps=1, model_preset="", hf_pretrained_model_name_or_dir="pretrained")
     assert series(tuned, "loss")[0] < series(scratch, "loss")[0]
     assert series(tuned, "loss")[0] < series(first, "loss")[0]
+
+
+def test_an_unwritable_directory_fails_before_training(tmp_path):
+    (tmp_path / "checkpoints").write_text("a file where run_train's checkpoint_dir should be")
+    with pytest.raises(AssertionError) as failure:  # run_train's report of a failed train.py
+        run_train(tmp_path, 1, max_steps=2, checkpoint_freq=1)
+    output = str(failure.value)
+    assert f"PermissionError: checkpoint_dir {tmp_path / 'checkpoints'} is not writable" in output
+    assert "point checkpoint_dir at a directory this job can write" in output
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()  # not one step was trained
+
+
+def test_writable_directories_are_created_and_left_clean(tmp_path):
+    check_writable({"model_dir": tmp_path / "model", "output_data_dir": tmp_path / "out" / "data"})
+    assert [p.name for p in tmp_path.rglob("*")] == ["model", "out", "data"]
+
+
+def test_a_failed_export_leaves_no_truncated_artifact(tmp_path, monkeypatch):
+    spec = PRESETS["llama3-tiny"]
+    model = build_model(spec, 16)
+    model.init_weights()
+    (tmp_path / "README.md").write_text("kept")
+    real_save = hf.save_file
+
+    def disk_full(tensors, path, metadata=None):
+        real_save(tensors, path, metadata=metadata)
+        with open(path, "r+b") as f:
+            f.truncate(100)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hf, "save_file", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        hf.export_hf(model, spec, tmp_path, dtype=torch.float32, max_shard_bytes=200_000)
+    assert [p.name for p in tmp_path.iterdir()] == ["README.md"]
+
+    monkeypatch.setattr(hf, "save_file", real_save)
+    hf.export_hf(model, spec, tmp_path, dtype=torch.float32)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "README.md", "config.json", "generation_config.json", "model.safetensors"]
