@@ -114,3 +114,67 @@ def test_console_lines_are_host_prefixed_and_coloured_on_a_terminal(monkeypatch)
     monkeypatch.setenv("NO_COLOR", "1")
     supervise.console_printer("algo-2", "magenta", "step 2")
     assert out.getvalue().endswith("algo-2 | step 2\n")
+
+
+def _full_disk_after(nbytes: int, under: Path):
+    """Writes of files under `under` fail with ENOSPC once `nbytes` are written, as on a full disk."""
+    import errno
+    import io
+
+    real_open = io.open
+
+    def fake_open(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        if "w" not in mode or not Path(file).is_relative_to(under):
+            return handle
+        written = [0]
+        real_write = handle.write
+
+        def write(data):
+            written[0] += len(data)
+            if written[0] > nbytes:
+                real_write(data[: max(nbytes - written[0] + len(data), 0)])
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real_write(data)
+
+        handle.write = write
+        return handle
+
+    return fake_open
+
+
+@pytest.mark.parametrize("full", ["staging", "output_path"])
+def test_an_artifact_that_cannot_be_written_whole_is_removed_and_the_job_says_why(tmp_path, monkeypatch, full):
+    import builtins
+    import errno
+    import io
+    import os
+    import shutil
+
+    job_dir = tmp_path / "jobs" / "j"
+    host = job_dir / "hosts" / "algo-1"
+    (host / "model").mkdir(parents=True)
+    (host / "output" / "data").mkdir(parents=True)
+    (host / "model" / "weights.bin").write_bytes(os.urandom(1 << 20))  # incompressible: the disk fills
+    (host / "output" / "success").write_text("")
+    store.write(job_dir, {"TrainingJobName": "j", "TrainingJobStatus": "InProgress", "SecondaryStatus": "Training"})
+    out = tmp_path / "out"
+    spec = LocalJobSpec(name="j", job_dir=job_dir, hosts=["algo-1"], instance_type="local", processes_per_host=1,
+                        hyperparameters={}, channels={}, environment={}, checkpoint_dir=job_dir / "checkpoints",
+                        max_run=60, output_path=str(out))
+    supervisor = Supervisor(spec, runner=None, printer=None)
+    supervisor._merged = io.StringIO()
+    fake_open = _full_disk_after(256 << 10, job_dir / "artifacts" if full == "staging" else out)
+    monkeypatch.setattr(builtins, "open", fake_open)
+    monkeypatch.setattr(tarfile, "bltn_open", fake_open)  # tarfile's own reference to open
+    monkeypatch.setattr(shutil, "_USE_CP_SENDFILE", False)  # copies through write(), which fails
+
+    def other_file_system(src, dst):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "rename", other_file_system)  # output_path elsewhere: shutil.move copies
+    record = supervisor._finish(None, [("algo-1", 0)], 1.0)
+    assert record["TrainingJobStatus"] == "Failed"
+    assert "could not store the artifacts" in record["FailureReason"] and "No space left" in record["FailureReason"]
+    left = [p.name for p in (*job_dir.rglob("*.tar.gz*"), *out.rglob("*"))]
+    assert not [name for name in left if "model.tar.gz" in name], left  # nothing truncated left behind

@@ -148,6 +148,22 @@ def test_submit_with_a_taken_name_uploads_nothing(aws, backend) -> None:
     assert backend.describe("taken")["HyperParameters"]["max_steps"] == "3"  # the first job is untouched
 
 
+def test_a_refused_create_training_job_takes_the_uploaded_code_back(aws, backend, monkeypatch) -> None:
+    from botocore.exceptions import ClientError
+
+    aws.client("s3").create_bucket(Bucket=BUCKET)
+
+    def refuse(**request):
+        assert objects(aws, BUCKET) == ["refused/source/sourcedir.tar.gz"]  # uploaded first, as the SDK does
+        raise ClientError({"Error": {"Code": "ResourceLimitExceeded", "Message": "quota for ml.m5.xlarge"}},
+                          "CreateTrainingJob")
+
+    monkeypatch.setattr(backend.client("sagemaker"), "create_training_job", refuse)
+    with pytest.raises(ClientError, match="ResourceLimitExceeded"):
+        backend.submit(make_job(), job_name="refused")
+    assert objects(aws, BUCKET) == []
+
+
 def test_invalid_job_creates_nothing(aws) -> None:
     from launcher.estimator import PyTorch
 

@@ -71,8 +71,11 @@ class LocalBackend:
             record = store.read(name, self.root)
         except LookupError as exc:
             raise BackendError(str(exc)) from None
-        pid = record.get("SupervisorPid")
-        if record["TrainingJobStatus"] == "InProgress" and name not in self._prepared and pid and not _alive(pid):
+        pid, watchdog = record.get("SupervisorPid"), record.get("WatchdogPid")
+        # Once the supervisor and its watchdog (which records the outcome of a supervisor that died)
+        # are both gone, nobody will: say so here.
+        if (record["TrainingJobStatus"] == "InProgress" and name not in self._prepared and pid and not _alive(pid)
+                and not (watchdog and _alive(watchdog))):
             record = store.update(self._dir(name), TrainingJobStatus="Failed", SecondaryStatus="Failed",
                                   StatusMessage="The supervisor ended without an outcome",
                                   FailureReason=f"the local supervisor (pid {pid}) ended without recording an "

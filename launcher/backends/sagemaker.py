@@ -21,6 +21,7 @@ from launcher.backends.base import (
     TERMINAL_STATUSES,
     BackendError,
     JobFailedError,
+    check_job_name,
     default_base_name,
     make_job_name,
 )
@@ -29,7 +30,7 @@ from launcher.backends.request import build_request
 from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
 from launcher.config import ValidatedJob
 from launcher.issues import ConfigError, Issue
-from launcher.masking import mask_secrets
+from launcher.masking import Masker, mask_secrets
 
 
 @dataclass
@@ -89,7 +90,7 @@ class SageMakerBackend:
                                 "set role: arn:aws:iam::<account>:role/<name>"))
         if issues:
             raise ConfigError(issues)
-        name = job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point))
+        name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
         bucket, prefix = self._code_location(cfg)
         key = "/".join(p for p in (prefix, name, "source", "sourcedir.tar.gz") if p)
         source_uri = f"s3://{bucket}/{key}"
@@ -127,7 +128,7 @@ class SageMakerBackend:
         """Create the job; nothing is uploaded or created if any check fails first."""
         plan = self.dryrun(job, job_name, build=False)
         name = plan.request["TrainingJobName"]
-        if self._job_exists(name):
+        if self.exists(name):
             raise BackendError(f"job_name {name!r} is already used by a training job in {self.region}; "
                                "pick another name or drop job_name to get a timestamped one")
         bucket, key = _s3_split(plan.source_uri)
@@ -139,7 +140,11 @@ class SageMakerBackend:
             bundle = self._bundle(job, Path(tmp))
             self.client("s3").upload_file(str(bundle.path), bucket, key,
                                           ExtraArgs=self._upload_settings(job.config, bucket, output_bucket))
-        self.client("sagemaker").create_training_job(**plan.request)
+        try:
+            self.client("sagemaker").create_training_job(**plan.request)
+        except BaseException:  # refused, or interrupted: no job will read the code, so take it back
+            self.client("s3").delete_object(Bucket=bucket, Key=key)
+            raise
         return name
 
     def _upload_settings(self, cfg, code_bucket: str, output_bucket: str) -> dict[str, str]:
@@ -153,7 +158,8 @@ class SageMakerBackend:
             extra["ExpectedBucketOwner"] = self._account()
         return extra
 
-    def _job_exists(self, name: str) -> bool:
+    def exists(self, name: str) -> bool:
+        """Whether a training job of that name exists in this account and region."""
         from botocore.exceptions import ClientError
 
         try:
@@ -194,7 +200,9 @@ class SageMakerBackend:
 
     def wait(self, name: str, logs: bool = True, poll: float = 5.0) -> dict:
         """Follow a job to its end; raise JobFailedError if it fails or is stopped."""
-        tailer = LogTailer(self.client("logs"), name) if logs else None
+        # Stock images print the command line, hyperparameters included: mask the job's secrets.
+        masker = Masker.of(self.describe(name))
+        tailer = LogTailer(self.client("logs"), name, masker=masker) if logs else None
         shown = 0
         try:
             with _status_line(name) as status:
@@ -222,14 +230,14 @@ class SageMakerBackend:
         if status != "Completed":
             streams = ", ".join(sorted(tailer.streams)) if tailer else ""
             where = f"log group {LOG_GROUP}, streams {streams or name + '/*'}"
-            raise JobFailedError(name, status, desc.get("FailureReason", ""), where)
+            raise JobFailedError(name, status, masker(desc.get("FailureReason", "")), where)
         return desc
 
     def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None:
         if follow:
             self.wait(name, logs=True, poll=poll)
         else:
-            self._print_events(LogTailer(self.client("logs"), name))
+            self._print_events(LogTailer(self.client("logs"), name, masker=Masker.of(self.describe(name))))
 
     def _print_events(self, tailer: LogTailer) -> None:
         for event in tailer.poll():

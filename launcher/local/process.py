@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 from launcher.contract import free_port
+from launcher.local import leftovers
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError
 
 # Variables of the caller's shell that would point a bootstrap at another job.
@@ -49,6 +50,7 @@ class ProcessRunner:
     def environment(self, spec: LocalJobSpec, host: str, port: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
         env.update(spec.environment)
+        env.update(leftovers.mark(spec.job_dir))  # every process of the job can be found and ended
         env.update(SAGEMAKER_BASE_DIR=str(spec.host_dir(host)), SMLAUNCH_MASTER_ADDR="127.0.0.1",
                    SMLAUNCH_MASTER_PORT=str(port), SMLAUNCH_CHECKPOINT_DIR=str(spec.checkpoint_dir),
                    PYTHONUNBUFFERED="1")

@@ -9,11 +9,17 @@ a checkpoint, then SIGKILL after a grace period. Whatever happens, the hosts' `m
 `output/data/` become `model.tar.gz` and `output.tar.gz` in `output_path`, and `job.json` gets
 the outcome, the failure reason and the times.
 
+No process outlives the job: when the hosts have ended, whatever still carries the job's mark
+(launcher.local.leftovers: a rank orphaned by a killed torchrun, a script's helper process) is
+killed; and should the supervisor itself die, its watchdog (launcher.local.watchdog) stops the
+job and records why.
+
 `python -m launcher.local.supervise JOB_DIR` runs a prepared job detached (`submit --no-wait`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -22,11 +28,13 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 
-from launcher.contract import FAILURE_LIMIT
-from launcher.local import s3io, store
+from launcher.contract import FAILURE_LIMIT, process_ended
+from launcher.local import leftovers, s3io, store
 from launcher.local.spec import HostProcess, LocalJobSpec, Runner
+from launcher.local.watchdog import Watchdog
 
 STOP_GRACE_S = 120.0  # SageMaker's time between SIGTERM and SIGKILL when it stops a job
 FAILED_HOST_GRACE_S = 10.0  # other hosts get this long to notice a failed host and exit by themselves
@@ -64,6 +72,7 @@ class Supervisor:
         self.stop_grace_s = stop_grace_s
         self.signals: list[int] = []
         self.start_error = ""
+        self.abandoned_by: int | None = None  # the supervisor whose job the watchdog finishes
         self._lock = threading.Lock()
         self._merged = None
 
@@ -112,18 +121,22 @@ class Supervisor:
         """Run the job to its end; returns the final record. Raises KeyboardInterrupt after a
         Ctrl-C, once every host is stopped and the outcome is recorded."""
         (self.spec.job_dir / "logs").mkdir(exist_ok=True)
-        with open(self.spec.job_dir / "logs" / "job.log", "a", encoding="utf-8") as merged:
-            self._merged = merged
-            reason, record = self._run()
+        watchdog = Watchdog(self.spec.job_dir)
+        try:
+            with open(self.spec.job_dir / "logs" / "job.log", "a", encoding="utf-8") as merged:
+                self._merged = merged
+                reason, record = self._run(watchdog.proc.pid)
+        finally:
+            watchdog.release()
         if reason == "interrupted":
             raise KeyboardInterrupt
         return record
 
-    def _run(self) -> tuple[str | None, dict]:
+    def _run(self, watchdog_pid: int) -> tuple[str | None, dict]:
         spec = self.spec
         previous = self._install_handlers()
         started = time.monotonic()
-        store.update(spec.job_dir, SecondaryStatus="Training", SupervisorPid=os.getpid(),
+        store.update(spec.job_dir, SecondaryStatus="Training", SupervisorPid=os.getpid(), WatchdogPid=watchdog_pid,
                      TrainingStartTime=store.now(),
                      StatusMessage=f"{len(spec.hosts)} host(s) x {spec.processes_per_host} process(es), "
                                    f"{spec.runner} runner")
@@ -178,12 +191,36 @@ class Supervisor:
                 host.proc.wait()
             for pump in pumps:
                 pump.join(timeout=5)
+            self._end_leftovers()
             try:
                 self.runner.cleanup(spec)
             finally:
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
         return reason, self._finish(reason, exits, time.monotonic() - started)
+
+    def _end_leftovers(self, grace_s: float = 0.0, what: str = "the job left behind") -> None:
+        ended = leftovers.end_job_processes(self.spec.job_dir, grace_s)
+        if ended:
+            self._note(f"ended {len(ended)} process(es) {what}: " + "; ".join(ended))
+
+    def abandoned(self, supervisor_pid: int | None) -> dict:
+        """The watchdog's part once the supervisor died without an outcome: stop every process of
+        the job as a stop would (SIGTERM, SIGKILL after the grace period), then record why."""
+        spec = self.spec
+        (spec.job_dir / "logs").mkdir(exist_ok=True)
+        with open(spec.job_dir / "logs" / "job.log", "a", encoding="utf-8") as merged:
+            self._merged = merged
+            self._note(f"the supervisor (pid {supervisor_pid}) ended without recording an outcome: "
+                       "stopping every process of the job")
+            self._end_leftovers(grace_s=self.stop_grace_s, what="still running")
+            try:
+                self.runner.cleanup(spec)
+            except Exception as exc:  # noqa: BLE001 - the outcome must still be recorded
+                self._note(f"could not release the runner's resources: {exc}")
+            self.abandoned_by = supervisor_pid
+            started = store.read(spec.name, spec.job_dir.parent).get("TrainingStartTime")
+            return self._finish("supervisor_lost", [], _seconds_since(started))
 
     # --- the outcome ----------------------------------------------------------------------
     def _finish(self, reason: str | None, exits: list[tuple[str, int]], seconds: float) -> dict:
@@ -194,6 +231,11 @@ class Supervisor:
         elif reason == "start_failed":
             status, secondary, message = "Failed", "Failed", "The hosts could not be started"
             fields["FailureReason"] = f"ClientError: {self.start_error}"[:FAILURE_LIMIT]
+        elif reason == "supervisor_lost":
+            status, secondary, message = "Failed", "Failed", "The supervisor ended without an outcome"
+            fields["FailureReason"] = (
+                f"ClientError: the local supervisor (pid {self.abandoned_by}) ended without recording an outcome "
+                "(killed?); its watchdog stopped every process of the job")
         elif reason == "max_run":
             status, secondary, message = "Stopped", "MaxRuntimeExceeded", f"Exceeded max_run ({spec.max_run} s)"
             fields["FailureReason"] = f"MaxRuntimeExceeded: the job ran longer than max_run ({spec.max_run} s)"
@@ -215,20 +257,41 @@ class Supervisor:
                             StatusMessage=message, TrainingEndTime=store.now(), **fields)
 
     def _failure_reason(self, exits: list[tuple[str, int]]) -> str:
-        """The first host to fail, and its output/failure (the bootstrap's report) if it wrote one."""
-        order = [label for label, code in exits if code != 0] or [label for label, _ in exits] or self.spec.hosts
-        for label in order:
+        """The first host to fail, and its output/failure (the bootstrap's report) if it wrote one.
+
+        Only the first: the other hosts' reports are the consequence (stopped after it failed).
+        Without any failing host (every host exited 0 but one wrote no success file) the first
+        host with a report is taken."""
+        failed = [(label, code) for label, code in exits if code != 0]
+        candidates = [label for label, _ in failed[:1]] or [label for label, _ in exits] or self.spec.hosts
+        for label in candidates:
             failure = self.spec.job_dir / "hosts" / label / "output" / "failure"
             if failure.is_file() and failure.read_text(errors="replace").strip():
                 text = failure.read_text(errors="replace").strip()
                 return f"AlgorithmError: {label}: {text}"[:FAILURE_LIMIT]
-        codes = ", ".join(f"{label} exited with code {code}" for label, code in exits if code != 0)
-        return f"AlgorithmError: {codes or 'no host reported success'}; see logs/job.log"[:FAILURE_LIMIT]
+        what = f"{failed[0][0]} {process_ended(failed[0][1])} without a failure report" if failed else (
+            "no host reported success")
+        return f"AlgorithmError: {what}; see logs/job.log"[:FAILURE_LIMIT]
 
     def _artifacts(self, with_model: bool) -> dict:
         spec = self.spec
         staging = spec.job_dir / "artifacts"
         staging.mkdir(exist_ok=True)
+        try:
+            where = self._store_artifacts(staging, with_model)
+        finally:  # the archives live on in output_path only, or nowhere when they could not be stored
+            shutil.rmtree(staging, ignore_errors=True)
+        out = {"OutputArtifacts": where}
+        if "model.tar.gz" in where:
+            out["ModelArtifacts"] = {"S3ModelArtifacts": where["model.tar.gz"]}
+        if spec.checkpoint_s3_uri:
+            count = s3io.upload_tree(spec.checkpoint_dir, spec.checkpoint_s3_uri, spec.region)
+            self._note(f"checkpoints: {count} file(s) to {spec.checkpoint_s3_uri}")
+        return out
+
+    def _store_artifacts(self, staging: Path, with_model: bool) -> dict[str, str]:
+        """Pack the hosts' output (and model) in `staging`, then put them in output_path."""
+        spec = self.spec
         hosts = [spec.host_dir(h) for h in spec.hosts]
         packed = {"output.tar.gz": pack([h / "output" / "data" for h in hosts], staging / "output.tar.gz")}
         if with_model:
@@ -238,28 +301,26 @@ class Supervisor:
             base = f"{spec.output_path.rstrip('/')}/{spec.name}/output"
             for name, path in packed.items():
                 s3io.upload_file(path, f"{base}/{name}", spec.region)
-            where = {name: f"{base}/{name}" for name in packed}
-        else:
-            dest = Path(spec.output_path) / spec.name / "output" if spec.output_path else spec.job_dir / "output"
-            dest.mkdir(parents=True, exist_ok=True)
-            where = {}
-            for name, path in packed.items():
-                shutil.move(path, dest / name)
-                where[name] = str(dest / name)
-        out = {"OutputArtifacts": where}
-        if "model.tar.gz" in where:
-            out["ModelArtifacts"] = {"S3ModelArtifacts": where["model.tar.gz"]}
-        if spec.checkpoint_s3_uri:
-            count = s3io.upload_tree(spec.checkpoint_dir, spec.checkpoint_s3_uri, spec.region)
-            self._note(f"checkpoints: {count} file(s) to {spec.checkpoint_s3_uri}")
-        return out
+            return {name: f"{base}/{name}" for name in packed}
+        dest = Path(spec.output_path) / spec.name / "output" if spec.output_path else spec.job_dir / "output"
+        dest.mkdir(parents=True, exist_ok=True)
+        for name, path in packed.items():
+            with _whole(dest / name) as partial:
+                shutil.move(path, partial)  # a rename on the same file system, else a copy
+        return {name: str(dest / name) for name in packed}
+
+
+def _seconds_since(iso: str | None) -> float:
+    if not iso:
+        return 0.0
+    return max((datetime.now(timezone.utc) - datetime.fromisoformat(iso)).total_seconds(), 0.0)
 
 
 def pack(directories: list[Path], dest: Path) -> Path:
     """SageMaker's merge of the hosts' directories into one archive: a file that several hosts
     wrote at the same path is taken from the first host (rank 0's host) that has it."""
     seen: set[str] = set()
-    with tarfile.open(dest, "w:gz") as tar:
+    with _whole(dest) as partial, tarfile.open(partial, "w:gz") as tar:
         for directory in directories:
             if not directory.is_dir():
                 continue
@@ -270,6 +331,19 @@ def pack(directories: list[Path], dest: Path) -> Path:
                 seen.add(name)
                 tar.add(path, arcname=name, recursive=False)
     return dest
+
+
+@contextlib.contextmanager
+def _whole(dest: Path):
+    """A temporary name next to `dest`, renamed to `dest` only once written completely; removed
+    if writing fails (a full disk), so no truncated artifact is ever left under its real name."""
+    partial = dest.with_name(f".{dest.name}.partial")
+    try:
+        yield partial
+        os.replace(partial, dest)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
