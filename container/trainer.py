@@ -13,7 +13,6 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,102 +35,42 @@ from container.parallelize import (
 from container.runtime import Runtime
 from container.tensor_parallel import apply_tp, loss_context
 from launcher import flops
-from launcher.config import FP8Config, TrainingHyperparameters
+from launcher.config import TrainingHyperparameters
 from launcher.config.models import ModelSpec
+from launcher.config.run_settings import RunSettings, run_settings
 from launcher.metrics import format_metric_line
 
 log = logging.getLogger("smlaunch")
 IGNORE_INDEX = -100
 
 
-@dataclass
-class Settings:
-    """The hyperparameters the loop uses, with the seed script's defaults."""
-
-    seq_len: int
-    micro_batch: int
-    grad_accum: int
-    max_steps: int
-    seed: int
-    lr: float
-    min_lr: float
-    warmup_steps: int
-    decay_steps: int
-    lr_style: str
-    weight_decay: float
-    betas: tuple[float, float]
-    grad_clip: float
-    bf16: bool
-    optimizer: str
-    logging_freq: int
-    checkpoint_freq: int
-    keep_checkpoints: int
-    validation_freq: int
-    validation_batches: int | None  # None: the whole validation channel (the seed's -1)
-    val_batch: int
-    dataset_type: str
-
-    @classmethod
-    def from_hyperparameters(cls, hp: TrainingHyperparameters, sdp_clip: float | None,
-                             smp_bf16: bool = False) -> Settings:
-        """`smp_bf16`: SMP v1's `parameters.bf16`, which validation accepts as the bf16 switch too."""
-        max_steps = hp.max_steps or 100
-        decay = hp.lr_decay_iters or max_steps
-        return cls(
-            seq_len=hp.max_context_width or 2048,
-            micro_batch=hp.train_batch_size or 1,
-            grad_accum=hp.gradient_accumulation_steps or 1,
-            max_steps=max_steps,
-            seed=hp.seed if hp.seed is not None else 12345,
-            lr=hp.lr or 1e-4,
-            min_lr=hp.min_lr if hp.min_lr is not None else 1e-5,
-            warmup_steps=int((hp.warmup if hp.warmup is not None else 0.0032) * decay),
-            decay_steps=decay,
-            lr_style=hp.lr_decay_style or "cosine",
-            weight_decay=hp.weight_decay if hp.weight_decay is not None else 0.2,
-            betas=(hp.beta1 or 0.9, hp.beta2 or 0.95),
-            grad_clip=hp.grad_clip if hp.grad_clip is not None else (sdp_clip if sdp_clip is not None else 1.0),
-            bf16=bool(hp.bf16 or smp_bf16),
-            optimizer=hp.optimizer or "adamw",
-            logging_freq=hp.logging_freq or 1,
-            checkpoint_freq=hp.checkpoint_freq or 0,
-            keep_checkpoints=hp.num_kept_checkpoints or 2,
-            validation_freq=hp.validation_freq or 0,
-            validation_batches=hp.validation_batches if hp.validation_batches and hp.validation_batches > 0 else None,
-            val_batch=hp.val_batch_size or 1,
-            dataset_type=hp.dataset_type or "jsonl",
-        )
+def settings(rt: Runtime, hp: TrainingHyperparameters) -> RunSettings:
+    """What this run does: decided by launcher.config.run_settings, which the planner sizes too."""
+    return run_settings(hp, rt.params, rt.world_size)
 
 
-def build_parallel_model(rt: Runtime, hp: TrainingHyperparameters, spec: ModelSpec, s: Settings,
-                         fp8: FP8Config, sources: pretrained.Sources | None = None) -> Transformer:
+def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings,
+                         sources: pretrained.Sources | None = None) -> Transformer:
     """Model -> FP8 -> tensor parallel -> activation checkpointing -> FSDP -> weights (delayed init,
     or eager init before sharding; then the pretrained weights, when the job names them)."""
-    delayed = bool(hp.delayed_param or rt.params.delayed_parameter_initialization)
-    model = build_model(spec, s.seq_len, device="meta" if delayed else rt.device)
-    if not delayed:  # seeded right before init_weights, as the delayed path does on rank 0
+    model = build_model(spec, s.seq_len, device="meta" if s.delayed_init else rt.device)
+    if not s.delayed_init:  # seeded right before init_weights, as the delayed path does on rank 0
         torch.manual_seed(s.seed)
         model.init_weights()
-    if fp8.enabled:  # first: tensor parallelism, checkpointing and FSDP wrap the swapped projections
-        apply_fp8(model, fp8, rt)
+    if s.fp8.enabled:  # first: tensor parallelism, checkpointing and FSDP wrap the swapped projections
+        apply_fp8(model, s.fp8, rt)
     if rt.layout.tp > 1:
         apply_tp(model, rt.mesh["tp"])
-    if hp.activation_checkpointing:
-        offload = bool(hp.offload_activations) or (
-            "sm_activation_offloading" in rt.params.model_fields_set and rt.params.sm_activation_offloading)
-        offloader = ActivationOffloader(rt.params.activation_loading_horizon, rt.device) if offload else None
-        mode = hp.activation_checkpointing_mode or "full"
-        apply_activation_checkpointing(model, mode, offloader, checkpoint_fn=activation_checkpoint_fn(fp8, mode))
-    if rt.world_size > 1 or s.bf16:
-        strategy = hp.sharding_strategy or "full_shard"
-        sdp = bool(rt.params.sharded_data_parallel_degree)  # SMP v1 settings apply with SMP v1 sharding
+    if s.ac_mode:
+        offloader = ActivationOffloader(s.offload_horizon, rt.device) if s.offload else None
+        apply_activation_checkpointing(model, s.ac_mode, offloader,
+                                       checkpoint_fn=activation_checkpoint_fn(s.fp8, s.ac_mode))
+    if s.fsdp:
         apply_fsdp(model, rt.fsdp_mesh, param_dtype=torch.bfloat16 if s.bf16 else None,
-                   reshard_after_forward=strategy not in ("shard_grad_op", "_hybrid_shard_zero2"),
-                   wrap_policy=hp.auto_wrap_policy or "transformer_auto_wrap_policy",
-                   min_num_params=hp.min_num_params or 100_000_000,
-                   persistence_threshold=rt.params.sdp_param_persistence_threshold if sdp else 0,
-                   max_live_parameters=rt.params.sdp_max_live_parameters if sdp else None)
-    if delayed:
+                   reshard_after_forward=s.reshard_after_forward, wrap_policy=s.wrap_policy,
+                   min_num_params=s.min_num_params, persistence_threshold=s.persistence_threshold,
+                   max_live_parameters=s.max_live_parameters)
+    if s.delayed_init:
         materialize_on_rank0_init(model, lambda: build_model(spec, s.seq_len, device="cpu"), rt.device, s.seed)
     if sources is not None and sources.load_weights:
         hf.load_hf_weights(model, sources.model.directory, distributed=rt.world_size > 1)
@@ -195,15 +134,13 @@ def check_writable(directories: dict[str, Path]) -> None:
 
 
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
-    s = Settings.from_hyperparameters(
-        hp, rt.params.sdp_gradient_clipping if rt.params.sharded_data_parallel_degree else None, rt.params.bf16)
+    s = settings(rt, hp)
     writable = {"model_dir": dirs.model, "output_data_dir": dirs.output_data}
     check_writable({**writable, "checkpoint_dir": dirs.checkpoints} if s.checkpoint_freq else writable)
     sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
     spec = pretrained.model_spec(hp, sources)
-    fp8 = FP8Config.from_hyperparameters(hp)
-    model = build_parallel_model(rt, hp, spec, s, fp8, sources)
-    cp_shard = apply_context_parallel(rt, hp.cp_comm_type)  # cuts each micro-batch for this cp rank
+    model = build_parallel_model(rt, spec, s, sources)
+    cp_shard = apply_context_parallel(rt, s.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer)
     scheduler = optim.lr_schedule(optimizer, warmup_steps=s.warmup_steps, total_steps=s.decay_steps,
                                   min_lr=s.min_lr, style=s.lr_style)
@@ -223,7 +160,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     metrics = MetricsWriter(rt, dirs.output_data)
     flops_token = flops.flops_per_token(spec, s.seq_len)
     seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
-    peak = flops.peak_tflops(instance_type, "fp8" if hp.fp8 else "bf16",
+    peak = flops.peak_tflops(instance_type, "fp8" if s.fp8.enabled else "bf16",
                              torch.cuda.get_device_name() if rt.device.type == "cuda" else None)
     global_tokens_per_step = s.micro_batch * s.seq_len * s.grad_accum * rt.dp_size
     timed_tokens, timed_seconds, last = 0, 0.0, {}
@@ -241,7 +178,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
             loss_sum += loss.detach()
         grad_norm = optim.clip_grad_norm_(model.parameters(), s.grad_clip)
         optimizer.step()
-        precompute_fp8_scales(model, fp8)
+        precompute_fp8_scales(model, s.fp8)
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step_loss = (_all_sum(loss_sum, rt.loss_group) / total_tokens).item()
@@ -304,7 +241,7 @@ def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_p
 
 
 @torch.no_grad()
-def validate(rt: Runtime, model: Transformer, path: Path, s: Settings, spec: ModelSpec, cp_shard) -> float:
+def validate(rt: Runtime, model: Transformer, path: Path, s: RunSettings, spec: ModelSpec, cp_shard) -> float:
     loader = data.build_validation_loader(
         dataset_type="jsonl", path=path, seq_len=s.seq_len, micro_batch_size=s.val_batch, dp_rank=rt.dp_rank,
         dp_size=rt.dp_size, vocab_size=spec.vocab_size, seed=s.seed, max_batches=s.validation_batches)

@@ -208,3 +208,24 @@ def test_memory_grows_with_sequence_length(preset, k, batch, cp, ac):
     assert long.gib("activations") > short.gib("activations")
     assert long.gib("logits") > short.gib("logits")
     assert long.allocated_gib >= short.allocated_gib and long.peak_gib >= short.peak_gib
+
+
+def test_the_planner_modules_import_each_other_without_a_cycle() -> None:
+    """Lazy imports included: advice builds on memory, so memory must not reach back for advice."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "launcher" / "plan"
+    graph: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("launcher.plan."):
+                found.add(node.module.rsplit(".", 1)[1])
+            elif isinstance(node, ast.ImportFrom) and node.module == "launcher.plan":
+                found |= {a.name for a in node.names if (package / f"{a.name}.py").is_file()}
+        graph[path.stem] = found - {path.stem}
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        return any(n == target or (n not in seen and reaches(n, target, seen | {n})) for n in graph.get(start, ()))
+
+    assert [m for m in graph if reaches(m, m, set())] == []

@@ -1,18 +1,48 @@
-"""What the trainer takes from the hyperparameters (container.trainer.Settings)."""
+"""What a run does is decided once (launcher.config.run_settings): the trainer runs it and the
+planner sizes it, so a default changed there reaches both."""
 
 from __future__ import annotations
 
-from container.trainer import Settings
-from launcher.config import TrainingHyperparameters
+from pathlib import Path
+from types import SimpleNamespace
+
+from container import trainer
+from launcher.config import ModelParallelParameters, TrainingHyperparameters, validate_job
+from launcher.config import run_settings as rs
+from launcher.config.run_settings import run_settings
+from launcher.plan.workload import workload_of
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312"
 
 
 def test_bf16_comes_from_the_hyperparameter_or_smp_v1_parameters():
     hp = TrainingHyperparameters()
-    assert Settings.from_hyperparameters(hp, None).bf16 is False
-    assert Settings.from_hyperparameters(hp, None, smp_bf16=True).bf16 is True  # parameters: {bf16: true}
-    assert Settings.from_hyperparameters(TrainingHyperparameters(bf16=1), None).bf16 is True
+    assert run_settings(hp, None, 1).bf16 is False
+    assert run_settings(hp, ModelParallelParameters(bf16=True), 1).bf16 is True  # parameters: {bf16: true}
+    assert run_settings(TrainingHyperparameters(bf16=1), None, 1).bf16 is True
 
 
 def test_sharded_data_parallel_clip_is_the_default_clip():
-    assert Settings.from_hyperparameters(TrainingHyperparameters(), 0.5).grad_clip == 0.5
-    assert Settings.from_hyperparameters(TrainingHyperparameters(grad_clip=2.0), 0.5).grad_clip == 2.0
+    sdp = ModelParallelParameters(sharded_data_parallel_degree=2, sdp_gradient_clipping=0.5)
+    assert run_settings(TrainingHyperparameters(), sdp, 2).grad_clip == 0.5
+    assert run_settings(TrainingHyperparameters(grad_clip=2.0), sdp, 2).grad_clip == 2.0
+    assert run_settings(TrainingHyperparameters(), None, 2).grad_clip == rs.DEFAULT_GRAD_CLIP
+
+
+def test_offload_needs_checkpointing_and_fsdp_needs_two_ranks_or_bf16():
+    s = run_settings(TrainingHyperparameters(offload_activations=1), None, 1)
+    assert s.offload is False and s.ac_mode is None and s.fsdp is False
+    s = run_settings(TrainingHyperparameters(activation_checkpointing=1, offload_activations=1), None, 2)
+    assert s.offload is True and s.ac_mode == "full" and s.fsdp is True
+    assert run_settings(TrainingHyperparameters(sharding_strategy="shard_grad_op"), None, 2).reshard_after_forward is False
+
+
+def test_a_default_changed_in_one_place_reaches_the_trainer_and_the_planner(monkeypatch):
+    job = validate_job({"entry_point": "train.py", "source_dir": "entrypoints", "instance_type": "ml.p4d.24xlarge",
+                        "role": "arn:aws:iam::111122223333:role/R", "image_uri": IMAGE,
+                        "hyperparameters": {"model_preset": "llama3.2-1b"}}, base_dir=ROOT)
+    monkeypatch.setattr(rs, "DEFAULT_SEQ_LEN", 4096)
+    rt = SimpleNamespace(params=ModelParallelParameters(), world_size=job.layout.world)  # what the trainer gets
+    assert trainer.settings(rt, job.config.hyperparameters).seq_len == 4096
+    assert workload_of(job).seq_len == 4096

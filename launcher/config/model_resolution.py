@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from launcher.config.hf_config import ModelConfigError, spec_from_hf_config
 from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.models import PRESETS, ModelShapeError, ModelSpec
+from launcher.config.run_settings import DEFAULT_SEQ_LEN
 from launcher.issues import Issue
 
 HP = "hyperparameters"
@@ -108,7 +109,7 @@ def _seed_spec(hp: TrainingHyperparameters) -> tuple[ModelSpec | None, list[Issu
                             f"{'is' if len(missing) == 1 else 'are'} not set",
                             f"set {', '.join(missing)}, or name the model with model_preset or "
                             "hf_pretrained_model_name_or_dir")]
-    seq = hp.max_context_width or 2048
+    seq = hp.max_context_width or DEFAULT_SEQ_LEN
     try:
         spec = ModelSpec(
             name=f"{hp.model_type} ({given['num_layers']} layers x {given['hidden_size']})",

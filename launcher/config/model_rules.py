@@ -20,6 +20,7 @@ from launcher.config.job_rules import code_dir, resolve_path
 from launcher.config.model_resolution import ModelResolution, resolve_model, trainable_issues
 from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
 from launcher.config.models import preset_for_hf_name
+from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
 from launcher.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
 from launcher.issues import Issue
 
@@ -123,9 +124,9 @@ def _block_issues(job: JobConfig, base_dir: Path) -> list[Issue]:
     """Local channels: the first record's length against max_context_width (the runtime would
     stop at it after the instances started)."""
     hp, channels = job.hyperparameters, job.channels()
-    if (hp.dataset_type or "jsonl") != "jsonl":
+    if (hp.dataset_type or DEFAULT_DATASET_TYPE) != "jsonl":
         return []
-    seq = hp.max_context_width or 2048
+    seq = hp.max_context_width or DEFAULT_SEQ_LEN
     issues = []
     for names in (TRAIN_CHANNELS, VALIDATION_CHANNELS):
         name = next((n for n in names if n in channels), None)

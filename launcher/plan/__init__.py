@@ -14,7 +14,7 @@ Importing this package loads nothing until a name is used.
 from __future__ import annotations
 
 _EXPORTS = {
-    "estimate_memory": "memory",
+    "estimate_memory": "advice",
     "MemoryEstimate": "memory",
     "MemoryTerm": "memory",
     "Allocation": "memory",

@@ -1,4 +1,6 @@
-"""Which setting fixes a predicted OOM: candidate changes, each validated and re-planned.
+"""Which setting fixes a predicted OOM: candidate changes, each validated and re-planned; and
+`estimate_memory`, the memory estimate of a job with that advice (memory.py knows nothing of it,
+so the two modules do not import each other).
 
 A candidate is a list of `--set` overrides. It counts only if the changed job passes the same
 validation as `smlaunch validate` (so `context_parallel_degree=3` on 8 GPUs is never advised),
@@ -70,6 +72,16 @@ def candidates(w: Workload) -> list[tuple[str, ...]]:
     if not w.delayed_init:
         out.append(("hyperparameters.delayed_param=1",))
     return out
+
+
+def estimate_memory(job: ValidatedJob, advise: bool = True) -> memory.MemoryEstimate:
+    """Memory per accelerator of a validated job. When it predicts OOM and `advise` is set,
+    `advice` lists the settings that fix it, each re-validated and re-planned (`fixes`).
+    Raises PlanError when the model or the world size is unknown."""
+    estimate = memory.estimate_workload(workload_of(job))
+    if advise and estimate.oom:
+        estimate.advice = fixes(job, estimate)
+    return estimate
 
 
 def fixes(job: ValidatedJob, estimate: memory.MemoryEstimate, limit: int = 4) -> list[memory.Fix]:

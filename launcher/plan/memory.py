@@ -27,11 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from launcher.config import ValidatedJob
 from launcher.plan.terms import GIB, Allocation, MemoryTerm, largest_allocation, terms
-from launcher.plan.workload import Workload, workload_of
+from launcher.plan.workload import Workload
 
-__all__ = ["GIB", "Allocation", "Fix", "MemoryEstimate", "MemoryTerm", "estimate_memory", "estimate_workload"]
+__all__ = ["GIB", "Allocation", "Fix", "MemoryEstimate", "MemoryTerm", "estimate_workload"]
 
 # Kept free of the accelerator's nominal memory: CUDA shows 1-2% less than the nominal figure,
 # and the rest covers this model's error until calibrated (bench/plan_calibration.py).
@@ -78,7 +77,7 @@ class MemoryEstimate:
     largest_allocation: Allocation
     instance_type: str | None = None
     accelerator: str | None = None
-    advice: list[Fix] = field(default_factory=list)  # filled by estimate_memory when it predicts OOM
+    advice: list[Fix] = field(default_factory=list)  # filled by advice.estimate_memory when it predicts OOM
 
     @property
     def usable_gib(self) -> float | None:
@@ -131,20 +130,8 @@ class MemoryEstimate:
         }
 
 
-def estimate_memory(job: ValidatedJob, advise: bool = True) -> MemoryEstimate:
-    """Memory per accelerator of a validated job. When it predicts OOM and `advise` is set,
-    `advice` lists the settings that fix it, each re-validated and re-planned (advice.py).
-    Raises PlanError when the model or the world size is unknown."""
-    estimate = estimate_workload(workload_of(job))
-    if advise and estimate.oom:
-        from launcher.plan.advice import fixes
-
-        estimate.advice = fixes(job, estimate)
-    return estimate
-
-
 def estimate_workload(w: Workload) -> MemoryEstimate:
-    """The memory estimate of a workload (no advice; see estimate_memory)."""
+    """The memory estimate of a workload (no advice; see advice.estimate_memory)."""
     found = terms(w)
     phases = {p: sum(t.gib for t in found if p in t.phases and t.allocated) for p in PHASES}
     phases = {p: v for p, v in phases.items() if any(p in t.phases for t in found)}

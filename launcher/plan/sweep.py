@@ -22,7 +22,9 @@ from typing import Any
 from launcher.config import ConfigError, Issue, ValidatedJob, validate_job
 from launcher.config.job import JobFile
 from launcher.config.layout import divisors
-from launcher.plan.memory import MemoryEstimate, estimate_memory
+from launcher.config.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_settings
+from launcher.plan.advice import estimate_memory
+from launcher.plan.memory import MemoryEstimate
 from launcher.plan.throughput import ThroughputEstimate, estimate_throughput
 from launcher.plan.workload import PlanError
 
@@ -96,8 +98,9 @@ def plan(job: ValidatedJob, overrides: Sequence[str] = (), advise: bool = True) 
 
 def settings_of(job: ValidatedJob) -> dict[str, Any]:
     """The settings that tell one swept configuration from another."""
-    cfg, hp = job.config, job.config.hyperparameters
+    cfg = job.config
     p = cfg.distribution.parameters if cfg.distribution else None
+    run = run_settings(cfg.hyperparameters, p, job.layout.world if job.layout else 1)
     return {
         "instance_type": job.instance.name if job.instance else cfg.instance_type,
         "instance_count": cfg.instance_count,
@@ -105,13 +108,12 @@ def settings_of(job: ValidatedJob) -> dict[str, Any]:
         "sharding_group": job.layout.sharding_group if job.layout else None,
         "context_parallel_degree": p.context_parallel_degree if p else 1,
         "tensor_parallel_degree": p.tensor_parallel_degree if p else 1,
-        "activation_checkpointing": (hp.activation_checkpointing_mode or "full") if hp.activation_checkpointing
-        else False,
-        "offload_activations": bool(hp.offload_activations),
+        "activation_checkpointing": run.ac_mode or False,
+        "offload_activations": run.offload,
         "fp8": job.fp8.enabled,
-        "train_batch_size": hp.train_batch_size or 1,
-        "gradient_accumulation_steps": hp.gradient_accumulation_steps or 1,
-        "max_context_width": hp.max_context_width or 2048,
+        "train_batch_size": run.micro_batch,
+        "gradient_accumulation_steps": run.grad_accum,
+        "max_context_width": run.seq_len,
         "model": job.model.name if job.model else None,
     }
 
@@ -243,11 +245,11 @@ def _raw_settings(data: Mapping[str, Any]) -> dict[str, Any]:
         "sharding_group": None,
         "context_parallel_degree": mp.get("context_parallel_degree", 1),
         "tensor_parallel_degree": mp.get("tensor_parallel_degree", 1),
-        "activation_checkpointing": (hp.get("activation_checkpointing_mode") or "full") if ac else False,
+        "activation_checkpointing": (hp.get("activation_checkpointing_mode") or DEFAULT_AC_MODE) if ac else False,
         "offload_activations": bool(hp.get("offload_activations")),
         "fp8": bool(hp.get("fp8")),
         "train_batch_size": hp.get("train_batch_size", 1),
         "gradient_accumulation_steps": hp.get("gradient_accumulation_steps", 1),
-        "max_context_width": hp.get("max_context_width", 2048),
+        "max_context_width": hp.get("max_context_width", DEFAULT_SEQ_LEN),
         "model": hp.get("model_preset") or hp.get("hf_pretrained_model_name_or_dir"),
     }

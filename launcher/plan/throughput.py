@@ -14,8 +14,8 @@ accelerator generation and dtype, solved from published runs:
 
 | accelerator | dtype | run (source) | seq | cp | AC | tokens/s/GPU | MFU | η |
 |---|---|---|---|---|---|---|---|---|
-| H100 (p5) | bf16 | seed, p5.48xlarge, Llama 3.1 8B, batch 4, 2.03 samples/s (FACTS.md) | 16384 | 8 | full | 4,157 | 24.3% | 0.320 |
-| H100 (p5) | fp8 | seed, same with TE FP8, 3.05 samples/s (FACTS.md) | 16384 | 8 | full | 6,246 | 18.3% of FP8 peak | 0.240 |
+| H100 (p5) | bf16 | seed, p5.48xlarge, Llama 3.1 8B, batch 4, 2.03 samples/s (docs/seed-runs.md) | 16384 | 8 | full | 4,157 | 24.3% | 0.320 |
+| H100 (p5) | fp8 | seed, same with TE FP8, 3.05 samples/s (docs/seed-runs.md) | 16384 | 8 | full | 6,246 | 18.3% of FP8 peak | 0.240 |
 | A100 (p4d) | bf16 | torchtitan docs/performance.md (2024): Llama 3 8B, FSDP2, 64 A100 80GB, batch 1, selective op AC, 2,973 WPS | 8192 | 1 | selective | 2,973 | 49.0% | 0.490 |
 | H100 | bf16 | cross-check only: torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Llama 3.1 8B, FSDP, 8 GPUs, batch 2, selective AC, eager: 5,762 TPS/GPU (H100 HBM2e at 500 W) | 8192 | 1 | selective | 5,762 | 30.0% | 0.300 |
 
@@ -65,9 +65,9 @@ class CalibrationPoint:
 
 CALIBRATION: tuple[CalibrationPoint, ...] = (
     CalibrationPoint("seed p5 bf16", "ml.p5.48xlarge", "bf16", "llama3.1-8b", 16384, 8, "full",
-                     2.03 * 16384 / 8, "FACTS.md, the seed's p5.48xlarge CP 8 run: 2.03 samples/s"),
+                     2.03 * 16384 / 8, "docs/seed-runs.md, the seed's p5.48xlarge CP 8 run: 2.03 samples/s"),
     CalibrationPoint("seed p5 fp8", "ml.p5.48xlarge", "fp8", "llama3.1-8b", 16384, 8, "full",
-                     3.05 * 16384 / 8, "FACTS.md, the seed's p5.48xlarge CP 8 FP8 run: 3.05 samples/s"),
+                     3.05 * 16384 / 8, "docs/seed-runs.md, the seed's p5.48xlarge CP 8 FP8 run: 3.05 samples/s"),
     # Llama 3 8B has the shapes of the llama3.1-8b preset (RoPE scaling does not change FLOPs).
     CalibrationPoint("torchtitan A100", "ml.p4de.24xlarge", "bf16", "llama3.1-8b", 8192, 1, "selective",
                      2973, "pytorch/torchtitan docs/performance.md, Llama 3 8B on 64 A100 80GB, FSDP2"),

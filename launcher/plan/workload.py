@@ -1,7 +1,7 @@
 """What the training runtime will do with a validated job, as plain numbers for the planner.
 
-Each field mirrors one decision of `container.trainer` (Settings.from_hyperparameters and
-build_parallel_model), so the memory and throughput models size THIS runtime, not a generic one.
+The decisions are the trainer's own (launcher.config.run_settings, which container/trainer.py
+runs), so the memory and throughput models size THIS runtime, not a generic one.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from launcher.catalog import InstanceType
 from launcher.config import ValidatedJob
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import ModelSpec
+from launcher.config.run_settings import run_settings
 
 
 class PlanError(ValueError):
@@ -22,7 +23,7 @@ class PlanError(ValueError):
 @dataclass(frozen=True)
 class Workload:
     spec: ModelSpec
-    seq_len: int  # max_context_width (runtime default 2048)
+    seq_len: int  # max_context_width
     micro_batch: int  # train_batch_size: sequences per data-parallel rank per micro-batch
     grad_accum: int
     layout: ParallelLayout
@@ -67,31 +68,27 @@ def workload_of(job: ValidatedJob) -> Workload:
     if min(lay.mesh_shape) < 1 or math.prod(lay.mesh_shape) != lay.world:  # a job not built by validate_job
         raise PlanError(f"the mesh {dict(zip(lay.mesh_dim_names, lay.mesh_shape))} does not tile the world of "
                         f"{lay.world} ranks: run `smlaunch validate` on the job for what to change")
-    hp = job.config.hyperparameters
     dist = job.config.distribution
-    params = dist.parameters if dist else None
-    bf16 = bool(hp.bf16 or (params is not None and params.bf16))  # as trainer.Settings
-    ac_mode = (hp.activation_checkpointing_mode or "full") if hp.activation_checkpointing else None
-    sm_offload = params is not None and "sm_activation_offloading" in params.model_fields_set \
-        and params.sm_activation_offloading
-    strategy = hp.sharding_strategy or "full_shard"
+    s = run_settings(job.config.hyperparameters, dist.parameters if dist else None, lay.world)
     return Workload(
         spec=job.model,
-        seq_len=hp.max_context_width or 2048,
-        micro_batch=hp.train_batch_size or 1,
-        grad_accum=hp.gradient_accumulation_steps or 1,
+        seq_len=s.seq_len,
+        micro_batch=s.micro_batch,
+        grad_accum=s.grad_accum,
         layout=job.layout,
-        compute_bytes=2 if bf16 else 4,
-        fsdp=job.layout.world > 1 or bf16,
-        ac_mode=ac_mode,
-        offload=ac_mode is not None and bool(hp.offload_activations or sm_offload),
-        offload_horizon=max(1, params.activation_loading_horizon if params else 2),
-        reshard_after_forward=strategy not in ("shard_grad_op", "_hybrid_shard_zero2"),
-        delayed_init=bool(hp.delayed_param or (params and params.delayed_parameter_initialization)),
-        optimizer=hp.optimizer or "adamw",
+        compute_bytes=s.compute_bytes,
+        fsdp=s.fsdp,
+        ac_mode=s.ac_mode,
+        offload=s.offload,
+        offload_horizon=s.offload_horizon,
+        reshard_after_forward=s.reshard_after_forward,
+        delayed_init=s.delayed_init,
+        optimizer=s.optimizer,
+        # validation's FP8 decision: the same function as run_settings' for smlaunch's runtime, and
+        # for a user script (whose fp8_* values pass unchecked) the switch alone
         fp8=job.fp8.enabled,
         fp8_backend=job.fp8.backend,
-        cp_comm_type=hp.cp_comm_type or "p2p",
+        cp_comm_type=s.cp_comm_type,
         instance=job.instance,
         instance_count=job.config.instance_count,
         processes_per_host=job.processes_per_host,
