@@ -1,12 +1,12 @@
 """The training image's `train` command: fetch the code, launch the script, report the outcome.
 
-As the sagemaker-training toolkit does on AWS's PyTorch images (FACTS.md): the code from
-`sagemaker_submit_directory` goes to `<base>/code`, where torchrun (torch_distributed) or
-`python <program>` runs it with the `SM_*` environment and the user hyperparameters as arguments.
-`<base>/output/failure` (SageMaker shows its first 1024 characters as FailureReason) begins as
-the toolkit's does (`ExecuteUserScriptError:`, `ExitCode N`, `ErrorMessage "..."`), and its
-message leads with the failing rank, its host and exit code and the exception, then the last
-frames of the traceback.
+As the sagemaker-training toolkit does on AWS's PyTorch images (docs/sagemaker-contract.md,
+docs/container.md): the code from `sagemaker_submit_directory` goes to `<base>/code`, where
+torchrun (torch_distributed) or `python <program>` runs it with the `SM_*` environment and the
+user hyperparameters as arguments. `<base>/output/failure` (SageMaker shows its first 1024
+characters as FailureReason) begins as the toolkit's does (`ExecuteUserScriptError:`,
+`ExitCode N`, `ErrorMessage "..."`), and its message leads with the failing rank, its host and
+exit code and the exception, then the last frames of the traceback.
 
 The ranks' output reaches the console as the script printed it, without torchrun's `[default0]:`
 prefixes (container.rank_logs), and the NCCL/EFA variables are the toolkit's for the instance

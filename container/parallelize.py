@@ -124,7 +124,7 @@ def limit_prefetch(units: list[nn.Module], max_live_parameters: int) -> int:
 def materialize_on_rank0_init(model: Transformer, build_reference, device: torch.device, seed: int) -> None:
     """Delayed init: the meta-device (and sharded) model gets rank 0's eager initialisation.
 
-    DTensor random init on CPU gives every shard the same values (FACTS.md), so rank 0 builds
+    DTensor random init on CPU gives every shard the same values (docs/smp.md), so rank 0 builds
     and initialises a full copy on the host, and the shards are broadcast from it. The result
     equals single-process init with the same seed."""
     import torch.distributed as dist

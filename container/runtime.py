@@ -1,6 +1,6 @@
 """The runtime API (SMP v2's `init()`): distribution config -> process group -> DeviceMesh.
 
-The mesh is (dp_replicate, dp_shard, cp, tp) with tp and cp innermost (FACTS.md). Named views:
+The mesh is (dp_replicate, dp_shard, cp, tp) with tp and cp innermost (docs/smp.md). Named views:
   "dp"          dp_replicate x dp_shard   ranks with distinct batches (data loading)
   "dp_shard_cp" dp_shard x cp             the FSDP sharding group
   "dp_cp"       dp_replicate x dp_shard x cp   ranks that hold distinct tokens (loss reduction)

@@ -1,9 +1,10 @@
 """Write the `/opt/ml` tree as SageMaker writes it before it starts a training container.
 
 The local runners and the tests use this to give `container.bootstrap` exactly what it finds on
-AWS (FACTS.md, "The SageMaker training contract"): `input/config/{hyperparameters,resourceconfig,
-inputdataconfig}.json`, the channels under `input/data/<channel>/`, and the empty `model/`,
-`output/data/`, `checkpoints/` and `code/` directories. Pure stdlib: no torch, no boto3.
+AWS (docs/sagemaker-contract.md, "The /opt/ml tree"):
+`input/config/{hyperparameters,resourceconfig,inputdataconfig}.json`, the channels under
+`input/data/<channel>/`, and the empty `model/`, `output/data/`, `checkpoints/` and `code/`
+directories. Pure stdlib: no torch, no boto3.
 
 `hyperparameters.json` holds the job's secrets in clear, as on SageMaker (a token the script
 needs), so `input/config/` is 0700 and its files 0600 (`write_private`), from their creation.

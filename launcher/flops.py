@@ -1,6 +1,6 @@
 """Training FLOPs per token, the seed's figure beside it, peak TFLOPS and MFU.
 
-Two numbers are reported side by side (FACTS.md, "The seed's runs"):
+Two numbers are reported side by side (docs/seed-runs.md, "The seed's TFLOPS formula"):
 
 - `flops_per_token`: the correct count for a Llama block (SwiGLU MLP, grouped-query attention),
   causal attention halved; this is what TFLOPS/GPU and MFU are computed from.
@@ -66,7 +66,7 @@ def seed_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
     applies 3/2 only when `moe` is set. Its two errors against `flops_per_token`: the MLP is
     counted as two h×I matrices instead of three, and attention is not halved for the causal
     mask. GQA and the LM head are counted correctly. For Llama 3.1 8B this reads −9% at 8K,
-    +3% at 16K and +21% at 32K relative to the causal count (FACTS.md; tests/test_flops.py).
+    +3% at 16K and +21% at 32K relative to the causal count (docs/seed-runs.md; tests/test_flops.py).
 
     The older Megatron paper formula, 72·L·h²·(1 + S/(6h) + V/(12·h·L)), which also ignores
     GQA and the real MLP width, does not reproduce those percentages (+6%, +17%, +32%).

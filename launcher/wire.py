@@ -1,8 +1,9 @@
 """The SageMaker wire format: hyperparameters as the v2 SDK sends them, and back.
 
 The v2 SDK json.dumps every hyperparameter value and adds reserved `sagemaker_*` keys and, for
-the distributed launchers, `mp_parameters` and friends (FACTS.md). The container and the
-sagemaker-training toolkit json.loads each value, falling back to the raw string.
+the distributed launchers, `mp_parameters` and friends (docs/sagemaker-contract.md). The
+container and the sagemaker-training toolkit json.loads each value, falling back to the raw
+string.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def test_seed_formula_by_hand():
 
 @pytest.mark.parametrize("seq_len, claimed_percent", [(8192, -9), (16384, 3), (32768, 21)])
 def test_seed_formula_error_matches_facts(seq_len, claimed_percent):
-    """FACTS.md: the seed's figure is -9% / +3% / +21% against the causal count (Llama 3.1 8B).
+    """docs/seed-runs.md: the seed's figure is -9% / +3% / +21% against the causal count (Llama 3.1 8B).
     Computed: -9.39, +2.78, +20.47; tolerance 1 percentage point for the rounding."""
     spec = PRESETS["llama3.1-8b"]
     percent = 100 * (seed_flops_per_token(spec, seq_len) / flops_per_token(spec, seq_len) - 1)

@@ -61,7 +61,8 @@ def test_smp_release_numbers_name_their_pytorch() -> None:
 
 
 def test_smp_v1_runs_the_plain_dlc() -> None:
-    """FACTS.md: the SDK on an SMP v1 job (1.13.1, model parallel + mpi) picks pytorch-training:1.13.1-gpu-py39."""
+    """The SDK on an SMP v1 job (1.13.1, model parallel + mpi) picks pytorch-training:1.13.1-gpu-py39
+    (docs/images.md, "Which image")."""
     image = choose(framework_version="1.13.1", py_version="py39", instance_type="ml.p4d.24xlarge", distribution=SMP_V1,
                    region="us-east-1")
     assert image.uri == "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:1.13.1-gpu-py39"
@@ -214,7 +215,7 @@ def test_runtime_default_is_the_newest_dlc(distribution) -> None:
 
 
 def test_runtime_refuses_smp_v2_images() -> None:
-    """Every SMP v2 image carries PyTorch <= 2.5.1 (FACTS.md): the runtime needs fully_shard (2.6)."""
+    """Every SMP v2 image carries PyTorch <= 2.5.1 (docs/images.md): the runtime needs fully_shard (2.6)."""
     for version in ("2.4.1", "2.5.1", "2.8.0"):
         err = error(framework_version=version, runtime=True)
         assert (err.field, err.value) == ("framework_version", version)

@@ -160,7 +160,7 @@ def test_neuron_and_graviton_are_refused_where_the_sdk_switches_image_family(ins
 
 
 @pytest.mark.parametrize(("version", "py", "instance_type", "dist", "expected"), [
-    # FACTS.md: the SDK v2 on an SMP v1 job (1.13.1, model parallel + mpi) picks the plain DLC
+    # docs/images.md: the SDK v2 on an SMP v1 job (1.13.1, model parallel + mpi) picks the plain DLC
     ("1.13.1", "py39", "ml.p4d.24xlarge", DISTRIBUTIONS["smp-v1"],
      "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:1.13.1-gpu-py39"),
     ("2.4.1", "py311", "ml.p5.48xlarge", SMP_V2,

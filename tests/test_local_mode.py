@@ -115,7 +115,7 @@ def test_two_hosts_with_hybrid_sharding_and_cp_train_like_one_process(tmp_path, 
 
 
 def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
-    """Each host's tree yields the SM_* values the sagemaker-training toolkit derives (FACTS.md)."""
+    """Each host's tree yields the SM_* values the sagemaker-training toolkit derives (docs/sagemaker-contract.md)."""
     train, validation = corpus
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
                         "instance_count": 2, "processes_per_host": 2, "distribution": HSD_CP,

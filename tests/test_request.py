@@ -1,7 +1,8 @@
 """The CreateTrainingJob request `dryrun` builds for the seed's runs, offline.
 
 Expectations come from the job files themselves (read here with plain PyYAML) and from the
-SageMaker SDK v2 / training-toolkit contract in FACTS.md, not from the code under test.
+SageMaker SDK v2 / training-toolkit contract (docs/sagemaker-contract.md), not from the code
+under test.
 """
 
 from __future__ import annotations

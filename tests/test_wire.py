@@ -1,4 +1,4 @@
-"""The wire format matches the SageMaker SDK v2 and the sagemaker-training toolkit (FACTS.md)."""
+"""The wire format matches the SageMaker SDK v2 and the sagemaker-training toolkit (docs/sagemaker-contract.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The `distribution` dict exactly as users write it for the SageMaker SDK's PyTorch estimator.
 
 Keys and defaults follow SMP v2 (`smdistributed.modelparallel.parameters`) and, for sharded
-data parallelism, SMP v1; see FACTS.md. Cross-field rules live in `launcher.config.rules`.
+data parallelism, SMP v1; see docs/smp.md. Cross-field rules live in `launcher.config.rules`.
 """
 
 from __future__ import annotations

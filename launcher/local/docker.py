@@ -42,8 +42,9 @@ OPT_ML = "/opt/ml"
 SUBMIT_DIRECTORY = f"{OPT_ML}/sourcedir.tar.gz"  # where the job's code archive is mounted
 STOP_GRACE_PERIOD = "120s"  # SageMaker's time between SIGTERM and SIGKILL
 SHM_SIZE = "8gb"  # Docker's 64 MB /dev/shm breaks torch DataLoader workers and NCCL
-# Podman needs explicit limits where its defaults exceed the host's hard limits (FACTS.md); both
-# are below any sane host's limit, and NPROC binds only rootless engines (root is exempt).
+# Podman needs explicit limits where its defaults exceed the host's hard limits
+# (docs/local-docker.md, "Podman"); both are below any sane host's limit, and NPROC binds only
+# rootless engines (root is exempt).
 ULIMITS = {"nofile": {"soft": 20000, "hard": 20000}, "nproc": {"soft": 4096, "hard": 4096}}
 PROBE_TIMEOUT_S = 15  # `docker info` against a socket that never answers
 CREATE_TIMEOUT_S = 300
