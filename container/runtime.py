@@ -34,7 +34,7 @@ from torch.distributed.distributed_c10d import _set_pg_timeout
 
 from launcher.config import ModelParallelParameters, ParallelLayout
 from launcher.config.hyperparameters import COLLECTIVE_TIMEOUT_DEFAULT_S
-from launcher.config.layout import sharding_group
+from launcher.config.layout import layout_problems, with_sharding_strategy
 from launcher.contract import free_port
 
 log = logging.getLogger("smlaunch")
@@ -141,7 +141,7 @@ def init_runtime(params: ModelParallelParameters, *, sharding_strategy: str | No
         device, backend = torch.device("cpu"), "gloo"
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None, timeout=timeout)
-    params = _apply_sharding_strategy(params, sharding_strategy, world, local_world)
+    params = with_sharding_strategy(params, sharding_strategy, local_world)
     _check_layout(params, world)
     layout = ParallelLayout.from_parameters(params, world)
     mesh = init_device_mesh(device.type, layout.mesh_shape, mesh_dim_names=ParallelLayout.mesh_dim_names)
@@ -180,30 +180,13 @@ def _die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _apply_sharding_strategy(params: ModelParallelParameters, strategy: str | None, world: int,
-                             local_world: int) -> ModelParallelParameters:
-    """The seed's FSDP1 `sharding_strategy` in SMP terms, where hybrid_shard_degree leaves it open:
-    no_shard is a sharding group of 1; hybrid_shard shards within a host and replicates across."""
-    if params.hybrid_shard_degree or params.sharded_data_parallel_degree:
-        return params
-    if strategy == "no_shard":
-        return params.model_copy(update={"hybrid_shard_degree": 1})
-    if strategy in ("hybrid_shard", "_hybrid_shard_zero2"):
-        return params.model_copy(update={"hybrid_shard_degree": max(local_world // params.tensor_parallel_degree, 1)})
-    return params
-
-
 def _check_layout(params: ModelParallelParameters, world: int) -> None:
-    """The client validated the job; a job built by hand fails here, before any work."""
-    tp, cp = params.tensor_parallel_degree, params.context_parallel_degree
-    group = sharding_group(params, world)
-    problems = []
-    if world % tp or world % cp:
-        problems.append(f"tensor_parallel_degree {tp} and context_parallel_degree {cp} must divide world {world}")
-    elif world % (group * tp) or group % cp:
-        problems.append(f"sharding group {group} x tp {tp} must divide world {world} and be a multiple of cp {cp}")
+    """The client validated the job; a job built by hand fails here, before any work, with the
+    client's own check (launcher.config.layout.layout_problems)."""
+    problems = layout_problems(params, world)
     if problems:
-        raise ValueError("; ".join(problems) + " (run `smlaunch validate` on the job for the full list)")
+        raise ValueError("; ".join(f"{p.key} {p.value}: {p.problem} ({p.fix})" for p in problems)
+                         + " (run `smlaunch validate` on the job for the full list)")
 
 
 def shutdown() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from container import trainer
 from launcher.config import ModelParallelParameters, TrainingHyperparameters, validate_job
 from launcher.config import run_settings as rs
@@ -46,3 +48,29 @@ def test_a_default_changed_in_one_place_reaches_the_trainer_and_the_planner(monk
     rt = SimpleNamespace(params=ModelParallelParameters(), world_size=job.layout.world)  # what the trainer gets
     assert trainer.settings(rt, job.config.hyperparameters).seq_len == 4096
     assert workload_of(job).seq_len == 4096
+
+
+def test_the_container_refuses_a_layout_with_the_clients_own_check():
+    """One divisibility check (launcher.config.layout.layout_problems): what validation reports
+    is what the runtime refuses for a job built by hand."""
+    from container.runtime import _check_layout
+    from launcher.config.layout import layout_problems
+
+    params = ModelParallelParameters(context_parallel_degree=3, hybrid_shard_degree=2)
+    assert [(p.key, p.value) for p in layout_problems(params, 4)] == [("context_parallel_degree", 3)] * 2
+    with pytest.raises(ValueError) as refused:
+        _check_layout(params, 4)
+    for found in layout_problems(params, 4):
+        assert f"{found.key} {found.value}: {found.problem}" in str(refused.value)
+    _check_layout(ModelParallelParameters(context_parallel_degree=2, hybrid_shard_degree=2), 4)  # tiles: no error
+
+
+def test_the_seeds_sharding_strategy_gives_validation_the_runtimes_layout():
+    """sharding_strategy: hybrid_shard shards within a host: the planner sizes that layout."""
+    job = validate_job({"entry_point": "train.py", "source_dir": "entrypoints", "instance_type": "ml.p4d.24xlarge",
+                        "instance_count": 2, "role": "arn:aws:iam::111122223333:role/R", "image_uri": IMAGE,
+                        "distribution": {"torch_distributed": {"enabled": True}},
+                        "hyperparameters": {"model_preset": "llama3.2-1b", "sharding_strategy": "hybrid_shard"}},
+                       base_dir=ROOT)
+    assert (job.layout.dp_replicate, job.layout.sharding_group) == (2, 8)
+    assert workload_of(job).layout == job.layout

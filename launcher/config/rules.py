@@ -12,7 +12,7 @@ from launcher import catalog
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 from launcher.config.job import JobConfig
-from launcher.config.layout import divisors, sharding_group
+from launcher.config.layout import divisors, layout_problems, sharding_group, with_sharding_strategy
 from launcher.config.models import MOE_MODEL_TYPES, ModelSpec
 from launcher.issues import Issue, did_you_mean
 
@@ -155,30 +155,11 @@ def check_degrees(ctx: Context) -> list[Issue]:
     tp, cp, ep = p.tensor_parallel_degree, p.context_parallel_degree, p.expert_parallel_degree
     issues: list[Issue] = []
     if w is not None:
-        for key, degree in (("tensor_parallel_degree", tp), ("context_parallel_degree", cp),
-                            ("expert_parallel_degree", ep)):
-            if degree > w or w % degree:
-                issues.append(Issue(f"{MP}.{key}", degree,
-                                    f"must divide the world size {w} ({_world_text(ctx)})",
-                                    f"use one of {divisors(w)}" + _local_hint(ctx)))
-        hsd = p.hybrid_shard_degree
-        if hsd and tp <= w and w % tp == 0:
-            if hsd > w // tp:
-                issues.append(Issue(f"{MP}.hybrid_shard_degree", hsd,
-                                    f"exceeds world / tensor_parallel_degree = {w // tp}",
-                                    f"use 0 (shard over all {w // tp}) or a divisor of {w // tp}"
-                                    + _local_hint(ctx)))
-            elif w % (hsd * tp):
-                issues.append(Issue(f"{MP}.hybrid_shard_degree", hsd,
-                                    f"world {w} is not divisible by hybrid_shard_degree x tp = {hsd * tp}",
-                                    f"use one of {divisors(w // tp)}"))
-        group = sharding_group(p, w)
-        if cp > 1 and group % cp:
-            issues.append(Issue(f"{MP}.context_parallel_degree", cp,
-                                f"the sharding group ({group} ranks) is not a multiple of it; "
-                                "context-parallel ranks sit inside the sharding group",
-                                f"use a divisor of {group}, or raise hybrid_shard_degree"))
-        issues += _check_sdp(p, w)
+        # the layout the runtime builds: the seed's sharding_strategy may set the sharding group
+        effective = with_sharding_strategy(p, ctx.hp.sharding_strategy, ctx.processes_per_host)
+        issues += [Issue(f"{MP}.{found.key}", found.value, f"{found.problem} ({_world_text(ctx)})",
+                         found.fix + _local_hint(ctx)) for found in layout_problems(effective, w)]
+        issues += _check_sdp(p)
     seq = ctx.hp.max_context_width
     if cp > 1 and seq and seq % (2 * cp * tp):
         issues.append(Issue(f"{HP}.max_context_width", seq,
@@ -213,16 +194,13 @@ def check_degrees(ctx: Context) -> list[Issue]:
     return issues
 
 
-def _check_sdp(p: ModelParallelParameters, w: int) -> list[Issue]:
+def _check_sdp(p: ModelParallelParameters) -> list[Issue]:
+    """SMP v1 sharded data parallelism against the other settings (its degree: layout_problems)."""
     sdp = p.sharded_data_parallel_degree
     if not sdp:
         return []
     issues = []
     key = f"{MP}.sharded_data_parallel_degree"
-    dp = w // (p.tensor_parallel_degree * p.pipeline_degree) or 1
-    if dp % sdp:
-        issues.append(Issue(key, sdp, f"must divide the data-parallel degree {dp}",
-                            f"use one of {divisors(dp)}"))
     if p.hybrid_shard_degree and p.hybrid_shard_degree != sdp:
         issues.append(Issue(key, sdp, f"differs from hybrid_shard_degree = {p.hybrid_shard_degree}; "
                             "both name the sharding group size", "set only one of them"))
@@ -326,7 +304,7 @@ def _is_moe(ctx: Context) -> bool:
 
 
 def _world_text(ctx: Context) -> str:
-    return f"{ctx.job.instance_count} host(s) x {ctx.processes_per_host} process(es)"
+    return f"world: {ctx.job.instance_count} host(s) x {ctx.processes_per_host} process(es)"
 
 
 def _local_hint(ctx: Context) -> str:

@@ -21,7 +21,7 @@ from launcher.config.base import BOOLEAN_NOT_NUMBER
 from launcher.config.hyperparameters import FP8Config
 from launcher.config.job import JobConfig
 from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
-from launcher.config.layout import ParallelLayout
+from launcher.config.layout import ParallelLayout, with_sharding_strategy
 from launcher.config.models import ModelSpec
 from launcher.issues import ConfigError, Issue, did_you_mean
 
@@ -73,7 +73,9 @@ def validate_job(
     if errors:
         raise ConfigError(issues, source)
     world = out["ctx"].world
-    layout = ParallelLayout.from_parameters(out["ctx"].params, world) if world else None
+    ctx = out["ctx"]
+    layout = ParallelLayout.from_parameters(
+        with_sharding_strategy(ctx.params, ctx.hp.sharding_strategy, ctx.processes_per_host), world) if world else None
     return ValidatedJob(
         config=job,
         instance=out["ctx"].instance,
