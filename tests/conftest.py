@@ -58,3 +58,18 @@ def aws(fake_credentials):
         session = boto3.Session(region_name=REGION)
         session.client("s3").create_bucket(Bucket=SEED_BUCKET)
         yield session
+
+
+@pytest.fixture
+def runtime_dir(tmp_path) -> Path:
+    """A source_dir whose train.py runs smlaunch's runtime (the runtime's rules apply)."""
+    (tmp_path / "train.py").write_text("from container.trainer import train\n")
+    return tmp_path
+
+
+@pytest.fixture
+def user_script_dir(tmp_path) -> Path:
+    """A source_dir whose train.py is a script of the user's own (the runtime's rules do not apply)."""
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "train.py").write_text("print('hi')\n")
+    return tmp_path / "own"

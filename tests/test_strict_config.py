@@ -25,21 +25,6 @@ HF = "hyperparameters.hf_pretrained_model_name_or_dir"
 BOOLEAN = "is a boolean, not a number"
 
 
-@pytest.fixture
-def runtime_dir(tmp_path):
-    """A source_dir whose train.py runs smlaunch's runtime."""
-    (tmp_path / "train.py").write_text("from container.trainer import train\n")
-    return tmp_path
-
-
-@pytest.fixture
-def script_dir(tmp_path):
-    """A source_dir whose train.py is a script of the user's own (no model rules apply)."""
-    (tmp_path / "own").mkdir()
-    (tmp_path / "own" / "train.py").write_text("print('hi')\n")
-    return tmp_path / "own"
-
-
 def job(source_dir, *, hp=None, params=None, **fields):
     data = {"entry_point": "train.py", "source_dir": str(source_dir), "instance_type": "local",
             "processes_per_host": 1, "hyperparameters": {"model_preset": "llama3-tiny", **(hp or {})}}
@@ -129,16 +114,16 @@ def test_hyperparameters_written_as_text_still_read(runtime_dir):
     (object(), "object"),
 ])
 @pytest.mark.parametrize("kind", ["runtime", "script"])
-def test_hyperparameters_are_json_values(runtime_dir, script_dir, value, problem, kind):
-    where = runtime_dir if kind == "runtime" else script_dir
+def test_hyperparameters_are_json_values(runtime_dir, user_script_dir, value, problem, kind):
+    where = runtime_dir if kind == "runtime" else user_script_dir
     issue = only(job(where, hp={"my_setting": value}), "hyperparameters.my_setting")
     assert problem in issue.problem
     assert "write a string, a number" in issue.fix
 
 
-def test_a_user_scripts_free_choice_is_a_json_value_too(script_dir):
+def test_a_user_scripts_free_choice_is_a_json_value_too(user_script_dir):
     """optimizer & co. are any value for a user script, but still JSON."""
-    issue = only(job(script_dir, hp={"optimizer": datetime.date(2024, 1, 31)}), "hyperparameters.optimizer")
+    issue = only(job(user_script_dir, hp={"optimizer": datetime.date(2024, 1, 31)}), "hyperparameters.optimizer")
     assert "date" in issue.problem
 
 
@@ -149,60 +134,60 @@ def test_a_hyperparameter_needs_a_name(runtime_dir, key):
     assert "needs a name" in issue.problem and "remove it" in issue.fix
 
 
-def test_nested_json_values_are_accepted(script_dir):
+def test_nested_json_values_are_accepted(user_script_dir):
     value = {"layers": [1, 2.5, None, True, "x"], "inner": {"k": [{}]}}
-    result = validate_job(job(script_dir, hp={"my_setting": value}))
+    result = validate_job(job(user_script_dir, hp={"my_setting": value}))
     assert result.config.hyperparameters.raw()["my_setting"] == value
 
 
 # --- SageMaker's request limits (botocore's CreateTrainingJob shapes) ---------------------------
 
-def test_hyperparameter_value_limit_is_on_the_encoded_value(script_dir):
+def test_hyperparameter_value_limit_is_on_the_encoded_value(user_script_dir):
     at_limit = "x" * 2498  # json.dumps adds the two quotes: 2500 characters as sent
-    assert "hyperparameters.text" not in errors(job(script_dir, hp={"text": at_limit}))
-    issue = only(job(script_dir, hp={"text": at_limit + "x"}), "hyperparameters.text")
+    assert "hyperparameters.text" not in errors(job(user_script_dir, hp={"text": at_limit}))
+    issue = only(job(user_script_dir, hp={"text": at_limit + "x"}), "hyperparameters.text")
     assert "2501 characters" in issue.problem and "2500" in issue.problem
 
 
-def test_hyperparameter_name_limit(script_dir):
-    assert errors(job(script_dir, hp={"k" * 256: 1})) == {}
-    found = [i for issues in errors(job(script_dir, hp={"k" * 257: 1})).values() for i in issues]
+def test_hyperparameter_name_limit(user_script_dir):
+    assert errors(job(user_script_dir, hp={"k" * 256: 1})) == {}
+    found = [i for issues in errors(job(user_script_dir, hp={"k" * 257: 1})).values() for i in issues]
     assert len(found) == 1 and found[0].path.startswith("hyperparameters.k")
     assert "257 characters" in found[0].problem and "256" in found[0].problem
 
 
-def test_hyperparameter_count_includes_the_keys_the_launcher_adds(script_dir):
+def test_hyperparameter_count_includes_the_keys_the_launcher_adds(user_script_dir):
     # A local job with processes_per_host and no distribution carries six reserved keys:
     # sagemaker_program, _submit_directory, _container_log_level, _job_name, _region and
     # sagemaker_smlaunch_processes_per_host; with model_preset, 93 more make 100.
     fits = {f"k{i}": i for i in range(93)}
-    assert errors(job(script_dir, hp=fits)) == {}
-    issue = only(job(script_dir, hp={**fits, "one_more": 1}), "hyperparameters")
+    assert errors(job(user_script_dir, hp=fits)) == {}
+    issue = only(job(user_script_dir, hp={**fits, "one_more": 1}), "hyperparameters")
     assert "would carry 101" in issue.problem and "sagemaker_program" in issue.problem
     assert "remove at least 1" in issue.fix
 
 
-def test_environment_limits(script_dir):
-    assert "environment" in errors(job(script_dir, environment={f"V{i}": "1" for i in range(101)}))
-    assert errors(job(script_dir, environment={f"V{i}": "1" for i in range(100)})) == {}
-    assert "environment.LONG" in errors(job(script_dir, environment={"LONG": "x" * 513}))
-    assert "environment" in errors(job(script_dir, environment={"V" * 513: "1"}))
+def test_environment_limits(user_script_dir):
+    assert "environment" in errors(job(user_script_dir, environment={f"V{i}": "1" for i in range(101)}))
+    assert errors(job(user_script_dir, environment={f"V{i}": "1" for i in range(100)})) == {}
+    assert "environment.LONG" in errors(job(user_script_dir, environment={"LONG": "x" * 513}))
+    assert "environment" in errors(job(user_script_dir, environment={"V" * 513: "1"}))
 
 
 @pytest.mark.parametrize("tags", [
     [{"Key": f"k{i}", "Value": "v"} for i in range(51)],
     {f"k{i}": "v" for i in range(51)},
 ])
-def test_at_most_50_tags(script_dir, tags):
-    issue = only(job(script_dir, tags=tags), "tags")
+def test_at_most_50_tags(user_script_dir, tags):
+    issue = only(job(user_script_dir, tags=tags), "tags")
     assert "50" in issue.fix
 
 
-def test_a_tag_mapping_is_checked_as_a_mapping(script_dir):
-    found = errors(job(script_dir, tags={"team#1": "ml", "k" * 129: "v", "ok": "v" * 257}))
+def test_a_tag_mapping_is_checked_as_a_mapping(user_script_dir):
+    found = errors(job(user_script_dir, tags={"team#1": "ml", "k" * 129: "v", "ok": "v" * 257}))
     assert "tags.team#1" in found and f"tags.{'k' * 129}" in found and "tags.ok" in found
     assert "tags" not in found  # no "should be a list" beside the real problems
-    assert errors(job(script_dir, tags={"team": "ml research", "cost-center": "a/b:c=d+e@f"})) == {}
+    assert errors(job(user_script_dir, tags={"team": "ml research", "cost-center": "a/b:c=d+e@f"})) == {}
 
 
 # --- bounded counts and degrees -------------------------------------------------------------------
@@ -299,9 +284,9 @@ def test_the_planner_refuses_a_layout_that_does_not_tile_the_world(runtime_dir):
 
 # --- the estimator's own arguments ------------------------------------------------------------
 
-def test_estimator_hyperparameters_must_be_a_dict(script_dir):
+def test_estimator_hyperparameters_must_be_a_dict(user_script_dir):
     with pytest.raises(ConfigError) as caught:
-        PyTorch(entry_point="train.py", source_dir=str(script_dir), instance_type="local",
+        PyTorch(entry_point="train.py", source_dir=str(user_script_dir), instance_type="local",
                 hyperparameters="lr=1")
     (issue,) = caught.value.issues
     assert (issue.path, issue.value) == ("hyperparameters", "lr=1")
@@ -310,9 +295,9 @@ def test_estimator_hyperparameters_must_be_a_dict(script_dir):
 
 
 @pytest.mark.parametrize("name", ["sagemaker_session", "session"])
-def test_estimator_session_must_be_a_session(script_dir, name):
+def test_estimator_session_must_be_a_session(user_script_dir, name):
     with pytest.raises(ConfigError) as caught:
-        PyTorch(entry_point="train.py", source_dir=str(script_dir), instance_type="local", **{name: "x"})
+        PyTorch(entry_point="train.py", source_dir=str(user_script_dir), instance_type="local", **{name: "x"})
     (issue,) = caught.value.issues
     assert (issue.path, issue.value) == (name, "x")
     assert "sagemaker.Session" in issue.problem and "boto3.Session" in issue.fix
