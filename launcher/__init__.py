@@ -1,9 +1,10 @@
 """smlaunch client SDK: validated SageMaker-style training jobs.
 
-Importing this package is cheap (no boto3, no torch); `PyTorch` is loaded on first use.
+Importing this package is cheap (no boto3, no torch); `PyTorch` and `ModelTrainer` (the SDK v3
+front-end; its config shapes are in `launcher.model_trainer`) are loaded on first use.
 """
 
-__all__ = ["ConfigError", "PyTorch", "validate_job"]
+__all__ = ["ConfigError", "ModelTrainer", "PyTorch", "validate_job"]
 
 
 def __getattr__(name):
@@ -11,6 +12,10 @@ def __getattr__(name):
         from launcher.estimator import PyTorch
 
         return PyTorch
+    if name == "ModelTrainer":
+        from launcher.model_trainer import ModelTrainer
+
+        return ModelTrainer
     if name in ("ConfigError", "validate_job"):
         from launcher import config
 
