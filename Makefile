@@ -17,9 +17,26 @@ $(STAMP): $(PY) pyproject.toml
 	$(PIP) install --quiet --disable-pip-version-check -e '.[train,data,test,sagemaker]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# The SageMaker SDK v3 (sagemaker-train on sagemaker-core 2.x): tests/test_model_trainer_parity.py's
+# reference. Both SDKs are the `sagemaker` package, so v3 gets a venv of its own, without the
+# dependencies ModelTrainer never imports (mlflow, scipy, ...).
+SDK3_VENV  ?= .venv-sdk3
+SDK3_STAMP := $(SDK3_VENV)/.installed
+SDK3_PINS  := sagemaker-core==2.27.0 sagemaker-train==1.27.0
+SDK3_DEPS  := 'boto3>=1.43.90,<2' 'pydantic>=2,<3' 'PyYAML>=6,<7' 'graphene>=3,<4' 'rich>=13,<15' \
+	'importlib-metadata>=1.4,<7' 'requests>=2.20,<3' 'attrs>=20.3' 'jsonschema<5' 'platformdirs>=4,<5' \
+	'numpy>=1.9' 'pandas>=1' 'omegaconf>=2.1' 'packaging>=20'
 
-test: $(STAMP)
+$(SDK3_STAMP):
+	$(PYTHON) -m venv $(SDK3_VENV)
+	$(SDK3_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $(SDK3_PINS)
+	$(SDK3_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(SDK3_DEPS)
+	touch $@
+
+install: $(STAMP) $(SDK3_STAMP)
+
+test: $(STAMP) $(SDK3_STAMP)
+	@scripts/install-slurm.sh
 	$(PY) -m pytest -q
 
 # The demo's corpus: byte-level tokens of the Python standard library's own source (no network).
@@ -44,4 +61,4 @@ schema: $(STAMP)
 	$(VENV)/bin/smlaunch schema > configs/schema.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(SDK3_VENV) .pytest_cache .hypothesis *.egg-info

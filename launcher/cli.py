@@ -75,48 +75,15 @@ def _aws_call(fn):
         sys.exit(EXIT_INTERRUPTED)
 
 
-def _backend(region: str | None):
-    from launcher.backends.sagemaker import SageMakerBackend
-
-    return SageMakerBackend(region=region, printer=lambda line: click.echo(line))
+def _echo(line: str) -> None:
+    click.echo(line)
 
 
-def _backend_of(job_name: str, region: str | None):
-    """The backend that has the job: the local job store's, else SageMaker's; an error naming
-    both when neither has it. The name is checked first, so a bad one costs no AWS call."""
-    from launcher.backends.base import BackendError, check_job_name
-    from launcher.local import store
+def _find(handle: str, region: str | None):
+    """(backend, job) of a job handle (sagemaker:NAME, local:NAME, slurm:JOBID, or a bare name)."""
+    from launcher.backends import registry
 
-    check_job_name(job_name)
-    if store.exists(job_name):
-        return _local_backend()
-    from botocore.exceptions import (  # only now: AWS is asked
-        BotoCoreError,
-        ClientError,
-        NoCredentialsError,
-    )
-
-    not_local = f"no job named {job_name!r}: not a local job (in {store.jobs_root()})"
-    try:
-        backend = _backend(region)
-        found = backend.exists(job_name)
-    except ConfigError as exc:  # no region: SageMaker cannot be asked at all
-        raise BackendError(f"{not_local}, and SageMaker cannot be asked: {exc.issues[0].problem} "
-                           f"({exc.issues[0].fix})") from None
-    except NoCredentialsError:
-        raise BackendError(f"{not_local}, and SageMaker cannot be asked: no AWS credentials found "
-                           "(aws configure, AWS_PROFILE, or an instance role)") from None
-    except (BotoCoreError, ClientError) as exc:  # no network, access denied
-        raise BackendError(f"{not_local}, and SageMaker could not be asked: {exc}") from None
-    if not found:
-        raise BackendError(f"{not_local}, nor a SageMaker training job in {backend.region}")
-    return backend
-
-
-def _local_backend(runner: str = "process"):
-    from launcher.backends.local import LocalBackend
-
-    return LocalBackend(runner=runner, printer=lambda line: click.echo(line))
+    return registry.find(handle, region=region, printer=_echo)
 
 
 def _load_local(job_file: Path, overrides: tuple[str, ...]):
@@ -167,6 +134,10 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
 def _image_text(job) -> tuple[str, str | None]:
     """The image and why it is the one (images.py decides both)."""
     cfg = job.config
+    if cfg.backend_name == "slurm":
+        image = cfg.slurm.container_image if cfg.slurm else None
+        return (f"{image} (srun --container-image)" if image else "none: the nodes run the bootstrap with "
+                "slurm.python (default: this Python)"), None
     if cfg.is_local:
         if cfg.local_runner == "docker":
             from launcher.local.docker import DEFAULT_IMAGE
@@ -187,6 +158,7 @@ def _summary(job) -> dict:
     cfg = job.config
     out = {
         "kind": str(job.kind),
+        "backend": cfg.backend_name,
         "instance_type": cfg.instance_type,
         "instances": cfg.instance_count,
         "processes_per_host": job.processes_per_host if job.processes_per_host else "detected at run time",
@@ -204,9 +176,15 @@ def _summary(job) -> dict:
         out["data_parallel"] = lay.data_parallel
     if job.model:
         out["model"] = job.model.name
-    if cfg.hyperparameters.max_context_width:
+    settings = job.settings  # smlaunch's runtime: what it will run, defaults included
+    if settings:
+        out["sequence_length"] = settings.seq_len
+        out["batch"] = f"{settings.micro_batch} sequence(s) per data-parallel rank x {settings.grad_accum} step(s)"
+        out["activation_checkpointing"] = (settings.ac_mode or "off") + (" + offload" if settings.offload else "")
+    elif cfg.hyperparameters.max_context_width:
         out["sequence_length"] = cfg.hyperparameters.max_context_width
-    precision = "fp8" if job.fp8.enabled else ("bf16" if cfg.hyperparameters.bf16 else "default")
+    bf16 = settings.bf16 if settings else bool(cfg.hyperparameters.bf16)
+    precision = "fp8" if job.fp8.enabled else ("bf16" if bf16 else "default")
     out["precision"] = precision + (f" ({job.fp8.backend}, {job.fp8.recipe} scaling)" if job.fp8.enabled else "")
     return out
 
@@ -214,9 +192,14 @@ def _summary(job) -> dict:
 @main.command()
 @job_file_arg
 @set_option
-@click.option("--dry-run", is_flag=True, help="Print the CreateTrainingJob request as JSON; send nothing.")
-@click.option("--no-wait", is_flag=True, help="Return once the job is created.")
+@click.option("--dry-run", is_flag=True,
+              help="Print what would be submitted (SageMaker: the CreateTrainingJob request; Slurm: the batch "
+                   "script; local: the job's hosts and settings); send, upload and write nothing.")
+@click.option("--no-wait", is_flag=True, help="Return once the job is submitted.")
 @click.option("--job-name", default=None, help="Exact job name (default: <base_job_name>-<timestamp>).")
+@click.option("--backend", "backend_name", type=click.Choice(["sagemaker", "local", "slurm"]), default=None,
+              help="Where the job runs (default: the job's backend; local for instance_type local/local_gpu, "
+                   "else sagemaker).")
 @click.option("--local", "local", is_flag=True,
               help="Run on this machine: instance_type becomes local (kept if local or local_gpu).")
 @click.option("--force", is_flag=True, help="Submit even if the planner predicts it will not fit in memory.")
@@ -224,12 +207,14 @@ def _summary(job) -> dict:
               help="Local mode: simulated hosts as processes, or as containers (docker/podman compose); "
                    "default: the job's local_runner (process).")
 def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: bool, job_name: str | None,
-           local: bool, runner: str | None, force: bool) -> None:
-    """Validate, pack and submit a job (or show the request with --dry-run).
+           backend_name: str | None, local: bool, runner: str | None, force: bool) -> None:
+    """Validate, pack and submit a job (or show what would be submitted with --dry-run).
 
     Local jobs (instance_type local or local_gpu, or --local) run here, as SageMaker would run
     them: one /opt/ml tree and one bootstrap per host, logs merged, artifacts in output_path.
+    Slurm jobs (backend: slurm) run the same way on the allocation's nodes.
     """
+    from launcher.backends import registry
     from launcher.backends.base import check_job_name
     from launcher.jobfile import validate_job_file
 
@@ -238,6 +223,8 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
             check_job_name(job_name, field="--job-name")
         if local:
             overrides = _load_local(job_file, overrides)
+        if backend_name:
+            overrides = (*overrides, f"backend={backend_name}")
         job = validate_job_file(job_file, overrides)
     except ConfigError as exc:
         _report_invalid(exc)
@@ -245,24 +232,52 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
     for issue in job.warnings:
         click.echo(click.style("warning ", fg="yellow") + str(issue), err=True)
     _check_memory(job, force=force, dry_run=dry_run)
-    if job.config.is_local:
-        _submit_local(job, job_name, runner or job.config.local_runner, dry_run=dry_run, no_wait=no_wait)
-        return
 
     def run():
-        backend = _backend(job.config.region)
+        backend = registry.for_job(job, runner=runner, printer=_echo)
         if dry_run:
-            from launcher.backends.sagemaker import dumps
-
-            click.echo(dumps(backend.dryrun(job, job_name).to_dict()))
+            click.echo(backend.dryrun(job, job_name).render())
             return
-        name = backend.submit(job, job_name)
-        click.echo(f"submitted {name}")
-        if not no_wait:
-            backend.wait(name, logs=True)
-            click.echo(f"{name} completed")
+        name = backend.submit(job, job_name, detach=no_wait)
+        record = backend.describe(name)
+        how = {"local": f"local, {runner or job.config.local_runner} runner",
+               "slurm": f"Slurm job {record.get('SlurmJobId')}"}.get(backend.name, backend.name)
+        where = f": {record['LocalJobDir']}" if "LocalJobDir" in record else ""
+        click.echo(f"submitted {name} ({how}){where}")
+        if no_wait:
+            click.echo(f"  follow it: smlaunch logs {backend.name}:{name} --follow\n"
+                       f"  stop it:   smlaunch stop {backend.name}:{name}")
+            return
+        try:
+            record = backend.wait(name, logs=True)
+        except KeyboardInterrupt:
+            if backend.name == "local":
+                click.echo(f"\n{name} stopped; every host has ended. Logs: {record['LocalJobDir']}/logs/job.log",
+                           err=True)
+            raise
+        _report_completed(backend, name, record)
 
     _aws_call(run)
+
+
+def _report_completed(backend, name: str, record: dict) -> None:
+    from launcher.backends.jobdir import run_summary
+
+    took = f" in {record['TrainingTimeInSeconds']} s" if record.get("TrainingTimeInSeconds") is not None else ""
+    click.echo(click.style(f"{name} completed", fg="green", bold=True) + took)
+    artifacts = backend.artifacts(name)
+    for label, key in (("model artifact: ", "model.tar.gz"), ("output artifact:", "output.tar.gz")):
+        if key in artifacts:
+            click.echo(f"  {label} {artifacts[key]}")
+    summary = run_summary(record) if "LocalJobDir" in record else {}
+    if summary:
+        line = (f"  loss {summary['first_loss']:.4f} (step {summary['first_step']}) -> "
+                f"{summary['last_loss']:.4f} (step {summary['steps']})")
+        if "last_val_loss" in summary:
+            line += f", validation loss {summary['last_val_loss']:.4f}"
+        if "tokens_per_s" in summary:
+            line += f", {summary['tokens_per_s']:,.0f} tokens/s"
+        click.echo(line)
 
 
 def _check_memory(job, force: bool, dry_run: bool) -> None:
@@ -282,58 +297,30 @@ def _check_memory(job, force: bool, dry_run: bool) -> None:
         sys.exit(EXIT_INVALID)
 
 
-def _submit_local(job, job_name: str | None, runner: str, dry_run: bool, no_wait: bool) -> None:
-    from launcher.backends.local import run_summary
-
-    if dry_run:
-        _fail("--dry-run shows a SageMaker request; a local job has none: run it, or drop --local", EXIT_INVALID)
-    backend = _local_backend(runner)
-
-    def run():
-        name = backend.submit(job, job_name, detach=no_wait)
-        directory = backend.describe(name)["LocalJobDir"]
-        click.echo(f"submitted {name} (local, {runner} runner): {directory}")
-        if no_wait:
-            click.echo(f"  follow it: smlaunch logs {name} --follow\n  stop it:   smlaunch stop {name}")
-            return
-        try:
-            record = backend.wait(name, logs=True)
-        except KeyboardInterrupt:
-            click.echo(f"\n{name} stopped; every host has ended. Logs: {directory}/logs/job.log", err=True)
-            raise
-        click.echo(click.style(f"{name} completed", fg="green", bold=True) + f" in {record.get('TrainingTimeInSeconds')} s")
-        click.echo(f"  model artifact:  {record['ModelArtifacts']['S3ModelArtifacts']}")
-        click.echo(f"  output artifact: {record['OutputArtifacts']['output.tar.gz']}")
-        summary = run_summary(record)
-        if summary:
-            line = (f"  loss {summary['first_loss']:.4f} (step {summary['first_step']}) -> "
-                    f"{summary['last_loss']:.4f} (step {summary['steps']})")
-            if "last_val_loss" in summary:
-                line += f", validation loss {summary['last_val_loss']:.4f}"
-            if "tokens_per_s" in summary:
-                line += f", {summary['tokens_per_s']:,.0f} tokens/s"
-            click.echo(line)
-
-    _aws_call(run)
+JOB_HELP = "JOB: a name, or backend:name (sagemaker:NAME, local:NAME, slurm:JOBID)."
 
 
-@main.command()
-@click.argument("job_name")
+@main.command(epilog=JOB_HELP)
+@click.argument("job")
 @region_option
 @click.option("--json", "as_json", is_flag=True, help="Print DescribeTrainingJob as JSON.")
-def status(job_name: str, region: str | None, as_json: bool) -> None:
+def status(job: str, region: str | None, as_json: bool) -> None:
     """Show a job's status, secondary status and failure reason."""
 
     def run():
         from launcher.masking import mask_secrets
 
-        desc = mask_secrets(_backend_of(job_name, region).describe(job_name))  # a FailureReason may quote one
+        backend, name = _find(job, region)
+        desc = mask_secrets(backend.describe(name))  # a FailureReason may quote one
         if as_json:
-            from launcher.backends.sagemaker import dumps
-
-            click.echo(dumps(desc))
+            click.echo(json.dumps(desc, indent=2, default=str))
             return
-        click.echo(f"{job_name}: {desc['TrainingJobStatus']} ({desc.get('SecondaryStatus', '')})")
+        click.echo(f"{desc.get('TrainingJobName', name)}: {desc['TrainingJobStatus']} "
+                   f"({desc.get('SecondaryStatus', '')})")
+        click.echo(f"backend: {backend.name}")
+        if desc.get("SlurmJobId"):
+            click.echo(f"slurm job: {desc['SlurmJobId']} {desc.get('SlurmJobState', '')} "
+                       f"{desc.get('SlurmReason', '')}".rstrip())
         if desc.get("FailureReason"):
             click.echo(f"failure reason: {desc['FailureReason']}")
         artifacts = desc.get("ModelArtifacts", {}).get("S3ModelArtifacts")
@@ -343,25 +330,31 @@ def status(job_name: str, region: str | None, as_json: bool) -> None:
     _aws_call(run)
 
 
-@main.command()
-@click.argument("job_name")
+@main.command(epilog=JOB_HELP)
+@click.argument("job")
 @region_option
 @click.option("--follow", "-f", is_flag=True, help="Keep following until the job ends.")
 @click.option("--poll", default=5.0, show_default=True, help="Seconds between polls when following.")
-def logs(job_name: str, region: str | None, follow: bool, poll: float) -> None:
-    """Print a job's CloudWatch logs from every host, merged by time."""
-    _aws_call(lambda: _backend_of(job_name, region).logs(job_name, follow=follow, poll=poll))
-
-
-@main.command()
-@click.argument("job_name")
-@region_option
-def stop(job_name: str, region: str | None) -> None:
-    """Stop a running job."""
+def logs(job: str, region: str | None, follow: bool, poll: float) -> None:
+    """Print a job's logs from every host, merged (SageMaker: CloudWatch; local and Slurm: logs/job.log)."""
 
     def run():
-        _backend_of(job_name, region).stop(job_name)
-        click.echo(f"stopping {job_name}")
+        backend, name = _find(job, region)
+        backend.logs(name, follow=follow, poll=poll)
+
+    _aws_call(run)
+
+
+@main.command(epilog=JOB_HELP)
+@click.argument("job")
+@region_option
+def stop(job: str, region: str | None) -> None:
+    """Stop a running job: SIGTERM first, so the ranks save a checkpoint."""
+
+    def run():
+        backend, name = _find(job, region)
+        backend.stop(name)
+        click.echo(f"stopping {name} ({backend.name})")
 
     _aws_call(run)
 
@@ -373,26 +366,44 @@ def stop(job_name: str, region: str | None) -> None:
               help="Only jobs with this status.")
 @click.option("--name-contains", default=None, help="Only jobs whose name contains this text.")
 @click.option("--max", "max_results", default=20, show_default=True, help="At most this many jobs.")
-@click.option("--local", "local", is_flag=True, help="Local jobs (in $SMLAUNCH_HOME/jobs) instead of SageMaker's.")
+@click.option("--backend", "backends", multiple=True, type=click.Choice(["sagemaker", "local", "slurm"]),
+              help="Only this backend's jobs (repeatable; default: all of them).")
+@click.option("--local", "local", is_flag=True, help="Only local jobs (as --backend local).")
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
 def list_jobs(region: str | None, status_filter: str | None, name_contains: str | None, max_results: int,
-              local: bool) -> None:
-    """List recent training jobs."""
+              backends: tuple[str, ...], local: bool, as_json: bool) -> None:
+    """List recent training jobs of every backend (local, Slurm, SageMaker), newest first."""
 
     def run():
+        from launcher.backends import registry
+
+        chosen = tuple(dict.fromkeys(backends + (("local",) if local else ()))) or registry.BACKENDS
+        jobs, notes = registry.list_all(chosen, region=region, status=status_filter, name_contains=name_contains,
+                                        max_results=max_results)
+        if as_json:
+            click.echo(json.dumps({"jobs": jobs, "notes": notes}, indent=2, default=str))
+            return
         from rich.table import Table
 
-        backend = _local_backend() if local else _backend(region)
-        jobs = backend.list(status_filter, name_contains, max_results)
         table = Table()
-        table.add_column("name", no_wrap=True)
-        for column in ("status", "created", "ended"):
+        table.add_column("job", no_wrap=True)
+        for column in ("backend", "status", "created", "duration"):
             table.add_column(column)
         for j in jobs:
-            table.add_row(j["TrainingJobName"], j["TrainingJobStatus"], str(j.get("CreationTime", "")),
-                          str(j.get("TrainingEndTime", "") or ""))
+            table.add_row(j["Handle"], j["Backend"], j["TrainingJobStatus"], str(j.get("CreationTime", "")),
+                          _duration_text(j.get("DurationSeconds")))
         _console().print(table)
+        for note in notes:
+            click.echo(note, err=True)
 
     _aws_call(run)
+
+
+def _duration_text(seconds: int | None) -> str:
+    if seconds is None:
+        return ""
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
 
 
 @main.command(name="plan")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from launcher import sdk_objects, wire
-from launcher.backends.base import check_job_name
 from launcher.config import JobConfig, ValidatedJob, validate_job
 from launcher.issues import ConfigError, Issue, did_you_mean
 
@@ -99,6 +98,16 @@ def _argument_types(hyperparameters: Any, sagemaker_session: Any, session: Any) 
     return issues
 
 
+def _slurm_settings(desc: dict) -> dict[str, Any]:
+    """A Slurm job's slurm section and processes per node, as its spec.json kept them."""
+    from launcher.config.slurm_settings import SlurmSettings
+    from launcher.local.spec import LocalJobSpec
+
+    spec = LocalJobSpec.load(Path(desc["LocalJobDir"]))
+    kept = {k: v for k, v in spec.runner_settings.items() if k in SlurmSettings.model_fields and v not in (None, [])}
+    return {"slurm": kept, "processes_per_host": spec.processes_per_host}
+
+
 class TrainingJob:
     """A submitted job: its name and the backend that follows it."""
 
@@ -145,20 +154,13 @@ class PyTorch:
         return self.job.config
 
     def _backend(self):
-        if self.config.is_local:
-            from launcher.backends.local import LocalBackend
+        from launcher.backends import registry
 
-            return LocalBackend(runner=self.config.local_runner)
-        from launcher.backends.sagemaker import SageMakerBackend
-
-        return SageMakerBackend(self._session, region=self.config.region)
+        return registry.for_job(self.job, session=self._session)
 
     def dryrun(self, inputs: Any = None, job_name: str | None = None) -> dict:
-        """The CreateTrainingJob request fit() would send; nothing is sent or uploaded."""
-        if self.config.is_local:
-            raise ConfigError([Issue("instance_type", self.config.instance_type,
-                                     "a local job sends no CreateTrainingJob request",
-                                     "call fit() to run it here, or pick an ml.* instance type")])
+        """What fit() would submit, as data (SageMaker: the CreateTrainingJob request; Slurm: the
+        batch script and job; local: the hosts and settings); nothing is sent, uploaded or written."""
         job = self._with_inputs(inputs)
         return self._backend().dryrun(job, job_name).to_dict()
 
@@ -186,10 +188,7 @@ class PyTorch:
 
             check_fits(job)
         backend = self._backend()
-        if self.config.is_local:
-            name = backend.submit(job, job_name, detach=not wait)
-        else:
-            name = backend.submit(job, job_name)
+        name = backend.submit(job, job_name, detach=not wait)
         self.latest_training_job = TrainingJob(name, backend)
         print(f"Submitted training job {name}", file=sys.stderr)
         if wait:
@@ -234,21 +233,18 @@ class PyTorch:
     def attach(cls, training_job_name: str, sagemaker_session: Any = None, session: Any = None,
                region: str | None = None) -> PyTorch:
         """Rebuild an estimator (distribution included) from an existing job (or a local one)."""
+        from launcher.backends import registry
         from launcher.local import store
 
-        check_job_name(training_job_name, "training_job_name")
+        kind, name = registry.parse_handle(training_job_name, "training_job_name")
         wrong = _argument_types(None, sagemaker_session, session)
         if wrong:
             raise ConfigError(wrong)
-        if store.exists(training_job_name):
-            from launcher.backends.local import LocalBackend
-
-            backend = LocalBackend()
-        else:
-            from launcher.backends.sagemaker import SageMakerBackend
-
-            backend = SageMakerBackend(sagemaker_session or session, region=region)
-        desc = backend.describe(training_job_name)
+        if kind is None:  # a bare name: a job of smlaunch's store (local or Slurm), else SageMaker's
+            kind = store.backend_of(store.read(name)) if store.exists(name) else "sagemaker"
+        backend = registry.backend_named(kind, region=region, session=sagemaker_session or session)
+        desc = backend.describe(name)
+        training_job_name = desc.get("TrainingJobName", name)
         decoded = wire.decode(desc.get("HyperParameters", {}))
         user, reserved = wire.split_reserved(decoded)
         resource, stopping = desc["ResourceConfig"], desc.get("StoppingCondition", {})
@@ -280,9 +276,13 @@ class PyTorch:
         metrics = desc.get("AlgorithmSpecification", {}).get("MetricDefinitions")
         if metrics:
             args["metric_definitions"] = metrics
-        if "LocalJobDir" in desc:  # a local job: its runner, and the code as the first host got it
-            args.update(local_runner=desc.get("LocalRunner", "process"),
-                        source_dir=str(Path(desc["LocalJobDir"]) / "hosts" / "algo-1" / "code"))
+        if "LocalJobDir" in desc:  # a local or Slurm job: its backend, and the code as the first host got it
+            args.update(source_dir=str(Path(desc["LocalJobDir"]) / "hosts" / "algo-1" / "code"),
+                        backend=backend.name)
+            if backend.name == "local":
+                args["local_runner"] = desc.get("LocalRunner", "process")
+            else:
+                args.update(_slurm_settings(desc))
         est = cls(session=getattr(backend, "session", None), **{k: v for k, v in args.items() if v is not None})
         est.latest_training_job = TrainingJob(training_job_name, backend)
         return est

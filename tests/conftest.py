@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm_cluster import slurm_cluster  # noqa: F401 - session fixture: the local Slurm cluster
+
 REGION = "us-east-1"
 SEED_BUCKET = "sagemaker-us-east-1-111122223333"  # the seed files' output_path bucket
 

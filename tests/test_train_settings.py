@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from container import trainer
+from launcher.cli import _summary
 from launcher.config import ModelParallelParameters, TrainingHyperparameters, validate_job
 from launcher.config import run_settings as rs
 from launcher.config.run_settings import run_settings
@@ -48,6 +49,7 @@ def test_a_default_changed_in_one_place_reaches_the_trainer_and_the_planner(monk
     rt = SimpleNamespace(params=ModelParallelParameters(), world_size=job.layout.world)  # what the trainer gets
     assert trainer.settings(rt, job.config.hyperparameters).seq_len == 4096
     assert workload_of(job).seq_len == 4096
+    assert job.settings.seq_len == 4096 and _summary(job)["sequence_length"] == 4096  # what validate shows
 
 
 def test_the_container_refuses_a_layout_with_the_clients_own_check():

@@ -1,9 +1,12 @@
-"""What every backend shares: job names and the errors a running job can end with."""
+"""What every backend shares: the interface, job names and the errors a running job can end with."""
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any, Protocol
 
 from launcher.issues import ConfigError, Issue
 
@@ -12,6 +15,66 @@ MAX_JOB_NAME = 63
 # CreateTrainingJob's TrainingJobName; it is also a directory name locally and an S3 key part.
 JOB_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 JOB_NAME_FIX = "use 1-63 letters, digits and hyphens, starting and ending with a letter or digit, e.g. my-job-1"
+
+
+class DryRunResult(Protocol):
+    def to_dict(self, masked: bool = True) -> dict: ...
+
+    def render(self) -> str:
+        """What `smlaunch submit --dry-run` prints."""
+
+
+class Backend(Protocol):
+    """What the estimator and the CLI call, whichever engine runs the job (torchx's scheduler
+    interface, with SageMaker's words: a job is described by a DescribeTrainingJob-shaped dict)."""
+
+    name: str  # "sagemaker", "local" or "slurm": the prefix of the job's handle
+
+    def dryrun(self, job, job_name: str | None = None) -> DryRunResult:
+        """What submit would send or start; nothing is sent, uploaded or written."""
+
+    def submit(self, job, job_name: str | None = None, *, detach: bool = False) -> str:
+        """Start the job and return its name. `detach=False` promises that `wait` follows (local
+        mode then runs the job in this process); jobs of remote engines run detached anyway."""
+
+    def describe(self, name: str) -> dict: ...
+
+    def wait(self, name: str, logs: bool = True, poll: float = 5.0) -> dict:
+        """Follow to the end; JobFailedError unless it completed."""
+
+    def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None: ...
+
+    def stop(self, name: str) -> None:
+        """Ask the job to stop: SIGTERM first, so the ranks can save a checkpoint."""
+
+    def list(self, status: str | None = None, name_contains: str | None = None,
+             max_results: int = 50) -> list[dict]: ...
+
+    def exists(self, name: str) -> bool: ...
+
+    def artifacts(self, name: str) -> dict[str, str]:
+        """{"model.tar.gz": where, "output.tar.gz": where} for what the job has stored."""
+
+
+@dataclass
+class JobDryRun:
+    """A dry run as data (`request`) and, where the engine has one, as the text it reads (`text`)."""
+
+    backend: str
+    request: dict[str, Any]
+    text: str | None = None
+
+    def to_dict(self, masked: bool = True) -> dict:
+        from launcher.masking import mask_secrets
+
+        return mask_secrets(self.request) if masked else self.request
+
+    def render(self) -> str:
+        from launcher.masking import Masker
+
+        if self.text is not None:  # the request's secrets, wherever the text quotes them
+            return Masker.of(self.request)(self.text)
+        return json.dumps(self.to_dict(), indent=2, default=str)
 
 
 class BackendError(RuntimeError):

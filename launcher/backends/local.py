@@ -1,4 +1,4 @@
-"""Local jobs with the SageMaker backend's interface: submit, wait, describe, logs, stop, list.
+"""Local jobs: simulated hosts on this machine (process or docker runner), with the backend interface.
 
 `submit` prepares the job directory (launcher.local.prepare); `wait` runs the job in this
 process when this backend prepared it (streaming the hosts' logs), or follows a job that runs
@@ -8,16 +8,15 @@ Needs neither AWS nor boto3 unless the job reads or writes `s3://`.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobFailedError
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun
+from launcher.backends.jobdir import JobDirBackend
 from launcher.config import ValidatedJob
 from launcher.local import store
 from launcher.local.spec import LocalJobSpec, RunnerError
@@ -34,23 +33,47 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class LocalBackend:
+class LocalBackend(JobDirBackend):
+    name = "local"
+
     def __init__(self, runner: str = "process", root: Path | None = None,
                  printer: Callable[[str], None] | None = None, console: Printer | None = console_printer):
-        self.runner_name, self.root = runner, root
-        self.print = printer or print
+        super().__init__(root, printer)
+        self.runner_name = runner
         self.console = console
         self._prepared: dict[str, LocalJobSpec] = {}
 
-    def _dir(self, name: str) -> Path:
-        return store.job_dir(name, self.root)
+    def _runner(self):
+        try:
+            return runner_named(self.runner_name)
+        except RunnerError as exc:
+            raise BackendError(str(exc)) from None
 
     # --- submitting ----------------------------------------------------------------------
-    def submit(self, job: ValidatedJob, job_name: str | None = None, detach: bool = False) -> str:
+    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> JobDryRun:
+        """The job directory, hosts and hyperparameters submit would prepare; nothing is written."""
+        from launcher.local.prepare import checked_spec
+
+        runner = self._runner()
+        try:
+            spec = checked_spec(job, runner, job_name, self.root)
+        except RunnerError as exc:
+            raise BackendError(str(exc)) from None
+        return JobDryRun(self.name, {"LocalJob": {
+            "TrainingJobName": spec.name, "JobDir": str(spec.job_dir), "Runner": spec.runner,
+            "Hosts": spec.hosts, "ProcessesPerHost": spec.processes_per_host,
+            "HyperParameters": spec.hyperparameters, "Environment": spec.environment,
+            "Channels": {n: c.s3_data for n, c in job.config.channels().items()},
+            "CheckpointDir": str(spec.checkpoint_dir), "OutputPath": spec.output_path or str(spec.job_dir / "output"),
+            "MaxRuntimeInSeconds": spec.max_run}})
+
+    def submit(self, job: ValidatedJob, job_name: str | None = None, *, detach: bool = False) -> str:
+        """Prepare the job. `detach`: a supervisor process runs it on its own; without it, `wait`
+        runs it in this process (and must be called)."""
         from launcher.local.prepare import prepare
 
+        runner = self._runner()
         try:
-            runner = runner_named(self.runner_name)
             spec = prepare(job, runner, job_name=job_name, root=self.root, log=self.print)
         except RunnerError as exc:
             raise BackendError(str(exc)) from None
@@ -67,10 +90,7 @@ class LocalBackend:
 
     # --- following -----------------------------------------------------------------------
     def describe(self, name: str) -> dict:
-        try:
-            record = store.read(name, self.root)
-        except LookupError as exc:
-            raise BackendError(str(exc)) from None
+        record = self._record(name)
         pid, watchdog = record.get("SupervisorPid"), record.get("WatchdogPid")
         # Once the supervisor and its watchdog (which records the outcome of a supervisor that died)
         # are both gone, nobody will: say so here.
@@ -86,49 +106,10 @@ class LocalBackend:
     def wait(self, name: str, logs: bool = True, poll: float = 1.0) -> dict:
         """Run (or follow) the job to its end; raise JobFailedError if it fails or is stopped."""
         spec = self._prepared.pop(name, None)
-        if spec is not None:
-            record = Supervisor(spec, runner_named(spec.runner), printer=self.console if logs else None).run()
-        else:
-            record = self._follow(name, logs, poll)
+        if spec is None:
+            return super().wait(name, logs, poll)
+        record = Supervisor(spec, runner_named(spec.runner), printer=self.console if logs else None).run()
         return self._completed(name, record)
-
-    def _completed(self, name: str, record: dict) -> dict:
-        """The record of a Completed job; JobFailedError (reason, log file) for any other end."""
-        if record["TrainingJobStatus"] != "Completed":
-            raise JobFailedError(name, record["TrainingJobStatus"], record.get("FailureReason", ""),
-                                 str(self._dir(name) / "logs" / "job.log"))
-        return record
-
-    def _follow(self, name: str, logs: bool, poll: float) -> dict:
-        offset = 0
-        while True:
-            record = self.describe(name)
-            if logs:
-                offset = self._print_log(name, offset)
-            if record["TrainingJobStatus"] in TERMINAL_STATUSES:
-                if logs:
-                    self._print_log(name, offset)
-                return record
-            time.sleep(poll)
-
-    def _print_log(self, name: str, offset: int) -> int:
-        path = self._dir(name) / "logs" / "job.log"
-        if not path.is_file():
-            return offset
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next poll
-        for line in complete.decode("utf-8", "replace").splitlines():
-            self.print(line)
-        return offset + len(complete)
-
-    def logs(self, name: str, follow: bool = False, poll: float = 1.0) -> None:
-        self.describe(name)
-        if follow:
-            self._completed(name, self._follow(name, True, poll))
-        else:
-            self._print_log(name, 0)
 
     def stop(self, name: str) -> None:
         record = self.describe(name)
@@ -138,26 +119,3 @@ class LocalBackend:
         if not pid:
             raise BackendError(f"local job {name} has no supervisor to stop yet; try again in a moment")
         os.kill(pid, signal.SIGTERM)
-
-    def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
-        return [{k: r.get(k) for k in ("TrainingJobName", "TrainingJobStatus", "CreationTime", "TrainingEndTime")}
-                for r in store.list_jobs(self.root, status, name_contains, max_results)]
-
-
-def run_summary(record: dict) -> dict:
-    """First and last loss, steps and throughput from the job's metrics.jsonl (rank 0's, on algo-1)."""
-    metrics = Path(record["LocalJobDir"]) / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl"
-    if not metrics.is_file():
-        return {}
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    train = [r for r in rows if "loss" in r and "val_loss" not in r]
-    if not train:
-        return {}
-    out = {"first_step": train[0]["step"], "first_loss": train[0]["loss"],
-           "steps": train[-1]["step"], "last_loss": train[-1]["loss"]}
-    if "tokens_per_s" in train[-1]:  # the running average, without the first (warm-up) step
-        out["tokens_per_s"] = train[-1]["tokens_per_s"]
-    val = [r["val_loss"] for r in rows if "val_loss" in r]
-    if val:
-        out["last_val_loss"] = val[-1]
-    return out

@@ -49,6 +49,9 @@ class DryRun:
                                    "sha256": self.bundle.sha256}
         return mask_secrets(out) if masked else out
 
+    def render(self) -> str:
+        return dumps(self.to_dict())
+
 
 def _s3_split(uri: str) -> tuple[str, str]:
     parsed = urlparse(uri)
@@ -57,6 +60,8 @@ def _s3_split(uri: str) -> tuple[str, str]:
 
 class SageMakerBackend:
     """One AWS account and region. `session` may be a boto3.Session or a sagemaker.Session."""
+
+    name = "sagemaker"
 
     def __init__(self, session: Any = None, region: str | None = None, printer: Callable[[str], None] | None = None):
         import boto3  # lazy: keeps `smlaunch --help` and `validate` free of boto3
@@ -82,9 +87,10 @@ class SageMakerBackend:
     def dryrun(self, job: ValidatedJob, job_name: str | None = None, build: bool = True) -> DryRun:
         cfg = job.config
         issues = []
-        if cfg.is_local:
-            issues.append(Issue("instance_type", cfg.instance_type, "is a local instance type",
-                                "run it with the local backend, or pick an ml.* instance type"))
+        if not cfg.on_sagemaker:
+            issues.append(Issue("backend", cfg.backend_name, "is not SageMaker, and this is the SageMaker backend",
+                                "submit it with the backend it names (smlaunch submit, or the estimator's fit), or "
+                                "set backend: sagemaker with an ml.* instance type"))
         if not cfg.role:
             issues.append(Issue("role", None, "SageMaker needs an IAM role to run the job",
                                 "set role: arn:aws:iam::<account>:role/<name>"))
@@ -124,8 +130,9 @@ class SageMakerBackend:
         return self._default_bucket_name
 
     # --- submitting ----------------------------------------------------------------------
-    def submit(self, job: ValidatedJob, job_name: str | None = None) -> str:
-        """Create the job; nothing is uploaded or created if any check fails first."""
+    def submit(self, job: ValidatedJob, job_name: str | None = None, *, detach: bool = False) -> str:
+        """Create the job; nothing is uploaded or created if any check fails first. It runs on
+        SageMaker whether or not it is followed, so `detach` changes nothing."""
         plan = self.dryrun(job, job_name, build=False)
         name = plan.request["TrainingJobName"]
         if self.exists(name):
@@ -242,6 +249,18 @@ class SageMakerBackend:
     def _print_events(self, tailer: LogTailer) -> None:
         for event in tailer.poll():
             self.print(f"[{event.host}] {event.message}")
+
+    def artifacts(self, name: str) -> dict[str, str]:
+        """model.tar.gz as DescribeTrainingJob gives it; output.tar.gz next to it, where SageMaker puts it."""
+        desc = self.describe(name)
+        out = {}
+        model = desc.get("ModelArtifacts", {}).get("S3ModelArtifacts")
+        if model:
+            out["model.tar.gz"] = model
+        if desc["TrainingJobStatus"] in TERMINAL_STATUSES:
+            base = desc.get("OutputDataConfig", {}).get("S3OutputPath", "").rstrip("/")
+            out["output.tar.gz"] = f"{base}/{name}/output/output.tar.gz"
+        return out
 
     def stop(self, name: str) -> None:
         self.describe(name)

@@ -396,7 +396,7 @@ def build_job_sourcedir(job, dest: Path) -> SourceBundle:
     cfg, base = job.config, job.base_dir
     source_dir = None if cfg.source_dir is None else base / cfg.source_dir
     entry = cfg.entry_point if source_dir else str(base / cfg.entry_point)
-    requirements = runtime_requirements() if job.kind.runtime and not cfg.is_local else ()
+    requirements = runtime_requirements() if job.kind.runtime and cfg.on_sagemaker else ()
     return build_sourcedir(dest, entry_point=entry, source_dir=source_dir,
                            dependencies=[base / d for d in cfg.dependencies],
                            ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore), requirements=requirements)

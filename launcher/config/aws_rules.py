@@ -27,9 +27,10 @@ AWS_ONLY = ("subnets", "security_group_ids", "encrypt_inter_container_traffic", 
 
 def check_aws_settings(ctx: Context) -> list[Issue]:
     job = ctx.job
-    if job.is_local:
-        return [Issue(name, getattr(job, name), "has no effect in local mode (SageMaker carries it out)",
-                      "drop it for local runs, or run on an ml.* instance type", "warning")
+    if not job.on_sagemaker:
+        return [Issue(name, getattr(job, name), f"has no effect with backend {job.backend_name} "
+                      "(SageMaker carries it out)", f"drop it for {job.backend_name} runs, or run on SageMaker",
+                      "warning")
                 for name in AWS_ONLY if getattr(job, name) not in (None, False, [])]
     return (_vpc(job) + _registry(job) + _network_isolation(ctx) + _instance_groups(ctx)
             + _debugger(job) + _model_uri(job))

@@ -36,6 +36,7 @@ from launcher.config.limits import (
     TAGS_MAX,
 )
 from launcher.config.paths import LocalPathText
+from launcher.config.slurm_settings import SlurmSettings
 
 MAX_RUN_LIMIT = 28 * 24 * 3600  # SageMaker's StoppingCondition.MaxRuntimeInSeconds ceiling
 ROLE_ARN_RE = r"^arn:aws[a-z\-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$"
@@ -124,6 +125,10 @@ class JobConfig(Strict):
     instance_groups: list[InstanceGroup] | None = Field(
         None, description="Heterogeneous cluster: named groups instead of instance_type/instance_count."
     )
+    backend: Literal["sagemaker", "local", "slurm"] | None = Field(
+        None, description="Where the job runs (default: local for instance_type local/local_gpu, else sagemaker)."
+    )
+    slurm: SlurmSettings | None = Field(None, description="backend: slurm: partition, account, time, ...")
     local_runner: Literal["process", "docker"] = Field(
         "process", description="Local mode: simulated hosts as processes here, or as containers (compose)."
     )
@@ -290,7 +295,18 @@ class JobConfig(Strict):
 
     @property
     def is_local(self) -> bool:
+        """The instance type is this machine's own devices (local: CPU, local_gpu: its GPUs)."""
         return self.instance_type in ("local", "local_gpu")
+
+    @property
+    def backend_name(self) -> str:
+        """The backend that runs the job: the one asked for, else what the instance type implies."""
+        return self.backend or ("local" if self.is_local else "sagemaker")
+
+    @property
+    def on_sagemaker(self) -> bool:
+        """SageMaker runs it (S3 channels and artifacts, an image); local and Slurm jobs use paths."""
+        return self.backend_name == "sagemaker"
 
 
 class JobFile(JobConfig):

@@ -43,7 +43,7 @@ def check_job_fields(ctx: Context) -> list[Issue]:
             issues.append(Issue(f"metric_definitions[{i}].Regex", metric.Regex,
                                 "has no capture group, so SageMaker never records a value",
                                 "wrap the number in a group, e.g. 'loss=([0-9.]+)'", "warning"))
-    if not job.is_local:
+    if job.on_sagemaker:
         if job.output_path and not job.output_path.startswith("s3://"):
             issues.append(Issue("output_path", job.output_path, "SageMaker writes artifacts to S3",
                                 "use s3://bucket/prefix (local paths work with instance_type: local)"))
@@ -145,7 +145,7 @@ DEFAULT_REGION = "us-east-1"
 def check_image(ctx: Context) -> list[Issue]:
     """The image exists and the SageMaker SDK would accept it; smlaunch's runtime gets torch >= 2.6."""
     job = ctx.job
-    if job.is_local or ctx.instance is None:
+    if not job.on_sagemaker or ctx.instance is None:
         return []
     try:
         choice = job_image_choice(job, ctx.instance.name, job.region or DEFAULT_REGION, runtime=ctx.runtime)

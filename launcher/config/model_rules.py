@@ -63,7 +63,7 @@ def _pretrained_config(job: JobConfig, base_dir: Path, trainer: bool) -> _Config
     issues = []
     if source.kind == "directory":
         directory = source.path
-        if not job.is_local and Path(os.path.expanduser(value)).is_absolute():
+        if job.on_sagemaker and Path(os.path.expanduser(value)).is_absolute():
             issues.append(Issue(FIELD, value, "is a directory of this machine, which a SageMaker container "
                                 "sees only if its image holds it",
                                 "upload it to S3 and name an input channel that holds it", "warning"))

@@ -14,6 +14,7 @@ from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 from launcher.config.job import JobConfig
 from launcher.config.layout import divisors, layout_problems, sharding_group, with_sharding_strategy
 from launcher.config.models import MOE_MODEL_TYPES, ModelSpec
+from launcher.config.slurm_settings import node_gpus
 from launcher.issues import Issue, did_you_mean
 
 MP = "distribution.smdistributed.modelparallel.parameters"
@@ -90,6 +91,8 @@ def processes_per_host(job: JobConfig, inst: catalog.InstanceType | None) -> tup
     if inst is None:
         return explicit, issues
     gpus = inst.accelerators
+    if job.backend_name == "slurm":
+        gpus = node_gpus(job.slurm, gpus)
     if gpus is None:  # local_gpu: known only on the machine that runs it
         return explicit, issues
     if gpus == 0:
@@ -142,7 +145,7 @@ def check_launchers(ctx: Context) -> list[Issue]:
             "the SageMaker SDK refuses smdistributed (SMP, smddp) on ml.p5.48xlarge without torch_distributed",
             "add torch_distributed: {enabled: true}"))
     inst = ctx.instance
-    if dist.torchrun and inst is not None and inst.accelerators == 0 and not inst.is_local:
+    if dist.torchrun and inst is not None and inst.accelerators == 0 and ctx.job.on_sagemaker:
         issues.append(Issue(
             "distribution.torch_distributed.enabled", True,
             f"{inst.name} has no GPU; torch_distributed on SageMaker needs GPU instances",

@@ -16,13 +16,22 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from launcher import catalog
-from launcher.config import aws_rules, git_source, job_rules, model_rules, request_limits, rules
+from launcher.config import (
+    aws_rules,
+    backend_rules,
+    git_source,
+    job_rules,
+    model_rules,
+    request_limits,
+    rules,
+)
 from launcher.config.base import BOOLEAN_NOT_NUMBER
 from launcher.config.hyperparameters import FP8Config
 from launcher.config.job import JobConfig
 from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
 from launcher.config.layout import ParallelLayout, with_sharding_strategy
 from launcher.config.models import ModelSpec
+from launcher.config.run_settings import RunSettings, run_settings
 from launcher.issues import ConfigError, Issue, did_you_mean
 
 
@@ -39,6 +48,15 @@ class ValidatedJob:
     base_dir: Path
     kind: JobKind
     warnings: list[Issue] = field(default_factory=list)
+
+    @property
+    def settings(self) -> RunSettings | None:
+        """What smlaunch's runtime will do (launcher.config.run_settings: the function the trainer
+        runs and the planner sizes); None for a user script or an unknown world."""
+        if not self.kind.runtime or self.layout is None:
+            return None
+        dist = self.config.distribution
+        return run_settings(self.config.hyperparameters, dist.parameters if dist else None, self.layout.world)
 
 
 def validate_job(
@@ -102,8 +120,9 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                                                                            emulate=bool(hp.fp8_emulate))
     out.update(ctx=ctx, fp8=fp8)
     for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,
-                  rules.check_backend, job_rules.check_job_fields, job_rules.check_hyperparameters,
-                  job_rules.check_image, aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits):
+                  rules.check_backend, backend_rules.check_backend_choice, job_rules.check_job_fields,
+                  job_rules.check_hyperparameters, job_rules.check_image, aws_rules.check_aws_settings,
+                  request_limits.check_hyperparameter_limits):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

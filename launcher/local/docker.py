@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.contract import write_private
-from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError
+from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
 
 ENGINE_ENV = "SMLAUNCH_CONTAINER_ENGINE"
 DEFAULT_IMAGE = "smlaunch:latest"  # what `docker build -f container/Dockerfile -t ...` names
@@ -253,6 +253,7 @@ class DockerRunner:
     """Runs a prepared job as one container per host (see the module docstring)."""
 
     name = "docker"
+    backend = "local"  # the job record's Backend: local mode, whichever runner
     network_interface_name = "eth0"  # each container's interface on the job's network
 
     def __init__(self, engine: Engine | None = None):
@@ -282,6 +283,9 @@ class DockerRunner:
                 "nothing. Build it from the repository root:\n"
                 f"  {engine.name} build -f container/Dockerfile -t {image} ."
             )
+
+    # each host is an `attach` process, which passes the signal on to its container
+    signal_hosts = staticmethod(signal_process_groups)
 
     def start(self, spec: LocalJobSpec) -> list[HostProcess]:
         engine = self.engine

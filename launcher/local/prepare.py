@@ -63,7 +63,7 @@ def _resolve(job: ValidatedJob, path: str) -> Path:
 
 def prepare(job: ValidatedJob, runner: Runner, *, job_name: str | None = None, root: Path | None = None,
             log: Callable[[str], None] = print) -> LocalJobSpec:
-    spec = _checked_spec(job, runner, job_name, root)
+    spec = checked_spec(job, runner, job_name, root)
     try:
         _write(job, spec, runner, log)
     except OSError as exc:  # a full disk, a directory that turned read-only: nothing half-made is left
@@ -71,8 +71,8 @@ def prepare(job: ValidatedJob, runner: Runner, *, job_name: str | None = None, r
     return spec
 
 
-def _checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: Path | None) -> LocalJobSpec:
-    """The job's spec once every check has passed; nothing is written."""
+def checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: Path | None) -> LocalJobSpec:
+    """The job's spec once every check has passed (hyperparameters included); nothing is written."""
     cfg = job.config
     name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
     directory = store.job_dir(name, root)
@@ -97,7 +97,11 @@ def _checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root:
         checkpoint_dir=checkpoint_dir, max_run=cfg.max_run, image=cfg.image_uri, gpus_per_host=gpus_per_host,
         runner=runner.name, output_path=output_path, checkpoint_s3_uri=cfg.checkpoint_s3_uri,
         region=cfg.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+        runner_settings=dict(getattr(runner, "settings", {})),
     )
+    spec.hyperparameters = wire.encode(wire.job_hyperparameters(
+        cfg, instance_type=cfg.instance_type, program=program_name(cfg),
+        submit_directory=runner.submit_directory(spec), job_name=spec.name, region=spec.region))
     runner.check(spec)
     _check_writable(job, spec)
     for field, uri in (("output_path", output_path), ("checkpoint_s3_uri", cfg.checkpoint_s3_uri),
@@ -168,10 +172,7 @@ def _write(job: ValidatedJob, spec: LocalJobSpec, runner: Runner, log: Callable[
         _create_job_dir(spec.job_dir)
         try:
             shutil.move(str(bundle.path), spec.source_archive)
-            spec.hyperparameters = wire.encode(wire.job_hyperparameters(
-                cfg, instance_type=cfg.instance_type, program=program_name(cfg),
-                submit_directory=runner.submit_directory(spec), job_name=spec.name, region=spec.region))
-            store.write(spec.job_dir, _record(job, spec))
+            store.write(spec.job_dir, _record(job, spec, runner))
         except BaseException:
             shutil.rmtree(spec.job_dir, ignore_errors=True)
             raise
@@ -226,7 +227,7 @@ def _fetch_inputs(job: ValidatedJob, spec: LocalJobSpec, log: Callable[[str], No
         log(f"checkpoints: {count} file(s) from {spec.checkpoint_s3_uri}")
 
 
-def _record(job: ValidatedJob, spec: LocalJobSpec) -> dict:
+def _record(job: ValidatedJob, spec: LocalJobSpec, runner: Runner) -> dict:
     """The initial job.json: DescribeTrainingJob's fields that mean something locally."""
     cfg = job.config
     stamp = store.now()
@@ -246,6 +247,7 @@ def _record(job: ValidatedJob, spec: LocalJobSpec) -> dict:
         "InputDataConfig": [{"ChannelName": n, "DataSource": {"S3DataSource": {
             "S3Uri": c.s3_data, "S3DataType": c.s3_data_type, "S3DataDistributionType": c.distribution}}}
             for n, c in cfg.channels().items()],
+        "Backend": runner.backend,
         "LocalRunner": spec.runner,
         "LocalJobDir": str(spec.job_dir),
         "ProcessesPerHost": spec.processes_per_host,

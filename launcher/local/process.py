@@ -17,7 +17,7 @@ import sys
 
 from launcher.contract import free_port
 from launcher.local import leftovers
-from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError
+from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
 
 # Variables of the caller's shell that would point a bootstrap at another job.
 _NOT_INHERITED = ("SM_", "SAGEMAKER_", "SMLAUNCH_MASTER_", "SMLAUNCH_CHECKPOINT_DIR", "CUDA_VISIBLE_DEVICES")
@@ -33,6 +33,7 @@ def _die_with_parent():
 
 class ProcessRunner:
     name = "process"
+    backend = "local"  # the job record's Backend: local mode, whichever runner
     network_interface_name = "lo"  # the hosts meet on 127.0.0.1
 
     def submit_directory(self, spec: LocalJobSpec) -> str:
@@ -69,6 +70,8 @@ class ProcessRunner:
             )
             started.append(HostProcess(host, proc))
         return started
+
+    signal_hosts = staticmethod(signal_process_groups)
 
     def cleanup(self, spec: LocalJobSpec) -> None:
         """Nothing: the processes are gone and their files belong to the user."""

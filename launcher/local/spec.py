@@ -16,6 +16,7 @@ The job directory (`<jobs root>/<job name>/`):
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +25,9 @@ from typing import Protocol
 from launcher.contract import write_private
 
 SPEC_FILE = "spec.json"
+# Written in the job directory to ask its supervisor to stop the job, as SIGTERM to it does: for a
+# supervisor on another machine (a Slurm job's), which a signal from here cannot reach.
+STOP_REQUEST = "stop-requested"
 
 
 @dataclass
@@ -46,6 +50,7 @@ class LocalJobSpec:
     region: str | None = None
     # ShardedByS3Key channels: host -> channel -> that host's part (replaces channels[name])
     host_channels: dict[str, dict[str, Path]] = field(default_factory=dict)
+    runner_settings: dict = field(default_factory=dict)  # the Slurm runner's: the job's slurm section
 
     def host_dir(self, host: str) -> Path:
         """The host's /opt/ml tree."""
@@ -85,6 +90,7 @@ class HostProcess:
 
 class Runner(Protocol):
     name: str
+    backend: str  # the backend whose jobs it runs: "local", or "slurm" for the Slurm runner
     # resourceconfig.json's network_interface_name: the interface the hosts reach each other on,
     # which torchrun jobs get as NCCL_SOCKET_IFNAME (container.toolkit_env)
     network_interface_name: str
@@ -98,8 +104,21 @@ class Runner(Protocol):
     def start(self, spec: LocalJobSpec) -> list[HostProcess]:
         """Start the job (the trees under spec.job_dir / "hosts" are written)."""
 
+    def signal_hosts(self, hosts: list[HostProcess], signum: int) -> None:
+        """Send `signum` to every host still running (SIGTERM: stop and checkpoint; SIGKILL: now)."""
+
     def cleanup(self, spec: LocalJobSpec) -> None:
         """After every process ended (or was killed): release what start() created."""
+
+
+def signal_process_groups(hosts: list[HostProcess], signum: int) -> None:
+    """`signum` to the process group of every host still running (each host is a session leader)."""
+    for host in hosts:
+        if host.proc.poll() is None:
+            try:
+                os.killpg(host.proc.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 class RunnerError(RuntimeError):

@@ -71,8 +71,13 @@ def update(directory: Path, **fields: Any) -> dict[str, Any]:
     return record
 
 
+def backend_of(record: dict[str, Any]) -> str:
+    """Which backend runs the job of this record ("local" or "slurm"; records before Slurm are local)."""
+    return record.get("Backend", "local")
+
+
 def list_jobs(root: Path | None = None, status: str | None = None, name_contains: str | None = None,
-              max_results: int = 50) -> list[dict[str, Any]]:
+              max_results: int | None = 50) -> list[dict[str, Any]]:
     """Newest first, as ListTrainingJobs sorts by CreationTime descending."""
     base = root or jobs_root()
     records = []

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from launcher.contract import FAILURE_LIMIT, process_ended
 from launcher.local import leftovers, s3io, store
-from launcher.local.spec import HostProcess, LocalJobSpec, Runner
+from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
 from launcher.local.watchdog import Watchdog
 
 STOP_GRACE_S = 120.0  # SageMaker's time between SIGTERM and SIGKILL when it stops a job
@@ -53,7 +53,8 @@ def console_printer(label: str, color: str, line: str) -> None:
     sys.stdout.flush()
 
 
-def runner_named(name: str) -> Runner:
+def runner_named(name: str, settings: dict | None = None) -> Runner:
+    """The runner of that name; `settings` are the Slurm runner's (the job's slurm section)."""
     if name == "process":
         from launcher.local.process import ProcessRunner
 
@@ -62,6 +63,10 @@ def runner_named(name: str) -> Runner:
         from launcher.local.docker import DockerRunner
 
         return DockerRunner()
+    if name == "slurm":
+        from launcher.slurm.runner import SlurmRunner
+
+        return SlurmRunner(settings)
     raise ValueError(f"runner {name!r}: use 'process' or 'docker'")
 
 
@@ -107,14 +112,13 @@ class Supervisor:
             return {}
         return {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
-    @staticmethod
-    def _signal_all(hosts: list[HostProcess], signum: int) -> None:
-        for host in hosts:
-            if host.proc.poll() is None:
-                try:
-                    os.killpg(host.proc.pid, signum)
-                except (ProcessLookupError, PermissionError):
-                    pass
+    def _signal_all(self, hosts: list[HostProcess], signum: int) -> None:
+        if hosts:
+            self.runner.signal_hosts(hosts, signum)
+
+    def _stop_requested(self) -> bool:
+        """A stop asked for through the job directory (`smlaunch stop` of a job on other machines)."""
+        return (self.spec.job_dir / STOP_REQUEST).exists()
 
     # --- the run --------------------------------------------------------------------------
     def run(self) -> dict:
@@ -163,6 +167,8 @@ class Supervisor:
                 now = time.monotonic()
                 if reason is None:
                     failed = [label for label, code in exits if code != 0]
+                    if not self.signals and self._stop_requested():
+                        self.signals.append(signal.SIGTERM)
                     if self.signals:
                         reason = "interrupted" if self.signals[0] == signal.SIGINT else "stopped"
                         self._note(f"{signal.Signals(self.signals[0]).name}: stopping every host "
@@ -352,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m launcher.local.supervise JOB_DIR", file=sys.stderr)
         return 2
     spec = LocalJobSpec.load(Path(argv[0]))
-    record = Supervisor(spec, runner_named(spec.runner), printer=None).run()
+    record = Supervisor(spec, runner_named(spec.runner, spec.runner_settings), printer=None).run()
     return 0 if record["TrainingJobStatus"] == "Completed" else 1
 
 

@@ -49,7 +49,7 @@ def watch(job_dir: Path, read_fd: int) -> int:
     from launcher.local.supervise import Supervisor, runner_named
 
     spec = LocalJobSpec.load(job_dir)
-    Supervisor(spec, runner_named(spec.runner), printer=None).abandoned(record.get("SupervisorPid"))
+    Supervisor(spec, runner_named(spec.runner, spec.runner_settings), printer=None).abandoned(record.get("SupervisorPid"))
     return 0
 
 

@@ -68,8 +68,8 @@ def workload_of(job: ValidatedJob) -> Workload:
     if min(lay.mesh_shape) < 1 or math.prod(lay.mesh_shape) != lay.world:  # a job not built by validate_job
         raise PlanError(f"the mesh {dict(zip(lay.mesh_dim_names, lay.mesh_shape))} does not tile the world of "
                         f"{lay.world} ranks: run `smlaunch validate` on the job for what to change")
-    dist = job.config.distribution
-    s = run_settings(job.config.hyperparameters, dist.parameters if dist else None, lay.world)
+    s = job.settings if job.kind.runtime else run_settings(
+        job.config.hyperparameters, job.config.distribution.parameters if job.config.distribution else None, lay.world)
     return Workload(
         spec=job.model,
         seq_len=s.seq_len,

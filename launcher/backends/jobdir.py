@@ -1,0 +1,124 @@
+"""What the local and Slurm backends share: their jobs live in smlaunch's job store.
+
+Both prepare a job directory (launcher.local.prepare) and a supervisor
+(launcher.local.supervise) runs it, here or in a Slurm allocation, writing `job.json` and the
+merged `logs/job.log`. Following a job, printing its logs and listing jobs therefore read the same
+files for both; only submitting, stopping and the part of the status the scheduler knows differ.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobFailedError
+from launcher.local import store
+
+
+class JobDirBackend:
+    name = ""  # "local" or "slurm": the `Backend` field of the records this backend owns
+
+    def __init__(self, root: Path | None = None, printer: Callable[[str], None] | None = None):
+        self.root = root
+        self.print = printer or print
+
+    def _dir(self, name: str) -> Path:
+        return store.job_dir(name, self.root)
+
+    def _record(self, name: str) -> dict:
+        """The job's record, if this backend owns it; BackendError naming where it looked."""
+        try:
+            record = store.read(name, self.root)
+        except LookupError as exc:
+            raise BackendError(str(exc)) from None
+        if store.backend_of(record) != self.name:
+            raise BackendError(f"job {name} is a {store.backend_of(record)} job, not a {self.name} one: "
+                               f"use {store.backend_of(record)}:{name}")
+        return record
+
+    def resolve(self, job: str) -> str:
+        """The job's name, given its name (or, for Slurm, its scheduler's id)."""
+        return job
+
+    def exists(self, name: str) -> bool:
+        return store.exists(name, self.root) and store.backend_of(store.read(name, self.root)) == self.name
+
+    def artifacts(self, name: str) -> dict[str, str]:
+        """Where the job's model.tar.gz and output.tar.gz are (once it has ended)."""
+        return dict(self.describe(name).get("OutputArtifacts") or {})
+
+    # --- following -----------------------------------------------------------------------
+    def _completed(self, name: str, record: dict) -> dict:
+        """The record of a Completed job; JobFailedError (reason, log file) for any other end."""
+        if record["TrainingJobStatus"] != "Completed":
+            raise JobFailedError(name, record["TrainingJobStatus"], record.get("FailureReason", ""),
+                                 str(self._dir(name) / "logs" / "job.log"))
+        return record
+
+    def _follow(self, name: str, logs: bool, poll: float) -> dict:
+        offset = 0
+        while True:
+            record = self.describe(name)
+            if logs:
+                offset = self._print_log(name, offset)
+            if record["TrainingJobStatus"] in TERMINAL_STATUSES:
+                if logs:
+                    self._print_log(name, offset)
+                return record
+            time.sleep(poll)
+
+    def _print_log(self, name: str, offset: int) -> int:
+        path = self._dir(name) / "logs" / "job.log"
+        if not path.is_file():
+            return offset
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+        for line in complete.decode("utf-8", "replace").splitlines():
+            self.print(line)
+        return offset + len(complete)
+
+    def wait(self, name: str, logs: bool = True, poll: float = 1.0) -> dict:
+        """Follow the job to its end; raise JobFailedError if it fails or is stopped."""
+        return self._completed(name, self._follow(name, logs, poll))
+
+    def logs(self, name: str, follow: bool = False, poll: float = 1.0) -> None:
+        self.describe(name)
+        if follow:
+            self._completed(name, self._follow(name, True, poll))
+        else:
+            self._print_log(name, 0)
+
+    def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
+        rows = []
+        for record in store.list_jobs(self.root, None, name_contains, None):
+            if store.backend_of(record) != self.name:
+                continue
+            record = self.describe(record["TrainingJobName"])  # the scheduler may know more than the file
+            if status and record["TrainingJobStatus"] != status:
+                continue
+            rows.append({k: record.get(k) for k in ("TrainingJobName", "TrainingJobStatus", "CreationTime",
+                                                     "TrainingEndTime", "TrainingStartTime")})
+        return rows[:max_results]
+
+
+def run_summary(record: dict) -> dict:
+    """First and last loss, steps and throughput from the job's metrics.jsonl (rank 0's, on algo-1)."""
+    metrics = Path(record["LocalJobDir"]) / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl"
+    if not metrics.is_file():
+        return {}
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    train = [r for r in rows if "loss" in r and "val_loss" not in r]
+    if not train:
+        return {}
+    out = {"first_step": train[0]["step"], "first_loss": train[0]["loss"],
+           "steps": train[-1]["step"], "last_loss": train[-1]["loss"]}
+    if "tokens_per_s" in train[-1]:  # the running average, without the first (warm-up) step
+        out["tokens_per_s"] = train[-1]["tokens_per_s"]
+    val = [r["val_loss"] for r in rows if "val_loss" in r]
+    if val:
+        out["last_val_loss"] = val[-1]
+    return out

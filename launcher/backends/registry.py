@@ -1,0 +1,141 @@
+"""Which backend runs a job, and which one has a job a user names.
+
+A job handle names its backend: `sagemaker:NAME`, `local:NAME`, `slurm:JOBID` (or `slurm:NAME`).
+A bare name is looked for as before: in smlaunch's job store (local and Slurm jobs, whose record
+says which), then on SageMaker. Backends are imported only when needed: boto3 only for SageMaker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from launcher.backends.base import Backend, BackendError, check_job_name
+from launcher.issues import ConfigError, Issue
+
+BACKENDS = ("sagemaker", "local", "slurm")
+HANDLE_FIX = "name a job as NAME, sagemaker:NAME, local:NAME or slurm:JOBID"
+
+
+def backend_named(name: str, *, region: str | None = None, session: Any = None, runner: str = "process",
+                  printer: Callable[[str], None] | None = None) -> Backend:
+    if name == "local":
+        from launcher.backends.local import LocalBackend
+
+        return LocalBackend(runner=runner, printer=printer)
+    if name == "slurm":
+        from launcher.backends.slurm import SlurmBackend
+
+        return SlurmBackend(printer=printer)
+    if name == "sagemaker":
+        from launcher.backends.sagemaker import SageMakerBackend
+
+        return SageMakerBackend(session, region=region, printer=printer)
+    raise ConfigError([Issue("backend", name, "is not a backend of smlaunch", "use " + ", ".join(BACKENDS))])
+
+
+def for_job(job, *, session: Any = None, printer: Callable[[str], None] | None = None,
+            runner: str | None = None) -> Backend:
+    """The backend the validated job names (its `backend`, or what its instance type implies)."""
+    cfg = job.config
+    return backend_named(cfg.backend_name, region=cfg.region, session=session,
+                         runner=runner or cfg.local_runner, printer=printer)
+
+
+def parse_handle(handle: str, field: str = "job_name") -> tuple[str | None, str]:
+    """(backend or None, job) of `backend:job` or a bare job name; ConfigError (naming `field`) if neither."""
+    if not isinstance(handle, str) or ":" not in handle:
+        return None, check_job_name(handle, field)
+    prefix, _, rest = handle.partition(":")
+    if prefix not in BACKENDS:
+        raise ConfigError([Issue(field, handle, f"names backend {prefix!r}, which smlaunch does not have",
+                                 HANDLE_FIX)])
+    if prefix == "slurm" and rest.isdigit():
+        return prefix, rest
+    return prefix, check_job_name(rest, field)
+
+
+def find(handle: str, *, region: str | None = None, session: Any = None,
+         printer: Callable[[str], None] | None = None) -> tuple[Backend, str]:
+    """(backend, job) for a handle; BackendError naming every place looked in when none has it.
+    The handle is checked first, so a bad one costs no AWS call."""
+    from launcher.local import store
+
+    kind, job = parse_handle(handle)
+    if kind is not None:
+        backend = backend_named(kind, region=region, session=session, printer=printer)
+        if kind != "sagemaker":
+            if not backend.exists(job):
+                raise BackendError(f"no {kind} job {job!r} (in {store.jobs_root()})")
+            job = backend.resolve(job)
+        return backend, job
+    if store.exists(job):
+        return backend_named(store.backend_of(store.read(job)), printer=printer), job
+    return _on_sagemaker(job, region, session, printer, f"no job named {job!r}: not a local or Slurm job "
+                                                        f"(in {store.jobs_root()})"), job
+
+
+def _on_sagemaker(job: str, region: str | None, session: Any, printer, not_here: str) -> Backend:
+    from botocore.exceptions import (  # only now: AWS is asked
+        BotoCoreError,
+        ClientError,
+        NoCredentialsError,
+    )
+
+    try:
+        backend = backend_named("sagemaker", region=region, session=session, printer=printer)
+        found = backend.exists(job)
+    except ConfigError as exc:  # no region: SageMaker cannot be asked at all
+        raise BackendError(f"{not_here}, and SageMaker cannot be asked: {exc.issues[0].problem} "
+                           f"({exc.issues[0].fix})") from None
+    except NoCredentialsError:
+        raise BackendError(f"{not_here}, and SageMaker cannot be asked: no AWS credentials found "
+                           "(aws configure, AWS_PROFILE, or an instance role)") from None
+    except (BotoCoreError, ClientError) as exc:  # no network, access denied
+        raise BackendError(f"{not_here}, and SageMaker could not be asked: {exc}") from None
+    if not found:
+        raise BackendError(f"{not_here}, nor a SageMaker training job in {backend.region}")
+    return backend
+
+
+def list_all(backends: tuple[str, ...] = BACKENDS, *, region: str | None = None, status: str | None = None,
+             name_contains: str | None = None, max_results: int = 20) -> tuple[list[dict], list[str]]:
+    """Jobs of every backend asked, newest first, with Backend, Handle and DurationSeconds; and a
+    note for each backend that could not be asked (SageMaker without a region or credentials)."""
+    rows, notes = [], []
+    for name in backends:
+        try:
+            jobs = backend_named(name, region=region).list(status, name_contains, max_results)
+        except Exception as exc:  # noqa: BLE001 - one unreachable engine must not hide the others' jobs
+            notes.append(f"{name}: not listed: {_why(exc)}")
+            continue
+        rows += [{**j, "Backend": name, "Handle": f"{name}:{j['TrainingJobName']}",
+                  "DurationSeconds": _duration(j)} for j in jobs]
+    rows.sort(key=lambda r: _time(r.get("CreationTime")) or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
+    return rows[:max_results], notes
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, ConfigError):
+        return f"{exc.issues[0].problem} ({exc.issues[0].fix})"
+    if type(exc).__name__ == "NoCredentialsError":
+        return "no AWS credentials found (aws configure, AWS_PROFILE, or an instance role)"
+    return str(exc)
+
+
+def _time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if isinstance(value, str) and value:
+        return _time(datetime.fromisoformat(value))
+    return None
+
+
+def _duration(job: dict) -> int | None:
+    """Seconds from start (or creation) to end, or to now while it runs."""
+    start = _time(job.get("TrainingStartTime")) or _time(job.get("CreationTime"))
+    if start is None:
+        return None
+    end = _time(job.get("TrainingEndTime")) or datetime.now(timezone.utc)
+    return max(int((end - start).total_seconds()), 0)

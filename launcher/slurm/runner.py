@@ -1,0 +1,102 @@
+"""The Slurm runner: inside the job's allocation, one `srun` step per node runs that node's bootstrap.
+
+The supervisor (launcher.local.supervise, started by the batch script on the first node) calls
+`start`, as it does for local jobs; each step is one task on one node (`--relative`), whose
+`python -m container train` reads the node's /opt/ml tree in the shared job directory. The
+rendezvous is the first node of the allocation, at the address Slurm gives for it (NodeAddr),
+not an assumed name. srun passes the supervisor's SIGTERM on to the task, so a stop reaches the
+ranks and they checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+from launcher.backends.base import BackendError
+from launcher.contract import free_port
+from launcher.local.process import ProcessRunner
+from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
+from launcher.slurm import commands
+
+# NCCL's own choice when NCCL_SOCKET_IFNAME is unset: any interface but loopback and docker's.
+DEFAULT_INTERFACE = "^lo,docker"
+
+
+class SlurmRunner(ProcessRunner):
+    name = "slurm"
+    backend = "slurm"
+
+    def __init__(self, settings: dict | None = None):
+        self.settings = settings or {}
+        self.network_interface_name = self.settings.get("network_interface") or DEFAULT_INTERFACE
+
+    def check(self, spec: LocalJobSpec) -> None:
+        python = self.settings.get("python") or sys.executable
+        if self.settings.get("container_image"):
+            return  # the image brings its own Python and smlaunch
+        if python == sys.executable:
+            super().check(spec)  # the nodes run this very Python
+        elif not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            raise RunnerError(f"slurm.python {python!r} is not an executable file here; give the path of a "
+                              "Python with smlaunch[train] that every node has")
+
+    def _master(self) -> str:
+        nodelist = os.environ.get("SLURM_JOB_NODELIST")
+        if not nodelist:
+            raise RunnerError("SLURM_JOB_NODELIST is not set: the Slurm runner runs inside a Slurm allocation "
+                              "(the job's batch script)")
+        return commands.node_address(commands.hostnames(nodelist)[0])
+
+    def srun_command(self, spec: LocalJobSpec, index: int) -> list[str]:
+        s = self.settings
+        command = ["srun", "--nodes=1", "--ntasks=1", f"--relative={index}", "--unbuffered",
+                   "--kill-on-bad-exit=1", f"--job-name={spec.name}-{spec.hosts[index]}",
+                   f"--chdir={spec.host_dir(spec.hosts[index])}"]
+        cpus = os.environ.get("SLURM_CPUS_ON_NODE")
+        if cpus:  # the whole node for torchrun and its ranks, not the step's default of one CPU
+            command.append(f"--cpus-per-task={cpus}")
+        if s.get("gpus_per_node"):
+            command.append(f"--gpus-per-node={s['gpus_per_node']}")
+        if s.get("container_image"):
+            mounts = [str(spec.job_dir), str(spec.checkpoint_dir), *s.get("container_mounts", [])]
+            command += [f"--container-image={s['container_image']}",
+                        "--container-mounts=" + ",".join(dict.fromkeys(f"{m}:{m}" if ":" not in m else m
+                                                                      for m in mounts)),
+                        "--container-workdir=" + str(spec.host_dir(spec.hosts[index])), "python"]
+        else:
+            command.append(s.get("python") or sys.executable)
+        return command + ["-m", "container", "train"]
+
+    def environment(self, spec: LocalJobSpec, host: str, port: int) -> dict[str, str]:
+        env = super().environment(spec, host, port)
+        env["SMLAUNCH_MASTER_ADDR"] = self._master_addr
+        return env
+
+    def signal_hosts(self, hosts: list[HostProcess], signum: int) -> None:
+        """SIGTERM through Slurm to the steps' tasks (the bootstraps), which pass it on to the
+        ranks: srun itself would answer a SIGTERM by killing its tasks at once. SIGKILL ends srun."""
+        job_id = os.environ.get("SLURM_JOB_ID")
+        if signum == signal.SIGTERM and job_id:
+            try:
+                commands.run(["scancel", "--signal=TERM", job_id])  # neither --batch nor --full: the steps only
+                return
+            except BackendError as exc:
+                print(f"smlaunch: {exc}; signalling srun instead", file=sys.stderr)
+        signal_process_groups(hosts, signum)
+
+    def start(self, spec: LocalJobSpec) -> list[HostProcess]:
+        if shutil.which("srun") is None:
+            raise RunnerError("srun is not on PATH on the job's first node")
+        self._master_addr = self._master()
+        port = free_port()  # this is the first node: the rendezvous listens here
+        started = []
+        for index, host in enumerate(spec.hosts):
+            proc = subprocess.Popen(self.srun_command(spec, index), env=self.environment(spec, host, port),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            started.append(HostProcess(host, proc))
+        return started
