@@ -212,17 +212,13 @@ class ModelTrainer:
         inputs = self._inputs(input_data_config)
         with v3_errors():
             if dry_run:
-                if not self.local:
-                    self.estimator.dryrun(inputs)
-                elif inputs is not None:  # no request to show: the new channels are validated with the job
-                    from launcher.estimator import PyTorch
-
-                    PyTorch(**{**self._args, "inputs": inputs})
+                self.estimator.dryrun(inputs)
                 return
             self.estimator.fit(inputs, wait=wait, logs=logs, force=force)
 
     def dryrun(self, input_data_config: list | None = None, job_name: str | None = None) -> dict:
-        """The CreateTrainingJob request train() would send (and the code upload); nothing is sent."""
+        """What train() would submit (SageMaker: the CreateTrainingJob request and the code upload;
+        local: the hosts and settings; Slurm: the batch script); nothing is sent or written."""
         inputs = self._inputs(input_data_config)
         with v3_errors():
             return self.estimator.dryrun(inputs, job_name)

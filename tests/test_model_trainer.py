@@ -204,6 +204,11 @@ def test_local_train_runs_the_script_with_its_channel(tmp_path, monkeypatch):
     trainer = ModelTrainer(training_mode=Mode.LOCAL_CONTAINER, compute=Compute(instance_type="local_cpu"),
                            source_code=SourceCode(source_dir=str(code), entry_script="job.py"),
                            hyperparameters={"epochs": 2}, base_job_name="v3-local")
+    shown = trainer.dryrun([InputData(channel_name="train", data_source=str(data))])["LocalJob"]
+    assert shown["Channels"] == {"train": str(data)} and not (tmp_path / "home").exists()  # nothing written
+    with pytest.raises(ConfigError, match="input_data_config"):  # a dry run checks the new channels too
+        trainer.train(input_data_config=[InputData(channel_name="train", data_source=str(tmp_path / "no"))],
+                      dry_run=True)
     trainer.train(input_data_config=[InputData(channel_name="train", data_source=str(data))])
     assert trainer.latest_training_job.name.startswith("v3-local-")
     model = Path(trainer.estimator.model_data)
