@@ -176,7 +176,7 @@ def _summary(job) -> dict:
         out["data_parallel"] = lay.data_parallel
     if job.model:
         out["model"] = job.model.name
-    settings = job.settings  # smlaunch's runtime: what it will run, defaults included
+    settings = job.settings if job.kind.runtime else None  # what smlaunch's runtime will run, defaults included
     if settings:
         out["sequence_length"] = settings.seq_len
         out["batch"] = f"{settings.micro_batch} sequence(s) per data-parallel rank x {settings.grad_accum} step(s)"

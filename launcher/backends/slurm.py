@@ -44,7 +44,11 @@ class SlurmBackend(JobDirBackend):
     name = "slurm"
 
     # --- submitting ----------------------------------------------------------------------
-    def _plan(self, job: ValidatedJob, job_name: str | None):
+    def _script(self, job: ValidatedJob, spec, runner: SlurmRunner) -> str:
+        return script.render(spec, _settings(job), runner.settings["gpus_per_node"], runner.settings["python"])
+
+    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> JobDryRun:
+        """The batch script and what it runs; nothing is written or submitted."""
         from launcher.local.prepare import checked_spec
 
         runner = SlurmRunner(_runner_settings(job))
@@ -52,12 +56,7 @@ class SlurmBackend(JobDirBackend):
             spec = checked_spec(job, runner, job_name, self.root)
         except RunnerError as exc:
             raise BackendError(str(exc)) from None
-        text = script.render(spec, _settings(job), runner.settings["gpus_per_node"], runner.settings["python"])
-        return runner, spec, text
-
-    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> JobDryRun:
-        """The batch script and what it runs; nothing is written or submitted."""
-        _, spec, text = self._plan(job, job_name)
+        text = self._script(job, spec, runner)
         return JobDryRun(self.name, {"SlurmJob": {
             "TrainingJobName": spec.name, "JobDir": str(spec.job_dir), "Nodes": len(spec.hosts),
             "ProcessesPerNode": spec.processes_per_host, "BatchScript": text,
@@ -68,13 +67,13 @@ class SlurmBackend(JobDirBackend):
         from launcher.local.prepare import prepare
 
         commands.run(["sbatch", "--version"])  # no Slurm client here: say so before anything is written
-        runner, planned, text = self._plan(job, job_name)
+        runner = SlurmRunner(_runner_settings(job))
         try:
-            spec = prepare(job, runner, job_name=planned.name, root=self.root, log=self.print)
+            spec = prepare(job, runner, job_name=job_name, root=self.root, log=self.print)
         except RunnerError as exc:
             raise BackendError(str(exc)) from None
         path = spec.job_dir / script.SCRIPT_NAME
-        path.write_text(text)
+        path.write_text(self._script(job, spec, runner))
         try:
             job_id = commands.sbatch(str(path), str(spec.job_dir))
         except BackendError as exc:

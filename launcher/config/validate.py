@@ -51,9 +51,10 @@ class ValidatedJob:
 
     @property
     def settings(self) -> RunSettings | None:
-        """What smlaunch's runtime will do (launcher.config.run_settings: the function the trainer
-        runs and the planner sizes); None for a user script or an unknown world."""
-        if not self.kind.runtime or self.layout is None:
+        """What smlaunch's runtime would do (launcher.config.run_settings: the function the trainer
+        runs and the planner sizes); None while the world is unknown (local_gpu). A user script's
+        job gets them too: the planner sizes it as the runtime would run it."""
+        if self.layout is None:
             return None
         dist = self.config.distribution
         return run_settings(self.config.hyperparameters, dist.parameters if dist else None, self.layout.world)

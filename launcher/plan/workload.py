@@ -13,7 +13,6 @@ from launcher.catalog import InstanceType
 from launcher.config import ValidatedJob
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import ModelSpec
-from launcher.config.run_settings import run_settings
 
 
 class PlanError(ValueError):
@@ -68,8 +67,7 @@ def workload_of(job: ValidatedJob) -> Workload:
     if min(lay.mesh_shape) < 1 or math.prod(lay.mesh_shape) != lay.world:  # a job not built by validate_job
         raise PlanError(f"the mesh {dict(zip(lay.mesh_dim_names, lay.mesh_shape))} does not tile the world of "
                         f"{lay.world} ranks: run `smlaunch validate` on the job for what to change")
-    s = job.settings if job.kind.runtime else run_settings(
-        job.config.hyperparameters, job.config.distribution.parameters if job.config.distribution else None, lay.world)
+    s = job.settings
     return Workload(
         spec=job.model,
         seq_len=s.seq_len,
