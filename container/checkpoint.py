@@ -3,7 +3,8 @@
 Layout of `<directory>/step-<N>/`:
     .metadata, __<rank>_0.distcp   DCP's sharded model and optimizer state (reshardable)
     rng-<rank>.pt                  each rank's torch RNG state
-    trainer.pt                     step, world size, scheduler, data position, extra (rank 0)
+    trainer.pt                     step, world size, scheduler, data position, extra, and what a
+                                   resume must keep (launcher.config.resume) (rank 0)
     manifest-<rank>.json           size and sha256 of every file that rank wrote
     .complete                      written last by rank 0: the step and how many manifest parts
 
@@ -21,7 +22,11 @@ none is usable, resume fails with every reason rather than train from step 1 ove
 
 Works with a plain model in one process (no process group: DCP's no-dist mode) and with an
 FSDP2-sharded model; DCP reshards on load, so a job may resume on a different number of ranks
-(the RNG states are then left alone, as they belong to ranks that no longer exist).
+and other parallel degrees. The RNG states are then left alone, as they belong to ranks that no
+longer exist; the runtime draws no random numbers while training (no dropout; synthetic data is
+a function of the sample index), so the resumed run is still the uninterrupted one. What may not
+change (global batch, sequence length, model, ...) is recorded in trainer.pt and checked before
+anything is loaded: launcher.config.resume decides it, and validation explains the same rule.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
@@ -50,6 +56,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim.lr_scheduler import LRScheduler
 
 from container import checkpoint_manifest as manifest
+from launcher.config.resume import RunIdentity, may_change
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +67,7 @@ _TMP_DIR = re.compile(r"step-(\d+)\.tmp")
 
 
 class CheckpointError(RuntimeError):
-    """Checkpoints exist, and none of them can be resumed from."""
+    """Checkpoints exist, and none of them can be resumed from, or this run may not continue them."""
 
 
 def _distributed() -> bool:
@@ -113,11 +120,23 @@ class _RecordingWriter(dcp.FileSystemWriter):
         return future
 
 
-def _sharded_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+# The optimizer state is saved flattened, one key per parameter and setting
+# (`param_groups.<fqn>.lr`): pipeline stages hold different parameters, and an unflattened
+# `param_groups` list under one key would be saved by one rank only (DCP keeps one copy of a key)
+# and loaded by all. trainer.pt records the layout; checkpoints written before it was recorded
+# hold the unflattened state, and still load.
+OPTIMIZER_LAYOUT = "flattened"
+
+
+def _optim_options(layout: str | None) -> StateDictOptions:
+    return StateDictOptions(flatten_optimizer_state_dict=layout == "flattened")
+
+
+def _sharded_state(model: nn.Module, optimizer: torch.optim.Optimizer, layout: str | None) -> dict[str, Any]:
     """Each rank's shards (DTensors under FSDP2), which DCP writes and reshards on load."""
     return {
         "model": get_model_state_dict(model),
-        "optim": get_optimizer_state_dict(model, optimizer),
+        "optim": get_optimizer_state_dict(model, optimizer, options=_optim_options(layout)),
     }
 
 
@@ -139,6 +158,8 @@ class Checkpointer:
     newest usable one.
 
     `rank` and `local_rank` default to the process group's rank and torchrun's `LOCAL_RANK`.
+    `identity` (this run's values of what a resume must keep) is recorded in every save and
+    checked at resume; without it nothing is recorded or checked.
     """
 
     def __init__(
@@ -147,6 +168,7 @@ class Checkpointer:
         keep: int,
         rank: int | None = None,
         local_rank: int | None = None,
+        identity: RunIdentity | None = None,
     ):
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
@@ -156,6 +178,7 @@ class Checkpointer:
         if local_rank is None:
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.local_rank = local_rank
+        self.identity = identity
         self._good: set[int] = set()  # steps this job saved or verified
         self._bad: set[int] = set()  # steps resume found unusable: never kept in place of good ones
 
@@ -194,7 +217,7 @@ class Checkpointer:
         torch.save(_rng_state(), tmp / rng_file)
         writer = _RecordingWriter(tmp)
         with _quiet_no_dist():
-            dcp.save(_sharded_state(model, optimizer), storage_writer=writer, no_dist=not _distributed())
+            dcp.save(_sharded_state(model, optimizer, OPTIMIZER_LAYOUT), storage_writer=writer, no_dist=not _distributed())
         written = [rng_file, *writer.written]
         if self.rank == 0:
             trainer = {
@@ -203,6 +226,8 @@ class Checkpointer:
                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
                 "dataloader": dataloader_state,
                 "extra": extra or {},
+                "keeps": self.identity.record() if self.identity is not None else None,
+                "optimizer_layout": OPTIMIZER_LAYOUT,
             }
             torch.save(trainer, tmp / TRAINER_FILE)
             written += [TRAINER_FILE, DCP_METADATA]  # dcp.save has returned: the metadata is written
@@ -279,23 +304,40 @@ class Checkpointer:
     def _load(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
               scheduler: LRScheduler | None) -> tuple[int, dict, dict]:
         path = self.path(step)
-        state = _sharded_state(model, optimizer)
+        trainer = torch.load(path / TRAINER_FILE, weights_only=True)
+        self._check_continues(path, trainer)
+        layout = trainer.get("optimizer_layout")
+        state = _sharded_state(model, optimizer, layout)
         with _quiet_no_dist():
             dcp.load(state, checkpoint_id=path, no_dist=not _distributed())
         set_model_state_dict(model, state["model"])
-        set_optimizer_state_dict(model, optimizer, state["optim"])
-        trainer = torch.load(path / TRAINER_FILE, weights_only=True)
+        set_optimizer_state_dict(model, optimizer, state["optim"], options=_optim_options(layout))
         if scheduler is not None and trainer["scheduler"] is not None:
             scheduler.load_state_dict(trainer["scheduler"])
         rng_file = path / f"rng-{self.rank}.pt"
         if trainer["world_size"] == _world() and rng_file.is_file():
             _set_rng_state(torch.load(rng_file, weights_only=True))
         else:
+            # smlaunch's training draws no random numbers, so this changes nothing for it; a user
+            # script with dropout continues with other random draws (docs/spot.md).
             log.warning("checkpoint %s was saved by %d ranks, now %d: RNG states not restored",
                         path, trainer["world_size"], _world())
         self._good.add(step)
         log.info("resumed from checkpoint %s", path)
         return step, trainer["dataloader"], trainer["extra"]
+
+    def _check_continues(self, path: Path, trainer: dict) -> None:
+        """Every rank reads the same trainer.pt, so all raise together or none does. A checkpoint
+        saved before trainer.pt recorded `keeps` is not checked."""
+        saved = trainer.get("keeps")
+        conflicts = self.identity.conflicts(saved) if saved and self.identity is not None else []
+        if conflicts:
+            raise CheckpointError(
+                f"this run cannot continue checkpoint {path} (checkpoint_dir): resuming would silently give "
+                f"another run. A resume may change {may_change()}; not these:"
+                + "".join(f"\n  {line}" for line in conflicts)
+                + "\nTo start a new run instead, move or delete the checkpoints (on SageMaker: under "
+                "checkpoint_s3_uri) or point checkpoint_dir elsewhere.")
 
     def _prune(self, newest: int, kept: list[int]) -> None:
         """Delete older checkpoints, complete or partial, except `kept`; leave later steps alone."""

@@ -1,8 +1,12 @@
-"""Hugging Face Llama checkpoints: parameter names, loading weights, exporting the trained model.
+"""Hugging Face Llama and Mixtral checkpoints: parameter names, loading weights, exporting the
+trained model.
 
 Our module names follow torchtitan; `LlamaForCausalLM` uses its own. RoPE in
 `container.models.llama` already uses Hugging Face's rotate-half layout, so q/k weights map
-one to one without the permutation that Meta's original checkpoints need.
+one to one without the permutation that Meta's original checkpoints need. Mixtral's files (the
+Hub's names, which transformers 5 reads and writes although it fuses experts in memory) hold
+each expert's w1/w2/w3 as its own tensor; our MoE stacks them on dim 0, so one of our names
+stands for E Hub tensors.
 
 Both entry points take a plain module or an FSDP2-sharded one. Under a process group export is a
 collective, and so is loading with `distributed=True`: every rank calls them, rank 0 alone
@@ -47,6 +51,7 @@ _LAYER_NAMES = {
     "feed_forward.w2": "mlp.down_proj",
     "attention_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
+    "moe.gate": "block_sparse_moe.gate",
 }
 _TOP_NAMES = {
     "tok_embeddings.weight": "model.embed_tokens.weight",
@@ -58,10 +63,27 @@ _FROM_HF_LAYER = {hf: ours for ours, hf in _TO_HF_LAYER.items()}
 _FROM_HF_TOP = {hf: ours for ours, hf in _TOP_NAMES.items()}
 _OUR_LAYER = re.compile(r"layers\.(\d+)\.(.+)")
 _HF_LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
+_OUR_EXPERTS = re.compile(r"layers\.(\d+)\.moe\.experts\.(w[123])")
+_HF_EXPERT = re.compile(r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.(w[123])\.weight")
+
+
+def _hf_expert_name(layer: str, expert: int | str, weight: str) -> str:
+    return f"model.layers.{layer}.block_sparse_moe.experts.{expert}.{weight}.weight"
+
+
+def to_hf_tensors(name: str, tensor: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+    """Our parameter as Hugging Face's tensors: one, or one per expert of a stacked expert weight."""
+    match = _OUR_EXPERTS.fullmatch(name)
+    if match is None:
+        yield to_hf_name(name), tensor
+        return
+    for expert in range(tensor.shape[0]):
+        yield _hf_expert_name(match.group(1), expert, match.group(2)), tensor[expert]
 
 
 def to_hf_name(name: str) -> str:
-    """`layers.3.attention.wq.weight` -> `model.layers.3.self_attn.q_proj.weight`."""
+    """`layers.3.attention.wq.weight` -> `model.layers.3.self_attn.q_proj.weight` (not for the
+    stacked expert weights: `to_hf_tensors`)."""
     if name in _TOP_NAMES:
         return _TOP_NAMES[name]
     match = _OUR_LAYER.fullmatch(name)
@@ -71,13 +93,29 @@ def to_hf_name(name: str) -> str:
 
 
 def from_hf_name(name: str) -> str | None:
-    """The inverse of `to_hf_name`; None for names our model has no parameter for."""
+    """The inverse of `to_hf_name`; None for names our model has no parameter for (an expert's
+    weight: `_from_hf_expert`)."""
     if name in _FROM_HF_TOP:
         return _FROM_HF_TOP[name]
     match = _HF_LAYER.fullmatch(name)
     if match and match.group(2) in _FROM_HF_LAYER:
         return f"layers.{match.group(1)}.{_FROM_HF_LAYER[match.group(2)]}"
     return None
+
+
+def _from_hf_expert(name: str) -> tuple[str, int] | None:
+    """`model.layers.3.block_sparse_moe.experts.5.w1.weight` -> (`layers.3.moe.experts.w1`, 5)."""
+    match = _HF_EXPERT.fullmatch(name)
+    if match is None:
+        return None
+    layer, expert, weight = match.groups()
+    return f"layers.{layer}.moe.experts.{weight}", int(expert)
+
+
+def _describe(name: str) -> str:
+    """Our parameter by its Hugging Face name(s), for messages."""
+    match = _OUR_EXPERTS.fullmatch(name)
+    return _hf_expert_name(match.group(1), "*", match.group(2)) + " (stacked)" if match else to_hf_name(name)
 
 
 def _is_distributed(distributed: bool) -> bool:
@@ -126,20 +164,32 @@ def _read_hf_state_dict(
 ) -> dict[str, torch.Tensor]:
     """Our names -> tensors from the weight files; every mismatch is reported at once."""
     state: dict[str, torch.Tensor] = {}
+    experts: dict[str, dict[int, torch.Tensor]] = {}  # our stacked name -> expert -> its tensor
     unexpected: list[str] = []
     for path in weight_files(directory):
         for hf_name, load in _tensors(path):
-            name = from_hf_name(hf_name)
+            name, expert = from_hf_name(hf_name), _from_hf_expert(hf_name)
             # Some tied checkpoints still store lm_head; the model ties it to the embedding
             # anyway. Older Llama checkpoints store RoPE's inv_freq, which we recompute.
             if (tied and name == "output.weight") or hf_name.endswith("rotary_emb.inv_freq"):
                 continue
-            if name is None or name not in expected:
+            if expert is not None and expert[0] in expected and expert[1] < expected[expert[0]][0]:
+                experts.setdefault(expert[0], {})[expert[1]] = load()
+            elif name is None or name not in expected:
                 unexpected.append(hf_name)
             else:
                 state[name] = load()
-    missing = [to_hf_name(name) for name in expected if name not in state]
-    shapes = [f"{to_hf_name(name)}: file {tuple(t.shape)}, model {tuple(expected[name])}"
+    missing = []
+    for name in expected:
+        if _OUR_EXPERTS.fullmatch(name):
+            absent = [e for e in range(expected[name][0]) if e not in experts.get(name, {})]
+            layer, weight = _OUR_EXPERTS.fullmatch(name).groups()
+            missing += [_hf_expert_name(layer, e, weight) for e in absent]
+            if not absent:
+                state[name] = torch.stack([experts[name][e] for e in range(expected[name][0])])
+        elif name not in state:
+            missing.append(to_hf_name(name))
+    shapes = [f"{_describe(name)}: file {tuple(t.shape)}, model {tuple(expected[name])}"
               for name, t in state.items() if t.shape != expected[name]]
     found = {"missing keys": missing, "unexpected keys": unexpected, "shape mismatches": shapes}
     problems = "; ".join(f"{label}: {', '.join(items)}" for label, items in found.items() if items)
@@ -198,11 +248,15 @@ def export_hf(
     out_dir: str | Path,
     dtype: torch.dtype = torch.bfloat16,
     max_shard_bytes: int = MAX_SHARD_BYTES,
+    pp_group: dist.ProcessGroup | None = None,
 ) -> None:
-    """Write the model as a Hugging Face LlamaForCausalLM directory (safetensors + config).
+    """Write the model as a Hugging Face LlamaForCausalLM (MixtralForCausalLM for an MoE spec)
+    directory (safetensors + config).
 
     When a process group is up this is a collective (gathering the full state dict of a sharded
-    model): every rank calls it, rank 0 writes, and all return once the files are complete.
+    model): every rank calls it, rank 0 writes, and all return once the files are complete. Under
+    pipeline parallelism `model` is this rank's stages and `pp_group` its pipeline peers, whose
+    stages reach rank 0's file too.
 
     The files are written into a staging directory inside `out_dir` and moved into place once all
     are complete; on a failure what was written is removed, so a failed export (a full disk, a
@@ -211,13 +265,26 @@ def export_hf(
     if dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"export dtype must be bfloat16, float16 or float32, not {dtype}")
     if dist.is_initialized():
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state = get_model_state_dict(model, options=options)
+        state = _stages_state(model, pp_group) if pp_group is not None else get_model_state_dict(
+            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if dist.get_rank() == 0:
             _export(state, spec, Path(out_dir), dtype, max_shard_bytes)
         dist.barrier()
     else:
         _export(model.state_dict(), spec, Path(out_dir), dtype, max_shard_bytes)
+
+
+def _stages_state(model: nn.Module, pp_group: dist.ProcessGroup) -> dict[str, torch.Tensor]:
+    """Rank 0: the full tensors of every pipeline stage (global names); other ranks: {}. Every
+    rank gathers its stage's full tensors (a collective within the stage); rank 0's pipeline peers
+    send theirs to it."""
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    state = {name: tensor.cpu() for name, tensor in state.items()}
+    if 0 not in dist.get_process_group_ranks(pp_group):
+        return {}
+    parts = [None] * dist.get_world_size(pp_group) if dist.get_rank() == 0 else None
+    dist.gather_object(state, parts, dst=0, group=pp_group)
+    return {name: tensor for part in parts for name, tensor in part.items()} if parts else {}
 
 
 def _export(state: dict[str, torch.Tensor], spec: ModelSpec, out_dir: Path, dtype: torch.dtype,
@@ -264,11 +331,13 @@ def _write_hf(
         f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)]
     for file, shard in zip(files, shards):
         # Cast one shard at a time: the gathered full-precision state is already in host memory.
-        tensors = {to_hf_name(n): state[n].detach().to("cpu", dtype).contiguous() for n in shard}
+        tensors = {hf_name: t.detach().to("cpu", dtype).contiguous()
+                   for n in shard for hf_name, t in to_hf_tensors(n, state[n])}
         # transformers checks the framework recorded in the safetensors metadata.
         save_file(tensors, str(out_dir / file), metadata={"format": "pt"})
     if len(shards) > 1:
-        weight_map = {to_hf_name(n): file for file, shard in zip(files, shards) for n in shard}
+        weight_map = {hf_name: file for file, shard in zip(files, shards) for n in shard
+                      for hf_name, _ in to_hf_tensors(n, state[n])}
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         _write_json(out_dir / INDEX_FILE, index)
     config = hf_config(spec)

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable
 
 import torch
+import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 
@@ -139,7 +140,7 @@ def warmup_steps_from_fraction(warmup: float, lr_decay_iters: int) -> int:
 
 
 def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0,
-                    foreach: bool | None = None) -> torch.Tensor:
+                    foreach: bool | None = None, pp_group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Scale gradients so their global norm is at most max_norm; returns that norm (a plain
     tensor, the same on every rank). max_norm <= 0 only measures: the seed's `grad_clip 0`
     means no clipping.
@@ -147,22 +148,44 @@ def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float, norm_ty
     torch.nn.utils.clip_grad_norm_ stacks the per-tensor norms, which fails when DTensor
     gradients live on different meshes (e.g. FSDP-only and FSDP×TP parameters). Here each
     mesh's gradients get one norm (reduced over that mesh's shards, then a plain tensor via
-    `full_tensor()`), and the per-mesh norms are combined locally.
+    `full_tensor()`), and the per-mesh norms are combined locally. Under pipeline parallelism each
+    rank holds only its stages' parameters: `pp_group` combines the stages' norms, so every stage
+    clips with the whole model's norm.
     """
     params = [p for p in parameters if p.grad is not None]
     by_mesh: dict[object, list[torch.Tensor]] = {}
     for p in params:
         by_mesh.setdefault(p.grad.device_mesh if isinstance(p.grad, DTensor) else None, []).append(p)
-    if not by_mesh:
+    if not by_mesh and pp_group is None:
         return torch.tensor(0.0)
     norms = []
     for group in by_mesh.values():
         norm = torch.nn.utils.get_total_norm([p.grad for p in group], norm_type, foreach=foreach)
         norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-    device = norms[0].device
+    norms = norms or [torch.zeros((), device=_device(pp_group))]  # a stage without gradients adds nothing
+    device = norms[-1].device
     norms = torch.stack([n.to(device, torch.float32) for n in norms])
     total = norms.max() if math.isinf(norm_type) else torch.linalg.vector_norm(norms, norm_type)
+    if pp_group is not None:
+        total = _combine_stages(total, norm_type, pp_group)
     if max_norm > 0:
         for group in by_mesh.values():
             torch.nn.utils.clip_grads_with_norm_(group, max_norm, total, foreach=foreach)
     return total
+
+
+def _combine_stages(norm: torch.Tensor, norm_type: float, group: dist.ProcessGroup) -> torch.Tensor:
+    """The norm over every pipeline stage's gradients from each stage's own norm."""
+    if math.isinf(norm_type):
+        dist.all_reduce(norm, op=dist.ReduceOp.MAX, group=group)
+        return norm
+    powered = norm ** norm_type
+    dist.all_reduce(powered, group=group)
+    return powered ** (1.0 / norm_type)
+
+
+def _device(group: dist.ProcessGroup | None) -> torch.device:
+    """Where a collective over `group` wants its tensors: the accelerator under NCCL."""
+    if group is not None and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

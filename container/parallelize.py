@@ -21,6 +21,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+from container.expert_parallel import expert_modules
 from container.models.llama import Transformer
 from container.offload import ActivationOffloader
 
@@ -71,6 +72,8 @@ def fsdp_units(model: Transformer, wrap_policy: str, min_num_params: int) -> lis
     units, wrapped = [], set()
 
     def visit(module: nn.Module) -> int:
+        if isinstance(module, FSDPModule):  # sharded already (experts over their own mesh)
+            return 0
         own = sum(visit(child) for child in module.children())
         own += sum(p.numel() for p in module.parameters(recurse=False) if id(p) not in wrapped)
         if module is not model and own >= min_num_params:
@@ -86,11 +89,16 @@ def fsdp_units(model: Transformer, wrap_policy: str, min_num_params: int) -> lis
 def apply_fsdp(model: Transformer, mesh: DeviceMesh, *, param_dtype: torch.dtype | None,
                reshard_after_forward: bool = True, wrap_policy: str = "transformer_auto_wrap_policy",
                min_num_params: int = 100_000_000, persistence_threshold: int = 0,
-               max_live_parameters: int | None = None) -> None:
+               max_live_parameters: int | None = None, expert_mesh: DeviceMesh | None = None) -> None:
     """FSDP2 over `mesh` (1-D: full sharding; 2-D: hybrid sharding), mixed precision with fp32
     reduction when `param_dtype` is set. Units below `persistence_threshold` parameters stay
-    unsharded between forward and backward (SMP v1's sdp_param_persistence_threshold)."""
+    unsharded between forward and backward (SMP v1's sdp_param_persistence_threshold). Under
+    expert parallelism each experts module is first a unit of its own over `expert_mesh`, the
+    ranks beside its ep group (container.expert_parallel)."""
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    if expert_mesh is not None:
+        for experts in expert_modules(model):
+            fully_shard(experts, mesh=expert_mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     units = fsdp_units(model, wrap_policy, min_num_params)
     for unit in units:
         size = sum(p.numel() for p in unit.parameters())

@@ -1,6 +1,7 @@
 """The runtime API (SMP v2's `init()`): distribution config -> process group -> DeviceMesh.
 
-The mesh is (dp_replicate, dp_shard, cp, tp) with tp and cp innermost (docs/smp.md). Named views:
+The mesh is (pp, dp_replicate, dp_shard, cp, tp) with pp outermost and tp and cp innermost
+(docs/smp.md). Named views, each within one pipeline stage:
   "dp"          dp_replicate x dp_shard   ranks with distinct batches (data loading)
   "dp_shard_cp" dp_shard x cp             the FSDP sharding group
   "dp_cp"       dp_replicate x dp_shard x cp   ranks that hold distinct tokens (loss reduction)
@@ -83,6 +84,16 @@ class Runtime:
     @property
     def loss_group(self):
         return self.flat["dp_cp"].get_group()
+
+    @property
+    def pp_rank(self) -> int:
+        """This rank's pipeline stage (of its first stage, with several stages per rank)."""
+        return self.mesh.get_local_rank("pp")
+
+    @property
+    def pp_group(self):
+        """The ranks that hold the other pipeline stages of this rank's model replica; None without pp."""
+        return self.mesh.get_group("pp") if self.layout.pp > 1 else None
 
 
 def parse_mp_parameters(raw: str | dict | None) -> dict:

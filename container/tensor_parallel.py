@@ -55,13 +55,15 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
     """Shard `model`'s parameters over the 1-D `tp_mesh` (before activation checkpointing and
     FSDP, which then shards the same parameters over the data-parallel dimensions)."""
     check_tp_degree(model, tp_mesh.size())
-    parallelize_module(model, tp_mesh, {
+    top = {
         # tokens are replicated; each rank looks up its vocabulary rows, the partial embeddings
         # are reduce-scattered into sequence slices
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "norm": SequenceParallel(),
         "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
-    })
+    }
+    # a pipeline stage holds some of them; between stages the hidden states stay sequence slices
+    parallelize_module(model, tp_mesh, {name: plan for name, plan in top.items() if getattr(model, name) is not None})
     if model.args.tie_embeddings:
         # parallelize_module replaced each module's weight with its own DTensor; both are the
         # vocabulary dimension split the same way (Shard(0)), so the tie can be restored as is

@@ -17,31 +17,33 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from torch.distributed.tensor import DTensor
 
 from container import checkpoint as ckpt
 from container import data, hf, optim, pretrained
 from container.args import Directories
 from container.context_parallel import apply_context_parallel
+from container.expert_parallel import apply_expert_parallel, check_moe_layout, expert_meshes
 from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
+from container.loss import label_tokens, token_loss_sum
 from container.models.llama import Transformer, build_model
+from container.models.moe import load_balancing_sum
 from container.offload import ActivationOffloader
 from container.parallelize import (
     apply_activation_checkpointing,
     apply_fsdp,
     materialize_on_rank0_init,
 )
+from container.pipeline import build_pipeline
 from container.runtime import Runtime
 from container.tensor_parallel import apply_tp, loss_context
 from launcher import flops
 from launcher.config import TrainingHyperparameters
 from launcher.config.models import ModelSpec
+from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
 from launcher.metrics import format_metric_line
 
 log = logging.getLogger("smlaunch")
-IGNORE_INDEX = -100
 
 
 def settings(rt: Runtime, hp: TrainingHyperparameters) -> RunSettings:
@@ -53,23 +55,12 @@ def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings,
                          sources: pretrained.Sources | None = None) -> Transformer:
     """Model -> FP8 -> tensor parallel -> activation checkpointing -> FSDP -> weights (delayed init,
     or eager init before sharding; then the pretrained weights, when the job names them)."""
+    check_moe_layout(rt.params, spec.num_experts)
     model = build_model(spec, s.seq_len, device="meta" if s.delayed_init else rt.device)
     if not s.delayed_init:  # seeded right before init_weights, as the delayed path does on rank 0
         torch.manual_seed(s.seed)
         model.init_weights()
-    if s.fp8.enabled:  # first: tensor parallelism, checkpointing and FSDP wrap the swapped projections
-        apply_fp8(model, s.fp8, rt)
-    if rt.layout.tp > 1:
-        apply_tp(model, rt.mesh["tp"])
-    if s.ac_mode:
-        offloader = ActivationOffloader(s.offload_horizon, rt.device) if s.offload else None
-        apply_activation_checkpointing(model, s.ac_mode, offloader,
-                                       checkpoint_fn=activation_checkpoint_fn(s.fp8, s.ac_mode))
-    if s.fsdp:
-        apply_fsdp(model, rt.fsdp_mesh, param_dtype=torch.bfloat16 if s.bf16 else None,
-                   reshard_after_forward=s.reshard_after_forward, wrap_policy=s.wrap_policy,
-                   min_num_params=s.min_num_params, persistence_threshold=s.persistence_threshold,
-                   max_live_parameters=s.max_live_parameters)
+    parallelize(rt, model, s)
     if s.delayed_init:
         materialize_on_rank0_init(model, lambda: build_model(spec, s.seq_len, device="cpu"), rt.device, s.seed)
     if sources is not None and sources.load_weights:
@@ -81,16 +72,47 @@ def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings,
     return model
 
 
-def token_loss_sum(model: Transformer, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of token losses, number of label tokens) for one micro-batch on this rank. Under
-    tensor parallelism it and the backward run in `loss_context` (vocabulary-sharded logits)."""
-    logits = model(batch["input_ids"], batch.get("positions"))
-    labels = batch["labels"]
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
-                           reduction="sum")
-    if isinstance(loss, DTensor):  # vocabulary-parallel: replicated over tp, autograd kept
-        loss = loss.to_local()
-    return loss, (labels != IGNORE_INDEX).sum()
+def parallelize(rt: Runtime, model: Transformer, s: RunSettings) -> None:
+    """FP8 -> tensor parallel -> activation checkpointing -> FSDP, on the whole model or on one
+    pipeline stage of it (container.pipeline)."""
+    if s.fp8.enabled:  # first: tensor parallelism, checkpointing and FSDP wrap the swapped projections
+        apply_fp8(model, s.fp8, rt)
+    if rt.layout.tp > 1:
+        apply_tp(model, rt.mesh["tp"])
+    expert_mesh = None
+    if rt.layout.ep > 1:  # before checkpointing and FSDP, which wrap the dispatching experts
+        ep_mesh, expert_mesh = expert_meshes(rt)
+        apply_expert_parallel(model, ep_mesh)
+    if s.ac_mode:
+        offloader = ActivationOffloader(s.offload_horizon, rt.device) if s.offload else None
+        apply_activation_checkpointing(model, s.ac_mode, offloader,
+                                       checkpoint_fn=activation_checkpoint_fn(s.fp8, s.ac_mode))
+    if s.fsdp:
+        apply_fsdp(model, rt.fsdp_mesh, param_dtype=torch.bfloat16 if s.bf16 else None,
+                   reshard_after_forward=s.reshard_after_forward, wrap_policy=s.wrap_policy,
+                   min_num_params=s.min_num_params, persistence_threshold=s.persistence_threshold,
+                   max_live_parameters=s.max_live_parameters, expert_mesh=expert_mesh)
+
+
+def forward_backward(rt: Runtime, model: Transformer, micro: list[dict], s: RunSettings, spec: ModelSpec,
+                     total_tokens: torch.Tensor, global_sequences: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Forward and backward of this rank's micro-batches, gradients accumulating; returns the
+    summed token loss and, for an MoE model, the summed per-sequence load-balancing loss, which
+    joins the objective as a mean over the step's sequences (docs/moe.md)."""
+    loss_sum = torch.zeros((), device=rt.device)
+    aux_sum = torch.zeros((), device=rt.device) if spec.is_moe else None
+    cp_group = rt.mesh["cp"].get_group() if rt.layout.cp > 1 else None
+    for batch in micro:
+        with loss_context(rt.layout.tp):
+            loss, _ = token_loss_sum(model, batch, s.loss_chunk_tokens)
+            objective = loss / total_tokens
+            if aux_sum is not None:
+                aux = load_balancing_sum(model, cp_group)
+                objective = objective + spec.router_aux_loss_coef * aux / global_sequences
+                aux_sum += aux.detach()
+            objective.backward()
+        loss_sum += loss.detach()
+    return loss_sum, aux_sum
 
 
 def _all_sum(value: torch.Tensor, group) -> torch.Tensor:
@@ -139,7 +161,10 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     check_writable({**writable, "checkpoint_dir": dirs.checkpoints} if s.checkpoint_freq else writable)
     sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
     spec = pretrained.model_spec(hp, sources)
-    model = build_parallel_model(rt, spec, s, sources)
+    if rt.layout.pp > 1:  # this rank's stages; the pipeline runs forward and backward
+        model, pipe = build_pipeline(rt, spec, s, parallelize, pretrained_weights=sources.load_weights)
+    else:
+        model, pipe = build_parallel_model(rt, spec, s, sources), None
     cp_shard = apply_context_parallel(rt, s.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer)
     scheduler = optim.lr_schedule(optimizer, warmup_steps=s.warmup_steps, total_steps=s.decay_steps,
@@ -147,7 +172,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     loader = data.build_dataloader(
         dataset_type=s.dataset_type, path=dirs.train, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
         dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed)
-    checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints) if s.checkpoint_freq else None
+    checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
+                                     identity=RunIdentity(s, spec, rt.dp_size)) if s.checkpoint_freq else None
     start_step = 0
     if checkpointer is not None:
         restored = checkpointer.load_latest(model, optimizer, scheduler)
@@ -163,20 +189,19 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     peak = flops.peak_tflops(instance_type, "fp8" if s.fp8.enabled else "bf16",
                              torch.cuda.get_device_name() if rt.device.type == "cuda" else None)
     global_tokens_per_step = s.micro_batch * s.seq_len * s.grad_accum * rt.dp_size
+    global_sequences = s.micro_batch * s.grad_accum * rt.dp_size
     timed_tokens, timed_seconds, last = 0, 0.0, {}
     for step in range(start_step + 1, s.max_steps + 1):
         _sync(rt)
         t0 = time.perf_counter()
         micro = [_to(cp_shard(loader.next_batch()), rt.device) for _ in range(s.grad_accum)]
-        local_tokens = sum((b["labels"] != IGNORE_INDEX).sum() for b in micro)
+        local_tokens = sum(label_tokens(b["labels"]) for b in micro)
         total_tokens = _all_sum(local_tokens.to(torch.float32), rt.loss_group)
-        loss_sum = torch.zeros((), device=rt.device)
-        for batch in micro:
-            with loss_context(rt.layout.tp):
-                loss, _ = token_loss_sum(model, batch)
-                (loss / total_tokens).backward()
-            loss_sum += loss.detach()
-        grad_norm = optim.clip_grad_norm_(model.parameters(), s.grad_clip)
+        if pipe is not None:  # the schedule runs every micro-batch's forward and backward
+            loss_sum, aux_sum = pipe.step(micro, total_tokens), None
+        else:
+            loss_sum, aux_sum = forward_backward(rt, model, micro, s, spec, total_tokens, global_sequences)
+        grad_norm = optim.clip_grad_norm_(model.parameters(), s.grad_clip, pp_group=rt.pp_group)
         optimizer.step()
         precompute_fp8_scales(model, s.fp8)
         scheduler.step()
@@ -192,6 +217,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         if step % s.logging_freq == 0 or step == s.max_steps:
             last = _record(rt, step, step_loss, float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
+            if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
+                last["aux_loss"] = round((_all_sum(aux_sum, rt.loss_group) / global_sequences).item(), 6)
             metrics.write(last)
         if s.validation_freq and dirs.validation and step % s.validation_freq == 0:
             metrics.write({"step": step, "val_loss": validate(rt, model, dirs.validation, s, spec, cp_shard)})
@@ -202,7 +229,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
             if rt.is_main:
                 log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
             return last
-    hf.export_hf(model, spec, dirs.model, dtype=torch.bfloat16 if s.bf16 else torch.float32)
+    hf.export_hf(model, spec, dirs.model, dtype=torch.bfloat16 if s.bf16 else torch.float32, pp_group=rt.pp_group)
     if rt.is_main:
         _complete_artifact(sources, dirs.model)
     return last
@@ -249,7 +276,7 @@ def validate(rt: Runtime, model: Transformer, path: Path, s: RunSettings, spec: 
     tokens = torch.zeros((), device=rt.device)
     for batch in loader:
         with loss_context(rt.layout.tp):
-            loss, n = token_loss_sum(model, _to(cp_shard(batch), rt.device))
+            loss, n = token_loss_sum(model, _to(cp_shard(batch), rt.device), s.loss_chunk_tokens)
         loss_sum += loss
         tokens += n
     return (_all_sum(loss_sum, rt.loss_group) / _all_sum(tokens, rt.loss_group)).item()

@@ -122,13 +122,16 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
     summary = _summary(job)
     if as_json:
         click.echo(json.dumps({"valid": True, "errors": [], "summary": summary,
-                               "warnings": [i.to_dict() for i in job.warnings]}, indent=2, default=str))
+                               "warnings": [i.to_dict() for i in job.warnings],
+                               "notes": [i.to_dict() for i in job.notes]}, indent=2, default=str))
         return
     click.echo(click.style("valid ", fg="green") + str(job_file))
     for key, value in summary.items():
         click.echo(f"  {key:<20} {value}")
     for issue in job.warnings:
         click.echo(click.style("  warning ", fg="yellow") + str(issue))
+    for issue in job.notes:
+        click.echo(click.style("  note    ", fg="cyan") + str(issue))
 
 
 def _image_text(job) -> tuple[str, str | None]:
@@ -174,6 +177,10 @@ def _summary(job) -> dict:
         out["mesh"] = ", ".join(f"{n}={s}" for n, s in zip(lay.mesh_dim_names, lay.mesh_shape))
         out["sharding_group"] = lay.sharding_group
         out["data_parallel"] = lay.data_parallel
+        if lay.pp > 1:
+            p = cfg.distribution.parameters
+            out["pipeline"] = (f"{lay.pp * p.pipeline_virtual_stages} stages ({p.pipeline_virtual_stages} per rank), "
+                               f"{p.schedule} schedule, {p.microbatches} microbatches")
     if job.model:
         out["model"] = job.model.name
     settings = job.settings if job.kind.runtime else None  # what smlaunch's runtime will run, defaults included
@@ -231,6 +238,8 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
         sys.exit(EXIT_INVALID)
     for issue in job.warnings:
         click.echo(click.style("warning ", fg="yellow") + str(issue), err=True)
+    for issue in job.notes:
+        click.echo(click.style("note ", fg="cyan") + str(issue), err=True)
     _check_memory(job, force=force, dry_run=dry_run)
 
     def run():

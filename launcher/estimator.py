@@ -147,6 +147,8 @@ class PyTorch:
         self.job: ValidatedJob = validate_job(args)
         for warning in self.job.warnings:
             print(f"warning: {warning}", file=sys.stderr)
+        for note in self.job.notes:
+            print(f"note: {note}", file=sys.stderr)
         self.latest_training_job: TrainingJob | None = None
 
     @property

@@ -36,7 +36,7 @@ class Issue:
     value: Any
     problem: str
     fix: str = ""
-    level: Literal["error", "warning"] = "error"
+    level: Literal["error", "warning", "info"] = "error"  # info: a note, nothing to fix
 
     def __str__(self) -> str:
         from launcher.masking import mask_value

@@ -1,4 +1,4 @@
-"""Tiny pretrained Llama models and tokenizers, made here with transformers and tokenizers (the
+"""Tiny pretrained Llama and Mixtral models and tokenizers, made here with transformers and tokenizers (the
 Hub cannot be reached), saved as users find them: transformers 5 or 4 config.json, safetensors or
 PyTorch .bin, single or sharded, in a directory or in a real huggingface_hub cache."""
 
@@ -28,6 +28,33 @@ def llama_config(rope: dict | None = LLAMA3_ROPE, tied: bool = False, **override
               "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": tied}
     rope_parameters = {"rope_theta": 500000.0, **(rope or {"rope_type": "default"})}
     return LlamaConfig(**{**fields, **overrides}, rope_parameters=rope_parameters)
+
+
+def mixtral_config(**overrides):
+    """A tiny MixtralConfig (4 experts, 2 per token) with llama_config's attention shapes; an
+    aux-loss weight other than MixtralConfig's default, so a dropped key shows."""
+    from transformers import MixtralConfig
+
+    fields = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 96, "vocab_size": VOCAB, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
+              "num_local_experts": 4, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02,
+              "bos_token_id": 1, "eos_token_id": 2}
+    return MixtralConfig(**{**fields, **overrides}, rope_parameters={"rope_theta": 1e6, "rope_type": "default"})
+
+
+def save_mixtral(directory: Path, config, seed: int = 0):
+    """Save a randomly initialised MixtralForCausalLM (the Hub's per-expert names, as transformers 5
+    writes them); returns it (the reference, fp32, eval mode). The router and experts get a larger
+    spread than initializer_range, so tokens really differ in their routing."""
+    from transformers import MixtralForCausalLM
+
+    torch.manual_seed(seed)
+    model = MixtralForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.gate.weight.normal_(std=0.5)
+    model.save_pretrained(directory)
+    return model
 
 
 def save_llama(directory: Path, config, *, weights: str = "safetensors", shards: int = 1,

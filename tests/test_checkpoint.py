@@ -87,6 +87,27 @@ def test_plain_round_trip_resumes_exactly(tmp_path, tied):
     _assert_close(_full_state(model2), want, atol=1e-7)
 
 
+def test_a_checkpoint_with_the_earlier_optimizer_layout_still_resumes(tmp_path, monkeypatch):
+    """Checkpoints saved before trainer.pt recorded the optimizer layout hold it unflattened."""
+    from container import checkpoint
+
+    model, optimizer, scheduler = _make(seed=0)
+    for step in range(2):
+        _train_step(model, optimizer, scheduler, step)
+    with monkeypatch.context() as patched:
+        patched.setattr(checkpoint, "OPTIMIZER_LAYOUT", None)
+        Checkpointer(tmp_path, keep=1).save(2, model, optimizer, scheduler, {"position": 8})
+    trainer = torch.load(tmp_path / "step-2" / checkpoint.TRAINER_FILE, weights_only=True)
+    assert trainer["optimizer_layout"] is None
+    _train_step(model, optimizer, scheduler, 2)
+    want = _full_state(model)
+
+    model2, optimizer2, scheduler2 = _make(seed=1)
+    assert Checkpointer(tmp_path, keep=1).load_latest(model2, optimizer2, scheduler2)[0] == 2
+    _train_step(model2, optimizer2, scheduler2, 2)
+    _assert_close(_full_state(model2), want, atol=1e-7)
+
+
 def test_nothing_to_resume(tmp_path):
     model, optimizer, scheduler = _make(seed=0)
     checkpointer = Checkpointer(tmp_path / "absent", keep=1)

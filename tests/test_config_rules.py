@@ -139,7 +139,7 @@ def test_tp_unknown_model_is_not_checked(user_script_dir):
 def test_expert_parallel_needs_moe(runtime_dir, user_script_dir):
     dense = make_job(runtime_dir, params={"expert_parallel_degree": 2})
     assert "dense" in only_issue(dense, f"{MP}.expert_parallel_degree")[0].problem
-    # smlaunch's runtime has no MoE model; a script of the user's own may train Mixtral
+    # a model_type of the user's own script's choosing (mixtral) is MoE: ep is no error there
     assert paths(make_job(user_script_dir, params={"expert_parallel_degree": 2}, hp={"model_type": "mixtral"},
                           **SCRIPT_IMAGE)) == []
 
@@ -305,7 +305,7 @@ def test_processes_per_host(runtime_dir):
                                                   params={"hybrid_shard_degree": 4}), "warning")
     job = validate_job(make_job(runtime_dir, instance_type="local", processes_per_host=4, hp={"bf16": 0},
                                 params={"hybrid_shard_degree": 2, "context_parallel_degree": 2}))
-    assert job.layout.world == 4 and job.layout.mesh_shape == (2, 1, 2, 1)
+    assert job.layout.world == 4 and job.layout.mesh_shape == (1, 2, 1, 2, 1)  # (pp, dp_replicate, dp_shard, cp, tp)
 
 
 @pytest.mark.parametrize("field,bad,good", [

@@ -51,10 +51,14 @@ def test_seed_formula_reproduces_the_seeds_reported_tflops(samples_per_s, seed_t
     assert tflops == pytest.approx(seed_tflops, abs=0.6)
 
 
-def test_moe_is_refused():
-    moe = ModelSpec("moe", 8, 2, 4, 2, 12, 10, 64, num_experts=4)
-    with pytest.raises(ValueError, match="experts per token"):
-        flops_per_token(moe, 16)
+def test_moe_counts_the_active_experts():
+    """h 8, 2 layers, 4 heads of 2, 2 kv heads, I 12, V 10, 4 experts, 2 per token (by hand):
+    attention 2·8·8 + 2·8·4 = 192, MLP 2 experts x 3·8·12 = 576 + router 8·4 = 32, head 80."""
+    moe = ModelSpec("moe", 8, 2, 4, 2, 12, 10, 64, num_experts=4, experts_per_token=2)
+    assert flops_per_token(moe, 16) == 6 * (2 * (192 + 576 + 32) + 80) + 12 * 2 * 4 * 2 * 16 / 2
+    # the seed's (Megatron's) formula: g = 3/2 and the MLP term times the experts per token
+    attention = (1 + 2 / 4 + 16 / 8) * 1
+    assert seed_flops_per_token(moe, 16) == pytest.approx(12 * 2 * 64 * (attention + 12 / 8 * 1.5 * 2 + 10 / 32))
 
 
 def test_peak_tflops_from_instance_type_and_device_name():

@@ -46,7 +46,7 @@ def test_extends_merges_mappings_and_resolves_paths_per_file(tree):
     assert data["source_dir"] == str((tree / "code").resolve())
     assert base == (tree / "runs").resolve()
     job = validate_job_file(tree / "runs" / "cp.yaml")
-    assert job.layout.mesh_shape == (1, 1, 2, 1)
+    assert job.layout.mesh_shape == (1, 1, 1, 2, 1)  # (pp, dp_replicate, dp_shard, cp, tp)
 
 
 def test_overrides_dotted_and_short_mp_keys(tree):

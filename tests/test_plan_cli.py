@@ -15,6 +15,8 @@ from tests.conftest import REGION, SEED_BUCKET
 from tests.test_cli import SEED
 
 LOGITS_GIB = 16384 * 128256 * 4 / 2**30  # one sequence's fp32 logits: the seed's OOM allocation
+# The seed's own loss, on the whole fp32 logits (smlaunch's runtime chunks it by default, and fits)
+WHOLE_LOGITS = ("--set", "hyperparameters.loss_chunk_tokens=0")
 
 
 def run_cli(*args):
@@ -27,12 +29,19 @@ def _no_network(no_network):
 
 
 def test_plan_says_the_seed_p4d_run_will_not_fit_and_why():
-    result = run_cli("plan", SEED / "p4d-no-cp.yaml")
+    result = run_cli("plan", SEED / "p4d-no-cp.yaml", *WHOLE_LOGITS)
     assert result.exit_code == 1, result.output
     out = " ".join(result.output.split())
     assert "does not fit" in out
     assert f'Tried to allocate {LOGITS_GIB:.2f} GiB' in out and "fp32 logits" in out
     assert "--set context_parallel_degree=2" in out and "fits" in out
+
+
+def test_plan_of_the_seed_p4d_run_fits_with_the_chunked_loss():
+    result = run_cli("plan", SEED / "p4d-no-cp.yaml")
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "fits" in out and "does not fit" not in out and "Tried to allocate 7.83" not in out
 
 
 def test_plan_of_the_cp8_run_fits():
@@ -42,7 +51,7 @@ def test_plan_of_the_cp8_run_fits():
 
 
 def test_plan_json_has_the_documented_fields():
-    rows = json.loads(run_cli("plan", SEED / "p4d-no-cp.yaml", "--json", "--tokens", "1e9").output)
+    rows = json.loads(run_cli("plan", SEED / "p4d-no-cp.yaml", *WHOLE_LOGITS, "--json", "--tokens", "1e9").output)
     assert len(rows) == 1
     row = rows[0]
     for key in ("fits", "peak_gib", "capacity_gib", "largest_allocation_gib", "tokens_per_s",
@@ -57,7 +66,8 @@ def test_plan_json_has_the_documented_fields():
 
 
 def test_sweep_reports_invalid_values_instead_of_failing():
-    result = run_cli("plan", SEED / "p4d-no-cp.yaml", "--sweep", "context_parallel_degree=1,3,8", "--json")
+    result = run_cli("plan", SEED / "p4d-no-cp.yaml", *WHOLE_LOGITS, "--sweep", "context_parallel_degree=1,3,8",
+                     "--json")
     rows = json.loads(result.output)
     by_cp = {r["context_parallel_degree"]: r for r in rows}
     assert by_cp[1]["fits"] is False and by_cp[8]["fits"] is True
@@ -83,14 +93,14 @@ def test_plan_of_an_invalid_job_exits_2():
 
 
 def test_submit_refuses_a_predicted_oom_and_sends_nothing(aws):
-    result = run_cli("submit", SEED / "p4d-no-cp.yaml", "--no-wait", "--job-name", "oom")
+    result = run_cli("submit", SEED / "p4d-no-cp.yaml", *WHOLE_LOGITS, "--no-wait", "--job-name", "oom")
     assert result.exit_code == 2
     assert "refused: the job is predicted to run out of accelerator memory" in result.output
     assert "context_parallel_degree=2" in result.output and "--force" in result.output
     assert aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
     assert "Contents" not in aws.client("s3").list_objects_v2(Bucket=SEED_BUCKET)
 
-    forced = run_cli("submit", SEED / "p4d-no-cp.yaml", "--no-wait", "--job-name", "oom", "--force")
+    forced = run_cli("submit", SEED / "p4d-no-cp.yaml", *WHOLE_LOGITS, "--no-wait", "--job-name", "oom", "--force")
     assert forced.exit_code == 0, forced.output
     assert "predicted out of memory (--force given)" in forced.output
     assert aws.client("sagemaker").describe_training_job(TrainingJobName="oom")["TrainingJobStatus"]
@@ -102,7 +112,7 @@ def test_estimator_plans_and_refuses(aws):
                   instance_type="ml.p4d.24xlarge", output_path=f"s3://{SEED_BUCKET}/out",
                   hyperparameters={"max_context_width": 16384, "bf16": 1, "activation_checkpointing": 1,
                                    "hf_pretrained_model_name_or_dir": "meta-llama/Llama-3.1-8B",
-                                   "vocab_size": 128256, "train_batch_size": 1},
+                                   "vocab_size": 128256, "train_batch_size": 1, "loss_chunk_tokens": 0},
                   distribution={"torch_distributed": {"enabled": True},
                                 "smdistributed": {"modelparallel": {"enabled": True, "parameters": {
                                     "hybrid_shard_degree": 8}}}})

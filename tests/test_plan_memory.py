@@ -27,8 +27,12 @@ SEED = ROOT / "configs" / "seed"
 SPEC_8B = PRESETS["llama3.1-8b"]
 
 
-def seed(name: str):
-    return validate_job_file(SEED / f"{name}.yaml")
+# The seed's own loss: cross-entropy on the whole fp32 logits (smlaunch's runtime chunks it by default).
+WHOLE_LOGITS = "hyperparameters.loss_chunk_tokens=0"
+
+
+def seed(name: str, *overrides: str):
+    return validate_job_file(SEED / f"{name}.yaml", list(overrides))
 
 
 def params_8b() -> int:
@@ -39,7 +43,7 @@ def params_8b() -> int:
 
 
 def test_seed_p4d_without_cp_is_predicted_oom_by_its_logits():
-    est = estimate_memory(seed("p4d-no-cp"))
+    est = estimate_memory(seed("p4d-no-cp", WHOLE_LOGITS))
     assert est.fits is False and est.oom
     assert est.capacity_gib == 40  # A100 40GB
     assert est.peak_gib > est.capacity_gib * (1 - SAFETY_MARGIN)
@@ -51,14 +55,33 @@ def test_seed_p4d_without_cp_is_predicted_oom_by_its_logits():
     assert est.peak_phase == "loss"
 
 
+def test_seed_p4d_without_cp_fits_with_the_chunked_loss():
+    """One 2,048-token chunk's fp32 logits and gradients, and the bf16 gradient of the whole
+    sequence's hidden states, instead of the whole sequence's logits."""
+    est = estimate_memory(seed("p4d-no-cp"))
+    assert est.fits is True and not est.advice
+    assert est.gib("logits") == pytest.approx((12 * 2048 * 128256 + 2 * 16384 * 4096) / GIB, rel=1e-9)
+    assert est.largest_allocation.name != "fp32 logits"  # 4 x 2048 x 128256 B = 0.98 GiB is not the largest
+    assert estimate_memory(seed("p4d-no-cp", WHOLE_LOGITS)).gib("logits") == pytest.approx(
+        12 * 16384 * 128256 / GIB, rel=1e-9)
+
+
+def test_a_micro_batch_within_one_chunk_is_not_chunked():
+    w = workload_of(seed("p4d-no-cp"))
+    assert estimate_workload(replace(w, loss_chunk_tokens=16384)).gib("logits") == pytest.approx(
+        12 * 16384 * 128256 / GIB, rel=1e-9)
+    assert estimate_workload(replace(w, loss_chunk_tokens=4096)).gib("logits") == pytest.approx(
+        (12 * 4096 * 128256 + 2 * 16384 * 4096) / GIB, rel=1e-9)
+
+
 def test_seed_p4d_advice_names_context_parallelism_and_it_fits():
-    job = seed("p4d-no-cp")
+    job = seed("p4d-no-cp", WHOLE_LOGITS)
     est = estimate_memory(job)
     assert est.advice, "an OOM comes with advice"
     cp_fixes = [f for f in est.advice if f.overrides[0].startswith("context_parallel_degree=")]
     assert cp_fixes and cp_fixes[0].fits
     # the advised setting, applied the way `--set` applies it, really does fit
-    fixed = validate_job_file(SEED / "p4d-no-cp.yaml", cp_fixes[0].overrides)
+    fixed = validate_job_file(SEED / "p4d-no-cp.yaml", [WHOLE_LOGITS, *cp_fixes[0].overrides])
     assert estimate_memory(fixed).fits
     text = explain_oom(est)
     assert "context_parallel_degree=" in text and "7.83 GiB" in text and "logits" in text
@@ -81,11 +104,15 @@ def test_state_terms_by_hand():
 
 
 def test_logits_and_checkpointed_activations_by_hand():
-    """12 B per token per vocabulary entry (kept log-probs, their gradient, the logits' gradient);
-    full checkpointing keeps one bf16 hidden state per token per layer."""
+    """12 B per token per vocabulary entry (kept log-probs, their gradient, the logits' gradient)
+    for the tokens of one 2,048-token loss chunk, plus the 2 B hidden-state gradient of every token
+    when chunked; full checkpointing keeps one bf16 hidden state per token per layer."""
     for name, tokens in (("p4d-no-cp", 16384), ("p4d-cp8", 16384 // 8), ("p5-cp8-bf16", 4 * 16384 // 8)):
         est = estimate_memory(seed(name))
-        assert est.gib("logits") == pytest.approx(12 * tokens * 128256 / GIB, rel=1e-9)
+        chunked = 12 * 2048 * 128256 + 2 * tokens * 4096 if tokens > 2048 else 12 * tokens * 128256
+        assert est.gib("logits") == pytest.approx(chunked / GIB, rel=1e-9)
+        assert estimate_memory(seed(name, WHOLE_LOGITS)).gib("logits") == pytest.approx(
+            12 * tokens * 128256 / GIB, rel=1e-9)
         assert est.gib("activations") == pytest.approx(32 * tokens * 2 * 4096 / GIB, rel=1e-9)
 
 
@@ -103,10 +130,14 @@ def test_eager_init_builds_the_whole_fp32_model():
 
 
 def test_tensor_parallelism_splits_the_vocabulary():
-    w = workload_of(seed("p4d-no-cp"))
+    w = workload_of(seed("p4d-no-cp", WHOLE_LOGITS))
     tp2 = replace(w, layout=ParallelLayout(world=8, dp_replicate=1, dp_shard=4, cp=1, tp=2))
     assert estimate_workload(tp2).gib("logits") == pytest.approx(estimate_workload(w).gib("logits") / 2)
     assert estimate_workload(tp2).largest_allocation.gib == pytest.approx(16384 * 128256 * 4 / 2 / GIB)
+    # chunked: each rank's chunk logits are split; the gathered hidden states' gradient is not
+    chunked = replace(tp2, loss_chunk_tokens=2048)
+    assert estimate_workload(chunked).gib("logits") == pytest.approx(
+        (12 * 2048 * 128256 / 2 + 2 * 16384 * 4096) / GIB, rel=1e-9)
 
 
 def test_offload_keeps_only_the_loading_horizon_on_the_gpu():
@@ -140,7 +171,7 @@ def test_unknown_model_of_an_own_script_cannot_be_planned(tmp_path):
 
 
 def test_to_dict_has_the_json_fields():
-    d = estimate_memory(seed("p4d-no-cp")).to_dict()
+    d = estimate_memory(seed("p4d-no-cp", WHOLE_LOGITS)).to_dict()
     assert d["fits"] is False and d["capacity_gib"] == 40
     assert d["largest_allocation"]["gib"] == pytest.approx(7.828, abs=1e-3)
     assert {t["key"] for t in d["terms"]} >= {"parameters", "gradients", "optimizer", "activations", "logits"}
@@ -149,7 +180,7 @@ def test_to_dict_has_the_json_fields():
 
 def test_importing_the_planner_loads_neither_torch_nor_boto3():
     code = ("import sys; from launcher.jobfile import validate_job_file; from launcher.plan import plan; "
-            f"r = plan(validate_job_file({str(SEED / 'p4d-no-cp.yaml')!r})); assert r.oom; "
+            f"r = plan(validate_job_file({str(SEED / 'p4d-no-cp.yaml')!r}, [{WHOLE_LOGITS!r}])); assert r.oom; "
             "print(sorted(m for m in ('torch', 'boto3', 'botocore', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

@@ -23,6 +23,8 @@ from launcher.plan import (
 
 SEED = Path(__file__).resolve().parents[1] / "configs" / "seed"
 P4D_NO_CP = SEED / "p4d-no-cp.yaml"
+# The seed's own loss, on the whole fp32 logits: its OOM (smlaunch's default chunked loss fits)
+WHOLE_LOGITS = ["hyperparameters.loss_chunk_tokens=0"]
 JSON_KEYS = {"fits", "peak_gib", "capacity_gib", "largest_allocation_gib", "tokens_per_s", "usd_per_billion_tokens",
              "instance_type", "instance_count", "hybrid_shard_degree", "context_parallel_degree",
              "tensor_parallel_degree", "activation_checkpointing", "fp8", "train_batch_size"}
@@ -36,7 +38,7 @@ def rendered(table) -> str:
 
 @pytest.fixture(scope="module")
 def cp_sweep():
-    return sweep_job_file(P4D_NO_CP, sweeps=["context_parallel_degree=1,2,3,4,8"])
+    return sweep_job_file(P4D_NO_CP, WHOLE_LOGITS, sweeps=["context_parallel_degree=1,2,3,4,8"])
 
 
 def test_cp_sweep_on_the_seed_p4d_job(cp_sweep):
@@ -85,8 +87,10 @@ def test_sweep_values_may_be_python_values_and_no_sweep_plans_the_job():
     results = sweep_job_file(P4D_NO_CP, sweeps={"context_parallel_degree": [8],
                                                  "hyperparameters.activation_checkpointing": [True]})
     assert results[0].settings["context_parallel_degree"] == 8 and results[0].fits
-    (only,) = sweep_job_file(P4D_NO_CP)
+    (only,) = sweep_job_file(P4D_NO_CP, WHOLE_LOGITS)
     assert only.overrides == () and only.fits is False
+    (chunked,) = sweep_job_file(P4D_NO_CP)
+    assert chunked.overrides == () and chunked.fits is True
 
 
 def test_parse_sweeps():
@@ -123,7 +127,7 @@ def test_table_shows_fit_oom_and_invalid_rows(cp_sweep):
 
 
 def test_explain_oom_names_the_term_the_allocation_and_the_fix():
-    result = plan(validate_job_file(P4D_NO_CP))
+    result = plan(validate_job_file(P4D_NO_CP, WHOLE_LOGITS))
     assert result.oom
     text = explain_oom(result.memory)
     assert "does not fit" in text

@@ -3,18 +3,13 @@ its DCP checkpoints resume on another layout, and it exports the full Hugging Fa
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
-from container.hf import load_hf_weights
-from container.models.llama import build_model
 from launcher.config.models import PRESETS
 from tests.test_train_parity import assert_same_training
-from tests.train_runs import TINY, run_train, series
+from tests.train_runs import assert_same_export, run_train, series
 
 
 @pytest.fixture(scope="module")
@@ -50,18 +45,5 @@ def test_tp2_checkpoint_resumes_without_tp(tmp_path, tp2, reference):
 
 
 def test_tp2_exports_the_full_model(tp2, reference):
-    ours_dir, ref_dir = tp2[1] / "model", reference[1] / "model"
-    config = json.loads((ours_dir / "config.json").read_text())
-    assert config == json.loads((ref_dir / "config.json").read_text())
-    ours, ref = (load_file(d / "model.safetensors") for d in (ours_dir, ref_dir))
-    assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in ref.items()}
     # the export loads into a plain model that computes the reference's logits
-    tokens = torch.randint(0, config["vocab_size"], (2, TINY["max_context_width"]),
-                           generator=torch.Generator().manual_seed(0))
-    logits = []
-    for directory in (ours_dir, ref_dir):
-        model = build_model(PRESETS["llama3-tiny"], TINY["max_context_width"])
-        load_hf_weights(model, directory)
-        with torch.no_grad():
-            logits.append(model(tokens))
-    assert (logits[0] - logits[1]).abs().max().item() <= 1e-4 * logits[1].abs().max().item()
+    assert_same_export(tp2[1] / "model", reference[1] / "model", PRESETS["llama3-tiny"])

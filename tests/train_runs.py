@@ -49,3 +49,28 @@ def run_train(tmp: Path, nproc: int, timeout: int = 240, **hyperparameters) -> l
 
 def series(records: list[dict], key: str) -> list[float]:
     return [r[key] for r in records if key in r and "val_loss" not in r]
+
+
+def assert_same_export(ours_dir: Path, ref_dir: Path, spec) -> None:
+    """Two exports of one training run in different layouts: the same config and tensor shapes, and
+    loaded into a plain model (`spec`'s shape) they compute the same logits (rel 1e-4: the
+    layouts' fp32 sums differ in order over 6 steps)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from container.hf import load_hf_weights
+    from container.models.llama import build_model
+
+    config = json.loads((ours_dir / "config.json").read_text())
+    assert config == json.loads((ref_dir / "config.json").read_text())
+    ours, ref = (load_file(d / "model.safetensors") for d in (ours_dir, ref_dir))
+    assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in ref.items()}
+    tokens = torch.randint(0, config["vocab_size"], (2, TINY["max_context_width"]),
+                           generator=torch.Generator().manual_seed(0))
+    logits = []
+    for directory in (ours_dir, ref_dir):
+        model = build_model(spec, TINY["max_context_width"])
+        load_hf_weights(model, directory)
+        with torch.no_grad():
+            logits.append(model(tokens))
+    assert (logits[0] - logits[1]).abs().max().item() <= 1e-4 * logits[1].abs().max().item()

@@ -1,4 +1,5 @@
-"""Llama 3 (RMSNorm, RoPE with Llama 3.1 frequency scaling, grouped-query attention, SwiGLU).
+"""Llama 3 (RMSNorm, RoPE with Llama 3.1 frequency scaling, grouped-query attention, SwiGLU);
+with `n_experts`, Mixtral (each block's MLP a sparse mixture of experts, container.models.moe).
 
 Module names follow torchtitan (`tok_embeddings`, `layers.<i>.attention.wq`, ...); checkpoint
 names map to Hugging Face's in `container.hf`. RoPE uses Hugging Face's rotate-half layout, so HF
@@ -15,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from container import loss
 from container.models import attention
+from container.models.moe import MoE
 from launcher.config.models import ModelSpec
 
 
@@ -33,6 +36,8 @@ class TransformerArgs:
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
     explicit_head_dim: int | None = None  # config.json's head_dim where it is not dim / n_heads
+    n_experts: int = 0  # > 0: every block's MLP is a Mixtral MoE of this many ffn_dim experts
+    experts_per_token: int = 2
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, max_seq_len: int) -> TransformerArgs:
@@ -40,7 +45,8 @@ class TransformerArgs:
                    n_kv_heads=spec.num_kv_heads, vocab_size=spec.vocab_size, ffn_dim=spec.intermediate_size,
                    max_seq_len=max_seq_len, rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,
                    norm_eps=spec.norm_eps, tie_embeddings=spec.tie_embeddings,
-                   explicit_head_dim=spec.explicit_head_dim)
+                   explicit_head_dim=spec.explicit_head_dim, n_experts=spec.num_experts,
+                   experts_per_token=spec.experts_per_token)
 
     @property
     def head_dim(self) -> int:
@@ -141,20 +147,27 @@ class TransformerBlock(nn.Module):
     def __init__(self, layer_id: int, args: TransformerArgs):
         super().__init__()
         self.attention = Attention(args)
-        self.feed_forward = FeedForward(args.dim, args.ffn_dim)
+        if args.n_experts:  # its own name, so checkpoints and parallelisms tell the two apart
+            self.moe = MoE(args.dim, args.ffn_dim, args.n_experts, args.experts_per_token)
+        else:
+            self.feed_forward = FeedForward(args.dim, args.ffn_dim)
         self.attention_norm = RMSNorm(args.dim, args.norm_eps)
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.depth_std = 0.02 / (2 * (layer_id + 1)) ** 0.5
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), cos, sin)
-        return h + self.feed_forward(self.ffn_norm(h))
+        return h + self.mlp(self.ffn_norm(h))
+
+    @property
+    def mlp(self) -> nn.Module:
+        return self.moe if hasattr(self, "moe") else self.feed_forward
 
     def init_weights(self) -> None:
         self.attention_norm.reset_parameters()
         self.ffn_norm.reset_parameters()
         self.attention.init_weights(self.depth_std)
-        self.feed_forward.init_weights(self.depth_std)
+        self.mlp.init_weights(self.depth_std)
 
 
 class Transformer(nn.Module):
@@ -172,17 +185,29 @@ class Transformer(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, loss_chunk_tokens: int = 0):
         """tokens: [B, S] -> logits [B, S, V]. `positions` ([S] or [B, S]) default to 0..S-1;
-        context parallelism passes the global positions of a rank's chunks."""
+        context parallelism passes the global positions of a rank's chunks. With `labels` [B, S]:
+        (summed token loss, label token count) instead, the loss computed `loss_chunk_tokens`
+        tokens at a time (container.loss; 0: the whole logits).
+
+        A pipeline stage (container.pipeline) lacks what other stages hold: without
+        `tok_embeddings`, `tokens` are the previous stage's hidden states; without `output`, the
+        hidden states are returned for the next stage (and `labels` ignored)."""
         if positions is None:
             cos, sin = self.rope_cos[: tokens.shape[1]], self.rope_sin[: tokens.shape[1]]
         else:
             cos, sin = self.rope_cos[positions], self.rope_sin[positions]
-        h = self.tok_embeddings(tokens)
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         for layer in self.layers.values():
             h = layer(h, cos, sin)
-        return self.output(self.norm(h))
+        if self.output is None:
+            return h
+        h = self.norm(h)
+        if labels is None:
+            return self.output(h)
+        return loss.head_loss(self.output, h, labels, loss_chunk_tokens), loss.label_tokens(labels)
 
     @torch.no_grad()
     def init_buffers(self) -> None:

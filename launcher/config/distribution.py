@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from launcher.config.base import FiniteNumber, Strict, WholeNumber
-from launcher.config.limits import MAX_PROCESSES_PER_HOST, MAX_WORLD
+from launcher.config.limits import MAX_DIMENSION, MAX_PROCESSES_PER_HOST, MAX_WORLD
 
 
 class TorchDistributed(Strict):
@@ -81,10 +81,27 @@ class ModelParallelParameters(Strict):
         "auto", description="SMP v1: collective backend for data parallelism."
     )
     pipeline_parallel_degree: WholeNumber = Field(
-        1, ge=1, le=MAX_WORLD, description="SMP v1: pipeline stages (not supported with sharded data parallelism)."
+        1, ge=1, le=MAX_WORLD, description="SMP v1: pipeline stages, each a consecutive slice of the layers "
+        "(not with sharded data parallelism).",
     )
     partitions: WholeNumber | None = Field(
         None, ge=1, le=MAX_WORLD, description="SMP v1 alias of pipeline_parallel_degree."
+    )
+    microbatches: WholeNumber = Field(
+        1, ge=1, le=MAX_DIMENSION, description="SMP v1: pipeline microbatches per step; each data-parallel "
+        "rank's batch (train_batch_size x gradient_accumulation_steps sequences) is split into this many.",
+    )
+    pipeline: Literal["interleaved", "simple"] = Field(
+        "interleaved", description="SMP v1: pipeline schedule; interleaved: forward and backward passes "
+        "alternate (1F1B), simple: every forward pass, then every backward pass (GPipe).",
+    )
+    pipeline_schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] | None = Field(
+        None, description="smlaunch extension: the torch.distributed.pipelining schedule, overriding "
+        "`pipeline`; interleaved_1f1b runs pipeline_virtual_stages stages per rank.",
+    )
+    pipeline_virtual_stages: WholeNumber = Field(
+        1, ge=1, le=MAX_WORLD, description="smlaunch extension: pipeline stages per rank (2 or more with "
+        "pipeline_schedule interleaved_1f1b, else 1).",
     )
     shard_optimizer_state: bool = Field(
         False, description="SMP v1: optimizer state sharding (not with sharded data parallelism)."
@@ -93,6 +110,11 @@ class ModelParallelParameters(Strict):
     @property
     def pipeline_degree(self) -> int:
         return max(self.pipeline_parallel_degree, self.partitions or 1)
+
+    @property
+    def schedule(self) -> str:
+        """The pipeline schedule in force: pipeline_schedule, else SMP v1's `pipeline` by meaning."""
+        return self.pipeline_schedule or ("gpipe" if self.pipeline == "simple" else "1f1b")
 
     def explicit(self) -> dict:
         """Only the keys the user wrote, for the wire format (`mp_parameters`)."""

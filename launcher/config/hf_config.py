@@ -6,8 +6,13 @@ keys, which win where both are present. Absent keys take LlamaConfig's defaults 
 10000, rms_norm_eps 1e-6, max_position_embeddings 2048, bos 1, eos 2), because that is what
 transformers builds from the same file. We export the 4.x form, which both versions read alike.
 
-What the runtime's Llama does not implement (another architecture, biases, another activation,
-another RoPE scaling) is recorded in `ModelSpec.unsupported`, by key, for the rules to refuse.
+Mixtral (`model_type: mixtral`) is the same model with a sparse MoE block in place of the MLP:
+its keys (`num_local_experts`, `num_experts_per_tok`, `router_aux_loss_coef`) fill the spec's MoE
+fields, and its absent keys take MixtralConfig's defaults (rope_theta 1e6, rms_norm_eps 1e-5, ...).
+
+What the runtime's model does not implement (another architecture, biases, another activation,
+another RoPE scaling, Mixtral's router jitter or a sliding window shorter than the model's
+context) is recorded in `ModelSpec.unsupported`, by key, for the rules to refuse.
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ from launcher.config.models import ModelShapeError, ModelSpec
 
 LLAMA_DEFAULTS = {"rope_theta": 10_000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 2048,
                   "bos_token_id": 1, "eos_token_id": 2}
+# transformers 5's MixtralConfig defaults (configuration_mixtral.py)
+MIXTRAL_DEFAULTS = {"rope_theta": 1_000_000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096 * 32,
+                    "bos_token_id": 1, "eos_token_id": 2, "num_local_experts": 8, "num_experts_per_tok": 2,
+                    "router_aux_loss_coef": 0.001}
+MODEL_DEFAULTS = {"llama": LLAMA_DEFAULTS, "mixtral": MIXTRAL_DEFAULTS}
 # Weight files save_pretrained writes, in the order transformers prefers them.
 WEIGHT_FILES = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
                 "pytorch_model.bin")
@@ -27,7 +37,8 @@ LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_m
 
 # ModelSpec field -> the config.json key it is read from (to name the key a shape error is about)
 CONFIG_KEYS = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
-               "num_kv_heads": "num_key_value_heads", "num_experts": "num_local_experts", "norm_eps": "rms_norm_eps"}
+               "num_kv_heads": "num_key_value_heads", "num_experts": "num_local_experts", "norm_eps": "rms_norm_eps",
+               "experts_per_token": "num_experts_per_tok"}
 
 
 class ModelConfigError(ValueError):
@@ -44,10 +55,11 @@ def spec_from_hf_config(config: dict, name: str) -> ModelSpec:
     if not isinstance(config, dict):
         raise ModelConfigError(f"{name}: config.json holds a JSON {type(config).__name__}, not an object of "
                                "settings", "write it again with save_pretrained")
+    defaults = MODEL_DEFAULTS.get(config.get("model_type"), LLAMA_DEFAULTS)
     try:
         heads = _whole(config, "num_attention_heads")
         hidden = _whole(config, "hidden_size")
-        rope_theta, rope_scaling, rope_unsupported = _rope(config)
+        rope_theta, rope_scaling, rope_unsupported = _rope(config, defaults)
         return ModelSpec(
             name=name,
             hidden_size=hidden,
@@ -57,17 +69,20 @@ def spec_from_hf_config(config: dict, name: str) -> ModelSpec:
             intermediate_size=_whole(config, "intermediate_size"),
             vocab_size=_whole(config, "vocab_size"),
             max_position_embeddings=_whole(config, "max_position_embeddings",
-                                           default=LLAMA_DEFAULTS["max_position_embeddings"]),
+                                           default=defaults["max_position_embeddings"]),
             rope_theta=rope_theta,
             tie_embeddings=_flag(config, "tie_word_embeddings"),
-            num_experts=_whole(config, "num_local_experts", default=0, low=0)
+            num_experts=_whole(config, "num_local_experts", default=defaults.get("num_local_experts", 0), low=0)
             or _whole(config, "n_routed_experts", default=0, low=0),
-            norm_eps=_number(config, "rms_norm_eps", LLAMA_DEFAULTS["rms_norm_eps"]),
+            experts_per_token=_whole(config, "num_experts_per_tok", default=defaults.get("num_experts_per_tok", 2)),
+            router_aux_loss_coef=_coefficient(config, "router_aux_loss_coef",
+                                              defaults.get("router_aux_loss_coef", 0.001)),
+            norm_eps=_number(config, "rms_norm_eps", defaults["rms_norm_eps"]),
             rope_scaling=rope_scaling,
             explicit_head_dim=_explicit_head_dim(config, hidden, heads),
-            bos_token_id=_token(config, "bos_token_id"),
-            eos_token_id=_token(config, "eos_token_id"),
-            pad_token_id=_token(config, "pad_token_id"),
+            bos_token_id=_token(config, "bos_token_id", defaults),
+            eos_token_id=_token(config, "eos_token_id", defaults),
+            pad_token_id=_token(config, "pad_token_id", defaults),
             unsupported=tuple(_unsupported(config) + rope_unsupported),
         )
     except ModelShapeError as exc:  # each key is sound, their combination is not
@@ -111,6 +126,16 @@ def _number(config: dict, key: str, default: float, within: str = "") -> float:
     return float(value)
 
 
+def _coefficient(config: dict, key: str, default: float) -> float:
+    """A finite number of 0 or more; absent or null takes `default`."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+        raise _malformed(key, value, "a finite number of 0 or more")
+    return float(value)
+
+
 def _flag(config: dict, key: str) -> bool:
     value = config.get(key)
     if value is None:
@@ -129,9 +154,9 @@ def _mapping(config: dict, key: str) -> dict:
     return value
 
 
-def _rope(config: dict) -> tuple[float, tuple[float, float, float, int] | None, list[str]]:
+def _rope(config: dict, defaults: dict) -> tuple[float, tuple[float, float, float, int] | None, list[str]]:
     params = _mapping(config, "rope_parameters")
-    theta = _number(params, "rope_theta", LLAMA_DEFAULTS["rope_theta"], "rope_parameters.")
+    theta = _number(params, "rope_theta", defaults["rope_theta"], "rope_parameters.")
     theta = _number(config, "rope_theta", theta)  # the 4.x key wins
     within = "rope_scaling." if config.get("rope_scaling") else "rope_parameters."
     scaling = _mapping(config, "rope_scaling") or params
@@ -152,8 +177,8 @@ def _explicit_head_dim(config: dict, hidden: int, heads: int) -> int | None:
     return None if head_dim is None or head_dim == hidden // heads else head_dim
 
 
-def _token(config: dict, key: str) -> int | tuple[int, ...] | None:
-    value = config.get(key, LLAMA_DEFAULTS.get(key))
+def _token(config: dict, key: str, defaults: dict) -> int | tuple[int, ...] | None:
+    value = config.get(key, defaults.get(key))
     if value is None:
         return None
     ids = value if isinstance(value, list) else [value]
@@ -165,8 +190,13 @@ def _token(config: dict, key: str) -> int | tuple[int, ...] | None:
 def _unsupported(config: dict) -> list[str]:
     found = []
     model_type = config.get("model_type", "llama")
-    if model_type != "llama":
+    if model_type not in MODEL_DEFAULTS:
         found.append(f"model_type: {model_type}")
+    if config.get("router_jitter_noise"):  # random scaling of the router's input: no layout could reproduce it
+        found.append(f"router_jitter_noise: {config['router_jitter_noise']}")
+    window, positions = config.get("sliding_window"), config.get("max_position_embeddings")
+    if window is not None and not (isinstance(positions, int) and isinstance(window, int) and window >= positions):
+        found.append(f"sliding_window: {window}")
     if config.get("hidden_act", "silu") != "silu":
         found.append(f"hidden_act: {config['hidden_act']}")
     for key in ("attention_bias", "mlp_bias"):
@@ -176,10 +206,11 @@ def _unsupported(config: dict) -> list[str]:
 
 
 def hf_config(spec: ModelSpec) -> dict:
-    """The `config.json` of a spec (LlamaForCausalLM), in the form transformers 4.x and 5.x read alike."""
+    """The `config.json` of a spec (LlamaForCausalLM, or MixtralForCausalLM for an MoE spec), in the
+    form transformers 4.x and 5.x read alike."""
     config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+        "architectures": ["MixtralForCausalLM" if spec.is_moe else "LlamaForCausalLM"],
+        "model_type": "mixtral" if spec.is_moe else "llama",
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": spec.num_layers,
@@ -200,6 +231,11 @@ def hf_config(spec: ModelSpec) -> dict:
     }
     if spec.rope_scaling:
         config["rope_scaling"] = {"rope_type": "llama3", **dict(zip(LLAMA3_ROPE_KEYS, spec.rope_scaling))}
+    if spec.is_moe:  # MixtralConfig has no bias keys; it has these instead
+        del config["attention_bias"], config["mlp_bias"]
+        config.update(num_local_experts=spec.num_experts, num_experts_per_tok=spec.experts_per_token,
+                      router_aux_loss_coef=spec.router_aux_loss_coef, router_jitter_noise=0.0,
+                      sliding_window=None, output_router_logits=False)
     return config
 
 

@@ -89,6 +89,12 @@ class TrainingHyperparameters(BaseModel):
     )
     dataset_type: Literal["jsonl", "synthetic"] | None = Field(None, description="Training data source.")
     offload_activations: bool | None = Field(None, description="Offload checkpointed activations to host.")
+    loss_chunk_tokens: int | None = Field(
+        None, ge=0, le=MAX_DIMENSION,
+        description="smlaunch: the cross-entropy runs over chunks of this many tokens, so a micro-batch's "
+                    "whole fp32 logits never exist (0: the whole logits at once; unset: smlaunch's default "
+                    "chunk, see docs/smp.md)."
+    )
     delayed_param: bool | None = Field(None, description="Meta-device init (seed's spelling).")
     clean_cache: bool | None = Field(None, description="Empty the CUDA cache between steps.")
     enable_memory_profiling: bool | None = Field(None, description="Log memory statistics.")

@@ -38,6 +38,8 @@ from launcher.config.limits import (
 from launcher.config.paths import LocalPathText
 from launcher.config.slurm_settings import SlurmSettings
 
+DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path
+
 MAX_RUN_LIMIT = 28 * 24 * 3600  # SageMaker's StoppingCondition.MaxRuntimeInSeconds ceiling
 ROLE_ARN_RE = r"^arn:aws[a-z\-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$"
 
@@ -148,7 +150,7 @@ class JobConfig(Strict):
         None, pattern=r"^s3://[^/]+(/.*)?$", description="S3 prefix synced with checkpoint_local_path."
     )
     checkpoint_local_path: LocalPathText | None = Field(
-        None, description="Checkpoint directory inside the container (default /opt/ml/checkpoints)."
+        None, description=f"Checkpoint directory inside the container (default {DEFAULT_CHECKPOINT_PATH})."
     )
     output_path: LocalPathText | None = Field(
         None, description="Where model.tar.gz/output.tar.gz go (s3://..., or a local path for local runs)."

@@ -38,6 +38,10 @@ class ModelSpec:
     tie_embeddings: bool = False
     num_experts: int = 0
     norm_eps: float = 1e-5
+    # MoE only (Mixtral's config keys and MixtralConfig's defaults): experts each token visits, and
+    # the weight of the load-balancing auxiliary loss added to the training loss (docs/moe.md)
+    experts_per_token: int = 2
+    router_aux_loss_coef: float = 0.001
     # Llama 3.1 RoPE frequency scaling: (factor, low_freq_factor, high_freq_factor, original max positions)
     rope_scaling: tuple[float, float, float, int] | None = None
     # config.json's head_dim where it is not hidden_size / num_heads (None: that quotient)
@@ -75,6 +79,12 @@ def shape_problem(spec: ModelSpec) -> tuple[str, str] | None:
             return key, f"{key} {getattr(spec, key)!r} is not a whole number from 1 to {MAX_DIMENSION}"
     if not _whole(spec.num_experts, 0):
         return "num_experts", f"num_experts {spec.num_experts!r} is not a whole number (0: a dense model)"
+    if spec.is_moe and not (_whole(spec.experts_per_token, 1) and spec.experts_per_token <= spec.num_experts):
+        return "experts_per_token", (f"experts_per_token {spec.experts_per_token!r} is not a whole number from 1 "
+                                     f"to num_experts ({spec.num_experts})")
+    coef = spec.router_aux_loss_coef
+    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not (math.isfinite(coef) and coef >= 0):
+        return "router_aux_loss_coef", f"router_aux_loss_coef {coef!r} is not a finite number of 0 or more"
     if spec.explicit_head_dim is not None and not _whole(spec.explicit_head_dim, 1):
         return "head_dim", f"head_dim {spec.explicit_head_dim!r} is not a whole number from 1 to {MAX_DIMENSION}"
     if spec.head_dim < 1:
@@ -93,7 +103,10 @@ def shape_problem(spec: ModelSpec) -> tuple[str, str] | None:
 # <|begin_of_text|> and <|end_of_text|> of the Llama 3 tokenizer (the base models' config.json).
 LLAMA3_TOKENS = {"bos_token_id": 128000, "eos_token_id": 128001}
 
-# Shapes from the models' published config.json files (meta-llama on Hugging Face).
+# <s> and </s> of the Mistral tokenizer (Mixtral's config.json).
+MISTRAL_TOKENS = {"bos_token_id": 1, "eos_token_id": 2}
+
+# Shapes from the models' published config.json files (meta-llama, mistralai on Hugging Face).
 PRESETS: dict[str, ModelSpec] = {
     s.name: s
     for s in (
@@ -107,6 +120,11 @@ PRESETS: dict[str, ModelSpec] = {
                   **LLAMA3_TOKENS),
         ModelSpec("llama3.1-70b", 8192, 80, 64, 8, 28672, 128256, 131072, rope_scaling=(8.0, 1.0, 4.0, 8192),
                   **LLAMA3_TOKENS),
+        # llama3-tiny's attention with 4 SwiGLU experts, 2 per token: the MoE model of tests and demos
+        ModelSpec("mixtral-tiny", 64, 2, 4, 2, 96, 256, 4096, rope_theta=1_000_000.0, num_experts=4,
+                  experts_per_token=2, router_aux_loss_coef=0.02, **MISTRAL_TOKENS),
+        ModelSpec("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, 32768, rope_theta=1_000_000.0, num_experts=8,
+                  experts_per_token=2, router_aux_loss_coef=0.02, **MISTRAL_TOKENS),
     )
 }
 
@@ -118,6 +136,8 @@ HF_NAMES: dict[str, str] = {
     "meta-llama/Meta-Llama-3-8B": "llama3-8b",
     "meta-llama/Llama-3.1-70B": "llama3.1-70b",
     "meta-llama/Meta-Llama-3.1-70B": "llama3.1-70b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
 }
 
 MOE_MODEL_TYPES = frozenset({"mixtral", "deepseek_v2", "deepseek_v3", "qwen2_moe", "dbrx"})

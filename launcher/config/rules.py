@@ -12,8 +12,16 @@ from launcher import catalog
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 from launcher.config.job import JobConfig
-from launcher.config.layout import divisors, layout_problems, sharding_group, with_sharding_strategy
+from launcher.config.layout import (
+    divisors,
+    layout_problems,
+    moe_problems,
+    sharding_group,
+    with_sharding_strategy,
+)
 from launcher.config.models import MOE_MODEL_TYPES, ModelSpec
+from launcher.config.pipeline import PipelineJob, pipeline_problems
+from launcher.config.run_settings import run_settings
 from launcher.config.slurm_settings import node_gpus
 from launcher.issues import Issue, did_you_mean
 
@@ -163,6 +171,7 @@ def check_degrees(ctx: Context) -> list[Issue]:
         issues += [Issue(f"{MP}.{found.key}", found.value, f"{found.problem} ({_world_text(ctx)})",
                          found.fix + _local_hint(ctx)) for found in layout_problems(effective, w)]
         issues += _check_sdp(p)
+    issues += check_pipeline(ctx)
     seq = ctx.hp.max_context_width
     if cp > 1 and seq and seq % (2 * cp * tp):
         issues.append(Issue(f"{HP}.max_context_width", seq,
@@ -188,6 +197,10 @@ def check_degrees(ctx: Context) -> list[Issue]:
         issues.append(Issue(f"{MP}.expert_parallel_degree", ep,
                             f"expert parallelism needs a mixture-of-experts model; {name} is dense",
                             "set expert_parallel_degree: 1"))
+    if model is not None and model.is_moe:  # a script of the user's own may tensor-parallelise its MoE
+        issues += [Issue(f"{MP}.{found.key}", found.value, f"{found.problem} ({model.name})", found.fix)
+                   for found in moe_problems(p, model.num_experts)
+                   if ctx.runtime or found.key == "expert_parallel_degree"]
     for key in ("tensor_parallel_degree", "context_parallel_degree", "hybrid_shard_degree"):
         hp_value, dist_value = getattr(ctx.hp, key), getattr(p, key)
         if hp_value is not None and hp_value != dist_value:
@@ -195,6 +208,21 @@ def check_degrees(ctx: Context) -> list[Issue]:
                                 f"differs from {MP}.{key} = {dist_value}",
                                 "set it in the distribution only (the script receives it from there)"))
     return issues
+
+
+def check_pipeline(ctx: Context) -> list[Issue]:
+    """Pipeline parallelism in smlaunch's runtime (launcher.config.pipeline, which the container
+    enforces too); a user script pipelines, or not, by its own rules."""
+    if not ctx.runtime:
+        return []
+    hp, model = ctx.hp, ctx.model
+    s = run_settings(hp, ctx.params, ctx.world or 1)
+    job = PipelineJob(num_layers=model.num_layers if model else None, batch_per_rank=s.micro_batch * s.grad_accum,
+                      tied_embeddings=bool(model and model.tie_embeddings), moe=_is_moe(ctx), fp8=s.fp8.enabled,
+                      delayed_init=s.delayed_init, validation=bool(s.validation_freq),
+                      pretrained_weights=bool(hp.hf_pretrained_model_name_or_dir) and not hp.init_from_scratch)
+    return [Issue(f"{HP if found.hyperparameter else MP}.{found.key}", found.value, found.problem, found.fix)
+            for found in pipeline_problems(ctx.params, job)]
 
 
 def _check_sdp(p: ModelParallelParameters) -> list[Issue]:

@@ -25,6 +25,10 @@ DEFAULT_BETAS = (0.9, 0.95)
 DEFAULT_GRAD_CLIP = 1.0
 DEFAULT_KEPT_CHECKPOINTS = 2
 DEFAULT_MIN_NUM_PARAMS = 100_000_000  # size_based_auto_wrap_policy's threshold
+# Tokens per cross-entropy chunk (container/loss.py): one chunk's fp32 logits and their gradients,
+# 12 B x 2048 x 128,256 = 2.9 GiB for Llama 3, instead of 23.5 GiB for a 16K sequence; micro-batches
+# of at most this many tokens are not chunked (nothing to save). bench/loss_memory.py measures it.
+DEFAULT_LOSS_CHUNK_TOKENS = 2048
 # FSDP1 strategies that keep parameters gathered between forward and backward (ZeRO-2)
 NO_RESHARD_STRATEGIES = ("shard_grad_op", "_hybrid_shard_zero2")
 
@@ -63,6 +67,7 @@ class RunSettings:
     offload: bool  # checkpointed block inputs to host memory (offload_activations, sm_activation_offloading)
     offload_horizon: int  # activation_loading_horizon
     delayed_init: bool  # delayed_param / delayed_parameter_initialization: meta-device init
+    loss_chunk_tokens: int  # loss_chunk_tokens: cross-entropy over chunks of this many tokens; 0: whole logits
     # sharding
     fsdp: bool  # FSDP2 applied: more than one rank, or bf16 (its mixed-precision policy)
     reshard_after_forward: bool  # False for the ZeRO-2 sharding strategies
@@ -116,6 +121,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         offload=ac_mode is not None and bool(hp.offload_activations or sm_offload),
         offload_horizon=max(1, params.activation_loading_horizon),
         delayed_init=bool(hp.delayed_param or params.delayed_parameter_initialization),
+        loss_chunk_tokens=hp.loss_chunk_tokens if hp.loss_chunk_tokens is not None else DEFAULT_LOSS_CHUNK_TOKENS,
         fsdp=world > 1 or bf16,
         reshard_after_forward=(hp.sharding_strategy or "full_shard") not in NO_RESHARD_STRATEGIES,
         wrap_policy=hp.auto_wrap_policy or "transformer_auto_wrap_policy",

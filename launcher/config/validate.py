@@ -23,6 +23,7 @@ from launcher.config import (
     job_rules,
     model_rules,
     request_limits,
+    resume_rules,
     rules,
 )
 from launcher.config.base import BOOLEAN_NOT_NUMBER
@@ -48,6 +49,7 @@ class ValidatedJob:
     base_dir: Path
     kind: JobKind
     warnings: list[Issue] = field(default_factory=list)
+    notes: list[Issue] = field(default_factory=list)  # info: what the user should know (resume_rules.py)
 
     @property
     def settings(self) -> RunSettings | None:
@@ -105,6 +107,7 @@ def validate_job(
         base_dir=base,
         kind=kind,
         warnings=[i for i in issues if i.level == "warning"],
+        notes=[i for i in issues if i.level == "info"],
     )
 
 
@@ -123,7 +126,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
     for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,
                   rules.check_backend, backend_rules.check_backend_choice, job_rules.check_job_fields,
                   job_rules.check_hyperparameters, job_rules.check_image, aws_rules.check_aws_settings,
-                  request_limits.check_hyperparameter_limits):
+                  request_limits.check_hyperparameter_limits, resume_rules.check_resume):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

@@ -21,13 +21,13 @@ from launcher import wire
 from launcher.backends.base import BackendError, check_job_name, default_base_name, make_job_name
 from launcher.backends.sourcedir import build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
+from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.job_rules import resolve_path
 from launcher.contract import write_opt_ml
 from launcher.issues import ConfigError, Issue
 from launcher.local import s3io, store
 from launcher.local.spec import LocalJobSpec, Runner
 
-DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"
 MIN_FREE_BYTES = 1 << 20  # less, and not even the job's record, code archive and logs fit
 
 

@@ -8,8 +8,11 @@ What the runtime keeps, and so what is counted (B = bytes; a = compute bytes: 2 
 - Blocks are all-gathered in bf16 one at a time with one prefetched; the root (embeddings, final
   norm, head) is fully_shard'ed with reshard_after_forward=False, so its bf16 copy lives from the
   start of forward to the end of backward.
-- The loss is `F.cross_entropy(logits.float(), ...)` on the whole [B, S/cp, V/tp] logits: no
-  chunking, so one fp32 copy of the logits is the largest tensor of a long-context step.
+- The loss is `F.cross_entropy(logits.float(), ...)` over chunks of `loss_chunk_tokens` tokens
+  (container/loss.py), each checkpointed: one chunk's fp32 [C, V/tp] logits and their gradients
+  exist at a time, and the hidden states' gradient. With `loss_chunk_tokens: 0`, or a micro-batch
+  of no more tokens, it runs on the whole [B, S/cp, V/tp] logits, whose fp32 copy is then the
+  largest tensor of a long-context step (the seed's "Tried to allocate 7.83 GiB").
 - Activation checkpointing wraps each block (torch checkpoint, non-reentrant): `full` keeps the
   block input, `selective` also keeps matmul and attention outputs; offload moves the kept block
   inputs to host memory, `activation_loading_horizon` of them prefetched back.

@@ -47,22 +47,26 @@ class Allocation:
 class Sizes:
     """Parameter counts of a Llama block and of the root (embeddings, final norm, head)."""
 
-    block_matmul: int  # q, k, v, o, gate, up, down
+    block_matmul: int  # q, k, v, o, gate, up, down (MoE: the router and every expert's)
     block: int  # + the two RMSNorm weights
     root: int  # embedding (+ untied head) + final norm
     head: int  # the LM head's weight (shared with the embedding when tied)
     total: int
+    block_gathered: int  # what one block's all-gather brings: under ep only this rank's E/ep experts
 
     @classmethod
     def of(cls, w: Workload) -> Sizes:
         s = w.spec
         h, q, kv = s.hidden_size, s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
-        experts = max(1, s.num_experts)  # MoE: every expert's MLP is a parameter
-        matmul = 2 * h * q + 2 * h * kv + experts * 3 * h * s.intermediate_size
+        expert = 3 * h * s.intermediate_size
+        experts = s.num_experts or 1  # MoE: every expert's MLP is a parameter
+        matmul = 2 * h * q + 2 * h * kv + experts * expert + h * s.num_experts  # router: h x E
         block = matmul + 2 * h
         head = s.vocab_size * h
         root = head * (1 if s.tie_embeddings else 2) + h
-        return cls(matmul, block, root, head, s.num_layers * block + root)
+        # expert shards are spread over efsdp x ep = the sharding group, so per-rank shards are unchanged
+        elsewhere = (experts - experts // w.layout.ep) * expert
+        return cls(matmul, block, root, head, s.num_layers * block + root, block - elsewhere)
 
 
 def per_token_bytes(w: Workload) -> dict[str, float]:
@@ -79,14 +83,21 @@ def per_token_bytes(w: Workload) -> dict[str, float]:
         (a·h each: before tp's reduce-scatter), of w1 and w3 (2·a·I/t), the attention output
         and log-sum-exp (a·q/t + 4·H/t): the matmul and attention outputs the runtime's policy saves.
     checkpoint (full checkpointing): the block input, a·h/t.
-    RoPE's cos/sin tables need no gradient: nothing of RoPE is kept. An MoE model is counted as
-    one expert per token (the runtime trains dense models).
+    RoPE's cos/sin tables need no gradient: nothing of RoPE is kept.
+    MoE (k = experts_per_token, E experts; no tp): the MLP terms count k expert visits per token
+    (full: 4·a·I each; selective: 2·a·I and the w2 output a·h each), plus the dispatch buffers
+    2·k·a·h (the token rows copied to their experts, the experts' outputs before weighting) and
+    the router's fp32 logits and probabilities 8·E (selective: the router matmul output, a·E).
     """
     s, a, t = w.spec, w.compute_bytes, w.layout.tp
     h, heads = s.hidden_size, s.num_heads
     q, kv, inter = heads * s.head_dim, s.num_kv_heads * s.head_dim, s.intermediate_size
     full = 2 * (4 * h + a * h) / t + 2 * a * h + a * (2 * q + 2 * kv) / t + 4 * heads / t + 4 * a * inter / t
     selective = a * h / t + a * (q + 2 * kv) / t + 2 * a * h + 2 * a * inter / t + a * q / t + 4 * heads / t
+    if s.is_moe:
+        k, experts = s.experts_per_token, s.num_experts
+        full += (k - 1) * 4 * a * inter + 2 * k * a * h + 8 * experts
+        selective += (k - 1) * (2 * a * inter + a * h) + a * experts
     return {"full": full, "selective": selective, "checkpoint": a * h / t}
 
 
@@ -118,7 +129,9 @@ class Ctx:
 
     @property
     def shards(self) -> int:
-        return self.w.layout.sharding_group * self.w.layout.tp
+        """Over how many ranks a parameter's state is spread: a pipeline stage holds 1/pp of the
+        layers (the first and last stage also the embedding and head: counted evenly here)."""
+        return self.w.layout.sharding_group * self.w.layout.tp * self.w.layout.pp
 
     @property
     def kept(self) -> float:
@@ -139,9 +152,10 @@ def _term(key: str, name: str, nbytes: float, formula: str, phases: tuple[str, .
 
 def parameters(c: Ctx) -> MemoryTerm | None:
     """4·P / shards: FSDP2's fp32 parameter shards (the model is built in fp32)."""
-    g = c.w.layout.sharding_group
+    g, pp = c.w.layout.sharding_group, c.w.layout.pp
     return _term("parameters", "parameters (fp32 shards)", 4 * c.sz.total / c.shards,
-                 f"4 B x {c.params} / (sharding group {g} x tp {c.t})", ("init",) + STEADY)
+                 f"4 B x {c.params} / (sharding group {g} x tp {c.t}{f' x pp {pp}' if pp > 1 else ''})",
+                 ("init",) + STEADY)
 
 
 def optimizer_state(c: Ctx) -> MemoryTerm | None:
@@ -200,16 +214,17 @@ def root_unsharded(c: Ctx) -> MemoryTerm | None:
 
 
 def gathered_forward(c: Ctx) -> MemoryTerm | None:
-    """2 x a·P_block / t: the running block and the prefetched one. With torchao's FP8
-    all-gather the matmul weights travel and stay in 1 B."""
+    """2 x a·P_block / t: the running block and the prefetched one (under expert parallelism
+    with E/ep of its experts). With torchao's FP8 all-gather the matmul weights travel and stay in 1 B."""
     w = c.w
     if not w.fsdp:
         return None
     fp8_gather = w.fp8 and w.fp8_backend == "torchao" and w.world > 1 and w.layout.sharding_group > 1
-    per_block = (c.sz.block_matmul * (1 if fp8_gather else c.a) + (c.sz.block - c.sz.block_matmul) * c.a) / c.t
+    matmul = c.sz.block_matmul - (c.sz.block - c.sz.block_gathered)
+    per_block = (matmul * (1 if fp8_gather else c.a) + (c.sz.block - c.sz.block_matmul) * c.a) / c.t
     size = "1 B (FP8 all-gather)" if fp8_gather else f"{c.a} B"
     return _term("gathered_forward", "all-gathered blocks (forward)", 2 * per_block,
-                 f"2 blocks x {count(c.sz.block)} params x {size} / tp {c.t}: the running block and the "
+                 f"2 blocks x {count(c.sz.block_gathered)} params x {size} / tp {c.t}: the running block and the "
                  "prefetched one", ("forward",))
 
 
@@ -219,9 +234,9 @@ def gathered_backward(c: Ctx) -> MemoryTerm | None:
     (4) and the fp32 gradient shard that comes out."""
     if not c.w.fsdp:
         return None
-    a, block = c.a, c.sz.block
+    a, block = c.a, c.sz.block_gathered
     return _term("gathered_backward", "all-gathered block + grads (backward)",
-                 (3 * a + 4) * block / c.t + 4 * block / c.shards,
+                 (3 * a + 4) * block / c.t + 4 * c.sz.block / c.shards,
                  f"({a}+{a} B params, running and prefetched, + {a} B gradient + 4 B fp32 reduce-scatter "
                  f"input) x {count(block)} / tp {c.t} + its fp32 gradient shard", BACKWARD)
 
@@ -233,8 +248,8 @@ def kept_unsharded(c: Ctx) -> MemoryTerm | None:
     if not w.fsdp or w.reshard_after_forward:
         return None
     L = w.spec.num_layers
-    return _term("kept_unsharded", "blocks kept unsharded after forward", L * c.a * c.sz.block / c.t,
-                 f"{L} blocks x {c.a} B x {count(c.sz.block)} / tp {c.t} (sharding_strategy shard_grad_op)",
+    return _term("kept_unsharded", "blocks kept unsharded after forward", L * c.a * c.sz.block_gathered / c.t,
+                 f"{L} blocks x {c.a} B x {count(c.sz.block_gathered)} / tp {c.t} (sharding_strategy shard_grad_op)",
                  ("loss",) + BACKWARD)
 
 
@@ -278,8 +293,9 @@ def activations(c: Ctx) -> MemoryTerm | None:
     activation_loading_horizon + 1 block inputs on the GPU (selective's saved matmul outputs
     stay). Without checkpointing and with cp_comm_type all_gather, every layer keeps the whole
     sequence's K and V: + L·a·2kv·(N·cp − N)/t."""
-    w, lay, per, n = c.w, c.w.layout, c.per, c.n
-    L = w.spec.num_layers
+    w, lay, per = c.w, c.w.layout, c.per
+    # a pipeline stage: its L/pp layers, for every microbatch whose backward has not run yet
+    L, n = w.spec.num_layers // lay.pp, c.n * w.in_flight
     if w.ac_mode is None:
         how = "no activation checkpointing: everything backward needs"
         saved = L * per["full"] * n
@@ -295,8 +311,9 @@ def activations(c: Ctx) -> MemoryTerm | None:
     else:
         saved = L * c.kept * n
         how = f"{w.ac_mode} checkpointing keeps {c.kept:.0f} B/token/layer"
-    return _term("activations", "activations", saved,
-                 f"{L} layers x {n} tokens (B {w.micro_batch} x S {w.seq_len} / cp {lay.cp}): {how}", ACTIVE)
+    tokens = (f"{w.in_flight} microbatches in flight x {c.n} tokens" if lay.pp > 1
+              else f"{n} tokens (B {w.micro_batch} x S {w.seq_len} / cp {lay.cp})")
+    return _term("activations", "activations", saved, f"{L} layers x {tokens}: {how}", ACTIVE)
 
 
 def final_norm_and_head_input(c: Ctx) -> MemoryTerm | None:
@@ -319,14 +336,25 @@ def block_forward(c: Ctx) -> MemoryTerm | None:
 
 
 def logits(c: Ctx) -> MemoryTerm | None:
-    """12·N·V/t: the loss is cross_entropy(logits.float()) on the whole micro-batch. Backward
-    holds the fp32 log-probabilities kept by log_softmax, their gradient from nll_loss and the
-    logits' fp32 gradient (4 B each); forward peaks lower, at 10 B (bf16 logits, their fp32
-    copy, the log-probabilities). One fp32 [N, V/t] tensor is the step's largest allocation."""
-    V = c.w.spec.vocab_size
-    return _term("logits", "logits + loss (fp32)", 12 * c.n * V / c.t,
-                 f"12 B x {c.n} tokens x {V} / tp {c.t}: fp32 log-probs kept, their gradient, the logits' "
-                 "gradient (forward: bf16 logits + fp32 copy + log-probs = 10 B)", ("loss",))
+    """12·C·V/t + a·N·h: the loss is cross_entropy(logits.float()) over chunks of C =
+    loss_chunk_tokens tokens, each under an activation checkpoint (container/loss.py). Backward
+    recomputes one chunk's logits at a time and holds its fp32 log-probabilities kept by
+    log_softmax, their gradient from nll_loss and the logits' fp32 gradient (4 B each); forward
+    peaks lower, at 10 B (bf16 logits, their fp32 copy, the log-probabilities). The hidden
+    states' gradient (a B, tp-gathered) fills up chunk by chunk until the last one.
+    Not chunked (loss_chunk_tokens 0, or N <= C): 12·N·V/t, the whole micro-batch's logits;
+    then one fp32 [N, V/t] tensor is the step's largest allocation."""
+    w, V, n = c.w, c.w.spec.vocab_size, c.n
+    rows = w.logits_tokens
+    held = "fp32 log-probs kept, their gradient, the logits' gradient (forward: bf16 logits + fp32 copy + " \
+           "log-probs = 10 B)"
+    if rows == n:
+        return _term("logits", "logits + loss (fp32)", 12 * n * V / c.t,
+                     f"12 B x {n} tokens x {V} / tp {c.t}: {held}", ("loss",))
+    h = w.spec.hidden_size
+    return _term("logits", "logits + loss (fp32)", 12 * rows * V / c.t + c.a * n * h,
+                 f"12 B x {rows} tokens (one loss chunk of {n}) x {V} / tp {c.t}: {held}; + {c.a} B x {n} x {h} "
+                 "hidden-state gradient", ("loss",))
 
 
 def block_backward(c: Ctx) -> MemoryTerm | None:
@@ -398,15 +426,17 @@ def terms(w: Workload) -> list[MemoryTerm]:
 
 def largest_allocation(w: Workload) -> Allocation:
     """The largest single tensor of the step; the candidates are the big flat ones: the fp32
-    logits (4·N·V/t), an MLP activation (a·N·I/t), FSDP's fp32 reduce-scatter inputs of the
-    root (4·P_root/t) and of a block (4·P_block/t), the fp32 embedding under eager init
-    (4·V·h) and, with cp_comm_type all_gather, the gathered K/V (2·a·kv·N·cp/t)."""
+    logits of a loss chunk (4·C·V/t; 4·N·V/t not chunked), an MLP activation (a·N·I/t), FSDP's
+    fp32 reduce-scatter inputs of the root (4·P_root/t) and of a block (4·P_block/t), the fp32
+    embedding under eager init (4·V·h) and, with cp_comm_type all_gather, the gathered K/V
+    (2·a·kv·N·cp/t)."""
     s, lay, sz = w.spec, w.layout, Sizes.of(w)
-    a, t, n = w.compute_bytes, lay.tp, w.tokens_per_rank
+    a, t, n, rows = w.compute_bytes, lay.tp, w.tokens_per_rank, w.logits_tokens
+    tokens = f"{w.micro_batch} x {w.seq_len // lay.cp} tokens" if rows == n else (
+        f"{rows} tokens (one loss chunk of {n})")
     candidates = [
-        Allocation("fp32 logits", 4 * n * s.vocab_size / t / GIB,
-                   f"logits.float() in the loss: {w.micro_batch} x {w.seq_len // lay.cp} tokens x "
-                   f"{s.vocab_size // t} vocab x 4 B"),
+        Allocation("fp32 logits", 4 * rows * s.vocab_size / t / GIB,
+                   f"logits.float() in the loss: {tokens} x {s.vocab_size // t} vocab x 4 B"),
         Allocation("MLP activation", a * n * s.intermediate_size / t / GIB,
                    f"gate or up output: {n} tokens x {s.intermediate_size // t} x {a} B"),
     ]

@@ -193,6 +193,8 @@ def estimate_workload(w: Workload) -> ThroughputEstimate | None:
     if found is None or w.compute_bytes != 2 or w.spec.is_moe:
         return None
     eta, basis, calibrated = found
+    if w.bubble:  # the pipeline's idle share of the step does no work
+        eta, basis = eta * (1 - w.bubble), f"{basis}; x (1 - pipeline bubble {w.bubble:.3f})"
     spec, seq = w.spec, w.seq_len
     flops = flops_per_token(spec, seq)
     r = recompute_factor(spec, seq, w.ac_mode)

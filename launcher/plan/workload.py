@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 from launcher.catalog import InstanceType
 from launcher.config import ValidatedJob
+from launcher.config.distribution import ModelParallelParameters
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import ModelSpec
+from launcher.config.pipeline import bubble_fraction, in_flight_microbatches
 
 
 class PlanError(ValueError):
@@ -37,14 +39,29 @@ class Workload:
     fp8: bool
     fp8_backend: str  # "transformer_engine" or "torchao"
     cp_comm_type: str  # Transformer Engine's context-parallel exchange: p2p, all_gather or a2a
+    loss_chunk_tokens: int  # the cross-entropy runs over chunks of this many tokens; 0: the whole logits
+    microbatches: int  # pipeline microbatches per step (1 without pipeline parallelism)
+    in_flight: int  # pipeline microbatches whose activations a stage holds at once (1 without)
+    bubble: float  # the pipeline schedule's idle fraction of a step (0 without)
     instance: InstanceType | None
     instance_count: int
     processes_per_host: int
 
     @property
     def tokens_per_rank(self) -> int:
-        """Tokens one rank holds per micro-batch: its 1/cp of every sequence of its micro-batch."""
+        """Tokens one rank holds per micro-batch: its 1/cp of every sequence of its micro-batch.
+        Under pipeline parallelism a forward is one pipeline microbatch: the data-parallel rank's
+        micro_batch x grad_accum sequences over `microbatches`."""
+        if self.layout.pp > 1:
+            return self.micro_batch * self.grad_accum // self.microbatches * self.seq_len // self.layout.cp
         return self.micro_batch * self.seq_len // self.layout.cp
+
+    @property
+    def logits_tokens(self) -> int:
+        """Tokens whose logits exist at once on a rank: one loss chunk (container/loss.py), or the
+        whole micro-batch when it is not chunked (loss_chunk_tokens 0, or no more tokens than that)."""
+        chunk = self.loss_chunk_tokens
+        return chunk if 0 < chunk < self.tokens_per_rank else self.tokens_per_rank
 
     @property
     def tokens_per_step(self) -> int:
@@ -68,6 +85,7 @@ def workload_of(job: ValidatedJob) -> Workload:
         raise PlanError(f"the mesh {dict(zip(lay.mesh_dim_names, lay.mesh_shape))} does not tile the world of "
                         f"{lay.world} ranks: run `smlaunch validate` on the job for what to change")
     s = job.settings
+    params = job.config.distribution.parameters if job.config.distribution else ModelParallelParameters()
     return Workload(
         spec=job.model,
         seq_len=s.seq_len,
@@ -87,6 +105,10 @@ def workload_of(job: ValidatedJob) -> Workload:
         fp8=job.fp8.enabled,
         fp8_backend=job.fp8.backend,
         cp_comm_type=s.cp_comm_type,
+        loss_chunk_tokens=s.loss_chunk_tokens,
+        microbatches=params.microbatches if lay.pp > 1 else 1,
+        in_flight=in_flight_microbatches(params.schedule, lay.pp, params.microbatches) if lay.pp > 1 else 1,
+        bubble=bubble_fraction(params.schedule, lay.pp, params.microbatches, params.pipeline_virtual_stages),
         instance=job.instance,
         instance_count=job.config.instance_count,
         processes_per_host=job.processes_per_host,
