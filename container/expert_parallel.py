@@ -29,7 +29,7 @@ from torch.distributed.distributed_c10d import _set_pg_timeout
 from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
 
 from container.models.moe import GroupedExperts
-from container.runtime import Runtime
+from container.runtime import Runtime, refuse
 from launcher.config import ModelParallelParameters
 from launcher.config.layout import moe_problems
 
@@ -94,10 +94,7 @@ def _shard_experts(name: str, module: nn.Module, mesh: DeviceMesh) -> None:
 
 def check_moe_layout(params: ModelParallelParameters, num_experts: int) -> None:
     """A job built by hand fails here, before any work, with validation's own check."""
-    problems = moe_problems(params, num_experts)
-    if problems:
-        raise ValueError("; ".join(f"{p.key} {p.value}: {p.problem} ({p.fix})" for p in problems)
-                         + " (run `smlaunch validate` on the job for the full list)")
+    refuse(moe_problems(params, num_experts))
 
 
 def apply_expert_parallel(model: nn.Module, ep_mesh: DeviceMesh) -> None:

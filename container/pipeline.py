@@ -37,7 +37,7 @@ from torch.distributed.pipelining import (
 )
 
 from container.models.llama import Transformer, build_model
-from container.runtime import Runtime
+from container.runtime import Runtime, refuse
 from container.tensor_parallel import loss_context
 from launcher.config.models import ModelSpec
 from launcher.config.pipeline import PipelineJob, num_stages, pipeline_problems, stage_layers
@@ -75,11 +75,8 @@ def check_pipeline(rt: Runtime, spec: ModelSpec, s: RunSettings, pretrained_weig
                       tied_embeddings=spec.tie_embeddings, moe=spec.is_moe, fp8=s.fp8.enabled,
                       delayed_init=s.delayed_init, pretrained_weights=pretrained_weights,
                       validation=bool(s.validation_freq))
-    problems = pipeline_problems(rt.params, job)
-    if problems:
-        raise ValueError("; ".join(f"{'hyperparameter' if p.hyperparameter else 'mp_parameters'} {p.key} "
-                                   f"{p.value}: {p.problem} ({p.fix})" for p in problems)
-                         + " (run `smlaunch validate` on the job for the full list)")
+    refuse(pipeline_problems(rt.params, job),
+           where=lambda p: "hyperparameter " if p.hyperparameter else "mp_parameters ")
 
 
 class Pipeline:

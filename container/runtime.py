@@ -194,9 +194,14 @@ def _die_with_parent() -> None:
 def _check_layout(params: ModelParallelParameters, world: int) -> None:
     """The client validated the job; a job built by hand fails here, before any work, with the
     client's own check (launcher.config.layout.layout_problems)."""
-    problems = layout_problems(params, world)
+    refuse(layout_problems(params, world))
+
+
+def refuse(problems: list, where: Callable[[object], str] = lambda p: "") -> None:
+    """Raise the client's validation problems (each with key, value, problem, fix) as one error;
+    `where` names a problem's section (e.g. "hyperparameter ") before its key."""
     if problems:
-        raise ValueError("; ".join(f"{p.key} {p.value}: {p.problem} ({p.fix})" for p in problems)
+        raise ValueError("; ".join(f"{where(p)}{p.key} {p.value}: {p.problem} ({p.fix})" for p in problems)
                          + " (run `smlaunch validate` on the job for the full list)")
 
 
