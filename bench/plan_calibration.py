@@ -1,4 +1,13 @@
-"""Planner calibration (issue 6): predicted against measured peak GPU memory, one GPU.
+"""Planner calibration: throughput predicted against published runs (issue 15, no GPU needed),
+then predicted against measured peak GPU memory on one GPU (issue 6).
+
+Throughput: every run of `launcher.plan.throughput.CALIBRATION` (the seed's p5 runs,
+torchtitan's H100 and A100 runs) is planned with the fitted model (one η per accelerator
+generation and dtype plus the communication model, docs/planner.md) and printed beside its
+published tokens/s per GPU, with the step's compute and exposed communication, as a Markdown
+table for BENCHMARKS.md.
+
+Memory:
 
 For a ~1B preset (llama3.2-1b) at sequence 4096, 8192 and 16384, with and without (full)
 activation checkpointing, the real runtime trains a few steps exactly as entrypoints/train.py
@@ -105,8 +114,9 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.preset, args.seqs[0], args.ac, args.steps)))
         return
+    throughput_table()
     if not torch.cuda.is_available():
-        print("plan_calibration needs a CUDA GPU (torch.cuda.is_available() is False); nothing measured.")
+        print("\nThe memory calibration needs a CUDA GPU (torch.cuda.is_available() is False); nothing measured.")
         return
     from launcher.plan.memory import ALLOCATOR_RESERVE
 
@@ -150,6 +160,24 @@ def main() -> None:
     print("\n" + json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
+
+
+def throughput_table() -> None:
+    """Predicted against published tokens/s per GPU for every calibration and cross-check run."""
+    from launcher.plan.throughput import CALIBRATION, estimate_workload
+
+    print("Throughput: predicted against published (η fitted per generation and dtype, docs/planner.md)\n")
+    print("| run | GPUs | seq | cp | AC | published tokens/s/GPU | predicted | error | compute s | "
+          "exposed comm s | η | fitted |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for p in CALIBRATION:
+        w = p.workload()
+        est = estimate_workload(w)
+        error = est.tokens_per_s_per_gpu / p.tokens_per_s_per_gpu - 1
+        print(f"| {p.label} ({p.dtype}) | {w.world} | {p.seq_len} | {p.cp} | {p.ac_mode} | "
+              f"{p.tokens_per_s_per_gpu:,.0f} | {est.tokens_per_s_per_gpu:,.0f} | {error:+.1%} | "
+              f"{est.compute_s:.3f} | {est.communication_s:.3f} | {est.efficiency:.3f} | "
+              f"{'yes' if p.fitted else 'no'} |")
 
 
 def _print_row(r: dict) -> None:

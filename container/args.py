@@ -14,10 +14,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from container.tensorboard import configured_local_path
 from launcher.config import TrainingHyperparameters
 from launcher.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS
 
-DIRECTORY_ARGS = ("model_dir", "output_data_dir", "checkpoint_dir", "training_dir", "test_dir")
+DIRECTORY_ARGS = ("model_dir", "output_data_dir", "checkpoint_dir", "training_dir", "test_dir", "tensorboard_dir")
 OPT_ML = Path("/opt/ml")
 
 
@@ -48,6 +49,7 @@ class Directories:
     checkpoints: Path
     train: Path | None
     validation: Path | None
+    tensorboard: Path | None = None  # where rank 0 writes TensorBoard scalars; None: nowhere
 
 
 def directories(pairs: dict[str, str]) -> Directories:
@@ -80,7 +82,15 @@ def directories(pairs: dict[str, str]) -> Directories:
         checkpoints=pick("checkpoint_dir", env.get("SMLAUNCH_CHECKPOINT_DIR"), base / "checkpoints"),
         train=pick("training_dir", channel(*TRAIN_CHANNELS)),
         validation=pick("test_dir", channel(*VALIDATION_CHANNELS)),
+        tensorboard=moved(pairs["tensorboard_dir"]) if pairs.get("tensorboard_dir") else _configured_tensorboard(
+            base, moved),
     )
+
+
+def _configured_tensorboard(base: Path, moved) -> Path | None:
+    """The LocalPath of the job's TensorBoardOutputConfig (container.tensorboard), in this tree."""
+    local_path = configured_local_path(base / "input" / "config")
+    return moved(local_path) if local_path else None
 
 
 def parse_args(argv: list[str]) -> tuple[TrainingHyperparameters, Directories, dict[str, str]]:

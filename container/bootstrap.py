@@ -16,7 +16,8 @@ A torchrun failure is captured without the script's help (no `@record`): torchru
 the last lines of its stderr (which passes through here), names the first failing rank and its
 exit code, and that rank's traceback is read from its stderr file (`--log-dir`, `--redirects 3`).
 torchrun exits 1 for any failure or signal, so the bootstrap exits with the failing rank's code
-(128 + N if signal N killed it), or 128 + N when the bootstrap itself was stopped by signal N.
+(128 + N if signal N killed it), or 128 + N when the bootstrap itself was stopped by signal N:
+a stop is no failure, so it leaves no failure file and logs `stopped (exit code 143)`.
 
 Secrets never leave in the clear (launcher.masking, docs/secrets.md): the values of the job's
 secret-named hyperparameters and environment variables, and URL passwords, are masked in the
@@ -112,6 +113,8 @@ def train(base_dir: Path | None = None) -> int:
         returncode = child.wait()
         if returncode == 0:
             return _report(output_dir, 0, "")
+        if child.signals:
+            return _stopped(env, child, returncode)
         code, message = _diagnose(env, child, returncode, log_dir)
         return _report(output_dir, code, toolkit_error("ExecuteUserScriptError", code, message, shown))
     finally:
@@ -391,12 +394,17 @@ def _die_with_parent():
     return lambda: prctl(1, signal.SIGTERM)
 
 
+def _stopped(env: TrainingEnv, child: Child, returncode: int) -> int:
+    """A stop (StopTrainingJob, a spot interruption, `smlaunch stop`) is no failure: the exit code
+    says which signal, and no output/failure is written, so nothing reports the job as failed."""
+    name = signal.Signals(child.signals[0]).name
+    code = 128 + child.signals[0] if uses_torchrun(env) else exit_code(returncode)
+    _log(f"stopped (exit code {code}): received {name} and forwarded it to every rank")
+    return code
+
+
 def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) -> tuple[int, str]:
-    """(exit code, failure text) for a child that did not succeed."""
-    if child.signals:
-        name = signal.Signals(child.signals[0]).name
-        code = 128 + child.signals[0] if uses_torchrun(env) else exit_code(returncode)
-        return code, f"stopped: the bootstrap received {name} and forwarded it to every rank"
+    """(exit code, failure text) for a child that failed on its own."""
     tail = child.stderr_tail.decode("utf-8", "replace")
     if not uses_torchrun(env):
         return exit_code(returncode), failure_text(

@@ -56,13 +56,13 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim.lr_scheduler import LRScheduler
 
 from container import checkpoint_manifest as manifest
+from launcher.checkpoints import STEP_DIR as _STEP_DIR
 from launcher.config.resume import RunIdentity, may_change
 
 log = logging.getLogger(__name__)
 
 TRAINER_FILE = "trainer.pt"
 DCP_METADATA = ".metadata"  # written by DCP's coordinator (rank 0) in FileSystemWriter.finish
-_STEP_DIR = re.compile(r"step-(\d+)")
 _TMP_DIR = re.compile(r"step-(\d+)\.tmp")
 
 

@@ -18,7 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-MARKER = ".complete"
+from launcher.checkpoints import MARKER
+
 FORMAT = 2  # 1: the marker alone (before manifests), never usable for resume
 _CHUNK = 8 * 1024 * 1024
 

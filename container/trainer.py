@@ -34,8 +34,10 @@ from container.parallelize import (
     materialize_on_rank0_init,
 )
 from container.pipeline import build_pipeline
+from container.progress import ProgressWriter
 from container.runtime import Runtime
 from container.tensor_parallel import apply_tp, loss_context
+from container.tensorboard import TensorBoardScalars
 from launcher import flops
 from launcher.config import TrainingHyperparameters
 from launcher.config.models import ModelSpec
@@ -126,9 +128,10 @@ def _to(batch: dict, device: torch.device) -> dict:
 
 
 class MetricsWriter:
-    def __init__(self, rt: Runtime, directory: Path):
+    def __init__(self, rt: Runtime, directory: Path, tensorboard_dir: Path | None = None):
         self.enabled = rt.is_main
         self.path = directory / "metrics.jsonl"
+        self.tensorboard = TensorBoardScalars(tensorboard_dir) if self.enabled and tensorboard_dir else None
         if self.enabled:
             directory.mkdir(parents=True, exist_ok=True)
 
@@ -138,6 +141,8 @@ class MetricsWriter:
         print(format_metric_line(record["step"], **{k: v for k, v in record.items() if k != "step"}), flush=True)
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            self.tensorboard.write(record)
 
 
 def check_writable(directories: dict[str, Path]) -> None:
@@ -158,7 +163,10 @@ def check_writable(directories: dict[str, Path]) -> None:
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
     s = settings(rt, hp)
     writable = {"model_dir": dirs.model, "output_data_dir": dirs.output_data}
+    if dirs.tensorboard is not None:
+        writable["tensorboard_dir"] = dirs.tensorboard
     check_writable({**writable, "checkpoint_dir": dirs.checkpoints} if s.checkpoint_freq else writable)
+    metrics = MetricsWriter(rt, dirs.output_data, dirs.tensorboard)  # now: a missing tensorboard fails at start
     sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
     spec = pretrained.model_spec(hp, sources)
     if rt.layout.pp > 1:  # this rank's stages; the pipeline runs forward and backward
@@ -183,7 +191,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
             if rt.is_main:
                 log.info("resumed from step %d in %s", start_step, dirs.checkpoints)
     stop_flag = ckpt.install_sigterm_flag()
-    metrics = MetricsWriter(rt, dirs.output_data)
+    progress = ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, start_step)
     flops_token = flops.flops_per_token(spec, s.seq_len)
     seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
     peak = flops.peak_tflops(instance_type, "fp8" if s.fp8.enabled else "bf16",
@@ -219,7 +227,9 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
                 last["aux_loss"] = round((_all_sum(aux_sum, rt.loss_group) / global_sequences).item(), 6)
+            last.update(progress.fields(step))
             metrics.write(last)
+            progress.write(last)
         if s.validation_freq and dirs.validation and step % s.validation_freq == 0:
             metrics.write({"step": step, "val_loss": validate(rt, model, dirs.validation, s, spec, cp_shard)})
         stopping = ckpt.should_stop(stop_flag)

@@ -27,6 +27,15 @@ Figures as of 2026-11-22, and where they come from:
   g5 have first-generation EFA without RDMA, so they are False. This is the hardware; the
   variables the container sets follow the sagemaker-training toolkit's own instance lists
   (container/toolkit_env.py), which name fewer types.
+- Bandwidths, for the planner's communication model (docs/planner.md): `link_gb_s` is one GPU's
+  GPU-to-GPU bandwidth inside a host in ONE direction, half of NVIDIA's bidirectional figure
+  (A100 SXM NVLink 3: 600 GB/s -> 300; H100/H200 SXM NVLink 4: 900 -> 450; B200/B300/GB200
+  NVLink 5: 1.8 TB/s -> 900; GPUs without NVLink talk over PCIe 4.0 x16, 32 GB/s per direction,
+  or 5.0 x16, 64). `network_gbps` is the instance's network bandwidth, the "Network bandwidth
+  (Gbps)" of the EC2 accelerated-computing specifications (EFA on p4d/p4de 4 x 100, p5/p5e/p5en
+  and p6-b200 3200, p6-b300 6400, p6e-gb200 1600; g5/g6/g6e from 10 to 400, "up to" figures of
+  the small sizes taken at face value); None where no figure was found (g7, g7e) and for types
+  the planner gives no throughput (pre-Ampere, Trainium, CPU).
 - Prices: on-demand USD per hour of the ml.* *training* instance in us-east-1 (AWS SageMaker
   pricing page, aws.amazon.com/sagemaker/pricing, which renders its tables client-side, so not
   every figure could be re-read). Each line says how sure it is: `list` = an AWS Price List API
@@ -52,6 +61,10 @@ class Accelerator:
     bf16_tflops: float | None  # dense, per accelerator
     fp8_tflops: float | None
     vendor: str  # "nvidia" | "aws"
+    # GPU-to-GPU bandwidth inside a host, GB/s in ONE direction per GPU (the planner's collectives
+    # send and receive at once, each direction at this rate); None where the planner has no figure
+    link_gb_s: float | None = None
+    link: str | None = None  # "NVLink 3 (NVSwitch)", "PCIe 4.0 x16"
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,7 @@ class InstanceType:
     memory_gib: float | None
     efa: bool
     usd_per_hour: float | None
+    network_gbps: float | None = None  # the instance's network (EFA where it has one), Gbit/s; None: unknown
 
     @property
     def family(self) -> str:
@@ -82,10 +96,21 @@ LOCAL_TYPES = ("local", "local_gpu")
 
 
 def _nvidia(model: str, memory_gib: float, cc: tuple[int, int], bf16: float | None,
-            fp8: float | None = None) -> Accelerator:
+            fp8: float | None = None, link: tuple[str, float] | None = None) -> Accelerator:
     # FP8 here means what this project runs: CUDA FP8 matmuls (Transformer Engine, torchao), which
     # need FP8 tensor cores, i.e. compute capability 8.9 (Ada) or later.
-    return Accelerator(model, memory_gib, cc, cc >= (8, 9), bf16, fp8, "nvidia")
+    name, gb_s = link or (None, None)
+    return Accelerator(model, memory_gib, cc, cc >= (8, 9), bf16, fp8, "nvidia", gb_s, name)
+
+
+# Intra-host GPU links, GB/s per direction per GPU: NVIDIA quotes NVLink as the bidirectional total
+# (A100 600 GB/s, H100/H200 900 GB/s, Blackwell 1.8 TB/s) and PCIe x16 as 64 / 128 GB/s for
+# 4.0 / 5.0 in both directions together; each is halved here.
+NVLINK3 = ("NVLink 3 (NVSwitch)", 300.0)
+NVLINK4 = ("NVLink 4 (NVSwitch)", 450.0)
+NVLINK5 = ("NVLink 5 (NVSwitch)", 900.0)
+PCIE4 = ("PCIe 4.0 x16, no NVLink", 32.0)
+PCIE5 = ("PCIe 5.0 x16, no NVLink", 64.0)
 
 
 def _trainium(model: str, memory_gib: float, bf16: float) -> Accelerator:
@@ -101,32 +126,32 @@ K80 = _nvidia("NVIDIA K80 (one GK210 die)", 12, (3, 7), None)  # no tensor cores
 V100_16 = _nvidia("NVIDIA V100 16GB", 16, (7, 0), None)  # fp16 tensor: 125
 V100_32 = _nvidia("NVIDIA V100 32GB", 32, (7, 0), None)  # fp16 tensor: 125
 T4 = _nvidia("NVIDIA T4", 16, (7, 5), None)  # fp16 tensor: 65
-A10G = _nvidia("NVIDIA A10G", 24, (8, 6), 70)  # approximate, see module docstring
-A100_40 = _nvidia("NVIDIA A100 40GB", 40, (8, 0), 312)
-A100_80 = _nvidia("NVIDIA A100 80GB", 80, (8, 0), 312)
-L4 = _nvidia("NVIDIA L4", 24, (8, 9), 121, 242)
-L40S = _nvidia("NVIDIA L40S", 48, (8, 9), 362, 733)
-H100 = _nvidia("NVIDIA H100 80GB", 80, (9, 0), 989, 1979)
-H200 = _nvidia("NVIDIA H200 141GB", 141, (9, 0), 989, 1979)
-B200 = _nvidia("NVIDIA B200", 180, (10, 0), 2250, 4500)
-GB200 = _nvidia("NVIDIA GB200 (Blackwell GPU)", 186, (10, 0), 2500, 5000)
-B300 = _nvidia("NVIDIA B300 (Blackwell Ultra)", 268, (10, 3), 2250, 4500)
+A10G = _nvidia("NVIDIA A10G", 24, (8, 6), 70, link=PCIE4)  # approximate, see module docstring
+A100_40 = _nvidia("NVIDIA A100 40GB", 40, (8, 0), 312, link=NVLINK3)
+A100_80 = _nvidia("NVIDIA A100 80GB", 80, (8, 0), 312, link=NVLINK3)
+L4 = _nvidia("NVIDIA L4", 24, (8, 9), 121, 242, PCIE4)
+L40S = _nvidia("NVIDIA L40S", 48, (8, 9), 362, 733, PCIE4)
+H100 = _nvidia("NVIDIA H100 80GB", 80, (9, 0), 989, 1979, NVLINK4)
+H200 = _nvidia("NVIDIA H200 141GB", 141, (9, 0), 989, 1979, NVLINK4)
+B200 = _nvidia("NVIDIA B200", 180, (10, 0), 2250, 4500, NVLINK5)
+GB200 = _nvidia("NVIDIA GB200 (Blackwell GPU)", 186, (10, 0), 2500, 5000, NVLINK5)
+B300 = _nvidia("NVIDIA B300 (Blackwell Ultra)", 268, (10, 3), 2250, 4500, NVLINK5)
 # RTX PRO TFLOPS are approximate (see the module docstring).
-RTX_PRO_6000 = _nvidia("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96, (12, 0), 500, 1000)
-RTX_PRO_4500 = _nvidia("NVIDIA RTX PRO 4500 Blackwell Server Edition", 32, (12, 0), 210, 420)
+RTX_PRO_6000 = _nvidia("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96, (12, 0), 500, 1000, PCIE5)
+RTX_PRO_4500 = _nvidia("NVIDIA RTX PRO 4500 Blackwell Server Edition", 32, (12, 0), 210, 420, PCIE5)
 TRAINIUM = _trainium("AWS Trainium", 32, 190)
 TRAINIUM2 = _trainium("AWS Trainium2", 96, 667)
 
 
 def _acc(name: str, n: int, acc: Accelerator, vcpus: int, mem: float, efa: bool,
-         usd: float | None) -> InstanceType:
-    return InstanceType("ml." + name, n, acc, vcpus, mem, efa, usd)
+         usd: float | None, gbps: float | None = None) -> InstanceType:
+    return InstanceType("ml." + name, n, acc, vcpus, mem, efa, usd, gbps)
 
 
 # Trainium counts are chips (the unit of the TFLOPS and memory figures). Neuron runs one process
 # per NeuronCore: 2 per Trainium chip, 4 logical cores per Trainium2 chip at the default LNC=2.
 _ACCELERATED = (
-    # name                 accel  type          vCPU  GiB   EFA    USD/h
+    # name                 accel  type          vCPU  GiB   EFA    USD/h     network Gbit/s
     _acc("p2.xlarge",          1, K80,             4,   61, False, 1.125),   # page
     _acc("p2.8xlarge",         8, K80,            32,  488, False, 8.64),    # page
     _acc("p2.16xlarge",       16, K80,            64,  732, False, 17.28),   # page
@@ -134,45 +159,45 @@ _ACCELERATED = (
     _acc("p3.8xlarge",         4, V100_16,        32,  244, False, 14.688),  # page
     _acc("p3.16xlarge",        8, V100_16,        64,  488, False, 28.152),  # page
     _acc("p3dn.24xlarge",      8, V100_32,        96,  768, False, 35.894),  # page; EFA v1, no RDMA
-    _acc("p4d.24xlarge",       8, A100_40,        96, 1152, True,  25.2513),  # list
-    _acc("p4de.24xlarge",      8, A100_80,        96, 1152, True,  31.5642),  # est (EC2, post-cut)
-    _acc("p5.4xlarge",         1, H100,           16,  256, True,  7.912),   # est (1/8 of p5.48xl)
-    _acc("p5.48xlarge",        8, H100,          192, 2048, True,  63.296),  # list
-    _acc("p5e.48xlarge",       8, H200,          192, 2048, True,  72.7904),  # est, as p5en
-    _acc("p5en.48xlarge",      8, H200,          192, 2048, True,  72.7904),  # est (EC2 63.296)
-    _acc("p6-b200.48xlarge",   8, B200,          192, 2048, True,  131.0227),  # est (EC2 113.93)
-    _acc("p6-b300.48xlarge",   8, B300,          192, 4096, True,  None),    # no rate found
-    _acc("p6e-gb200.36xlarge", 4, GB200,         144,  960, True,  None),    # training plans only
+    _acc("p4d.24xlarge",       8, A100_40,        96, 1152, True,  25.2513, 400),  # list
+    _acc("p4de.24xlarge",      8, A100_80,        96, 1152, True,  31.5642, 400),  # est (EC2, post-cut)
+    _acc("p5.4xlarge",         1, H100,           16,  256, True,  7.912, 100),   # est (1/8 of p5.48xl)
+    _acc("p5.48xlarge",        8, H100,          192, 2048, True,  63.296, 3200),  # list
+    _acc("p5e.48xlarge",       8, H200,          192, 2048, True,  72.7904, 3200),  # est, as p5en
+    _acc("p5en.48xlarge",      8, H200,          192, 2048, True,  72.7904, 3200),  # est (EC2 63.296)
+    _acc("p6-b200.48xlarge",   8, B200,          192, 2048, True,  131.0227, 3200),  # est (EC2 113.93)
+    _acc("p6-b300.48xlarge",   8, B300,          192, 4096, True,  None, 6400),    # no rate found
+    _acc("p6e-gb200.36xlarge", 4, GB200,         144,  960, True,  None, 1600),    # training plans only
     _acc("g4dn.xlarge",        1, T4,              4,   16, False, 0.7364),  # list
     _acc("g4dn.2xlarge",       1, T4,              8,   32, False, 0.94),    # list
     _acc("g4dn.4xlarge",       1, T4,             16,   64, False, 1.505),   # page
     _acc("g4dn.8xlarge",       1, T4,             32,  128, False, 2.72),    # page; EFA v1, no RDMA
     _acc("g4dn.12xlarge",      4, T4,             48,  192, False, 4.89),    # page; EFA v1, no RDMA
     _acc("g4dn.16xlarge",      1, T4,             64,  256, False, 5.44),    # page; EFA v1, no RDMA
-    _acc("g5.xlarge",          1, A10G,            4,   16, False, 1.408),   # list
-    _acc("g5.2xlarge",         1, A10G,            8,   32, False, 1.515),   # list
-    _acc("g5.4xlarge",         1, A10G,           16,   64, False, 2.03),    # list
-    _acc("g5.8xlarge",         1, A10G,           32,  128, False, 3.06),    # list; EFA v1, no RDMA
-    _acc("g5.12xlarge",        4, A10G,           48,  192, False, 7.09),    # list; EFA v1, no RDMA
-    _acc("g5.16xlarge",        1, A10G,           64,  256, False, 5.12),    # list; EFA v1, no RDMA
-    _acc("g5.24xlarge",        4, A10G,           96,  384, False, 10.18),   # list; EFA v1, no RDMA
-    _acc("g5.48xlarge",        8, A10G,          192,  768, False, 20.36),   # list; EFA v1, no RDMA
-    _acc("g6.xlarge",          1, L4,              4,   16, False, 1.1267),  # list
-    _acc("g6.2xlarge",         1, L4,              8,   32, False, 1.222),   # list
-    _acc("g6.4xlarge",         1, L4,             16,   64, False, 1.654),   # list
-    _acc("g6.8xlarge",         1, L4,             32,  128, True,  2.518),   # list
-    _acc("g6.12xlarge",        4, L4,             48,  192, True,  5.752),   # list
-    _acc("g6.16xlarge",        1, L4,             64,  256, True,  4.246),   # est (EC2 3.3968)
-    _acc("g6.24xlarge",        4, L4,             96,  384, True,  8.344),   # list
-    _acc("g6.48xlarge",        8, L4,            192,  768, True,  16.688),  # list
-    _acc("g6e.xlarge",         1, L40S,            4,   32, False, 2.6054),  # list
-    _acc("g6e.2xlarge",        1, L40S,            8,   64, False, 2.8026),  # list
-    _acc("g6e.4xlarge",        1, L40S,           16,  128, False, 3.7553),  # list
-    _acc("g6e.8xlarge",        1, L40S,           32,  256, True,  5.6607),  # list
-    _acc("g6e.12xlarge",       4, L40S,           48,  384, True,  13.1158),  # list
-    _acc("g6e.16xlarge",       1, L40S,           64,  512, True,  9.4715),  # est (EC2 7.5772)
-    _acc("g6e.24xlarge",       4, L40S,           96,  768, True,  18.832),  # list
-    _acc("g6e.48xlarge",       8, L40S,          192, 1536, True,  37.664),  # list
+    _acc("g5.xlarge",          1, A10G,            4,   16, False, 1.408, 10),   # list
+    _acc("g5.2xlarge",         1, A10G,            8,   32, False, 1.515, 10),   # list
+    _acc("g5.4xlarge",         1, A10G,           16,   64, False, 2.03, 25),    # list
+    _acc("g5.8xlarge",         1, A10G,           32,  128, False, 3.06, 25),    # list; EFA v1, no RDMA
+    _acc("g5.12xlarge",        4, A10G,           48,  192, False, 7.09, 40),    # list; EFA v1, no RDMA
+    _acc("g5.16xlarge",        1, A10G,           64,  256, False, 5.12, 25),    # list; EFA v1, no RDMA
+    _acc("g5.24xlarge",        4, A10G,           96,  384, False, 10.18, 50),   # list; EFA v1, no RDMA
+    _acc("g5.48xlarge",        8, A10G,          192,  768, False, 20.36, 100),   # list; EFA v1, no RDMA
+    _acc("g6.xlarge",          1, L4,              4,   16, False, 1.1267, 10),  # list
+    _acc("g6.2xlarge",         1, L4,              8,   32, False, 1.222, 10),   # list
+    _acc("g6.4xlarge",         1, L4,             16,   64, False, 1.654, 25),   # list
+    _acc("g6.8xlarge",         1, L4,             32,  128, True,  2.518, 25),   # list
+    _acc("g6.12xlarge",        4, L4,             48,  192, True,  5.752, 40),   # list
+    _acc("g6.16xlarge",        1, L4,             64,  256, True,  4.246, 25),   # est (EC2 3.3968)
+    _acc("g6.24xlarge",        4, L4,             96,  384, True,  8.344, 50),   # list
+    _acc("g6.48xlarge",        8, L4,            192,  768, True,  16.688, 100),  # list
+    _acc("g6e.xlarge",         1, L40S,            4,   32, False, 2.6054, 20),  # list
+    _acc("g6e.2xlarge",        1, L40S,            8,   64, False, 2.8026, 20),  # list
+    _acc("g6e.4xlarge",        1, L40S,           16,  128, False, 3.7553, 20),  # list
+    _acc("g6e.8xlarge",        1, L40S,           32,  256, True,  5.6607, 25),  # list
+    _acc("g6e.12xlarge",       4, L40S,           48,  384, True,  13.1158, 100),  # list
+    _acc("g6e.16xlarge",       1, L40S,           64,  512, True,  9.4715, 35),  # est (EC2 7.5772)
+    _acc("g6e.24xlarge",       4, L40S,           96,  768, True,  18.832, 200),  # list
+    _acc("g6e.48xlarge",       8, L40S,          192, 1536, True,  37.664, 400),  # list
     _acc("g7.2xlarge",         1, RTX_PRO_4500,    8,   32, False, None),    # no rate found (new)
     _acc("g7.4xlarge",         1, RTX_PRO_4500,   16,   64, False, None),    # no rate found
     _acc("g7.8xlarge",         2, RTX_PRO_4500,   32,  128, True,  None),    # no rate; 2 GPUs?

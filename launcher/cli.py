@@ -8,82 +8,26 @@ refused, or `plan` predicts OOM), 2 invalid job file, usage or refused OOM, 130 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import click
 
-from launcher.issues import ConfigError
-
-EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 1, 2, 130
-
-set_option = click.option(
-    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
-    help="Override a job field, e.g. --set hyperparameters.fp8=0 or --set context_parallel_degree=8.",
+from launcher.cli_metrics import metrics
+from launcher.cli_plan import plan_cmd
+from launcher.cli_support import (
+    EXIT_INVALID,
+    JOB_HELP,
+    aws_call,
+    echo,
+    find,
+    job_file_arg,
+    make_console,
+    region_option,
+    report_invalid,
+    set_option,
 )
-region_option = click.option("--region", default=None, help="AWS region (default: the boto3 chain).")
-job_file_arg = click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
-
-
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    # Tables written to a file or a pipe get room instead of an 80-column guess.
-    stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
-
-
-def _report_invalid(exc: ConfigError) -> None:
-    where = f" {exc.source}" if exc.source else ""
-    click.secho(f"invalid job{where}: {len(exc.issues)} error(s)", fg="red", bold=True, err=True)
-    for issue in exc.issues:
-        click.echo(click.style("  error   ", fg="red") + str(issue), err=True)
-    for issue in exc.warnings:
-        click.echo(click.style("  warning ", fg="yellow") + str(issue), err=True)
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
-    sys.exit(code)
-
-
-def _aws_call(fn):
-    """Run an AWS action, turning the usual failures into one clear line and an exit code."""
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
-    from launcher.backends.base import BackendError, JobFailedError
-    from launcher.backends.images import ImageResolutionError
-    from launcher.backends.sourcedir import SourceDirError
-
-    try:
-        return fn()
-    except ConfigError as exc:
-        _report_invalid(exc)
-        sys.exit(EXIT_INVALID)
-    except (SourceDirError, ImageResolutionError) as exc:
-        _fail(str(exc), EXIT_INVALID)
-    except JobFailedError as exc:
-        _fail(str(exc), EXIT_FAILED)
-    except NoCredentialsError:
-        _fail("no AWS credentials found: configure them (aws configure, AWS_PROFILE, or an instance "
-              "role), or use --dry-run to see the request without sending it", EXIT_FAILED)
-    except (ClientError, BotoCoreError, BackendError) as exc:
-        _fail(str(exc), EXIT_FAILED)
-    except KeyboardInterrupt:
-        sys.exit(EXIT_INTERRUPTED)
-
-
-def _echo(line: str) -> None:
-    click.echo(line)
-
-
-def _find(handle: str, region: str | None):
-    """(backend, job) of a job handle (sagemaker:NAME, local:NAME, slurm:JOBID, or a bare name)."""
-    from launcher.backends import registry
-
-    return registry.find(handle, region=region, printer=_echo)
+from launcher.issues import ConfigError
 
 
 def _load_local(job_file: Path, overrides: tuple[str, ...]):
@@ -117,7 +61,7 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
             click.echo(json.dumps({"valid": False, "errors": [i.to_dict() for i in exc.issues],
                                    "warnings": [i.to_dict() for i in exc.warnings]}, indent=2, default=str))
         else:
-            _report_invalid(exc)
+            report_invalid(exc)
         sys.exit(EXIT_INVALID)
     summary = _summary(job)
     if as_json:
@@ -234,7 +178,7 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
             overrides = (*overrides, f"backend={backend_name}")
         job = validate_job_file(job_file, overrides)
     except ConfigError as exc:
-        _report_invalid(exc)
+        report_invalid(exc)
         sys.exit(EXIT_INVALID)
     for issue in job.warnings:
         click.echo(click.style("warning ", fg="yellow") + str(issue), err=True)
@@ -243,7 +187,10 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
     _check_memory(job, force=force, dry_run=dry_run)
 
     def run():
-        backend = registry.for_job(job, runner=runner, printer=_echo)
+        from launcher.live import LiveProgress
+
+        view = LiveProgress(plain=echo)  # the log lines, and a progress bar on a terminal
+        backend = registry.for_job(job, runner=runner, printer=view.line, console=view.host_line)
         if dry_run:
             click.echo(backend.dryrun(job, job_name).render())
             return
@@ -258,7 +205,8 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
                        f"  stop it:   smlaunch stop {backend.name}:{name}")
             return
         try:
-            record = backend.wait(name, logs=True)
+            with view:
+                record = backend.wait(name, logs=True)
         except KeyboardInterrupt:
             if backend.name == "local":
                 click.echo(f"\n{name} stopped; every host has ended. Logs: {record['LocalJobDir']}/logs/job.log",
@@ -266,7 +214,7 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
             raise
         _report_completed(backend, name, record)
 
-    _aws_call(run)
+    aws_call(run)
 
 
 def _report_completed(backend, name: str, record: dict) -> None:
@@ -278,6 +226,8 @@ def _report_completed(backend, name: str, record: dict) -> None:
     for label, key in (("model artifact: ", "model.tar.gz"), ("output artifact:", "output.tar.gz")):
         if key in artifacts:
             click.echo(f"  {label} {artifacts[key]}")
+    if "model.tar.gz" not in artifacts:
+        click.echo("  model artifact:  none (the job left its model directory empty)")
     summary = run_summary(record) if "LocalJobDir" in record else {}
     if summary:
         line = (f"  loss {summary['first_loss']:.4f} (step {summary['first_step']}) -> "
@@ -306,37 +256,25 @@ def _check_memory(job, force: bool, dry_run: bool) -> None:
         sys.exit(EXIT_INVALID)
 
 
-JOB_HELP = "JOB: a name, or backend:name (sagemaker:NAME, local:NAME, slurm:JOBID)."
-
-
 @main.command(epilog=JOB_HELP)
 @click.argument("job")
 @region_option
 @click.option("--json", "as_json", is_flag=True, help="Print DescribeTrainingJob as JSON.")
 def status(job: str, region: str | None, as_json: bool) -> None:
-    """Show a job's status, secondary status and failure reason."""
+    """Show a job's status, progress (step, loss, tokens/s, ETA), last checkpoint and failure reason."""
 
     def run():
-        from launcher.masking import mask_secrets
+        from launcher import jobview
 
-        backend, name = _find(job, region)
-        desc = mask_secrets(backend.describe(name))  # a FailureReason may quote one
+        backend, name = find(job, region)
+        desc = jobview.describe(backend, name)
         if as_json:
             click.echo(json.dumps(desc, indent=2, default=str))
             return
-        click.echo(f"{desc.get('TrainingJobName', name)}: {desc['TrainingJobStatus']} "
-                   f"({desc.get('SecondaryStatus', '')})")
-        click.echo(f"backend: {backend.name}")
-        if desc.get("SlurmJobId"):
-            click.echo(f"slurm job: {desc['SlurmJobId']} {desc.get('SlurmJobState', '')} "
-                       f"{desc.get('SlurmReason', '')}".rstrip())
-        if desc.get("FailureReason"):
-            click.echo(f"failure reason: {desc['FailureReason']}")
-        artifacts = desc.get("ModelArtifacts", {}).get("S3ModelArtifacts")
-        if artifacts:
-            click.echo(f"model artifacts: {artifacts}")
+        for line in jobview.status_lines(backend.name, name, desc):
+            click.echo(line)
 
-    _aws_call(run)
+    aws_call(run)
 
 
 @main.command(epilog=JOB_HELP)
@@ -345,13 +283,21 @@ def status(job: str, region: str | None, as_json: bool) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep following until the job ends.")
 @click.option("--poll", default=5.0, show_default=True, help="Seconds between polls when following.")
 def logs(job: str, region: str | None, follow: bool, poll: float) -> None:
-    """Print a job's logs from every host, merged (SageMaker: CloudWatch; local and Slurm: logs/job.log)."""
+    """Print a job's logs from every host, merged (SageMaker: CloudWatch; local and Slurm: logs/job.log).
+    Following on a terminal shows a progress bar below them."""
 
     def run():
-        backend, name = _find(job, region)
-        backend.logs(name, follow=follow, poll=poll)
+        from launcher.live import LiveProgress
 
-    _aws_call(run)
+        view = LiveProgress(plain=echo)
+        backend, name = find(job, region, printer=view.line)
+        if not follow:
+            backend.logs(name)
+            return
+        with view:
+            backend.logs(name, follow=True, poll=poll)
+
+    aws_call(run)
 
 
 @main.command(epilog=JOB_HELP)
@@ -361,11 +307,11 @@ def stop(job: str, region: str | None) -> None:
     """Stop a running job: SIGTERM first, so the ranks save a checkpoint."""
 
     def run():
-        backend, name = _find(job, region)
+        backend, name = find(job, region)
         backend.stop(name)
         click.echo(f"stopping {name} ({backend.name})")
 
-    _aws_call(run)
+    aws_call(run)
 
 
 @main.command(name="list")
@@ -392,99 +338,14 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
         if as_json:
             click.echo(json.dumps({"jobs": jobs, "notes": notes}, indent=2, default=str))
             return
-        from rich.table import Table
+        from launcher.jobview import jobs_table
 
-        table = Table()
-        table.add_column("job", no_wrap=True)
-        for column in ("backend", "status", "created", "duration"):
-            table.add_column(column)
-        for j in jobs:
-            table.add_row(j["Handle"], j["Backend"], j["TrainingJobStatus"], str(j.get("CreationTime", "")),
-                          _duration_text(j.get("DurationSeconds")))
-        _console().print(table)
+        console = make_console()
+        console.print(jobs_table(jobs, console.width))
         for note in notes:
             click.echo(note, err=True)
 
-    _aws_call(run)
-
-
-def _duration_text(seconds: int | None) -> str:
-    if seconds is None:
-        return ""
-    hours, rest = divmod(seconds, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
-
-
-@main.command(name="plan")
-@job_file_arg
-@set_option
-@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
-              help="Plan every value (combined with other --sweep options), e.g. context_parallel_degree=1,2,4,8.")
-@click.option("--auto", "auto_pick", is_flag=True,
-              help="Pick the cheapest configuration that fits (searches cp, hsd and checkpointing if nothing is swept).")
-@click.option("--tokens", type=float, default=None, help="Also give hours and dollars for this many tokens (e.g. 1e9).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per configuration, in a list.")
-def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...], auto_pick: bool,
-             tokens: float | None, as_json: bool) -> None:
-    """Predict memory per GPU, speed and cost before launch; explain a predicted OOM.
-
-    Exit codes: 0 the (picked) configuration fits, 1 it does not (or none does), 2 invalid job
-    (or one that cannot be planned: its model or world size is unknown).
-    """
-    from launcher import plan as planner
-
-    try:
-        if auto_pick:
-            best, results = planner.auto_job_file(job_file, overrides, sweeps)
-        elif sweeps:
-            best, results = None, planner.sweep_job_file(job_file, overrides, sweeps)
-        else:
-            from launcher.jobfile import validate_job_file
-
-            results = [planner.plan(validate_job_file(job_file, overrides))]
-            best = None
-    except ConfigError as exc:
-        _report_invalid(exc)
-        sys.exit(EXIT_INVALID)
-    chosen = best if auto_pick else (results[0] if len(results) == 1 else None)
-    if as_json:
-        rows = []
-        for r in results:
-            row = r.to_dict()
-            if auto_pick:
-                row["picked"] = r is best
-            if tokens and r.throughput:
-                hours, usd = r.throughput.cost_for(tokens=tokens)
-                row.update(hours_for_tokens=round(hours, 3), usd_for_tokens=None if usd is None else round(usd, 2))
-            rows.append(row)
-        click.echo(json.dumps(rows, indent=2, default=str))
-    else:
-        console = _console()
-        console.print(planner.render_table(results, best=best, title=f"plan: {job_file}"))
-        if chosen is not None and chosen.valid:
-            if chosen.throughput:
-                speed = chosen.throughput
-                console.print(f"{speed.formula}: {speed.tflops_per_gpu:.0f} TFLOPS/GPU "
-                              f"({speed.tflops_per_gpu_seed_formula:.0f} by the seed's formula), "
-                              f"step {speed.step_s:.2f} s")
-                if tokens:
-                    hours, usd = speed.cost_for(tokens=tokens)
-                    cost = f", ${usd:,.0f}" if usd is not None else ""
-                    console.print(f"{tokens:,.0f} tokens: {hours:,.1f} h{cost}")
-            if auto_pick:
-                console.print(f"picked: {planner.describe(chosen)}  (--set " + " --set ".join(chosen.overrides) + ")"
-                              if chosen.overrides else f"picked: {planner.describe(chosen)}")
-            if chosen.oom or not auto_pick:
-                console.print(planner.explain_oom(chosen.memory), highlight=False, markup=False)
-        elif auto_pick:
-            console.print("no configuration fits: see the table for the lowest peaks")
-        elif len(results) == 1 and not results[0].valid:
-            console.print("cannot plan: " + "; ".join(results[0].errors), markup=False)
-    if chosen is None:
-        sys.exit(EXIT_FAILED if auto_pick or not any(r.fits for r in results) else 0)
-    if not chosen.valid:  # nothing to plan (the model or world size is unknown): the job needs a fix
-        sys.exit(EXIT_INVALID)
-    sys.exit(EXIT_FAILED if chosen.oom else 0)
+    aws_call(run)
 
 
 @main.command()
@@ -494,6 +355,9 @@ def schema() -> None:
 
     click.echo(json.dumps(job_file_schema(), indent=2))
 
+
+main.add_command(plan_cmd)
+main.add_command(metrics)
 
 if __name__ == "__main__":
     main()

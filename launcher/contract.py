@@ -25,6 +25,10 @@ from pathlib import Path
 HOMOGENEOUS_GROUP = "homogeneousCluster"
 
 FAILURE_LIMIT = 1024  # SageMaker's FailureReason shows this many characters of output/failure
+# A job's TensorBoardOutputConfig, as the container finds it in input/config (SageMaker Debugger's
+# DEFAULT_SAGEMAKER_TENSORBOARD_PATH), and the API's default LocalPath.
+TENSORBOARD_CONFIG = "tensorboardoutputconfig.json"
+TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 
 
 def process_ended(returncode: int) -> str:
@@ -54,6 +58,7 @@ def write_opt_ml(
     input_mode: str = "File",
     network_interface_name: str = "eth0",
     distributions: dict[str, str] | None = None,
+    tensorboard: dict[str, str] | None = None,
 ) -> None:
     """Write the tree SageMaker gives one host of a training job under `base_dir`.
 
@@ -61,6 +66,8 @@ def write_opt_ml(
     (`launcher.wire.encode`). `channels` maps a channel name to a file or a directory whose
     files become the channel's content (see COPY_LIMIT_BYTES for copy versus symlink);
     `distributions` gives a channel's S3DistributionType (default FullyReplicated).
+    `tensorboard` is the request's TensorBoardOutputConfig; SageMaker hands it to the container
+    as tensorboardoutputconfig.json (container.tensorboard reads it).
     """
     not_strings = sorted(k for k, v in hyperparameters.items() if not isinstance(v, str))
     if not_strings:
@@ -103,6 +110,8 @@ def write_opt_ml(
     _write_json(config_dir / "hyperparameters.json", dict(hyperparameters))
     _write_json(config_dir / "resourceconfig.json", resource_config)
     _write_json(config_dir / "inputdataconfig.json", input_data_config)
+    if tensorboard is not None:
+        _write_json(config_dir / TENSORBOARD_CONFIG, dict(tensorboard))
 
     for name, source in channels.items():
         _fill_channel(base_dir / "input" / "data" / name, Path(source))

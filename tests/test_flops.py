@@ -78,3 +78,12 @@ def test_peak_tflops_from_instance_type_and_device_name():
 
 def test_mfu():
     assert mfu(247.0, 989.0) == pytest.approx(0.24975, rel=1e-4)
+
+
+def test_the_405b_preset_has_meta_s_published_parameter_count():
+    """meta-llama/Llama-3.1-405B's config.json (hidden 16384, 126 layers, 128 heads, 8 KV heads,
+    intermediate 53248, vocab 128256, untied) makes 405,853,388,800 parameters ("405B"): the
+    matmul weights, the embedding and the 2 x 126 + 1 RMSNorm weights."""
+    spec = PRESETS["llama3.1-405b"]
+    norms = (2 * spec.num_layers + 1) * spec.hidden_size
+    assert matmul_params(spec) + spec.vocab_size * spec.hidden_size + norms == 405_853_388_800

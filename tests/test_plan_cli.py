@@ -76,14 +76,16 @@ def test_sweep_reports_invalid_values_instead_of_failing():
 
 
 def test_auto_picks_the_cheapest_configuration_that_fits():
-    result = run_cli("plan", SEED / "p4d-no-cp.yaml", "--auto", "--json")
+    # --auto with --sweep: the cheapest of the swept configurations (the search: test_plan_search.py)
+    sweep = ("--sweep", "context_parallel_degree=1,2,4,8", "--sweep", "hyperparameters.activation_checkpointing=0,1")
+    result = run_cli("plan", SEED / "p4d-no-cp.yaml", "--auto", *sweep, "--json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     picked = [r for r in rows if r["picked"]]
     assert len(picked) == 1 and picked[0]["fits"] is True
     fitting = [r for r in rows if r["fits"]]
     assert picked[0]["usd_per_billion_tokens"] == min(r["usd_per_billion_tokens"] for r in fitting)
-    table = run_cli("plan", SEED / "p4d-no-cp.yaml", "--auto")
+    table = run_cli("plan", SEED / "p4d-no-cp.yaml", "--auto", *sweep)
     assert "picked: " in table.output and "--set context_parallel_degree=" in table.output
 
 

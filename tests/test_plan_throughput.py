@@ -14,7 +14,7 @@ from launcher.config import validate_job
 from launcher.config.models import PRESETS
 from launcher.jobfile import validate_job_file
 from launcher.plan import estimate_throughput
-from launcher.plan.throughput import CROSS_CHECK, estimate_workload, recompute_factor
+from launcher.plan.throughput import estimate_workload, recompute_factor
 from launcher.plan.workload import workload_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,12 +49,13 @@ def test_flops_per_token_is_the_runtimes_formula(preset, seq):
 
 @pytest.mark.parametrize("name, samples_per_s, seed_tflops", [("p5-cp8-bf16", 2.03, 247), ("p5-cp8-fp8", 3.05, 372)])
 def test_the_seeds_p5_runs_are_reproduced(name, samples_per_s, seed_tflops):
-    """2.03 and 3.05 samples/s of 16,384 tokens on 8 H100s: 4,157 and 6,246 tokens/s/GPU."""
+    """2.03 and 3.05 samples/s of 16,384 tokens on 8 H100s: 4,157 and 6,246 tokens/s/GPU. The
+    H100 bf16 η is shared with two torchtitan runs (docs/planner.md), so within 10%, not exact."""
     est = estimate_throughput(seed(name))
     measured = samples_per_s * 16384 / 8
-    assert est.tokens_per_s_per_gpu == pytest.approx(measured, rel=0.05)
-    assert est.tokens_per_s == pytest.approx(8 * measured, rel=0.05)
-    assert est.tflops_per_gpu_seed_formula == pytest.approx(seed_tflops, rel=0.02)
+    assert est.tokens_per_s_per_gpu == pytest.approx(measured, rel=0.10)
+    assert est.tokens_per_s == pytest.approx(8 * measured, rel=0.10)
+    assert est.tflops_per_gpu_seed_formula == pytest.approx(seed_tflops, rel=0.10)
     assert est.calibrated
 
 
@@ -62,7 +63,8 @@ def test_torchtitan_h100_cross_check_within_ten_percent():
     """A point the model was not fitted to: torchtitan, Llama 3.1 8B, FSDP, 8K, selective AC."""
     job = seed("p5-cp8-bf16", "context_parallel_degree=1", "hyperparameters.max_context_width=8192",
                "hyperparameters.train_batch_size=2", "hyperparameters.activation_checkpointing_mode=selective")
-    assert estimate_throughput(job).tokens_per_s_per_gpu == pytest.approx(CROSS_CHECK.tokens_per_s_per_gpu, rel=0.10)
+    # pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 1, FSDP: 5,762 TPS/GPU
+    assert estimate_throughput(job).tokens_per_s_per_gpu == pytest.approx(5762, rel=0.10)
 
 
 def test_cost_arithmetic():
@@ -82,12 +84,15 @@ def test_cost_arithmetic():
         est.cost_for(tokens=1, steps=1)
 
 
-def test_more_instances_more_tokens_same_price_per_token():
+def test_more_instances_more_tokens_nearly_the_same_price_per_token():
+    """A second p5 is a second replica: twice the tokens per step, less the gradient all-reduce
+    across the hosts' network that the backward does not hide (tests/test_plan_comms.py)."""
     one = estimate_throughput(seed("p5-cp8-bf16"))
     two = estimate_throughput(seed("p5-cp8-bf16", "instance_count=2"))
     assert two.usd_per_hour == 2 * P5_PRICE
-    assert two.tokens_per_s == pytest.approx(2 * one.tokens_per_s)
-    assert two.usd_per_billion_tokens == pytest.approx(one.usd_per_billion_tokens)
+    assert two.compute_s == pytest.approx(one.compute_s)
+    assert 1.9 * one.tokens_per_s < two.tokens_per_s < 2 * one.tokens_per_s
+    assert one.usd_per_billion_tokens < two.usd_per_billion_tokens < 1.05 * one.usd_per_billion_tokens
     assert two.tokens_per_step == 2 * one.tokens_per_step  # hsd 8 over 16 GPUs: two replicas
 
 
@@ -100,13 +105,16 @@ def test_full_checkpointing_costs_the_recomputed_forward():
     assert recompute_factor(s, 16384, "full") == pytest.approx(r)
     w = workload_of(seed("p5-cp8-bf16"))
     full, off = estimate_workload(w), estimate_workload(replace(w, ac_mode=None))
-    assert off.tokens_per_s / full.tokens_per_s == pytest.approx(r)
-    assert off.mfu == pytest.approx(full.mfu * r)
+    assert full.compute_s / off.compute_s == pytest.approx(r)
+    # communication (CP's recomputed K/V exchange, hidden here) barely moves the whole step
+    assert off.tokens_per_s / full.tokens_per_s == pytest.approx(r, rel=0.02)
 
 
 def test_a100_calibration_point_is_reproduced():
-    """torchtitan: Llama 3 8B, FSDP2, 8K, batch 1, selective AC: 2,973 tokens/s per A100."""
-    job = seed("p4d-cp8", "context_parallel_degree=1", "hyperparameters.max_context_width=8192",
+    """torchtitan: Llama 3 8B, FSDP2 over 64 A100 80GB, 8K, batch 1, selective AC: 2,973 tokens/s
+    per A100 (the one A100 point the fit sees, so reproduced exactly)."""
+    job = seed("p4d-cp8", "instance_type=ml.p4de.24xlarge", "instance_count=8", "hybrid_shard_degree=64",
+               "context_parallel_degree=1", "hyperparameters.max_context_width=8192",
                "hyperparameters.activation_checkpointing_mode=selective")
     assert estimate_throughput(job).tokens_per_s_per_gpu == pytest.approx(2973, rel=0.01)
 

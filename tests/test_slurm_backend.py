@@ -7,6 +7,7 @@ job with its traceback in `status`; `stop` reaches the ranks with SIGTERM and th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -87,6 +88,9 @@ def test_the_local_job_trains_on_two_slurm_nodes_like_one_process(tmp_path, home
     assert "backend: slurm" in status.stdout and f"slurm job: {job_id}" in status.stdout
     listed = json.loads(smlaunch("list", "--backend", "slurm", "--json", env=env).stdout)
     assert [(j["Handle"], j["TrainingJobStatus"]) for j in listed["jobs"]] == [(f"slurm:{name}", "Completed")]
+    # `smlaunch metrics` reads the job directory's metrics.jsonl: the records output.tar.gz holds
+    shown = json.loads(smlaunch("metrics", f"slurm:{job_id}", "--json", env=env).stdout)
+    assert [(m["job"], m["records"]) for m in shown] == [(f"slurm:{name}", records)]
     checkpoints = home / "jobs" / name / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-2", "step-4"]
 
@@ -138,5 +142,10 @@ def test_stop_sends_sigterm_and_the_ranks_checkpoint(tmp_path, home, corpus, slu
     assert "SIGTERM: stopping every host" in text and "SIGTERM: saved a checkpoint at step" in text
     saved = [p for p in (home / "jobs" / name / "checkpoints").iterdir() if p.name.startswith("step-")]
     assert len(saved) == 1 and (saved[0] / ".complete").is_file()
+    # a stop is no failure, and status names the checkpoint it saved and the last logged step
+    assert "[smlaunch] failed" not in text and "[smlaunch] stopped (exit code 143)" in text
+    shown = smlaunch("status", name, env=env).stdout
+    assert f"last checkpoint: step {saved[0].name.split('-')[1]}, {saved[0]}" in shown, shown
+    assert re.search(r"last step: step \d+/10000 \(\d+%\), loss", shown) and "failure reason" not in shown
     slurm_cluster.wait_ended(job_id, timeout=60)
     assert processes_in(home / "jobs" / name) == []

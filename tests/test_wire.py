@@ -89,9 +89,15 @@ def test_metric_lines_match_the_metric_definitions():
 
     from launcher.metrics import METRIC_REGEXES, METRICS, format_metric_line
 
-    line = format_metric_line(12, loss=2.5, samples_per_s=2.03, tokens_per_s_per_gpu=4157.0,
-                              tflops_per_gpu=247.1, mfu=0.25)
-    values = {name: float(re.search(regex, line).group(1)) for name, regex in METRIC_REGEXES.items()}
-    assert values == {"train:loss": 2.5, "train:samples_per_sec": 2.03, "train:tokens_per_sec_per_gpu": 4157.0,
+    line = format_metric_line(12, loss=2.5, grad_norm=0.75, samples_per_s=2.03, tokens_per_s=33256.0,
+                              tokens_per_s_per_gpu=4157.0, tflops_per_gpu=247.1, mfu=0.25)
+    found = {name: re.search(regex, line) for name, regex in METRIC_REGEXES.items()}
+    values = {name: float(m.group(1)) for name, m in found.items() if m}
+    assert values == {"train:loss": 2.5, "train:grad_norm": 0.75, "train:samples_per_sec": 2.03,
+                      "train:tokens_per_sec": 33256.0, "train:tokens_per_sec_per_gpu": 4157.0,
                       "train:tflops_per_gpu": 247.1, "train:mfu": 0.25}
-    assert set(METRICS) == set(values)
+    # a validation step's line gives validation:loss only: `loss=` does not match inside `val_loss=`
+    val_line = format_metric_line(40, val_loss=2.25)
+    assert {name: float(m.group(1)) for name, regex in METRIC_REGEXES.items()
+            if (m := re.search(regex, val_line))} == {"validation:loss": 2.25}
+    assert set(METRICS) == set(values) | {"validation:loss"}

@@ -6,9 +6,13 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.issues import ConfigError, Issue
+
+if TYPE_CHECKING:
+    from launcher.checkpoints import Checkpoint
+    from launcher.progress import Progress
 
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
 MAX_JOB_NAME = 63
@@ -54,6 +58,13 @@ class Backend(Protocol):
 
     def artifacts(self, name: str) -> dict[str, str]:
         """{"model.tar.gz": where, "output.tar.gz": where} for what the job has stored."""
+
+    def progress(self, name: str) -> Progress | None:
+        """The job's last progress record (launcher.progress); None before its first logged step,
+        or for a script that writes none."""
+
+    def checkpoint(self, name: str) -> Checkpoint | None:
+        """The job's newest complete checkpoint (launcher.checkpoints); None if it has none."""
 
 
 @dataclass

@@ -14,12 +14,14 @@ the script's command line, hyperparameters included.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from launcher.masking import Masker
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+T = TypeVar("T")
 
 # 10 digits: epoch seconds until the year 2286, never a host index.
 _EPOCH_SUFFIX = re.compile(r"(.+)-\d{10}")
@@ -67,18 +69,7 @@ class LogTailer:
         return events
 
     def _streams(self) -> list[str]:
-        request = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": self._prefix}
-        names: list[str] = []
-        while True:
-            try:
-                page = self._client.describe_log_streams(**request)
-            except self._client.exceptions.ResourceNotFoundException:
-                return []  # the job has not created its log group yet
-            names.extend(s["logStreamName"] for s in page.get("logStreams", []))
-            token = page.get("nextToken")
-            if not token or token == request.get("nextToken"):
-                return names
-            request["nextToken"] = token
+        return job_streams(self._client, self._prefix)
 
     def _read(self, stream: str) -> list[LogEvent]:
         request = {"logGroupName": LOG_GROUP, "logStreamName": stream, "startFromHead": True}
@@ -102,3 +93,52 @@ class LogTailer:
         if "nextToken" in request:
             self._tokens[stream] = request["nextToken"]
         return events
+
+
+def job_streams(client: Any, prefix: str) -> list[str]:
+    """The names of the streams that start with `prefix` (`<job>/`); [] before the log group exists."""
+    request = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": prefix}
+    names: list[str] = []
+    while True:
+        try:
+            page = client.describe_log_streams(**request)
+        except client.exceptions.ResourceNotFoundException:
+            return []  # the job has not created its log group yet
+        names.extend(s["logStreamName"] for s in page.get("logStreams", []))
+        token = page.get("nextToken")
+        if not token or token == request.get("nextToken"):
+            return names
+        request["nextToken"] = token
+
+
+def newest(client: Any, job_name: str, read: Callable[[str], T | None], max_events: int = 20_000) -> T | None:
+    """What `read` makes of the newest message of the job's logs it accepts (returns something
+    for), reading each stream backwards from its end, at most `max_events` events per stream:
+    `smlaunch status` wants the last `[metrics]` line, not the whole log."""
+    best: tuple[int, T] | None = None
+    for stream in job_streams(client, f"{job_name}/"):
+        found = _newest_in(client, stream, read, max_events)
+        if found is not None and (best is None or found[0] > best[0]):
+            best = found
+    return best[1] if best else None
+
+
+def _newest_in(client: Any, stream: str, read: Callable[[str], T | None], max_events: int) -> tuple[int, T] | None:
+    request = {"logGroupName": LOG_GROUP, "logStreamName": stream, "startFromHead": False}
+    seen = 0
+    while seen < max_events:
+        try:
+            page = client.get_log_events(**request)
+        except client.exceptions.ResourceNotFoundException:
+            return None
+        for event in reversed(page["events"]):  # a page is in time order; its newest event is last
+            value = read(event["message"])
+            if value is not None:
+                return event["timestamp"], value
+        seen += len(page["events"])
+        token = page.get("nextBackwardToken")
+        # as forwards: the start of the stream hands back the token it was given
+        if not page["events"] or not token or token == request.get("nextToken"):
+            return None
+        request["nextToken"] = token
+    return None

@@ -8,13 +8,16 @@ files for both; only submitting, stopping and the part of the status the schedul
 
 from __future__ import annotations
 
-import json
+import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobFailedError
+from launcher.checkpoints import Checkpoint, latest_local
+from launcher.jobmetrics import JOBDIR_METRICS, jobdir_metrics, read_records
 from launcher.local import store
+from launcher.progress import Progress, read_progress
 
 
 class JobDirBackend:
@@ -46,8 +49,23 @@ class JobDirBackend:
         return store.exists(name, self.root) and store.backend_of(store.read(name, self.root)) == self.name
 
     def artifacts(self, name: str) -> dict[str, str]:
-        """Where the job's model.tar.gz and output.tar.gz are (once it has ended)."""
-        return dict(self.describe(name).get("OutputArtifacts") or {})
+        """Where the job's model.tar.gz and output.tar.gz are (once it has ended): those in S3, and
+        the local ones that exist and hold a file (jobs before smlaunch left out empty models)."""
+        stored = self.describe(name).get("OutputArtifacts") or {}
+        return {k: v for k, v in stored.items() if v.startswith("s3://") or _holds_a_file(Path(v))}
+
+    def progress(self, name: str) -> Progress | None:
+        """Rank 0's progress.json, next to its metrics.jsonl on the first host."""
+        name = self.resolve(name)
+        self._record(name)  # this backend's job, or BackendError
+        return read_progress((self._dir(name) / JOBDIR_METRICS).parent)
+
+    def checkpoint(self, name: str) -> Checkpoint | None:
+        """The newest complete checkpoint in the job's checkpoint directory (shared by its hosts)."""
+        name = self.resolve(name)
+        config = self._record(name).get("CheckpointConfig") or {}
+        directory = Path(config.get("LocalPath") or self._dir(name) / "checkpoints")
+        return latest_local(directory, config.get("S3Uri") or None)
 
     # --- following -----------------------------------------------------------------------
     def _completed(self, name: str, record: dict) -> dict:
@@ -105,12 +123,20 @@ class JobDirBackend:
         return rows[:max_results]
 
 
+def _holds_a_file(archive: Path) -> bool:
+    try:
+        with tarfile.open(archive) as tar:
+            return tar.next() is not None  # the first member only: a model archive may be large
+    except (OSError, tarfile.TarError):
+        return False
+
+
 def run_summary(record: dict) -> dict:
     """First and last loss, steps and throughput from the job's metrics.jsonl (rank 0's, on algo-1)."""
-    metrics = Path(record["LocalJobDir"]) / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl"
+    metrics = jobdir_metrics(record)
     if not metrics.is_file():
         return {}
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    rows = read_records(metrics.read_text(encoding="utf-8"), str(metrics))
     train = [r for r in rows if "loss" in r and "val_loss" not in r]
     if not train:
         return {}

@@ -19,11 +19,13 @@ HANDLE_FIX = "name a job as NAME, sagemaker:NAME, local:NAME or slurm:JOBID"
 
 
 def backend_named(name: str, *, region: str | None = None, session: Any = None, runner: str = "process",
-                  printer: Callable[[str], None] | None = None) -> Backend:
+                  printer: Callable[[str], None] | None = None,
+                  console: Callable[[str, str, str], None] | None = None) -> Backend:
+    """`console`: where a local job run in this process prints its hosts' lines (label, colour, line)."""
     if name == "local":
         from launcher.backends.local import LocalBackend
 
-        return LocalBackend(runner=runner, printer=printer)
+        return LocalBackend(runner=runner, printer=printer, **({"console": console} if console else {}))
     if name == "slurm":
         from launcher.backends.slurm import SlurmBackend
 
@@ -36,11 +38,11 @@ def backend_named(name: str, *, region: str | None = None, session: Any = None, 
 
 
 def for_job(job, *, session: Any = None, printer: Callable[[str], None] | None = None,
-            runner: str | None = None) -> Backend:
+            runner: str | None = None, console: Callable[[str, str, str], None] | None = None) -> Backend:
     """The backend the validated job names (its `backend`, or what its instance type implies)."""
     cfg = job.config
     return backend_named(cfg.backend_name, region=cfg.region, session=session,
-                         runner=runner or cfg.local_runner, printer=printer)
+                         runner=runner or cfg.local_runner, printer=printer, console=console)
 
 
 def parse_handle(handle: str, field: str = "job_name") -> tuple[str | None, str]:
@@ -112,7 +114,8 @@ def list_all(backends: tuple[str, ...] = BACKENDS, *, region: str | None = None,
             continue
         rows += [{**j, "Backend": name, "Handle": f"{name}:{j['TrainingJobName']}",
                   "DurationSeconds": _duration(j)} for j in jobs]
-    rows.sort(key=lambda r: _time(r.get("CreationTime")) or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
+    oldest = datetime.min.replace(tzinfo=timezone.utc)
+    rows.sort(key=lambda r: as_datetime(r.get("CreationTime")) or oldest, reverse=True)
     return rows[:max_results], notes
 
 
@@ -124,18 +127,19 @@ def _why(exc: Exception) -> str:
     return str(exc)
 
 
-def _time(value: Any) -> datetime | None:
+def as_datetime(value: Any) -> datetime | None:
+    """A record's time (boto3 gives datetimes, job.json ISO text) as an aware datetime."""
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
     if isinstance(value, str) and value:
-        return _time(datetime.fromisoformat(value))
+        return as_datetime(datetime.fromisoformat(value))
     return None
 
 
 def _duration(job: dict) -> int | None:
     """Seconds from start (or creation) to end, or to now while it runs."""
-    start = _time(job.get("TrainingStartTime")) or _time(job.get("CreationTime"))
+    start = as_datetime(job.get("TrainingStartTime")) or as_datetime(job.get("CreationTime"))
     if start is None:
         return None
-    end = _time(job.get("TrainingEndTime")) or datetime.now(timezone.utc)
+    end = as_datetime(job.get("TrainingEndTime")) or datetime.now(timezone.utc)
     return max(int((end - start).total_seconds()), 0)

@@ -54,7 +54,7 @@ def build_request(job: ValidatedJob, *, job_name: str, region: str, source_uri: 
         "EnableInterContainerTrafficEncryption": True if cfg.encrypt_inter_container_traffic else None,
         "EnableManagedSpotTraining": True if cfg.use_spot_instances else None,
         "CheckpointConfig": _checkpoint(cfg),
-        "TensorBoardOutputConfig": _tensorboard(cfg),
+        "TensorBoardOutputConfig": tensorboard_config(cfg),
         "RetryStrategy": {"MaximumRetryAttempts": cfg.max_retry_attempts}
         if cfg.max_retry_attempts is not None else None,
         "InfraCheckConfig": {"EnableInfraCheck": cfg.enable_infra_check}
@@ -175,7 +175,8 @@ def _checkpoint(cfg) -> dict[str, Any] | None:
     return out
 
 
-def _tensorboard(cfg) -> dict[str, Any] | None:
+def tensorboard_config(cfg) -> dict[str, Any] | None:
+    """TensorBoardOutputConfig as sent; local mode hands the same to the container."""
     tb = cfg.tensorboard_output_config
     if tb is None:
         return None

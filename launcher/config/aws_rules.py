@@ -18,7 +18,7 @@ from launcher.issues import Issue
 
 # Settings only SageMaker itself can carry out; a local run says it leaves them out.
 AWS_ONLY = ("subnets", "security_group_ids", "encrypt_inter_container_traffic", "enable_network_isolation",
-            "max_retry_attempts", "volume_kms_key", "output_kms_key", "tensorboard_output_config", "rules",
+            "max_retry_attempts", "volume_kms_key", "output_kms_key", "rules",
             "profiler_config", "instance_groups", "training_repository_access_mode", "enable_infra_check",
             "enable_remote_debug", "enable_session_tag_chaining", "training_plan", "instance_placement_config",
             "experiment_config", "container_entry_point", "container_arguments", "model_uri",

@@ -174,6 +174,9 @@ class TrainingHyperparameters(BaseModel):
     fast_validation: bool | None = Field(None, description="Validate on a subset.")
     logging_freq: int | None = Field(None, ge=1, description="Log every N steps.")
     checkpoint_dir: str | None = Field(None, description="Where checkpoints are written.")
+    tensorboard_dir: str | None = Field(
+        None, description="Where rank 0 writes TensorBoard scalars (default: tensorboard_output_config's "
+                          "container_local_output_path, /opt/ml/output/tensorboard if unset; none without it).")
     checkpoint_freq: int | None = Field(None, ge=1, description="Checkpoint every N steps.")
     num_kept_checkpoints: int | None = Field(None, ge=1, description="Checkpoints kept.")
     zipped_data: bool | None = Field(None, description="Data files are gzip-compressed.")

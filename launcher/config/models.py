@@ -120,6 +120,8 @@ PRESETS: dict[str, ModelSpec] = {
                   **LLAMA3_TOKENS),
         ModelSpec("llama3.1-70b", 8192, 80, 64, 8, 28672, 128256, 131072, rope_scaling=(8.0, 1.0, 4.0, 8192),
                   **LLAMA3_TOKENS),
+        ModelSpec("llama3.1-405b", 16384, 126, 128, 8, 53248, 128256, 131072, rope_scaling=(8.0, 1.0, 4.0, 8192),
+                  **LLAMA3_TOKENS),
         # llama3-tiny's attention with 4 SwiGLU experts, 2 per token: the MoE model of tests and demos
         ModelSpec("mixtral-tiny", 64, 2, 4, 2, 96, 256, 4096, rope_theta=1_000_000.0, num_experts=4,
                   experts_per_token=2, router_aux_loss_coef=0.02, **MISTRAL_TOKENS),

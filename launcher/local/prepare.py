@@ -19,6 +19,7 @@ from pathlib import Path
 
 from launcher import wire
 from launcher.backends.base import BackendError, check_job_name, default_base_name, make_job_name
+from launcher.backends.request import tensorboard_config
 from launcher.backends.sourcedir import build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH
@@ -97,14 +98,16 @@ def checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: 
         checkpoint_dir=checkpoint_dir, max_run=cfg.max_run, image=cfg.image_uri, gpus_per_host=gpus_per_host,
         runner=runner.name, output_path=output_path, checkpoint_s3_uri=cfg.checkpoint_s3_uri,
         region=cfg.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
-        runner_settings=dict(getattr(runner, "settings", {})),
+        runner_settings=dict(getattr(runner, "settings", {})), tensorboard=tensorboard_config(cfg),
     )
     spec.hyperparameters = wire.encode(wire.job_hyperparameters(
         cfg, instance_type=cfg.instance_type, program=program_name(cfg),
         submit_directory=runner.submit_directory(spec), job_name=spec.name, region=spec.region))
     runner.check(spec)
     _check_writable(job, spec)
+    tensorboard_s3 = spec.tensorboard["S3OutputPath"] if spec.tensorboard else None
     for field, uri in (("output_path", output_path), ("checkpoint_s3_uri", cfg.checkpoint_s3_uri),
+                       ("tensorboard_output_config.s3_output_path", tensorboard_s3),
                        *((f"inputs.{n}", c.s3_data) for n, c in cfg.channels().items())):
         if uri and uri.startswith("s3://"):
             s3io.check_bucket(uri, field, spec.region)
@@ -183,7 +186,7 @@ def _write(job: ValidatedJob, spec: LocalJobSpec, runner: Runner, log: Callable[
             write_opt_ml(spec.host_dir(host), hyperparameters=spec.hyperparameters, current_host=host,
                          hosts=spec.hosts, instance_type=cfg.instance_type, channels=spec.channels_of(host),
                          input_mode=cfg.input_mode, distributions=distributions,
-                         network_interface_name=runner.network_interface_name)
+                         network_interface_name=runner.network_interface_name, tensorboard=spec.tensorboard)
         spec.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         (spec.job_dir / "logs").mkdir(exist_ok=True)
         spec.save()

@@ -19,10 +19,10 @@ import json
 import os
 import subprocess
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from launcher.contract import write_private
+from launcher.contract import TENSORBOARD_LOCAL_PATH, write_private
 
 SPEC_FILE = "spec.json"
 # Written in the job directory to ask its supervisor to stop the job, as SIGTERM to it does: for a
@@ -51,6 +51,7 @@ class LocalJobSpec:
     # ShardedByS3Key channels: host -> channel -> that host's part (replaces channels[name])
     host_channels: dict[str, dict[str, Path]] = field(default_factory=dict)
     runner_settings: dict = field(default_factory=dict)  # the Slurm runner's: the job's slurm section
+    tensorboard: dict | None = None  # the request's TensorBoardOutputConfig (S3OutputPath, LocalPath)
 
     def host_dir(self, host: str) -> Path:
         """The host's /opt/ml tree."""
@@ -59,6 +60,17 @@ class LocalJobSpec:
     @property
     def source_archive(self) -> Path:
         return self.job_dir / "sourcedir.tar.gz"
+
+    def tensorboard_output(self) -> tuple[Path, str] | None:
+        """(rank 0's TensorBoard directory here, its S3 prefix) of a job with a TensorBoardOutputConfig.
+        The prefix is <S3OutputPath>/<job>/tensorboard-output, where the SageMaker SDK's
+        `latest_job_tensorboard_artifacts_path` looks."""
+        if not self.tensorboard:
+            return None
+        local = PurePosixPath(self.tensorboard.get("LocalPath") or TENSORBOARD_LOCAL_PATH)
+        directory = (self.host_dir(self.hosts[0]) / local.relative_to("/opt/ml")
+                     if local.is_relative_to("/opt/ml") else Path(local))
+        return directory, f"{self.tensorboard['S3OutputPath'].rstrip('/')}/{self.name}/tensorboard-output"
 
     def channels_of(self, host: str) -> dict[str, Path]:
         return {**self.channels, **self.host_channels.get(host, {})}

@@ -293,6 +293,10 @@ class Supervisor:
         if spec.checkpoint_s3_uri:
             count = s3io.upload_tree(spec.checkpoint_dir, spec.checkpoint_s3_uri, spec.region)
             self._note(f"checkpoints: {count} file(s) to {spec.checkpoint_s3_uri}")
+        tensorboard = spec.tensorboard_output()
+        if tensorboard:  # SageMaker uploads while the job runs; here once, at its end
+            count = s3io.upload_tree(*tensorboard, spec.region)
+            self._note(f"TensorBoard: {count} file(s) from {tensorboard[0]} to {tensorboard[1]}")
         return out
 
     def _store_artifacts(self, staging: Path, with_model: bool) -> dict[str, str]:
@@ -300,9 +304,10 @@ class Supervisor:
         spec = self.spec
         hosts = [spec.host_dir(h) for h in spec.hosts]
         packed = {"output.tar.gz": pack([h / "output" / "data" for h in hosts], staging / "output.tar.gz")}
-        if with_model:
-            shared = [spec.job_dir / "model"] if (spec.job_dir / "model").is_dir() else []
-            packed["model.tar.gz"] = pack([h / "model" for h in hosts] + shared, staging / "model.tar.gz")
+        models = [h / "model" for h in hosts] + [spec.job_dir / "model"]
+        # An empty model directory (a job stopped before its export) is no model: no archive claims one.
+        if with_model and any(_files(d) for d in models):
+            packed["model.tar.gz"] = pack(models, staging / "model.tar.gz")
         if spec.output_path and spec.output_path.startswith("s3://"):
             base = f"{spec.output_path.rstrip('/')}/{spec.name}/output"
             for name, path in packed.items():
@@ -322,17 +327,19 @@ def _seconds_since(iso: str | None) -> float:
     return max((datetime.now(timezone.utc) - datetime.fromisoformat(iso)).total_seconds(), 0.0)
 
 
+def _files(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*") if not p.is_dir()] if directory.is_dir() else []
+
+
 def pack(directories: list[Path], dest: Path) -> Path:
     """SageMaker's merge of the hosts' directories into one archive: a file that several hosts
     wrote at the same path is taken from the first host (rank 0's host) that has it."""
     seen: set[str] = set()
     with _whole(dest) as partial, tarfile.open(partial, "w:gz") as tar:
         for directory in directories:
-            if not directory.is_dir():
-                continue
-            for path in sorted(directory.rglob("*")):
+            for path in sorted(_files(directory)):
                 name = path.relative_to(directory).as_posix()
-                if name in seen or path.is_dir():
+                if name in seen:
                     continue
                 seen.add(name)
                 tar.add(path, arcname=name, recursive=False)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from launcher.plan.memory import PHASES, MemoryEstimate
 from launcher.plan.sweep import PlanResult
+from launcher.plan.throughput import ThroughputEstimate
 
 _SETTING_LABELS = {
     "context_parallel_degree": "cp",
@@ -14,6 +15,7 @@ _SETTING_LABELS = {
     "hyperparameters.activation_checkpointing": "ac",
     "hyperparameters.train_batch_size": "batch",
 }
+_PART_LABELS = {"compute": "compute", "communication": "comm", "bubble": "bubble"}
 
 
 def describe(result: PlanResult) -> str:
@@ -33,12 +35,12 @@ def render_table(results: Sequence[PlanResult], best: PlanResult | None = None, 
     table = Table(title=title, title_justify="left")
     for name, justify in (("configuration", "left"), ("fits", "center"), ("peak / capacity GiB", "right"),
                           ("largest allocation", "left"), ("dominant", "left"), ("tokens/s", "right"),
-                          ("$ / B tokens", "right")):
+                          ("step s", "right"), ("bound by", "left"), ("$ / B tokens", "right")):
         table.add_column(name, justify=justify)
     for result in results:
         name = ("[bold]* " if result is best else "") + describe(result) + ("[/bold]" if result is best else "")
         if not result.valid:
-            table.add_row(name, "[yellow]invalid[/yellow]", "", _first_error(result), "", "", "")
+            table.add_row(name, "[yellow]invalid[/yellow]", "", _first_error(result), "", "", "", "", "")
             continue
         mem, speed = result.memory, result.throughput
         fits = {True: "[green]yes[/green]", False: "[red]no[/red]", None: "?"}[mem.fits]
@@ -47,8 +49,29 @@ def render_table(results: Sequence[PlanResult], best: PlanResult | None = None, 
         usd = result.usd_per_billion_tokens
         table.add_row(name, fits, f"{mem.peak_gib:.1f} / {capacity}", largest,
                       f"{mem.dominant.name} {mem.dominant.gib:.1f}",
-                      f"{speed.tokens_per_s:,.0f}" if speed else "-", f"{usd:,.0f}" if usd is not None else "-")
+                      f"{speed.tokens_per_s:,.0f}" if speed else "-", f"{speed.step_s:.2f}" if speed else "-",
+                      bound_by(speed) if speed else "-", f"{usd:,.0f}" if usd is not None else "-")
     return table
+
+
+def bound_by(speed: ThroughputEstimate) -> str:
+    """What dominates the step, with the shares of the rest: "compute (comm 2%)"."""
+    parts, top = speed.step.parts, speed.bound_by
+    rest = ", ".join(f"{_PART_LABELS[k]} {_share(v / speed.step_s)}" for k, v in parts.items() if v and k != top)
+    return top + (f" ({rest})" if rest else "")
+
+
+def explain_step(speed: ThroughputEstimate) -> str:
+    """The step time as compute + exposed communication + bubble, each collective with its time
+    on the wire, the part compute does not hide, and the link it runs on."""
+    head = (f"step {speed.step_s:.3f} s = compute {speed.compute_s:.3f} + communication not hidden "
+            f"{speed.communication_s:.3f} + pipeline bubble {speed.bubble_s:.3f}: bound by {speed.bound_by}")
+    lines = [head]
+    names = {"fsdp": "FSDP all-gather/reduce-scatter", "cp": "context-parallel K/V exchange",
+             "tp": "tensor-parallel all-gather/reduce-scatter"}
+    for c in speed.step.communication:
+        lines.append(f"  {names[c.name]}: {c.total_s:.3f} s on the wire, {c.exposed_s:.3f} s not hidden ({c.link})")
+    return "\n".join(lines)
 
 
 def explain_oom(estimate: MemoryEstimate) -> str:
@@ -96,6 +119,10 @@ def _first_error(result: PlanResult) -> str:
     text = result.errors[0] if result.errors else ""
     text = text.replace("distribution.smdistributed.modelparallel.parameters.", "")
     return text if len(text) <= 90 else text[:87] + "..."
+
+
+def _share(x: float) -> str:
+    return f"{x:.0%}" if x >= 0.005 else "<1%"
 
 
 def _pct(x: float) -> str:

@@ -108,6 +108,7 @@ def settings_of(job: ValidatedJob) -> dict[str, Any]:
         "sharding_group": job.layout.sharding_group if job.layout else None,
         "context_parallel_degree": p.context_parallel_degree if p else 1,
         "tensor_parallel_degree": p.tensor_parallel_degree if p else 1,
+        "pipeline_parallel_degree": p.pipeline_degree if p else 1,
         "activation_checkpointing": run.ac_mode or False,
         "offload_activations": run.offload,
         "fp8": job.fp8.enabled,
@@ -142,21 +143,26 @@ def parse_sweeps(specs: Iterable[str]) -> dict[str, list[str]]:
 def sweep(data: Mapping[str, Any], sweeps: Mapping[str, Sequence[Any]], *, base_dir: str | Path,
           source: str | None = None, advise: bool = False) -> list[PlanResult]:
     """Plan every combination of `sweeps` applied to the job data; with no sweeps, the job itself."""
+    keys = list(sweeps)
+    return [plan_overrides(data, tuple(f"{k}={_text(v)}" for k, v in zip(keys, combo)), base_dir=base_dir,
+                           source=source, advise=advise)
+            for combo in itertools.product(*(sweeps[k] for k in keys))]
+
+
+def plan_overrides(data: Mapping[str, Any], overrides: Sequence[str], *, base_dir: str | Path,
+                   source: str | None = None, advise: bool = False) -> PlanResult:
+    """Plan the job data with `overrides` applied, validated like `smlaunch validate`; a
+    configuration that fails validation comes back with its errors, not raised."""
     from launcher.jobfile import apply_overrides
 
-    keys = list(sweeps)
-    results = []
-    for combo in itertools.product(*(sweeps[k] for k in keys)):
-        overrides = tuple(f"{k}={_text(v)}" for k, v in zip(keys, combo))
-        raw = copy.deepcopy(dict(data))
-        try:
-            apply_overrides(raw, overrides)
-            job = validate_job(raw, base_dir=base_dir, source=source, model=JobFile)
-        except ConfigError as exc:
-            results.append(PlanResult(_raw_settings(raw), overrides, errors=[str(i) for i in exc.issues]))
-            continue
-        results.append(plan(job, overrides, advise=advise))
-    return results
+    overrides = tuple(overrides)
+    raw = copy.deepcopy(dict(data))
+    try:
+        apply_overrides(raw, overrides)
+        job = validate_job(raw, base_dir=base_dir, source=source, model=JobFile)
+    except ConfigError as exc:
+        return PlanResult(_raw_settings(raw), overrides, errors=[str(i) for i in exc.issues])
+    return plan(job, overrides, advise=advise)
 
 
 def sweep_job_file(path: str | Path, overrides: Iterable[str] = (),
@@ -172,9 +178,10 @@ def sweep_job_file(path: str | Path, overrides: Iterable[str] = (),
 
 
 def default_space(job: ValidatedJob) -> dict[str, list[Any]]:
-    """What --auto searches when nothing is swept: context_parallel_degree and
-    hybrid_shard_degree over the divisors of the processes per host (and 0, all ranks, across
-    hosts), activation checkpointing on and off; the job's own values are always included."""
+    """What auto_job_file() searches when nothing is swept, on the job's own fleet:
+    context_parallel_degree and hybrid_shard_degree over the divisors of the processes per host
+    (and 0, all ranks, across hosts), activation checkpointing on and off; the job's own values
+    are always included. (`plan --auto` searches fleets too: launcher/plan/search.py.)"""
     pph = job.processes_per_host or 1
     settings = settings_of(job)
     per_host = divisors(pph)
@@ -245,6 +252,7 @@ def _raw_settings(data: Mapping[str, Any]) -> dict[str, Any]:
         "sharding_group": None,
         "context_parallel_degree": mp.get("context_parallel_degree", 1),
         "tensor_parallel_degree": mp.get("tensor_parallel_degree", 1),
+        "pipeline_parallel_degree": mp.get("pipeline_parallel_degree", mp.get("partitions", 1)),
         "activation_checkpointing": (hp.get("activation_checkpointing_mode") or DEFAULT_AC_MODE) if ac else False,
         "offload_activations": bool(hp.get("offload_activations")),
         "fp8": bool(hp.get("fp8")),

@@ -1,80 +1,114 @@
-"""Step time, tokens/s and dollars of a job, from FLOPs per token and a calibrated efficiency.
+"""Step time, tokens/s and dollars of a job: compute from FLOPs and a calibrated efficiency, plus
+the communication compute does not hide (launcher.plan.comms), plus the pipeline bubble.
 
-FLOPs per token are the runtime's own (`launcher.flops`), so the plan and the
-training logs agree: 6·N + 6·L·H·d_head·S (causal attention halved), N = the matmul weights
-including the LM head. The seed's formula is reported beside it.
+FLOPs per token are the runtime's own (`launcher.flops`), so the plan and the training logs
+agree: 6·N + 6·L·H·d_head·S (causal attention halved), N = the matmul weights including the LM
+head. The seed's formula is reported beside it. Per optimizer step, on one rank:
 
-    tokens/s per GPU = η · peak TFLOPS · 1e12 / (FLOPs per token · r)
+    compute  = tokens per rank x FLOPs per token x r / (tp x pp) / (η x peak TFLOPS x 1e12)
+    step     = (compute + exposed FSDP + exposed CP + TP) / (1 - pipeline bubble)
+    tokens/s = tokens per step / step
 
 r is the recompute factor: full activation checkpointing runs each block's forward twice, so
 the hardware does (F + F_fwd,blocks)/F of the useful FLOPs (F_fwd,blocks = 2·N_blocks +
-2·L·H·d_head·S, a third of the blocks' training FLOPs); selective checkpointing recomputes only
-elementwise ops (r = 1). η is the hardware FLOPs utilisation (recomputation included) of an
-accelerator generation and dtype, solved from published runs:
-
-| accelerator | dtype | run (source) | seq | cp | AC | tokens/s/GPU | MFU | η |
-|---|---|---|---|---|---|---|---|---|
-| H100 (p5) | bf16 | seed, p5.48xlarge, Llama 3.1 8B, batch 4, 2.03 samples/s (docs/seed-runs.md) | 16384 | 8 | full | 4,157 | 24.3% | 0.320 |
-| H100 (p5) | fp8 | seed, same with TE FP8, 3.05 samples/s (docs/seed-runs.md) | 16384 | 8 | full | 6,246 | 18.3% of FP8 peak | 0.240 |
-| A100 (p4d) | bf16 | torchtitan docs/performance.md (2024): Llama 3 8B, FSDP2, 64 A100 80GB, batch 1, selective op AC, 2,973 WPS | 8192 | 1 | selective | 2,973 | 49.0% | 0.490 |
-| H100 | bf16 | cross-check only: torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Llama 3.1 8B, FSDP, 8 GPUs, batch 2, selective AC, eager: 5,762 TPS/GPU (H100 HBM2e at 500 W) | 8192 | 1 | selective | 5,762 | 30.0% | 0.300 |
-
-MFU here is useful FLOPs (the causal formula) over the dense peak of the dtype trained in; the
-seed's 247 and 372 TFLOPS/GPU are the same runs counted with the seed's formula (+3% at 16K).
-Calibrating on tokens/s keeps both formulas consistent: the plan reproduces the runs' tokens/s
-exactly, whichever formula reports TFLOPS. The H100 cross-check is predicted 6,150 (+7%): its
-GPUs ran at 500 W. The two H100 bf16 points show no context-parallel penalty once recomputation
-is counted (η 0.32 at cp 8 against 0.30 at cp 1), so none is modelled; nor is inter-node or
-tensor-parallel communication (no published point for this stack). A GPU with its calibration
-GPU's compute (A100 40GB on p4d, H200) counts as calibrated; other NVIDIA GPUs borrow the η of
-their generation (compute capability 8.x: A100's; 9.0 and later: H100's; FP8: the p5 FP8 point)
-and are flagged uncalibrated. Trainium, pre-Ampere GPUs, CPUs, fp32 training and MoE models get
-no throughput estimate.
+2·L·H·d_head·S); selective checkpointing recomputes only elementwise ops (r = 1). η is the
+hardware FLOPs utilisation of the compute alone, one per accelerator generation and dtype: the
+geometric mean of the η each of its published runs needs once the communication model has
+taken its share (`CALIBRATION`; docs/planner.md has the table of predicted against published).
+A GPU with its calibration GPU's compute (A100 40GB on p4d, H200) counts as calibrated; other
+NVIDIA GPUs borrow the η of their generation (compute capability 8.x: A100's; 9.0 and later:
+H100's; FP8: the p5 FP8 run) and are flagged uncalibrated. Trainium, pre-Ampere GPUs, CPUs, fp32
+training, MoE models, and groups that cross a link the catalog has no bandwidth for (g7/g7e
+across hosts) get no throughput estimate.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cache
 
 from launcher.catalog import InstanceType, get_instance_type
 from launcher.config import ValidatedJob
+from launcher.config.layout import ParallelLayout
 from launcher.config.models import PRESETS, ModelSpec
 from launcher.flops import flops_per_token, matmul_params, seed_flops_per_token
+from launcher.plan.comms import Communication, LayerCompute, UnknownLink, pass_communication
 from launcher.plan.workload import Workload, workload_of
 
 
 @dataclass(frozen=True)
 class CalibrationPoint:
+    """A published run: a job FSDP-sharded over all its GPUs (torchtitan's 1D, the seed's hsd 8 on
+    one host), and the tokens/s per GPU it reached."""
+
     label: str
-    instance_type: str  # whose accelerator ran it (peak TFLOPS from the catalog)
+    instance_type: str  # whose accelerator and links ran it (peak TFLOPS, bandwidths from the catalog)
+    instance_count: int
     dtype: str  # "bf16" or "fp8"
     preset: str
     seq_len: int
+    micro_batch: int
     cp: int
     ac_mode: str | None
     tokens_per_s_per_gpu: float
     source: str
+    fitted: bool = True  # False: a cross-check the fit does not see
+    tp: int = 1
+
+    def workload(self) -> Workload:
+        inst = get_instance_type(self.instance_type)
+        world = inst.accelerators * self.instance_count
+        return Workload(
+            spec=PRESETS[self.preset], seq_len=self.seq_len, micro_batch=self.micro_batch, grad_accum=1,
+            layout=ParallelLayout(world, 1, world // (self.cp * self.tp), self.cp, self.tp), compute_bytes=2, fsdp=True,
+            ac_mode=self.ac_mode, offload=False, offload_horizon=0, reshard_after_forward=True,
+            delayed_init=True, optimizer="adamw", fp8=self.dtype == "fp8", fp8_backend="transformer_engine",
+            cp_comm_type="p2p", loss_chunk_tokens=0, microbatches=1, in_flight=1, bubble=0.0,
+            instance=inst, instance_count=self.instance_count, processes_per_host=inst.accelerators)
 
     @property
     def efficiency(self) -> float:
-        """η: hardware FLOPs (recomputation included) over the dense peak."""
-        spec, inst = PRESETS[self.preset], get_instance_type(self.instance_type)
-        flops = flops_per_token(spec, self.seq_len) * recompute_factor(spec, self.seq_len, self.ac_mode)
-        return self.tokens_per_s_per_gpu * flops / (_peak(inst, self.dtype) * 1e12)
+        """The generation's η (at infinite width) that makes the model predict this run's tokens/s
+        exactly: the solved utilisation over the model's width factor."""
+        w = self.workload()
+        return solve_efficiency(w, self.tokens_per_s_per_gpu) / width_factor(w.spec)
 
 
+_SEED = "docs/seed-runs.md, the seed's p5.48xlarge CP 8 run"
+_TITAN_H100 = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
+_TITAN_A100 = "pytorch/torchtitan docs/performance.md, Llama 3 on 64 A100 80GB, FSDP2"
+# Llama 3 8B has the shapes of the llama3.1-8b preset (RoPE scaling does not change FLOPs).
 CALIBRATION: tuple[CalibrationPoint, ...] = (
-    CalibrationPoint("seed p5 bf16", "ml.p5.48xlarge", "bf16", "llama3.1-8b", 16384, 8, "full",
-                     2.03 * 16384 / 8, "docs/seed-runs.md, the seed's p5.48xlarge CP 8 run: 2.03 samples/s"),
-    CalibrationPoint("seed p5 fp8", "ml.p5.48xlarge", "fp8", "llama3.1-8b", 16384, 8, "full",
-                     3.05 * 16384 / 8, "docs/seed-runs.md, the seed's p5.48xlarge CP 8 FP8 run: 3.05 samples/s"),
-    # Llama 3 8B has the shapes of the llama3.1-8b preset (RoPE scaling does not change FLOPs).
-    CalibrationPoint("torchtitan A100", "ml.p4de.24xlarge", "bf16", "llama3.1-8b", 8192, 1, "selective",
-                     2973, "pytorch/torchtitan docs/performance.md, Llama 3 8B on 64 A100 80GB, FSDP2"),
+    CalibrationPoint("seed p5 bf16", "ml.p5.48xlarge", 1, "bf16", "llama3.1-8b", 16384, 4, 8, "full",
+                     2.03 * 16384 / 8, f"{_SEED}: 2.03 samples/s"),
+    CalibrationPoint("seed p5 fp8", "ml.p5.48xlarge", 1, "fp8", "llama3.1-8b", 16384, 4, 8, "full",
+                     3.05 * 16384 / 8, f"{_SEED} with FP8: 3.05 samples/s"),
+    CalibrationPoint("torchtitan H100 8 GPUs", "ml.p5.48xlarge", 1, "bf16", "llama3.1-8b", 8192, 2, 1,
+                     "selective", 5762, f"{_TITAN_H100}, Table 1, FSDP (eager)"),
+    CalibrationPoint("torchtitan H100 128 GPUs", "ml.p5.48xlarge", 16, "bf16", "llama3.1-8b", 8192, 2, 1,
+                     "selective", 5605, f"{_TITAN_H100}, Table 3, FSDP (eager)"),
+    CalibrationPoint("torchtitan A100 8B", "ml.p4de.24xlarge", 8, "bf16", "llama3.1-8b", 8192, 1, 1,
+                     "selective", 2973, f"{_TITAN_A100}: 8B, batch 1, selective op AC"),
+    CalibrationPoint("torchtitan A100 70B", "ml.p4de.24xlarge", 8, "bf16", "llama3.1-70b", 8192, 1, 1,
+                     "full", 331, f"{_TITAN_A100}: 70B, batch 1, full AC"),
+    # Not fitted: checks the width factor at h 16384 and the TP model (FSDP 16 x TP 8 inside hosts).
+    CalibrationPoint("torchtitan H100 405B", "ml.p5.48xlarge", 16, "bf16", "llama3.1-405b", 8192, 2, 1,
+                     "full", 109, "pytorch/torchtitan docs/performance.md: Llama 3.1 405B on 128 H100, "
+                     "FSDP2 + TP 8, batch 2, full AC, no Float8", fitted=False, tp=8),
 )
-CROSS_CHECK = CalibrationPoint(
-    "torchtitan H100", "ml.p5.48xlarge", "bf16", "llama3.1-8b", 8192, 1, "selective", 5762,
-    "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Table 1, FSDP eager")
+
+
+# Matmuls use a GPU better the wider they are (more work per byte moved, fewer partial tiles):
+# the utilisation of a model of hidden size h is η x h / (h + WIDTH_HALF). One constant for every
+# generation, solved from torchtitan's two A100 runs of one setup (8B, h 4096, runs at 0.520 of
+# peak; 70B, h 8192, at 0.643), rounded; torchtitan's 405B on 128 H100 (h 16384, not fitted) checks it
+# (docs/planner.md).
+WIDTH_HALF = 2500
+
+
+def width_factor(spec: ModelSpec) -> float:
+    return spec.hidden_size / (spec.hidden_size + WIDTH_HALF)
 
 
 def recompute_factor(spec: ModelSpec, seq_len: int, ac_mode: str | None) -> float:
@@ -87,21 +121,95 @@ def recompute_factor(spec: ModelSpec, seq_len: int, ac_mode: str | None) -> floa
     return 1 + forward / flops_per_token(spec, seq_len)
 
 
+@dataclass(frozen=True)
+class StepTime:
+    """One optimizer step on one rank: compute, the exposed part of each parallelism's
+    communication, and the pipeline bubble, in seconds."""
+
+    compute_s: float
+    communication: tuple[Communication, ...]
+    bubble_s: float
+
+    @property
+    def communication_s(self) -> float:
+        return sum(c.exposed_s for c in self.communication)
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.communication_s + self.bubble_s
+
+    @property
+    def parts(self) -> dict[str, float]:
+        return {"compute": self.compute_s, "communication": self.communication_s, "bubble": self.bubble_s}
+
+    @property
+    def bound_by(self) -> str:
+        """What takes the largest share of the step: compute, communication or bubble."""
+        return max(self.parts, key=self.parts.get)
+
+
+def step_time(w: Workload, eta: float, peak_tflops: float) -> StepTime:
+    """Raises UnknownLink where a group crosses a link the catalog has no bandwidth for."""
+    spec, lay = w.spec, w.layout
+    flops = flops_per_token(spec, w.seq_len)
+    r = recompute_factor(spec, w.seq_len, w.ac_mode)
+    rate = eta * peak_tflops * 1e12
+    pass_s = w.tokens_per_rank * flops * r / (lay.tp * lay.pp) / rate  # one micro-batch's forward + backward
+    layers = math.ceil(spec.num_layers / lay.pp)
+    attention = (flops - 6 * matmul_params(spec)) / spec.num_layers  # per token per block, fwd + bwd
+    attention_s = w.tokens_per_rank * attention / lay.tp / rate
+    recomputed = 1 / 3 if w.ac_mode == "full" else 0.0
+    layer = LayerCompute(forward_s=pass_s / (3 * r) / layers, backward_s=pass_s * (1 - 1 / (3 * r)) / layers,
+                         attention_forward_s=attention_s / 3, attention_backward_s=attention_s * (2 / 3 + recomputed))
+    passes = w.microbatches if lay.pp > 1 else w.grad_accum
+    comms = tuple(c.times(passes) for c in pass_communication(w, layer))
+    busy = pass_s * passes + sum(c.exposed_s for c in comms)
+    return StepTime(pass_s * passes, comms, busy * w.bubble / (1 - w.bubble))
+
+
+def solve_efficiency(w: Workload, tokens_per_s_per_gpu: float) -> float:
+    """The η at which the model predicts `tokens_per_s_per_gpu` for w (bisection: the prediction
+    grows with η); ValueError if communication alone is slower than that."""
+    peak = _peak(w.instance, "fp8" if w.fp8 else "bf16")
+
+    def predicted(eta: float) -> float:
+        return w.tokens_per_step / w.world / step_time(w, eta, peak).step_s
+
+    low, high = 1e-3, 1.0
+    if predicted(high) < tokens_per_s_per_gpu:
+        raise ValueError(f"{tokens_per_s_per_gpu:,.0f} tokens/s per GPU is out of the model's reach at η = 1")
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if predicted(mid) < tokens_per_s_per_gpu else (low, mid)
+    return (low + high) / 2
+
+
+def _generation(instance: InstanceType, dtype: str) -> tuple[str, str]:
+    return ("A100" if instance.accelerator.compute_capability < (9, 0) else "H100", dtype)
+
+
+@cache
+def fitted_efficiency(generation: tuple[str, str]) -> tuple[float, tuple[str, ...]]:
+    """(η of an accelerator generation and dtype: the geometric mean over its fitted points,
+    the labels of those points)."""
+    points = [p for p in CALIBRATION if p.fitted
+              and _generation(get_instance_type(p.instance_type), p.dtype) == generation]
+    eta = math.exp(sum(math.log(p.efficiency) for p in points) / len(points))
+    return eta, tuple(p.label for p in points)
+
+
 def efficiency_for(instance: InstanceType | None, dtype: str) -> tuple[float, str, bool] | None:
-    """(η, the calibration point it comes from, whether that point ran on the same compute: same
-    compute capability and peak, e.g. A100 40GB from the A100 80GB point, H200 from H100)."""
+    """(η, the calibration points it comes from, whether they ran on the same compute: same
+    compute capability and peak, e.g. A100 40GB from the A100 80GB points, H200 from H100)."""
     acc = instance.accelerator if instance else None
     if acc is None or acc.compute_capability is None or acc.compute_capability < (8, 0) \
             or _peak(instance, dtype) is None:
         return None
-    if dtype == "fp8":
-        label = "seed p5 fp8"
-    else:
-        label = "torchtitan A100" if acc.compute_capability < (9, 0) else "seed p5 bf16"
-    point = next(p for p in CALIBRATION if p.label == label)
-    ran_on = get_instance_type(point.instance_type).accelerator
+    generation = _generation(instance, dtype)
+    eta, labels = fitted_efficiency(generation)
+    ran_on = next(get_instance_type(p.instance_type).accelerator for p in CALIBRATION if p.label == labels[0])
     calibrated = (acc.compute_capability, acc.bf16_tflops) == (ran_on.compute_capability, ran_on.bf16_tflops)
-    return point.efficiency, label, calibrated
+    return eta, f"{generation[0]} {dtype}: " + ", ".join(labels), calibrated
 
 
 @dataclass(frozen=True)
@@ -111,27 +219,44 @@ class ThroughputEstimate:
     formula: str
     tokens_per_step: int
     recompute_factor: float
-    efficiency: float  # η, hardware utilisation including recomputation
-    mfu: float  # useful FLOPs over peak
+    efficiency: float  # η, hardware utilisation of the compute alone, recomputation included
     peak_tflops: float  # per GPU, dense, in the dtype trained in
     dtype: str
-    basis: str  # calibration point label
+    basis: str  # the calibration points η comes from
     calibrated: bool
     world: int
     usd_per_hour: float | None  # instance price x count; None where the catalog has no rate
+    step: StepTime
 
     @property
-    def tokens_per_s_per_gpu(self) -> float:
-        return self.efficiency * self.peak_tflops * 1e12 / (self.flops_per_token * self.recompute_factor)
+    def step_s(self) -> float:
+        return self.step.step_s
+
+    @property
+    def compute_s(self) -> float:
+        return self.step.compute_s
+
+    @property
+    def communication_s(self) -> float:
+        """Communication compute does not hide, per step."""
+        return self.step.communication_s
+
+    @property
+    def bubble_s(self) -> float:
+        return self.step.bubble_s
+
+    @property
+    def bound_by(self) -> str:
+        return self.step.bound_by
 
     @property
     def tokens_per_s(self) -> float:
         """The whole job's tokens per second."""
-        return self.tokens_per_s_per_gpu * self.world
+        return self.tokens_per_step / self.step_s
 
     @property
-    def step_s(self) -> float:
-        return self.tokens_per_step / self.tokens_per_s
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.world
 
     @property
     def tflops_per_gpu(self) -> float:
@@ -140,6 +265,11 @@ class ThroughputEstimate:
     @property
     def tflops_per_gpu_seed_formula(self) -> float:
         return self.tokens_per_s_per_gpu * self.seed_flops_per_token / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Useful FLOPs over peak, communication and bubble included."""
+        return self.tflops_per_gpu / self.peak_tflops
 
     @property
     def usd_per_billion_tokens(self) -> float | None:
@@ -161,6 +291,11 @@ class ThroughputEstimate:
             "tokens_per_s": round(self.tokens_per_s, 1),
             "tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
             "step_s": round(self.step_s, 4),
+            "compute_s": round(self.compute_s, 4),
+            "communication_s": round(self.communication_s, 4),
+            "bubble_s": round(self.bubble_s, 4),
+            "bound_by": self.bound_by,
+            "communication": {c.name: c.to_dict() for c in self.step.communication},
             "tokens_per_step": self.tokens_per_step,
             "flops_per_token": self.flops_per_token,
             "seed_flops_per_token": self.seed_flops_per_token,
@@ -187,17 +322,21 @@ def estimate_throughput(job: ValidatedJob) -> ThroughputEstimate | None:
 
 
 def estimate_workload(w: Workload) -> ThroughputEstimate | None:
-    """None where no efficiency applies: CPU/local, Trainium, pre-Ampere, fp32, MoE."""
+    """None where no efficiency applies (CPU/local, Trainium, pre-Ampere, fp32, MoE) or a group
+    crosses a link without a bandwidth in the catalog."""
     dtype = "fp8" if w.fp8 else "bf16"
     found = efficiency_for(w.instance, dtype)
     if found is None or w.compute_bytes != 2 or w.spec.is_moe:
         return None
     eta, basis, calibrated = found
-    if w.bubble:  # the pipeline's idle share of the step does no work
-        eta, basis = eta * (1 - w.bubble), f"{basis}; x (1 - pipeline bubble {w.bubble:.3f})"
+    eta *= width_factor(w.spec)
+    peak = _peak(w.instance, dtype)
+    try:
+        step = step_time(w, eta, peak)
+    except UnknownLink:
+        return None
     spec, seq = w.spec, w.seq_len
     flops = flops_per_token(spec, seq)
-    r = recompute_factor(spec, seq, w.ac_mode)
     n = matmul_params(spec)
     formula = (f"6·N + 6·L·H·d_head·S (causal) = 6 x {n:,} + 6 x {spec.num_layers} x {spec.num_heads} x "
                f"{spec.head_dim} x {seq} = {flops / 1e9:.2f} GFLOP/token")
@@ -207,15 +346,15 @@ def estimate_workload(w: Workload) -> ThroughputEstimate | None:
         seed_flops_per_token=seed_flops_per_token(spec, seq),
         formula=formula,
         tokens_per_step=w.tokens_per_step,
-        recompute_factor=r,
+        recompute_factor=recompute_factor(spec, seq, w.ac_mode),
         efficiency=eta,
-        mfu=eta / r,
-        peak_tflops=_peak(w.instance, dtype),
+        peak_tflops=peak,
         dtype=dtype,
         basis=basis,
         calibrated=calibrated,
         world=w.world,
         usd_per_hour=None if price is None else price * w.instance_count,
+        step=step,
     )
 
 
@@ -224,3 +363,4 @@ def _peak(instance: InstanceType | None, dtype: str) -> float | None:
     if acc is None:
         return None
     return acc.bf16_tflops if dtype == "bf16" else acc.fp8_tflops
+
