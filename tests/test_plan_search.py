@@ -157,15 +157,19 @@ def test_pipeline_parallelism_is_searched_where_the_job_allows_it():
                 in r.overrides)
 
 
-def test_a_job_no_fleet_can_run_says_why_and_blames_no_parallelism():
+def test_a_job_no_fleet_can_run_says_why_and_blames_no_parallelism(tmp_path):
     # the local demo writes to local paths, which SageMaker instance types cannot
     demo = SEED.parent / "local" / "demo.yaml"
-    found = search_job_file(demo, families="p4d", max_instances=1)
+    (tmp_path / "train").mkdir()
+    (tmp_path / "validation").mkdir()
+    inputs = (f"inputs.train={tmp_path / 'train'}", f"inputs.validation={tmp_path / 'validation'}")
+    found = search_job_file(demo, inputs, families="p4d", max_instances=1)
     assert found.results and not any(r.valid for r in found.results) and found.front == []
     (skip,) = found.skipped
     assert skip.instance_type == "ml.p4d.24xlarge" and "no configuration is valid" in skip.reason
     assert "output_path" in skip.reason
-    result = run_cli("plan", demo, "--auto", "--family", "p4d", "--max-instances", "1")
+    result = run_cli("plan", demo, *(a for i in inputs for a in ("--set", i)), "--auto", "--family", "p4d",
+                     "--max-instances", "1")
     assert result.exit_code == 1 and "no configuration fits" in result.output
 
 
