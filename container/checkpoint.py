@@ -56,6 +56,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim.lr_scheduler import LRScheduler
 
 from container import checkpoint_manifest as manifest
+from launcher import checkpoints
 from launcher.checkpoints import STEP_DIR as _STEP_DIR
 from launcher.config.resume import RunIdentity, may_change
 
@@ -189,7 +190,7 @@ class Checkpointer:
         """Steps whose marker says every rank wrote its files, oldest first. Their contents are
         verified at resume, not here: right after a save on per-host disks the other hosts'
         shards are not here (they meet in the S3 checkpoint prefix)."""
-        return [step for step in self._steps() if manifest.has_marker(self.path(step))]
+        return checkpoints.complete_steps(self.directory)
 
     def save(
         self,
@@ -278,10 +279,7 @@ class Checkpointer:
             f"checkpoint_s3_uri) or point checkpoint_dir elsewhere.{listing}")
 
     def _steps(self) -> list[int]:
-        if not self.directory.is_dir():
-            return []
-        names = (_STEP_DIR.fullmatch(p.name) for p in self.directory.iterdir())
-        return sorted(int(m.group(1)) for m in names if m)
+        return checkpoints.step_dirs(self.directory)
 
     def _candidates(self) -> list[int]:
         """Rank 0: every step-<N> directory, newest first; `.tmp` ones are saves that never finished."""

@@ -34,17 +34,26 @@ class Checkpoint:
         return f"step {self.step}, {self.where}" + (f" (copied to {self.copy})" if self.copy else "")
 
 
+def step_dirs(directory: Path) -> list[int]:
+    """The steps of the step-<N> directories in `directory`, oldest first (complete or not)."""
+    if not directory.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in directory.iterdir() if (m := STEP_DIR.fullmatch(p.name)))
+
+
+def complete_steps(directory: Path) -> list[int]:
+    """The steps whose directory has its marker, oldest first."""
+    return [step for step in step_dirs(directory) if (directory / f"step-{step}" / MARKER).is_file()]
+
+
 def latest_local(directory: Path, s3_uri: str | None = None) -> Checkpoint | None:
     """The newest step-<N> of `directory` with its marker; `s3_uri`: where the job copies them."""
-    if not directory.is_dir():
+    complete = complete_steps(directory)
+    if not complete:
         return None
-    steps = sorted((int(m.group(1)) for p in directory.iterdir() if (m := STEP_DIR.fullmatch(p.name))),
-                   reverse=True)
-    for step in steps:
-        if (directory / f"step-{step}" / MARKER).is_file():
-            copy = f"{s3_uri.rstrip('/')}/step-{step}" if s3_uri else None
-            return Checkpoint(step, str(directory / f"step-{step}"), copy)
-    return None
+    step = complete[-1]
+    copy = f"{s3_uri.rstrip('/')}/step-{step}" if s3_uri else None
+    return Checkpoint(step, str(directory / f"step-{step}"), copy)
 
 
 def latest_in_s3(s3_client, uri: str) -> Checkpoint | None:
