@@ -7,7 +7,7 @@ PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test install bench schema clean
+.PHONY: demo test install image bench schema clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,25 @@ $(SDK3_STAMP):
 
 install: $(STAMP) $(SDK3_STAMP)
 
+# The training image (container/Dockerfile), built by podman or Docker from local material: a
+# Debian base from Debian's packages with this venv's wheels, nothing pulled from a registry
+# (scripts/build-image.sh). BASE_IMAGE=<image> builds on that image instead (an AWS DLC).
+IMAGE      ?= smlaunch:latest
+BASE_IMAGE ?=
+TEST_IMAGE := smlaunch:test
+
+image: $(STAMP)
+	@scripts/install-podman.sh
+	scripts/build-image.sh --tag $(IMAGE) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+
+# The docker runner's real-engine tests run against TEST_IMAGE; they skip (saying why) only
+# where no engine could be installed. A failed image build fails the target.
 test: $(STAMP) $(SDK3_STAMP)
 	@scripts/install-slurm.sh
-	$(PY) -m pytest -q
+	@scripts/install-podman.sh
+	@mkdir -p build/image && scripts/build-image.sh --if-engine --tag $(TEST_IMAGE) >build/image/test-build.log 2>&1 \
+		|| { tail -n 40 build/image/test-build.log; exit 1; }; tail -n 1 build/image/test-build.log
+	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -q
 
 # The demo's corpus: byte-level tokens of the Python standard library's own source (no network).
 DEMO_DATA := build/demo/data
@@ -50,8 +66,12 @@ $(DEMO_DATA)/train/train.jsonl: $(STAMP)
 $(DEMO_DATA)/validation/validation.jsonl: $(STAMP)
 	$(PY) -m container.data pack --input $(STDLIB)/email --output $@ --block-size 256 --max-blocks 64 --overwrite
 
-demo: $(STAMP) $(DEMO_DATA)/train/train.jsonl $(DEMO_DATA)/validation/validation.jsonl
-	$(VENV)/bin/smlaunch submit configs/local/demo.yaml --local
+# RUNNER=docker: the same job with each host in a container of IMAGE (built first).
+RUNNER ?= process
+
+demo: $(STAMP) $(DEMO_DATA)/train/train.jsonl $(DEMO_DATA)/validation/validation.jsonl $(if $(filter docker,$(RUNNER)),image)
+	$(VENV)/bin/smlaunch submit configs/local/demo.yaml --local --runner $(RUNNER) \
+		$(if $(filter docker,$(RUNNER)),--set image_uri=$(IMAGE))
 
 bench: $(STAMP)
 	$(PY) bench/cli_startup.py

@@ -194,7 +194,41 @@ def _download_s3(uri: str, dest: Path, region: str | None) -> None:
 def _extract(archive: Path, dest: Path) -> None:
     # The "data" filter refuses absolute paths, "..", links leaving dest and device files.
     with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
+        if not hasattr(tarfile, "data_filter"):  # Python < 3.10.12 / 3.11.4 (Debian 12's 3.11.2)
+            tar.extractall(dest, members=_checked_members(tar, archive, dest))
+            return
+        try:
+            tar.extractall(dest, filter="data")
+        except tarfile.FilterError as exc:
+            raise _unsafe_member(archive, dest, exc.tarinfo.name) from None
+
+
+def _checked_members(tar: tarfile.TarFile, archive: Path, dest: Path) -> list[tarfile.TarInfo]:
+    root = dest.resolve()
+
+    def inside(name: str) -> bool:
+        return not os.path.isabs(name) and (root / name).resolve().is_relative_to(root)
+
+    members = tar.getmembers()
+    for member in members:
+        member.name = member.name.lstrip("/")  # as the data filter: "/a.py" lands in dest
+        target = member.linkname if member.issym() or member.islnk() else None
+        if member.issym():  # a symbolic link's target is relative to the link's directory
+            target = os.path.join(os.path.dirname(member.name), member.linkname)
+        bad = (
+            not inside(member.name) or (target is not None and not inside(target))
+            or not (member.isfile() or member.isdir() or member.issym() or member.islnk())
+        )
+        if bad:
+            raise _unsafe_member(archive, dest, member.name)
+    return members
+
+
+def _unsafe_member(archive: Path, dest: Path, name: str) -> ContractError:
+    return ContractError(
+        f"{archive}: member {name!r} would be written outside {dest}, or is a device, pipe or "
+        "link leaving it; rebuild the code archive from plain files"
+    )
 
 
 def install_requirements(env: TrainingEnv) -> None:

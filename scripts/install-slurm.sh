@@ -18,18 +18,7 @@ missing() {
 
 say() { echo "install-slurm.sh: $*; the Slurm tests will skip"; exit 0; }
 
-[ "$EUID" -eq 0 ] || say "$(missing)missing and installing slurm-wlm/munge needs root (uid is $EUID)"
-command -v apt-get >/dev/null 2>&1 || say "$(missing)missing and there is no apt-get to install them"
-
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-install() {
-    DEBIAN_FRONTEND=noninteractive timeout 600 \
-        apt-get install -y -q --no-install-recommends slurm-wlm munge >"$log" 2>&1
-}
-# The package lists are refreshed only when the install fails without them (that is slow).
-if ! install; then
-    timeout 300 apt-get update -q >>"$log" 2>&1 || say "apt-get update failed: $(tail -n 1 "$log")"
-    install || say "apt-get install slurm-wlm munge failed: $(tail -n 1 "$log")"
-fi
+# shellcheck source=scripts/apt-install.sh
+. "$(dirname "$0")/apt-install.sh"
+apt_install "$(missing)missing" slurm-wlm munge
 [ -z "$(missing)" ] || say "apt-get installed slurm-wlm and munge but $(missing)is still not on PATH"

@@ -1,14 +1,11 @@
 """The docker runner of local mode: its compose file (golden files: they are the spec), engine
-detection and the commands it runs (fake executables on PATH), and a real two-host run where an
-engine and an image are present (SMLAUNCH_DOCKER_IMAGE names the image)."""
+detection and the commands it runs (fake executables on PATH). Real containers:
+tests/test_docker_engine.py."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
-import tarfile
 import textwrap
 from pathlib import Path
 
@@ -19,7 +16,6 @@ from launcher.contract import write_opt_ml
 from launcher.local import docker
 from launcher.local.docker import DockerRunner, Engine, compose_file, find_engine
 from launcher.local.spec import LocalJobSpec, RunnerError
-from launcher.wire import encode
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_GOLDEN = os.environ.get("SMLAUNCH_UPDATE_GOLDEN") == "1"
@@ -273,7 +269,8 @@ def test_check_accepts_a_present_image_and_explains_how_to_build_a_missing_one(e
     with pytest.raises(RunnerError) as err:
         DockerRunner(fake_engine).check(job)
     assert "No such image: nope:1" in str(err.value)
-    assert "docker build -f container/Dockerfile -t nope:1 ." in str(err.value)
+    assert "make image IMAGE=nope:1\n" in str(err.value)
+    assert "make image IMAGE=nope:1 BASE_IMAGE=<image>" in str(err.value)
 
 
 def test_check_refuses_podman_networks_where_host_names_do_not_resolve(tmp_path, job, monkeypatch):
@@ -356,73 +353,3 @@ def test_a_failed_chown_is_reported_not_raised(engine, job, monkeypatch, caplog)
     with caplog.at_level(logging.WARNING, logger=docker.__name__):
         DockerRunner(engine[0]).cleanup(job)
     assert "could not be handed back" in caplog.text and "permission denied" in caplog.text
-
-
-# --- a real run --------------------------------------------------------------------------------
-
-SCRIPT = """\
-import json, os, socket
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-total = torch.tensor([dist.get_rank() + 1.0])
-dist.all_reduce(total)
-host = os.environ["SM_CURRENT_HOST"]
-with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "host.txt"), "w") as f:
-    f.write(socket.gethostname())
-if dist.get_rank() == 0:
-    train = os.path.join(os.environ["SM_CHANNEL_TRAIN"], "train.jsonl")
-    tokenizer = os.path.join(os.environ["SM_CHANNEL_TOKENIZER"], "tokenizer.json")
-    with open(os.path.join(os.environ["SM_MODEL_DIR"], "result.json"), "w") as f:
-        json.dump({"sum": total.item(), "world": dist.get_world_size(), "host": host,
-                   "train": open(train).read(), "tokenizer": open(tokenizer).read(),
-                   "master": os.environ["MASTER_ADDR"]}, f)
-dist.barrier()
-dist.destroy_process_group()
-"""
-
-
-def test_a_real_two_host_job_runs_in_containers(tmp_path, channels):
-    image = os.environ.get("SMLAUNCH_DOCKER_IMAGE")
-    if not image:
-        pytest.skip("SMLAUNCH_DOCKER_IMAGE names no image (build one: "
-                    "docker build -f container/Dockerfile -t smlaunch:latest .)")
-    try:
-        engine = find_engine()
-    except RunnerError as exc:
-        pytest.skip(f"no container engine: {exc}".splitlines()[0])
-
-    spec = make_spec(tmp_path / "jobs" / JOB, channels, image=image, environment={"OMP_NUM_THREADS": "1"})
-    runner = DockerRunner(engine)
-    hps = encode({"sagemaker_program": "script.py", "sagemaker_submit_directory": runner.submit_directory(spec),
-                  "sagemaker_torch_distributed_enabled": True, "sagemaker_smlaunch_processes_per_host": 1,
-                  "sagemaker_job_name": JOB})
-    for host in spec.hosts:
-        write_opt_ml(spec.host_dir(host), hyperparameters=hps, current_host=host, hosts=spec.hosts,
-                     instance_type="local", channels=channels)
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "script.py").write_text(SCRIPT)
-    with tarfile.open(spec.source_archive, "w:gz") as tar:
-        tar.add(code / "script.py", arcname="script.py")
-
-    runner.check(spec)
-    hosts = runner.start(spec)
-    try:
-        outputs = [h.proc.communicate(timeout=300)[0].decode(errors="replace") for h in hosts]
-    finally:
-        for h in hosts:
-            if h.proc.poll() is None:
-                h.proc.kill()
-        runner.cleanup(spec)
-    assert [h.proc.returncode for h in hosts] == [0, 0], "\n".join(o[-3000:] for o in outputs)
-    result = json.loads((spec.job_dir / "model" / "result.json").read_text())
-    assert result == {"sum": 3.0, "world": 2, "host": "algo-1", "train": '{"input_ids": [1, 2]}\n',
-                      "tokenizer": "{}", "master": "algo-1"}
-    for host in spec.hosts:
-        assert (spec.host_dir(host) / "output" / "success").is_file()
-        assert (spec.host_dir(host) / "output" / "data" / "host.txt").read_text() == host
-    # Every file the containers wrote is the user's again, so the job directory can be removed.
-    assert not docker._foreign_owner(spec.job_dir, os.getuid())
-    shutil.rmtree(spec.job_dir)

@@ -36,7 +36,7 @@ from launcher.contract import write_private
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
 
 ENGINE_ENV = "SMLAUNCH_CONTAINER_ENGINE"
-DEFAULT_IMAGE = "smlaunch:latest"  # what `docker build -f container/Dockerfile -t ...` names
+DEFAULT_IMAGE = "smlaunch:latest"  # what `make image` (scripts/build-image.sh) names
 COMPOSE_FILE = "docker-compose.yaml"
 OPT_ML = "/opt/ml"
 SUBMIT_DIRECTORY = f"{OPT_ML}/sourcedir.tar.gz"  # where the job's code archive is mounted
@@ -280,8 +280,10 @@ class DockerRunner:
         if not ok:
             raise RunnerError(
                 f"image {image!r} is not present in {engine.name} ({detail}); local mode pulls "
-                "nothing. Build it from the repository root:\n"
-                f"  {engine.name} build -f container/Dockerfile -t {image} ."
+                "nothing. Build it from the repository root, from local material (no registry):\n"
+                f"  make image IMAGE={image}\n"
+                "or on a PyTorch image you have (an AWS Deep Learning Container, ...):\n"
+                f"  make image IMAGE={image} BASE_IMAGE=<image>"
             )
 
     # each host is an `attach` process, which passes the signal on to its container
