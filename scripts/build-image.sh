@@ -76,10 +76,13 @@ if [ -z "$BASE_IMAGE" ]; then
     # (pip's cache makes the download quick).
     rm -rf "$WORK/wheels"
     mkdir -p "$WORK/wheels"
+    # What the installed smlaunch requires, without an extra or with the `train` one.
     "$PY" - > "$WORK/wheels/requirements.txt" <<'EOF'
-import tomllib
-project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join(project["dependencies"] + project["optional-dependencies"]["train"]))
+from importlib.metadata import requires
+for requirement in requires("smlaunch"):
+    name, _, marker = requirement.partition(";")
+    if marker.strip().replace("'", '"') in ("", 'extra == "train"'):
+        print(name.strip())
 EOF
     "$PY" -m pip freeze --exclude-editable > "$WORK/constraints.txt"
     # Wheels for the base's Python and glibc (2.36): pip takes each manylinux tag only as named.
@@ -108,7 +111,7 @@ EOF
         "$engine" import \
             --change 'ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
             --change 'ENV LANG=C.UTF-8' --change 'CMD ["/bin/bash"]' \
-            "$WORK/rootfs.tar" "$base" >/dev/null
+            "$WORK/rootfs.tar" "$base" >/dev/null || fail "$engine import of $WORK/rootfs.tar failed (see above)"
         rm -f "$WORK/rootfs.tar"
     fi
     BASE_IMAGE=$base
