@@ -192,7 +192,7 @@ def _download_s3(uri: str, dest: Path, region: str | None) -> None:
 
 
 def _extract(archive: Path, dest: Path) -> None:
-    # The "data" filter refuses absolute paths, "..", links leaving dest and device files.
+    # The "data" filter refuses paths and links leaving dest, devices and pipes; "/a" lands in dest.
     with tarfile.open(archive) as tar:
         if not hasattr(tarfile, "data_filter"):  # Python < 3.10.12 / 3.11.4 (Debian 12's 3.11.2)
             tar.extractall(dest, members=_checked_members(tar, archive, dest))
