@@ -49,29 +49,24 @@ while [ $# -gt 0 ]; do
         *) echo "build-image.sh: unknown argument '$1'" >&2; usage;;
     esac
 done
+mkdir -p "$WORK"
 
-# The engine: the one asked for, else Docker whose daemon answers, else podman (as the runner).
-engine=
-for name in ${SMLAUNCH_CONTAINER_ENGINE:-docker podman}; do
-    if command -v "$name" >/dev/null 2>&1 && timeout 30 "$name" info >/dev/null 2>&1; then
-        engine=$name
-        break
-    fi
-done
-if [ -z "$engine" ]; then
-    why="no container engine answers (tried: ${SMLAUNCH_CONTAINER_ENGINE:-docker podman}; install podman and podman-compose, or start Docker)"
+# The engine the docker runner will take, so that the image is where the runner looks.
+# shellcheck source=scripts/engine.sh
+. scripts/engine.sh
+if ! engine=$(container_engine 2>"$WORK/engine.txt"); then
     if [ "$IF_ENGINE" = 1 ]; then
-        echo "build-image.sh: $why; the docker-runner tests will skip"
+        echo "build-image.sh: $(cat "$WORK/engine.txt")"
+        echo "build-image.sh: no image built; the docker-runner tests will skip"
         exit 0
     fi
-    fail "$why"
+    fail "$(cat "$WORK/engine.txt")"
 fi
 
 started=$(date +%s)
 
 if [ -z "$BASE_IMAGE" ]; then
     command -v mmdebstrap >/dev/null 2>&1 || fail "mmdebstrap is missing (Debian/Ubuntu: apt-get install mmdebstrap); or give --base-image"
-    [ -x "$PY" ] || fail "$PY is missing: run 'make install' first (the wheelhouse takes its versions from that venv)"
     # 1. The wheelhouse, pinned to the venv's versions; afresh, so no earlier version lingers
     # (pip's cache makes the download quick).
     rm -rf "$WORK/wheels"

@@ -8,21 +8,25 @@
 set -u
 
 export PATH="$PATH:/usr/sbin:/sbin"
+cd "$(dirname "$0")/.."
 
-answers() { command -v "$1" >/dev/null 2>&1 && timeout 30 "$@" >/dev/null 2>&1; }
 say() { echo "install-podman.sh: $*; the docker runner has no engine here (its tests skip)"; exit 0; }
 
-# An engine that already works (Docker with compose, or podman with podman-compose) is kept.
+# shellcheck source=scripts/engine.sh
+. scripts/engine.sh
+PY=${PY:-.venv/bin/python}
+
+# An engine the docker runner can use already (Docker or podman, each with compose) is kept.
 PACKAGES=
-if ! { answers docker info && answers docker compose version; } \
-    && ! { answers podman info && command -v podman-compose >/dev/null 2>&1; }; then
-    PACKAGES="podman podman-compose runc golang-github-containernetworking-plugin-dnsname"
-fi
+container_engine >/dev/null 2>&1 \
+    || PACKAGES="podman podman-compose runc golang-github-containernetworking-plugin-dnsname"
 command -v mmdebstrap >/dev/null 2>&1 || PACKAGES="$PACKAGES mmdebstrap"
 [ -n "$PACKAGES" ] || exit 0
 
 # shellcheck source=scripts/apt-install.sh
-. "$(dirname "$0")/apt-install.sh"
+. scripts/apt-install.sh
 # shellcheck disable=SC2086
 apt_install "no container engine answers, or mmdebstrap is missing" $PACKAGES
-[[ " $PACKAGES " != *" podman "* ]] || answers podman info || say "podman is installed but cannot run containers (podman info: $(podman info 2>&1 | tail -n 1))"
+if [[ " $PACKAGES " == *" podman "* ]] && ! why=$(container_engine 2>&1 >/dev/null); then
+    say "podman is installed but the docker runner cannot use it: $why"
+fi
