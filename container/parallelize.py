@@ -129,6 +129,14 @@ def limit_prefetch(units: list[nn.Module], max_live_parameters: int) -> int:
     return depth
 
 
+def allocate(model: Transformer, device: torch.device) -> None:
+    """Storage on `device` for a model built on the meta device (values undefined but the RoPE
+    tables'), its embedding tie kept."""
+    model.to_empty(device=device)
+    model.tie_weights()  # to_empty unties a model FSDP did not wrap
+    model.init_buffers()
+
+
 def materialize_on_rank0_init(model: Transformer, build_reference, device: torch.device, seed: int) -> None:
     """Delayed init: the meta-device (and sharded) model gets rank 0's eager initialisation.
 
@@ -137,8 +145,7 @@ def materialize_on_rank0_init(model: Transformer, build_reference, device: torch
     equals single-process init with the same seed."""
     import torch.distributed as dist
 
-    model.to_empty(device=device)
-    model.init_buffers()
+    allocate(model, device)
     full = None
     if dist.get_rank() == 0:
         reference = build_reference()

@@ -64,10 +64,9 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
     }
     # a pipeline stage holds some of them; between stages the hidden states stay sequence slices
     parallelize_module(model, tp_mesh, {name: plan for name, plan in top.items() if getattr(model, name) is not None})
-    if model.args.tie_embeddings:
-        # parallelize_module replaced each module's weight with its own DTensor; both are the
-        # vocabulary dimension split the same way (Shard(0)), so the tie can be restored as is
-        model.output.weight = model.tok_embeddings.weight
+    # parallelize_module replaced each module's weight with its own DTensor; both are the
+    # vocabulary dimension split the same way (Shard(0)), so the tie can be restored as is
+    model.tie_weights()
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, {
             "attention_norm": SequenceParallel(),

@@ -178,8 +178,7 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args) for i in range(args.n_layers)})
         self.norm = RMSNorm(args.dim, args.norm_eps)
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
-        if args.tie_embeddings:
-            self.output.weight = self.tok_embeddings.weight
+        self.tie_weights()
         # Not persistent: recomputed on init, never checkpointed.
         cos, sin = rope_tables(args)
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -208,6 +207,13 @@ class Transformer(nn.Module):
         if labels is None:
             return self.output(h)
         return loss.head_loss(self.output, h, labels, loss_chunk_tokens), loss.label_tokens(labels)
+
+    def tie_weights(self) -> None:
+        """With tied embeddings the head's weight is the embedding's parameter: at construction,
+        and again after `to_empty` from the meta device, which replaces each module's meta
+        parameter with a tensor of its own and so would leave the two untied."""
+        if self.args.tie_embeddings and self.output is not None and self.tok_embeddings is not None:
+            self.output.weight = self.tok_embeddings.weight
 
     @torch.no_grad()
     def init_buffers(self) -> None:
