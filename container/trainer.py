@@ -117,6 +117,34 @@ def forward_backward(rt: Runtime, model: Transformer, micro: list[dict], s: RunS
     return loss_sum, aux_sum
 
 
+def build_optimization(model: Transformer, s: RunSettings):
+    """The optimizer and its learning-rate schedule, as the run's settings say."""
+    optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer)
+    scheduler = optim.lr_schedule(optimizer, warmup_steps=s.warmup_steps, total_steps=s.decay_steps,
+                                  min_lr=s.min_lr, style=s.lr_style)
+    return optimizer, scheduler
+
+
+def train_step(rt: Runtime, model: Transformer, pipe, optimizer, scheduler, micro: list[dict], s: RunSettings,
+               spec: ModelSpec, global_sequences: int):
+    """One optimizer step over this rank's micro-batches (already on the device): forward and
+    backward (or the pipeline schedule), clipping, the update, FP8 scales, the schedule.
+    Returns (summed token loss, MoE load-balancing sum or None, the step's global label
+    tokens, gradient norm), all tensors."""
+    local_tokens = sum(label_tokens(b["labels"]) for b in micro)
+    total_tokens = _all_sum(local_tokens.to(torch.float32), rt.loss_group)
+    if pipe is not None:  # the schedule runs every micro-batch's forward and backward
+        loss_sum, aux_sum = pipe.step(micro, total_tokens), None
+    else:
+        loss_sum, aux_sum = forward_backward(rt, model, micro, s, spec, total_tokens, global_sequences)
+    grad_norm = optim.clip_grad_norm_(model.parameters(), s.grad_clip, pp_group=rt.pp_group)
+    optimizer.step()
+    precompute_fp8_scales(model, s.fp8)
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum, aux_sum, total_tokens, grad_norm
+
+
 def _all_sum(value: torch.Tensor, group) -> torch.Tensor:
     if dist.is_initialized() and dist.get_world_size(group) > 1:
         dist.all_reduce(value, group=group)
@@ -174,9 +202,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     else:
         model, pipe = build_parallel_model(rt, spec, s, sources), None
     cp_shard = apply_context_parallel(rt, s.cp_comm_type)  # cuts each micro-batch for this cp rank
-    optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer)
-    scheduler = optim.lr_schedule(optimizer, warmup_steps=s.warmup_steps, total_steps=s.decay_steps,
-                                  min_lr=s.min_lr, style=s.lr_style)
+    optimizer, scheduler = build_optimization(model, s)
     loader = data.build_dataloader(
         dataset_type=s.dataset_type, path=dirs.train, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
         dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed)
@@ -203,17 +229,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         _sync(rt)
         t0 = time.perf_counter()
         micro = [_to(cp_shard(loader.next_batch()), rt.device) for _ in range(s.grad_accum)]
-        local_tokens = sum(label_tokens(b["labels"]) for b in micro)
-        total_tokens = _all_sum(local_tokens.to(torch.float32), rt.loss_group)
-        if pipe is not None:  # the schedule runs every micro-batch's forward and backward
-            loss_sum, aux_sum = pipe.step(micro, total_tokens), None
-        else:
-            loss_sum, aux_sum = forward_backward(rt, model, micro, s, spec, total_tokens, global_sequences)
-        grad_norm = optim.clip_grad_norm_(model.parameters(), s.grad_clip, pp_group=rt.pp_group)
-        optimizer.step()
-        precompute_fp8_scales(model, s.fp8)
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss_sum, aux_sum, total_tokens, grad_norm = train_step(
+            rt, model, pipe, optimizer, scheduler, micro, s, spec, global_sequences)
         step_loss = (_all_sum(loss_sum, rt.loss_group) / total_tokens).item()
         _sync(rt)
         elapsed = time.perf_counter() - t0

@@ -50,6 +50,9 @@ PHASES = {
     "loss": "loss: logits, log-probabilities and their gradients",
     "backward_mlp": "backward of the last block's MLP",
     "backward_attention": "backward of the last block's attention",
+    "first_block_mlp": "backward of the first block's MLP (one block's activations left, every other block's "
+                       "gradient made)",
+    "first_block_attention": "backward of the first block's attention",
     "end_of_backward": "end of backward: the root's gradients reduce-scattered",
     "optimizer": "optimizer step",
 }

@@ -15,9 +15,13 @@ from functools import cached_property
 from launcher.plan.workload import Workload
 
 GIB = 2**30
-STEADY = ("forward", "loss", "backward_mlp", "backward_attention", "end_of_backward", "optimizer")
-ACTIVE = ("forward", "loss", "backward_mlp", "backward_attention")
-BACKWARD = ("backward_mlp", "backward_attention")
+# Backward runs from the last block to the first: activations are freed and gradients made as
+# it goes, so the step's total is largest at one of its two ends, and both are phases.
+LAST_BLOCK = ("backward_mlp", "backward_attention")
+FIRST_BLOCK = ("first_block_mlp", "first_block_attention")
+BACKWARD = LAST_BLOCK + FIRST_BLOCK
+STEADY = ("forward", "loss") + BACKWARD + ("end_of_backward", "optimizer")
+ACTIVE = ("forward", "loss") + LAST_BLOCK  # every block's activations kept
 
 
 @dataclass(frozen=True)
@@ -205,12 +209,14 @@ def eager_init(c: Ctx) -> MemoryTerm | None:
 
 def root_unsharded(c: Ctx) -> MemoryTerm | None:
     """a·P_root / t: the root unit is fully_shard'ed with reshard_after_forward=False, so its
-    all-gathered copy lives from the start of forward to the end of backward."""
+    all-gathered copy lives from the start of forward through the blocks' backward. FSDP2
+    reshards a unit in its post-backward before it reduce-scatters the unit's gradients, so the
+    copy is gone when the root's fp32 reduce-scatter input exists (end_of_backward)."""
     if not c.w.fsdp:
         return None
     return _term("root_unsharded", "embeddings + head, all-gathered", c.a * c.sz.root / c.t,
                  f"{c.a} B x {count(c.sz.root)} / tp {c.t}: the root is not resharded after forward",
-                 ACTIVE + ("end_of_backward",))
+                 ACTIVE + FIRST_BLOCK)
 
 
 def gathered_forward(c: Ctx) -> MemoryTerm | None:
@@ -231,7 +237,8 @@ def gathered_forward(c: Ctx) -> MemoryTerm | None:
 def gathered_backward(c: Ctx) -> MemoryTerm | None:
     """(3·a + 4)·P_block / t + 4·P_block / shards: the running and the prefetched block's
     parameters (2·a), the running block's unsharded gradient (a), its fp32 reduce-scatter input
-    (4) and the fp32 gradient shard that comes out."""
+    (4) and the fp32 gradient shard that comes out. At the first block nothing is left to
+    prefetch (the root is gathered already): one block's a·P_block over, kept for simplicity."""
     if not c.w.fsdp:
         return None
     a, block = c.a, c.sz.block_gathered
@@ -250,7 +257,7 @@ def kept_unsharded(c: Ctx) -> MemoryTerm | None:
     L = w.spec.num_layers
     return _term("kept_unsharded", "blocks kept unsharded after forward", L * c.a * c.sz.block_gathered / c.t,
                  f"{L} blocks x {c.a} B x {count(c.sz.block_gathered)} / tp {c.t} (sharding_strategy shard_grad_op)",
-                 ("loss",) + BACKWARD)
+                 ("loss",) + LAST_BLOCK)
 
 
 def head_gradient(c: Ctx) -> MemoryTerm | None:
@@ -283,7 +290,21 @@ def running_gradients(c: Ctx) -> MemoryTerm | None:
     if c.w.fsdp:
         return None
     return _term("gradients_running", "gradients so far (head + last block)", 4 * (c.sz.head + c.sz.block),
-                 "4 B x (head + one block): fp32 .grad, no FSDP", BACKWARD)
+                 "4 B x (head + one block): fp32 .grad, no FSDP", LAST_BLOCK)
+
+
+def block_gradients(c: Ctx) -> MemoryTerm | None:
+    """At the first block's backward every other block's gradient is made: with FSDP their fp32
+    shards, 4·(L − 1)·P_block / shards; without, their fp32 .grad and the head's,
+    4·((L − 1)·P_block + P_head)."""
+    L = c.w.spec.num_layers // c.w.layout.pp
+    if L < 2 and c.w.fsdp:
+        return None
+    if c.w.fsdp:
+        return _term("block_gradients", "gradients of the blocks done", 4 * (L - 1) * c.sz.block / c.shards,
+                     f"4 B x {L - 1} blocks x {count(c.sz.block)} / {c.shards}: fp32 shards", FIRST_BLOCK)
+    return _term("block_gradients", "gradients of the blocks done + head", 4 * ((L - 1) * c.sz.block + c.sz.head),
+                 f"4 B x ({L - 1} blocks x {count(c.sz.block)} + head): fp32 .grad, no FSDP", FIRST_BLOCK)
 
 
 # --- activations ------------------------------------------------------------------------------
@@ -316,6 +337,20 @@ def activations(c: Ctx) -> MemoryTerm | None:
     return _term("activations", "activations", saved, f"{L} layers x {tokens}: {how}", ACTIVE)
 
 
+def first_block_activations(c: Ctx) -> MemoryTerm | None:
+    """The activations term's share still kept at the first block's backward: that block's,
+    one layer of L (a pipeline stage: one layer of the microbatch in backward, and all of the
+    other in_flight − 1 microbatches')."""
+    whole = activations(c)
+    if whole is None:
+        return None
+    layers, in_flight = c.w.spec.num_layers // c.w.layout.pp, c.w.in_flight
+    share = (in_flight - 1 + 1 / layers) / in_flight
+    what = f"1 of {layers} layers" + (f", + {in_flight - 1} other microbatches in flight" if in_flight > 1 else "")
+    return MemoryTerm("first_block_activations", "activations the first block kept", whole.gib * share,
+                      f"{what} of the activations", FIRST_BLOCK)
+
+
 def final_norm_and_head_input(c: Ctx) -> MemoryTerm | None:
     """((4 + a)·h/t + a·h)·N: the final RMSNorm's kept values and the head's (tp-gathered)
     input; under cp also the cos/sin rows gathered for this rank's positions (8·d_head·N)."""
@@ -336,24 +371,29 @@ def block_forward(c: Ctx) -> MemoryTerm | None:
 
 
 def logits(c: Ctx) -> MemoryTerm | None:
-    """12·C·V/t + a·N·h: the loss is cross_entropy(logits.float()) over chunks of C =
+    """b·C·V/t + a·N·h: the loss is cross_entropy(logits.float()) over chunks of C =
     loss_chunk_tokens tokens, each under an activation checkpoint (container/loss.py). Backward
     recomputes one chunk's logits at a time and holds its fp32 log-probabilities kept by
-    log_softmax, their gradient from nll_loss and the logits' fp32 gradient (4 B each); forward
-    peaks lower, at 10 B (bf16 logits, their fp32 copy, the log-probabilities). The hidden
+    log_softmax, their gradient from nll_loss and the logits' fp32 gradient: b = 12 (4 B each);
+    forward peaks lower, at 10 B (bf16 logits, their fp32 copy, the log-probabilities). Under
+    tensor parallelism torch's loss_parallel kernels hold five fp32 tensors of the local
+    [C, V/t] at their peak in backward: b = 20 (traced, bench/memory_trace.py). The hidden
     states' gradient (a B, tp-gathered) fills up chunk by chunk until the last one.
-    Not chunked (loss_chunk_tokens 0, or N <= C): 12·N·V/t, the whole micro-batch's logits;
+    Not chunked (loss_chunk_tokens 0, or N <= C): b·N·V/t, the whole micro-batch's logits;
     then one fp32 [N, V/t] tensor is the step's largest allocation."""
     w, V, n = c.w, c.w.spec.vocab_size, c.n
     rows = w.logits_tokens
-    held = "fp32 log-probs kept, their gradient, the logits' gradient (forward: bf16 logits + fp32 copy + " \
-           "log-probs = 10 B)"
+    if c.t > 1:
+        b, held = 20, "loss_parallel's backward holds five fp32 tensors of the local logits"
+    else:
+        b, held = 12, ("fp32 log-probs kept, their gradient, the logits' gradient (forward: bf16 logits + fp32 "
+                       "copy + log-probs = 10 B)")
     if rows == n:
-        return _term("logits", "logits + loss (fp32)", 12 * n * V / c.t,
-                     f"12 B x {n} tokens x {V} / tp {c.t}: {held}", ("loss",))
+        return _term("logits", "logits + loss (fp32)", b * n * V / c.t,
+                     f"{b} B x {n} tokens x {V} / tp {c.t}: {held}", ("loss",))
     h = w.spec.hidden_size
-    return _term("logits", "logits + loss (fp32)", 12 * rows * V / c.t + c.a * n * h,
-                 f"12 B x {rows} tokens (one loss chunk of {n}) x {V} / tp {c.t}: {held}; + {c.a} B x {n} x {h} "
+    return _term("logits", "logits + loss (fp32)", b * rows * V / c.t + c.a * n * h,
+                 f"{b} B x {rows} tokens (one loss chunk of {n}) x {V} / tp {c.t}: {held}; + {c.a} B x {n} x {h} "
                  "hidden-state gradient", ("loss",))
 
 
@@ -371,7 +411,7 @@ def mlp_backward(c: Ctx) -> MemoryTerm | None:
     """3·a·I/t·N: the MLP's backward, gradients of the product, of silu(gate) and of up."""
     inter = c.w.spec.intermediate_size
     return _term("mlp_grads", "MLP backward temporaries", 3 * c.a * inter / c.t * c.n,
-                 f"3 x {c.a} B x {inter} / tp {c.t} x {c.n} tokens", ("backward_mlp",))
+                 f"3 x {c.a} B x {inter} / tp {c.t} x {c.n} tokens", ("backward_mlp", "first_block_mlp"))
 
 
 def attention(c: Ctx) -> MemoryTerm | None:
@@ -394,7 +434,8 @@ def attention(c: Ctx) -> MemoryTerm | None:
     elif cp > 1:
         nbytes += 4 * 2 * a * kv / t * n
         formula += " + ring buffers: K/V chunks in flight and their gradients"
-    return _term("attention", "attention working memory", nbytes, formula, ("backward_attention",))
+    return _term("attention", "attention working memory", nbytes, formula,
+                 ("backward_attention", "first_block_attention"))
 
 
 def fp8_weights(c: Ctx) -> MemoryTerm | None:
@@ -415,8 +456,8 @@ def fp8_weights(c: Ctx) -> MemoryTerm | None:
 
 TERMS = (parameters, optimizer_state, gradients, optimizer_temporaries, rope_tables, eager_init,
          root_unsharded, gathered_forward, gathered_backward, kept_unsharded, head_gradient,
-         root_reduce_scatter, running_gradients, activations, final_norm_and_head_input, block_forward,
-         logits, block_backward, mlp_backward, attention, fp8_weights)
+         root_reduce_scatter, running_gradients, block_gradients, activations, first_block_activations,
+         final_norm_and_head_input, block_forward, logits, block_backward, mlp_backward, attention, fp8_weights)
 
 
 def terms(w: Workload) -> list[MemoryTerm]:
