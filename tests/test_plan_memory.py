@@ -264,3 +264,19 @@ def test_the_planner_modules_import_each_other_without_a_cycle() -> None:
         return any(n == target or (n not in seen and reaches(n, target, seen | {n})) for n in graph.get(start, ()))
 
     assert [m for m in graph if reaches(m, m, set())] == []
+
+
+def test_the_first_blocks_backward_holds_every_other_blocks_gradient_shard():
+    """seed p5 (micro-batch 4, full checkpointing): at the first block's backward the 31 other
+    blocks' fp32 gradient shards exist and 1/32 of the kept block inputs; under pipeline
+    parallelism a stage counts its own 16 blocks."""
+    s = SPEC_8B
+    h, kv = s.hidden_size, s.num_kv_heads * s.head_dim
+    block = 2 * h * s.num_heads * s.head_dim + 2 * h * kv + 3 * h * s.intermediate_size + 2 * h
+    w = workload_of(seed("p5-cp8-bf16"))
+    est = estimate_workload(w)
+    assert est.gib("block_gradients") == pytest.approx(4 * 31 * block / 8 / GIB, rel=1e-9)
+    assert est.gib("first_block_activations") == pytest.approx(est.gib("activations") / 32, rel=1e-9)
+    assert est.peak_phase in ("first_block_mlp", "first_block_attention")
+    staged = replace(w, layout=ParallelLayout(world=8, dp_replicate=1, dp_shard=4, cp=1, tp=1, pp=2))
+    assert estimate_workload(staged).gib("block_gradients") == pytest.approx(4 * 15 * block / 4 / GIB, rel=1e-9)

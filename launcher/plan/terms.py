@@ -295,14 +295,13 @@ def running_gradients(c: Ctx) -> MemoryTerm | None:
 
 def block_gradients(c: Ctx) -> MemoryTerm | None:
     """At the first block's backward every other block's gradient is made: with FSDP their fp32
-    shards, 4·(L − 1)·P_block / shards; without, their fp32 .grad and the head's,
-    4·((L − 1)·P_block + P_head)."""
+    shards, 4·(L − 1)·P_block / (sharding group x tp), L the blocks of a pipeline stage;
+    without, their fp32 .grad and the head's, 4·((L − 1)·P_block + P_head)."""
     L = c.w.spec.num_layers // c.w.layout.pp
-    if L < 2 and c.w.fsdp:
-        return None
     if c.w.fsdp:
-        return _term("block_gradients", "gradients of the blocks done", 4 * (L - 1) * c.sz.block / c.shards,
-                     f"4 B x {L - 1} blocks x {count(c.sz.block)} / {c.shards}: fp32 shards", FIRST_BLOCK)
+        shards = c.w.layout.sharding_group * c.t
+        return _term("block_gradients", "gradients of the blocks done", 4 * (L - 1) * c.sz.block / shards,
+                     f"4 B x {L - 1} blocks x {count(c.sz.block)} / {shards}: fp32 shards", FIRST_BLOCK)
     return _term("block_gradients", "gradients of the blocks done + head", 4 * ((L - 1) * c.sz.block + c.sz.head),
                  f"4 B x ({L - 1} blocks x {count(c.sz.block)} + head): fp32 .grad, no FSDP", FIRST_BLOCK)
 
