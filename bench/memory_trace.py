@@ -147,6 +147,7 @@ def trace(job) -> dict:
     from container.models.llama import build_model
     from container.parallelize import allocate
     from container.runtime import init_runtime
+    from launcher.config import ModelParallelParameters
 
     hp = job.config.hyperparameters
     world = job.layout.world
@@ -154,7 +155,7 @@ def trace(job) -> dict:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
         params = job.config.distribution.parameters if job.config.distribution else None
-        rt = init_runtime(params or _no_parameters(), sharding_strategy=hp.sharding_strategy)
+        rt = init_runtime(params or ModelParallelParameters(), sharding_strategy=hp.sharding_strategy)
         if rt.layout.mesh_shape != job.layout.mesh_shape:
             raise RuntimeError(f"the runtime's mesh {rt.layout.mesh_shape} is not the planner's {job.layout.mesh_shape}")
         s = trainer.settings(rt, hp)
@@ -191,18 +192,12 @@ def trace(job) -> dict:
     return {getattr(kind, "value", str(kind)): round(size / GIB, 3) for kind, size in peak.items()}
 
 
-def _no_parameters():
-    from launcher.config import ModelParallelParameters
-
-    return ModelParallelParameters()
-
-
 def run_case(case: Case) -> dict:
     from launcher.plan import estimate_memory
 
     row = {"label": case.label}
     job = load(case)
-    s = _settings(job)
+    s = job.settings
     why = untraceable(job, s)
     if why:
         return {**row, "not_traced": why}
@@ -210,7 +205,7 @@ def run_case(case: Case) -> dict:
         # Without Transformer Engine (always on CPU) the runtime's context parallelism is
         # AllGatherAttention: the planner is asked about that path, not TE's ring.
         job = load(case.with_set("hyperparameters.cp_comm_type=all_gather"))
-        s = _settings(job)
+        s = job.settings
         row["planned_as"] = "cp_comm_type all_gather (the path without Transformer Engine)"
     est = estimate_memory(job, advise=False)
     step_phases = {p: v for p, v in est.phases.items() if p != "init"}
@@ -237,15 +232,6 @@ def run_isolated(case: Case) -> dict:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"label": case.label, "failed": f"exit {proc.returncode}: {tail}"}
     return json.loads(lines[-1])
-
-
-def _settings(job):
-    from launcher.config.run_settings import run_settings
-
-    if job.layout is None:
-        return None
-    dist_params = job.config.distribution.parameters if job.config.distribution else None
-    return run_settings(job.config.hyperparameters, dist_params, job.layout.world)
 
 
 def print_table(rows: list[dict]) -> None:
