@@ -21,8 +21,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
 
-from container import checkpoint_manifest as manifest
-from container.checkpoint import Checkpointer, _sharded_state
+from container.checkpoint import manifest
+from container.checkpoint.dcp import Checkpointer, _sharded_state
 
 WIDTH = 4096
 

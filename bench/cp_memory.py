@@ -32,11 +32,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from container import context_parallel as cpl
-from container.data import shift_labels
+from container.distributed import context_parallel as cpl
+from container.data.loader import shift_labels
 from container.models import attention
 from container.models.llama import Transformer, TransformerArgs
-from launcher.contract import free_port
+from launcher.wire.opt_ml import free_port
 
 MIB = 2**20
 

@@ -34,8 +34,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from container.models.llama import Transformer, TransformerArgs
-from container.tensor_parallel import apply_tp, loss_context
-from launcher.contract import free_port
+from container.distributed.tensor_parallel import apply_tp, loss_context
+from launcher.wire.opt_ml import free_port
 
 MIB = 2**20
 

@@ -115,7 +115,7 @@ def load(case: Case):
     import copy
 
     from launcher.config import validate_job
-    from launcher.jobfile import apply_overrides, validate_job_file
+    from launcher.config.jobfile import apply_overrides, validate_job_file
 
     if case.file is not None:
         return validate_job_file(case.file, case.overrides)
@@ -142,11 +142,13 @@ def trace(job) -> dict:
     from torch.distributed.fsdp import FSDPModule
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from container import data, trainer
-    from container.context_parallel import apply_context_parallel
+    from container import trainer
+
+    from container.data import loader as data
+    from container.distributed.context_parallel import apply_context_parallel
     from container.models.llama import build_model
-    from container.parallelize import allocate
-    from container.runtime import init_runtime
+    from container.distributed.parallelize import allocate
+    from container.distributed.runtime import init_runtime
     from launcher.config import ModelParallelParameters
 
     hp = job.config.hyperparameters

@@ -29,7 +29,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from launcher.config.pipeline import bubble_fraction
-from launcher.contract import free_port
+from launcher.wire.opt_ml import free_port
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 

@@ -11,7 +11,7 @@ Memory:
 
 For a ~1B preset (llama3.2-1b) at sequence 4096, 8192 and 16384, with and without (full)
 activation checkpointing, the real runtime trains a few steps exactly as entrypoints/train.py
-does (container.runtime + container.trainer: FSDP2 on a one-GPU mesh, bf16 compute with fp32
+does (container.distributed.runtime + container.trainer: FSDP2 on a one-GPU mesh, bf16 compute with fp32
 master weights, delayed init, AdamW, synthetic data, batch 1). Measured, after the last step:
 
 - torch.cuda.max_memory_allocated: the peak of live tensors, against the planner's
@@ -69,7 +69,7 @@ def predict(preset: str, seq: int, ac: bool, steps: int, instance_type: str):
 def worker(preset: str, seq: int, ac: bool, steps: int) -> dict:
     """Train in this process as train.py does; the peak memory figures, or the OOM message."""
     from container.args import parse_args
-    from container.runtime import distribution_parameters, init_runtime, shutdown
+    from container.distributed.runtime import distribution_parameters, init_runtime, shutdown
     from container.trainer import train
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,7 +12,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv != ["train"]:
         print(USAGE, file=sys.stderr)
         return 2
-    from container.bootstrap import train  # after the usage check: it imports the catalog
+    from container.toolkit.bootstrap import train  # after the usage check: it imports the catalog
 
     return train()
 

@@ -23,7 +23,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Replicate
 from torch.utils.checkpoint import checkpoint
 
-from container.data import IGNORE_INDEX
+from container.data.loader import IGNORE_INDEX
 
 
 def token_loss_sum(model: nn.Module, batch: dict, chunk_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

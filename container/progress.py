@@ -1,4 +1,4 @@
-"""Rank 0's progress record (launcher.progress): what `smlaunch status` shows of a running job.
+"""Rank 0's progress record (launcher.wire.progress): what `smlaunch status` shows of a running job.
 
 At every logged step the metrics record gains `max_steps`, `elapsed_s` and `eta_s` (so the
 `[metrics]` line a SageMaker job leaves in CloudWatch says how far it is), and `progress.json`
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from launcher import progress
+from launcher.wire import progress
 
 
 class ProgressWriter:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from launcher.contract import TENSORBOARD_CONFIG, TENSORBOARD_LOCAL_PATH
+from launcher.wire.opt_ml import TENSORBOARD_CONFIG, TENSORBOARD_LOCAL_PATH
 
 
 def configured_local_path(config_dir: Path) -> str | None:

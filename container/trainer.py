@@ -18,32 +18,35 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from container import checkpoint as ckpt
-from container import data, hf, optim, pretrained
+from container.checkpoint import dcp as ckpt
+from container import optim
+from container.data import loader as data
+from container.checkpoint import hf_export as hf
+from container.checkpoint import pretrained
 from container.args import Directories
-from container.context_parallel import apply_context_parallel
-from container.expert_parallel import apply_expert_parallel, check_moe_layout, expert_meshes
+from container.distributed.context_parallel import apply_context_parallel
+from container.distributed.expert_parallel import apply_expert_parallel, check_moe_layout, expert_meshes
 from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
 from container.loss import label_tokens, token_loss_sum
 from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
-from container.offload import ActivationOffloader
-from container.parallelize import (
+from container.distributed.offload import ActivationOffloader
+from container.distributed.parallelize import (
     apply_activation_checkpointing,
     apply_fsdp,
     materialize_on_rank0_init,
 )
-from container.pipeline import build_pipeline
+from container.distributed.pipeline import build_pipeline
 from container.progress import ProgressWriter
-from container.runtime import Runtime
-from container.tensor_parallel import apply_tp, loss_context
+from container.distributed.runtime import Runtime
+from container.distributed.tensor_parallel import apply_tp, loss_context
 from container.tensorboard import TensorBoardScalars
-from launcher import flops
+from launcher.config import flops
 from launcher.config import TrainingHyperparameters
 from launcher.config.models import ModelSpec
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
-from launcher.metrics import format_metric_line
+from launcher.wire.metric_lines import format_metric_line
 
 log = logging.getLogger("smlaunch")
 
@@ -76,7 +79,7 @@ def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings,
 
 def parallelize(rt: Runtime, model: Transformer, s: RunSettings) -> None:
     """FP8 -> tensor parallel -> activation checkpointing -> FSDP, on the whole model or on one
-    pipeline stage of it (container.pipeline)."""
+    pipeline stage of it (container.distributed.pipeline)."""
     if s.fp8.enabled:  # first: tensor parallelism, checkpointing and FSDP wrap the swapped projections
         apply_fp8(model, s.fp8, rt)
     if rt.layout.tp > 1:

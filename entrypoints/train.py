@@ -15,7 +15,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     from container.args import parse_args
-    from container.runtime import distribution_parameters, init_runtime, shutdown
+    from container.distributed.runtime import distribution_parameters, init_runtime, shutdown
     from container.trainer import train
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -35,6 +35,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from container.runtime import run_rank
+    from container.distributed.runtime import run_rank
 
     run_rank(main, sys.argv[1:])  # exits the process: at once, with the traceback, on a failure

@@ -1,7 +1,7 @@
 """smlaunch client SDK: validated SageMaker-style training jobs.
 
 Importing this package is cheap (no boto3, no torch); `PyTorch` and `ModelTrainer` (the SDK v3
-front-end; its config shapes are in `launcher.model_trainer`) are loaded on first use.
+front-end; its config shapes are in `launcher.sdk.model_trainer`) are loaded on first use.
 """
 
 __all__ = ["ConfigError", "ModelTrainer", "PyTorch", "validate_job"]
@@ -9,11 +9,11 @@ __all__ = ["ConfigError", "ModelTrainer", "PyTorch", "validate_job"]
 
 def __getattr__(name):
     if name == "PyTorch":
-        from launcher.estimator import PyTorch
+        from launcher.sdk.estimator import PyTorch
 
         return PyTorch
     if name == "ModelTrainer":
-        from launcher.model_trainer import ModelTrainer
+        from launcher.sdk.model_trainer import ModelTrainer
 
         return ModelTrainer
     if name in ("ConfigError", "validate_job"):

@@ -40,7 +40,7 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def corpus(tmp_path_factory) -> tuple[Path, Path]:
     """(train dir, validation dir): byte-level JSON Lines blocks of 64 tokens of this project's
     own source, as the training script reads them from its channels."""
-    from container.data import byte_tokenize, pack, write_jsonl  # imports torch: only when used
+    from container.data.pack import byte_tokenize, pack, write_jsonl  # imports torch: only when used
 
     root = tmp_path_factory.mktemp("corpus")
     text = (Path(__file__).resolve().parents[1] / "launcher" / "config" / "rules.py").read_text()

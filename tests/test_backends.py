@@ -19,9 +19,9 @@ from launcher.backends import registry
 from launcher.backends.local import LocalBackend
 from launcher.backends.sagemaker import SageMakerBackend
 from launcher.backends.slurm import SlurmBackend
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.config import validate_job
-from launcher.issues import ConfigError
+from launcher.config.issues import ConfigError
 from launcher.local import store
 from tests.train_runs import ROOT
 
@@ -195,7 +195,7 @@ def test_estimator_dry_runs_on_every_backend(tmp_path, home):
 
 def test_a_v3_model_trainer_runs_on_the_same_backends(home):
     from launcher import ModelTrainer
-    from launcher.model_trainer import Compute, SourceCode, Torchrun
+    from launcher.sdk.model_trainer import Compute, SourceCode, Torchrun
 
     trainer = ModelTrainer(source_code=SourceCode(source_dir=JOB["source_dir"], entry_script="train.py"),
                            compute=Compute(instance_type="local", instance_count=2), distributed=Torchrun(),

@@ -1,5 +1,5 @@
-"""container.bootstrap end to end: `python -m container train` on trees written by
-launcher.contract, with torchrun on CPU (gloo, 127.0.0.1), simulated hosts sharing this machine.
+"""container.toolkit.bootstrap end to end: `python -m container train` on trees written by
+launcher.wire.opt_ml, with torchrun on CPU (gloo, 127.0.0.1), simulated hosts sharing this machine.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from container.bootstrap import (
+from container.toolkit.bootstrap import (
     ContractError,
     _extract,
     child_environment,
@@ -26,10 +26,10 @@ from container.bootstrap import (
     launch_command,
     master_address,
 )
-from container.contract import read_training_env
-from container.failure_report import failure_text, toolkit_error
-from launcher.contract import FAILURE_LIMIT, free_port, write_opt_ml
-from launcher.wire import encode
+from container.toolkit.contract import read_training_env
+from container.toolkit.failure_report import failure_text, toolkit_error
+from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, write_opt_ml
+from launcher.wire.hyperparameters import encode
 
 REPO = Path(__file__).resolve().parents[1]
 

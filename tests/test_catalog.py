@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import catalog
-from launcher.catalog import get_instance_type, normalize_instance_type
+from launcher.config import catalog
+from launcher.config.catalog import get_instance_type, normalize_instance_type
 
 REPO = Path(__file__).resolve().parents[1]
 ACCELERATED_PREFIXES = ("p", "g", "trn", "inf", "dl")
@@ -51,7 +51,7 @@ def test_every_gpu_and_trainium_training_type_is_cataloged(enum):
     assert len(accelerated) >= 50
     found = {n: get_instance_type(n) for n in accelerated}
     missing = [n for n, t in found.items() if t is None or not t.accelerators or not t.accelerator]
-    assert not missing, f"add these SageMaker training types to launcher/catalog.py: {missing}"
+    assert not missing, f"add these SageMaker training types to launcher/config/catalog.py: {missing}"
 
 
 def test_every_training_type_resolves_and_cpu_types_have_no_accelerators(enum):
@@ -152,7 +152,7 @@ def test_prices_are_positive_for_priced_accelerated_types():
 
 
 def test_efa():
-    # EFA with device RDMA (the hardware; what the toolkit sets is container/toolkit_env.py's table).
+    # EFA with device RDMA (the hardware; what the toolkit sets is container/toolkit/torchrun_env.py's table).
     for name in ("ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5e.48xlarge",
                  "ml.p5en.48xlarge", "ml.trn1.32xlarge", "ml.trn1n.32xlarge", "ml.trn2.48xlarge",
                  "ml.p6-b200.48xlarge", "ml.p6-b300.48xlarge", "ml.p6e-gb200.36xlarge"):
@@ -210,7 +210,7 @@ def test_botocore_reader_without_botocore(monkeypatch):
 
 def test_import_and_lookups_load_no_heavy_modules():
     code = (
-        "import sys; import launcher.catalog as c\n"
+        "import sys; import launcher.config.catalog as c\n"
         "c.get_instance_type('p5.48xlarge'); c.catalog_names(); c.fp8_instance_types()\n"
         "assert c.botocore_training_instance_types()\n"
         "print(sorted(m for m in ('boto3', 'botocore', 'torch') if m in sys.modules))\n"

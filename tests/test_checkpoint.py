@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from container.checkpoint import Checkpointer, StopFlag, install_sigterm_flag, should_stop
+from container.checkpoint.dcp import Checkpointer, StopFlag, install_sigterm_flag, should_stop
 from container.models.llama import build_model
 from launcher.config.models import PRESETS
 from tests.gloo import spawn
@@ -89,7 +89,7 @@ def test_plain_round_trip_resumes_exactly(tmp_path, tied):
 
 def test_a_checkpoint_with_the_earlier_optimizer_layout_still_resumes(tmp_path, monkeypatch):
     """Checkpoints saved before trainer.pt recorded the optimizer layout hold it unflattened."""
-    from container import checkpoint
+    from container.checkpoint import dcp as checkpoint
 
     model, optimizer, scheduler = _make(seed=0)
     for step in range(2):

@@ -20,8 +20,8 @@ import torch.distributed as dist
 import yaml
 from torch.distributed.device_mesh import init_device_mesh
 
-from container import checkpoint_manifest as manifest
-from container.checkpoint import Checkpointer, CheckpointError
+from container.checkpoint import manifest
+from container.checkpoint.dcp import Checkpointer, CheckpointError
 from tests.gloo import spawn
 from tests.test_checkpoint import _make, _train_step
 from tests.test_local_mode import cli_env, smlaunch

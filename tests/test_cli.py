@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.sagemaker.models import sagemaker_backends
 
-from launcher.cli import main
+from launcher.cli.app import main
 from tests.conftest import REGION, SEED_BUCKET
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,7 +295,7 @@ def test_schema_matches_the_committed_file() -> None:
 
 LIGHT_PROBE = """
 import json, sys
-from launcher.cli import main
+from launcher.cli.app import main
 try:
     main(sys.argv[1:], prog_name="smlaunch")
     code = 0

@@ -22,10 +22,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.config import ModelParallelParameters
 from launcher.config.hyperparameters import TrainingHyperparameters
-from launcher.schema import job_file_schema
+from launcher.config.schema import job_file_schema
 from tests.time_limit import time_limit
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from launcher.contract import free_port, write_opt_ml
-from launcher.wire import encode
+from launcher.wire.opt_ml import free_port, write_opt_ml
+from launcher.wire.hyperparameters import encode
 from tests.train_runs import ROOT, run_train, series
 
 HP = {"model_preset": "llama3-tiny", "dataset_type": "jsonl", "max_context_width": 64, "max_steps": 4,

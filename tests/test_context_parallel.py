@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 
-from container import context_parallel as cpl
+from container.distributed import context_parallel as cpl
 from container.models import attention
 from container.models.llama import Transformer, TransformerArgs
 from tests.gloo import spawn

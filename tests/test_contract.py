@@ -1,4 +1,4 @@
-"""The /opt/ml tree (launcher.contract) and the SM_* environment derived from it (container.contract).
+"""The /opt/ml tree (launcher.wire.opt_ml) and the SM_* environment derived from it (container.toolkit.contract).
 
 Expected values are spelled out from the sagemaker-training toolkit's documented rules
 (environment.Environment.to_env_vars, mapping.to_env_vars / to_cmd_args), not computed with the
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import launcher.contract as writer
-from container.contract import read_training_env, sm_environment, to_cmd_args
-from launcher.contract import write_opt_ml
-from launcher.wire import encode
+import launcher.wire.opt_ml as writer
+from container.toolkit.contract import read_training_env, sm_environment, to_cmd_args
+from launcher.wire.opt_ml import write_opt_ml
+from launcher.wire.hyperparameters import encode
 
 SOURCE = "s3://bucket/job-1/source/sourcedir.tar.gz"
 MP = {"hybrid_shard_degree": 8, "context_parallel_degree": 2}

@@ -211,7 +211,7 @@ def test_other_errors_propagate(stubbed) -> None:
 def test_backend_modules_import_without_boto3() -> None:
     code = (
         "import sys\n"
-        "import launcher.backends.cwlogs, launcher.backends.images, launcher.backends.sourcedir\n"
+        "import launcher.backends.cwlogs, launcher.config.images, launcher.backends.sourcedir\n"
         "print(sorted(m for m in ('boto3', 'botocore') if m in sys.modules))\n"
     )
     out = subprocess.run(

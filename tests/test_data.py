@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from container import data
-from container.data import IGNORE_INDEX, build_dataloader, build_validation_loader
+from container.data import loader as data
+from container.data.loader import IGNORE_INDEX, build_dataloader, build_validation_loader
 
 SEQ = 4
 VOCAB = 10_000

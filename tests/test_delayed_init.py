@@ -20,7 +20,7 @@ SEQ = 32
 def _build(delayed: bool, bf16: bool, tied: bool):
     from container import trainer
     from container.args import parse_args
-    from container.runtime import distribution_parameters, init_runtime
+    from container.distributed.runtime import distribution_parameters, init_runtime
     from launcher.config.models import PRESETS
 
     hp, _, _ = parse_args(["--model_preset", "llama3-tiny", "--dataset_type", "synthetic",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.contract import write_opt_ml
+from launcher.wire.opt_ml import write_opt_ml
 from launcher.local import docker
 from launcher.local.docker import DockerRunner, Engine, compose_file, find_engine
 from launcher.local.spec import LocalJobSpec, RunnerError

@@ -12,7 +12,7 @@ from moto import mock_aws
 
 from launcher import PyTorch  # the seed: from sagemaker.pytorch import PyTorch
 from launcher.backends.sagemaker import SageMakerBackend
-from launcher.issues import ConfigError
+from launcher.config.issues import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"

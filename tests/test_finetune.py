@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from container.data import write_jsonl
+from container.data.pack import write_jsonl
 from tests.hf_models import CORPUS, hub_cache, llama_config, save_llama, save_tokenizer
 from tests.test_local_mode import cli_env, smlaunch
 from tests.train_runs import ROOT, run_train
@@ -148,7 +148,7 @@ def test_seed_style_model_hyperparameters_validate_plan_and_train(tmp_path):
 def test_pretrained_weights_reach_every_shard_of_a_parallel_layout(tmp_path, layout):
     """Rank 0 reads, every rank gets its tensor-parallel or context-parallel part: the first loss
     is still transformers' loss on the step's samples."""
-    from container.data import SyntheticSource
+    from container.data.loader import SyntheticSource
 
     reference = save_llama(tmp_path / "m", llama_config(), weights="bin", shards=2)
     records = run_train(tmp_path / "run", 2, model_preset="", hf_pretrained_model_name_or_dir=str(tmp_path / "m"),

@@ -22,7 +22,7 @@ TORCHAO = FP8Config(enabled=True, backend="torchao", recipe="current", emulate=T
 
 
 def runtime(device: str = "cpu") -> SimpleNamespace:
-    """The fields of container.runtime.Runtime that apply_fp8 reads, for one process."""
+    """The fields of container.distributed.runtime.Runtime that apply_fp8 reads, for one process."""
     return SimpleNamespace(device=torch.device(device), world_size=1, rank=0, layout=ParallelLayout(1, 1, 1, 1, 1))
 
 
@@ -200,7 +200,7 @@ def test_te_current_scaling_recipe():
 def test_te_checkpoint_function_recomputes_under_fp8():
     """TE's checkpoint recomputes with the forward's FP8 scales: the gradients equal those of the
     same model without checkpointing (a bf16 recompute would be off by FP8's error, ~3%)."""
-    from container.parallelize import apply_activation_checkpointing
+    from container.distributed.parallelize import apply_activation_checkpointing
 
     model, plain = tiny(device="cuda"), tiny(device="cuda")
     for m in (model, plain):

@@ -14,7 +14,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from container.hf import export_hf, from_hf_name, load_hf_weights, to_hf_name
+from container.checkpoint.hf_export import export_hf, from_hf_name, load_hf_weights, to_hf_name
 from container.models.llama import TransformerArgs, build_model, rope_inv_freq
 from launcher.config.models import PRESETS
 from tests.gloo import spawn

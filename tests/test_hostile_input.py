@@ -1,7 +1,7 @@
 """Job files and `--set` strings that once crashed or hung smlaunch: each is now a clear error.
 
-The reader (launcher.safe_yaml) takes JSON values only and bounds size, depth and alias
-expansion; the job file loader (launcher.jobfile) reads regular UTF-8 files only; `--set`
+The reader (launcher.config.safe_yaml) takes JSON values only and bounds size, depth and alias
+expansion; the job file loader (launcher.config.jobfile) reads regular UTF-8 files only; `--set`
 refuses what it cannot set. Every error names the file or option, the value and the fix.
 """
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher.cli import main
-from launcher.issues import ConfigError
-from launcher.jobfile import MAX_EXTENDS, MAX_FILE_BYTES, apply_overrides, load_job_file
-from launcher.safe_yaml import MAX_DEPTH, MAX_NODES, YamlProblem, loads
+from launcher.cli.app import main
+from launcher.config.issues import ConfigError
+from launcher.config.jobfile import MAX_EXTENDS, MAX_FILE_BYTES, apply_overrides, load_job_file
+from launcher.config.safe_yaml import MAX_DEPTH, MAX_NODES, YamlProblem, loads
 from tests.time_limit import time_limit
 
 MINIMAL = "entry_point: train.py\ninstance_type: local\n"

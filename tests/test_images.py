@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.backends.images import RUNTIME_MIN_TORCH, ImageResolutionError, resolve_image
+from launcher.config.images import RUNTIME_MIN_TORCH, ImageResolutionError, resolve_image
 
 ROOT = Path(__file__).resolve().parents[1]
 SMP_V2 = {"torch_distributed": {"enabled": True},

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.backends import images
-from launcher.backends.images import ImageResolutionError, resolve_image
+from launcher.config import images
+from launcher.config.images import ImageResolutionError, resolve_image
 
 sagemaker = pytest.importorskip("sagemaker", reason="the sagemaker extra (the SDK v2) is not installed")
 from sagemaker import fw_utils, image_uris

@@ -10,10 +10,11 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.backends.base import BackendError, check_job_name, make_job_name
-from launcher.cli import main
+from launcher.backends.base import BackendError
+from launcher.config.job_names import check_job_name, make_job_name
+from launcher.cli.app import main
 from launcher.config import validate_job
-from launcher.issues import ConfigError
+from launcher.config.issues import ConfigError
 from launcher.local import prepare as prepare_module
 from launcher.local.prepare import prepare
 from launcher.local.process import ProcessRunner
@@ -104,7 +105,7 @@ def test_local_prepare_refuses_a_bad_name_and_writes_nothing(home, local_job):
 
 def test_sagemaker_dryrun_refuses_a_bad_name(fake_credentials, no_network):
     from launcher.backends.sagemaker import SageMakerBackend
-    from launcher.jobfile import validate_job_file
+    from launcher.config.jobfile import validate_job_file
 
     job = validate_job_file(SEED)
     with pytest.raises(ConfigError, match="job_name"):

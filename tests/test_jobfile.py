@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.issues import ConfigError
-from launcher.jobfile import apply_overrides, deep_merge, load_job_file, validate_job_file
+from launcher.config.issues import ConfigError
+from launcher.config.jobfile import apply_overrides, deep_merge, load_job_file, validate_job_file
 
 MP = ("distribution", "smdistributed", "modelparallel", "parameters")
 

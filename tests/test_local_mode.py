@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from container.contract import read_training_env, sm_environment
+from container.toolkit.contract import read_training_env, sm_environment
 from launcher.backends.base import BackendError
 from launcher.config import validate_job
 from launcher.local import store
@@ -48,7 +48,7 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def smlaunch(*args: str, env: dict[str, str], timeout: float = 300, cwd: Path | None = None):
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], env=env, cwd=cwd or ROOT,
+    return subprocess.run([sys.executable, "-m", "launcher.cli.app", *args], env=env, cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -148,7 +148,7 @@ def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
     assert record["TrainingJobStatus"] == "InProgress" and record["ProcessesPerHost"] == 2
     with tarfile.open(spec.source_archive) as tar:  # the code SageMaker would get, container and launcher
         names = set(tar.getnames())
-    assert {"train.py", "container/bootstrap.py", "launcher/config/__init__.py"} <= names
+    assert {"train.py", "container/toolkit/bootstrap.py", "launcher/config/__init__.py"} <= names
 
 
 # The toolkit's trainer fetches the code with files.download_and_extract(env.module_dir,
@@ -163,7 +163,7 @@ files.download_and_extract(uri=environment.Environment().module_dir, path=enviro
 def test_the_toolkit_fetches_the_code_of_a_local_tree(tmp_path, home, corpus):
     """AWS's toolkit, run on a tree the process runner wrote, puts the code where our bootstrap does."""
     pytest.importorskip("sagemaker_training")
-    from container.bootstrap import fetch_code
+    from container.toolkit.bootstrap import fetch_code
 
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
                         "instance_count": 2, "hyperparameters": HP, "inputs": {"train": str(corpus[0])}})
@@ -275,7 +275,7 @@ def test_a_failing_host_fails_the_job_with_its_reason(tmp_path, home):
 
 def test_ctrl_c_stops_every_host_and_leaves_no_process(tmp_path, home):
     spec = script_job(tmp_path, base_job_name="sigint")
-    cli = subprocess.Popen([sys.executable, "-m", "launcher.cli", "submit", str(spec)], env=cli_env(home),
+    cli = subprocess.Popen([sys.executable, "-m", "launcher.cli.app", "submit", str(spec)], env=cli_env(home),
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     job = wait_for(lambda: next((home / "jobs").glob("sigint-*"), None) if (home / "jobs").is_dir() else None)
     log = job / "logs" / "job.log"

@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.backends.base import BackendError
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.config import validate_job
-from launcher.issues import ConfigError
+from launcher.config.issues import ConfigError
 from launcher.local import prepare as prepare_module
 from launcher.local import store
 from launcher.local.prepare import MIN_FREE_BYTES, prepare

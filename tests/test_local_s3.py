@@ -13,7 +13,7 @@ from moto.server import ThreadedMotoServer
 
 from launcher.backends.base import BackendError
 from launcher.config import validate_job
-from launcher.contract import free_port
+from launcher.wire.opt_ml import free_port
 from launcher.local.prepare import prepare
 from launcher.local.process import ProcessRunner
 from tests.conftest import REGION

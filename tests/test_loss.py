@@ -15,10 +15,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from container.data import IGNORE_INDEX, shift_labels
+from container.data.loader import IGNORE_INDEX, shift_labels
 from container.loss import token_loss_sum
 from container.models.llama import build_model
-from container.tensor_parallel import apply_tp, loss_context
+from container.distributed.tensor_parallel import apply_tp, loss_context
 from launcher.config import TrainingHyperparameters
 from launcher.config.models import PRESETS
 from launcher.config.run_settings import DEFAULT_LOSS_CHUNK_TOKENS, run_settings

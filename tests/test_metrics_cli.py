@@ -1,7 +1,7 @@
 """`smlaunch metrics`: a job's metrics as a table, JSON and a plot, for local jobs (the demo's
 tiny job, run for real) and SageMaker jobs (moto: output.tar.gz in S3, CloudWatch datapoints).
 
-Expected values are read independently of launcher.jobmetrics: straight from the job's
+Expected values are read independently of launcher.backends.jobmetrics: straight from the job's
 metrics.jsonl file, or from what the test itself put into S3 and CloudWatch."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from datetime import timedelta
 import pytest
 from click.testing import CliRunner
 
-from launcher import jobmetrics, metrics_view
+from launcher.backends import jobmetrics, metric_records
+
+from launcher.cli import metrics_view
 from launcher.backends.local import LocalBackend
-from launcher.cli import main
+from launcher.cli.app import main
 from tests.test_local_mode import HP, cli_env, home, job_file, smlaunch  # noqa: F401 - home: fixture
 from tests.test_sagemaker_backend import BUCKET, REGION, make_job, moto_job, set_status
 from tests.train_runs import ROOT
@@ -107,10 +109,10 @@ def test_metrics_of_local_jobs_as_table_json_and_plot(tmp_path, home, corpus, mo
 
 
 def test_a_line_being_written_is_skipped_and_a_damaged_one_is_an_error():
-    records = jobmetrics.read_records('{"step": 1, "loss": 2.5}\n{"step": 2, "lo', "m.jsonl")
+    records = metric_records.read_records('{"step": 1, "loss": 2.5}\n{"step": 2, "lo', "m.jsonl")
     assert records == [{"step": 1, "loss": 2.5}]  # the trainer is still appending the second line
     with pytest.raises(jobmetrics.BackendError) as exc:
-        jobmetrics.read_records('{"step": 1\n{"step": 2, "loss": 2.5}\n', "m.jsonl")
+        metric_records.read_records('{"step": 1\n{"step": 2, "loss": 2.5}\n', "m.jsonl")
     assert "m.jsonl: line 1 is not JSON" in str(exc.value)
 
 
@@ -136,7 +138,7 @@ def test_a_local_job_without_metrics_yet_says_where_it_looked(tmp_path, home, co
     train, _ = corpus
     spec = job_file(tmp_path / "job.yaml", instance_count=1, processes_per_host=1, distribution=ONE_PROCESS,
                     inputs={"train": str(train)}, hyperparameters=RUN_HP)
-    from launcher.jobfile import validate_job_file
+    from launcher.config.jobfile import validate_job_file
 
     backend = LocalBackend()  # prepared, not run: `wait` would run it
     name = backend.submit(validate_job_file(spec, ()), job_name="not-started")

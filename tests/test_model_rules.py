@@ -131,7 +131,7 @@ def test_context_longer_than_the_model_was_trained_for_warns(tmp_path):
 
 
 def test_block_length_of_a_local_channel_is_checked(tmp_path):
-    from container.data import write_jsonl
+    from container.data.pack import write_jsonl
 
     write_jsonl([[1] * 32, [2] * 32], tmp_path / "train" / "part.jsonl")
     data = job({"model_preset": "llama3-tiny"}, inputs={"train": str(tmp_path / "train")})
@@ -169,10 +169,10 @@ def test_a_value_that_names_nothing(tmp_path):
 def test_plan_exits_2_when_nothing_can_be_planned(tmp_path, own_script):
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job({}, script=own_script)))
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "plan", str(path)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli.app", "plan", str(path)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 2 and "cannot plan" in proc.stdout
     path.write_text(json.dumps(job({})))
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "plan", str(path)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli.app", "plan", str(path)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 2 and "cannot tell which model" in proc.stderr

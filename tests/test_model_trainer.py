@@ -16,8 +16,8 @@ import boto3
 import pytest
 
 from launcher import PyTorch
-from launcher.issues import ConfigError
-from launcher.model_trainer import (
+from launcher.config.issues import ConfigError
+from launcher.sdk.model_trainer import (
     MPI,
     SMP,
     CheckpointConfig,
@@ -217,7 +217,7 @@ def test_local_train_runs_the_script_with_its_channel(tmp_path, monkeypatch):
 
 
 def test_importing_it_loads_neither_torch_nor_boto3():
-    code = ("import sys, launcher; import launcher.model_trainer as m; "
+    code = ("import sys, launcher; import launcher.sdk.model_trainer as m; "
             "print(launcher.ModelTrainer is m.ModelTrainer, 'torch' in sys.modules, 'boto3' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split() == ["True", "False", "False"]

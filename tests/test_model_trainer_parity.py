@@ -19,8 +19,8 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from launcher import model_trainer
-from launcher.model_trainer import ModelTrainer
+from launcher.sdk import model_trainer
+from launcher.sdk.model_trainer import ModelTrainer
 from tests.sdk3_reference import REGION, ROLE, SHAPES, Sent, build, channels
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from container import pretrained
-from container.hf import export_hf, load_hf_weights
+from container.checkpoint import pretrained
+from container.checkpoint.hf_export import export_hf, load_hf_weights
 from container.models.llama import build_model
 from container.models.moe import load_balancing_sum
 from launcher.config import TrainingHyperparameters

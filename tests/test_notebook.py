@@ -35,7 +35,7 @@ def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     ours, reference = map(float, re.search(r"first loss (\S+); transformers on the same blocks (\S+)", out).groups())
     assert abs(ours - reference) <= 1e-5 * reference
     assert "tokenizer.json" in out and "generated: " in out
-    # the fine-tuning run's metrics, plotted inline (launcher.metrics_view through the kernel's display)
+    # the fine-tuning run's metrics, plotted inline (launcher.cli.metrics_view through the kernel's display)
     plotted = [c for c in nb.cells if c.cell_type == "code" and "plot([fine_tuning])" in c.source]
     assert len(plotted) == 1 and any("image/png" in o.get("data", {}) for o in plotted[0].outputs)
     stamp = re.compile(r"-\d{4}(-\d\d){5}-\d{3}$")  # make_job_name's timestamp

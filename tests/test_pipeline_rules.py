@@ -12,7 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.config import ModelParallelParameters, ParallelLayout, validate_job
 from launcher.config.layout import layout_problems
 from launcher.config.models import PRESETS
@@ -113,7 +113,7 @@ def test_a_user_script_pipelines_by_its_own_rules(user_script_dir):
 
 def test_container_refuses_with_the_clients_check():
     # a job built by hand: the runtime's check is launcher.config.pipeline's, in the same words
-    from container.pipeline import check_pipeline
+    from container.distributed.pipeline import check_pipeline
     from launcher.config.hyperparameters import TrainingHyperparameters
 
     params = ModelParallelParameters(pipeline_parallel_degree=2, microbatches=3)

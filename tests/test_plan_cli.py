@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher import PyTorch
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.plan import PredictedOOMError
 from tests.conftest import REGION, SEED_BUCKET
 from tests.test_cli import SEED

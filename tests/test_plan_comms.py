@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.config.models import PRESETS
-from launcher.jobfile import validate_job_file
+from launcher.config.jobfile import validate_job_file
 from launcher.plan import estimate_throughput, sweep_job_file
 
 SEED = Path(__file__).resolve().parents[1] / "configs" / "seed"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from launcher.config import ConfigError, validate_job
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import PRESETS
-from launcher.jobfile import validate_job_file
+from launcher.config.jobfile import validate_job_file
 from launcher.plan import estimate_memory, explain_oom
 from launcher.plan.memory import GIB, SAFETY_MARGIN, estimate_workload
 from launcher.plan.workload import PlanError, workload_of
@@ -183,7 +183,7 @@ def test_to_dict_has_the_json_fields():
 
 
 def test_importing_the_planner_loads_neither_torch_nor_boto3():
-    code = ("import sys; from launcher.jobfile import validate_job_file; from launcher.plan import plan; "
+    code = ("import sys; from launcher.config.jobfile import validate_job_file; from launcher.plan import plan; "
             f"r = plan(validate_job_file({str(SEED / 'p4d-no-cp.yaml')!r}, [{WHOLE_LOGITS!r}])); assert r.oom; "
             "print(sorted(m for m in ('torch', 'boto3', 'botocore', 'rich') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

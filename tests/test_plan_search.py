@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher.catalog import catalog_names, get_instance_type
-from launcher.cli import main
-from launcher.jobfile import validate_job_file
+from launcher.config.catalog import catalog_names, get_instance_type
+from launcher.cli.app import main
+from launcher.config.jobfile import validate_job_file
 from launcher.plan import plan
 from launcher.plan.search import search_job_file, set_lines
 

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from launcher.config import ConfigError
-from launcher.jobfile import validate_job_file
+from launcher.config.jobfile import validate_job_file
 from launcher.plan import (
     auto,
     auto_job_file,

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from container import pretrained
-from container.hf import export_hf, load_hf_weights
+from container.checkpoint import pretrained
+from container.checkpoint.hf_export import export_hf, load_hf_weights
 from container.models.llama import build_model
 from launcher.config import TrainingHyperparameters
 from launcher.config.hf_config import generation_config, hf_config, spec_from_hf_config

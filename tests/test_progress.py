@@ -13,11 +13,11 @@ import boto3
 import pytest
 from rich.console import Console
 
-from launcher.checkpoints import latest_in_s3, latest_local
-from launcher.jobview import jobs_table, status_lines
-from launcher.live import LiveProgress
-from launcher.metrics import format_metric_line, parse_metric_line
-from launcher.progress import Progress, eta_seconds, from_line, read_progress, write_progress
+from launcher.wire.checkpoints import latest_in_s3, latest_local
+from launcher.cli.jobview import jobs_table, status_lines
+from launcher.backends.live import LiveProgress
+from launcher.wire.metric_lines import format_metric_line, parse_metric_line
+from launcher.wire.progress import Progress, eta_seconds, from_line, read_progress, write_progress
 
 # step 40 of 200 after 48 s: 1.2 s a step, 160 steps left -> 192 s = 0:03:12
 LINE = format_metric_line(40, loss=2.71, tokens_per_s=12300.0, max_steps=200, elapsed_s=48.0, eta_s=192.0)
@@ -187,7 +187,7 @@ def aws_s3(fake_credentials):
 def test_sagemaker_status_shows_the_last_metric_line_of_the_logs(fake_credentials):
     from moto import mock_aws
 
-    from launcher import jobview
+    from launcher.cli import jobview
     from launcher.backends.sagemaker import SageMakerBackend
     from tests.test_sagemaker_backend import BUCKET, make_job, put_logs, set_status
 

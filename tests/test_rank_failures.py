@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from launcher.contract import free_port
+from launcher.wire.opt_ml import free_port
 from tests.gloo import spawn
 from tests.test_local_mode import cli_env, processes_in, smlaunch, wait_for
 from tests.train_runs import ROOT
@@ -58,8 +58,8 @@ runpy.run_path(str(Path(__file__).with_name("train.py")), run_name="__main__")
 
 # point -> the patch, made in rank 1 only before train.py starts
 INJECTIONS = {
-    "runtime init": "import container.runtime; container.runtime.init_device_mesh = fail",
-    "checkpoint resume": "import container.checkpoint; container.checkpoint.Checkpointer.load_latest = fail",
+    "runtime init": "import container.distributed.runtime; container.distributed.runtime.init_device_mesh = fail",
+    "checkpoint resume": "import container.checkpoint.dcp; container.checkpoint.dcp.Checkpointer.load_latest = fail",
     "mid-step": """
 import container.trainer as t
 calls = []
@@ -69,7 +69,7 @@ def flaky(*args, **kwargs):
     return fail() if len(calls) == 3 else real(*args, **kwargs)
 t.token_loss_sum = flaky
 """,
-    "checkpoint save": "import container.checkpoint; container.checkpoint.dcp.save = fail",
+    "checkpoint save": "import container.checkpoint.dcp; container.checkpoint.dcp.dcp.save = fail",
 }
 
 
@@ -149,7 +149,7 @@ import sys
 import time
 from pathlib import Path
 
-from container.runtime import init_runtime
+from container.distributed.runtime import init_runtime
 from launcher.config import ModelParallelParameters
 
 init_runtime(ModelParallelParameters())
@@ -188,7 +188,7 @@ def test_ranks_die_with_their_torchrun_agent(tmp_path):
 
 
 def _every_group_times_out_as_configured(root: str) -> None:
-    from container.runtime import init_runtime
+    from container.distributed.runtime import init_runtime
     from launcher.config import ModelParallelParameters
 
     # tests.gloo made the default group (torch's 30 min timeout); the mesh adds groups of its own

@@ -17,9 +17,9 @@ import botocore.endpoint
 import pytest
 import yaml
 
-from launcher.backends.base import MAX_JOB_NAME, make_job_name
+from launcher.config.job_names import MAX_JOB_NAME, make_job_name
 from launcher.backends.sagemaker import SageMakerBackend
-from launcher.jobfile import validate_job_file
+from launcher.config.jobfile import validate_job_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "configs" / "seed"
@@ -67,7 +67,7 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setattr(socket, "create_connection", no_socket)
 
 
-# --- reading the job files independently of launcher.jobfile ---------------------------------
+# --- reading the job files independently of launcher.config.jobfile ---------------------------------
 def _merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for key, value in over.items():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.config import TrainingHyperparameters, validate_job
 from launcher.config.models import PRESETS
 from launcher.config.resume import RunIdentity
@@ -147,7 +147,7 @@ def test_smlaunch_validate_prints_the_note(runtime_dir, tmp_path):
 
 
 def test_the_estimator_prints_the_note(fake_credentials, capsys):
-    from launcher.estimator import PyTorch
+    from launcher.sdk.estimator import PyTorch
 
     PyTorch(**job(ROOT / "entrypoints"))
     assert f'note: checkpoint_s3_uri = "{URI}": this job resumes' in capsys.readouterr().err

@@ -17,8 +17,8 @@ import shutil
 import pytest
 import torch
 
-from container import checkpoint_manifest as manifest
-from container.checkpoint import TRAINER_FILE
+from container.checkpoint import manifest
+from container.checkpoint.dcp import TRAINER_FILE
 from tests.train_runs import run_train, series
 
 STEPS, SAVED_AT = 8, 4

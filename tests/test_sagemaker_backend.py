@@ -20,7 +20,7 @@ from launcher.backends.base import BackendError, JobFailedError
 from launcher.backends.cwlogs import LOG_GROUP
 from launcher.backends.sagemaker import SageMakerBackend
 from launcher.config import validate_job
-from launcher.issues import ConfigError
+from launcher.config.issues import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
@@ -165,7 +165,7 @@ def test_a_refused_create_training_job_takes_the_uploaded_code_back(aws, backend
 
 
 def test_invalid_job_creates_nothing(aws) -> None:
-    from launcher.estimator import PyTorch
+    from launcher.sdk.estimator import PyTorch
 
     aws.client("s3").create_bucket(Bucket=BUCKET)
     with pytest.raises(ConfigError) as err:

@@ -10,7 +10,7 @@ import pytest
 
 from launcher import PyTorch
 from launcher.config import validate_job
-from launcher.issues import ConfigError
+from launcher.config.issues import ConfigError
 
 ROLE = "arn:aws:iam::111122223333:role/R"
 

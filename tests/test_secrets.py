@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from container.rank_logs import TAIL_BYTES, _Tail
-from launcher.contract import write_opt_ml
+from container.toolkit.rank_logs import TAIL_BYTES, _Tail
+from launcher.wire.opt_ml import write_opt_ml
 from launcher.local import store
 from launcher.local.spec import LocalJobSpec
-from launcher.masking import (
+from launcher.wire.masking import (
     Masker,
     StreamMasker,
     is_secret_name,

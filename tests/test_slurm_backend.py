@@ -31,7 +31,7 @@ def slurm_env(cluster, home: Path) -> dict[str, str]:
 
 
 def smlaunch(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], env=env, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "launcher.cli.app", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 

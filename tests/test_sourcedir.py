@@ -8,12 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.backends.sourcedir import (
-    ARCHIVE_MTIME,
-    DEFAULT_IGNORE,
-    SourceDirError,
-    build_sourcedir,
-)
+from launcher.backends.sourcedir import ARCHIVE_MTIME, DEFAULT_IGNORE, build_sourcedir
+from launcher.config.issues import SourceDirError
 
 
 def write(path: Path, text: str = "x", mode: int | None = None) -> Path:
@@ -415,14 +411,14 @@ def test_what_the_runtime_imports_is_the_image_or_the_requirements(tmp_path: Pat
     pytest.importorskip("torch")
     from importlib.metadata import PackageNotFoundError, packages_distributions, requires
 
-    from launcher.backends.requirements import runtime_requirements
+    from launcher.config.requirements import runtime_requirements
 
     code = ("import sys\n"
             "import torch, torch.distributed.fsdp, torch.distributed.tensor, torch.distributed.checkpoint, "
             "torch.utils.data, torch.utils.checkpoint\n"
             "before = set(sys.modules)\n"
             "sys.path.insert(0, 'entrypoints')\n"
-            "import train, container.args, container.runtime, container.trainer, container.pretrained, container.hf\n"
+            "import train, container.args, container.distributed.runtime, container.trainer, container.checkpoint.pretrained, container.checkpoint.hf_export\n"
             "print(' '.join(set(sys.modules) - before))")
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.split()
@@ -489,7 +485,7 @@ def test_an_installed_smlaunch_reads_its_requirements_from_its_metadata(tmp_path
     """Without a checkout's pyproject.toml beside the packages (a wheel install): the metadata."""
     from importlib.metadata import requires
 
-    from launcher.backends import requirements
+    from launcher.config import requirements
 
     monkeypatch.setattr(requirements, "PYPROJECT", tmp_path / "site-packages" / "pyproject.toml")
     installed = [line.split(";")[0].strip() for line in requires("smlaunch")]

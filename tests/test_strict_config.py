@@ -13,11 +13,11 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from launcher.cli import main
+from launcher.cli.app import main
 from launcher.config import ConfigError, ParallelLayout, validate_job
 from launcher.config.layout import divisors
 from launcher.config.models import ModelSpec
-from launcher.estimator import PyTorch
+from launcher.sdk.estimator import PyTorch
 from launcher.plan import PlanError, plan, workload_of
 
 MP = "distribution.smdistributed.modelparallel.parameters"

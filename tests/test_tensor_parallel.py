@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from container.hf import export_hf, load_hf_weights
+from container.checkpoint.hf_export import export_hf, load_hf_weights
 from container.models.llama import build_model
-from container.tensor_parallel import apply_tp, check_tp_degree, loss_context
+from container.distributed.tensor_parallel import apply_tp, check_tp_degree, loss_context
 from launcher.config.models import PRESETS
 from tests.gloo import spawn
 

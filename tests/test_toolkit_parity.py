@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from container.contract import read_training_env, sm_environment, to_cmd_args
-from launcher.contract import write_opt_ml
-from launcher.wire import PROCESSES_PER_HOST, encode
+from container.toolkit.contract import read_training_env, sm_environment, to_cmd_args
+from launcher.wire.opt_ml import write_opt_ml
+from launcher.wire.hyperparameters import PROCESSES_PER_HOST, encode
 
 pytest.importorskip("sagemaker_training")
 
@@ -90,8 +90,8 @@ cmd = runner.get(kind, env.user_entry_point, env.to_cmd_args(), env.to_env_vars(
 print(json.dumps({"cmd": cmd, "before": before, "after": dict(os.environ)}))
 """
 
-# Options only our torchrun gets (container/bootstrap.py launch_command), on purpose:
-# --log-dir and --redirects 3: every rank's output goes to a file, which container.rank_logs
+# Options only our torchrun gets (container/toolkit/bootstrap.py launch_command), on purpose:
+# --log-dir and --redirects 3: every rank's output goes to a file, which container.toolkit.rank_logs
 #   streams to the console unprefixed and reads the failing rank's traceback from;
 # --shutdown-timeout: ranks get 100 s (torchrun: 30) to checkpoint after SIGTERM.
 OURS_ONLY = {"--log-dir", "--redirects", "--shutdown-timeout"}
@@ -166,7 +166,7 @@ def _launch_variables(env: dict[str, str]) -> dict[str, str]:
 
 @pytest.mark.parametrize("case", list(LAUNCHES))
 def test_the_launch_is_the_toolkits(tmp_path, monkeypatch, case):
-    from container.bootstrap import child_environment, launch_command
+    from container.toolkit.bootstrap import child_environment, launch_command
 
     instance_type, hosts, current, gpus, distributed, groups = LAUNCHES[case]
     base = _launch_tree(tmp_path, instance_type, hosts, current, distributed, groups)
@@ -222,10 +222,10 @@ def test_the_launch_is_the_toolkits(tmp_path, monkeypatch, case):
 
 
 def test_the_efa_table_is_the_toolkits():
-    """container.toolkit_env's table against the toolkit's instance lists (exact names)."""
+    """container.toolkit.torchrun_env's table against the toolkit's instance lists (exact names)."""
     import sagemaker_training
 
-    from container.toolkit_env import EFA_VARIABLES
+    from container.toolkit.torchrun_env import EFA_VARIABLES
 
     assert {t for t, v in EFA_VARIABLES.items() if v.get("FI_PROVIDER") == "efa"} == set(
         sagemaker_training.SM_EFA_NCCL_INSTANCES)

@@ -10,8 +10,8 @@ import shutil
 import pytest
 import torch
 
-from container.expert_parallel import check_moe_layout
-from container.hf import load_hf_weights
+from container.distributed.expert_parallel import check_moe_layout
+from container.checkpoint.hf_export import load_hf_weights
 from container.models.llama import build_model
 from launcher.config import ModelParallelParameters
 from launcher.config.models import PRESETS

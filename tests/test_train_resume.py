@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from container import hf
+from container.checkpoint import hf_export as hf
 from container.models.llama import build_model
 from container.trainer import check_writable
 from launcher.config.models import PRESETS

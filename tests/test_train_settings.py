@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from container import trainer
-from launcher.cli import _summary
+from launcher.cli.app import _summary
 from launcher.config import ModelParallelParameters, TrainingHyperparameters, validate_job
 from launcher.config import run_settings as rs
 from launcher.config.run_settings import run_settings
@@ -55,7 +55,7 @@ def test_a_default_changed_in_one_place_reaches_the_trainer_and_the_planner(monk
 def test_the_container_refuses_a_layout_with_the_clients_own_check():
     """One divisibility check (launcher.config.layout.layout_problems): what validation reports
     is what the runtime refuses for a job built by hand."""
-    from container.runtime import _check_layout
+    from container.distributed.runtime import _check_layout
     from launcher.config.layout import layout_problems
 
     params = ModelParallelParameters(context_parallel_degree=3, hybrid_shard_degree=2)

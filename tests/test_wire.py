@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from launcher import wire
+from launcher.config.sent_hyperparameters import distribution_from_hyperparameters
+from launcher.wire import hyperparameters as wire
 from launcher.config import ConfigError, validate_job
-from launcher.masking import mask_secrets
+from launcher.wire.masking import mask_secrets
 
 
 def toolkit_decode(value: str):
@@ -34,7 +35,7 @@ def test_distribution_round_trip_through_hyperparameters():
         "sagemaker_distributed_dataparallel_enabled": False,
         "sagemaker_instance_type": "ml.p5.48xlarge",
     }).items()}
-    assert wire.distribution_from_hyperparameters(decoded) == {
+    assert distribution_from_hyperparameters(decoded) == {
         "torch_distributed": {"enabled": True},
         "smdistributed": {"modelparallel": {"enabled": True, "parameters": {
             "hybrid_shard_degree": 8, "context_parallel_degree": 8}}},
@@ -44,7 +45,7 @@ def test_distribution_round_trip_through_hyperparameters():
 def test_mpi_distribution_round_trip():
     decoded = {"sagemaker_mpi_enabled": True, "sagemaker_mpi_num_of_processes_per_host": 8,
                "sagemaker_mpi_custom_mpi_options": "-verbose", "mp_parameters": '{"ddp": true}'}
-    dist = wire.distribution_from_hyperparameters(decoded)
+    dist = distribution_from_hyperparameters(decoded)
     assert dist["mpi"] == {"enabled": True, "processes_per_host": 8, "custom_mpi_options": "-verbose"}
     assert dist["smdistributed"]["modelparallel"]["parameters"] == {"ddp": True}
 
@@ -87,7 +88,7 @@ def test_validation_errors_do_not_print_secret_values(tmp_path):
 def test_metric_lines_match_the_metric_definitions():
     import re
 
-    from launcher.metrics import METRIC_REGEXES, METRICS, format_metric_line
+    from launcher.wire.metric_lines import METRIC_REGEXES, METRICS, format_metric_line
 
     line = format_metric_line(12, loss=2.5, grad_norm=0.75, samples_per_s=2.03, tokens_per_s=33256.0,
                               tokens_per_s_per_gpu=4157.0, tflops_per_gpu=247.1, mfu=0.25)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.contract import free_port
+from launcher.wire.opt_ml import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "entrypoints" / "train.py"
@@ -58,7 +58,7 @@ def assert_same_export(ours_dir: Path, ref_dir: Path, spec) -> None:
     import torch
     from safetensors.torch import load_file
 
-    from container.hf import load_hf_weights
+    from container.checkpoint.hf_export import load_hf_weights
     from container.models.llama import build_model
 
     config = json.loads((ours_dir / "config.json").read_text())

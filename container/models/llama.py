@@ -2,7 +2,7 @@
 with `n_experts`, Mixtral (each block's MLP a sparse mixture of experts, container.models.moe).
 
 Module names follow torchtitan (`tok_embeddings`, `layers.<i>.attention.wq`, ...); checkpoint
-names map to Hugging Face's in `container.hf`. RoPE uses Hugging Face's rotate-half layout, so HF
+names map to Hugging Face's in `container.checkpoint.hf_export`. RoPE uses Hugging Face's rotate-half layout, so HF
 weights load without permuting q/k. `init_weights` follows torchtitan (depth-scaled output
 projections) and works on a model materialised from the meta device.
 """
@@ -191,7 +191,7 @@ class Transformer(nn.Module):
         (summed token loss, label token count) instead, the loss computed `loss_chunk_tokens`
         tokens at a time (container.loss; 0: the whole logits).
 
-        A pipeline stage (container.pipeline) lacks what other stages hold: without
+        A pipeline stage (container.distributed.pipeline) lacks what other stages hold: without
         `tok_embeddings`, `tokens` are the previous stage's hidden states; without `output`, the
         hidden states are returned for the next stage (and `labels` ignored)."""
         if positions is None:

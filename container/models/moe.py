@@ -3,10 +3,10 @@
 The block follows transformers' `MixtralSparseMoeBlock`: a router (`gate`, dim -> E, no bias),
 softmax in fp32, top-k experts per token with their weights renormalised to sum to 1, SwiGLU
 experts. The experts are stacked parameters [E, ...] in Hugging Face's per-expert orientation
-(w1/w3 [E, I, D], w2 [E, D, I]), so expert parallelism shards dim 0 and `container.hf` maps
+(w1/w3 [E, I, D], w2 [E, D, I]), so expert parallelism shards dim 0 and `container.checkpoint.hf_export` maps
 expert e to the Hub's `experts.e.w1.weight`. Dispatch is dropless: the (token, expert) pairs are
 sorted by expert and each expert runs on its contiguous slice. Expert parallelism
-(`container.expert_parallel`) moves those slices between ranks around `GroupedExperts`.
+(`container.distributed.expert_parallel`) moves those slices between ranks around `GroupedExperts`.
 
 Auxiliary loss (docs/moe.md): Hugging Face's `load_balancing_loss_func` of ONE sequence, over all
 layers jointly, summed over a rank's sequences here and averaged over the step's sequences by the

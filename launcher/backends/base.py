@@ -1,24 +1,19 @@
-"""What every backend shares: the interface, job names and the errors a running job can end with."""
+"""What every backend shares: the interface and the errors a running job can end with.
+
+The job-name rule is launcher.config.job_names (the job file validates it too)."""
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
-from launcher.issues import ConfigError, Issue
 
 if TYPE_CHECKING:
-    from launcher.checkpoints import Checkpoint
-    from launcher.progress import Progress
+    from launcher.wire.checkpoints import Checkpoint
+    from launcher.wire.progress import Progress
 
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
-MAX_JOB_NAME = 63
-# CreateTrainingJob's TrainingJobName; it is also a directory name locally and an S3 key part.
-JOB_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
-JOB_NAME_FIX = "use 1-63 letters, digits and hyphens, starting and ending with a letter or digit, e.g. my-job-1"
 
 
 class DryRunResult(Protocol):
@@ -60,11 +55,11 @@ class Backend(Protocol):
         """{"model.tar.gz": where, "output.tar.gz": where} for what the job has stored."""
 
     def progress(self, name: str) -> Progress | None:
-        """The job's last progress record (launcher.progress); None before its first logged step,
+        """The job's last progress record (launcher.wire.progress); None before its first logged step,
         or for a script that writes none."""
 
     def checkpoint(self, name: str) -> Checkpoint | None:
-        """The job's newest complete checkpoint (launcher.checkpoints); None if it has none."""
+        """The job's newest complete checkpoint (launcher.wire.checkpoints); None if it has none."""
 
 
 @dataclass
@@ -76,12 +71,12 @@ class JobDryRun:
     text: str | None = None
 
     def to_dict(self, masked: bool = True) -> dict:
-        from launcher.masking import mask_secrets
+        from launcher.wire.masking import mask_secrets
 
         return mask_secrets(self.request) if masked else self.request
 
     def render(self) -> str:
-        from launcher.masking import Masker
+        from launcher.wire.masking import Masker
 
         if self.text is not None:  # the request's secrets, wherever the text quotes them
             return Masker.of(self.request)(self.text)
@@ -90,10 +85,6 @@ class JobDryRun:
 
 class BackendError(RuntimeError):
     """A backend could not do what was asked (missing bucket, name taken, AWS error, ...)."""
-
-
-class SourceDirError(ValueError):
-    """The source bundle cannot be built; the message names the path or field and the fix."""
 
 
 class JobFailedError(RuntimeError):
@@ -107,37 +98,3 @@ class JobFailedError(RuntimeError):
         if where:
             text += f"\n  logs: {where}"
         super().__init__(text)
-
-
-def check_job_name(name: object, field: str = "job_name") -> str:
-    """`name` if SageMaker accepts it as a training job name, else ConfigError saying why."""
-    if isinstance(name, str) and len(name) <= MAX_JOB_NAME and JOB_NAME_PATTERN.fullmatch(name):
-        return name
-    raise ConfigError([Issue(field, name, _job_name_problem(name), JOB_NAME_FIX)])
-
-
-def _job_name_problem(name: object) -> str:
-    if not isinstance(name, str):
-        return f"is not text ({type(name).__name__})"
-    if not name:
-        return "is empty"
-    if len(name) > MAX_JOB_NAME:
-        return f"is {len(name)} characters long; SageMaker allows {MAX_JOB_NAME}"
-    bad = sorted(set(re.sub(r"[a-zA-Z0-9-]", "", name)))
-    if bad:
-        return "contains " + ", ".join(repr(c) for c in bad)
-    return "starts or ends with '-'"
-
-
-def make_job_name(base: str, now: datetime | None = None) -> str:
-    """'<base>-<yyyy-mm-dd-HH-MM-SS-mmm>', at most 63 characters of [a-zA-Z0-9-] (SDK v2 style)."""
-    now = now or datetime.now(timezone.utc)
-    stamp = now.strftime("%Y-%m-%d-%H-%M-%S-") + f"{now.microsecond // 1000:03d}"
-    base = re.sub(r"[^a-zA-Z0-9-]+", "-", base).strip("-") or "smlaunch"
-    base = base[: MAX_JOB_NAME - len(stamp) - 1].rstrip("-")
-    return f"{base}-{stamp}"
-
-
-def default_base_name(entry_point: str) -> str:
-    stem = entry_point.rsplit("/", 1)[-1].rsplit(".", 1)[0]
-    return f"smlaunch-{stem}"

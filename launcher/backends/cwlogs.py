@@ -5,7 +5,7 @@ SageMaker writes one stream per host, ``<job>/algo-<i>-<epoch seconds>``, in the
 (paginated: a page holds at most 50 streams) and reads each from where the last poll stopped.
 The caller passes a ``logs`` client, so this module never imports boto3.
 
-A message is masked before it is returned (launcher.masking): URL passwords always, and the
+A message is masked before it is returned (launcher.wire.masking): URL passwords always, and the
 secrets of the job when the caller passes its masker (``Masker.of(describe_training_job(...))``:
 its secret-named hyperparameters and environment), since on AWS's own images the toolkit prints
 the script's command line, hyperparameters included.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from launcher.masking import Masker
+from launcher.wire.masking import Masker
 
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 T = TypeVar("T")

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobFailedError
-from launcher.checkpoints import Checkpoint, latest_local
-from launcher.jobmetrics import JOBDIR_METRICS, jobdir_metrics, read_records
+from launcher.wire.checkpoints import Checkpoint, latest_local
+from launcher.backends.metric_records import JOBDIR_METRICS, jobdir_metrics, read_records
 from launcher.local import store
-from launcher.progress import Progress, read_progress
+from launcher.wire.progress import Progress, read_progress
 
 
 class JobDirBackend:

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from launcher.backends.base import Backend, BackendError, check_job_name
-from launcher.issues import ConfigError, Issue
+from launcher.backends.base import Backend, BackendError
+from launcher.config.job_names import check_job_name
+from launcher.config.issues import ConfigError, Issue
 
 BACKENDS = ("sagemaker", "local", "slurm")
 HANDLE_FIX = "name a job as NAME, sagemaker:NAME, local:NAME or slurm:JOBID"

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher import wire
-from launcher.backends.debugger import debugger_fields, profiler_fields
-from launcher.backends.images import job_image
+from launcher.config.sent_hyperparameters import job_hyperparameters
+from launcher.wire import hyperparameters as wire
+from launcher.config.debugger import debugger_fields, profiler_fields
+from launcher.config.images import job_image
 from launcher.backends.sourcedir import program_name
 from launcher.config import ValidatedJob
-from launcher.metrics import DEFAULT_METRIC_DEFINITIONS
+from launcher.wire.metric_lines import DEFAULT_METRIC_DEFINITIONS
 
 # Where the container finds the code when network isolation delivers it as the `code` channel
 # (sagemaker.estimator.EstimatorBase.CONTAINER_CODE_CHANNEL_SOURCEDIR_PATH).
@@ -29,7 +30,7 @@ def build_request(job: ValidatedJob, *, job_name: str, region: str, source_uri: 
     cfg = job.config
     instance_type = job.instance.name if job.instance else cfg.instance_type
     submit_directory = CODE_CHANNEL_ARCHIVE if cfg.enable_network_isolation else source_uri
-    hyperparameters = wire.job_hyperparameters(cfg, instance_type=instance_type, program=program_name(cfg),
+    hyperparameters = job_hyperparameters(cfg, instance_type=instance_type, program=program_name(cfg),
                                                submit_directory=submit_directory, job_name=job_name,
                                                region=region)
     request: dict[str, Any] = {

@@ -24,7 +24,7 @@ mtime, root ownership, normalised modes and a zeroed gzip timestamp, so the same
 gives the same bytes (and the same sha256) with the same zlib.
 
 Also unlike the SDK (which ships whatever the directory holds), credential files
-(``launcher.masking.CREDENTIAL_PATTERNS``: ``.env*``, ``.ssh/``, ``.aws/``, ``id_rsa*``, ``*.key``,
+(``launcher.wire.masking.CREDENTIAL_PATTERNS``: ``.env*``, ``.ssh/``, ``.aws/``, ``id_rsa*``, ``*.key``,
 ``.netrc``, ...) are left out of every tree whatever ``ignore`` says, and the bundle lists them
 (``excluded``). The one way to ship such a file is to name the file itself in ``dependencies``: a
 deliberate choice, which a note repeats. An archive over LARGE_BUNDLE_BYTES gets a note naming
@@ -51,9 +51,9 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
-from launcher.backends.base import SourceDirError
-from launcher.backends.requirements import REQUIREMENTS, runtime_requirements, with_requirements
-from launcher.masking import credential_pattern
+from launcher.config.issues import SourceDirError
+from launcher.config.requirements import REQUIREMENTS, runtime_requirements, with_requirements
+from launcher.wire.masking import credential_pattern
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Each model takes the constructor arguments of the SDK class it stands for (`sagemaker.debugger.
 DebuggerHookConfig`, `CollectionConfig`, `Rule`/`ProfilerRule`, `ProfilerConfig`,
 `TensorBoardOutputConfig`, `sagemaker.instance_group.InstanceGroup`, the `git_config` dict);
-`launcher.sdk_objects` turns the SDK's objects into these, and `launcher.backends.request` writes
+`launcher.sdk.sdk_objects` turns the SDK's objects into these, and `launcher.backends.request` writes
 them into CreateTrainingJob as the SDK does (docs/sagemaker-request.md).
 """
 

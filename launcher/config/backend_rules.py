@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from launcher.config.rules import Context
 from launcher.config.slurm_settings import time_seconds
-from launcher.issues import Issue
+from launcher.config.issues import Issue
 
 
 def check_backend_choice(ctx: Context) -> list[Issue]:

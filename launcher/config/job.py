@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, field_validator, model_validator
 from pydantic import Tag as UnionTag
 
-from launcher.backends.base import JOB_NAME_PATTERN
+from launcher.config.job_names import JOB_NAME_PATTERN
 from launcher.config.aws_settings import (
     DebuggerHookConfig,
     DebuggerRule,

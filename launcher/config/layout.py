@@ -118,7 +118,7 @@ def moe_problems(params: ModelParallelParameters, num_experts: int) -> list[Layo
     """What smlaunch's runtime needs of the layout for a model of `num_experts` experts (0: dense):
     expert parallelism only for an MoE model, over a divisor of its experts; no tensor parallelism
     of the MoE layers (pipeline parallelism: launcher.config.pipeline). Validation reports these
-    and the runtime refuses them (container.expert_parallel)."""
+    and the runtime refuses them (container.distributed.expert_parallel)."""
     ep, tp = params.expert_parallel_degree, params.tensor_parallel_degree
     if not num_experts:
         return [LayoutProblem("expert_parallel_degree", ep, "expert parallelism needs a mixture-of-experts "

@@ -21,8 +21,8 @@ from launcher.config.model_resolution import ModelResolution, resolve_model, tra
 from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
 from launcher.config.models import preset_for_hf_name
 from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
-from launcher.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
-from launcher.issues import Issue
+from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
+from launcher.config.issues import Issue
 
 HP = "hyperparameters"
 
@@ -101,7 +101,7 @@ def _hub_config(job: JobConfig, source: ModelSource, trainer: bool) -> _Config:
     preset = preset_for_hf_name(source.repo_id)
     if preset is not None:
         return _Config(hf_config(preset), preset.name)
-    from launcher import hub
+    from launcher.config import hub
 
     try:
         config = hub.cached_config(source.repo_id, source.revision)

@@ -2,7 +2,7 @@
 what the model, the batch and the schedule must allow for smlaunch's runtime to pipeline a job.
 
 Written once: the client's validation reports them (rules.check_pipeline) and the container
-refuses the same before it builds anything (container/pipeline.py). Pure, no torch.
+refuses the same before it builds anything (container/distributed/pipeline.py). Pure, no torch.
 """
 
 from __future__ import annotations

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 import json
 
-from launcher import wire
+from launcher.config import sent_hyperparameters
 from launcher.config.limits import (
     HYPERPARAMETER_KEY_MAX,
     HYPERPARAMETER_VALUE_MAX,
     HYPERPARAMETERS_MAX,
 )
 from launcher.config.rules import HP, Context
-from launcher.issues import Issue
+from launcher.config.issues import Issue
 
 _TOO_BIG = "put large settings in a file under source_dir (or an input channel) and pass its name"
 
 
 def check_hyperparameter_limits(ctx: Context) -> list[Issue]:
     job = ctx.job
-    user = wire.user_hyperparameters(job)
+    user = sent_hyperparameters.user_hyperparameters(job)
     issues = []
     for key, value in user.items():
         if len(key) > HYPERPARAMETER_KEY_MAX:
@@ -34,7 +34,7 @@ def check_hyperparameter_limits(ctx: Context) -> list[Issue]:
                                 f"takes at most {HYPERPARAMETER_VALUE_MAX}", _TOO_BIG))
     # The reserved keys' values do not matter here, only that the request carries them (the region
     # is always sent to SageMaker).
-    sent_keys = wire.job_hyperparameters(job, instance_type=job.instance_type, program="-", submit_directory="-",
+    sent_keys = sent_hyperparameters.job_hyperparameters(job, instance_type=job.instance_type, program="-", submit_directory="-",
                                          job_name="-", region="-")
     if len(sent_keys) > HYPERPARAMETERS_MAX:
         added = sorted(set(sent_keys) - set(user))

@@ -2,7 +2,7 @@
 
 A checkpoint may be resumed by a job of another world size: DCP reshards the model and optimizer
 states onto the new layout, and the data position is the global index of the next step's first
-sample (container/data.py), which no degree changes. So the fleet and the parallel degrees may
+sample (container/data/loader.py), which no degree changes. So the fleet and the parallel degrees may
 change. What the data position and the optimizer state only mean together with, may not:
 
 - the global batch in sequences (train_batch_size x data-parallel degree x
@@ -11,7 +11,7 @@ change. What the data position and the optimizer state only mean together with, 
 - the model's shape (a smaller model would load part of the weights without complaint);
 - the optimizer (its moments are in the checkpoint).
 
-The runtime records `RunIdentity.record()` in every checkpoint (container/checkpoint.py) and
+The runtime records `RunIdentity.record()` in every checkpoint (container/checkpoint/dcp.py) and
 refuses to continue one whose record differs (`RunIdentity.conflicts`); validation explains the same
 rule before a job that resumes is submitted (resume_rules.py). No torch here: the container
 imports this module.

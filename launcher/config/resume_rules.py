@@ -8,7 +8,7 @@ from launcher.config.layout import ParallelLayout, layout_problems, with_shardin
 from launcher.config.resume import KEPT, batch_text, data_stream, global_batch, may_change
 from launcher.config.rules import Context
 from launcher.config.run_settings import run_settings
-from launcher.issues import Issue
+from launcher.config.issues import Issue
 
 
 def check_resume(ctx: Context) -> list[Issue]:

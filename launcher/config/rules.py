@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher import catalog
+from launcher.config import catalog
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 from launcher.config.job import JobConfig
@@ -23,7 +23,7 @@ from launcher.config.models import MOE_MODEL_TYPES, ModelSpec
 from launcher.config.pipeline import PipelineJob, pipeline_problems
 from launcher.config.run_settings import run_settings
 from launcher.config.slurm_settings import node_gpus
-from launcher.issues import Issue, did_you_mean
+from launcher.config.issues import Issue, did_you_mean
 
 MP = "distribution.smdistributed.modelparallel.parameters"
 HP = "hyperparameters"
@@ -75,7 +75,7 @@ def check_instance(job: JobConfig) -> tuple[catalog.InstanceType | None, list[Is
             Issue(
                 "instance_type", job.instance_type,
                 "known to SageMaker but not to smlaunch's catalog, so accelerator checks are skipped",
-                "check the degrees by hand, or add the type to launcher/catalog.py", "warning",
+                "check the degrees by hand, or add the type to launcher/config/catalog.py", "warning",
             )
         ]
     suggestions = did_you_mean(name, catalog.catalog_names())

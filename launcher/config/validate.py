@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from launcher import catalog
+from launcher.config import catalog
 from launcher.config import (
     aws_rules,
     backend_rules,
@@ -33,7 +33,7 @@ from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
 from launcher.config.layout import ParallelLayout, with_sharding_strategy
 from launcher.config.models import ModelSpec
 from launcher.config.run_settings import RunSettings, run_settings
-from launcher.issues import ConfigError, Issue, did_you_mean
+from launcher.config.issues import ConfigError, Issue, did_you_mean
 
 
 @dataclass

@@ -32,7 +32,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.contract import write_private
+from launcher.wire.opt_ml import write_private
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
 
 ENGINE_ENV = "SMLAUNCH_CONTAINER_ENGINE"

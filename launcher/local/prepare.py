@@ -4,7 +4,7 @@ Nothing is written until the name, the runner, the GPUs, the places the job writ
 file and some free space in each), the code archive and the S3 locations have passed their
 checks; then the job directory gets its record, the code archive, the channels (downloaded from
 S3 if need be) and one `/opt/ml` tree per host, written as SageMaker writes them
-(launcher.contract.write_opt_ml). A failure on the way leaves no job stuck "Starting": the
+(launcher.wire.opt_ml.write_opt_ml). A failure on the way leaves no job stuck "Starting": the
 directory goes if the record is not written yet, else the record says Failed.
 """
 
@@ -17,15 +17,17 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher import wire
-from launcher.backends.base import BackendError, check_job_name, default_base_name, make_job_name
+from launcher.config.sent_hyperparameters import job_hyperparameters
+from launcher.wire import hyperparameters as wire
+from launcher.backends.base import BackendError
+from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.backends.request import tensorboard_config
 from launcher.backends.sourcedir import build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.job_rules import resolve_path
-from launcher.contract import write_opt_ml
-from launcher.issues import ConfigError, Issue
+from launcher.wire.opt_ml import write_opt_ml
+from launcher.config.issues import ConfigError, Issue
 from launcher.local import s3io, store
 from launcher.local.spec import LocalJobSpec, Runner
 
@@ -100,7 +102,7 @@ def checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: 
         region=cfg.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
         runner_settings=dict(getattr(runner, "settings", {})), tensorboard=tensorboard_config(cfg),
     )
-    spec.hyperparameters = wire.encode(wire.job_hyperparameters(
+    spec.hyperparameters = wire.encode(job_hyperparameters(
         cfg, instance_type=cfg.instance_type, program=program_name(cfg),
         submit_directory=runner.submit_directory(spec), job_name=spec.name, region=spec.region))
     runner.check(spec)

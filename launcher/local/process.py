@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 
-from launcher.contract import free_port
+from launcher.wire.opt_ml import free_port
 from launcher.local import leftovers
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
 

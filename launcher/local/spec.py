@@ -6,7 +6,7 @@ The job directory (`<jobs root>/<job name>/`):
     spec.json            this LocalJobSpec, so a detached supervisor can run the job (0600: it
                          holds the environment and hyperparameters, secrets included)
     sourcedir.tar.gz     the code archive, built exactly as for SageMaker
-    hosts/algo-N/        one /opt/ml tree per simulated host (launcher.contract.write_opt_ml)
+    hosts/algo-N/        one /opt/ml tree per simulated host (launcher.wire.opt_ml.write_opt_ml)
     checkpoints/         shared by every host (unless checkpoint_local_path names another place)
     data/<channel>/      channels downloaded from s3://
     logs/algo-N.log      each host's output; logs/job.log: all hosts merged, host-prefixed
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from launcher.contract import TENSORBOARD_LOCAL_PATH, write_private
+from launcher.wire.opt_ml import TENSORBOARD_LOCAL_PATH, write_private
 
 SPEC_FILE = "spec.json"
 # Written in the job directory to ask its supervisor to stop the job, as SIGTERM to it does: for a
@@ -104,7 +104,7 @@ class Runner(Protocol):
     name: str
     backend: str  # the backend whose jobs it runs: "local", or "slurm" for the Slurm runner
     # resourceconfig.json's network_interface_name: the interface the hosts reach each other on,
-    # which torchrun jobs get as NCCL_SOCKET_IFNAME (container.toolkit_env)
+    # which torchrun jobs get as NCCL_SOCKET_IFNAME (container.toolkit.torchrun_env)
     network_interface_name: str
 
     def submit_directory(self, spec: LocalJobSpec) -> str:

@@ -5,7 +5,7 @@ SecondaryStatusTransitions, FailureReason, the times, ModelArtifacts, ...), so `
 and the estimator read a local job as they read a SageMaker one. Writes are atomic (write a
 temporary file, then rename), since `status` may read while the supervisor writes, and the file
 is 0600: it holds the job's hyperparameters and environment in clear, as DescribeTrainingJob
-returns them (`status --json` masks them, launcher.masking).
+returns them (`status --json` masks them, launcher.wire.masking).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from launcher.backends.base import check_job_name
-from launcher.contract import write_private
+from launcher.config.job_names import check_job_name
+from launcher.wire.opt_ml import write_private
 
 HOME_ENV = "SMLAUNCH_HOME"  # default ~/.smlaunch; jobs live in <home>/jobs/<job name>/
 RECORD = "job.json"

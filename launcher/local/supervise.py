@@ -31,7 +31,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from launcher.contract import FAILURE_LIMIT, process_ended
+from launcher.wire.opt_ml import FAILURE_LIMIT, process_ended
 from launcher.local import leftovers, s3io, store
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
 from launcher.local.watchdog import Watchdog

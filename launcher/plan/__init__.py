@@ -4,7 +4,7 @@ largest single allocation, which setting fixes an OOM), throughput and cost, swe
 Pure arithmetic on the validated job: no torch, no boto3, no rich until a table is rendered.
 Importing this package loads nothing until a name is used.
 
-    from launcher.jobfile import validate_job_file
+    from launcher.config.jobfile import validate_job_file
     from launcher.plan import plan, explain_oom
     result = plan(validate_job_file("configs/seed/p4d-no-cp.yaml"))
     if result.oom:

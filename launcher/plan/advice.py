@@ -27,7 +27,7 @@ def raw_job(job: ValidatedJob) -> dict:
 
 def revalidate(job: ValidatedJob, overrides: tuple[str, ...]) -> ValidatedJob:
     """`job` with `--set` overrides applied, validated again (ConfigError if invalid)."""
-    from launcher.jobfile import apply_overrides
+    from launcher.config.jobfile import apply_overrides
 
     raw = raw_job(job)
     apply_overrides(raw, overrides)

@@ -4,7 +4,7 @@ A pass is one micro-batch's forward and backward on one rank (a pipeline microba
 pipeline parallelism); the trainer syncs gradients on every one (container/trainer.py). The
 model follows what the runtime does (docs/planner.md has the formulas and their sources):
 
-- FSDP2 (container/parallelize.py): every block is a unit; its bf16 parameters are all-gathered
+- FSDP2 (container/distributed/parallelize.py): every block is a unit; its bf16 parameters are all-gathered
   before its forward and, with reshard_after_forward, again before its backward; its gradients
   are reduce-scattered in fp32 (MixedPrecisionPolicy reduce_dtype=float32) over the sharding
   group dp_shard x cp, then all-reduced over dp_replicate (HSDP). The root unit (embeddings,
@@ -12,12 +12,12 @@ model follows what the runtime does (docs/planner.md has the formulas and their 
   all-gather while this block computes, and reduces the previous block's gradients while this
   one's backward runs: only the part that exceeds a block's compute waits, plus the first
   all-gather and the last reduction of the pass, and the root's, which nothing overlaps.
-- Context parallelism (container/context_parallel.py, Transformer Engine on GPUs): with
+- Context parallelism (container/distributed/context_parallel.py, Transformer Engine on GPUs): with
   cp_comm_type p2p, K and V travel round the cp ring, cp - 1 hops per block forward, twice as much
   backward (K/V again and their gradients back), once more when full checkpointing recomputes the
   forward; each hop overlaps the attention on the chunk at hand, so only the part exceeding the
   block's attention compute waits. all_gather and a2a (Ulysses) are counted as exposed.
-- Tensor parallelism with sequence parallelism (container/tensor_parallel.py): per block forward
+- Tensor parallelism with sequence parallelism (container/distributed/tensor_parallel.py): per block forward
   two all-gathers (attention and MLP inputs) and two reduce-scatters (wo and w2 outputs) of the
   block's activations, the same four in backward, four more under full checkpointing; nothing
   overlaps them (no async TP).

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.catalog import InstanceType, catalog_names, get_instance_type
+from launcher.config.catalog import InstanceType, catalog_names, get_instance_type
 from launcher.config import Issue, ValidatedJob, validate_job
 from launcher.config.job import JobFile
 from launcher.config.layout import divisors
 from launcher.config.limits import MAX_INSTANCE_COUNT
-from launcher.issues import did_you_mean
+from launcher.config.issues import did_you_mean
 from launcher.plan.sweep import PlanResult, plan_overrides, settings_of
 from launcher.plan.workload import workload_of
 
@@ -92,7 +92,7 @@ def search_job_file(path: str | Path, overrides: Iterable[str] = (), *, instance
                     deadline: str | None = None) -> SearchResult:
     """Search the job file's space (see the module docstring). Raises SearchOptionError for a
     bad option, ConfigError for an invalid job, PlanError for one that cannot be planned."""
-    from launcher.jobfile import load_job_file
+    from launcher.config.jobfile import load_job_file
 
     deadline_h = parse_options(instance_types, families, max_instances, tokens, deadline)
     data, base = load_job_file(path, overrides)
@@ -148,7 +148,7 @@ def candidate_types(job: ValidatedJob, instance_types: str | None,
         if bad:
             gpu_types = [n for n in catalog_names() if (get_instance_type(n).accelerators or 0) > 0]
             raise SearchOptionError([Issue("--instance-types", n, "is not an accelerated SageMaker instance type "
-                                     "in the catalog", did_you_mean(n, gpu_types) or "see launcher/catalog.py")
+                                     "in the catalog", did_you_mean(n, gpu_types) or "see launcher/config/catalog.py")
                                for n in bad])
         pool = list(dict.fromkeys(found.values()))
     elif families is not None:

@@ -153,7 +153,7 @@ def plan_overrides(data: Mapping[str, Any], overrides: Sequence[str], *, base_di
                    source: str | None = None, advise: bool = False) -> PlanResult:
     """Plan the job data with `overrides` applied, validated like `smlaunch validate`; a
     configuration that fails validation comes back with its errors, not raised."""
-    from launcher.jobfile import apply_overrides
+    from launcher.config.jobfile import apply_overrides
 
     overrides = tuple(overrides)
     raw = copy.deepcopy(dict(data))
@@ -169,7 +169,7 @@ def sweep_job_file(path: str | Path, overrides: Iterable[str] = (),
                    sweeps: Mapping[str, Sequence[Any]] | Iterable[str] = ()) -> list[PlanResult]:
     """sweep() over a job file; `sweeps` as a mapping or as `--sweep` option strings. Raises
     ConfigError when the file itself cannot be read or an override/sweep option is malformed."""
-    from launcher.jobfile import load_job_file
+    from launcher.config.jobfile import load_job_file
 
     data, base = load_job_file(path, overrides)
     if not isinstance(sweeps, Mapping):
@@ -219,7 +219,7 @@ def auto_job_file(path: str | Path, overrides: Iterable[str] = (),
                   ) -> tuple[PlanResult | None, list[PlanResult]]:
     """(the cheapest fitting configuration, every configuration tried). Without sweeps the
     search space is default_space() of the job file as given (which must then be valid)."""
-    from launcher.jobfile import load_job_file
+    from launcher.config.jobfile import load_job_file
 
     data, base = load_job_file(path, overrides)
     if not isinstance(sweeps, Mapping):
@@ -237,7 +237,7 @@ def _text(value: Any) -> str:
 
 def _raw_settings(data: Mapping[str, Any]) -> dict[str, Any]:
     """Best-effort settings of a configuration that did not validate."""
-    from launcher.jobfile import MP_PATH
+    from launcher.config.jobfile import MP_PATH
 
     node: Any = data.get("distribution")
     for part in MP_PATH[1:]:

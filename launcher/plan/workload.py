@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from launcher.catalog import InstanceType
+from launcher.config.catalog import InstanceType
 from launcher.config import ValidatedJob
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.layout import ParallelLayout

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from launcher.backends.base import BackendError
-from launcher.contract import free_port
+from launcher.wire.opt_ml import free_port
 from launcher.local.process import ProcessRunner
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
 from launcher.slurm import commands

@@ -1,0 +1,376 @@
+"""Training checkpoints with torch.distributed.checkpoint (DCP) and verified automatic resume.
+
+Layout of `<directory>/step-<N>/`:
+    .metadata, __<rank>_0.distcp   DCP's sharded model and optimizer state (reshardable)
+    rng-<rank>.pt                  each rank's torch RNG state
+    trainer.pt                     step, world size, scheduler, data position, extra, and what a
+                                   resume must keep (launcher.config.resume) (rank 0)
+    manifest-<rank>.json           size and sha256 of every file that rank wrote
+    .complete                      written last by rank 0: the step and how many manifest parts
+
+A checkpoint is written as `step-<N>.tmp/` and renamed once every rank has finished, so a job
+killed mid-save leaves only a `.tmp` directory, which resume ignores. The rename is done by the
+first rank of every host: on SageMaker `/opt/ml/checkpoints` is a per-host disk synced to one S3
+prefix, so each host must rename its own shards, and hashes only its own files
+(container.checkpoint.manifest).
+
+Resume verifies before it loads: the newest checkpoint whose marker, manifest parts, sizes and
+hashes all agree is loaded; a corrupt or partial one is skipped with a log line saying why.
+Rank 0 decides (the hashing is spread over the ranks) and every rank takes its decision, so no
+rank raises or enters a collective that the others skip. When step-<N> checkpoints exist and
+none is usable, resume fails with every reason rather than train from step 1 over them.
+
+Works with a plain model in one process (no process group: DCP's no-dist mode) and with an
+FSDP2-sharded model; DCP reshards on load, so a job may resume on a different number of ranks
+and other parallel degrees. The RNG states are then left alone, as they belong to ranks that no
+longer exist; the runtime draws no random numbers while training (no dropout; synthetic data is
+a function of the sample index), so the resumed run is still the uninterrupted one. What may not
+change (global batch, sequence length, model, ...) is recorded in trainer.pt and checked before
+anything is loaded: launcher.config.resume decides it, and validation explains the same rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import signal
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.optim.lr_scheduler import LRScheduler
+
+from container.checkpoint import manifest
+from launcher.wire import checkpoints
+from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
+from launcher.config.resume import RunIdentity, may_change
+
+log = logging.getLogger(__name__)
+
+TRAINER_FILE = "trainer.pt"
+DCP_METADATA = ".metadata"  # written by DCP's coordinator (rank 0) in FileSystemWriter.finish
+_TMP_DIR = re.compile(r"step-(\d+)\.tmp")
+
+
+class CheckpointError(RuntimeError):
+    """Checkpoints exist, and none of them can be resumed from, or this run may not continue them."""
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _world() -> int:
+    return dist.get_world_size() if _distributed() else 1
+
+
+def _barrier() -> None:
+    if _distributed():
+        dist.barrier()
+
+
+def _from_rank0(value: Any) -> Any:
+    """Rank 0's value on every rank, so that all ranks take the same branch."""
+    if not _distributed():
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _first_of_all(value: Any) -> Any:
+    """The first value other than None over all ranks, in rank order: the same on every rank."""
+    if not _distributed():
+        return value
+    values: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return next((v for v in values if v is not None), None)
+
+
+@contextlib.contextmanager
+def _quiet_no_dist():
+    # DCP warns on every save/load without a process group; here that is a supported mode.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+class _RecordingWriter(dcp.FileSystemWriter):
+    """DCP's file writer that remembers the files this rank wrote, for its manifest part."""
+
+    written: list[str]
+
+    def write_data(self, plan, planner):
+        future = super().write_data(plan, planner)
+        self.written = [result.storage_data.relative_path for result in future.wait()]
+        return future
+
+
+# The optimizer state is saved flattened, one key per parameter and setting
+# (`param_groups.<fqn>.lr`): pipeline stages hold different parameters, and an unflattened
+# `param_groups` list under one key would be saved by one rank only (DCP keeps one copy of a key)
+# and loaded by all. trainer.pt records the layout; checkpoints written before it was recorded
+# hold the unflattened state, and still load.
+OPTIMIZER_LAYOUT = "flattened"
+
+
+def _optim_options(layout: str | None) -> StateDictOptions:
+    return StateDictOptions(flatten_optimizer_state_dict=layout == "flattened")
+
+
+def _sharded_state(model: nn.Module, optimizer: torch.optim.Optimizer, layout: str | None) -> dict[str, Any]:
+    """Each rank's shards (DTensors under FSDP2), which DCP writes and reshards on load."""
+    return {
+        "model": get_model_state_dict(model),
+        "optim": get_optimizer_state_dict(model, optimizer, options=_optim_options(layout)),
+    }
+
+
+def _rng_state() -> dict[str, torch.Tensor]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+class Checkpointer:
+    """Saves `step-<N>/` checkpoints under `directory`, keeps the newest `keep`, resumes the
+    newest usable one.
+
+    `rank` and `local_rank` default to the process group's rank and torchrun's `LOCAL_RANK`.
+    `identity` (this run's values of what a resume must keep) is recorded in every save and
+    checked at resume; without it nothing is recorded or checked.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        keep: int,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        identity: RunIdentity | None = None,
+    ):
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, not {keep}")
+        self.directory = Path(directory)
+        self.keep = keep
+        self.rank = rank if rank is not None else (dist.get_rank() if _distributed() else 0)
+        if local_rank is None:
+            local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        self.local_rank = local_rank
+        self.identity = identity
+        self._good: set[int] = set()  # steps this job saved or verified
+        self._bad: set[int] = set()  # steps resume found unusable: never kept in place of good ones
+
+    def path(self, step: int) -> Path:
+        return self.directory / f"step-{step}"
+
+    def complete_steps(self) -> list[int]:
+        """Steps whose marker says every rank wrote its files, oldest first. Their contents are
+        verified at resume, not here: right after a save on per-host disks the other hosts'
+        shards are not here (they meet in the S3 checkpoint prefix)."""
+        return checkpoints.complete_steps(self.directory)
+
+    def save(
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: LRScheduler | None,
+        dataloader_state: dict,
+        extra: dict | None = None,
+    ) -> Path:
+        """Collective: every rank calls it. `dataloader_state` and `extra` are rank 0's (use a
+        global data position) and must hold only plain values and tensors (loaded weights_only)."""
+        final = self.path(step)
+        # Re-saving a step this job saved or verified (SIGTERM right after a resume) could only
+        # lose it; any other step-<N> of that name (one resume skipped) is replaced.
+        if step in self._good:
+            return final
+        tmp = self.directory / f"step-{step}.tmp"
+        if self.local_rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(final, ignore_errors=True)
+        _barrier()
+        tmp.mkdir(parents=True, exist_ok=True)
+        rng_file = f"rng-{self.rank}.pt"
+        torch.save(_rng_state(), tmp / rng_file)
+        writer = _RecordingWriter(tmp)
+        with _quiet_no_dist():
+            dcp.save(_sharded_state(model, optimizer, OPTIMIZER_LAYOUT), storage_writer=writer, no_dist=not _distributed())
+        written = [rng_file, *writer.written]
+        if self.rank == 0:
+            trainer = {
+                "step": step,
+                "world_size": _world(),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "dataloader": dataloader_state,
+                "extra": extra or {},
+                "keeps": self.identity.record() if self.identity is not None else None,
+                "optimizer_layout": OPTIMIZER_LAYOUT,
+            }
+            torch.save(trainer, tmp / TRAINER_FILE)
+            written += [TRAINER_FILE, DCP_METADATA]  # dcp.save has returned: the metadata is written
+        manifest.write_part(tmp, self.rank, written)
+        _barrier()  # every rank's part is written: only now may the marker say so
+        if self.rank == 0:
+            manifest.write_marker(tmp, step, parts=_world())
+        _barrier()
+        if self.local_rank == 0:
+            try:
+                tmp.rename(final)
+            except FileNotFoundError:  # a shared file system: another host's first rank renamed it
+                pass
+        _barrier()
+        self._good.add(step)
+        self._bad.discard(step)
+        # Rank 0 chooses what to keep, so that hosts with per-host disks (no markers there) agree.
+        kept = [s for s in self.complete_steps() if s not in self._bad] if self.rank == 0 else []
+        kept = _from_rank0([s for s in kept if s <= step][-self.keep:])
+        if self.local_rank == 0:
+            self._prune(step, kept)
+        _barrier()
+        log.info("saved checkpoint %s", final)
+        return final
+
+    def load_latest(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LRScheduler | None
+    ) -> tuple[int, dict, dict] | None:
+        """Collective. Restore the newest usable checkpoint into the given (fresh) objects and
+        return (step, dataloader_state, extra); None when there is no checkpoint. Raises
+        CheckpointError when checkpoints exist and none is usable."""
+        candidates = _from_rank0(self._candidates() if self.rank == 0 else None)
+        if not candidates:
+            return None
+        reasons: dict[int, str] = {}
+        for step in candidates:
+            reason = self._verify(step)
+            if reason is None:
+                return self._load(step, model, optimizer, scheduler)
+            reasons[step] = reason
+            self._bad.add(step)
+            if self.rank == 0:
+                log.warning("checkpoint %s is not usable, trying the one before it: %s", self.path(step), reason)
+        listing = "".join(f"\n  {self.path(step).name}: {reason}" for step, reason in reasons.items())
+        raise CheckpointError(
+            f"no usable checkpoint in {self.directory} (checkpoint_dir), and training does not start over "
+            f"from step 1 on top of them. To start fresh, move or delete them (on SageMaker: under "
+            f"checkpoint_s3_uri) or point checkpoint_dir elsewhere.{listing}")
+
+    def _steps(self) -> list[int]:
+        return checkpoints.step_dirs(self.directory)
+
+    def _candidates(self) -> list[int]:
+        """Rank 0: every step-<N> directory, newest first; `.tmp` ones are saves that never finished."""
+        if self.directory.is_dir():
+            for p in sorted(self.directory.iterdir()):
+                if _TMP_DIR.fullmatch(p.name):
+                    log.info("ignoring %s: a save that did not finish is not a checkpoint", p)
+        return self._steps()[::-1]
+
+    def _verify(self, step: int) -> str | None:
+        """Collective: None when `step` is usable, else why not; the same answer on every rank.
+        Rank 0 checks the marker, parts and sizes; every rank hashes its share of the files."""
+        path = self.path(step)
+        entries, reason = _from_rank0(
+            manifest.inspect(path, step, required=(DCP_METADATA, TRAINER_FILE)) if self.rank == 0 else None)
+        if reason is not None:
+            return reason
+        return _first_of_all(manifest.first_mismatch(path, manifest.share(entries, self.rank, _world())))
+
+    def _load(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+              scheduler: LRScheduler | None) -> tuple[int, dict, dict]:
+        path = self.path(step)
+        trainer = torch.load(path / TRAINER_FILE, weights_only=True)
+        self._check_continues(path, trainer)
+        layout = trainer.get("optimizer_layout")
+        state = _sharded_state(model, optimizer, layout)
+        with _quiet_no_dist():
+            dcp.load(state, checkpoint_id=path, no_dist=not _distributed())
+        set_model_state_dict(model, state["model"])
+        set_optimizer_state_dict(model, optimizer, state["optim"], options=_optim_options(layout))
+        if scheduler is not None and trainer["scheduler"] is not None:
+            scheduler.load_state_dict(trainer["scheduler"])
+        rng_file = path / f"rng-{self.rank}.pt"
+        if trainer["world_size"] == _world() and rng_file.is_file():
+            _set_rng_state(torch.load(rng_file, weights_only=True))
+        else:
+            # smlaunch's training draws no random numbers, so this changes nothing for it; a user
+            # script with dropout continues with other random draws (docs/spot.md).
+            log.warning("checkpoint %s was saved by %d ranks, now %d: RNG states not restored",
+                        path, trainer["world_size"], _world())
+        self._good.add(step)
+        log.info("resumed from checkpoint %s", path)
+        return step, trainer["dataloader"], trainer["extra"]
+
+    def _check_continues(self, path: Path, trainer: dict) -> None:
+        """Every rank reads the same trainer.pt, so all raise together or none does. A checkpoint
+        saved before trainer.pt recorded `keeps` is not checked."""
+        saved = trainer.get("keeps")
+        conflicts = self.identity.conflicts(saved) if saved and self.identity is not None else []
+        if conflicts:
+            raise CheckpointError(
+                f"this run cannot continue checkpoint {path} (checkpoint_dir): resuming would silently give "
+                f"another run. A resume may change {may_change()}; not these:"
+                + "".join(f"\n  {line}" for line in conflicts)
+                + "\nTo start a new run instead, move or delete the checkpoints (on SageMaker: under "
+                "checkpoint_s3_uri) or point checkpoint_dir elsewhere.")
+
+    def _prune(self, newest: int, kept: list[int]) -> None:
+        """Delete older checkpoints, complete or partial, except `kept`; leave later steps alone."""
+        for p in self.directory.iterdir():
+            m = _STEP_DIR.fullmatch(p.name) or _TMP_DIR.fullmatch(p.name)
+            if m and int(m.group(1)) < newest and int(m.group(1)) not in kept:
+                # ignore_errors: on a shared file system another host may delete the same tree.
+                shutil.rmtree(p, ignore_errors=True)
+
+
+@dataclass
+class StopFlag:
+    """Set by the SIGTERM handler; the training loop polls it through `should_stop`."""
+
+    requested: bool = False
+
+
+def install_sigterm_flag() -> StopFlag:
+    """SageMaker sends SIGTERM before stopping an instance (spot interruption, StopTrainingJob):
+    turn it into a flag, so the loop can save a checkpoint and exit at a step boundary."""
+    flag = StopFlag()
+
+    def _handler(signum: int, frame: object) -> None:
+        flag.requested = True
+
+    signal.signal(signal.SIGTERM, _handler)
+    return flag
+
+
+def should_stop(flag: StopFlag) -> bool:
+    """True on every rank once any rank got SIGTERM: a rank that stops alone hangs the others."""
+    if not _distributed():
+        return flag.requested
+    nccl = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    requested = torch.tensor([int(flag.requested)], device=device)
+    dist.all_reduce(requested, op=dist.ReduceOp.MAX)
+    return bool(requested.item())

@@ -1,0 +1,1 @@
+"""Training data: packing text into token blocks (pack), reading them in a global order (loader)."""

@@ -1,0 +1,278 @@
+"""Training data: fixed-length token blocks in a global order that no parallelism changes.
+
+Sample i of the global order is record i mod N of the channel's files (read in sorted name
+order, as one stream, epoch after epoch) or, for `dataset_type="synthetic"`, a deterministic
+function of (seed, i). Step s consumes global samples [start + s·G, start + (s+1)·G) with
+G = micro_batch × dp_size × grad_accum. Data-parallel rank d takes the contiguous slice
+[d·m·a, (d+1)·m·a) of it (m = micro_batch, a = grad_accum) and its k-th micro-batch is the k-th
+m-sized piece of that slice. Every (rank, micro-batch) pair covers a distinct part of the step's
+G samples, so the step sees the same samples as one rank with a G-sized batch, whatever the
+world size; context- and tensor-parallel ranks of one data-parallel rank get the same batch.
+
+Labels are shifted here, before context parallelism cuts sequences: labels[:, t] is the token
+at t+1 (or the record's own label at t+1), -100 (ignored by the loss) at the last position
+and where the record's attention_mask marks the target as padding.
+
+Data sets are made by container.data.pack (`pack`, the seed's `group_texts`), also as
+
+    python -m container.data pack --input docs/ src/ --output train.jsonl --block-size 512
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from launcher.wire.datafiles import data_files, open_text
+
+IGNORE_INDEX = -100
+
+
+class EndOfData(Exception):
+    """A non-repeating source (validation) has fewer samples than asked for."""
+
+
+def shift_labels(labels: torch.Tensor) -> torch.Tensor:
+    """Causal-LM targets: position t predicts token t+1; the last position predicts nothing."""
+    shifted = torch.full_like(labels, IGNORE_INDEX)
+    shifted[..., :-1] = labels[..., 1:]
+    return shifted
+
+
+class JsonlSource:
+    """Records of JSON Lines files as one stream, read line by line (never a whole file).
+
+    Reads move forward only, skipping other ranks' lines unparsed; asking for an earlier sample
+    restarts the stream. With `repeat`, sample i is record i mod N (N is learnt at the first
+    end of the data); without, reading past the end raises EndOfData.
+    """
+
+    def __init__(self, files: Sequence[Path], seq_len: int, vocab_size: int, repeat: bool = True):
+        if not files:
+            raise FileNotFoundError("no data files given")
+        self.files, self.seq_len, self.vocab_size, self.repeat = list(files), seq_len, vocab_size, repeat
+        self.num_records: int | None = None
+        self._lines: Iterator[tuple[Path, int, str]] | None = None
+        self._pos = 0  # global index of the sample the stream yields next
+
+    def _read_lines(self) -> Iterator[tuple[Path, int, str]]:
+        count = 0
+        for path in self.files:
+            with open_text(path) as f:
+                for lineno, line in enumerate(f, 1):
+                    if line.strip():
+                        count += 1
+                        yield path, lineno, line
+        self.num_records = count
+        if count == 0:
+            raise ValueError(f"no records in {', '.join(map(str, self.files))}")
+
+    def _next_line(self) -> tuple[Path, int, str] | None:
+        """The next record's line, or None at the end of the data (the stream then starts over)."""
+        if self._lines is None:
+            self._lines = self._read_lines()
+        line = next(self._lines, None)
+        if line is None:
+            if not self.repeat:  # the spent iterator stays: asking again raises again
+                raise EndOfData(f"{self._pos} records in {', '.join(map(str, self.files))}")
+            self._lines = None
+            return None
+        self._pos += 1
+        return line
+
+    def _seek(self, index: int) -> None:
+        if index < self._pos:
+            self._lines, self._pos = None, 0
+        while self._pos < index:
+            if self._lines is None and self.repeat and self.num_records:
+                self._pos += (index - self._pos) // self.num_records * self.num_records  # whole epochs
+                if self._pos == index:
+                    break
+            self._next_line()
+
+    def has(self, count: int) -> bool:
+        """Whether samples [0, count) exist (always, when repeating)."""
+        try:
+            if count > self._pos:
+                self._seek(count)
+            return True
+        except EndOfData:
+            return False
+
+    def read(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """input_ids and shifted labels, [count, seq_len] each, of samples start..start+count-1."""
+        self._seek(start)
+        rows = []
+        while len(rows) < count:
+            line = self._next_line()
+            if line is not None:
+                rows.append(self._parse(*line))
+        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+
+    def _parse(self, path: Path, lineno: int, line: str) -> tuple[torch.Tensor, torch.Tensor]:
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+            ids = torch.tensor(record["input_ids"], dtype=torch.long)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{where}: expected a JSON object with an integer list 'input_ids' ({e})") from e
+        if ids.ndim != 1 or len(ids) != self.seq_len:
+            raise ValueError(
+                f"{where}: input_ids has {len(ids) if ids.ndim == 1 else tuple(ids.shape)} tokens, "
+                f"expected max_context_width={self.seq_len}. Blocks must be fixed-length: "
+                f"re-block the data (python -m container.data.pack --block-size {self.seq_len}) "
+                f"or set max_context_width to the data's block size")
+        outside = ids[(ids < 0) | (ids >= self.vocab_size)]
+        if len(outside):
+            raise ValueError(f"{where}: token id {int(outside[0])} outside the vocabulary "
+                             f"[0, {self.vocab_size})")
+        labels = ids
+        if "labels" in record:
+            labels = torch.tensor(record["labels"], dtype=torch.long)
+            if labels.shape != ids.shape:
+                raise ValueError(f"{where}: labels has {len(labels)} entries, input_ids {len(ids)}")
+        labels = shift_labels(labels)
+        if "attention_mask" in record:
+            # A padded target (mask 0) is not something to learn to predict.
+            mask = torch.tensor(record["attention_mask"], dtype=torch.bool)
+            if mask.shape != ids.shape:
+                raise ValueError(f"{where}: attention_mask has {len(mask)} entries, input_ids {len(ids)}")
+            labels[:-1][~mask[1:]] = IGNORE_INDEX
+        return ids, labels
+
+
+class SyntheticSource:
+    """Sample i is a function of (seed, i, stream) only: cheap, endless and rank-independent.
+
+    Each sample is an arithmetic progression modulo the vocabulary with a random start and a
+    random stride in [1, 8), so a model can learn it (the loss falls, which random tokens would
+    not show) while every sample differs.
+    """
+
+    def __init__(self, seq_len: int, vocab_size: int, seed: int, stream: int = 0):
+        self.seq_len, self.vocab_size, self.seed, self.stream = seq_len, vocab_size, seed, stream
+
+    def has(self, count: int) -> bool:
+        return True
+
+    def sample(self, index: int) -> torch.Tensor:
+        rng = np.random.default_rng([self.seed, self.stream, index])
+        start, stride = int(rng.integers(0, self.vocab_size)), int(rng.integers(1, 8))
+        return (start + stride * torch.arange(self.seq_len, dtype=torch.long)) % self.vocab_size
+
+    def read(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.stack([self.sample(i) for i in range(start, start + count)])
+        return ids, shift_labels(ids)
+
+
+Source = JsonlSource | SyntheticSource
+
+
+class TrainLoader:
+    """Training micro-batches of one data-parallel rank, in the global order described above.
+
+    Call `next_batch()` grad_accum times per step. `state_dict()` (between steps) holds the
+    global index of the next step's first sample; it does not depend on the world size, so a
+    run may resume with other parallelism degrees.
+    """
+
+    def __init__(self, source: Source, *, micro_batch_size: int, dp_rank: int, dp_size: int,
+                 grad_accum: int = 1, start_sample: int = 0):
+        if not 0 <= dp_rank < dp_size:
+            raise ValueError(f"dp_rank {dp_rank} outside [0, {dp_size})")
+        if micro_batch_size < 1 or grad_accum < 1:
+            raise ValueError("micro_batch_size and grad_accum must be >= 1")
+        self.source = source
+        self.micro_batch_size, self.dp_rank, self.dp_size, self.grad_accum = (
+            micro_batch_size, dp_rank, dp_size, grad_accum)
+        self.global_batch_size = micro_batch_size * dp_size * grad_accum
+        self._step_start, self._micro = start_sample, 0
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        m = self.micro_batch_size
+        first = self._step_start + self.dp_rank * m * self.grad_accum + self._micro * m
+        input_ids, labels = self.source.read(first, m)
+        self._micro += 1
+        if self._micro == self.grad_accum:
+            self._step_start += self.global_batch_size
+            self._micro = 0
+        return {"input_ids": input_ids, "labels": labels}
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        return self.next_batch()
+
+    def state_dict(self) -> dict[str, int]:
+        if self._micro:
+            raise RuntimeError(f"data state taken after {self._micro} of {self.grad_accum} micro-batches; "
+                               "take it between optimizer steps")
+        return {"next_sample": self._step_start}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._step_start, self._micro = int(state["next_sample"]), 0
+
+
+class ValidationLoader:
+    """The first `max_batches` global batches of a validation channel (all of it when None or
+    negative, the seed's `validation_batches -1`), from sample 0 on every pass; each rank takes
+    its contiguous micro_batch slice. A last global batch that is not complete is left out, so
+    every rank runs the same number of batches (the loss reduction is a collective)."""
+
+    def __init__(self, source: Source, *, micro_batch_size: int, dp_rank: int, dp_size: int,
+                 max_batches: int | None = None):
+        max_batches = None if max_batches is None or max_batches < 0 else max_batches
+        if max_batches is None and isinstance(source, SyntheticSource):
+            raise ValueError("synthetic validation data is endless: give max_batches")
+        self.source, self.micro_batch_size, self.dp_rank, self.dp_size, self.max_batches = (
+            source, micro_batch_size, dp_rank, dp_size, max_batches)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        m, g = self.micro_batch_size, self.micro_batch_size * self.dp_size
+        b = 0
+        while self.max_batches is None or b < self.max_batches:
+            try:
+                input_ids, labels = self.source.read(b * g + self.dp_rank * m, m)
+            except EndOfData:
+                return
+            if not self.source.has((b + 1) * g):  # other ranks' share of this batch is missing
+                return
+            yield {"input_ids": input_ids, "labels": labels}
+            b += 1
+
+
+def _source(dataset_type: str, path, seq_len: int, vocab_size: int, seed: int, repeat: bool,
+            stream: int) -> Source:
+    if dataset_type == "synthetic":
+        return SyntheticSource(seq_len, vocab_size, seed, stream)
+    if dataset_type == "jsonl":
+        if path is None:
+            raise ValueError("dataset_type 'jsonl' needs a path (the channel directory or files)")
+        return JsonlSource(data_files(path), seq_len, vocab_size, repeat=repeat)
+    raise ValueError(f"dataset_type must be 'jsonl' or 'synthetic', not {dataset_type!r}")
+
+
+def build_dataloader(*, dataset_type: str, path=None, seq_len: int, micro_batch_size: int, dp_rank: int,
+                     dp_size: int, grad_accum: int = 1, vocab_size: int, seed: int = 0,
+                     start_sample: int = 0) -> TrainLoader:
+    """The training loader of one data-parallel rank; `path` is a file, a channel directory or
+    a list of them (jsonl only)."""
+    return TrainLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=True, stream=0),
+                       micro_batch_size=micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
+                       grad_accum=grad_accum, start_sample=start_sample)
+
+
+def build_validation_loader(*, dataset_type: str, path=None, seq_len: int, micro_batch_size: int,
+                            dp_rank: int, dp_size: int, vocab_size: int, seed: int = 0,
+                            max_batches: int | None = None) -> ValidationLoader:
+    """The validation/test loader of one data-parallel rank (synthetic: a stream of samples
+    distinct from the training one)."""
+    return ValidationLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=False, stream=1),
+                            micro_batch_size=micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
+                            max_batches=max_batches)
+

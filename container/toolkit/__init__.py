@@ -1,0 +1,2 @@
+"""The SageMaker training toolkit's part: the /opt/ml contract, the bootstrap that starts torchrun,
+rank logs and failure reports."""

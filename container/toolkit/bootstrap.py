@@ -1,0 +1,452 @@
+"""The training image's `train` command: fetch the code, launch the script, report the outcome.
+
+As the sagemaker-training toolkit does on AWS's PyTorch images (docs/sagemaker-contract.md,
+docs/container.md): the code from `sagemaker_submit_directory` goes to `<base>/code`, where
+torchrun (torch_distributed) or `python <program>` runs it with the `SM_*` environment and the
+user hyperparameters as arguments. `<base>/output/failure` (SageMaker shows its first 1024
+characters as FailureReason) begins as the toolkit's does (`ExecuteUserScriptError:`,
+`ExitCode N`, `ErrorMessage "..."`), and its message leads with the failing rank, its host and
+exit code and the exception, then the last frames of the traceback.
+
+The ranks' output reaches the console as the script printed it, without torchrun's `[default0]:`
+prefixes (container.toolkit.rank_logs), and the NCCL/EFA variables are the toolkit's for the instance
+type (container.toolkit.torchrun_env). docs/container.md lists where this bootstrap and the toolkit differ.
+
+A torchrun failure is captured without the script's help (no `@record`): torchrun's summary,
+the last lines of its stderr (which passes through here), names the first failing rank and its
+exit code, and that rank's traceback is read from its stderr file (`--log-dir`, `--redirects 3`).
+torchrun exits 1 for any failure or signal, so the bootstrap exits with the failing rank's code
+(128 + N if signal N killed it), or 128 + N when the bootstrap itself was stopped by signal N:
+a stop is no failure, so it leaves no failure file and logs `stopped (exit code 143)`.
+
+Secrets never leave in the clear (launcher.wire.masking, docs/secrets.md): the values of the job's
+secret-named hyperparameters and environment variables, and URL passwords, are masked in the
+launch command, every `[smlaunch]` line, pip's output, the failure file, the command's stdout and
+stderr and the ranks' output, including what the script itself prints.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+from pathlib import Path
+
+from container.toolkit.contract import (
+    TrainingEnv,
+    base_dir_from_env,
+    read_training_env,
+    sm_environment,
+    to_cmd_args,
+)
+from container.toolkit.failure_report import (
+    MESSAGE_LIMIT,
+    exit_code,
+    failure_text,
+    fit,
+    toolkit_error,
+)
+from container.toolkit.rank_logs import RankLogs, rank_stderr
+from container.toolkit.torchrun_env import torchrun_variables
+from launcher.wire import masking
+from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, process_ended
+from launcher.wire.hyperparameters import PROCESSES_PER_HOST
+
+MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
+SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
+EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
+STDERR_TAIL_BYTES = 64 * 1024  # enough for torchrun's failure summary of a full host
+_UNSUPPORTED = {
+    "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
+    "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel (smddp)",
+}
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)"
+    r".*?exitcode\s*:\s*(-?\d+)",
+    re.DOTALL,
+)
+
+
+class ContractError(Exception):
+    """The job cannot run as described: no program, an unsupported launcher, bad settings."""
+
+
+class RequirementsError(Exception):
+    """pip could not install the code's requirements.txt; str() is the failure file's text."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(text)
+        self.code = code
+
+
+def train(base_dir: Path | None = None) -> int:
+    """Run the training job of this host; returns the exit code for the image's `train`."""
+    output_dir = (Path(base_dir) if base_dir else base_dir_from_env()) / "output"
+    for marker in ("success", "failure"):
+        (output_dir / marker).unlink(missing_ok=True)
+    log_dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-"))
+    masking.install(masking.Masker.of(dict(os.environ)))  # until the hyperparameters are read
+    try:
+        try:
+            env = read_training_env(base_dir)
+            masking.install(masking.Masker.of(dict(os.environ), env.hyperparameters))
+            fetch_code(env)
+            install_requirements(env)
+            cmd = launch_command(env, log_dir)
+            shown = masking.mask_command(cmd, masking.installed())
+            _log(f"{env.current_host}: {shlex.join(shown)} (in {env.code_dir})")
+            child = Child(cmd, cwd=env.code_dir, env=child_environment(env),
+                          rank_logs=log_dir if uses_torchrun(env) else None)
+        except RequirementsError as exc:
+            return _report(output_dir, exc.code, str(exc))
+        except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
+            code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
+            return _report(output_dir, code, f"{type(exc).__name__}: {exc}")
+        returncode = child.wait()
+        if returncode == 0:
+            return _report(output_dir, 0, "")
+        if child.signals:
+            return _stopped(env, child, returncode)
+        code, message = _diagnose(env, child, returncode, log_dir)
+        return _report(output_dir, code, toolkit_error("ExecuteUserScriptError", code, message, shown))
+    finally:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _log(message: str) -> None:
+    print(f"[smlaunch] {masking.installed()(message)}", file=sys.stderr, flush=True)
+
+
+def _report(output_dir: Path, code: int, failure: str) -> int:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if code == 0:
+        (output_dir / "success").write_text("")
+    else:
+        # Masked before it is cut: a cut could leave the start of a secret that no longer matches.
+        failure = masking.installed()(failure)[:FAILURE_LIMIT]
+        (output_dir / "failure").write_text(failure, encoding="utf-8")
+        _log(f"failed (exit code {code}):\n{failure}")
+    return code
+
+
+# --- the code -------------------------------------------------------------------------------
+
+def fetch_code(env: TrainingEnv) -> None:
+    """Put `sagemaker_submit_directory` into `<base>/code`, as the toolkit's
+    `files.download_and_extract` does.
+
+    An s3:// URI of a tar.gz (the SDK's sourcedir.tar.gz), a local path of a tar archive (the SDK
+    with network isolation: `/opt/ml/input/data/code/sourcedir.tar.gz`; smlaunch's local runners),
+    a local directory, or a single file. Nothing is fetched when `<base>/code` already holds files
+    (code baked into the image, or SageMaker local mode's `/opt/ml/code` mount, which its SDK
+    names as the submit directory in place of the `file://` URI it was given) or when there is no
+    submit directory.
+    """
+    env.code_dir.mkdir(parents=True, exist_ok=True)
+    source = env.hyperparameters.get("sagemaker_submit_directory")
+    if not source:
+        return
+    source = str(source)
+    if any(env.code_dir.iterdir()):
+        _log(f"{env.code_dir} is not empty: running the code in it, not {source}")
+        return
+    if source.startswith("s3://"):
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = Path(tmp) / "sourcedir.tar.gz"
+            _download_s3(source, archive, env.hyperparameters.get("sagemaker_region"))
+            _extract(archive, env.code_dir)
+        return
+    path = Path(source)
+    if path.is_dir():
+        shutil.copytree(path, env.code_dir, dirs_exist_ok=True)
+    elif path.is_file():
+        if tarfile.is_tarfile(path):
+            _extract(path, env.code_dir)
+        else:
+            shutil.copy2(path, env.code_dir)
+    else:
+        raise ContractError(
+            f"sagemaker_submit_directory {source!r} is neither an s3:// URI nor an existing local "
+            "path; give the s3:// URI of sourcedir.tar.gz, or a directory, tar archive or file in "
+            "the container (a file:// URI is read by neither this bootstrap nor the toolkit)"
+        )
+
+
+def _download_s3(uri: str, dest: Path, region: str | None) -> None:
+    import boto3  # only jobs whose code is on S3 pay for importing boto3
+
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    # boto3 honours AWS_ENDPOINT_URL itself; S3_ENDPOINT_URL is the toolkit's own override.
+    client = boto3.client(
+        "s3", region_name=region or None, endpoint_url=os.environ.get("S3_ENDPOINT_URL") or None
+    )
+    client.download_file(bucket, key, str(dest))
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    # The "data" filter refuses paths and links leaving dest, devices and pipes; "/a" lands in dest.
+    with tarfile.open(archive) as tar:
+        if not hasattr(tarfile, "data_filter"):  # Python < 3.10.12 / 3.11.4 (Debian 12's 3.11.2)
+            tar.extractall(dest, members=_checked_members(tar, archive, dest))
+            return
+        try:
+            tar.extractall(dest, filter="data")
+        except tarfile.FilterError as exc:
+            raise _unsafe_member(archive, dest, exc.tarinfo.name) from None
+
+
+def _checked_members(tar: tarfile.TarFile, archive: Path, dest: Path) -> list[tarfile.TarInfo]:
+    root = dest.resolve()
+
+    def inside(name: str) -> bool:
+        return not os.path.isabs(name) and (root / name).resolve().is_relative_to(root)
+
+    members = tar.getmembers()
+    for member in members:
+        member.name = member.name.lstrip("/")  # as the data filter: "/a.py" lands in dest
+        target = member.linkname if member.issym() or member.islnk() else None
+        if member.issym():  # a symbolic link's target is relative to the link's directory
+            target = os.path.join(os.path.dirname(member.name), member.linkname)
+        bad = (
+            not inside(member.name) or (target is not None and not inside(target))
+            or not (member.isfile() or member.isdir() or member.issym() or member.islnk())
+        )
+        if bad:
+            raise _unsafe_member(archive, dest, member.name)
+    return members
+
+
+def _unsafe_member(archive: Path, dest: Path, name: str) -> ContractError:
+    return ContractError(
+        f"{archive}: member {name!r} would be written outside {dest}, or is a device, pipe or "
+        "link leaving it; rebuild the code archive from plain files"
+    )
+
+
+def install_requirements(env: TrainingEnv) -> None:
+    """`python -m pip install -r requirements.txt` in the code directory, as the toolkit does
+    before it launches anything (into this image's Python, which the script runs with)."""
+    if not (env.code_dir / "requirements.txt").is_file():
+        return
+    cmd = [sys.executable, "-m", "pip", "install", "-r", "requirements.txt"]
+    _log(f"installing the code's requirements.txt: {shlex.join(cmd)}")
+    proc = subprocess.run(cmd, cwd=env.code_dir, stderr=subprocess.PIPE, check=False)
+    # An index URL in requirements.txt may hold a password; masked before lines are cut to fit.
+    stderr = masking.installed()(proc.stderr.decode("utf-8", "replace"))
+    sys.stderr.write(stderr)
+    if proc.returncode:
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        message = fit(["pip could not install requirements.txt; last lines of its output:"], lines, MESSAGE_LIMIT)
+        raise RequirementsError(proc.returncode, toolkit_error("InstallRequirementsError", proc.returncode,
+                                                               message, cmd))
+
+
+# --- the command ----------------------------------------------------------------------------
+
+def launch_command(env: TrainingEnv, log_dir: Path) -> list[str]:
+    """torchrun where `uses_torchrun`, else `python <program> <args>` (run in code_dir)."""
+    for flag, name in _UNSUPPORTED.items():
+        if env.hyperparameters.get(flag):
+            raise ContractError(
+                f"{name} is not supported by this image ({flag}); use "
+                "distribution={'torch_distributed': {'enabled': True}}"
+            )
+    program = _program(env)
+    args = to_cmd_args(env.user_hyperparameters)
+    if not uses_torchrun(env):
+        return [sys.executable, program, *args]
+    addr, port = master_address(env)
+    hosts = env.distribution_hosts  # the toolkit's torchrun hosts: those of the distribution groups
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(len(hosts)),
+        "--nproc_per_node", str(processes_per_host(env)),
+        "--master_addr", addr,
+        "--master_port", str(port),
+        "--node_rank", str(hosts.index(env.current_host)),
+        # Each rank's stdout and stderr in files only: container.toolkit.rank_logs passes them on
+        # unprefixed (`--tee` would prefix every line) and reads a failing rank's traceback back.
+        "--log-dir", str(log_dir),
+        "--redirects", "3",
+        # SageMaker kills ~120 s after SIGTERM; torchrun's default 30 s is too short for ranks
+        # to save a checkpoint of a large model first.
+        "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
+        program, *args,
+    ]
+
+
+def uses_torchrun(env: TrainingEnv) -> bool:
+    """torch_distributed on a host of a distribution instance group, as AWS's PyTorch images
+    decide (sagemaker_pytorch_container.training.train): other hosts run `python <program>`."""
+    return env.torch_distributed and env.current_host in env.distribution_hosts
+
+
+def _program(env: TrainingEnv) -> str:
+    program = env.user_entry_point
+    if not program:
+        raise ContractError("no sagemaker_program hyperparameter: which script should run?")
+    if not (env.code_dir / program).is_file():
+        found = sorted(p.name for p in env.code_dir.iterdir())
+        listing = ", ".join(found[:20]) + (", ..." if len(found) > 20 else "") or "nothing"
+        raise ContractError(
+            f"sagemaker_program {program!r} not found in {env.code_dir} "
+            f"(code from {env.module_dir}); it holds: {listing}"
+        )
+    return program
+
+
+def processes_per_host(env: TrainingEnv) -> int:
+    """One rank per GPU; on CPU hosts `sagemaker_smlaunch_processes_per_host` (default 1)."""
+    if env.num_gpus > 0:
+        return env.num_gpus
+    value = env.hyperparameters.get(PROCESSES_PER_HOST, 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ContractError(f"{PROCESSES_PER_HOST} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def master_address(env: TrainingEnv) -> tuple[str, int]:
+    """torchrun's static rendezvous: the first host at port 7777, as the toolkit launches it.
+
+    SMLAUNCH_MASTER_ADDR / SMLAUNCH_MASTER_PORT override both, so that several simulated hosts
+    can share one machine. A single host is its own master: 127.0.0.1 on a free port, so
+    single-host jobs side by side do not collide.
+    """
+    addr = os.environ.get("SMLAUNCH_MASTER_ADDR")
+    port = os.environ.get("SMLAUNCH_MASTER_PORT")
+    if len(env.distribution_hosts) == 1:
+        return addr or "127.0.0.1", int(port) if port else free_port()
+    return addr or env.master_hostname, int(port) if port else MASTER_PORT
+
+
+def child_environment(env: TrainingEnv) -> dict[str, str]:
+    """This process's environment plus the SM_* variables, PYTHONPATH and the NCCL/EFA settings."""
+    child = dict(os.environ)
+    child.update(sm_environment(env))
+    # The toolkit exports these three into its own environment, so scripts inherit them.
+    child["CURRENT_HOST"] = env.current_host
+    child["SAGEMAKER_JOB_NAME"] = str(env.hyperparameters.get("sagemaker_job_name", ""))
+    child["SAGEMAKER_REGION"] = str(
+        env.hyperparameters.get("sagemaker_region")
+        or os.environ.get("AWS_REGION", os.environ.get("AWS_DEFAULT_REGION", ""))
+    )
+    # The code first, then everything importable here (the toolkit passes on its sys.path the
+    # same way), so the script can import its own modules and this project's packages.
+    paths = [str(env.code_dir)] + [os.path.abspath(p) for p in sys.path if p]
+    child["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    if uses_torchrun(env):  # over the job's own values, as the toolkit assigns them
+        child.update(torchrun_variables(env.current_instance_type, env.network_interface_name))
+    return child
+
+
+# --- running it ------------------------------------------------------------------------------
+
+class Child:
+    """The launched command: SIGTERM/SIGINT forwarded to it, its stdout and stderr streamed
+    (masked) and the end of its stderr kept, and with `rank_logs` (torchrun's --log-dir) the
+    ranks' output streamed from their files.
+
+    It runs in its own session, so a terminal's Ctrl-C reaches it once (through us), and signals
+    go to its whole process group. torchrun forwards them to every rank (each rank runs in a
+    session of its own) and stops the ranks; a single-process script gets them directly.
+    """
+
+    def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str], rank_logs: Path | None = None):
+        self.signals: list[int] = []
+        self.stderr_tail = b""
+        self._proc: subprocess.Popen | None = None
+        self._previous = {
+            s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)
+        }
+        # preexec_fn is safe here: this process runs no other thread yet (the pumps start below).
+        self._proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            preexec_fn=_die_with_parent(),  # noqa: PLW1509
+        )
+        for signum in self.signals:  # arrived while the process was being started
+            self._forward(signum)
+        self._pumps = [
+            threading.Thread(target=self._copy, args=(self._proc.stdout, sys.stdout.buffer, False), daemon=True),
+            threading.Thread(target=self._copy, args=(self._proc.stderr, sys.stderr.buffer, True), daemon=True),
+        ]
+        for pump in self._pumps:
+            pump.start()
+        self._ranks = RankLogs(rank_logs).start() if rank_logs else None
+
+    def _on_signal(self, signum: int, _frame) -> None:
+        self.signals.append(signum)
+        if self._proc is not None:
+            self._forward(signum)
+
+    def _forward(self, signum: int) -> None:
+        try:
+            os.killpg(self._proc.pid, signum)
+        except ProcessLookupError:  # already gone
+            pass
+
+    def _copy(self, src, dst, keep_tail: bool) -> None:
+        # Chunks, not lines: progress bars that redraw with \r must show up as they happen. Only
+        # a chunk's tail that may begin a secret waits for the next chunk, so a secret cut in two
+        # by the pipe is still masked.
+        fd = src.fileno()
+        masked = masking.StreamMasker(masking.installed())
+        while chunk := os.read(fd, 65536):
+            dst.write(masked.feed(chunk))
+            dst.flush()
+            if keep_tail:
+                self.stderr_tail = (self.stderr_tail + chunk)[-STDERR_TAIL_BYTES:]
+        dst.write(masked.feed(b"", final=True))
+        dst.flush()
+
+    def wait(self) -> int:
+        returncode = self._proc.wait()
+        for pump in self._pumps:
+            pump.join()
+        if self._ranks:
+            self._ranks.stop()
+        self._proc.stdout.close()
+        self._proc.stderr.close()
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        return returncode
+
+
+def _die_with_parent():
+    """Linux: should the bootstrap be SIGKILLed, the child gets SIGTERM (PR_SET_PDEATHSIG), so
+    torchrun stops every rank rather than living on without a parent."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None).prctl  # looked up here: the forked child only makes the call
+    return lambda: prctl(1, signal.SIGTERM)
+
+
+def _stopped(env: TrainingEnv, child: Child, returncode: int) -> int:
+    """A stop (StopTrainingJob, a spot interruption, `smlaunch stop`) is no failure: the exit code
+    says which signal, and no output/failure is written, so nothing reports the job as failed."""
+    name = signal.Signals(child.signals[0]).name
+    code = 128 + child.signals[0] if uses_torchrun(env) else exit_code(returncode)
+    _log(f"stopped (exit code {code}): received {name} and forwarded it to every rank")
+    return code
+
+
+def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) -> tuple[int, str]:
+    """(exit code, failure text) for a child that failed on its own."""
+    tail = child.stderr_tail.decode("utf-8", "replace")
+    if not uses_torchrun(env):
+        return exit_code(returncode), failure_text(
+            f"{env.user_entry_point} {process_ended(returncode)}", tail
+        )
+    causes = _ROOT_CAUSE.findall(tail)
+    if not causes:  # no summary: torchrun itself failed (bad arguments, rendezvous timeout)
+        return exit_code(returncode), failure_text(f"torchrun {process_ended(returncode)}", tail)
+    rank, local_rank, exitcode = (int(x) for x in causes[-1])
+    header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {process_ended(exitcode)}"
+    return exit_code(exitcode), failure_text(header, rank_stderr(log_dir, local_rank))

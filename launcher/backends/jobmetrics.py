@@ -1,0 +1,105 @@
+"""A job's metric records, wherever its backend keeps them (docs/metrics.md).
+
+Local and Slurm jobs: rank 0's `metrics.jsonl` in the job directory (`hosts/algo-1/output/data`),
+readable while the job runs. SageMaker jobs: the same file inside the job's `output.tar.gz` once
+the job has ended; while it runs (or when the archive has none), the values SageMaker's metric
+definitions read from the logs into CloudWatch (one averaged point per minute, no step numbers).
+The records themselves are launcher.backends.metric_records.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from datetime import datetime, timedelta, timezone
+
+from launcher.backends import registry
+from launcher.backends.base import TERMINAL_STATUSES, BackendError
+from launcher.backends.metric_records import METRICS_FILE, JobMetrics, jobdir_metrics, read_records
+from launcher.wire.metric_lines import METRICS
+
+# sagemaker.analytics.TrainingJobAnalytics: the namespace, dimension and period SageMaker uses.
+CLOUDWATCH_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+CLOUDWATCH_PERIOD_S = 60
+
+
+class NoMetricsError(BackendError):
+    """The job exists but has written no metrics yet; the message names the job and where it looked."""
+
+
+def job_metrics(handle: str, region: str | None = None) -> JobMetrics:
+    """The metrics of the job a handle names (local:NAME, slurm:JOBID, sagemaker:NAME or a bare name)."""
+    return load(*registry.find(handle, region=region))
+
+
+def load(backend, name: str) -> JobMetrics:
+    """The metrics of job `name` of `backend`; NoMetricsError if it has none yet."""
+    handle = f"{backend.name}:{name}"
+    if backend.name == "sagemaker":
+        return _from_sagemaker(backend, name, handle)
+    record = backend.describe(name)
+    path = jobdir_metrics(record)
+    if not path.is_file():
+        raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) has no metrics yet: {path} does not "
+                             "exist (rank 0 writes it at the first logged step)")
+    records = read_records(path.read_text(encoding="utf-8"), str(path))
+    if not records:
+        raise NoMetricsError(f"job {handle} has no metrics yet: {path} is empty")
+    return JobMetrics(handle, str(path), records)
+
+
+def _from_sagemaker(backend, name: str, handle: str) -> JobMetrics:
+    desc = backend.describe(name)
+    looked = []
+    if desc["TrainingJobStatus"] in TERMINAL_STATUSES:
+        uri = backend.artifacts(name).get("output.tar.gz")
+        records, why = _from_output_archive(backend, uri) if uri else ([], "the job stored no output.tar.gz")
+        if records:
+            return JobMetrics(handle, f"{uri} ({METRICS_FILE})", records)
+        looked.append(f"{uri}: {why}" if uri else why)
+    records = _from_cloudwatch(backend, name, desc)
+    if records:
+        note = f" ({looked[0]})" if looked else f" (job {desc['TrainingJobStatus']}: no output.tar.gz yet)"
+        return JobMetrics(handle, f"CloudWatch {CLOUDWATCH_NAMESPACE}{note}", records, x="elapsed_s")
+    looked.append(f"CloudWatch {CLOUDWATCH_NAMESPACE}: no datapoints for TrainingJobName={name}")
+    raise NoMetricsError(f"job {handle} ({desc['TrainingJobStatus']}) has no metrics yet: " + "; ".join(looked))
+
+
+def _from_output_archive(backend, uri: str) -> tuple[list[dict], str]:
+    """(records of metrics.jsonl in the archive, or [] and why not)."""
+    from botocore.exceptions import ClientError
+
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    try:
+        body = backend.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("NoSuchKey", "404", "NoSuchBucket"):
+            return [], "does not exist"
+        raise
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
+        try:
+            member = tar.extractfile(METRICS_FILE)
+        except KeyError:
+            return [], f"holds no {METRICS_FILE}"
+        return read_records(member.read().decode("utf-8"), f"{uri}:{METRICS_FILE}"), ""
+
+
+def _from_cloudwatch(backend, name: str, desc: dict) -> list[dict]:
+    """One record per minute: the averages of every smlaunch metric SageMaker published for the job."""
+    start = desc.get("TrainingStartTime") or desc["CreationTime"]
+    # CloudWatch drops the seconds of EndTime: a minute more keeps the last point (as the SDK does).
+    end = (desc.get("TrainingEndTime") or datetime.now(timezone.utc)) + timedelta(minutes=1)
+    names = list(METRICS)
+    queries = [{"Id": f"m{i}", "ReturnData": True, "MetricStat": {
+        "Metric": {"Namespace": CLOUDWATCH_NAMESPACE, "MetricName": metric,
+                   "Dimensions": [{"Name": "TrainingJobName", "Value": name}]},
+        "Period": CLOUDWATCH_PERIOD_S, "Stat": "Average"}} for i, metric in enumerate(names)]
+    by_time: dict[datetime, dict] = {}
+    paginator = backend.client("cloudwatch").get_paginator("get_metric_data")
+    for page in paginator.paginate(MetricDataQueries=queries, StartTime=start, EndTime=end, ScanBy="TimestampAscending"):
+        for result in page["MetricDataResults"]:
+            key = METRICS[names[int(result["Id"][1:])]]
+            for when, value in zip(result["Timestamps"], result["Values"]):
+                by_time.setdefault(when, {})[key] = value
+    return [{"elapsed_s": max(round((when - start).total_seconds()), 0), "time": when.isoformat(), **values}
+            for when, values in sorted(by_time.items())]

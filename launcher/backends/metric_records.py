@@ -1,0 +1,54 @@
+"""A job's metric records: the JSON Lines rank 0 writes (`metrics.jsonl`), where a local or Slurm job
+directory keeps them, and one job's records as the CLI shows them (docs/metrics.md).
+
+Records are read generically: whatever keys the trainer writes are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.backends.base import BackendError
+
+METRICS_FILE = "metrics.jsonl"
+# Where rank 0 (on the first host) writes it in a local or Slurm job directory.
+JOBDIR_METRICS = Path("hosts") / "algo-1" / "output" / "data" / METRICS_FILE
+
+
+@dataclass
+class JobMetrics:
+    """One job's records, oldest first. `x` is the key they are ordered by: `step` (metrics.jsonl)
+    or `elapsed_s` (CloudWatch, which keeps no step numbers)."""
+
+    handle: str
+    source: str
+    records: list[dict] = field(default_factory=list)
+    x: str = "step"
+
+    def series(self, key: str) -> tuple[list[float], list[float]]:
+        """(x values, values) of every record that has `key`."""
+        rows = [r for r in self.records if r.get(key) is not None and r.get(self.x) is not None]
+        return [r[self.x] for r in rows], [r[key] for r in rows]
+
+
+def read_records(text: str, where: str) -> list[dict]:
+    """The JSON Lines records of a metrics file; a line being written (the last, unfinished) is skipped."""
+    records = []
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            if number == len(lines) and not text.endswith("\n"):
+                break  # the trainer is appending it right now
+            raise BackendError(f"{where}: line {number} is not JSON ({line[:80]!r}); the file is damaged") from None
+    return records
+
+
+def jobdir_metrics(record: dict) -> Path:
+    """metrics.jsonl of a local or Slurm job, from its job.json record."""
+    return Path(record["LocalJobDir"]) / JOBDIR_METRICS

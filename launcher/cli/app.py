@@ -1,0 +1,363 @@
+"""`smlaunch`: validate, plan, submit and follow training jobs, on SageMaker or locally.
+
+Start-up stays light: `--help`, `validate`, `plan` and `schema` import neither boto3 nor torch,
+and neither do `status`/`logs`/`stop` of a local job. Exit codes: 0 ok, 1 job failed (or AWS
+refused, or `plan` predicts OOM), 2 invalid job file, usage or refused OOM, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from launcher.cli.metrics import metrics
+from launcher.cli.plan import plan_cmd
+from launcher.cli.support import (
+    EXIT_INVALID,
+    JOB_HELP,
+    aws_call,
+    echo,
+    find,
+    job_file_arg,
+    make_console,
+    region_option,
+    report_invalid,
+    set_option,
+)
+from launcher.config.issues import ConfigError
+
+
+def _load_local(job_file: Path, overrides: tuple[str, ...]):
+    """`--local`: the job file's instance type becomes `local`, unless it already is local or local_gpu."""
+    from launcher.config.jobfile import load_job_file
+
+    data, _ = load_job_file(job_file, overrides)
+    if data.get("instance_type") in ("local", "local_gpu"):
+        return overrides
+    return (*overrides, "instance_type=local")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="smlaunch")
+def main() -> None:
+    """Validate and launch SageMaker-style distributed training jobs."""
+
+
+@main.command()
+@job_file_arg
+@set_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Check a job file against its instance type; print every error at once."""
+    from launcher.config.jobfile import validate_job_file
+
+    try:
+        job = validate_job_file(job_file, overrides)
+    except ConfigError as exc:
+        if as_json:
+            click.echo(json.dumps({"valid": False, "errors": [i.to_dict() for i in exc.issues],
+                                   "warnings": [i.to_dict() for i in exc.warnings]}, indent=2, default=str))
+        else:
+            report_invalid(exc)
+        sys.exit(EXIT_INVALID)
+    summary = _summary(job)
+    if as_json:
+        click.echo(json.dumps({"valid": True, "errors": [], "summary": summary,
+                               "warnings": [i.to_dict() for i in job.warnings],
+                               "notes": [i.to_dict() for i in job.notes]}, indent=2, default=str))
+        return
+    click.echo(click.style("valid ", fg="green") + str(job_file))
+    for key, value in summary.items():
+        click.echo(f"  {key:<20} {value}")
+    for issue in job.warnings:
+        click.echo(click.style("  warning ", fg="yellow") + str(issue))
+    for issue in job.notes:
+        click.echo(click.style("  note    ", fg="cyan") + str(issue))
+
+
+def _image_text(job) -> tuple[str, str | None]:
+    """The image and why it is the one (images.py decides both)."""
+    cfg = job.config
+    if cfg.backend_name == "slurm":
+        image = cfg.slurm.container_image if cfg.slurm else None
+        return (f"{image} (srun --container-image)" if image else "none: the nodes run the bootstrap with "
+                "slurm.python (default: this Python)"), None
+    if cfg.is_local:
+        if cfg.local_runner == "docker":
+            from launcher.local.docker import DEFAULT_IMAGE
+
+            return f"{cfg.image_uri or DEFAULT_IMAGE} (local docker runner)", None
+        return "none: the local process runner uses this machine's Python", None
+    if job.instance is None:
+        return cfg.image_uri or "unknown (the instance type is not in the catalog)", None
+    from launcher.config.images import job_image_choice
+    from launcher.config.job_rules import DEFAULT_REGION
+
+    choice = job_image_choice(cfg, job.instance.name, cfg.region or DEFAULT_REGION, runtime=job.kind.runtime)
+    region = cfg.region or f"{DEFAULT_REGION}; yours comes from the boto3 chain"
+    return f"{choice.uri} (region {region})", choice.reason
+
+
+def _summary(job) -> dict:
+    cfg = job.config
+    out = {
+        "kind": str(job.kind),
+        "backend": cfg.backend_name,
+        "instance_type": cfg.instance_type,
+        "instances": cfg.instance_count,
+        "processes_per_host": job.processes_per_host if job.processes_per_host else "detected at run time",
+    }
+    if job.instance and job.instance.accelerator:
+        out["accelerator"] = f"{job.instance.accelerators} x {job.instance.accelerator.model}"
+    out["image"], reason = _image_text(job)
+    if reason:
+        out["image_reason"] = reason
+    if job.layout:
+        lay = job.layout
+        out["world_size"] = lay.world
+        out["mesh"] = ", ".join(f"{n}={s}" for n, s in zip(lay.mesh_dim_names, lay.mesh_shape))
+        out["sharding_group"] = lay.sharding_group
+        out["data_parallel"] = lay.data_parallel
+        if lay.pp > 1:
+            p = cfg.distribution.parameters
+            out["pipeline"] = (f"{lay.pp * p.pipeline_virtual_stages} stages ({p.pipeline_virtual_stages} per rank), "
+                               f"{p.schedule} schedule, {p.microbatches} microbatches")
+    if job.model:
+        out["model"] = job.model.name
+    settings = job.settings if job.kind.runtime else None  # what smlaunch's runtime will run, defaults included
+    if settings:
+        out["sequence_length"] = settings.seq_len
+        out["batch"] = f"{settings.micro_batch} sequence(s) per data-parallel rank x {settings.grad_accum} step(s)"
+        out["activation_checkpointing"] = (settings.ac_mode or "off") + (" + offload" if settings.offload else "")
+    elif cfg.hyperparameters.max_context_width:
+        out["sequence_length"] = cfg.hyperparameters.max_context_width
+    bf16 = settings.bf16 if settings else bool(cfg.hyperparameters.bf16)
+    precision = "fp8" if job.fp8.enabled else ("bf16" if bf16 else "default")
+    out["precision"] = precision + (f" ({job.fp8.backend}, {job.fp8.recipe} scaling)" if job.fp8.enabled else "")
+    return out
+
+
+@main.command()
+@job_file_arg
+@set_option
+@click.option("--dry-run", is_flag=True,
+              help="Print what would be submitted (SageMaker: the CreateTrainingJob request; Slurm: the batch "
+                   "script; local: the job's hosts and settings); send, upload and write nothing.")
+@click.option("--no-wait", is_flag=True, help="Return once the job is submitted.")
+@click.option("--job-name", default=None, help="Exact job name (default: <base_job_name>-<timestamp>).")
+@click.option("--backend", "backend_name", type=click.Choice(["sagemaker", "local", "slurm"]), default=None,
+              help="Where the job runs (default: the job's backend; local for instance_type local/local_gpu, "
+                   "else sagemaker).")
+@click.option("--local", "local", is_flag=True,
+              help="Run on this machine: instance_type becomes local (kept if local or local_gpu).")
+@click.option("--force", is_flag=True, help="Submit even if the planner predicts it will not fit in memory.")
+@click.option("--runner", type=click.Choice(["process", "docker"]), default=None,
+              help="Local mode: simulated hosts as processes, or as containers (docker/podman compose); "
+                   "default: the job's local_runner (process).")
+def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: bool, job_name: str | None,
+           backend_name: str | None, local: bool, runner: str | None, force: bool) -> None:
+    """Validate, pack and submit a job (or show what would be submitted with --dry-run).
+
+    Local jobs (instance_type local or local_gpu, or --local) run here, as SageMaker would run
+    them: one /opt/ml tree and one bootstrap per host, logs merged, artifacts in output_path.
+    Slurm jobs (backend: slurm) run the same way on the allocation's nodes.
+    """
+    from launcher.backends import registry
+    from launcher.config.job_names import check_job_name
+    from launcher.config.jobfile import validate_job_file
+
+    try:
+        if job_name is not None:
+            check_job_name(job_name, field="--job-name")
+        if local:
+            overrides = _load_local(job_file, overrides)
+        if backend_name:
+            overrides = (*overrides, f"backend={backend_name}")
+        job = validate_job_file(job_file, overrides)
+    except ConfigError as exc:
+        report_invalid(exc)
+        sys.exit(EXIT_INVALID)
+    for issue in job.warnings:
+        click.echo(click.style("warning ", fg="yellow") + str(issue), err=True)
+    for issue in job.notes:
+        click.echo(click.style("note ", fg="cyan") + str(issue), err=True)
+    _check_memory(job, force=force, dry_run=dry_run)
+
+    def run():
+        from launcher.backends.live import LiveProgress
+
+        view = LiveProgress(plain=echo)  # the log lines, and a progress bar on a terminal
+        backend = registry.for_job(job, runner=runner, printer=view.line, console=view.host_line)
+        if dry_run:
+            click.echo(backend.dryrun(job, job_name).render())
+            return
+        name = backend.submit(job, job_name, detach=no_wait)
+        record = backend.describe(name)
+        how = {"local": f"local, {runner or job.config.local_runner} runner",
+               "slurm": f"Slurm job {record.get('SlurmJobId')}"}.get(backend.name, backend.name)
+        where = f": {record['LocalJobDir']}" if "LocalJobDir" in record else ""
+        click.echo(f"submitted {name} ({how}){where}")
+        if no_wait:
+            click.echo(f"  follow it: smlaunch logs {backend.name}:{name} --follow\n"
+                       f"  stop it:   smlaunch stop {backend.name}:{name}")
+            return
+        try:
+            with view:
+                record = backend.wait(name, logs=True)
+        except KeyboardInterrupt:
+            if backend.name == "local":
+                click.echo(f"\n{name} stopped; every host has ended. Logs: {record['LocalJobDir']}/logs/job.log",
+                           err=True)
+            raise
+        _report_completed(backend, name, record)
+
+    aws_call(run)
+
+
+def _report_completed(backend, name: str, record: dict) -> None:
+    from launcher.backends.jobdir import run_summary
+
+    took = f" in {record['TrainingTimeInSeconds']} s" if record.get("TrainingTimeInSeconds") is not None else ""
+    click.echo(click.style(f"{name} completed", fg="green", bold=True) + took)
+    artifacts = backend.artifacts(name)
+    for label, key in (("model artifact: ", "model.tar.gz"), ("output artifact:", "output.tar.gz")):
+        if key in artifacts:
+            click.echo(f"  {label} {artifacts[key]}")
+    if "model.tar.gz" not in artifacts:
+        click.echo("  model artifact:  none (the job left its model directory empty)")
+    summary = run_summary(record) if "LocalJobDir" in record else {}
+    if summary:
+        line = (f"  loss {summary['first_loss']:.4f} (step {summary['first_step']}) -> "
+                f"{summary['last_loss']:.4f} (step {summary['steps']})")
+        if "last_val_loss" in summary:
+            line += f", validation loss {summary['last_val_loss']:.4f}"
+        if "tokens_per_s" in summary:
+            line += f", {summary['tokens_per_s']:,.0f} tokens/s"
+        click.echo(line)
+
+
+def _check_memory(job, force: bool, dry_run: bool) -> None:
+    """Refuse a job the planner predicts to run out of memory (exit 2), unless --force."""
+    from launcher.plan import PredictedOOMError, check_fits
+
+    try:
+        check_fits(job)
+    except PredictedOOMError as exc:
+        if force or dry_run:
+            note = " (--force given)" if force else ""
+            click.echo(click.style("warning: ", fg="yellow", bold=True) + f"predicted out of memory{note}", err=True)
+            click.echo(exc.explanation, err=True)
+            return
+        click.secho("refused: the job is predicted to run out of accelerator memory", fg="red", bold=True, err=True)
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_INVALID)
+
+
+@main.command(epilog=JOB_HELP)
+@click.argument("job")
+@region_option
+@click.option("--json", "as_json", is_flag=True, help="Print DescribeTrainingJob as JSON.")
+def status(job: str, region: str | None, as_json: bool) -> None:
+    """Show a job's status, progress (step, loss, tokens/s, ETA), last checkpoint and failure reason."""
+
+    def run():
+        from launcher.cli import jobview
+
+        backend, name = find(job, region)
+        desc = jobview.describe(backend, name)
+        if as_json:
+            click.echo(json.dumps(desc, indent=2, default=str))
+            return
+        for line in jobview.status_lines(backend.name, name, desc):
+            click.echo(line)
+
+    aws_call(run)
+
+
+@main.command(epilog=JOB_HELP)
+@click.argument("job")
+@region_option
+@click.option("--follow", "-f", is_flag=True, help="Keep following until the job ends.")
+@click.option("--poll", default=5.0, show_default=True, help="Seconds between polls when following.")
+def logs(job: str, region: str | None, follow: bool, poll: float) -> None:
+    """Print a job's logs from every host, merged (SageMaker: CloudWatch; local and Slurm: logs/job.log).
+    Following on a terminal shows a progress bar below them."""
+
+    def run():
+        from launcher.backends.live import LiveProgress
+
+        view = LiveProgress(plain=echo)
+        backend, name = find(job, region, printer=view.line)
+        if not follow:
+            backend.logs(name)
+            return
+        with view:
+            backend.logs(name, follow=True, poll=poll)
+
+    aws_call(run)
+
+
+@main.command(epilog=JOB_HELP)
+@click.argument("job")
+@region_option
+def stop(job: str, region: str | None) -> None:
+    """Stop a running job: SIGTERM first, so the ranks save a checkpoint."""
+
+    def run():
+        backend, name = find(job, region)
+        backend.stop(name)
+        click.echo(f"stopping {name} ({backend.name})")
+
+    aws_call(run)
+
+
+@main.command(name="list")
+@region_option
+@click.option("--status", "status_filter", default=None,
+              type=click.Choice(["InProgress", "Completed", "Failed", "Stopping", "Stopped"]),
+              help="Only jobs with this status.")
+@click.option("--name-contains", default=None, help="Only jobs whose name contains this text.")
+@click.option("--max", "max_results", default=20, show_default=True, help="At most this many jobs.")
+@click.option("--backend", "backends", multiple=True, type=click.Choice(["sagemaker", "local", "slurm"]),
+              help="Only this backend's jobs (repeatable; default: all of them).")
+@click.option("--local", "local", is_flag=True, help="Only local jobs (as --backend local).")
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
+def list_jobs(region: str | None, status_filter: str | None, name_contains: str | None, max_results: int,
+              backends: tuple[str, ...], local: bool, as_json: bool) -> None:
+    """List recent training jobs of every backend (local, Slurm, SageMaker), newest first."""
+
+    def run():
+        from launcher.backends import registry
+
+        chosen = tuple(dict.fromkeys(backends + (("local",) if local else ()))) or registry.BACKENDS
+        jobs, notes = registry.list_all(chosen, region=region, status=status_filter, name_contains=name_contains,
+                                        max_results=max_results)
+        if as_json:
+            click.echo(json.dumps({"jobs": jobs, "notes": notes}, indent=2, default=str))
+            return
+        from launcher.cli.jobview import jobs_table
+
+        console = make_console()
+        console.print(jobs_table(jobs, console.width))
+        for note in notes:
+            click.echo(note, err=True)
+
+    aws_call(run)
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON schema of job files."""
+    from launcher.config.schema import job_file_schema
+
+    click.echo(json.dumps(job_file_schema(), indent=2))
+
+
+main.add_command(plan_cmd)
+main.add_command(metrics)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""What `smlaunch status` and `smlaunch list` print, for a job of any backend.
+
+`status` adds to DescribeTrainingJob's fields the job's progress (launcher.wire.progress) and its newest
+complete checkpoint (launcher.wire.checkpoints), as `Progress` and `LastCheckpoint`; `list` is a table
+that fits an 80-column terminal: the handle whole (it is what the other commands take), the
+status, when it was created and how long it ran.
+"""
+
+from __future__ import annotations
+
+from launcher.backends.base import TERMINAL_STATUSES
+from launcher.wire.progress import Progress, clock
+
+
+def describe(backend, name: str) -> dict:
+    """The job's description, secrets masked, with `Progress` and `LastCheckpoint` when it has them."""
+    from launcher.wire.masking import mask_secrets
+
+    desc = mask_secrets(backend.describe(name))  # a FailureReason may quote one
+    current = backend.progress(name)
+    if current is not None:
+        desc["Progress"] = current.to_dict()
+    checkpoint = backend.checkpoint(name)
+    if checkpoint is not None:
+        desc["LastCheckpoint"] = checkpoint.to_dict()
+    return desc
+
+
+def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
+    status = desc["TrainingJobStatus"]
+    lines = [f"{desc.get('TrainingJobName', name)}: {status} ({desc.get('SecondaryStatus', '')})",
+             f"backend: {backend_name}"]
+    if desc.get("SlurmJobId"):
+        lines.append(f"slurm job: {desc['SlurmJobId']} {desc.get('SlurmJobState', '')} "
+                     f"{desc.get('SlurmReason', '')}".rstrip())
+    current = Progress.of(desc.get("Progress") or {})
+    if current is not None:
+        ended = status in TERMINAL_STATUSES
+        lines.append(("last step: " if ended else "progress: ") + current.text(eta=not ended))
+    checkpoint = desc.get("LastCheckpoint")
+    if checkpoint:
+        copy = f" (copied to {checkpoint['CopiedTo']})" if checkpoint.get("CopiedTo") else ""
+        lines.append(f"last checkpoint: step {checkpoint['Step']}, {checkpoint['Location']}{copy}")
+    elif status == "Stopped":
+        lines.append("last checkpoint: none")
+    if desc.get("FailureReason"):
+        lines.append(f"failure reason: {desc['FailureReason']}")
+    artifacts = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+    if artifacts:
+        lines.append(f"model artifacts: {artifacts}")
+    return lines
+
+
+# The columns after the handle, most needed first, with the width their text takes.
+COLUMNS = (("status", len("InProgress")), ("duration", len("duration")), ("created", len("11-22 18:55")))
+GAP = 2  # the space rich puts between columns (padding 0 1, no edge padding)
+ORDER = ("status", "created", "duration")  # left to right
+
+
+def jobs_table(jobs: list[dict], width: int = 80):
+    """A rich Table of `registry.list_all`'s rows that fits `width` columns. The handle is never
+    wrapped or cut (the other commands take it whole); when it is long, `created` gives way
+    first, then `duration` (`list --json` has every field)."""
+    from rich.table import Table
+
+    room = width - max((len(j["Handle"]) for j in jobs), default=len("job"))
+    shown = []
+    for name, need in COLUMNS:
+        if name == "status" or room >= need + GAP:
+            shown.append(name)
+            room -= need + GAP
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("job", no_wrap=True)
+    shown = [name for name in ORDER if name in shown]
+    for name in shown:
+        table.add_column(name, justify="right" if name == "duration" else "left", overflow="fold")
+    for j in jobs:
+        seconds = j.get("DurationSeconds")
+        cells = {"status": j["TrainingJobStatus"], "created": created_text(j.get("CreationTime")),
+                 "duration": "" if seconds is None else clock(seconds)}
+        table.add_row(j["Handle"], *(cells[name] for name in shown))
+    return table
+
+
+def created_text(value) -> str:
+    """'11-22 18:55', in this machine's time zone."""
+    from launcher.backends.registry import as_datetime
+
+    when = as_datetime(value)
+    return when.astimezone().strftime("%m-%d %H:%M") if when else ""

@@ -1,0 +1,63 @@
+"""`smlaunch metrics`: a job's metrics as a table, JSON or a plot (launcher.backends.jobmetrics, launcher.cli.metrics_view)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from launcher.cli.support import (
+    EXIT_INVALID,
+    JOB_HELP,
+    aws_call,
+    fail,
+    make_console,
+    region_option,
+)
+
+
+def _plot_path(ctx, param, value: str | None) -> Path | None:
+    """--plot is checked before any job is looked up, so a bad path costs nothing."""
+    from launcher.cli.metrics_view import check_plot_path
+
+    try:
+        return None if value is None else check_plot_path(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+@click.command(epilog=JOB_HELP + " Exit codes: 0 ok, 1 no such job or no metrics yet, 2 bad usage.")
+@click.argument("jobs", nargs=-1, required=True, metavar="JOB...")
+@region_option
+@click.option("--json", "as_json", is_flag=True, help="Print each job's records as JSON.")
+@click.option("--plot", "plot_path", default=None, callback=_plot_path, metavar="FILE",
+              help="Draw loss and validation loss, tokens/s and grad norm against step into FILE (.png, .svg, "
+                   ".pdf); several jobs share the picture.")
+@click.option("--last", default=20, show_default=True, type=click.IntRange(min=1), help="Rows shown per job.")
+@click.option("--all", "show_all", is_flag=True, help="Show every row.")
+def metrics(jobs: tuple[str, ...], region: str | None, as_json: bool, plot_path: Path | None, last: int,
+            show_all: bool) -> None:
+    """A job's training metrics (local and Slurm: metrics.jsonl; SageMaker: output.tar.gz or CloudWatch)."""
+
+    def run():
+        from launcher.backends import jobmetrics
+        from launcher.cli import metrics_view
+
+        loaded = [jobmetrics.job_metrics(job, region) for job in jobs]
+        if plot_path is not None:
+            try:
+                metrics_view.plot(loaded, plot_path)
+            except (ValueError, RuntimeError) as exc:
+                fail(str(exc), EXIT_INVALID)
+        if as_json:
+            click.echo(json.dumps([{"job": m.handle, "source": m.source, "x": m.x, "records": m.records}
+                                   for m in loaded], indent=2, default=str))
+        else:
+            console = make_console()
+            for m in loaded:
+                console.print(metrics_view.table(m, None if show_all else last))
+        if plot_path is not None:
+            click.echo(f"plot: {plot_path}", err=as_json)
+
+    aws_call(run)

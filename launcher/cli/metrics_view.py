@@ -1,0 +1,92 @@
+"""Jobs' metrics as a table (rich) and as a picture (matplotlib), both imported only when drawn.
+
+The picture has three panels sharing the x axis: training loss (solid) and validation loss
+(dots on a dashed line), tokens/s, and gradient norm; one colour per job, named in the legend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.backends.metric_records import JobMetrics
+
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+# (record key, column heading, format)
+COLUMNS = (("loss", "loss", "{:.4f}"), ("val_loss", "val loss", "{:.4f}"), ("grad_norm", "grad norm", "{:.3f}"),
+           ("lr", "lr", "{:.3g}"), ("tokens_per_s", "tokens/s", "{:,.0f}"))
+X_LABELS = {"step": "step", "elapsed_s": "seconds since the job started"}
+PANELS = (("loss", "loss"), ("tokens_per_s", "tokens/s"), ("grad_norm", "grad norm"))
+
+
+def check_plot_path(value: str) -> Path:
+    """The --plot file, if it can be written: ValueError naming the value and the fix if not."""
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise ValueError(f"{value!r} is a directory: give a file name, e.g. {path / 'loss.png'}")
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise ValueError(f"{value!r} is not a {', '.join(PLOT_FORMATS)} file: name the picture e.g. loss.png")
+    if not path.parent.is_dir():
+        raise ValueError(f"{value!r}: directory {str(path.parent)!r} does not exist; create it or pick another place")
+    return path
+
+
+def rows(job: JobMetrics) -> list[dict]:
+    """One row per step (or minute): a validation record joins the training record of its step."""
+    merged: dict = {}
+    for record in job.records:
+        x = record.get(job.x)
+        if x is not None:
+            merged.setdefault(x, {}).update(record)
+    return [merged[x] for x in sorted(merged)]
+
+
+def table(job: JobMetrics, last: int | None):
+    """A rich Table of the job's last `last` rows (all of them for None)."""
+    from rich.table import Table
+
+    shown = rows(job)
+    hidden = len(shown) - last if last is not None and len(shown) > last else 0
+    shown = shown[hidden:]
+    caption = f"{hidden} earlier row(s) not shown (--all shows them)" if hidden else None
+    out = Table(title=f"{job.handle}  ({job.source})", caption=caption, title_justify="left")
+    out.add_column(X_LABELS[job.x] if job.x != "step" else "step", justify="right")
+    keys = [c for c in COLUMNS if any(c[0] in r for r in shown)]
+    for _, heading, _ in keys:
+        out.add_column(heading, justify="right")
+    for row in shown:
+        out.add_row(str(row[job.x]), *(fmt.format(row[key]) if row.get(key) is not None else ""
+                                        for key, _, fmt in keys))
+    return out
+
+
+def plot(jobs: list[JobMetrics], path: Path | None = None):
+    """A matplotlib Figure of the jobs' curves, saved to `path` when given (Agg: no display needed)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise RuntimeError("plotting needs matplotlib: pip install 'smlaunch[plot]'") from None
+    xs = {job.x for job in jobs}
+    if len(xs) > 1:
+        raise ValueError("these jobs' metrics cannot share an x axis: " + ", ".join(
+            f"{j.handle} by {X_LABELS[j.x]}" for j in jobs) + "; plot them separately")
+    x = xs.pop()
+    fig = Figure(figsize=(8, 8), layout="constrained")
+    axes = fig.subplots(len(PANELS), 1, sharex=True)
+    colors = [f"C{i % 10}" for i in range(len(jobs))]
+    for job, color in zip(jobs, colors):
+        for ax, (key, _) in zip(axes, PANELS):
+            steps, values = job.series(key)
+            if steps:
+                ax.plot(steps, values, color=color, label=job.handle)
+        steps, values = job.series("val_loss")
+        if steps:
+            axes[0].plot(steps, values, color=color, linestyle="--", marker="o", label=f"{job.handle} (validation)")
+    for ax, (_, label) in zip(axes, PANELS):
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel(X_LABELS[x])
+    axes[0].set_title(", ".join(job.handle for job in jobs))
+    axes[0].legend(fontsize="small")
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig

@@ -1,0 +1,145 @@
+"""`smlaunch plan`: one plan, a sweep, or `--auto`'s search (launcher.plan has the arithmetic)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from launcher.cli.support import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    fail,
+    job_file_arg,
+    make_console,
+    report_invalid,
+    set_option,
+)
+from launcher.config.issues import ConfigError
+
+
+@click.command(name="plan")
+@job_file_arg
+@set_option
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
+              help="Plan every value (combined with other --sweep options), e.g. context_parallel_degree=1,2,4,8.")
+@click.option("--auto", "auto_pick", is_flag=True,
+              help="Search instance types, counts, tp/cp/hsd/pp, micro batch and checkpointing; print the Pareto "
+                   "table (time vs $) of what fits. With --sweep: the cheapest of the swept configurations.")
+@click.option("--instance-types", default=None, metavar="T1,T2,...",
+              help="--auto: the instance types to search, e.g. ml.p4d.24xlarge,ml.p5.48xlarge.")
+@click.option("--family", "families", default=None, metavar="F1,F2,...",
+              help="--auto: search every type of these families, e.g. p4d,p5.")
+@click.option("--max-instances", type=int, default=None,
+              help="--auto: search instance counts 1, 2, 4, ... up to this (default 4; with --deadline, double "
+                   "until the deadline is met, up to 64).")
+@click.option("--deadline", default=None, metavar="DURATION",
+              help="--auto with --tokens: only configurations that train the tokens within it, e.g. 48h, 2d.")
+@click.option("--tokens", type=float, default=None, help="Also give hours and dollars for this many tokens (e.g. 1e9).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per configuration, in a list "
+              "(--auto's search: one object with the Pareto rows).")
+def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...], auto_pick: bool,
+             instance_types: str | None, families: str | None, max_instances: int | None, deadline: str | None,
+             tokens: float | None, as_json: bool) -> None:
+    """Predict memory per GPU, speed and cost before launch; explain a predicted OOM.
+
+    Exit codes: 0 the (picked) configuration fits, 1 it does not (or none does, or none meets
+    --deadline), 2 invalid job or option (or a job that cannot be planned: its model or world
+    size is unknown).
+    """
+    from launcher import plan as planner
+
+    search_options = {"--instance-types": instance_types, "--family": families,
+                      "--max-instances": max_instances, "--deadline": deadline}
+    _check_search_options(search_options, auto_pick, sweeps)
+    if auto_pick and not sweeps:
+        _plan_search(job_file, overrides, instance_types, families, max_instances, tokens, deadline, as_json)
+    try:
+        if auto_pick:
+            best, results = planner.auto_job_file(job_file, overrides, sweeps)
+        elif sweeps:
+            best, results = None, planner.sweep_job_file(job_file, overrides, sweeps)
+        else:
+            from launcher.config.jobfile import validate_job_file
+
+            results = [planner.plan(validate_job_file(job_file, overrides))]
+            best = None
+    except ConfigError as exc:
+        report_invalid(exc)
+        sys.exit(EXIT_INVALID)
+    chosen = best if auto_pick else (results[0] if len(results) == 1 else None)
+    if as_json:
+        rows = []
+        for r in results:
+            row = r.to_dict()
+            if auto_pick:
+                row["picked"] = r is best
+            if tokens and r.throughput:
+                hours, usd = r.throughput.cost_for(tokens=tokens)
+                row.update(hours_for_tokens=round(hours, 3), usd_for_tokens=None if usd is None else round(usd, 2))
+            rows.append(row)
+        click.echo(json.dumps(rows, indent=2, default=str))
+    else:
+        console = make_console()
+        console.print(planner.render_table(results, best=best, title=f"plan: {job_file}"))
+        if chosen is not None and chosen.valid:
+            if chosen.throughput:
+                speed = chosen.throughput
+                console.print(f"{speed.formula}: {speed.tflops_per_gpu:.0f} TFLOPS/GPU "
+                              f"({speed.tflops_per_gpu_seed_formula:.0f} by the seed's formula)")
+                console.print(planner.explain_step(speed), highlight=False, markup=False)
+                if tokens:
+                    hours, usd = speed.cost_for(tokens=tokens)
+                    cost = f", ${usd:,.0f}" if usd is not None else ""
+                    console.print(f"{tokens:,.0f} tokens: {hours:,.1f} h{cost}")
+            if auto_pick:
+                console.print(f"picked: {planner.describe(chosen)}  (--set " + " --set ".join(chosen.overrides) + ")"
+                              if chosen.overrides else f"picked: {planner.describe(chosen)}")
+            if chosen.oom or not auto_pick:
+                console.print(planner.explain_oom(chosen.memory), highlight=False, markup=False)
+        elif auto_pick:
+            console.print("no configuration fits: see the table for the lowest peaks")
+        elif len(results) == 1 and not results[0].valid:
+            console.print("cannot plan: " + "; ".join(results[0].errors), markup=False)
+    if chosen is None:
+        sys.exit(EXIT_FAILED if auto_pick or not any(r.fits for r in results) else 0)
+    if not chosen.valid:  # nothing to plan (the model or world size is unknown): the job needs a fix
+        sys.exit(EXIT_INVALID)
+    sys.exit(EXIT_FAILED if chosen.oom else 0)
+
+
+def _check_search_options(options: dict, auto_pick: bool, sweeps: tuple[str, ...]) -> None:
+    """The search's options mean nothing to a single plan or an explicit --sweep."""
+    given = [name for name, value in options.items() if value is not None]
+    if given and (sweeps or not auto_pick):
+        fix = "drop --sweep to search, or drop them" if sweeps else "add --auto"
+        fail(f"{', '.join(given)}: only for `plan --auto` (the search), not for "
+              f"{'--sweep' if sweeps else 'a single plan'}; {fix}", EXIT_INVALID)
+
+
+def _plan_search(job_file: Path, overrides, instance_types, families, max_instances, tokens, deadline,
+                 as_json: bool) -> None:
+    """`plan --auto`: search, print the Pareto table (or JSON), exit 0 when something fits
+    (within --deadline), 1 when nothing does, 2 for an invalid job or option."""
+    from launcher.plan.search import SearchOptionError, search_job_file
+    from launcher.plan.workload import PlanError
+
+    try:
+        found = search_job_file(job_file, overrides, instance_types=instance_types, families=families,
+                                max_instances=max_instances, tokens=tokens, deadline=deadline)
+    except SearchOptionError as exc:
+        fail("\n       ".join(str(i) for i in exc.issues), EXIT_INVALID)
+    except ConfigError as exc:
+        report_invalid(exc)
+        sys.exit(EXIT_INVALID)
+    except PlanError as exc:
+        fail(f"cannot plan {job_file}: {exc}", EXIT_INVALID)
+    from launcher.plan.search_report import print_search, search_to_dict
+
+    if as_json:
+        click.echo(json.dumps(search_to_dict(found), indent=2, default=str))
+    else:
+        print_search(make_console(), found, title=f"plan --auto: {job_file} (Pareto front, time vs $)")
+    sys.exit(0 if found.front else EXIT_FAILED)

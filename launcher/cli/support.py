@@ -1,0 +1,84 @@
+"""What every `smlaunch` command shares: exit codes, common options, the console, and how an
+error reaches the user (one line or a list of issues, and an exit code; never a traceback)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from launcher.config.issues import ConfigError
+
+EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 1, 2, 130
+
+set_option = click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+    help="Override a job field, e.g. --set hyperparameters.fp8=0 or --set context_parallel_degree=8.",
+)
+region_option = click.option("--region", default=None, help="AWS region (default: the boto3 chain).")
+job_file_arg = click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
+
+
+def make_console(stderr: bool = False):
+    from rich.console import Console
+
+    # Tables written to a file or a pipe get room instead of an 80-column guess.
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or os.environ.get("COLUMNS") else 160
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
+
+
+def report_invalid(exc: ConfigError) -> None:
+    where = f" {exc.source}" if exc.source else ""
+    click.secho(f"invalid job{where}: {len(exc.issues)} error(s)", fg="red", bold=True, err=True)
+    for issue in exc.issues:
+        click.echo(click.style("  error   ", fg="red") + str(issue), err=True)
+    for issue in exc.warnings:
+        click.echo(click.style("  warning ", fg="yellow") + str(issue), err=True)
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
+    sys.exit(code)
+
+
+def aws_call(fn):
+    """Run an AWS action, turning the usual failures into one clear line and an exit code."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    from launcher.backends.base import BackendError, JobFailedError
+    from launcher.config.images import ImageResolutionError
+    from launcher.config.issues import SourceDirError
+
+    try:
+        return fn()
+    except ConfigError as exc:
+        report_invalid(exc)
+        sys.exit(EXIT_INVALID)
+    except (SourceDirError, ImageResolutionError) as exc:
+        fail(str(exc), EXIT_INVALID)
+    except JobFailedError as exc:
+        fail(str(exc), EXIT_FAILED)
+    except NoCredentialsError:
+        fail("no AWS credentials found: configure them (aws configure, AWS_PROFILE, or an instance "
+              "role), or use --dry-run to see the request without sending it", EXIT_FAILED)
+    except (ClientError, BotoCoreError, BackendError) as exc:
+        fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def echo(line: str) -> None:
+    click.echo(line)
+
+
+def find(handle: str, region: str | None, printer=echo):
+    """(backend, job) of a job handle (sagemaker:NAME, local:NAME, slurm:JOBID, or a bare name)."""
+    from launcher.backends import registry
+
+    return registry.find(handle, region=region, printer=printer)
+
+
+JOB_HELP = "JOB: a name, or backend:name (sagemaker:NAME, local:NAME, slurm:JOBID)."

@@ -1,0 +1,198 @@
+"""Job files: YAML with an optional `extends: base.yaml` chain, plus `--set key=value` overrides.
+
+Paths (`source_dir`, `dependencies`) are relative to the file that sets them; `entry_point`
+is relative to source_dir, or to the job file when there is none. Files and `--set` values
+are read by launcher.config.safe_yaml (JSON values only, bounded size, depth and aliases).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from launcher.config import JobFile, ModelParallelParameters, ValidatedJob, validate_job
+from launcher.config.issues import ConfigError, Issue, did_you_mean, show_value
+from launcher.config.safe_yaml import MAX_DEPTH, YamlProblem, loads
+
+MP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")
+MAX_FILE_BYTES = 256 * 1024  # a job file is a few KiB; more is a wrong file, not a job
+MAX_EXTENDS = 16  # files in one extends chain
+LIST_HINT = "list items cannot be set one by one: set the whole list, e.g. --set 'tags=[{Key: x, Value: y}]'"
+
+
+def load_job_file(path: str | Path, overrides: Iterable[str] = ()) -> tuple[dict, Path]:
+    """The merged raw job dict (extends resolved, overrides applied) and its base directory."""
+    path = Path(path)
+    data = _load_chain(path, [])
+    apply_overrides(data, overrides)
+    return data, _resolved(path).parent
+
+
+def validate_job_file(path: str | Path, overrides: Iterable[str] = ()) -> ValidatedJob:
+    data, base = load_job_file(path, overrides)
+    job = validate_job(data, base_dir=base, source=str(path), model=JobFile)
+    job.config = job.config.model_copy(update={"extends": None})
+    return job
+
+
+def _load_chain(path: Path, seen: list[Path]) -> dict:
+    resolved = _resolved(path)
+    if resolved in seen:
+        chain = " -> ".join(str(p) for p in seen + [resolved])
+        raise ConfigError([Issue("extends", str(path), f"circular extends chain: {chain}",
+                                 "remove one of the extends keys")], str(seen[0]))
+    if len(seen) >= MAX_EXTENDS:
+        raise ConfigError([Issue("extends", str(path), f"the extends chain is longer than {MAX_EXTENDS} files",
+                                 "merge some of the base files")], str(seen[0]))
+    data = _read_yaml(path)
+    if isinstance(data.get("source_dir"), str):
+        data["source_dir"] = _absolute(resolved.parent, data["source_dir"], "source_dir", path)
+    if isinstance(data.get("dependencies"), list):
+        data["dependencies"] = [_absolute(resolved.parent, d, f"dependencies[{i}]", path) if isinstance(d, str)
+                                else d for i, d in enumerate(data["dependencies"])]
+    base_ref = data.pop("extends", None)
+    if base_ref is None:
+        return data
+    if not isinstance(base_ref, str) or not base_ref:
+        raise ConfigError([Issue("extends", base_ref, "must be a file path", "extends: base.yaml")],
+                          str(path))
+    base = _load_chain(resolved.parent / base_ref, seen + [resolved])
+    return deep_merge(base, data)
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop, or a path the system refuses
+        raise ConfigError([Issue("job file", str(path), f"cannot be resolved ({exc})", "check the path")]) from None
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = loads(_read_text(path))
+    except YamlProblem as exc:
+        raise ConfigError([Issue("job file", str(path), exc.problem, exc.fix)], str(path)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([Issue("job file", str(path), f"top level is a {type(data).__name__}",
+                                 "a job file is a mapping of estimator arguments")], str(path))
+    return data
+
+
+def _read_text(path: Path) -> str:
+    """The file's text: a regular file (not a device or FIFO, which never end), small, UTF-8."""
+    def refuse(problem: str, fix: str) -> ConfigError:
+        return ConfigError([Issue("job file", str(path), problem, fix)], str(path))
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO would block here without O_NONBLOCK
+    except FileNotFoundError:
+        raise refuse("no such file", "check the path") from None
+    except OSError as exc:
+        raise refuse(f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
+    try:
+        kind = _file_kind(os.fstat(fd).st_mode)
+        if kind:
+            os.close(fd)
+            raise refuse(f"is {kind}, not a file", "give the path of a YAML job file")
+        with open(fd, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise refuse(f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise refuse(f"is larger than {MAX_FILE_BYTES // 1024} KiB", "a job file is small: is this the right file?")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise refuse(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                     "save it as UTF-8, or check that it is the job file") from None
+
+
+def _file_kind(mode: int) -> str:
+    """'' for a regular file, else what the path is."""
+    if stat.S_ISREG(mode):
+        return ""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _absolute(base: Path, value: str, field: str, source: Path) -> str:
+    if value.startswith(("s3://", "file://")):
+        return value
+    try:
+        path = Path(value).expanduser()
+    except RuntimeError:  # ~name of no user, or ~ without a home directory
+        raise ConfigError([Issue(field, value, f"{value.split('/')[0]} names no user with a home directory",
+                                 "write the path out in full")], str(source)) from None
+    return value if path.is_absolute() else str((base / value).resolve())
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Mappings merge key by key; anything else in `override` replaces the base value."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def apply_overrides(data: dict, overrides: Iterable[str]) -> None:
+    """Apply `a.b.c=value` overrides in place; values are YAML (`8`, `true`, `[1, 2]`).
+
+    A bare model-parallel key (`context_parallel_degree=8`) means the one under
+    distribution.smdistributed.modelparallel.parameters.
+    """
+    issues = []
+    for item in overrides:
+        issue = _apply_override(data, item)
+        if issue is not None:
+            issues.append(issue)
+    if issues:
+        raise ConfigError(issues)
+
+
+def _apply_override(data: dict, item: str) -> Issue | None:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        return Issue("--set", item, "expected KEY=VALUE", "e.g. --set hyperparameters.fp8=0")
+    parts = tuple(p.strip() for p in key.split("."))
+    if not all(parts):
+        return Issue("--set", item, f"the key {key!r} has an empty part",
+                     "write a.b.c: no '..', no leading or trailing '.'")
+    if any(c in key for c in "[]"):
+        return Issue("--set", item, f"the key {key!r} indexes a list", LIST_HINT)
+    if len(parts) > MAX_DEPTH:
+        return Issue("--set", item, f"the key has more than {MAX_DEPTH} parts", "set a shorter path")
+    if len(parts) == 1 and parts[0] not in JobFile.model_fields:
+        if parts[0] not in ModelParallelParameters.model_fields:
+            hint = did_you_mean(parts[0], list(JobFile.model_fields) + list(ModelParallelParameters.model_fields))
+            return Issue("--set", item, f"unknown key {parts[0]!r}", hint)
+        parts = MP_PATH + parts
+    try:
+        value = loads(text) if text.strip() else ""
+    except YamlProblem as exc:
+        return Issue("--set", item, f"in the value: {exc.problem}", f"{exc.fix}, or quote the value: "
+                     f"--set '{key}=\"...\"'")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            where = ".".join(parts[:i + 1])
+            hint = LIST_HINT if isinstance(nxt, list) else f"set {where} as a whole (--set '{where}={{...}}')"
+            return Issue("--set", item, f"{where} is {show_value(nxt)}, not a mapping, so it has no key "
+                         f"{parts[i + 1]!r}", hint)
+        node = nxt
+    node[parts[-1]] = value
+    if parts[:-1] == MP_PATH:  # setting an SMP parameter means using SMP
+        data["distribution"]["smdistributed"]["modelparallel"].setdefault("enabled", True)
+    return None

@@ -1,0 +1,172 @@
+"""Write the `/opt/ml` tree as SageMaker writes it before it starts a training container.
+
+The local runners and the tests use this to give `container.toolkit.bootstrap` exactly what it finds on
+AWS (docs/sagemaker-contract.md, "The /opt/ml tree"):
+`input/config/{hyperparameters,resourceconfig,inputdataconfig}.json`, the channels under
+`input/data/<channel>/`, and the empty `model/`, `output/data/`, `checkpoints/` and `code/`
+directories. Pure stdlib: no torch, no boto3.
+
+`hyperparameters.json` holds the job's secrets in clear, as on SageMaker (a token the script
+needs), so `input/config/` is 0700 and its files 0600 (`write_private`), from their creation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import tempfile
+from pathlib import Path
+
+# SageMaker's name for the single instance group of a job that declares no instance groups.
+HOMOGENEOUS_GROUP = "homogeneousCluster"
+
+FAILURE_LIMIT = 1024  # SageMaker's FailureReason shows this many characters of output/failure
+# A job's TensorBoardOutputConfig, as the container finds it in input/config (SageMaker Debugger's
+# DEFAULT_SAGEMAKER_TENSORBOARD_PATH), and the API's default LocalPath.
+TENSORBOARD_CONFIG = "tensorboardoutputconfig.json"
+TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
+
+
+def process_ended(returncode: int) -> str:
+    """How a process ended, from its return code as Popen gives it (-N: killed by signal N)."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:  # a real-time signal has no name
+        return f"was killed by signal {-returncode}"
+
+# Channel files up to this size are copied into `input/data/<channel>/`, bigger ones are
+# symlinked. Copies keep the tree self-contained (it can be mounted into a container, or the
+# source edited, without surprises); links keep a multi-GB data set from being duplicated per
+# simulated host. A docker runner must mount the link targets as well.
+COPY_LIMIT_BYTES = 16 * 1024 * 1024
+
+
+def write_opt_ml(
+    base_dir: Path,
+    *,
+    hyperparameters: dict[str, str],
+    current_host: str,
+    hosts: list[str],
+    instance_type: str,
+    channels: dict[str, Path],
+    input_mode: str = "File",
+    network_interface_name: str = "eth0",
+    distributions: dict[str, str] | None = None,
+    tensorboard: dict[str, str] | None = None,
+) -> None:
+    """Write the tree SageMaker gives one host of a training job under `base_dir`.
+
+    `hyperparameters` are wire values, already JSON-encoded as the SDK sends them
+    (`launcher.wire.hyperparameters.encode`). `channels` maps a channel name to a file or a directory whose
+    files become the channel's content (see COPY_LIMIT_BYTES for copy versus symlink);
+    `distributions` gives a channel's S3DistributionType (default FullyReplicated).
+    `tensorboard` is the request's TensorBoardOutputConfig; SageMaker hands it to the container
+    as tensorboardoutputconfig.json (container.tensorboard reads it).
+    """
+    not_strings = sorted(k for k, v in hyperparameters.items() if not isinstance(v, str))
+    if not_strings:
+        raise TypeError(f"hyperparameter values must be JSON-encoded strings: {not_strings}")
+    if current_host not in hosts:
+        raise ValueError(f"current_host {current_host!r} is not one of hosts {hosts}")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"hosts must be distinct: {hosts}")
+
+    base_dir = Path(base_dir)
+    config_dir = base_dir / "input" / "config"
+    for sub in (base_dir / "input", base_dir / "model", base_dir / "output" / "data",
+                base_dir / "checkpoints", base_dir / "code"):
+        sub.mkdir(parents=True, exist_ok=True)
+    private_dir(config_dir)
+
+    sorted_hosts = sorted(hosts)
+    resource_config = {
+        "current_host": current_host,
+        "current_instance_type": instance_type,
+        "current_group_name": HOMOGENEOUS_GROUP,
+        "hosts": sorted_hosts,
+        "instance_groups": [
+            {
+                "instance_group_name": HOMOGENEOUS_GROUP,
+                "instance_type": instance_type,
+                "hosts": sorted_hosts,
+            }
+        ],
+        "network_interface_name": network_interface_name,
+    }
+    input_data_config = {
+        name: {
+            "TrainingInputMode": input_mode,
+            "S3DistributionType": (distributions or {}).get(name, "FullyReplicated"),
+            "RecordWrapperType": "None",
+        }
+        for name in sorted(channels)
+    }
+    _write_json(config_dir / "hyperparameters.json", dict(hyperparameters))
+    _write_json(config_dir / "resourceconfig.json", resource_config)
+    _write_json(config_dir / "inputdataconfig.json", input_data_config)
+    if tensorboard is not None:
+        _write_json(config_dir / TENSORBOARD_CONFIG, dict(tensorboard))
+
+    for name, source in channels.items():
+        _fill_channel(base_dir / "input" / "data" / name, Path(source))
+
+
+def _write_json(path: Path, obj: object) -> None:
+    write_private(path, json.dumps(obj, indent=2) + "\n")
+
+
+def private_dir(path: Path) -> None:
+    """`path` as a directory only its owner can open (0700), created so if it is missing."""
+    path.mkdir(mode=0o700, exist_ok=True)
+    if stat.S_IMODE(path.stat().st_mode) != 0o700:  # there already, e.g. a tree written again
+        path.chmod(0o700)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` as a file only its owner can read: 0600 from its creation (mkstemp),
+    so no other user can open it in between, and atomically (readers see the old or new file)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _fill_channel(dest: Path, source: Path) -> None:
+    if not source.exists():
+        raise FileNotFoundError(f"channel source {source} does not exist")
+    dest.mkdir(parents=True, exist_ok=True)
+    if source.is_file():
+        _place(source, dest / source.name)
+        return
+    for root, _dirs, files in os.walk(source):
+        for name in files:
+            src = Path(root) / name
+            _place(src, dest / src.relative_to(source))
+
+
+def _place(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.is_symlink() or dst.exists():
+        dst.unlink()
+    if src.stat().st_size <= COPY_LIMIT_BYTES:
+        shutil.copy2(src, dst)
+    else:
+        dst.symlink_to(src.resolve())
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1, for a rendezvous of processes on this machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
