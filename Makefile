@@ -1,37 +1,79 @@
 # The README's two commands: `make demo` and `make test`.
+# Both install from the locks committed in requirements/ (every package at one version, with its
+# hashes), so a fresh machine gets what was tested, not the day's releases. `make lock` refreshes
+# them after pyproject.toml or requirements/sdk3-*.in change (keeping the pins that still fit;
+# `make lock UPGRADE=1` takes the newest releases); commit the result.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-# The CPU wheel of torch that lies on disk here; other versions pull a multi-GB CUDA build.
+# The CPU wheel of torch that lies on disk here; other versions pull a multi-GB CUDA build. pip
+# installs it (pip's configuration finds it) and the lock leaves it out.
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
+LOCK   := requirements/lock.txt
+LOCK_EXTRAS := train data test sagemaker plot
+# uv installs a lock in seconds where pip's resolver took minutes. It reads no pip.conf, so
+# scripts/uv-pip.py runs `uv pip` with pip's find-links, indexes, constraints and cert; its --pip
+# runs pip without the "Location '...' is ignored" warning it prints per package here.
+UV_VERSION := 0.13.8
+UV     := $(VENV)/bin/uv
+UV_PIP := $(PY) scripts/uv-pip.py
+QUIET_PIP := $(PY) scripts/uv-pip.py --pip
 
-.PHONY: demo test install image bench schema clean
+.PHONY: demo test install image bench schema clean lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) pyproject.toml
-	$(PIP) install --quiet --disable-pip-version-check $(TORCH)
-	$(PIP) install --quiet --disable-pip-version-check -e '.[train,data,test,sagemaker]'
+$(UV): | $(PY)
+	$(QUIET_PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+# torch first, by pip (with its few dependencies, whose versions the lock then sets); then the
+# lock exactly as written: --no-deps (nothing resolved), every hash checked; then smlaunch itself,
+# editable. The check fails the install where pyproject.toml asks for what the lock lacks.
+$(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
+	$(QUIET_PIP) install --quiet --disable-pip-version-check $(TORCH)
+	$(UV_PIP) install --quiet --no-deps --require-hashes -r $(LOCK)
+	$(UV_PIP) install --quiet --no-deps -e .
+	@$(UV_PIP) --check smlaunch $(LOCK_EXTRAS) || { echo "$(LOCK) is out of date: make lock" >&2; exit 1; }
 	touch $(STAMP)
 
 # The SageMaker SDK v3 (sagemaker-train on sagemaker-core 2.x): tests/test_model_trainer_parity.py's
 # reference. Both SDKs are the `sagemaker` package, so v3 gets a venv of its own, without the
-# dependencies ModelTrainer never imports (mlflow, scipy, ...).
+# dependencies ModelTrainer never imports (mlflow, scipy, ...): its lock holds the SDK
+# (requirements/sdk3-pins.in) without them and what ModelTrainer imports (sdk3-deps.in) with
+# theirs, and is installed with --no-deps (pip check there lists what is left out on purpose).
 SDK3_VENV  ?= .venv-sdk3
 SDK3_STAMP := $(SDK3_VENV)/.installed
-SDK3_PINS  := sagemaker-core==2.27.0 sagemaker-train==1.27.0
-SDK3_DEPS  := 'boto3>=1.43.90,<2' 'pydantic>=2,<3' 'PyYAML>=6,<7' 'graphene>=3,<4' 'rich>=13,<15' \
-	'importlib-metadata>=1.4,<7' 'requests>=2.20,<3' 'attrs>=20.3' 'jsonschema<5' 'platformdirs>=4,<5' \
-	'numpy>=1.9' 'pandas>=1' 'omegaconf>=2.1' 'packaging>=20'
+SDK3_LOCK  := requirements/sdk3-lock.txt
 
-$(SDK3_STAMP):
+$(SDK3_STAMP): $(SDK3_LOCK) | $(UV)
 	$(PYTHON) -m venv $(SDK3_VENV)
-	$(SDK3_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $(SDK3_PINS)
-	$(SDK3_VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(SDK3_DEPS)
+	$(UV_PIP) install --quiet --no-deps --require-hashes --python $(SDK3_VENV)/bin/python -r $(SDK3_LOCK)
 	touch $@
+
+# The locks, for Python 3.11 on x86_64 Linux with glibc >= 2.28 (the CPU torch wheel's platform,
+# and the image's) whatever machine runs `make lock`. torch is pinned to TORCH for the resolution
+# and left out of the file; a CUDA package in it means torch resolved to a CUDA build (give pip
+# the CPU wheel, or run UV_TORCH_BACKEND=cpu make lock). The SDK v3's lock is two resolutions:
+# the SDK alone (--no-deps), then what ModelTrainer imports; the committed lock seeds the second
+# one's pins.
+LOCK_FLAGS := --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	$(if $(UPGRADE),--upgrade)
+
+lock: | $(UV)
+	@mkdir -p build/lock && echo '$(TORCH)' > build/lock/torch.txt
+	$(UV_PIP) compile $(LOCK_FLAGS) --custom-compile-command 'make lock' pyproject.toml \
+		$(LOCK_EXTRAS:%=--extra %) -c build/lock/torch.txt --no-emit-package torch -o $(LOCK)
+	@! grep -iE '^(nvidia-|triton|cuda-)' $(LOCK) \
+		|| { echo "$(LOCK) names CUDA packages: torch resolved to a CUDA build" >&2; exit 1; }
+	$(UV_PIP) compile $(LOCK_FLAGS) --no-header --no-deps requirements/sdk3-pins.in -o build/lock/sdk3-pins.txt
+	@cp $(SDK3_LOCK) build/lock/sdk3-deps.txt 2>/dev/null || true
+	$(UV_PIP) compile $(LOCK_FLAGS) --no-header requirements/sdk3-deps.in -o build/lock/sdk3-deps.txt
+	{ printf '%s\n' '# The SDK v3 reference venv (.venv-sdk3), installed with --no-deps. Written by `make lock`' \
+		'# from requirements/sdk3-pins.in (without dependencies) and requirements/sdk3-deps.in.'; \
+		cat build/lock/sdk3-pins.txt build/lock/sdk3-deps.txt; } > $(SDK3_LOCK)
 
 install: $(STAMP) $(SDK3_STAMP)
 

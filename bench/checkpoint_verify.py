@@ -22,7 +22,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 
 from container.checkpoint import manifest
-from container.checkpoint.dcp import Checkpointer, _sharded_state
+from container.checkpoint.checkpointer import Checkpointer, _sharded_state
 
 WIDTH = 4096
 

@@ -32,8 +32,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from container.distributed import context_parallel as cpl
 from container.data.loader import shift_labels
+from container.distributed import context_parallel as cpl
 from container.models import attention
 from container.models.llama import Transformer, TransformerArgs
 from launcher.wire.opt_ml import free_port

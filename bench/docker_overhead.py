@@ -86,7 +86,7 @@ def main() -> None:
             seen: dict[str, list] = {}
             for _ in range(args.repeats):
                 for runner, runs in seconds.items():
-                    elapsed, out = timed([sys.executable, "-m", "launcher.cli.app", "submit", str(path),
+                    elapsed, out = timed([sys.executable, "-m", "launcher.cli", "submit", str(path),
                                           "--local", "--runner", runner], env)
                     runs.append(elapsed)
                     seen.setdefault(runner, losses(out))

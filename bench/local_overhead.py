@@ -55,7 +55,7 @@ def main() -> None:
             bare.append(timed([sys.executable, str(ROOT / "entrypoints" / "train.py"), *bare_args,
                                "--output_data_dir", str(out / "data"), "--model_dir", str(out / "model"),
                                "--checkpoint_dir", str(out / "ckpt")], env, tmp))
-            local.append(timed([sys.executable, "-m", "launcher.cli.app", "submit", str(job), "--local"], env, tmp))
+            local.append(timed([sys.executable, "-m", "launcher.cli", "submit", str(job), "--local"], env, tmp))
     result = {"local_s": round(statistics.median(local), 2), "bare_s": round(statistics.median(bare), 2)}
     result["overhead_s"] = round(result["local_s"] - result["bare_s"], 2)
     result.update(machine=f"{platform.node()} ({os.cpu_count()} cpu)", python=platform.python_version(),

@@ -33,8 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from container.models.llama import Transformer, TransformerArgs
 from container.distributed.tensor_parallel import apply_tp, loss_context
+from container.models.llama import Transformer, TransformerArgs
 from launcher.wire.opt_ml import free_port
 
 MIB = 2**20

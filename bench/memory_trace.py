@@ -143,12 +143,11 @@ def trace(job) -> dict:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from container import trainer
-
     from container.data import loader as data
     from container.distributed.context_parallel import apply_context_parallel
-    from container.models.llama import build_model
     from container.distributed.parallelize import allocate
     from container.distributed.runtime import init_runtime
+    from container.models.llama import build_model
     from launcher.config import ModelParallelParameters
 
     hp = job.config.hyperparameters

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from container.data.pack import pack
 from container.data.encoders import load_tokenizer
+from container.data.pack import pack
 
 
 def stdlib_sources(megabytes: float) -> list[Path]:

@@ -1,5 +1,6 @@
 """`python -m container train`: the training image's command (SageMaker starts `<image> train`)."""
 
+# Imports inside functions: the bootstrap (and the catalog it imports) loads after the usage check.
 from __future__ import annotations
 
 import sys

@@ -18,18 +18,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from container.checkpoint import dcp as ckpt
 from container import optim
-from container.data import loader as data
+from container.args import Directories
+from container.checkpoint import checkpointer as ckpt
 from container.checkpoint import hf_export as hf
 from container.checkpoint import pretrained
-from container.args import Directories
+from container.data import loader as data
 from container.distributed.context_parallel import apply_context_parallel
 from container.distributed.expert_parallel import apply_expert_parallel, check_moe_layout, expert_meshes
-from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
-from container.loss import label_tokens, token_loss_sum
-from container.models.llama import Transformer, build_model
-from container.models.moe import load_balancing_sum
 from container.distributed.offload import ActivationOffloader
 from container.distributed.parallelize import (
     apply_activation_checkpointing,
@@ -37,12 +33,15 @@ from container.distributed.parallelize import (
     materialize_on_rank0_init,
 )
 from container.distributed.pipeline import build_pipeline
-from container.progress import ProgressWriter
 from container.distributed.runtime import Runtime
 from container.distributed.tensor_parallel import apply_tp, loss_context
+from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
+from container.loss import label_tokens, token_loss_sum
+from container.models.llama import Transformer, build_model
+from container.models.moe import load_balancing_sum
+from container.progress import ProgressWriter
 from container.tensorboard import TensorBoardScalars
-from launcher.config import flops
-from launcher.config import TrainingHyperparameters
+from launcher.config import TrainingHyperparameters, flops
 from launcher.config.models import ModelSpec
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
@@ -246,7 +245,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
             last = _record(rt, step, step_loss, float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
-                last["aux_loss"] = round((_all_sum(aux_sum, rt.loss_group) / global_sequences).item(), 6)
+                last["aux_loss"] = (_all_sum(aux_sum, rt.loss_group) / global_sequences).item()
             last.update(progress.fields(step))
             metrics.write(last)
             progress.write(last)
@@ -280,10 +279,13 @@ def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_p
     tokens_per_s = timed_tokens / timed_seconds if timed_seconds else tokens_per_step / elapsed
     per_device = tokens_per_s / rt.world_size
     tflops = per_device * flops_token / 1e12
+    # The losses and the norm stay unrounded in metrics.jsonl: runs are compared on them (layouts
+    # against one process), and 6 decimals would cost more than fp32's own error. The printed
+    # [metrics] line rounds for reading (format_metric_line).
     record = {
         "step": step,
-        "loss": round(loss, 6),
-        "grad_norm": round(grad_norm, 6),
+        "loss": loss,
+        "grad_norm": grad_norm,
         "lr": lr,
         "samples_per_s": round(tokens_per_s / s.seq_len, 4),
         "tokens_per_s": round(tokens_per_s, 1),

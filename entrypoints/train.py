@@ -17,15 +17,12 @@ def main(argv: list[str]) -> int:
     from container.args import parse_args
     from container.distributed.runtime import distribution_parameters, init_runtime, shutdown
     from container.trainer import train
+    from launcher.config.degrees import script_arguments
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     hp, dirs, pairs = parse_args(argv)
-    params = distribution_parameters(
-        pairs.get("mp_parameters"),
-        hybrid_shard_degree=hp.hybrid_shard_degree,
-        context_parallel_degree=hp.context_parallel_degree,
-        tensor_parallel_degree=hp.tensor_parallel_degree,
-    )
+    # the seed's --hybrid_shard_degree ... arguments, which must agree with mp_parameters
+    params = distribution_parameters(pairs.get("mp_parameters"), **script_arguments(hp))
     rt = init_runtime(params, sharding_strategy=hp.sharding_strategy, collective_timeout=hp.collective_timeout)
     train(rt, hp, dirs, instance_type=os.environ.get("SM_CURRENT_INSTANCE_TYPE"))
     # Not in a `finally`: a rank that failed must leave at once, never wait in a barrier that

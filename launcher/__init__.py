@@ -6,6 +6,8 @@ front-end; its config shapes are in `launcher.sdk.model_trainer`) are loaded on 
 
 __all__ = ["ConfigError", "ModelTrainer", "PyTorch", "validate_job"]
 
+# Imports inside functions: `import launcher` stays cheap; PyTorch and ModelTrainer load on first use.
+
 
 def __getattr__(name):
     if name == "PyTorch":

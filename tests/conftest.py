@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import slurm_cluster  # noqa: F401 - session fixture: the local Slurm cluster
+from tests.support.slurm_cluster import slurm_cluster  # noqa: F401 - session fixture: the local Slurm cluster
 
 REGION = "us-east-1"
 SEED_BUCKET = "sagemaker-us-east-1-111122223333"  # the seed files' output_path bucket
+LOCAL_S3_BUCKET = "smlaunch-local-test"  # the bucket of the `s3` fixture's server
 
 
 @pytest.fixture
@@ -40,7 +41,11 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def corpus(tmp_path_factory) -> tuple[Path, Path]:
     """(train dir, validation dir): byte-level JSON Lines blocks of 64 tokens of this project's
     own source, as the training script reads them from its channels."""
-    from container.data.pack import byte_tokenize, pack, write_jsonl  # imports torch: only when used
+    from container.data.pack import (  # imports torch: only when used
+        byte_tokenize,
+        pack,
+        write_jsonl,
+    )
 
     root = tmp_path_factory.mktemp("corpus")
     text = (Path(__file__).resolve().parents[1] / "launcher" / "config" / "rules.py").read_text()
@@ -75,3 +80,29 @@ def user_script_dir(tmp_path) -> Path:
     (tmp_path / "own").mkdir()
     (tmp_path / "own" / "train.py").write_text("print('hi')\n")
     return tmp_path / "own"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    """SMLAUNCH_HOME of this test: local jobs' records, logs and bundles."""
+    monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def s3(fake_credentials, monkeypatch):
+    """A moto S3 server on 127.0.0.1 that local jobs' processes reach (AWS_ENDPOINT_URL), with
+    LOCAL_S3_BUCKET created: (client, endpoint)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from launcher.wire.opt_ml import free_port
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port())
+    server.start()
+    endpoint = f"http://127.0.0.1:{server._port}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    client = boto3.client("s3", region_name=REGION)
+    client.create_bucket(Bucket=LOCAL_S3_BUCKET)
+    yield client, endpoint
+    server.stop()

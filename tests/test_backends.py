@@ -23,7 +23,7 @@ from launcher.cli.app import main
 from launcher.config import validate_job
 from launcher.config.issues import ConfigError
 from launcher.local import store
-from tests.train_runs import ROOT
+from tests.support.train_runs import ROOT
 
 JOB = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
        "instance_count": 2, "processes_per_host": 2, "hyperparameters": {"model_preset": "llama3-tiny"},

@@ -18,18 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from container.toolkit.bootstrap import (
-    ContractError,
-    _extract,
-    child_environment,
-    fetch_code,
-    launch_command,
-    master_address,
-)
-from container.toolkit.contract import read_training_env
+from container.toolkit.bootstrap import child_environment, launch_command, master_address
+from container.toolkit.code import _extract, fetch_code
+from container.toolkit.contract import ContractError, read_training_env
 from container.toolkit.failure_report import failure_text, toolkit_error
-from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, write_opt_ml
 from launcher.wire.hyperparameters import encode
+from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, write_opt_ml
 
 REPO = Path(__file__).resolve().parents[1]
 

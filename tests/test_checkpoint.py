@@ -11,45 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
 
-from container.checkpoint.dcp import Checkpointer, StopFlag, install_sigterm_flag, should_stop
-from container.models.llama import build_model
-from launcher.config.models import PRESETS
-from tests.gloo import spawn
-
-SPEC = replace(PRESETS["llama3-tiny"], max_position_embeddings=32)
-SEQ = 16
-
-
-def _warmup(step: int) -> float:
-    return min(1.0, (step + 1) / 4)
-
-
-def _make(seed: int, mesh=None, spec=SPEC):
-    torch.manual_seed(seed)
-    model = build_model(spec, SEQ)
-    model.init_weights()
-    if mesh is not None:
-        for block in model.layers.values():
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    return model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup)
-
-
-def _train_step(model, optimizer, scheduler, step: int) -> None:
-    # The same batch on every rank: FSDP's averaged gradient then equals the single-process one.
-    generator = torch.Generator().manual_seed(step)
-    tokens = torch.randint(0, SPEC.vocab_size, (2, SEQ + 1), generator=generator)
-    logits = model(tokens[:, :-1])
-    F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
-    optimizer.step()
-    optimizer.zero_grad()
-    scheduler.step()
+from container.checkpoint.checkpointer import (
+    Checkpointer,
+    StopFlag,
+    install_sigterm_flag,
+    should_stop,
+)
+from tests.support.checkpoints import SEQ, SPEC, make_model, train_step
+from tests.support.gloo import spawn
 
 
 def _full_state(model) -> dict[str, torch.Tensor]:
@@ -68,57 +40,57 @@ def _assert_close(got: dict, want: dict, atol: float) -> None:
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_plain_round_trip_resumes_exactly(tmp_path, tied):
     spec = replace(SPEC, tie_embeddings=tied)
-    model, optimizer, scheduler = _make(seed=0, spec=spec)
+    model, optimizer, scheduler = make_model(seed=0, spec=spec)
     for step in range(3):
-        _train_step(model, optimizer, scheduler, step)
+        train_step(model, optimizer, scheduler, step)
     checkpointer = Checkpointer(tmp_path, keep=2)
     checkpointer.save(3, model, optimizer, scheduler, {"position": 96}, {"tokens_seen": 96 * SEQ})
     random_after_save = torch.rand(4)
     lr_after_save = scheduler.get_last_lr()
-    _train_step(model, optimizer, scheduler, 3)
+    train_step(model, optimizer, scheduler, 3)
     want = _full_state(model)
 
-    model2, optimizer2, scheduler2 = _make(seed=1, spec=spec)
+    model2, optimizer2, scheduler2 = make_model(seed=1, spec=spec)
     resumed = checkpointer.load_latest(model2, optimizer2, scheduler2)
     assert resumed == (3, {"position": 96}, {"tokens_seen": 96 * SEQ})
     assert torch.equal(torch.rand(4), random_after_save)
     assert scheduler2.get_last_lr() == lr_after_save
-    _train_step(model2, optimizer2, scheduler2, 3)
+    train_step(model2, optimizer2, scheduler2, 3)
     _assert_close(_full_state(model2), want, atol=1e-7)
 
 
 def test_a_checkpoint_with_the_earlier_optimizer_layout_still_resumes(tmp_path, monkeypatch):
     """Checkpoints saved before trainer.pt recorded the optimizer layout hold it unflattened."""
-    from container.checkpoint import dcp as checkpoint
+    from container.checkpoint import checkpointer as checkpoint
 
-    model, optimizer, scheduler = _make(seed=0)
+    model, optimizer, scheduler = make_model(seed=0)
     for step in range(2):
-        _train_step(model, optimizer, scheduler, step)
+        train_step(model, optimizer, scheduler, step)
     with monkeypatch.context() as patched:
         patched.setattr(checkpoint, "OPTIMIZER_LAYOUT", None)
         Checkpointer(tmp_path, keep=1).save(2, model, optimizer, scheduler, {"position": 8})
     trainer = torch.load(tmp_path / "step-2" / checkpoint.TRAINER_FILE, weights_only=True)
     assert trainer["optimizer_layout"] is None
-    _train_step(model, optimizer, scheduler, 2)
+    train_step(model, optimizer, scheduler, 2)
     want = _full_state(model)
 
-    model2, optimizer2, scheduler2 = _make(seed=1)
+    model2, optimizer2, scheduler2 = make_model(seed=1)
     assert Checkpointer(tmp_path, keep=1).load_latest(model2, optimizer2, scheduler2)[0] == 2
-    _train_step(model2, optimizer2, scheduler2, 2)
+    train_step(model2, optimizer2, scheduler2, 2)
     _assert_close(_full_state(model2), want, atol=1e-7)
 
 
 def test_nothing_to_resume(tmp_path):
-    model, optimizer, scheduler = _make(seed=0)
+    model, optimizer, scheduler = make_model(seed=0)
     checkpointer = Checkpointer(tmp_path / "absent", keep=1)
     assert checkpointer.load_latest(model, optimizer, scheduler) is None
 
 
 def test_keep_and_partial_checkpoints(tmp_path):
-    model, optimizer, scheduler = _make(seed=0)
+    model, optimizer, scheduler = make_model(seed=0)
     checkpointer = Checkpointer(tmp_path, keep=2)
     for step in (1, 2, 3):
-        _train_step(model, optimizer, scheduler, step)
+        train_step(model, optimizer, scheduler, step)
         checkpointer.save(step, model, optimizer, scheduler, {"position": step}, {})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-2", "step-3"]
 
@@ -137,17 +109,17 @@ def test_keep_and_partial_checkpoints(tmp_path):
     # Marked complete; whether they are whole is found at resume.
     assert checkpointer.complete_steps() == [2, 3, 4, 6]
 
-    fresh = _make(seed=1)
+    fresh = make_model(seed=1)
     assert checkpointer.load_latest(*fresh)[:2] == (3, {"position": 3})
 
-    _train_step(model, optimizer, scheduler, 7)
+    train_step(model, optimizer, scheduler, 7)
     checkpointer.save(7, model, optimizer, scheduler, {"position": 7}, {})
     # Everything older than the newest two usable ones goes; the later partial save stays.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-3", "step-7", "step-9.tmp"]
 
 
 def test_resaving_a_complete_step_keeps_it(tmp_path):
-    model, optimizer, scheduler = _make(seed=0)
+    model, optimizer, scheduler = make_model(seed=0)
     checkpointer = Checkpointer(tmp_path, keep=1)
     path = checkpointer.save(1, model, optimizer, scheduler, {}, {})
     stamp = (path / ".complete").stat().st_mtime_ns
@@ -157,21 +129,21 @@ def test_resaving_a_complete_step_keeps_it(tmp_path):
 
 def _fsdp_save_then_load(root: str) -> None:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    model, optimizer, scheduler = _make(seed=0, mesh=mesh)
+    model, optimizer, scheduler = make_model(seed=0, mesh=mesh)
     for step in range(3):
-        _train_step(model, optimizer, scheduler, step)
+        train_step(model, optimizer, scheduler, step)
     checkpointer = Checkpointer(Path(root) / "ckpt", keep=2)
     checkpointer.save(3, model, optimizer, scheduler, {"position": 3}, {})
     saved = _full_state(model)
-    _train_step(model, optimizer, scheduler, 3)
+    train_step(model, optimizer, scheduler, 3)
     after = _full_state(model)
     if dist.get_rank() == 0:
         torch.save({"saved": saved, "after": after}, Path(root) / "reference.pt")
 
-    fresh = _make(seed=1, mesh=mesh)
+    fresh = make_model(seed=1, mesh=mesh)
     assert checkpointer.load_latest(*fresh) == (3, {"position": 3}, {})
     loaded = _full_state(fresh[0])
-    _train_step(*fresh, 3)
+    train_step(*fresh, 3)
     if dist.get_rank() == 0:
         _assert_close(loaded, saved, atol=0)
         _assert_close(_full_state(fresh[0]), after, atol=1e-6)
@@ -182,11 +154,11 @@ def _fsdp_save_then_load(root: str) -> None:
 def _fsdp_load(root: str) -> None:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     reference = torch.load(Path(root) / "reference.pt")
-    model, optimizer, scheduler = _make(seed=1, mesh=mesh)
+    model, optimizer, scheduler = make_model(seed=1, mesh=mesh)
     checkpointer = Checkpointer(Path(root) / "ckpt", keep=2)
     assert checkpointer.load_latest(model, optimizer, scheduler)[0] == 3
     loaded = _full_state(model)
-    _train_step(model, optimizer, scheduler, 3)
+    train_step(model, optimizer, scheduler, 3)
     after = _full_state(model)
     if dist.get_rank() == 0:
         _assert_close(loaded, reference["saved"], atol=0)
@@ -209,11 +181,11 @@ def test_fsdp_two_ranks_resume_exactly(two_rank_checkpoint):
 
 def test_fsdp_checkpoint_reshards_to_one_process(two_rank_checkpoint):
     reference = torch.load(two_rank_checkpoint / "reference.pt")
-    model, optimizer, scheduler = _make(seed=1)
+    model, optimizer, scheduler = make_model(seed=1)
     checkpointer = Checkpointer(two_rank_checkpoint / "ckpt", keep=2)
     assert checkpointer.load_latest(model, optimizer, scheduler)[0] == 3
     _assert_close(_full_state(model), reference["saved"], atol=0)
-    _train_step(model, optimizer, scheduler, 3)
+    train_step(model, optimizer, scheduler, 3)
     _assert_close(_full_state(model), reference["after"], atol=1e-6)
 
 

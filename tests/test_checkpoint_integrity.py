@@ -21,11 +21,11 @@ import yaml
 from torch.distributed.device_mesh import init_device_mesh
 
 from container.checkpoint import manifest
-from container.checkpoint.dcp import Checkpointer, CheckpointError
-from tests.gloo import spawn
-from tests.test_checkpoint import _make, _train_step
-from tests.test_local_mode import cli_env, smlaunch
-from tests.train_runs import ROOT
+from container.checkpoint.checkpointer import Checkpointer, CheckpointError
+from tests.support.checkpoints import make_model, train_step
+from tests.support.gloo import spawn
+from tests.support.local_jobs import cli_env, smlaunch
+from tests.support.train_runs import ROOT
 
 
 def _garbage(path: Path, offset: int | None = None, length: int = 4096) -> None:
@@ -38,10 +38,10 @@ def _garbage(path: Path, offset: int | None = None, length: int = 4096) -> None:
 
 
 def _two_checkpoints(directory: Path, mesh=None) -> Checkpointer:
-    model, optimizer, scheduler = _make(seed=0, mesh=mesh)
+    model, optimizer, scheduler = make_model(seed=0, mesh=mesh)
     checkpointer = Checkpointer(directory, keep=2)
     for step in (1, 2):
-        _train_step(model, optimizer, scheduler, step)
+        train_step(model, optimizer, scheduler, step)
         checkpointer.save(step, model, optimizer, scheduler, {"position": step}, {"tag": step})
     return checkpointer
 
@@ -84,7 +84,7 @@ def test_a_corrupt_checkpoint_is_skipped_for_the_previous_one(tmp_path, caplog, 
     _two_checkpoints(tmp_path)
     corrupt(tmp_path / "step-2")
     with caplog.at_level(logging.INFO):
-        resumed = Checkpointer(tmp_path, keep=2).load_latest(*_make(seed=1))
+        resumed = Checkpointer(tmp_path, keep=2).load_latest(*make_model(seed=1))
     assert resumed == (1, {"position": 1}, {"tag": 1})
     skipped = [r.getMessage() for r in caplog.records if "is not usable" in r.getMessage()]
     assert len(skipped) == 1 and str(tmp_path / "step-2") in skipped[0]
@@ -97,7 +97,7 @@ def test_no_usable_checkpoint_fails_with_every_reason_and_the_fix(tmp_path):
     _garbage(_shard(tmp_path / "step-2"))
     (tmp_path / "step-1" / "manifest-0.json").unlink()
     with pytest.raises(CheckpointError) as failure:
-        Checkpointer(tmp_path, keep=2).load_latest(*_make(seed=1))
+        Checkpointer(tmp_path, keep=2).load_latest(*make_model(seed=1))
     message = str(failure.value)
     assert f"no usable checkpoint in {tmp_path} (checkpoint_dir)" in message
     assert re.search(r"step-2: __0_0\.distcp does not match its sha256", message)
@@ -110,7 +110,7 @@ def test_unfinished_saves_are_not_checkpoints(tmp_path, caplog):
     _two_checkpoints(tmp_path / "saved")
     (tmp_path / "saved" / "step-2").rename(tmp_path / "step-3.tmp")
     with caplog.at_level(logging.INFO):
-        assert Checkpointer(tmp_path, keep=2).load_latest(*_make(seed=1)) is None
+        assert Checkpointer(tmp_path, keep=2).load_latest(*make_model(seed=1)) is None
     assert any("step-3.tmp" in r.getMessage() and "did not finish" in r.getMessage() for r in caplog.records)
 
 
@@ -118,12 +118,12 @@ def test_a_skipped_step_is_saved_again(tmp_path):
     """Training past a skipped checkpoint's step replaces it (only a verified one is kept as is)."""
     _two_checkpoints(tmp_path)
     _garbage(_shard(tmp_path / "step-2"))
-    model, optimizer, scheduler = _make(seed=1)
+    model, optimizer, scheduler = make_model(seed=1)
     checkpointer = Checkpointer(tmp_path, keep=2)
     assert checkpointer.load_latest(model, optimizer, scheduler)[0] == 1
-    _train_step(model, optimizer, scheduler, 2)
+    train_step(model, optimizer, scheduler, 2)
     checkpointer.save(2, model, optimizer, scheduler, {"position": 2}, {})
-    assert Checkpointer(tmp_path, keep=2).load_latest(*_make(seed=2))[:2] == (2, {"position": 2})
+    assert Checkpointer(tmp_path, keep=2).load_latest(*make_model(seed=2))[:2] == (2, {"position": 2})
 
 
 def test_every_file_of_a_checkpoint_is_in_its_manifest(tmp_path):
@@ -154,7 +154,7 @@ def _two_ranks_skip_garbage_rng(root: str) -> None:
     if dist.get_rank() == 0:
         _garbage(directory / "step-2" / "rng-1.pt")
     dist.barrier()
-    resumed = Checkpointer(directory, keep=2).load_latest(*_make(seed=1, mesh=mesh))
+    resumed = Checkpointer(directory, keep=2).load_latest(*make_model(seed=1, mesh=mesh))
     assert resumed == (1, {"position": 1}, {"tag": 1}), resumed
 
 

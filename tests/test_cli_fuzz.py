@@ -26,7 +26,7 @@ from launcher.cli.app import main
 from launcher.config import ModelParallelParameters
 from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.schema import job_file_schema
-from tests.time_limit import time_limit
+from tests.support.time_limit import time_limit
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_FILES = sorted(str(p) for p in (ROOT / "configs" / "seed").glob("p*.yaml"))

@@ -6,10 +6,8 @@ import copy
 
 import pytest
 
-from launcher.config import ConfigError, ParallelLayout, validate_job
-
-MP = "distribution.smdistributed.modelparallel.parameters"
-
+from launcher.config import ParallelLayout, validate_job
+from tests.support.config_checks import MP, issues_of, only_issue, paths
 
 # A user's script names its image, as the SageMaker SDK requires: the seed's SMP v2 image.
 SCRIPT_IMAGE = {"framework_version": "2.4.1", "py_version": "py311"}
@@ -33,24 +31,10 @@ def make_job(runtime_dir, *, params=None, hp=None, **fields):
     return job
 
 
-def issues_of(data, level="error"):
-    try:
-        result = validate_job(data)
-    except ConfigError as exc:
-        return exc.issues if level == "error" else exc.warnings
-    return [] if level == "error" else result.warnings
 
 
-def paths(data, level="error"):
-    return [i.path for i in issues_of(data, level)]
 
 
-def only_issue(data, path, level="error"):
-    found = [i for i in issues_of(data, level) if i.path == path]
-    assert found, f"no {level} at {path}; got {[str(i) for i in issues_of(data, level)]}"
-    for issue in found:
-        assert issue.fix, f"issue without a fix: {issue}"
-    return found
 
 
 def test_seed_shape_is_valid(runtime_dir):

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from launcher.wire.opt_ml import free_port, write_opt_ml
 from launcher.wire.hyperparameters import encode
-from tests.train_runs import ROOT, run_train, series
+from launcher.wire.opt_ml import free_port, write_opt_ml
+from tests.support.train_runs import ROOT, run_train, series
 
 HP = {"model_preset": "llama3-tiny", "dataset_type": "jsonl", "max_context_width": 64, "max_steps": 4,
       "lr": 0.03, "warmup": 0.0, "min_lr": 0.003, "seed": 7, "logging_freq": 1}

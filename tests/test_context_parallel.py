@@ -16,7 +16,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from container.distributed import context_parallel as cpl
 from container.models import attention
 from container.models.llama import Transformer, TransformerArgs
-from tests.gloo import spawn
+from tests.support.gloo import spawn
 
 
 @pytest.mark.parametrize("cp", [1, 2, 3, 4])
@@ -170,7 +170,7 @@ def _nccl_worker(rank: int, world: int, port: int, comm_type: str | None) -> Non
 
 
 def _spawn_nccl(comm_type: str | None) -> None:
-    from tests.train_runs import free_port
+    from tests.support.train_runs import free_port
 
     torch.multiprocessing.spawn(_nccl_worker, args=(2, free_port(), comm_type), nprocs=2, join=True)
 

@@ -15,8 +15,8 @@ import pytest
 
 import launcher.wire.opt_ml as writer
 from container.toolkit.contract import read_training_env, sm_environment, to_cmd_args
-from launcher.wire.opt_ml import write_opt_ml
 from launcher.wire.hyperparameters import encode
+from launcher.wire.opt_ml import write_opt_ml
 
 SOURCE = "s3://bucket/job-1/source/sourcedir.tar.gz"
 MP = {"hybrid_shard_degree": 8, "context_parallel_degree": 2}

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.distributed.tensor import DTensor
 
-from tests.gloo import spawn
+from tests.support.gloo import spawn
 
 SEQ = 32
 

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.wire.opt_ml import write_opt_ml
 from launcher.local import docker, store
 from launcher.local.docker import DockerRunner, Engine, find_engine
 from launcher.local.spec import LocalJobSpec, RunnerError
 from launcher.wire.hyperparameters import encode
-from tests.test_local_mode import HP, cli_env, home, job_file, script_job, smlaunch, wait_for  # noqa: F401 - home: fixture
+from launcher.wire.opt_ml import write_opt_ml
+from tests.support.local_jobs import HP, cli_env, job_file, script_job, smlaunch, wait_for
 
 IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"
 

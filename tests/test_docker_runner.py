@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.wire.opt_ml import write_opt_ml
 from launcher.local import docker
 from launcher.local.docker import DockerRunner, Engine, compose_file, find_engine
 from launcher.local.spec import LocalJobSpec, RunnerError
+from launcher.wire.opt_ml import write_opt_ml
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE_GOLDEN = os.environ.get("SMLAUNCH_UPDATE_GOLDEN") == "1"

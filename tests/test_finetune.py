@@ -15,9 +15,9 @@ import torch
 import yaml
 
 from container.data.pack import write_jsonl
-from tests.hf_models import CORPUS, hub_cache, llama_config, save_llama, save_tokenizer
-from tests.test_local_mode import cli_env, smlaunch
-from tests.train_runs import ROOT, run_train
+from tests.support.hf_models import CORPUS, hub_cache, llama_config, save_llama, save_tokenizer
+from tests.support.local_jobs import cli_env, smlaunch
+from tests.support.train_runs import ROOT, run_train
 
 transformers = pytest.importorskip("transformers")
 SEQ = 64

@@ -2,8 +2,8 @@
 
 import pytest
 
-from launcher.config.models import PRESETS, ModelSpec
 from launcher.config.flops import flops_per_token, matmul_params, mfu, peak_tflops, seed_flops_per_token
+from launcher.config.models import PRESETS, ModelSpec
 
 # h=8, L=2, H=4 (d_head 2), kv=2, I=12, V=10: every term is countable by hand.
 TINY = ModelSpec("tiny", 8, 2, 4, 2, 12, 10, 64)

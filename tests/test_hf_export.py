@@ -17,7 +17,7 @@ from torch.distributed.fsdp import fully_shard
 from container.checkpoint.hf_export import export_hf, from_hf_name, load_hf_weights, to_hf_name
 from container.models.llama import TransformerArgs, build_model, rope_inv_freq
 from launcher.config.models import PRESETS
-from tests.gloo import spawn
+from tests.support.gloo import spawn
 
 # Original context 64 with head_dim 16: one frequency is smoothed, six are divided by 8.
 SCALED = replace(

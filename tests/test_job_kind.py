@@ -11,7 +11,7 @@ import pytest
 
 from launcher.config import ConfigError, validate_job
 from launcher.wire.hyperparameters import encode
-from tests.train_runs import ROOT
+from tests.support.train_runs import ROOT
 
 HP = "hyperparameters"
 MP = "distribution.smdistributed.modelparallel.parameters"
@@ -91,7 +91,7 @@ def test_validate_shows_the_kind(tmp_path, own):
     for source, kind in ((own, "user script (train.py does not import container.trainer)"),
                          (ROOT / "entrypoints", "smlaunch runtime (train.py imports container.trainer)")):
         path.write_text(json.dumps(job(source)))
-        proc = subprocess.run([sys.executable, "-m", "launcher.cli.app", "validate", str(path), "--json"],
+        proc = subprocess.run([sys.executable, "-m", "launcher.cli", "validate", str(path), "--json"],
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["summary"]["kind"] == kind
@@ -103,20 +103,20 @@ DLC = "763104351884.dkr.ecr.{region}.amazonaws.com/pytorch-training:2.8.0-gpu-py
 
 def test_validate_shows_the_image(tmp_path):
     """The image the request would name (build_request takes it from the same job_image)."""
-    seed = subprocess.run([sys.executable, "-m", "launcher.cli.app", "validate", str(ROOT / "configs/seed/p5-cp8-fp8.yaml"),
+    seed = subprocess.run([sys.executable, "-m", "launcher.cli", "validate", str(ROOT / "configs/seed/p5-cp8-fp8.yaml"),
                            "--json"], capture_output=True, text=True, check=False)
     summary = json.loads(seed.stdout)["summary"]
     assert summary["image"] == f"{DLC.format(region='us-east-1')} (region us-east-1)"
     assert summary["image_reason"] == "image_uri as given (PyTorch 2.8.0)"
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job(ROOT / "entrypoints", region="eu-west-1")))
-    runtime = subprocess.run([sys.executable, "-m", "launcher.cli.app", "validate", str(path), "--json"],
+    runtime = subprocess.run([sys.executable, "-m", "launcher.cli", "validate", str(path), "--json"],
                              capture_output=True, text=True, check=False)
     summary = json.loads(runtime.stdout)["summary"]
     assert summary["image"] == f"{DLC.format(region='eu-west-1')} (region eu-west-1)"
     assert summary["image_reason"] == "PyTorch DLC 2.8.0: the default for smlaunch's runtime (needs torch >= 2.6)"
     path.write_text(json.dumps(job(ROOT / "entrypoints", instance_type="local", distribution=None)))
-    local = subprocess.run([sys.executable, "-m", "launcher.cli.app", "validate", str(path), "--json"],
+    local = subprocess.run([sys.executable, "-m", "launcher.cli", "validate", str(path), "--json"],
                            capture_output=True, text=True, check=False)
     assert json.loads(local.stdout)["summary"]["image"] == "none: the local process runner uses this machine's Python"
 

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.backends.base import BackendError
-from launcher.config.job_names import check_job_name, make_job_name
 from launcher.cli.app import main
 from launcher.config import validate_job
 from launcher.config.issues import ConfigError
+from launcher.config.job_names import check_job_name, make_job_name
 from launcher.local import prepare as prepare_module
 from launcher.local.prepare import prepare
 from launcher.local.process import ProcessRunner

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from container.toolkit.contract import read_training_env, sm_environment
 from launcher.backends.base import BackendError
@@ -25,44 +24,18 @@ from launcher.config import validate_job
 from launcher.local import store
 from launcher.local.prepare import prepare
 from launcher.local.process import ProcessRunner
-from tests.train_runs import ROOT, run_train, series
-
-# train_batch_size is per data-parallel rank (SMP's meaning): 2 replicas x 2 = the reference's 4.
-HP = {"model_preset": "llama3-tiny", "dataset_type": "jsonl", "max_context_width": 64, "max_steps": 4,
-      "train_batch_size": 2, "lr": 0.03, "warmup": 0.0, "min_lr": 0.003, "seed": 7, "logging_freq": 1}
-HSD_CP = {"torch_distributed": {"enabled": True},
-          "smdistributed": {"modelparallel": {"enabled": True, "parameters": {
-              "hybrid_shard_degree": 2, "context_parallel_degree": 2}}}}
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
-
-
-def cli_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_", "SMLAUNCH_"))}
-    env.update(SMLAUNCH_HOME=str(home), OMP_NUM_THREADS="1", NO_COLOR="1", **extra)
-    return env
-
-
-def smlaunch(*args: str, env: dict[str, str], timeout: float = 300, cwd: Path | None = None):
-    return subprocess.run([sys.executable, "-m", "launcher.cli.app", *args], env=env, cwd=cwd or ROOT,
-                          capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def job_file(path: Path, **fields) -> Path:
-    data = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
-            "instance_count": 2, "processes_per_host": 2, "distribution": HSD_CP, "hyperparameters": HP}
-    data.update(fields)
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def members(archive: Path) -> dict[str, bytes]:
-    with tarfile.open(archive) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+from tests.support.local_jobs import (
+    HP,
+    HSD_CP,
+    cli_env,
+    job_file,
+    members,
+    processes_in,
+    script_job,
+    smlaunch,
+    wait_for,
+)
+from tests.support.train_runs import ROOT, run_train, series
 
 
 def test_two_hosts_with_hybrid_sharding_and_cp_train_like_one_process(tmp_path, home, corpus):
@@ -163,7 +136,7 @@ files.download_and_extract(uri=environment.Environment().module_dir, path=enviro
 def test_the_toolkit_fetches_the_code_of_a_local_tree(tmp_path, home, corpus):
     """AWS's toolkit, run on a tree the process runner wrote, puts the code where our bootstrap does."""
     pytest.importorskip("sagemaker_training")
-    from container.toolkit.bootstrap import fetch_code
+    from container.toolkit.code import fetch_code
 
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
                         "instance_count": 2, "hyperparameters": HP, "inputs": {"train": str(corpus[0])}})
@@ -212,47 +185,12 @@ def test_local_paths_are_checked_before_anything_runs(tmp_path, home):
 
 # --- failures, stops and signals ------------------------------------------------------------
 
-SCRIPT = """
-import os, sys, time
-rank = int(os.environ["RANK"])
-print(f"rank {rank} on {os.environ['CURRENT_HOST']} ready", flush=True)
-if os.environ.get("FAIL_RANK") == str(rank):
-    raise ValueError(f"boom on rank {rank}")
-time.sleep(float(os.environ.get("SLEEP", "600")))
-"""
 
 
-def script_job(tmp_path: Path, **fields) -> Path:
-    src = tmp_path / "src"
-    src.mkdir(exist_ok=True)
-    (src / "job.py").write_text(SCRIPT)
-    data = {"entry_point": "job.py", "source_dir": str(src), "instance_type": "local", "instance_count": 2,
-            "distribution": {"torch_distributed": {"enabled": True}}, **fields}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(data))
-    return tmp_path / "job.yaml"
 
 
-def processes_in(directory: Path) -> list[int]:
-    """Processes whose working directory lies in `directory` (bootstraps, torchrun, ranks)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if Path(os.readlink(entry / "cwd")).is_relative_to(directory):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
-def wait_for(predicate, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out")
 
 
 def test_a_failing_host_fails_the_job_with_its_reason(tmp_path, home):
@@ -275,7 +213,7 @@ def test_a_failing_host_fails_the_job_with_its_reason(tmp_path, home):
 
 def test_ctrl_c_stops_every_host_and_leaves_no_process(tmp_path, home):
     spec = script_job(tmp_path, base_job_name="sigint")
-    cli = subprocess.Popen([sys.executable, "-m", "launcher.cli.app", "submit", str(spec)], env=cli_env(home),
+    cli = subprocess.Popen([sys.executable, "-m", "launcher.cli", "submit", str(spec)], env=cli_env(home),
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     job = wait_for(lambda: next((home / "jobs").glob("sigint-*"), None) if (home / "jobs").is_dir() else None)
     log = job / "logs" / "job.log"

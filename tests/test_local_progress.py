@@ -9,8 +9,8 @@ import re
 
 import yaml
 
-from tests.test_local_mode import cli_env, home, processes_in, smlaunch, wait_for  # noqa: F401 - home: fixture
-from tests.train_runs import ROOT
+from tests.support.local_jobs import cli_env, processes_in, smlaunch, wait_for
+from tests.support.train_runs import ROOT
 
 # Far more steps than the test waits for: the job is stopped while it runs.
 HP = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": 64, "max_steps": 1_000_000,

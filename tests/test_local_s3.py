@@ -7,32 +7,19 @@ import io
 import json
 import tarfile
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from launcher.backends.base import BackendError
 from launcher.config import validate_job
-from launcher.wire.opt_ml import free_port
 from launcher.local.prepare import prepare
 from launcher.local.process import ProcessRunner
-from tests.conftest import REGION
-from tests.test_local_mode import HP, cli_env, job_file, smlaunch
-from tests.train_runs import ROOT, series
+from tests.conftest import LOCAL_S3_BUCKET, REGION
+from tests.support.local_jobs import HP, cli_env, job_file, smlaunch
+from tests.support.train_runs import ROOT, series
 
-BUCKET = "smlaunch-local-test"
+BUCKET = LOCAL_S3_BUCKET
 
 
-@pytest.fixture
-def s3(fake_credentials, monkeypatch):
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port())
-    server.start()
-    endpoint = f"http://127.0.0.1:{server._port}"
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    client = boto3.client("s3", region_name=REGION)
-    client.create_bucket(Bucket=BUCKET)
-    yield client, endpoint
-    server.stop()
 
 
 def upload_dir(client, directory, prefix: str) -> None:

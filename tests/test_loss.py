@@ -16,14 +16,15 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from container.data.loader import IGNORE_INDEX, shift_labels
+from container.distributed.tensor_parallel import apply_tp, loss_context
 from container.loss import token_loss_sum
 from container.models.llama import build_model
-from container.distributed.tensor_parallel import apply_tp, loss_context
 from launcher.config import TrainingHyperparameters
 from launcher.config.models import PRESETS
 from launcher.config.run_settings import DEFAULT_LOSS_CHUNK_TOKENS, run_settings
-from tests.gloo import spawn
-from tests.train_runs import run_train, series
+from tests.support.gloo import spawn
+from tests.support.train_runs import TINY as TINY_RUN
+from tests.support.train_runs import order_tolerance, run_train, series
 
 SEQ, BATCH = 64, 3  # 192 tokens: no dimension of the model is that long, nor the vocabulary's 256
 TINY = PRESETS["llama3-tiny"]
@@ -150,7 +151,7 @@ def test_chunking_is_on_by_default_and_zero_turns_it_off():
 
 
 # train.py with chunks of 16 tokens against the whole logits, per layout: loss and grad_norm
-# series equal (metrics are rounded to 6 decimals, ~1e-7 relative here).
+# series equal up to the reordering of a step's sums over its tokens (TINY: 4 sequences x 64).
 @pytest.mark.parametrize("nproc,hyperparameters", [
     (2, {"train_batch_size": 2}),  # FSDP over dp_shard 2
     (2, {"mp_parameters": "tensor_parallel_degree=2"}),
@@ -159,5 +160,6 @@ def test_chunking_is_on_by_default_and_zero_turns_it_off():
 def test_train_with_chunked_loss_matches_whole_logits(tmp_path, nproc, hyperparameters):
     chunked = run_train(tmp_path / "chunked", nproc, loss_chunk_tokens=16, **hyperparameters)
     whole = run_train(tmp_path / "whole", nproc, loss_chunk_tokens=0, **hyperparameters)
+    rel = order_tolerance(TINY_RUN["train_batch_size"] * TINY_RUN["max_context_width"])
     for key in ("loss", "grad_norm"):
-        assert series(chunked, key) == pytest.approx(series(whole, key), rel=REL), key
+        assert series(chunked, key) == pytest.approx(series(whole, key), rel=rel), key

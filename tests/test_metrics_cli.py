@@ -15,13 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.backends import jobmetrics, metric_records
-
-from launcher.cli import metrics_view
 from launcher.backends.local import LocalBackend
+from launcher.cli import metrics_view
 from launcher.cli.app import main
-from tests.test_local_mode import HP, cli_env, home, job_file, smlaunch  # noqa: F401 - home: fixture
-from tests.test_sagemaker_backend import BUCKET, REGION, make_job, moto_job, set_status
-from tests.train_runs import ROOT
+from tests.support.local_jobs import HP, cli_env, job_file, smlaunch
+from tests.support.sagemaker_jobs import BUCKET, REGION, make_job, moto_job, set_status
+from tests.support.train_runs import ROOT
 
 pytest.importorskip("matplotlib")
 

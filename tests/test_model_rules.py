@@ -11,8 +11,8 @@ import pytest
 
 from launcher.config import ConfigError, validate_job
 from launcher.config.model_source import FIELD
-from tests.hf_models import hub_cache, llama_config, save_llama
-from tests.train_runs import ROOT
+from tests.support.hf_models import hub_cache, llama_config, save_llama
+from tests.support.train_runs import ROOT
 
 pytest.importorskip("transformers")
 HP = "hyperparameters"
@@ -169,10 +169,10 @@ def test_a_value_that_names_nothing(tmp_path):
 def test_plan_exits_2_when_nothing_can_be_planned(tmp_path, own_script):
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job({}, script=own_script)))
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli.app", "plan", str(path)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "plan", str(path)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 2 and "cannot plan" in proc.stdout
     path.write_text(json.dumps(job({})))
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli.app", "plan", str(path)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "plan", str(path)], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 2 and "cannot tell which model" in proc.stderr

@@ -21,7 +21,7 @@ from moto.server import ThreadedMotoServer
 
 from launcher.sdk import model_trainer
 from launcher.sdk.model_trainer import ModelTrainer
-from tests.sdk3_reference import REGION, ROLE, SHAPES, Sent, build, channels
+from tests.support.sdk3_reference import REGION, ROLE, SHAPES, Sent, build, channels
 
 ROOT = Path(__file__).resolve().parents[1]
 SDK3_PYTHON = ROOT / ".venv-sdk3" / "bin" / "python"

@@ -18,7 +18,7 @@ from container.models.llama import build_model
 from container.models.moe import load_balancing_sum
 from launcher.config import TrainingHyperparameters
 from launcher.config.hf_config import spec_from_hf_config
-from tests.hf_models import SEQ, hub_cache, mixtral_config, save_mixtral
+from tests.support.hf_models import SEQ, hub_cache, mixtral_config, save_mixtral
 
 transformers = pytest.importorskip("transformers")
 REPO = "org/tiny-mixtral"

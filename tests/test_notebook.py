@@ -11,7 +11,7 @@ import re
 import nbclient
 import nbformat
 
-from tests.train_runs import ROOT
+from tests.support.train_runs import ROOT
 
 
 def text_of(cell) -> str:

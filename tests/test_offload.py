@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from container.models.llama import build_model
 from container.distributed.offload import ActivationOffloader
 from container.distributed.parallelize import apply_activation_checkpointing
+from container.models.llama import build_model
 from launcher.config.models import PRESETS
 
 SPEC = PRESETS["llama3-tiny"].__class__(**{**PRESETS["llama3-tiny"].__dict__, "num_layers": 5})

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_local_mode import cli_env
-from tests.train_runs import ROOT
+from tests.support.local_jobs import cli_env
+from tests.support.train_runs import ROOT
 
 SCRIPT = """
 import os, subprocess, sys, time
@@ -82,7 +82,7 @@ def job(tmp_path):
 
 
 def _start(job_file: Path, home: Path, detached: bool, log: Path) -> subprocess.Popen:
-    args = [sys.executable, "-m", "launcher.cli.app", "submit", str(job_file)] + (["--no-wait"] if detached else [])
+    args = [sys.executable, "-m", "launcher.cli", "submit", str(job_file)] + (["--no-wait"] if detached else [])
     with open(log, "wb") as out:
         return subprocess.Popen(args, cwd=ROOT, env=cli_env(home), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)

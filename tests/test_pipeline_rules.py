@@ -17,7 +17,7 @@ from launcher.config import ModelParallelParameters, ParallelLayout, validate_jo
 from launcher.config.layout import layout_problems
 from launcher.config.models import PRESETS
 from launcher.config.run_settings import run_settings
-from tests.test_config_rules import MP, only_issue, paths
+from tests.support.config_checks import MP, only_issue, paths
 
 HP = "hyperparameters"
 

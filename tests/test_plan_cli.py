@@ -12,7 +12,9 @@ from launcher import PyTorch
 from launcher.cli.app import main
 from launcher.plan import PredictedOOMError
 from tests.conftest import REGION, SEED_BUCKET
-from tests.test_cli import SEED
+from tests.support.train_runs import ROOT
+
+SEED = ROOT / "configs" / "seed"
 
 LOGITS_GIB = 16384 * 128256 * 4 / 2**30  # one sequence's fp32 logits: the seed's OOM allocation
 # The seed's own loss, on the whole fp32 logits (smlaunch's runtime chunks it by default, and fits)

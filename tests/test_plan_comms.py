@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli.app import main
-from launcher.config.models import PRESETS
 from launcher.config.jobfile import validate_job_file
+from launcher.config.models import PRESETS
 from launcher.plan import estimate_throughput, sweep_job_file
 
 SEED = Path(__file__).resolve().parents[1] / "configs" / "seed"

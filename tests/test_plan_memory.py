@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.config import ConfigError, validate_job
+from launcher.config.jobfile import validate_job_file
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import PRESETS
-from launcher.config.jobfile import validate_job_file
 from launcher.plan import estimate_memory, explain_oom
 from launcher.plan.memory import GIB, SAFETY_MARGIN, estimate_workload
 from launcher.plan.workload import PlanError, workload_of

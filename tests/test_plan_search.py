@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher.config.catalog import catalog_names, get_instance_type
 from launcher.cli.app import main
+from launcher.config.catalog import catalog_names, get_instance_type
 from launcher.config.jobfile import validate_job_file
 from launcher.plan import plan
 from launcher.plan.search import search_job_file, set_lines

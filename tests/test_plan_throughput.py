@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from launcher.config import flops as runtime_flops
-from launcher.config.catalog import get_instance_type
 from launcher.config import validate_job
-from launcher.config.models import PRESETS
+from launcher.config.catalog import get_instance_type
 from launcher.config.jobfile import validate_job_file
+from launcher.config.models import PRESETS
 from launcher.plan import estimate_throughput
 from launcher.plan.throughput import estimate_workload, recompute_factor
 from launcher.plan.workload import workload_of

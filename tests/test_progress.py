@@ -13,9 +13,9 @@ import boto3
 import pytest
 from rich.console import Console
 
-from launcher.wire.checkpoints import latest_in_s3, latest_local
-from launcher.cli.jobview import jobs_table, status_lines
 from launcher.backends.live import LiveProgress
+from launcher.cli.jobview import jobs_table, status_lines
+from launcher.wire.checkpoints import latest_in_s3, latest_local
 from launcher.wire.metric_lines import format_metric_line, parse_metric_line
 from launcher.wire.progress import Progress, eta_seconds, from_line, read_progress, write_progress
 
@@ -187,9 +187,9 @@ def aws_s3(fake_credentials):
 def test_sagemaker_status_shows_the_last_metric_line_of_the_logs(fake_credentials):
     from moto import mock_aws
 
-    from launcher.cli import jobview
     from launcher.backends.sagemaker import SageMakerBackend
-    from tests.test_sagemaker_backend import BUCKET, make_job, put_logs, set_status
+    from launcher.cli import jobview
+    from tests.support.sagemaker_jobs import BUCKET, make_job, put_logs, set_status
 
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")

@@ -27,9 +27,9 @@ import torch.distributed as dist
 import yaml
 
 from launcher.wire.opt_ml import free_port
-from tests.gloo import spawn
-from tests.test_local_mode import cli_env, processes_in, smlaunch, wait_for
-from tests.train_runs import ROOT
+from tests.support.gloo import spawn
+from tests.support.local_jobs import cli_env, processes_in, smlaunch, wait_for
+from tests.support.train_runs import ROOT
 
 BOUND_S = 60  # from submit to the failed job; the collective timeout stays at its 600 s default
 HP = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": 64, "max_steps": 4,
@@ -59,7 +59,7 @@ runpy.run_path(str(Path(__file__).with_name("train.py")), run_name="__main__")
 # point -> the patch, made in rank 1 only before train.py starts
 INJECTIONS = {
     "runtime init": "import container.distributed.runtime; container.distributed.runtime.init_device_mesh = fail",
-    "checkpoint resume": "import container.checkpoint.dcp; container.checkpoint.dcp.Checkpointer.load_latest = fail",
+    "checkpoint resume": "import container.checkpoint.checkpointer; container.checkpoint.checkpointer.Checkpointer.load_latest = fail",
     "mid-step": """
 import container.trainer as t
 calls = []
@@ -69,7 +69,7 @@ def flaky(*args, **kwargs):
     return fail() if len(calls) == 3 else real(*args, **kwargs)
 t.token_loss_sum = flaky
 """,
-    "checkpoint save": "import container.checkpoint.dcp; container.checkpoint.dcp.dcp.save = fail",
+    "checkpoint save": "import container.checkpoint.checkpointer; container.checkpoint.checkpointer.dcp.save = fail",
 }
 
 

@@ -17,8 +17,8 @@ import botocore.endpoint
 import pytest
 import yaml
 
-from launcher.config.job_names import MAX_JOB_NAME, make_job_name
 from launcher.backends.sagemaker import SageMakerBackend
+from launcher.config.job_names import MAX_JOB_NAME, make_job_name
 from launcher.config.jobfile import validate_job_file
 
 ROOT = Path(__file__).resolve().parents[1]

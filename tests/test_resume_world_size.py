@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from container.checkpoint import manifest
-from container.checkpoint.dcp import TRAINER_FILE
-from tests.train_runs import run_train, series
+from container.checkpoint.checkpointer import TRAINER_FILE
+from tests.support.train_runs import run_train, series
 
 STEPS, SAVED_AT = 8, 4
 COMMON = {"lr_decay_iters": STEPS, "checkpoint_freq": SAVED_AT}

@@ -7,25 +7,28 @@ import json
 import tarfile
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 from moto.core import DEFAULT_ACCOUNT_ID
-from moto.sagemaker.models import sagemaker_backends
 
 from launcher.backends.base import BackendError, JobFailedError
 from launcher.backends.cwlogs import LOG_GROUP
 from launcher.backends.sagemaker import SageMakerBackend
-from launcher.config import validate_job
 from launcher.config.issues import ConfigError
+from tests.support.sagemaker_jobs import (
+    BUCKET,
+    REGION,
+    ROLE,
+    ROOT,
+    make_job,
+    moto_job,
+    put_logs,
+    set_status,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-REGION = "us-east-1"
-BUCKET = "smlaunch-test-bucket"
-ROLE = "arn:aws:iam::111122223333:role/SageMakerExecutionRole"
 DEFAULT_BUCKET = f"sagemaker-{REGION}-{DEFAULT_ACCOUNT_ID}"
 
 
@@ -50,20 +53,6 @@ def backend(aws, lines) -> SageMakerBackend:
     return SageMakerBackend(aws, printer=lines.append)
 
 
-def make_job(**fields):
-    data = {
-        "entry_point": "train.py",
-        "source_dir": str(ROOT / "entrypoints"),
-        "role": ROLE,
-        "region": REGION,
-        "instance_type": "ml.m5.xlarge",
-        "output_path": f"s3://{BUCKET}/output/",
-        "hyperparameters": {"max_steps": 3, "model_type": "llama_v2"},
-    }
-    data.update(fields)
-    data["hyperparameters"] = {"model_preset": "llama3-tiny", **data["hyperparameters"]}  # train.py needs a model
-    data = {k: v for k, v in data.items() if v is not None}
-    return validate_job(data, base_dir=ROOT)
 
 
 def smp_job(**fields):
@@ -87,29 +76,10 @@ def job_names(session) -> list[str]:
     return [j["TrainingJobName"] for j in session.client("sagemaker").list_training_jobs()["TrainingJobSummaries"]]
 
 
-def moto_job(name: str):
-    return sagemaker_backends[DEFAULT_ACCOUNT_ID][REGION].training_jobs[name]
 
 
-def set_status(name: str, status: str, reason: str | None = None) -> None:
-    job = moto_job(name)
-    job.training_job_status = status
-    job.secondary_status = status
-    if reason is not None:
-        job.failure_reason = reason  # moto renders every attribute, so this becomes FailureReason
 
 
-def put_logs(session, job: str, host: int, events: list[tuple[int, str]], epoch: int = 1700000000) -> str:
-    logs = session.client("logs")
-    try:
-        logs.create_log_group(logGroupName=LOG_GROUP)
-    except logs.exceptions.ResourceAlreadyExistsException:
-        pass
-    stream = f"{job}/algo-{host}-{epoch}"
-    logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
-    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
-                        logEvents=[{"timestamp": t, "message": m} for t, m in events])
-    return stream
 
 
 # --- submit -------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import yaml
 pytest.importorskip("sagemaker")
 pytest.importorskip("moto")
 
-from tests.sdk_reference import ROLE, aws, differences, ours_submit, sdk_submit
+from tests.support.sdk_reference import ROLE, aws, differences, ours_submit, sdk_submit
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "configs" / "seed"

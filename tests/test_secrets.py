@@ -12,7 +12,6 @@ from pathlib import Path
 import yaml
 
 from container.toolkit.rank_logs import TAIL_BYTES, _Tail
-from launcher.wire.opt_ml import write_opt_ml
 from launcher.local import store
 from launcher.local.spec import LocalJobSpec
 from launcher.wire.masking import (
@@ -23,7 +22,8 @@ from launcher.wire.masking import (
     mask_secrets,
     mask_value,
 )
-from tests.test_local_mode import cli_env, smlaunch
+from launcher.wire.opt_ml import write_opt_ml
+from tests.support.local_jobs import cli_env, smlaunch
 
 # --- by name --------------------------------------------------------------------------------------
 

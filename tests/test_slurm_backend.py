@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from launcher.local import store
-from tests.test_local_mode import HP, HSD_CP, SCRIPT, cli_env, members, processes_in, wait_for
-from tests.train_runs import ROOT, run_train, series
+from tests.support.local_jobs import HP, HSD_CP, SCRIPT, cli_env, members, processes_in, wait_for
+from tests.support.train_runs import ROOT, run_train, series
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def slurm_env(cluster, home: Path) -> dict[str, str]:
 
 
 def smlaunch(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.cli.app", *args], env=env, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 

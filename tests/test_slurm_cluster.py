@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import ClusterUnavailable, SlurmCluster, check_can_run
+from tests.support.slurm_cluster import ClusterUnavailable, SlurmCluster, check_can_run
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,8 +17,8 @@ from launcher.cli.app import main
 from launcher.config import ConfigError, ParallelLayout, validate_job
 from launcher.config.layout import divisors
 from launcher.config.models import ModelSpec
-from launcher.sdk.estimator import PyTorch
 from launcher.plan import PlanError, plan, workload_of
+from launcher.sdk.estimator import PyTorch
 
 MP = "distribution.smdistributed.modelparallel.parameters"
 HF = "hyperparameters.hf_pretrained_model_name_or_dir"

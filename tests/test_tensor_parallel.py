@@ -15,10 +15,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from container.checkpoint.hf_export import export_hf, load_hf_weights
-from container.models.llama import build_model
 from container.distributed.tensor_parallel import apply_tp, check_tp_degree, loss_context
+from container.models.llama import build_model
 from launcher.config.models import PRESETS
-from tests.gloo import spawn
+from tests.support.gloo import spawn
 
 SEQ = 32
 TINY = PRESETS["llama3-tiny"]  # 4 heads, 2 key/value heads: tp 2 at most

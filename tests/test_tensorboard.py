@@ -13,9 +13,9 @@ import pytest
 
 from container.args import directories
 from container.tensorboard import TensorBoardScalars
-from tests.test_local_mode import HP, cli_env, job_file, smlaunch
-from tests.test_local_s3 import BUCKET, s3  # noqa: F401 - s3: fixture (a moto server)
-from tests.train_runs import run_train
+from tests.conftest import LOCAL_S3_BUCKET as BUCKET
+from tests.support.local_jobs import HP, cli_env, job_file, smlaunch
+from tests.support.train_runs import run_train
 
 pytest.importorskip("tensorboard")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from container.toolkit.contract import read_training_env, sm_environment, to_cmd_args
-from launcher.wire.opt_ml import write_opt_ml
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST, encode
+from launcher.wire.opt_ml import write_opt_ml
 
 pytest.importorskip("sagemaker_training")
 

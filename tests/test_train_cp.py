@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_train_parity import assert_same_training
-from tests.train_runs import run_train
+from tests.support.train_runs import assert_same_training, run_train
 
 SENSITIVE = {"lr": 0.03, "min_lr": 0.003, "max_steps": 8}
 

@@ -13,7 +13,7 @@ import importlib.util
 import pytest
 import torch
 
-from tests.train_runs import run_train, series
+from tests.support.train_runs import run_train, series
 
 # resumable; the gentle learning rate the FP8-vs-bf16 gap below was measured at (FP8 tracks bf16,
 # it is not exact, so the shared parity settings' large rate would only amplify rounding)

@@ -10,12 +10,12 @@ import shutil
 import pytest
 import torch
 
-from container.distributed.expert_parallel import check_moe_layout
 from container.checkpoint.hf_export import load_hf_weights
+from container.distributed.expert_parallel import check_moe_layout
 from container.models.llama import build_model
 from launcher.config import ModelParallelParameters
 from launcher.config.models import PRESETS
-from tests.train_runs import TINY, run_train, series
+from tests.support.train_runs import TINY, run_train, series
 
 MOE = {"model_preset": "mixtral-tiny"}
 REL = 1e-5

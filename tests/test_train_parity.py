@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.train_runs import run_train, series
-
-REL = 1e-5
+from tests.support.train_runs import assert_same_training, run_train, series
 
 
 @pytest.fixture(scope="module")
@@ -18,11 +16,6 @@ def reference(tmp_path_factory):
     return run_train(tmp_path_factory.mktemp("ref"), 1)
 
 
-def assert_same_training(records, reference, rel=REL):
-    assert series(records, "step") == series(reference, "step")
-    for key in ("loss", "grad_norm"):
-        ours, ref = series(records, key), series(reference, key)
-        assert ours == pytest.approx(ref, rel=rel), f"{key}: {ours} != {ref}"
 
 
 def test_reference_learns(reference):

@@ -13,8 +13,7 @@ from dataclasses import replace
 import pytest
 
 from launcher.config.models import PRESETS
-from tests.test_train_parity import assert_same_training
-from tests.train_runs import assert_same_export, run_train, series
+from tests.support.train_runs import assert_same_export, assert_same_training, run_train, series
 
 PP2 = "pipeline_parallel_degree=2,microbatches=2"
 INTERLEAVED = f"{PP2},pipeline_schedule=interleaved_1f1b,pipeline_virtual_stages=2"

@@ -13,7 +13,7 @@ from container.checkpoint import hf_export as hf
 from container.models.llama import build_model
 from container.trainer import check_writable
 from launcher.config.models import PRESETS
-from tests.train_runs import run_train, series
+from tests.support.train_runs import run_train, series
 
 
 def test_resume_continues_exactly(tmp_path):

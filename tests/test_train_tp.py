@@ -8,8 +8,7 @@ import shutil
 import pytest
 
 from launcher.config.models import PRESETS
-from tests.test_train_parity import assert_same_training
-from tests.train_runs import assert_same_export, run_train, series
+from tests.support.train_runs import assert_same_export, assert_same_training, run_train, series
 
 
 @pytest.fixture(scope="module")

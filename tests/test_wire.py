@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from launcher.config import ConfigError, validate_job
 from launcher.config.sent_hyperparameters import distribution_from_hyperparameters
 from launcher.wire import hyperparameters as wire
-from launcher.config import ConfigError, validate_job
 from launcher.wire.masking import mask_secrets
 
 

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from launcher.config import hub
-from launcher.config import TrainingHyperparameters
+from launcher.config import TrainingHyperparameters, hub
 from launcher.config.hf_config import WEIGHT_FILES
 from launcher.config.model_resolution import resolve_model, trainable_issues
 from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source

@@ -30,8 +30,8 @@ import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from container.models import attention
 from container.distributed.runtime import Runtime
+from container.models import attention
 
 log = logging.getLogger("smlaunch")
 SEQUENCE_KEYS = ("input_ids", "labels")

@@ -28,8 +28,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.distributed_c10d import _set_pg_timeout
 from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
 
-from container.models.moe import GroupedExperts
 from container.distributed.runtime import Runtime, refuse
+from container.models.moe import GroupedExperts
 from launcher.config import ModelParallelParameters
 from launcher.config.layout import moe_problems
 

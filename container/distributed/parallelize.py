@@ -22,8 +22,8 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 from container.distributed.expert_parallel import expert_modules
-from container.models.llama import Transformer
 from container.distributed.offload import ActivationOffloader
+from container.models.llama import Transformer
 
 log = logging.getLogger("smlaunch")
 

@@ -36,9 +36,9 @@ from torch.distributed.pipelining import (
     ScheduleInterleaved1F1B,
 )
 
-from container.models.llama import Transformer, build_model
 from container.distributed.runtime import Runtime, refuse
 from container.distributed.tensor_parallel import loss_context
+from container.models.llama import Transformer, build_model
 from launcher.config.models import ModelSpec
 from launcher.config.pipeline import PipelineJob, num_stages, pipeline_problems, stage_layers
 from launcher.config.run_settings import RunSettings

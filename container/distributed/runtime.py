@@ -15,7 +15,6 @@ sees it exit and stops the others; and a rank whose torchrun agent dies is kille
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import os
 import signal

@@ -1,7 +1,8 @@
 """The training image's `train` command: fetch the code, launch the script, report the outcome.
 
 As the sagemaker-training toolkit does on AWS's PyTorch images (docs/sagemaker-contract.md,
-docs/container.md): the code from `sagemaker_submit_directory` goes to `<base>/code`, where
+docs/container.md): the code from `sagemaker_submit_directory` goes to `<base>/code`
+(container.toolkit.code fetches it and installs its requirements.txt), where
 torchrun (torch_distributed) or `python <program>` runs it with the `SM_*` environment and the
 user hyperparameters as arguments. `<base>/output/failure` (SageMaker shows its first 1024
 characters as FailureReason) begins as the toolkit's does (`ExecuteUserScriptError:`,
@@ -35,12 +36,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 from pathlib import Path
 
+from container.toolkit.code import RequirementsError, fetch_code, install_requirements
+from container.toolkit.console import log
 from container.toolkit.contract import (
+    ContractError,
     TrainingEnv,
     base_dir_from_env,
     read_training_env,
@@ -48,17 +51,15 @@ from container.toolkit.contract import (
     to_cmd_args,
 )
 from container.toolkit.failure_report import (
-    MESSAGE_LIMIT,
     exit_code,
     failure_text,
-    fit,
     toolkit_error,
 )
 from container.toolkit.rank_logs import RankLogs, rank_stderr
 from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import masking
-from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, process_ended
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
+from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, process_ended
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
@@ -73,18 +74,6 @@ _ROOT_CAUSE = re.compile(
     r".*?exitcode\s*:\s*(-?\d+)",
     re.DOTALL,
 )
-
-
-class ContractError(Exception):
-    """The job cannot run as described: no program, an unsupported launcher, bad settings."""
-
-
-class RequirementsError(Exception):
-    """pip could not install the code's requirements.txt; str() is the failure file's text."""
-
-    def __init__(self, code: int, text: str):
-        super().__init__(text)
-        self.code = code
 
 
 def train(base_dir: Path | None = None) -> int:
@@ -102,7 +91,7 @@ def train(base_dir: Path | None = None) -> int:
             install_requirements(env)
             cmd = launch_command(env, log_dir)
             shown = masking.mask_command(cmd, masking.installed())
-            _log(f"{env.current_host}: {shlex.join(shown)} (in {env.code_dir})")
+            log(f"{env.current_host}: {shlex.join(shown)} (in {env.code_dir})")
             child = Child(cmd, cwd=env.code_dir, env=child_environment(env),
                           rank_logs=log_dir if uses_torchrun(env) else None)
         except RequirementsError as exc:
@@ -121,10 +110,6 @@ def train(base_dir: Path | None = None) -> int:
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
-def _log(message: str) -> None:
-    print(f"[smlaunch] {masking.installed()(message)}", file=sys.stderr, flush=True)
-
-
 def _report(output_dir: Path, code: int, failure: str) -> int:
     output_dir.mkdir(parents=True, exist_ok=True)
     if code == 0:
@@ -133,120 +118,8 @@ def _report(output_dir: Path, code: int, failure: str) -> int:
         # Masked before it is cut: a cut could leave the start of a secret that no longer matches.
         failure = masking.installed()(failure)[:FAILURE_LIMIT]
         (output_dir / "failure").write_text(failure, encoding="utf-8")
-        _log(f"failed (exit code {code}):\n{failure}")
+        log(f"failed (exit code {code}):\n{failure}")
     return code
-
-
-# --- the code -------------------------------------------------------------------------------
-
-def fetch_code(env: TrainingEnv) -> None:
-    """Put `sagemaker_submit_directory` into `<base>/code`, as the toolkit's
-    `files.download_and_extract` does.
-
-    An s3:// URI of a tar.gz (the SDK's sourcedir.tar.gz), a local path of a tar archive (the SDK
-    with network isolation: `/opt/ml/input/data/code/sourcedir.tar.gz`; smlaunch's local runners),
-    a local directory, or a single file. Nothing is fetched when `<base>/code` already holds files
-    (code baked into the image, or SageMaker local mode's `/opt/ml/code` mount, which its SDK
-    names as the submit directory in place of the `file://` URI it was given) or when there is no
-    submit directory.
-    """
-    env.code_dir.mkdir(parents=True, exist_ok=True)
-    source = env.hyperparameters.get("sagemaker_submit_directory")
-    if not source:
-        return
-    source = str(source)
-    if any(env.code_dir.iterdir()):
-        _log(f"{env.code_dir} is not empty: running the code in it, not {source}")
-        return
-    if source.startswith("s3://"):
-        with tempfile.TemporaryDirectory() as tmp:
-            archive = Path(tmp) / "sourcedir.tar.gz"
-            _download_s3(source, archive, env.hyperparameters.get("sagemaker_region"))
-            _extract(archive, env.code_dir)
-        return
-    path = Path(source)
-    if path.is_dir():
-        shutil.copytree(path, env.code_dir, dirs_exist_ok=True)
-    elif path.is_file():
-        if tarfile.is_tarfile(path):
-            _extract(path, env.code_dir)
-        else:
-            shutil.copy2(path, env.code_dir)
-    else:
-        raise ContractError(
-            f"sagemaker_submit_directory {source!r} is neither an s3:// URI nor an existing local "
-            "path; give the s3:// URI of sourcedir.tar.gz, or a directory, tar archive or file in "
-            "the container (a file:// URI is read by neither this bootstrap nor the toolkit)"
-        )
-
-
-def _download_s3(uri: str, dest: Path, region: str | None) -> None:
-    import boto3  # only jobs whose code is on S3 pay for importing boto3
-
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
-    # boto3 honours AWS_ENDPOINT_URL itself; S3_ENDPOINT_URL is the toolkit's own override.
-    client = boto3.client(
-        "s3", region_name=region or None, endpoint_url=os.environ.get("S3_ENDPOINT_URL") or None
-    )
-    client.download_file(bucket, key, str(dest))
-
-
-def _extract(archive: Path, dest: Path) -> None:
-    # The "data" filter refuses paths and links leaving dest, devices and pipes; "/a" lands in dest.
-    with tarfile.open(archive) as tar:
-        if not hasattr(tarfile, "data_filter"):  # Python < 3.10.12 / 3.11.4 (Debian 12's 3.11.2)
-            tar.extractall(dest, members=_checked_members(tar, archive, dest))
-            return
-        try:
-            tar.extractall(dest, filter="data")
-        except tarfile.FilterError as exc:
-            raise _unsafe_member(archive, dest, exc.tarinfo.name) from None
-
-
-def _checked_members(tar: tarfile.TarFile, archive: Path, dest: Path) -> list[tarfile.TarInfo]:
-    root = dest.resolve()
-
-    def inside(name: str) -> bool:
-        return not os.path.isabs(name) and (root / name).resolve().is_relative_to(root)
-
-    members = tar.getmembers()
-    for member in members:
-        member.name = member.name.lstrip("/")  # as the data filter: "/a.py" lands in dest
-        target = member.linkname if member.issym() or member.islnk() else None
-        if member.issym():  # a symbolic link's target is relative to the link's directory
-            target = os.path.join(os.path.dirname(member.name), member.linkname)
-        bad = (
-            not inside(member.name) or (target is not None and not inside(target))
-            or not (member.isfile() or member.isdir() or member.issym() or member.islnk())
-        )
-        if bad:
-            raise _unsafe_member(archive, dest, member.name)
-    return members
-
-
-def _unsafe_member(archive: Path, dest: Path, name: str) -> ContractError:
-    return ContractError(
-        f"{archive}: member {name!r} would be written outside {dest}, or is a device, pipe or "
-        "link leaving it; rebuild the code archive from plain files"
-    )
-
-
-def install_requirements(env: TrainingEnv) -> None:
-    """`python -m pip install -r requirements.txt` in the code directory, as the toolkit does
-    before it launches anything (into this image's Python, which the script runs with)."""
-    if not (env.code_dir / "requirements.txt").is_file():
-        return
-    cmd = [sys.executable, "-m", "pip", "install", "-r", "requirements.txt"]
-    _log(f"installing the code's requirements.txt: {shlex.join(cmd)}")
-    proc = subprocess.run(cmd, cwd=env.code_dir, stderr=subprocess.PIPE, check=False)
-    # An index URL in requirements.txt may hold a password; masked before lines are cut to fit.
-    stderr = masking.installed()(proc.stderr.decode("utf-8", "replace"))
-    sys.stderr.write(stderr)
-    if proc.returncode:
-        lines = [ln for ln in stderr.splitlines() if ln.strip()]
-        message = fit(["pip could not install requirements.txt; last lines of its output:"], lines, MESSAGE_LIMIT)
-        raise RequirementsError(proc.returncode, toolkit_error("InstallRequirementsError", proc.returncode,
-                                                               message, cmd))
 
 
 # --- the command ----------------------------------------------------------------------------
@@ -433,7 +306,7 @@ def _stopped(env: TrainingEnv, child: Child, returncode: int) -> int:
     says which signal, and no output/failure is written, so nothing reports the job as failed."""
     name = signal.Signals(child.signals[0]).name
     code = 128 + child.signals[0] if uses_torchrun(env) else exit_code(returncode)
-    _log(f"stopped (exit code {code}): received {name} and forwarded it to every rank")
+    log(f"stopped (exit code {code}): received {name} and forwarded it to every rank")
     return code
 
 

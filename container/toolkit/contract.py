@@ -51,6 +51,10 @@ _DISTRIBUTION_FLAGS = (
 _LOG_LEVEL_INFO = 20  # logging.INFO, the toolkit's default sagemaker_container_log_level
 
 
+class ContractError(Exception):
+    """The job cannot run as described: no program, an unsupported launcher, bad settings."""
+
+
 def base_dir_from_env() -> Path:
     return Path(os.environ.get(BASE_DIR_ENV, DEFAULT_BASE_DIR))
 

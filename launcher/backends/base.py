@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from launcher.wire.masking import Masker, mask_secrets
 
 if TYPE_CHECKING:
     from launcher.wire.checkpoints import Checkpoint
@@ -71,13 +72,9 @@ class JobDryRun:
     text: str | None = None
 
     def to_dict(self, masked: bool = True) -> dict:
-        from launcher.wire.masking import mask_secrets
-
         return mask_secrets(self.request) if masked else self.request
 
     def render(self) -> str:
-        from launcher.wire.masking import Masker
-
         if self.text is not None:  # the request's secrets, wherever the text quotes them
             return Masker.of(self.request)(self.text)
         return json.dumps(self.to_dict(), indent=2, default=str)

@@ -13,10 +13,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobFailedError
-from launcher.wire.checkpoints import Checkpoint, latest_local
+# Imports inside functions: preparing a job loads the code bundle and request builders, which
+# status, logs and list never need (CLI start-up).
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError
 from launcher.backends.metric_records import JOBDIR_METRICS, jobdir_metrics, read_records
+from launcher.config import ValidatedJob
 from launcher.local import store
+from launcher.local.spec import LocalJobSpec, Runner, RunnerError
+from launcher.wire.checkpoints import Checkpoint, latest_local
 from launcher.wire.progress import Progress, read_progress
 
 
@@ -26,6 +30,38 @@ class JobDirBackend:
     def __init__(self, root: Path | None = None, printer: Callable[[str], None] | None = None):
         self.root = root
         self.print = printer or print
+
+    # --- submitting: a job directory prepared for this backend's runner --------------------
+    def _runner_for(self, job: ValidatedJob) -> Runner:
+        raise NotImplementedError
+
+    def _dry_run(self, job: ValidatedJob, spec: LocalJobSpec, runner: Runner) -> JobDryRun:
+        """The backend's dry-run request for a checked, unwritten job directory."""
+        raise NotImplementedError
+
+    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> JobDryRun:
+        """The job directory, hosts and hyperparameters submit would prepare, and what the backend
+        would run; nothing is written."""
+        # Imported when used: preparing a job loads the code bundle and the request builders,
+        # which `status`, `logs` and `list` never need (CLI start-up).
+        from launcher.local.prepare import checked_spec
+
+        runner = self._runner_for(job)
+        try:
+            spec = checked_spec(job, runner, job_name, self.root)
+        except RunnerError as exc:
+            raise BackendError(str(exc)) from None
+        return self._dry_run(job, spec, runner)
+
+    def _prepare(self, job: ValidatedJob, job_name: str | None) -> tuple[LocalJobSpec, Runner]:
+        """Write the job directory (launcher.local.prepare) for this backend's runner."""
+        from launcher.local.prepare import prepare  # as in dryrun: CLI start-up
+
+        runner = self._runner_for(job)
+        try:
+            return prepare(job, runner, job_name=job_name, root=self.root, log=self.print), runner
+        except RunnerError as exc:
+            raise BackendError(str(exc)) from None
 
     def _dir(self, name: str) -> Path:
         return store.job_dir(name, self.root)

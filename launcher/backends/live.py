@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Self
 
+from launcher.local.supervise import console_printer
 from launcher.wire.progress import Progress, from_line
 
 _ACTIVE: LiveProgress | None = None
@@ -88,10 +89,7 @@ class LiveProgress:
 
             self.bar.console.print(Text.assemble((f"{label} |", color), " ", Text.from_ansi(text)), soft_wrap=True)
         else:
-            plain = self._plain_host
-            if plain is None:
-                from launcher.local.supervise import console_printer as plain
-            plain(label, color, text)
+            (self._plain_host or console_printer)(label, color, text)
         self._feed(text)
 
     # --- the bar ---------------------------------------------------------------------------

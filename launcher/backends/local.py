@@ -43,22 +43,14 @@ class LocalBackend(JobDirBackend):
         self.console = console
         self._prepared: dict[str, LocalJobSpec] = {}
 
-    def _runner(self):
+    # --- submitting ----------------------------------------------------------------------
+    def _runner_for(self, job: ValidatedJob):
         try:
             return runner_named(self.runner_name)
         except RunnerError as exc:
             raise BackendError(str(exc)) from None
 
-    # --- submitting ----------------------------------------------------------------------
-    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> JobDryRun:
-        """The job directory, hosts and hyperparameters submit would prepare; nothing is written."""
-        from launcher.local.prepare import checked_spec
-
-        runner = self._runner()
-        try:
-            spec = checked_spec(job, runner, job_name, self.root)
-        except RunnerError as exc:
-            raise BackendError(str(exc)) from None
+    def _dry_run(self, job: ValidatedJob, spec: LocalJobSpec, runner) -> JobDryRun:
         return JobDryRun(self.name, {"LocalJob": {
             "TrainingJobName": spec.name, "JobDir": str(spec.job_dir), "Runner": spec.runner,
             "Hosts": spec.hosts, "ProcessesPerHost": spec.processes_per_host,
@@ -70,13 +62,7 @@ class LocalBackend(JobDirBackend):
     def submit(self, job: ValidatedJob, job_name: str | None = None, *, detach: bool = False) -> str:
         """Prepare the job. `detach`: a supervisor process runs it on its own; without it, `wait`
         runs it in this process (and must be called)."""
-        from launcher.local.prepare import prepare
-
-        runner = self._runner()
-        try:
-            spec = prepare(job, runner, job_name=job_name, root=self.root, log=self.print)
-        except RunnerError as exc:
-            raise BackendError(str(exc)) from None
+        spec, _ = self._prepare(job, job_name)
         if detach:
             logs = spec.job_dir / "logs"
             with open(logs / "supervisor.log", "ab") as out:

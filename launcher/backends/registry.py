@@ -11,9 +11,11 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+# Imports inside functions: a backend's module loads when a job names it, so `smlaunch status
+# local:...` never imports the SageMaker backend's boto3.
 from launcher.backends.base import Backend, BackendError
-from launcher.config.job_names import check_job_name
 from launcher.config.issues import ConfigError, Issue
+from launcher.config.job_names import check_job_name
 
 BACKENDS = ("sagemaker", "local", "slurm")
 HANDLE_FIX = "name a job as NAME, sagemaker:NAME, local:NAME or slurm:JOBID"

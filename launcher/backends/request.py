@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.config.sent_hyperparameters import job_hyperparameters
-from launcher.wire import hyperparameters as wire
-from launcher.config.debugger import debugger_fields, profiler_fields
-from launcher.config.images import job_image
 from launcher.backends.sourcedir import program_name
 from launcher.config import ValidatedJob
+from launcher.config.debugger import debugger_fields, profiler_fields
+from launcher.config.images import job_image
+from launcher.config.sent_hyperparameters import job_hyperparameters
+from launcher.wire import hyperparameters as wire
 from launcher.wire.metric_lines import DEFAULT_METRIC_DEFINITIONS
 
 # Where the container finds the code when network isolation delivers it as the `code` channel

@@ -18,13 +18,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobFailedError
-from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer, newest
+from launcher.backends.live import active
 from launcher.backends.request import build_request
 from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
 from launcher.config import ValidatedJob
 from launcher.config.issues import ConfigError, Issue
+from launcher.config.job_names import check_job_name, default_base_name, make_job_name
+from launcher.wire.checkpoints import latest_in_s3
 from launcher.wire.masking import Masker, mask_secrets
+from launcher.wire.progress import from_line
 
 if TYPE_CHECKING:
     from launcher.wire.checkpoints import Checkpoint
@@ -263,15 +266,11 @@ class SageMakerBackend:
     def progress(self, name: str) -> Progress | None:
         """From the job's last `[metrics]` line in CloudWatch (rank 0 prints them; they carry
         max_steps and the ETA)."""
-        from launcher.wire.progress import from_line
-
         return newest(self.client("logs"), name, from_line)
 
     def checkpoint(self, name: str) -> Checkpoint | None:
         """The newest complete step-<N>/ under the job's checkpoint_s3_uri, where SageMaker syncs
         /opt/ml/checkpoints."""
-        from launcher.wire.checkpoints import latest_in_s3
-
         uri = (self.describe(name).get("CheckpointConfig") or {}).get("S3Uri")
         return latest_in_s3(self.client("s3"), uri) if uri else None
 
@@ -297,8 +296,6 @@ class SageMakerBackend:
 def _status_line(name: str):
     """A live status line on a terminal (rich); nothing when output goes to a file or notebook log.
     Under the CLI's progress bar (launcher.backends.live), the bar shows it: one live display at a time."""
-    from launcher.backends.live import active
-
     bar = active()
     if bar is not None:
         yield bar

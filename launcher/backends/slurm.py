@@ -17,7 +17,7 @@ from launcher.backends.jobdir import JobDirBackend
 from launcher.config import ValidatedJob
 from launcher.config.slurm_settings import SlurmSettings, node_gpus
 from launcher.local import store
-from launcher.local.spec import STOP_REQUEST, RunnerError
+from launcher.local.spec import STOP_REQUEST
 from launcher.slurm import commands, script
 from launcher.slurm.runner import SlurmRunner
 
@@ -47,15 +47,11 @@ class SlurmBackend(JobDirBackend):
     def _script(self, job: ValidatedJob, spec, runner: SlurmRunner) -> str:
         return script.render(spec, _settings(job), runner.settings["gpus_per_node"], runner.settings["python"])
 
-    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> JobDryRun:
-        """The batch script and what it runs; nothing is written or submitted."""
-        from launcher.local.prepare import checked_spec
+    def _runner_for(self, job: ValidatedJob) -> SlurmRunner:
+        return SlurmRunner(_runner_settings(job))
 
-        runner = SlurmRunner(_runner_settings(job))
-        try:
-            spec = checked_spec(job, runner, job_name, self.root)
-        except RunnerError as exc:
-            raise BackendError(str(exc)) from None
+    def _dry_run(self, job: ValidatedJob, spec, runner: SlurmRunner) -> JobDryRun:
+        """The batch script and what it runs; nothing is written or submitted."""
         text = self._script(job, spec, runner)
         return JobDryRun(self.name, {"SlurmJob": {
             "TrainingJobName": spec.name, "JobDir": str(spec.job_dir), "Nodes": len(spec.hosts),
@@ -64,14 +60,8 @@ class SlurmBackend(JobDirBackend):
 
     def submit(self, job: ValidatedJob, job_name: str | None = None, *, detach: bool = False) -> str:
         """Prepare the job directory and sbatch it; the job runs in Slurm whether or not it is followed."""
-        from launcher.local.prepare import prepare
-
         commands.run(["sbatch", "--version"])  # no Slurm client here: say so before anything is written
-        runner = SlurmRunner(_runner_settings(job))
-        try:
-            spec = prepare(job, runner, job_name=job_name, root=self.root, log=self.print)
-        except RunnerError as exc:
-            raise BackendError(str(exc)) from None
+        spec, runner = self._prepare(job, job_name)
         path = spec.job_dir / script.SCRIPT_NAME
         path.write_text(self._script(job, spec, runner))
         try:

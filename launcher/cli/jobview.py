@@ -9,13 +9,13 @@ status, when it was created and how long it ran.
 from __future__ import annotations
 
 from launcher.backends.base import TERMINAL_STATUSES
+from launcher.backends.registry import as_datetime
+from launcher.wire.masking import mask_secrets
 from launcher.wire.progress import Progress, clock
 
 
 def describe(backend, name: str) -> dict:
     """The job's description, secrets masked, with `Progress` and `LastCheckpoint` when it has them."""
-    from launcher.wire.masking import mask_secrets
-
     desc = mask_secrets(backend.describe(name))  # a FailureReason may quote one
     current = backend.progress(name)
     if current is not None:
@@ -84,7 +84,5 @@ def jobs_table(jobs: list[dict], width: int = 80):
 
 def created_text(value) -> str:
     """'11-22 18:55', in this machine's time zone."""
-    from launcher.backends.registry import as_datetime
-
     when = as_datetime(value)
     return when.astimezone().strftime("%m-%d %H:%M") if when else ""

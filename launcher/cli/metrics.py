@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+# Imports inside functions: the metrics loaders and matplotlib load when the command runs (CLI
+# start-up).
 from launcher.cli.support import (
     EXIT_INVALID,
     JOB_HELP,

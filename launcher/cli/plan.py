@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+# Imports inside functions: the planner loads when the command runs (CLI start-up).
 from launcher.cli.support import (
     EXIT_FAILED,
     EXIT_INVALID,

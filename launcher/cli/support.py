@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+# Imports inside functions: botocore and the backends' errors load only when a command reports an
+# error (CLI start-up).
 from launcher.config.issues import ConfigError
 
 EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 1, 2, 130

@@ -2,10 +2,10 @@
 
 from launcher.config.distribution import Distribution, ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.config.issues import ConfigError, Issue
 from launcher.config.job import ChannelInput, JobConfig, JobFile
 from launcher.config.layout import ParallelLayout
 from launcher.config.validate import ValidatedJob, validate_job
-from launcher.config.issues import ConfigError, Issue
 
 __all__ = [
     "ChannelInput",

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 
 from launcher.config.debugger import DebuggerSettingError, debugger_fields, profiler_fields
+from launcher.config.issues import Issue
 from launcher.config.job_rules import DEFAULT_REGION
 from launcher.config.model_source import FIELD as MODEL_SOURCE
 from launcher.config.model_source import ModelSourceError, parse_model_source
 from launcher.config.rules import Context
-from launcher.config.issues import Issue
 
 # Settings only SageMaker itself can carry out; a local run says it leaves them out.
 AWS_ONLY = ("subnets", "security_group_ids", "encrypt_inter_container_traffic", "enable_network_isolation",

@@ -3,9 +3,9 @@ and the `slurm:` section (read only by backend slurm, its GPUs and time limit ag
 
 from __future__ import annotations
 
+from launcher.config.issues import Issue
 from launcher.config.rules import Context
 from launcher.config.slurm_settings import time_seconds
-from launcher.config.issues import Issue
 
 
 def check_backend_choice(ctx: Context) -> list[Issue]:

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from launcher.config.base import FiniteNumber, Strict, WholeNumber
+from launcher.config.degrees import BY_KEY, model_with_degrees
 from launcher.config.limits import MAX_DIMENSION, MAX_PROCESSES_PER_HOST, MAX_WORLD
 
 
@@ -18,24 +19,12 @@ class TorchDistributed(Strict):
     enabled: bool = Field(False, description="Launch the entry point with torchrun on every host.")
 
 
-class ModelParallelParameters(Strict):
-    # --- SMP v2 -------------------------------------------------------------------------
-    hybrid_shard_degree: WholeNumber = Field(
-        0,
-        ge=0,
-        le=MAX_WORLD,
-        description="FSDP sharding group size. 0: shard across all ranks (world / tp); 1: no "
-        "sharding; >=2: shard within groups of this size and replicate across groups.",
-    )
-    context_parallel_degree: WholeNumber = Field(
-        1, ge=1, le=MAX_WORLD, description="Split every sequence across this many ranks (inside the sharding group)."
-    )
-    tensor_parallel_degree: WholeNumber = Field(
-        1, ge=1, le=MAX_WORLD, description="Megatron-style split of attention and MLP weights."
-    )
-    expert_parallel_degree: WholeNumber = Field(
-        1, ge=1, le=MAX_WORLD, description="Split MoE experts across ranks; only meaningful for MoE models."
-    )
+# The degrees' fields come from launcher.config.degrees (one definition for every list of them).
+_Degrees = model_with_degrees("_Degrees", Strict, kind=WholeNumber)
+
+
+class ModelParallelParameters(_Degrees):
+    # --- SMP v2 (and the degrees above) ---------------------------------------------------
     sm_activation_offloading: bool = Field(
         True, description="Offload checkpointed activations to host memory (needs activation checkpointing)."
     )
@@ -80,10 +69,6 @@ class ModelParallelParameters(Strict):
     ddp_dist_backend: Literal["auto", "nccl"] = Field(
         "auto", description="SMP v1: collective backend for data parallelism."
     )
-    pipeline_parallel_degree: WholeNumber = Field(
-        1, ge=1, le=MAX_WORLD, description="SMP v1: pipeline stages, each a consecutive slice of the layers "
-        "(not with sharded data parallelism).",
-    )
     partitions: WholeNumber | None = Field(
         None, ge=1, le=MAX_WORLD, description="SMP v1 alias of pipeline_parallel_degree."
     )
@@ -109,7 +94,7 @@ class ModelParallelParameters(Strict):
 
     @property
     def pipeline_degree(self) -> int:
-        return max(self.pipeline_parallel_degree, self.partitions or 1)
+        return BY_KEY["pipeline_parallel_degree"].value(self)
 
     @property
     def schedule(self) -> str:

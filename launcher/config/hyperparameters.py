@@ -21,7 +21,8 @@ from pydantic import (
 )
 
 from launcher.config.base import HyperparameterName, JsonValue, Strict, reject_boolean
-from launcher.config.limits import MAX_DIMENSION, MAX_WORLD
+from launcher.config.degrees import model_with_degrees
+from launcher.config.limits import MAX_DIMENSION
 
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_shard_zero2", "no_shard")
 # Long enough for rank 0 to load a large pretrained model while the others wait; short enough
@@ -33,7 +34,13 @@ RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activa
                    "cp_comm_type", "distributed_backend", "lr_decay_style")
 
 
-class TrainingHyperparameters(BaseModel):
+# The degrees the seed's script also accepts as arguments (launcher.config.degrees); they must
+# match the distribution's.
+_SeedDegrees = model_with_degrees("_SeedDegrees", BaseModel, "script_argument", optional=True,
+                                  description="Must match the distribution.")
+
+
+class TrainingHyperparameters(_SeedDegrees):
     """Known hyperparameters, typed; unset ones are None (the script's default applies)."""
 
     model_config = ConfigDict(extra="allow", defer_build=True)
@@ -109,10 +116,7 @@ class TrainingHyperparameters(BaseModel):
     )
     forward_prefetch: bool | None = Field(None, description="FSDP forward prefetch.")
     limit_all_gathers: bool | None = Field(None, description="Rate-limit FSDP all-gathers.")
-    # parallelism (the seed's script also accepts these as arguments)
-    tensor_parallel_degree: int | None = Field(None, ge=1, le=MAX_WORLD, description="Must match the distribution.")
-    context_parallel_degree: int | None = Field(None, ge=1, le=MAX_WORLD, description="Must match the distribution.")
-    hybrid_shard_degree: int | None = Field(None, ge=0, le=MAX_WORLD, description="Must match the distribution.")
+    # parallelism: the seed's script also takes some degrees as arguments (_SeedDegrees above)
     cp_comm_type: Literal["p2p", "all_gather", "a2a"] | None = Field(
         None, description="Transformer Engine context-parallel communication."
     )

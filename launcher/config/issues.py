@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from launcher.wire.masking import mask_value
+
 
 def did_you_mean(word: str, candidates: Iterable[str], n: int = 3) -> str:
     """' — did you mean 'x'?' for the closest candidates, or a list of what is allowed."""
@@ -39,14 +41,10 @@ class Issue:
     level: Literal["error", "warning", "info"] = "error"  # info: a note, nothing to fix
 
     def __str__(self) -> str:
-        from launcher.wire.masking import mask_value
-
         text = f"{self.path} = {show_value(mask_value(self.path, self.value))}: {self.problem}"
         return f"{text}; {self.fix}" if self.fix else text
 
     def to_dict(self) -> dict:
-        from launcher.wire.masking import mask_value
-
         return {
             "level": self.level,
             "path": self.path,

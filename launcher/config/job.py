@@ -12,7 +12,6 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, field_validator, model_validator
 from pydantic import Tag as UnionTag
 
-from launcher.config.job_names import JOB_NAME_PATTERN
 from launcher.config.aws_settings import (
     DebuggerHookConfig,
     DebuggerRule,
@@ -24,6 +23,7 @@ from launcher.config.aws_settings import (
 from launcher.config.base import JsonValue, Strict, WholeNumber
 from launcher.config.distribution import Distribution
 from launcher.config.hyperparameters import TrainingHyperparameters
+from launcher.config.job_names import JOB_NAME_PATTERN
 from launcher.config.limits import (
     ENVIRONMENT_KEY_MAX,
     ENVIRONMENT_MAX,

@@ -11,13 +11,13 @@ import os
 import re
 from pathlib import Path
 
-from launcher.config.images import ImageResolutionError, ecr_region, job_image_choice
-from launcher.config.requirements import RUNTIME_DISTRIBUTIONS
 from launcher.config.hyperparameters import TrainingHyperparameters
+from launcher.config.images import ImageResolutionError, ecr_region, job_image_choice
+from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
+from launcher.config.requirements import RUNTIME_DISTRIBUTIONS
 from launcher.config.rules import HP, Context
-from launcher.config.issues import Issue, did_you_mean
 
 
 def check_job_fields(ctx: Context) -> list[Issue]:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 
 from launcher.config.hf_config import ModelConfigError, spec_from_hf_config
 from launcher.config.hyperparameters import TrainingHyperparameters
+from launcher.config.issues import Issue
 from launcher.config.models import PRESETS, ModelShapeError, ModelSpec
 from launcher.config.run_settings import DEFAULT_SEQ_LEN
-from launcher.config.issues import Issue
 
 HP = "hyperparameters"
 # model_type -> RoPE base when `rotary_emb_base` is not given (Llama 3's 500000, Llama 2's 10000)

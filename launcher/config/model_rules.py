@@ -14,7 +14,9 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+# Imports inside functions: huggingface_hub loads only for a model named on the Hub.
 from launcher.config.hf_config import WEIGHT_FILES, hf_config
+from launcher.config.issues import Issue
 from launcher.config.job import JobConfig
 from launcher.config.job_rules import code_dir, resolve_path
 from launcher.config.model_resolution import ModelResolution, resolve_model, trainable_issues
@@ -22,7 +24,6 @@ from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, p
 from launcher.config.models import preset_for_hf_name
 from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
 from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
-from launcher.config.issues import Issue
 
 HP = "hyperparameters"
 

@@ -11,7 +11,7 @@ change. What the data position and the optimizer state only mean together with, 
 - the model's shape (a smaller model would load part of the weights without complaint);
 - the optimizer (its moments are in the checkpoint).
 
-The runtime records `RunIdentity.record()` in every checkpoint (container/checkpoint/dcp.py) and
+The runtime records `RunIdentity.record()` in every checkpoint (container/checkpoint/checkpointer.py) and
 refuses to continue one whose record differs (`RunIdentity.conflicts`); validation explains the same
 rule before a job that resumes is submitted (resume_rules.py). No torch here: the container
 imports this module.
@@ -22,15 +22,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from launcher.config.degrees import DEGREES
 from launcher.config.models import ModelSpec
 from launcher.config.run_settings import RunSettings
 
 # The degrees a resume may change: checkpoints name parameters by their global names and DCP
 # reshards them onto every layout these make (tests/test_resume_world_size.py, and the resume
 # tests of test_train_tp.py, test_train_pp.py, test_train_moe.py). A parallelism joins this list
-# once its checkpoints are shown to reshard; the runtime's error and the validator's note name it.
-PARALLEL_DEGREES = ("hybrid_shard_degree", "context_parallel_degree", "tensor_parallel_degree",
-                    "pipeline_parallel_degree", "expert_parallel_degree")
+# once its checkpoints are shown to reshard (Degree.resharded); the runtime's error and the
+# validator's note name it.
+PARALLEL_DEGREES = tuple(d.key for d in DEGREES if d.resharded)
 FLEET = ("instance_count", "processes_per_host")
 
 # ModelSpec fields that do not shape the trained model (names and special tokens).

@@ -3,12 +3,12 @@ it must keep (launcher.config.resume decides both; the runtime enforces them at 
 
 from __future__ import annotations
 
+from launcher.config.issues import Issue
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH, JobConfig
 from launcher.config.layout import ParallelLayout, layout_problems, with_sharding_strategy
 from launcher.config.resume import KEPT, batch_text, data_stream, global_batch, may_change
 from launcher.config.rules import Context
 from launcher.config.run_settings import run_settings
-from launcher.config.issues import Issue
 
 
 def check_resume(ctx: Context) -> list[Issue]:

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config import catalog
+from launcher.config.degrees import script_arguments
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.layout import (
     divisors,
@@ -23,7 +25,6 @@ from launcher.config.models import MOE_MODEL_TYPES, ModelSpec
 from launcher.config.pipeline import PipelineJob, pipeline_problems
 from launcher.config.run_settings import run_settings
 from launcher.config.slurm_settings import node_gpus
-from launcher.config.issues import Issue, did_you_mean
 
 MP = "distribution.smdistributed.modelparallel.parameters"
 HP = "hyperparameters"
@@ -201,8 +202,8 @@ def check_degrees(ctx: Context) -> list[Issue]:
         issues += [Issue(f"{MP}.{found.key}", found.value, f"{found.problem} ({model.name})", found.fix)
                    for found in moe_problems(p, model.num_experts)
                    if ctx.runtime or found.key == "expert_parallel_degree"]
-    for key in ("tensor_parallel_degree", "context_parallel_degree", "hybrid_shard_degree"):
-        hp_value, dist_value = getattr(ctx.hp, key), getattr(p, key)
+    for key, hp_value in script_arguments(ctx.hp).items():
+        dist_value = getattr(p, key)
         if hp_value is not None and hp_value != dist_value:
             issues.append(Issue(f"{HP}.{key}", hp_value,
                                 f"differs from {MP}.{key} = {dist_value}",

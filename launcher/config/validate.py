@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from launcher.config import catalog
 from launcher.config import (
     aws_rules,
     backend_rules,
+    catalog,
     git_source,
     job_rules,
     model_rules,
@@ -28,12 +28,12 @@ from launcher.config import (
 )
 from launcher.config.base import BOOLEAN_NOT_NUMBER
 from launcher.config.hyperparameters import FP8Config
+from launcher.config.issues import ConfigError, Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
 from launcher.config.layout import ParallelLayout, with_sharding_strategy
 from launcher.config.models import ModelSpec
 from launcher.config.run_settings import RunSettings, run_settings
-from launcher.config.issues import ConfigError, Issue, did_you_mean
 
 
 @dataclass

@@ -32,8 +32,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.wire.opt_ml import write_private
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
+from launcher.wire.opt_ml import write_private
 
 ENGINE_ENV = "SMLAUNCH_CONTAINER_ENGINE"
 DEFAULT_IMAGE = "smlaunch:latest"  # what `make image` (scripts/build-image.sh) names

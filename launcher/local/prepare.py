@@ -17,19 +17,19 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.config.sent_hyperparameters import job_hyperparameters
-from launcher.wire import hyperparameters as wire
 from launcher.backends.base import BackendError
-from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.backends.request import tensorboard_config
 from launcher.backends.sourcedir import build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
-from launcher.config.job import DEFAULT_CHECKPOINT_PATH
-from launcher.config.job_rules import resolve_path
-from launcher.wire.opt_ml import write_opt_ml
 from launcher.config.issues import ConfigError, Issue
+from launcher.config.job import DEFAULT_CHECKPOINT_PATH
+from launcher.config.job_names import check_job_name, default_base_name, make_job_name
+from launcher.config.job_rules import resolve_path
+from launcher.config.sent_hyperparameters import job_hyperparameters
 from launcher.local import s3io, store
 from launcher.local.spec import LocalJobSpec, Runner
+from launcher.wire import hyperparameters as wire
+from launcher.wire.opt_ml import write_opt_ml
 
 MIN_FREE_BYTES = 1 << 20  # less, and not even the job's record, code archive and logs fit
 

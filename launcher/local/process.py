@@ -15,9 +15,9 @@ import signal
 import subprocess
 import sys
 
-from launcher.wire.opt_ml import free_port
 from launcher.local import leftovers
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
+from launcher.wire.opt_ml import free_port
 
 # Variables of the caller's shell that would point a bootstrap at another job.
 _NOT_INHERITED = ("SM_", "SAGEMAKER_", "SMLAUNCH_MASTER_", "SMLAUNCH_CHECKPOINT_DIR", "CUDA_VISIBLE_DEVICES")

@@ -31,10 +31,11 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from launcher.wire.opt_ml import FAILURE_LIMIT, process_ended
+# Imports inside functions: a runner's module (docker, Slurm) loads when a job uses it.
 from launcher.local import leftovers, s3io, store
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
 from launcher.local.watchdog import Watchdog
+from launcher.wire.opt_ml import FAILURE_LIMIT, process_ended
 
 STOP_GRACE_S = 120.0  # SageMaker's time between SIGTERM and SIGKILL when it stops a job
 FAILED_HOST_GRACE_S = 10.0  # other hosts get this long to notice a failed host and exit by themselves

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 
-
 class Watchdog:
     """The supervisor's side: the pipe's write end, closed when the outcome is recorded."""
 

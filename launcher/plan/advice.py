@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from launcher.config import ConfigError, ValidatedJob, validate_job
+from launcher.config.jobfile import apply_overrides
 from launcher.config.layout import divisors
 from launcher.plan import memory, throughput
 from launcher.plan.workload import PlanError, Workload, workload_of
@@ -27,8 +28,6 @@ def raw_job(job: ValidatedJob) -> dict:
 
 def revalidate(job: ValidatedJob, overrides: tuple[str, ...]) -> ValidatedJob:
     """`job` with `--set` overrides applied, validated again (ConfigError if invalid)."""
-    from launcher.config.jobfile import apply_overrides
-
     raw = raw_job(job)
     apply_overrides(raw, overrides)
     return validate_job(raw, base_dir=job.base_dir, model=type(job.config))

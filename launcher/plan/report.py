@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from launcher.config.degrees import DEGREES
 from launcher.plan.memory import PHASES, MemoryEstimate
-from launcher.plan.sweep import PlanResult
+from launcher.plan.sweep import PlanResult, plan
 from launcher.plan.throughput import ThroughputEstimate
 
 _SETTING_LABELS = {
-    "context_parallel_degree": "cp",
-    "hybrid_shard_degree": "hsd",
-    "tensor_parallel_degree": "tp",
+    **{d.key: d.short for d in DEGREES},
     "hyperparameters.activation_checkpointing": "ac",
     "hyperparameters.train_batch_size": "batch",
 }
@@ -141,8 +140,6 @@ class PredictedOOMError(ValueError):
 def check_fits(job) -> PlanResult | None:
     """Plan a validated job; raise PredictedOOMError if it will not fit. None when the job cannot
     be planned (unknown model): the planner then has nothing to say, and nothing is refused."""
-    from launcher.plan.sweep import plan
-
     result = plan(job)
     if result.oom:
         raise PredictedOOMError(result)

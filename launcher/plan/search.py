@@ -27,12 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.config.catalog import InstanceType, catalog_names, get_instance_type
 from launcher.config import Issue, ValidatedJob, validate_job
+from launcher.config.catalog import InstanceType, catalog_names, get_instance_type
+from launcher.config.degrees import by_short
+from launcher.config.issues import did_you_mean
 from launcher.config.job import JobFile
+from launcher.config.jobfile import load_job_file
 from launcher.config.layout import divisors
 from launcher.config.limits import MAX_INSTANCE_COUNT
-from launcher.config.issues import did_you_mean
 from launcher.plan.sweep import PlanResult, plan_overrides, settings_of
 from launcher.plan.workload import workload_of
 
@@ -92,8 +94,6 @@ def search_job_file(path: str | Path, overrides: Iterable[str] = (), *, instance
                     deadline: str | None = None) -> SearchResult:
     """Search the job file's space (see the module docstring). Raises SearchOptionError for a
     bad option, ConfigError for an invalid job, PlanError for one that cannot be planned."""
-    from launcher.config.jobfile import load_job_file
-
     deadline_h = parse_options(instance_types, families, max_instances, tokens, deadline)
     data, base = load_job_file(path, overrides)
     job = validate_job(data, base_dir=base, source=str(path), model=JobFile)
@@ -326,8 +326,7 @@ def fleet_layouts(gpus: int, count: int, batch: int, num_layers: int | None, *,
                 groups = {stage // tp} | ({gpus // tp} if count > 1 else set())
                 for hsd in sorted(groups, reverse=True):
                     if hsd % cp == 0 and (stage // tp) % hsd == 0:
-                        yield {"tensor_parallel_degree": tp, "context_parallel_degree": cp,
-                               "hybrid_shard_degree": hsd, "pipeline_parallel_degree": pp}
+                        yield by_short(tp=tp, cp=cp, hsd=hsd, pp=pp)
 
 
 def _micro_batches(per_rank: int, pp: int) -> list[int]:

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.config import ConfigError, Issue, ValidatedJob, validate_job
+from launcher.config import ConfigError, Issue, ValidatedJob, degrees, validate_job
 from launcher.config.job import JobFile
+from launcher.config.jobfile import MP_PATH, apply_overrides, load_job_file
 from launcher.config.layout import divisors
 from launcher.config.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_settings
 from launcher.plan.advice import estimate_memory
@@ -104,11 +105,8 @@ def settings_of(job: ValidatedJob) -> dict[str, Any]:
     return {
         "instance_type": job.instance.name if job.instance else cfg.instance_type,
         "instance_count": cfg.instance_count,
-        "hybrid_shard_degree": p.hybrid_shard_degree if p else 0,
+        **degrees.settings(p),
         "sharding_group": job.layout.sharding_group if job.layout else None,
-        "context_parallel_degree": p.context_parallel_degree if p else 1,
-        "tensor_parallel_degree": p.tensor_parallel_degree if p else 1,
-        "pipeline_parallel_degree": p.pipeline_degree if p else 1,
         "activation_checkpointing": run.ac_mode or False,
         "offload_activations": run.offload,
         "fp8": job.fp8.enabled,
@@ -153,8 +151,6 @@ def plan_overrides(data: Mapping[str, Any], overrides: Sequence[str], *, base_di
                    source: str | None = None, advise: bool = False) -> PlanResult:
     """Plan the job data with `overrides` applied, validated like `smlaunch validate`; a
     configuration that fails validation comes back with its errors, not raised."""
-    from launcher.config.jobfile import apply_overrides
-
     overrides = tuple(overrides)
     raw = copy.deepcopy(dict(data))
     try:
@@ -169,8 +165,6 @@ def sweep_job_file(path: str | Path, overrides: Iterable[str] = (),
                    sweeps: Mapping[str, Sequence[Any]] | Iterable[str] = ()) -> list[PlanResult]:
     """sweep() over a job file; `sweeps` as a mapping or as `--sweep` option strings. Raises
     ConfigError when the file itself cannot be read or an override/sweep option is malformed."""
-    from launcher.config.jobfile import load_job_file
-
     data, base = load_job_file(path, overrides)
     if not isinstance(sweeps, Mapping):
         sweeps = parse_sweeps(sweeps)
@@ -219,8 +213,6 @@ def auto_job_file(path: str | Path, overrides: Iterable[str] = (),
                   ) -> tuple[PlanResult | None, list[PlanResult]]:
     """(the cheapest fitting configuration, every configuration tried). Without sweeps the
     search space is default_space() of the job file as given (which must then be valid)."""
-    from launcher.config.jobfile import load_job_file
-
     data, base = load_job_file(path, overrides)
     if not isinstance(sweeps, Mapping):
         sweeps = parse_sweeps(sweeps)
@@ -237,8 +229,6 @@ def _text(value: Any) -> str:
 
 def _raw_settings(data: Mapping[str, Any]) -> dict[str, Any]:
     """Best-effort settings of a configuration that did not validate."""
-    from launcher.config.jobfile import MP_PATH
-
     node: Any = data.get("distribution")
     for part in MP_PATH[1:]:
         node = node.get(part) if isinstance(node, dict) else None
@@ -248,11 +238,8 @@ def _raw_settings(data: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "instance_type": data.get("instance_type"),
         "instance_count": data.get("instance_count", 1),
-        "hybrid_shard_degree": mp.get("hybrid_shard_degree", 0),
+        **{d.key: d.raw_value(mp) for d in degrees.DEGREES},
         "sharding_group": None,
-        "context_parallel_degree": mp.get("context_parallel_degree", 1),
-        "tensor_parallel_degree": mp.get("tensor_parallel_degree", 1),
-        "pipeline_parallel_degree": mp.get("pipeline_parallel_degree", mp.get("partitions", 1)),
         "activation_checkpointing": (hp.get("activation_checkpointing_mode") or DEFAULT_AC_MODE) if ac else False,
         "offload_activations": bool(hp.get("offload_activations")),
         "fp8": bool(hp.get("fp8")),

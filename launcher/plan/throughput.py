@@ -28,11 +28,11 @@ import math
 from dataclasses import dataclass
 from functools import cache
 
-from launcher.config.catalog import InstanceType, get_instance_type
 from launcher.config import ValidatedJob
+from launcher.config.catalog import InstanceType, get_instance_type
+from launcher.config.flops import flops_per_token, matmul_params, seed_flops_per_token
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import PRESETS, ModelSpec
-from launcher.config.flops import flops_per_token, matmul_params, seed_flops_per_token
 from launcher.plan.comms import Communication, LayerCompute, UnknownLink, pass_communication
 from launcher.plan.workload import Workload, workload_of
 

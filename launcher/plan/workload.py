@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from launcher.config.catalog import InstanceType
 from launcher.config import ValidatedJob
+from launcher.config.catalog import InstanceType
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import ModelSpec

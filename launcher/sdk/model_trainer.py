@@ -23,9 +23,10 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from launcher.sdk import v3_configs
-from launcher.config.requirements import REQUIREMENTS
 from launcher.config.issues import ConfigError, Issue, did_you_mean
+from launcher.config.requirements import REQUIREMENTS
+from launcher.sdk import v3_configs
+from launcher.sdk.estimator import PyTorch
 from launcher.sdk.v3_configs import (
     MPI,
     SMP,
@@ -175,8 +176,6 @@ class ModelTrainer:
         for warning in issues:
             print(f"warning: {warning}", file=sys.stderr)
         self._args = self._estimator_args()
-        from launcher.sdk.estimator import PyTorch
-
         with v3_errors():
             self.estimator = PyTorch(sagemaker_session=sagemaker_session, **self._args)
 

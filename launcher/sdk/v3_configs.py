@@ -24,8 +24,9 @@ from pydantic import Tag as UnionTag
 from launcher.config import safe_yaml
 from launcher.config.aws_settings import InstanceGroup
 from launcher.config.base import JsonValue, Strict, WholeNumber
-from launcher.config.validate import issue_from_pydantic
+from launcher.config.degrees import model_with_degrees
 from launcher.config.issues import ConfigError, Issue
+from launcher.config.validate import issue_from_pydantic
 
 # sagemaker.core.training.configs.SourceCode.ignore_patterns
 DEFAULT_IGNORE_PATTERNS = [".env", ".git", "__pycache__", ".DS_Store", ".cache", ".ipynb_checkpoints"]
@@ -152,18 +153,14 @@ class InputData(V3Config):
     content_type: str | None = Field(None, description="MIME type passed to the container.")
 
 
-class SMP(V3Config):
+class SMP(model_with_degrees("_SMPDegrees", V3Config, "smp_v3", kind=WholeNumber, optional=True)):
     """SageMaker model parallelism v2's parameters (the SDK v3 checks none of them; smlaunch checks
-    all of them against the instance and the model)."""
+    all of them against the instance and the model); the degrees come from launcher.config.degrees."""
 
-    hybrid_shard_degree: WholeNumber | None = Field(None, description="FSDP sharding group size.")
     sm_activation_offloading: bool | None = Field(None, description="Offload checkpointed activations.")
     activation_loading_horizon: WholeNumber | None = Field(None, description="Offloaded layers on the GPU at once.")
     fsdp_cache_flush_warnings: bool | None = Field(None, description="Warn on CUDA cache flushes.")
     allow_empty_shards: bool | None = Field(None, description="Allow uneven shards.")
-    tensor_parallel_degree: WholeNumber | None = Field(None, description="Tensor parallelism degree.")
-    context_parallel_degree: WholeNumber | None = Field(None, description="Context parallelism degree.")
-    expert_parallel_degree: WholeNumber | None = Field(None, description="Expert parallelism degree.")
     random_seed: WholeNumber | None = Field(None, description="Seed for tensor/expert-parallel random ops.")
 
 

@@ -17,10 +17,10 @@ import subprocess
 import sys
 
 from launcher.backends.base import BackendError
-from launcher.wire.opt_ml import free_port
 from launcher.local.process import ProcessRunner
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
 from launcher.slurm import commands
+from launcher.wire.opt_ml import free_port
 
 # NCCL's own choice when NCCL_SOCKET_IFNAME is unset: any interface but loopback and docker's.
 DEFAULT_INTERFACE = "^lo,docker"

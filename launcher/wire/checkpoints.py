@@ -1,7 +1,7 @@
 """Where a job's checkpoints are and which is the newest complete one, read without torch.
 
 A checkpoint is a `step-<N>/` directory; it is complete once rank 0 has written its `.complete`
-marker, after every rank's files and manifest part (container/checkpoint/dcp.py and
+marker, after every rank's files and manifest part (container/checkpoint/checkpointer.py and
 container/checkpoint/manifest.py, which take these names from here). `smlaunch status` names the
 newest complete one: in a local or Slurm job's checkpoint directory, or under a SageMaker job's
 checkpoint_s3_uri.

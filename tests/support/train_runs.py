@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from launcher.wire.opt_ml import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "entrypoints" / "train.py"
 
 TINY = {
@@ -47,6 +49,18 @@ def run_train(tmp: Path, nproc: int, timeout: int = 240, **hyperparameters) -> l
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+# fp32's unit roundoff. Two runs that add the same n numbers in another order (another layout, a
+# chunked loss) may differ by up to about n x u relative in each sum (Higham, "Accuracy and
+# Stability of Numerical Algorithms", 2002, section 4.2); the losses and norms of metrics.jsonl
+# are unrounded, so a comparison of them holds to that bound, not to luck of rounding.
+FP32_UNIT_ROUNDOFF = 2.0**-24
+
+
+def order_tolerance(terms: int) -> float:
+    """The relative tolerance of two fp32 sums of `terms` numbers added in different orders."""
+    return terms * FP32_UNIT_ROUNDOFF
+
+
 def series(records: list[dict], key: str) -> list[float]:
     return [r[key] for r in records if key in r and "val_loss" not in r]
 
@@ -74,3 +88,13 @@ def assert_same_export(ours_dir: Path, ref_dir: Path, spec) -> None:
         with torch.no_grad():
             logits.append(model(tokens))
     assert (logits[0] - logits[1]).abs().max().item() <= 1e-4 * logits[1].abs().max().item()
+
+
+REL = 1e-5
+
+
+def assert_same_training(records, reference, rel=REL):
+    assert series(records, "step") == series(reference, "step")
+    for key in ("loss", "grad_norm"):
+        ours, ref = series(records, key), series(reference, key)
+        assert ours == pytest.approx(ref, rel=rel), f"{key}: {ours} != {ref}"

@@ -56,9 +56,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim.lr_scheduler import LRScheduler
 
 from container.checkpoint import manifest
+from launcher.config.resume import RunIdentity, may_change
 from launcher.wire import checkpoints
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
-from launcher.config.resume import RunIdentity, may_change
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,140 @@
+"""The job's code: fetched into `<base>/code` and its requirements.txt installed, as the
+sagemaker-training toolkit does before it launches anything (docs/sagemaker-contract.md).
+
+Archives are extracted as strictly as tarfile's "data" filter: nothing lands outside the code
+directory, and devices and pipes are refused (by hand where Python lacks the filter).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from container.toolkit.console import log
+from container.toolkit.contract import ContractError, TrainingEnv
+from container.toolkit.failure_report import MESSAGE_LIMIT, fit, toolkit_error
+from launcher.wire import masking
+
+
+class RequirementsError(Exception):
+    """pip could not install the code's requirements.txt; str() is the failure file's text."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(text)
+        self.code = code
+
+
+def fetch_code(env: TrainingEnv) -> None:
+    """Put `sagemaker_submit_directory` into `<base>/code`, as the toolkit's
+    `files.download_and_extract` does.
+
+    An s3:// URI of a tar.gz (the SDK's sourcedir.tar.gz), a local path of a tar archive (the SDK
+    with network isolation: `/opt/ml/input/data/code/sourcedir.tar.gz`; smlaunch's local runners),
+    a local directory, or a single file. Nothing is fetched when `<base>/code` already holds files
+    (code baked into the image, or SageMaker local mode's `/opt/ml/code` mount, which its SDK
+    names as the submit directory in place of the `file://` URI it was given) or when there is no
+    submit directory.
+    """
+    env.code_dir.mkdir(parents=True, exist_ok=True)
+    source = env.hyperparameters.get("sagemaker_submit_directory")
+    if not source:
+        return
+    source = str(source)
+    if any(env.code_dir.iterdir()):
+        log(f"{env.code_dir} is not empty: running the code in it, not {source}")
+        return
+    if source.startswith("s3://"):
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = Path(tmp) / "sourcedir.tar.gz"
+            _download_s3(source, archive, env.hyperparameters.get("sagemaker_region"))
+            _extract(archive, env.code_dir)
+        return
+    path = Path(source)
+    if path.is_dir():
+        shutil.copytree(path, env.code_dir, dirs_exist_ok=True)
+    elif path.is_file():
+        if tarfile.is_tarfile(path):
+            _extract(path, env.code_dir)
+        else:
+            shutil.copy2(path, env.code_dir)
+    else:
+        raise ContractError(
+            f"sagemaker_submit_directory {source!r} is neither an s3:// URI nor an existing local "
+            "path; give the s3:// URI of sourcedir.tar.gz, or a directory, tar archive or file in "
+            "the container (a file:// URI is read by neither this bootstrap nor the toolkit)"
+        )
+
+
+def _download_s3(uri: str, dest: Path, region: str | None) -> None:
+    import boto3  # only jobs whose code is on S3 pay for importing boto3
+
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    # boto3 honours AWS_ENDPOINT_URL itself; S3_ENDPOINT_URL is the toolkit's own override.
+    client = boto3.client(
+        "s3", region_name=region or None, endpoint_url=os.environ.get("S3_ENDPOINT_URL") or None
+    )
+    client.download_file(bucket, key, str(dest))
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    # The "data" filter refuses paths and links leaving dest, devices and pipes; "/a" lands in dest.
+    with tarfile.open(archive) as tar:
+        if not hasattr(tarfile, "data_filter"):  # Python < 3.10.12 / 3.11.4 (Debian 12's 3.11.2)
+            tar.extractall(dest, members=_checked_members(tar, archive, dest))
+            return
+        try:
+            tar.extractall(dest, filter="data")
+        except tarfile.FilterError as exc:
+            raise _unsafe_member(archive, dest, exc.tarinfo.name) from None
+
+
+def _checked_members(tar: tarfile.TarFile, archive: Path, dest: Path) -> list[tarfile.TarInfo]:
+    root = dest.resolve()
+
+    def inside(name: str) -> bool:
+        return not os.path.isabs(name) and (root / name).resolve().is_relative_to(root)
+
+    members = tar.getmembers()
+    for member in members:
+        member.name = member.name.lstrip("/")  # as the data filter: "/a.py" lands in dest
+        target = member.linkname if member.issym() or member.islnk() else None
+        if member.issym():  # a symbolic link's target is relative to the link's directory
+            target = os.path.join(os.path.dirname(member.name), member.linkname)
+        bad = (
+            not inside(member.name) or (target is not None and not inside(target))
+            or not (member.isfile() or member.isdir() or member.issym() or member.islnk())
+        )
+        if bad:
+            raise _unsafe_member(archive, dest, member.name)
+    return members
+
+
+def _unsafe_member(archive: Path, dest: Path, name: str) -> ContractError:
+    return ContractError(
+        f"{archive}: member {name!r} would be written outside {dest}, or is a device, pipe or "
+        "link leaving it; rebuild the code archive from plain files"
+    )
+
+
+def install_requirements(env: TrainingEnv) -> None:
+    """`python -m pip install -r requirements.txt` in the code directory, as the toolkit does
+    before it launches anything (into this image's Python, which the script runs with)."""
+    if not (env.code_dir / "requirements.txt").is_file():
+        return
+    cmd = [sys.executable, "-m", "pip", "install", "-r", "requirements.txt"]
+    log(f"installing the code's requirements.txt: {shlex.join(cmd)}")
+    proc = subprocess.run(cmd, cwd=env.code_dir, stderr=subprocess.PIPE, check=False)
+    # An index URL in requirements.txt may hold a password; masked before lines are cut to fit.
+    stderr = masking.installed()(proc.stderr.decode("utf-8", "replace"))
+    sys.stderr.write(stderr)
+    if proc.returncode:
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        message = fit(["pip could not install requirements.txt; last lines of its output:"], lines, MESSAGE_LIMIT)
+        raise RequirementsError(proc.returncode, toolkit_error("InstallRequirementsError", proc.returncode,
+                                                               message, cmd))

@@ -1,0 +1,103 @@
+"""The commands that name a running or finished job: status, logs, stop, list (any backend)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+# Imports inside functions: each command imports what it uses when it runs (CLI start-up,
+# bench/cli_startup.py).
+from launcher.cli.support import JOB_HELP, aws_call, echo, find, make_console, region_option
+
+
+@click.command(epilog=JOB_HELP)
+@click.argument("job")
+@region_option
+@click.option("--json", "as_json", is_flag=True, help="Print DescribeTrainingJob as JSON.")
+def status(job: str, region: str | None, as_json: bool) -> None:
+    """Show a job's status, progress (step, loss, tokens/s, ETA), last checkpoint and failure reason."""
+
+    def run():
+        from launcher.cli import jobview
+
+        backend, name = find(job, region)
+        desc = jobview.describe(backend, name)
+        if as_json:
+            click.echo(json.dumps(desc, indent=2, default=str))
+            return
+        for line in jobview.status_lines(backend.name, name, desc):
+            click.echo(line)
+
+    aws_call(run)
+
+
+@click.command(epilog=JOB_HELP)
+@click.argument("job")
+@region_option
+@click.option("--follow", "-f", is_flag=True, help="Keep following until the job ends.")
+@click.option("--poll", default=5.0, show_default=True, help="Seconds between polls when following.")
+def logs(job: str, region: str | None, follow: bool, poll: float) -> None:
+    """Print a job's logs from every host, merged (SageMaker: CloudWatch; local and Slurm: logs/job.log).
+    Following on a terminal shows a progress bar below them."""
+
+    def run():
+        from launcher.backends.live import LiveProgress
+
+        view = LiveProgress(plain=echo)
+        backend, name = find(job, region, printer=view.line)
+        if not follow:
+            backend.logs(name)
+            return
+        with view:
+            backend.logs(name, follow=True, poll=poll)
+
+    aws_call(run)
+
+
+@click.command(epilog=JOB_HELP)
+@click.argument("job")
+@region_option
+def stop(job: str, region: str | None) -> None:
+    """Stop a running job: SIGTERM first, so the ranks save a checkpoint."""
+
+    def run():
+        backend, name = find(job, region)
+        backend.stop(name)
+        click.echo(f"stopping {name} ({backend.name})")
+
+    aws_call(run)
+
+
+@click.command(name="list")
+@region_option
+@click.option("--status", "status_filter", default=None,
+              type=click.Choice(["InProgress", "Completed", "Failed", "Stopping", "Stopped"]),
+              help="Only jobs with this status.")
+@click.option("--name-contains", default=None, help="Only jobs whose name contains this text.")
+@click.option("--max", "max_results", default=20, show_default=True, help="At most this many jobs.")
+@click.option("--backend", "backends", multiple=True, type=click.Choice(["sagemaker", "local", "slurm"]),
+              help="Only this backend's jobs (repeatable; default: all of them).")
+@click.option("--local", "local", is_flag=True, help="Only local jobs (as --backend local).")
+@click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
+def list_jobs(region: str | None, status_filter: str | None, name_contains: str | None, max_results: int,
+              backends: tuple[str, ...], local: bool, as_json: bool) -> None:
+    """List recent training jobs of every backend (local, Slurm, SageMaker), newest first."""
+
+    def run():
+        from launcher.backends import registry
+
+        chosen = tuple(dict.fromkeys(backends + (("local",) if local else ()))) or registry.BACKENDS
+        jobs, notes = registry.list_all(chosen, region=region, status=status_filter, name_contains=name_contains,
+                                        max_results=max_results)
+        if as_json:
+            click.echo(json.dumps({"jobs": jobs, "notes": notes}, indent=2, default=str))
+            return
+        from launcher.cli.jobview import jobs_table
+
+        console = make_console()
+        console.print(jobs_table(jobs, console.width))
+        for note in notes:
+            click.echo(note, err=True)
+
+    aws_call(run)

@@ -1,0 +1,99 @@
+"""The parallel degrees, defined once: SMP's parameter, its mesh dimension, default and meaning.
+
+Everything that lists degrees derives from `DEGREES`: the `distribution` fields
+(`ModelParallelParameters`), the seed script's duplicate arguments (`TrainingHyperparameters`),
+SDK v3's `SMP` shape, the planner's settings and abbreviations, `plan --auto`'s search keys and
+what a resume may change (docs/architecture.md, "Where a new thing goes"). A new degree is one
+entry here plus its `apply_*` module in container/distributed/ and its rule in layout.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, create_model
+
+from launcher.config.limits import MAX_WORLD
+
+
+@dataclass(frozen=True)
+class Degree:
+    key: str  # SMP's parameter name (mp_parameters, distribution, the planner's settings)
+    short: str  # the mesh dimension's name; the planner's abbreviation
+    default: int
+    minimum: int
+    description: str
+    smp_v3: bool  # a field of SDK v3's SMP(...) (SMP v2's parameters; pipelines are SMP v1's)
+    script_argument: bool  # the seed's script also takes it as an argument, which must agree
+    searched: bool  # `plan --auto` searches it
+    resharded: bool  # a resume may change it: its checkpoints are shown to reshard (config/resume.py)
+    alias: str | None = None  # an older SMP name; the larger of the two is in force
+
+    def field(self, *, optional: bool = False, description: str | None = None) -> Any:
+        """The pydantic field of this degree (optional: None unless set, e.g. a duplicate)."""
+        return Field(None if optional else self.default, ge=self.minimum, le=MAX_WORLD,
+                     description=description or self.description)
+
+    def value(self, params: Any) -> int:
+        """Its value in force in validated model-parallel parameters."""
+        own = getattr(params, self.key)
+        return max(own, getattr(params, self.alias) or 1) if self.alias else own
+
+    def raw_value(self, mp: Mapping[str, Any]) -> Any:
+        """Its value in a model-parallel dict that did not validate (best effort, for reports)."""
+        own = mp.get(self.key)
+        if own is None and self.alias:
+            own = mp.get(self.alias)
+        return self.default if own is None else own
+
+
+DEGREES = (
+    Degree("hybrid_shard_degree", "hsd", 0, 0,
+           "FSDP sharding group size. 0: shard across all ranks (world / tp); 1: no sharding; >=2: shard "
+           "within groups of this size and replicate across groups.",
+           smp_v3=True, script_argument=True, searched=True, resharded=True),
+    Degree("context_parallel_degree", "cp", 1, 1,
+           "Split every sequence across this many ranks (inside the sharding group).",
+           smp_v3=True, script_argument=True, searched=True, resharded=True),
+    Degree("tensor_parallel_degree", "tp", 1, 1, "Megatron-style split of attention and MLP weights.",
+           smp_v3=True, script_argument=True, searched=True, resharded=True),
+    Degree("expert_parallel_degree", "ep", 1, 1,
+           "Split MoE experts across ranks; only meaningful for MoE models.",
+           smp_v3=True, script_argument=False, searched=False, resharded=True),
+    Degree("pipeline_parallel_degree", "pp", 1, 1,
+           "SMP v1: pipeline stages, each a consecutive slice of the layers (not with sharded data "
+           "parallelism).",
+           smp_v3=False, script_argument=False, searched=True, resharded=True,
+           alias="partitions"),
+)
+BY_KEY = {d.key: d for d in DEGREES}
+BY_SHORT = {d.short: d for d in DEGREES}
+KEYS = tuple(BY_KEY)
+
+
+def model_with_degrees(name: str, base: type, which: str = "all", *, kind: Any = int,
+                       optional: bool = False, description: str | None = None) -> type:
+    """A pydantic base class `name` deriving from `base` with one field per degree: every degree,
+    or those of the SDK v3 `SMP` shape ("smp_v3"), or the seed script's arguments
+    ("script_argument"); `optional` fields are None unless set."""
+    chosen = [d for d in DEGREES if which == "all" or getattr(d, which)]
+    return create_model(name, __base__=base, **{
+        d.key: (kind | None if optional else kind, d.field(optional=optional, description=description))
+        for d in chosen})
+
+
+def by_short(**values: int) -> dict[str, int]:
+    """Degrees named by their short names, by key: by_short(tp=2) == {"tensor_parallel_degree": 2}."""
+    return {BY_SHORT[short].key: value for short, value in values.items()}
+
+
+def settings(params: Any | None) -> dict[str, int]:
+    """The degrees in force, by key (all defaults without model-parallel parameters)."""
+    return {d.key: d.value(params) if params is not None else d.default for d in DEGREES}
+
+
+def script_arguments(hp: Any) -> dict[str, int | None]:
+    """The seed script's degree arguments of parsed hyperparameters (None where not given)."""
+    return {d.key: getattr(hp, d.key) for d in DEGREES if d.script_argument}

@@ -1,0 +1,157 @@
+"""The package grammar of docs/architecture.md, held on every run: which package may import which,
+no import cycles (imports inside functions count), and a function-level import of smlaunch's own
+code says why it is one. Read from the source with ast: nothing is imported or executed."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The layer of a module, and the layers it may import (docs/architecture.md's table).
+ALLOWED = {
+    "wire": {"wire"},
+    "config": {"wire", "config"},
+    "plan": {"wire", "config", "plan"},
+    "backends": {"wire", "config", "plan", "backends"},
+    "sdk": {"wire", "config", "plan", "backends", "sdk"},
+    "cli": {"wire", "config", "plan", "backends", "sdk", "cli"},
+    "container": {"wire", "config", "container"},
+    "launcher": {"wire", "config", "sdk", "launcher"},
+}
+ENGINES = {"local", "slurm", "backends"}  # the backends and their engines form one layer
+# A module that imports smlaunch's own code inside functions says why once, in a module-level
+# comment: start-up time (the CLI starts without boto3, torch or the backends' modules), or code
+# that only some commands need. A cycle is never the reason: the cycle test counts these imports.
+REASON = re.compile(r"^# Imports inside functions: \S", re.M)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in ("launcher", "container"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _owner(target: str) -> str | None:
+    """The module a dotted import target lands in (a name inside a module counts as the module)."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def _imports(path: Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level) for each import of smlaunch's own code."""
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body}
+    typing_only = {id(n) for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for n in ast.walk(node)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:  # never imported at run time
+            continue
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in ("launcher", "container"):
+                owner = _owner(name)
+                if owner:
+                    out.append((owner, node.lineno, id(node) in top))
+    return out
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "container":
+        return "container"
+    if len(parts) == 1:
+        return "launcher"
+    if parts[1] in ENGINES:
+        return "backends"
+    if parts[1] == "model_trainer":  # the public re-export of launcher.sdk.model_trainer
+        return "sdk"
+    return parts[1]
+
+
+GRAPH = {module: _imports(path) for module, path in MODULES.items()}
+
+
+def test_every_package_imports_only_the_layers_below_it():
+    wrong = [f"{module} -> {target} (line {line})"
+             for module, imports in GRAPH.items() for target, line, _ in imports
+             if target != module and _layer(target) not in ALLOWED[_layer(module)]]
+    assert wrong == []
+
+
+def test_the_layer_rule_would_catch_a_config_module_importing_a_backend():
+    # the control: the rule is not vacuous
+    assert "backends" not in ALLOWED[_layer("launcher.config.job")]
+    assert _layer("launcher.local.prepare") == "backends" and "backends" not in ALLOWED["container"]
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles_counting_imports_inside_functions():
+    edges = {m: {t for t, _, _ in imports if t != m} for m, imports in GRAPH.items()}
+    assert _cycles(edges) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("package", ["launcher", "container"])
+def test_function_level_imports_say_why(package):
+    unexplained = sorted(module for module, imports in GRAPH.items()
+                         if module.startswith(package) and any(not at_top for _, _, at_top in imports)
+                         and not REASON.search(MODULES[module].read_text()))
+    assert unexplained == []
+
+
+def test_the_container_imports_only_config_and_wire_of_the_launcher():
+    outside = sorted({t for m, imports in GRAPH.items() if m.startswith("container")
+                      for t, _, _ in imports if t.startswith("launcher") and _layer(t) not in ("config", "wire")})
+    assert outside == []
