@@ -1,0 +1,239 @@
+"""The docker runner against a real engine (podman or Docker) and a real image: `make test`
+installs podman and builds the image from local material (scripts/build-image.sh), and names it
+in SMLAUNCH_DOCKER_IMAGE. The tests skip only where no engine answers.
+
+- the demo's layout (2 hosts x 2 processes, hybrid sharding + cp 2) in containers trains with the
+  same losses as the process runner, from the same job file;
+- a failing host fails the job with its reason and stops the other;
+- `smlaunch stop` reaches the ranks as SIGTERM inside the containers, which save a checkpoint;
+- the files the containers write are handed back to the user;
+- no container or network outlives its job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.local import docker, store
+from launcher.local.docker import DockerRunner, Engine, find_engine
+from launcher.local.spec import LocalJobSpec, RunnerError
+from launcher.wire.hyperparameters import encode
+from launcher.wire.opt_ml import write_opt_ml
+from tests.support.local_jobs import HP, cli_env, job_file, script_job, smlaunch, wait_for
+
+IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"
+
+
+@pytest.fixture(scope="module")
+def engine_image() -> tuple[Engine, str]:
+    """The engine and the image; skip where no engine answers."""
+    image = os.environ.get(IMAGE_ENV) or docker.DEFAULT_IMAGE
+    try:
+        engine = find_engine()
+    except RunnerError as exc:
+        pytest.skip(f"no container engine answers: {exc}".replace("\n", " "))
+    inspect = subprocess.run([*engine.cli, "image", "inspect", image], capture_output=True, check=False)
+    if inspect.returncode != 0:
+        if os.environ.get(IMAGE_ENV):  # make test built it: its absence is a failure
+            pytest.fail(f"{IMAGE_ENV}={image}, but {engine.name} has no such image")
+        pytest.skip(f"{engine.name} has no image {image}: build it with `make image`")
+    return engine, image
+
+
+def left_behind(engine: Engine, project: str) -> list[str]:
+    """Containers and networks of the compose project that still exist."""
+    containers = subprocess.run([*engine.cli, "ps", "-a", "--format", "{{.Names}}"],
+                                capture_output=True, text=True, check=True).stdout.split()
+    networks = subprocess.run([*engine.cli, "network", "ls", "--format", "{{.Name}}"],
+                              capture_output=True, text=True, check=True).stdout.split()
+    return [n for n in containers if n.startswith(f"{project}-")] + [n for n in networks if n == project]
+
+
+def submitted_name(stdout: str) -> str:
+    return next(line.split()[1] for line in stdout.splitlines() if line.startswith("submitted "))
+
+
+def metrics(output_archive: Path) -> list[dict]:
+    with tarfile.open(output_archive) as tar:
+        return [json.loads(line) for line in tar.extractfile("metrics.jsonl").read().decode().splitlines()]
+
+
+def losses(records: list[dict]) -> list[tuple[int, str, float]]:
+    return [(r["step"], key, r[key]) for r in records for key in ("loss", "val_loss") if key in r]
+
+
+# --- training ----------------------------------------------------------------------------------
+
+def test_the_demo_layout_trains_in_containers_like_the_process_runner(tmp_path, home, corpus, engine_image):  # noqa: F811
+    engine, image = engine_image
+    train, validation = corpus
+    hyperparameters = {**HP, "validation_freq": 2, "validation_batches": 2, "checkpoint_freq": 2,
+                       "checkpoint_dir": "/opt/ml/checkpoints"}
+    runs = {}
+    for runner in ("process", "docker"):
+        out = tmp_path / runner / "artifacts"
+        spec = job_file(tmp_path / f"{runner}.yaml", output_path=str(out), image_uri=image,
+                        local_runner=runner, inputs={"train": str(train), "validation": str(validation)},
+                        hyperparameters=hyperparameters)
+        proc = smlaunch("submit", str(spec), "--job-name", f"demo-{runner}", env=cli_env(home), timeout=400)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        assert f"submitted demo-{runner} (local, {runner} runner)" in proc.stdout
+        runs[runner] = out / f"demo-{runner}" / "output"
+
+    # One job file, two runners, the same numbers: bit for bit (same torch, same CPU).
+    reference, contained = (metrics(runs[r] / "output.tar.gz") for r in ("process", "docker"))
+    assert len([r for r in contained if "loss" in r]) == 4
+    assert losses(contained) == losses(reference)
+    with tarfile.open(runs["docker"] / "model.tar.gz") as tar:
+        assert {"model.safetensors", "config.json"} <= set(tar.getnames())
+
+    job = home / "jobs" / "demo-docker"
+    assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["step-2", "step-4"]
+    assert {p.name for p in (job / "checkpoints" / "step-4").glob("*.distcp")} == {
+        f"__{r}_0.distcp" for r in range(4)}  # every rank of both containers wrote its shard
+    compose = yaml.safe_load((job / "docker-compose.yaml").read_text())
+    assert {s["image"] for s in compose["services"].values()} == {image}
+    record = store.read("demo-docker")
+    assert record["TrainingJobStatus"] == "Completed" and record["HostExitCodes"] == {"algo-1": 0, "algo-2": 0}
+    assert left_behind(engine, "demo-docker") == []
+    assert not docker._foreign_owner(job, os.getuid())  # the user can remove the job
+    assert not docker._foreign_owner(runs["docker"], os.getuid())
+
+
+# --- failures and stops ------------------------------------------------------------------------
+
+def test_a_failing_host_fails_the_job_and_stops_the_other(tmp_path, home, engine_image):  # noqa: F811
+    engine, image = engine_image
+    spec = script_job(tmp_path, environment={"FAIL_RANK": "1"}, image_uri=image, local_runner="docker")
+    proc = smlaunch("submit", str(spec), "--job-name", "fails-docker", env=cli_env(home), timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "submitted fails-docker (local, docker runner)" in proc.stdout
+    assert "ValueError: boom on rank 1" in proc.stderr
+    status = smlaunch("status", "fails-docker", env=cli_env(home))
+    assert "fails-docker: Failed (Failed)" in status.stdout
+    assert "failure reason: AlgorithmError: algo-2: ExecuteUserScriptError:\nExitCode 1\n" in status.stdout
+    record = store.read("fails-docker")
+    # algo-1's rank sleeps for 600 s: it ended because the runner stopped its container.
+    assert record["HostExitCodes"]["algo-2"] == 1 and record["HostExitCodes"]["algo-1"] != 0
+    assert left_behind(engine, "fails-docker") == []
+
+
+def test_stop_reaches_the_ranks_in_the_containers_which_save_a_checkpoint(tmp_path, home, engine_image):  # noqa: F811
+    engine, image = engine_image
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({
+        "entry_point": "train.py", "source_dir": str(Path(__file__).parents[2] / "entrypoints"),
+        "instance_type": "local", "instance_count": 2, "local_runner": "docker", "image_uri": image,
+        "distribution": {"torch_distributed": {"enabled": True}},
+        "hyperparameters": {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": 64,
+                            "max_steps": 1_000_000, "train_batch_size": 2, "logging_freq": 5,
+                            "checkpoint_freq": 1_000_000, "checkpoint_dir": "/opt/ml/checkpoints"}}))
+    env = cli_env(home)
+    submitted = smlaunch("submit", str(spec), "--no-wait", "--job-name", "stop-docker", env=env, timeout=120)
+    assert submitted.returncode == 0, submitted.stderr
+    assert "(local, docker runner)" in submitted.stdout
+    job = home / "jobs" / "stop-docker"
+    progress = job / "hosts" / "algo-1" / "output" / "data" / "progress.json"
+    wait_for(lambda: progress.is_file() and json.loads(progress.read_text())["step"] >= 10, timeout=180)
+
+    stop = smlaunch("stop", "stop-docker", env=env)
+    assert stop.returncode == 0, stop.stderr
+    wait_for(lambda: store.read("stop-docker")["TrainingJobStatus"] != "InProgress", timeout=200)
+    log = (job / "logs" / "job.log").read_text()
+    saved = int(re.search(r"SIGTERM: saved a checkpoint at step (\d+) and stopping", log).group(1))
+    assert saved >= 10
+    status = smlaunch("status", "stop-docker", env=env)
+    assert "stop-docker: Stopped (Stopped)" in status.stdout, status.stdout
+    assert f"last checkpoint: step {saved}, {job / 'checkpoints' / f'step-{saved}'}" in status.stdout
+    assert {p.name for p in (job / "checkpoints" / f"step-{saved}").glob("*.distcp")} == {
+        "__0_0.distcp", "__1_0.distcp"}  # both hosts' ranks saved before leaving
+    assert left_behind(engine, "stop-docker") == []
+
+
+# --- the runner, driven directly ---------------------------------------------------------------
+
+SCRIPT = """\
+import json, os, socket
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+total = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(total)
+host = os.environ["SM_CURRENT_HOST"]
+with open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "host.txt"), "w") as f:
+    f.write(socket.gethostname())
+if dist.get_rank() == 0:
+    train = os.path.join(os.environ["SM_CHANNEL_TRAIN"], "train.jsonl")
+    tokenizer = os.path.join(os.environ["SM_CHANNEL_TOKENIZER"], "tokenizer.json")
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "result.json"), "w") as f:
+        json.dump({"sum": total.item(), "world": dist.get_world_size(), "host": host,
+                   "train": open(train).read(), "tokenizer": open(tokenizer).read(),
+                   "master": os.environ["MASTER_ADDR"]}, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def script_spec(tmp_path: Path, image: str, runner: DockerRunner) -> LocalJobSpec:
+    """A two-host job of SCRIPT with a directory channel and a single-file channel."""
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "train.jsonl").write_text('{"input_ids": [1, 2]}\n')
+    (tmp_path / "tokenizer.json").write_text("{}")
+    channels = {"train": tmp_path / "corpus", "tokenizer": tmp_path / "tokenizer.json"}
+    name = "script-docker"
+    job_dir = tmp_path / "jobs" / name
+    spec = LocalJobSpec(name=name, job_dir=job_dir, hosts=["algo-1", "algo-2"], instance_type="local",
+                        processes_per_host=1, hyperparameters={}, channels=channels,
+                        environment={"OMP_NUM_THREADS": "1"}, checkpoint_dir=job_dir / "checkpoints",
+                        max_run=600, image=image)
+    hps = encode({"sagemaker_program": "script.py", "sagemaker_submit_directory": runner.submit_directory(spec),
+                  "sagemaker_torch_distributed_enabled": True, "sagemaker_smlaunch_processes_per_host": 1,
+                  "sagemaker_job_name": name})
+    for host in spec.hosts:
+        write_opt_ml(spec.host_dir(host), hyperparameters=hps, current_host=host, hosts=spec.hosts,
+                     instance_type="local", channels=channels)
+    (tmp_path / "script.py").write_text(SCRIPT)
+    with tarfile.open(spec.source_archive, "w:gz") as tar:
+        tar.add(tmp_path / "script.py", arcname="script.py")
+    return spec
+
+
+def test_a_two_host_script_job_finds_its_master_and_channels_and_gives_files_back(
+        tmp_path, engine_image, monkeypatch):
+    engine, image = engine_image
+    runner = DockerRunner(engine)
+    spec = script_spec(tmp_path, image, runner)
+    runner.check(spec)
+    hosts = runner.start(spec)
+    try:
+        outputs = [h.proc.communicate(timeout=300)[0].decode(errors="replace") for h in hosts]
+    finally:
+        for h in hosts:
+            if h.proc.poll() is None:
+                h.proc.kill()
+        # The user, as far as the runner knows, is not the containers' root (uid 0 here): every
+        # file the containers wrote must be handed over to them.
+        monkeypatch.setattr(docker.os, "getuid", lambda: 4242)
+        monkeypatch.setattr(docker.os, "getgid", lambda: 4343)
+        runner.cleanup(spec)
+    assert [h.proc.returncode for h in hosts] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    result = json.loads((spec.job_dir / "model" / "result.json").read_text())
+    assert result == {"sum": 3.0, "world": 2, "host": "algo-1", "train": '{"input_ids": [1, 2]}\n',
+                      "tokenizer": "{}", "master": "algo-1"}
+    for host in spec.hosts:
+        assert (spec.host_dir(host) / "output" / "success").is_file()
+        assert (spec.host_dir(host) / "output" / "data" / "host.txt").read_text() == host
+    owners = {(p.lstat().st_uid, p.lstat().st_gid) for p in [spec.job_dir, *spec.job_dir.rglob("*")]}
+    assert owners == {(4242, 4343)}
+    assert left_behind(engine, "script-docker") == []
+    shutil.rmtree(spec.job_dir)

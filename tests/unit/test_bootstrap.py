@@ -1,0 +1,186 @@
+"""container.toolkit.bootstrap end to end: `python -m container train` on trees written by
+launcher.wire.opt_ml, with torchrun on CPU (gloo, 127.0.0.1), simulated hosts sharing this machine.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from container.toolkit.bootstrap import child_environment, launch_command, master_address
+from container.toolkit.code import _extract, fetch_code
+from container.toolkit.contract import ContractError, read_training_env
+from container.toolkit.failure_report import failure_text, toolkit_error
+from launcher.wire.opt_ml import FAILURE_LIMIT
+from tests.support.bootstrap import host_tree, tarball
+
+
+def hostile_archive(tmp_path: Path, member: tarfile.TarInfo) -> Path:
+    archive = tmp_path / "hostile.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.addfile(tarfile.TarInfo("ok.py"), io.BytesIO())
+        tar.addfile(member, io.BytesIO())
+    return archive
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+# Debian 12's Python 3.11.2 (the image scripts/build-image.sh makes) has no tar filters: the
+# bootstrap refuses the same members by hand there.
+@pytest.mark.parametrize("python", ["with data_filter", "without data_filter"])
+@pytest.mark.parametrize("bad", [
+    member("../escape.py"), member("/../escape.py"), member("sub/../../escape.py"),
+    member("link", tarfile.SYMTYPE, "../../etc/passwd"), member("link", tarfile.SYMTYPE, "/etc/passwd"),
+    member("hard", tarfile.LNKTYPE, "../outside"), member("dev", tarfile.CHRTYPE),
+], ids=["dotdot", "absolute-dotdot", "nested-dotdot", "symlink-out", "symlink-absolute", "hardlink-out", "device"])
+def test_a_code_archive_writing_outside_the_code_directory_is_refused(tmp_path, monkeypatch, python, bad):
+    if python == "without data_filter":
+        monkeypatch.delattr(tarfile, "data_filter")
+    dest = tmp_path / "code"
+    dest.mkdir()
+    with pytest.raises(ContractError, match=rf"member '/?{re.escape(bad.name.lstrip('/'))}' would be written outside"):
+        _extract(hostile_archive(tmp_path, bad), dest)
+    assert not (tmp_path / "escape.py").exists()
+
+
+@pytest.mark.parametrize("python", ["with data_filter", "without data_filter"])
+def test_links_inside_the_code_directory_are_extracted(tmp_path, monkeypatch, python):
+    if python == "without data_filter":
+        monkeypatch.delattr(tarfile, "data_filter")
+    archive = tmp_path / "code.tar"
+    with tarfile.open(archive, "w") as tar:
+        text = b"VALUE = 1\n"
+        info = tarfile.TarInfo("pkg/mod.py")
+        info.size = len(text)
+        tar.addfile(info, io.BytesIO(text))
+        tar.addfile(member("pkg/alias.py", tarfile.SYMTYPE, "mod.py"))
+        tar.addfile(member("copy.py", tarfile.LNKTYPE, "pkg/mod.py"))
+        tar.addfile(member("/absolute.py"))  # lands inside, as the data filter puts it
+    dest = tmp_path / "code"
+    dest.mkdir()
+    _extract(archive, dest)
+    assert (dest / "pkg" / "alias.py").read_bytes() == (dest / "copy.py").read_bytes() == b"VALUE = 1\n"
+    assert (dest / "absolute.py").is_file()
+
+
+def test_code_already_in_place_is_kept_as_the_toolkit_keeps_it(tmp_path: Path):
+    """files.download_and_extract fetches nothing into a code directory that holds files (code
+    baked into the image, SageMaker local mode's mount); a file:// URI is read by neither."""
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], {
+        "sagemaker_program": "train.py", "sagemaker_submit_directory": str(tarball(tmp_path))})
+    (base / "code" / "train.py").write_text("baked = True\n")
+    fetch_code(read_training_env(base, num_gpus=0))
+    assert sorted(p.name for p in (base / "code").iterdir()) == ["train.py"]
+    assert (base / "code" / "train.py").read_text() == "baked = True\n"
+
+    uri = host_tree(tmp_path / "uri", "algo-1", ["algo-1"], {
+        "sagemaker_program": "train.py", "sagemaker_submit_directory": f"file://{tarball(tmp_path)}"})
+    with pytest.raises(ContractError, match="neither an s3:// URI nor an existing local path"):
+        fetch_code(read_training_env(uri, num_gpus=0))
+
+
+# --- units: the command and the environment, no processes ---------------------------------
+
+def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
+    for name in ("SMLAUNCH_MASTER_ADDR", "SMLAUNCH_MASTER_PORT", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA",
+                 "RDMAV_FORK_SAFE", "NCCL_PROTO", "NCCL_SOCKET_IFNAME", "SAGEMAKER_PROGRAM"):
+        monkeypatch.delenv(name, raising=False)
+    hosts = ["algo-1", "algo-2", "algo-3"]
+    hps = {"sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True,
+           "sagemaker_smlaunch_processes_per_host": 3, "lr": 0.1}
+    base = host_tree(tmp_path, "algo-2", hosts, hps, instance_type="ml.p4d.24xlarge")
+    (base / "code" / "train.py").write_text("")
+    env = read_training_env(base, num_gpus=8)
+    cmd = launch_command(env, tmp_path / "logs")
+    assert cmd[1:] == [
+        "-m", "torch.distributed.run", "--nnodes", "3", "--nproc_per_node", "8",
+        "--master_addr", "algo-1", "--master_port", "7777", "--node_rank", "1",
+        "--log-dir", str(tmp_path / "logs"), "--redirects", "3", "--shutdown-timeout", "100",
+        "train.py", "--lr", "0.1"]
+    child = child_environment(env)
+    assert (child["FI_PROVIDER"], child["FI_EFA_USE_DEVICE_RDMA"], child["RDMAV_FORK_SAFE"],
+            child["NCCL_SOCKET_IFNAME"], child["NCCL_PROTO"]) == ("efa", "1", "1", "eth0", "simple")
+    assert child["PYTHONPATH"].split(os.pathsep)[0] == str(base / "code")
+    assert child["SM_HP_LR"] == "0.1" and child["CURRENT_HOST"] == "algo-2"
+
+    monkeypatch.setenv("SMLAUNCH_MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("SMLAUNCH_MASTER_PORT", "29999")
+    assert master_address(env) == ("127.0.0.1", 29999)
+
+
+def test_torchrun_settings_override_the_jobs_and_a_plain_script_gets_none(tmp_path: Path, monkeypatch):
+    """As the toolkit: NCCL_PROTO and NCCL_SOCKET_IFNAME for every torchrun job, over the job's own
+    values; FI_PROVIDER only on its EFA list (g5.48xlarge: EFA without RDMA); nothing without torchrun."""
+    monkeypatch.setenv("NCCL_PROTO", "LL128")  # the job's own environment
+    for name in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+    hps = {"sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True}
+    torchrun = child_environment(read_training_env(
+        host_tree(tmp_path / "a", "algo-1", ["algo-1"], hps, instance_type="ml.g5.48xlarge"), num_gpus=8))
+    assert (torchrun["NCCL_PROTO"], torchrun["NCCL_SOCKET_IFNAME"], torchrun["FI_PROVIDER"]) == ("simple", "eth0", "efa")
+    assert "FI_EFA_USE_DEVICE_RDMA" not in torchrun and "RDMAV_FORK_SAFE" not in torchrun
+    plain = child_environment(read_training_env(
+        host_tree(tmp_path / "b", "algo-1", ["algo-1"], {"sagemaker_program": "train.py"},
+                  instance_type="ml.p4d.24xlarge"), num_gpus=8))
+    assert plain["NCCL_PROTO"] == "LL128"
+    assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "RDMAV_FORK_SAFE", "NCCL_SOCKET_IFNAME"} & set(plain)
+
+
+def test_failure_text_keeps_the_exception_and_the_last_frames():
+    frames = "".join(
+        f'[rank3]:   File "/opt/ml/code/model/layer_{i}.py", line {i}, in forward_{i}\n'
+        f"[rank3]:     return self.block_{i}(x) + some_rather_long_expression_{i}\n"
+        for i in range(40))
+    stderr = ("[rank3]: noise before\n[rank3]: Traceback (most recent call last):\n" + frames
+              + "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.83 GiB\n"
+              + "W1122 some log line after the traceback\n")
+    text = failure_text("rank 3 (host algo-1, local rank 3) exited with code 1", stderr)
+    assert len(text) <= FAILURE_LIMIT
+    lines = text.splitlines()
+    assert lines[1] == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.83 GiB"
+    assert lines[2:4] == ["Traceback (most recent call last):", "  ..."]
+    assert lines[-1].strip() == "return self.block_39(x) + some_rather_long_expression_39"
+    assert "layer_0.py" not in text and "[rank3]" not in text and "log line" not in text
+
+
+def test_failure_text_of_the_last_chained_exception():
+    stderr = textwrap.dedent("""\
+        Traceback (most recent call last):
+          File "a.py", line 1, in <module>
+        KeyError: 'x'
+
+        During handling of the above exception, another exception occurred:
+
+        Traceback (most recent call last):
+          File "a.py", line 3, in <module>
+            raise RuntimeError("wrapped")
+        RuntimeError: wrapped
+    """)
+    assert failure_text("h", stderr).splitlines()[:2] == ["h", "RuntimeError: wrapped"]
+
+
+@pytest.mark.parametrize("message", ["short", "x" * 5000])
+def test_failure_file_is_the_toolkits_within_the_limit(message):
+    """The toolkit's ExecuteUserScriptError text is the reference; ours only keeps to 1024."""
+    from sagemaker_training import errors
+
+    cmd = ["/usr/bin/python3", "train.py", "--lr", "0.1"]
+    ours = toolkit_error("ExecuteUserScriptError", 1, message, cmd)
+    theirs = str(errors.ExecuteUserScriptError(cmd, return_code=1, output=message))
+    assert len(ours) <= FAILURE_LIMIT
+    if len(theirs) <= FAILURE_LIMIT:
+        assert ours == theirs
+    else:  # the message is cut to fit, the command left out; the beginning is the toolkit's
+        assert ours == theirs[:len(ours) - 1] + '"' and ours.endswith('x"')
+
+
