@@ -39,7 +39,7 @@ $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
 	@$(UV_PIP) --check smlaunch $(LOCK_EXTRAS) || { echo "$(LOCK) is out of date: make lock" >&2; exit 1; }
 	touch $(STAMP)
 
-# The SageMaker SDK v3 (sagemaker-train on sagemaker-core 2.x): tests/test_model_trainer_parity.py's
+# The SageMaker SDK v3 (sagemaker-train on sagemaker-core 2.x): tests/integration/test_model_trainer_parity.py's
 # reference. Both SDKs are the `sagemaker` package, so v3 gets a venv of its own, without the
 # dependencies ModelTrainer never imports (mlflow, scipy, ...): its lock holds the SDK
 # (requirements/sdk3-pins.in) without them and what ModelTrainer imports (sdk3-deps.in) with

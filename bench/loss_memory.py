@@ -3,8 +3,9 @@
 A 16K-equivalent scale: one sequence of 16,384 tokens, as in the seed's p4d run, with Llama 3.1
 8B's vocabulary and width both cut 16-fold (128,256 / 16 = 8,016 entries, 4,096 / 16 = 256) so
 that a case runs in seconds and a few GiB; every term of the loss's memory is tokens x vocabulary
-or tokens x width, so the figures x 16 are those of the 8B model's loss. The model is smlaunch's Transformer without blocks (embedding, final
-norm, head, loss: `model(tokens, labels=..., loss_chunk_tokens=C)`, the trainer's call), in
+or tokens x width, so the figures x 16 are those of the 8B model's loss. The model is smlaunch's
+Transformer without blocks (embedding, final norm, head, loss:
+`model(tokens, labels=..., loss_chunk_tokens=C)`, the trainer's call), in
 bf16 as FSDP2's mixed precision computes it; tp 2 shards the head by vocabulary over two gloo
 ranks (tensor_parallel.apply_tp, vocabulary-parallel loss).
 

@@ -158,7 +158,8 @@ def trace(job) -> dict:
         params = job.config.distribution.parameters if job.config.distribution else None
         rt = init_runtime(params or ModelParallelParameters(), sharding_strategy=hp.sharding_strategy)
         if rt.layout.mesh_shape != job.layout.mesh_shape:
-            raise RuntimeError(f"the runtime's mesh {rt.layout.mesh_shape} is not the planner's {job.layout.mesh_shape}")
+            raise RuntimeError(f"the runtime's mesh {rt.layout.mesh_shape} "
+                               f"is not the planner's {job.layout.mesh_shape}")
         s = trainer.settings(rt, hp)
         model = build_model(job.model, s.seq_len, device="meta")
         trainer.parallelize(rt, model, s)  # outside fake mode: the meshes it builds hold real tensors

@@ -132,7 +132,8 @@ def main() -> None:
             got = measure(args.preset, seq, ac, args.steps)
             row = {"seq": seq, "activation_checkpointing": ac, "predicted_allocated_gib": round(est.allocated_gib, 3),
                    "predicted_peak_gib": round(est.peak_gib, 3), "predicted_phase": est.peak_phase,
-                   "predicted_fits": est.fits, **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in got.items()}}
+                   "predicted_fits": est.fits,
+                   **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in got.items()}}
             if "allocated_gib" in got:
                 row["allocated_error"] = round(est.allocated_gib / got["allocated_gib"] - 1, 4)
                 row["reserved_error"] = round(est.allocated_gib * (1 + ALLOCATOR_RESERVE) / got["reserved_gib"] - 1, 4)

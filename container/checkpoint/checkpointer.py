@@ -218,7 +218,8 @@ class Checkpointer:
         torch.save(_rng_state(), tmp / rng_file)
         writer = _RecordingWriter(tmp)
         with _quiet_no_dist():
-            dcp.save(_sharded_state(model, optimizer, OPTIMIZER_LAYOUT), storage_writer=writer, no_dist=not _distributed())
+            dcp.save(_sharded_state(model, optimizer, OPTIMIZER_LAYOUT), storage_writer=writer,
+                     no_dist=not _distributed())
         written = [rng_file, *writer.written]
         if self.rank == 0:
             trainer = {

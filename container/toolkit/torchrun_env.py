@@ -14,7 +14,7 @@ instance lists `SM_EFA_NCCL_INSTANCES` and `SM_EFA_RDMA_INSTANCES` of
   gets none of the three, whatever its hardware;
 - it assigns `os.environ[...]`, overwriting a value the job's own environment set.
 
-docs/container.md documents the table; tests/test_toolkit_parity.py checks it against the
+docs/container.md documents the table; tests/integration/test_toolkit_parity.py checks it against the
 installed toolkit.
 """
 

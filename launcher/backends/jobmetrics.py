@@ -96,7 +96,8 @@ def _from_cloudwatch(backend, name: str, desc: dict) -> list[dict]:
         "Period": CLOUDWATCH_PERIOD_S, "Stat": "Average"}} for i, metric in enumerate(names)]
     by_time: dict[datetime, dict] = {}
     paginator = backend.client("cloudwatch").get_paginator("get_metric_data")
-    for page in paginator.paginate(MetricDataQueries=queries, StartTime=start, EndTime=end, ScanBy="TimestampAscending"):
+    for page in paginator.paginate(MetricDataQueries=queries, StartTime=start, EndTime=end,
+                                   ScanBy="TimestampAscending"):
         for result in page["MetricDataResults"]:
             key = METRICS[names[int(result["Id"][1:])]]
             for when, value in zip(result["Timestamps"], result["Values"]):

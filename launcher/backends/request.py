@@ -3,7 +3,7 @@
 Sources (SageMaker Python SDK 2.257.7): `sagemaker.session.Session._get_train_request`,
 `sagemaker.job._Job._load_config` (output, resource, stopping, VPC, model and code channels),
 `sagemaker.estimator._TrainingJob._get_train_args` and `sagemaker.pytorch.PyTorch` (metrics time
-series on for PyTorch >= 1.3). tests/test_sdk_parity.py compares the two requests field by field;
+series on for PyTorch >= 1.3). tests/integration/test_sdk_parity.py compares the two requests field by field;
 the differences are intended and listed in docs/sagemaker-request.md.
 """
 

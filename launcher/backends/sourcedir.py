@@ -7,8 +7,8 @@ Layout follows the SageMaker Python SDK v2 (``sagemaker.fw_utils.tar_and_upload_
 - every ``dependencies`` path (file or directory) sits at the root under its basename;
 - every ``include_packages`` name (an importable package, found without importing it) sits
   at the root under its package name, so ``train.py`` can ``import container`` on a stock AWS
-  image (``container`` validates with ``launcher.config``, so both ship). A package the job already ships (from ``source_dir`` or ``dependencies``) is left out:
-  the user's copy wins.
+  image (``container`` validates with ``launcher.config``, so both ship). A package the job
+  already ships (from ``source_dir`` or ``dependencies``) is left out: the user's copy wins.
 
 A job that runs smlaunch's runtime on SageMaker also gets a ``requirements.txt`` at the archive
 root, which the image's toolkit installs with pip before training: what the runtime imports

@@ -1,4 +1,7 @@
-"""`smlaunch metrics`: a job's metrics as a table, JSON or a plot (launcher.backends.jobmetrics, launcher.cli.metrics_view)."""
+"""`smlaunch metrics`: a job's metrics as a table, JSON or a plot.
+
+See launcher.backends.jobmetrics and launcher.cli.metrics_view.
+"""
 
 from __future__ import annotations
 

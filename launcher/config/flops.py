@@ -60,10 +60,10 @@ def seed_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
 
     with g (the gated-linear multiplier, 3/2 for SwiGLU) set to 1 for dense models: that script
     applies 3/2 only when `moe` is set, and then also multiplies the MLP term by the experts per
-    token (Megatron's num_experts_routed_to; the router is not counted). Its two errors against `flops_per_token`: the MLP is
-    counted as two h×I matrices instead of three, and attention is not halved for the causal
-    mask. GQA and the LM head are counted correctly. For Llama 3.1 8B this reads −9% at 8K,
-    +3% at 16K and +21% at 32K relative to the causal count (docs/seed-runs.md; tests/test_flops.py).
+    token (Megatron's num_experts_routed_to; the router is not counted). Its two errors against
+    `flops_per_token`: the MLP is counted as two h×I matrices instead of three, and attention is
+    not halved for the causal mask. GQA and the LM head are counted correctly. For Llama 3.1 8B this reads −9% at 8K,
+    +3% at 16K and +21% at 32K relative to the causal count (docs/seed-runs.md; tests/unit/test_flops.py).
 
     The older Megatron paper formula, 72·L·h²·(1 + S/(6h) + V/(12·h·L)), which also ignores
     GQA and the real MLP width, does not reproduce those percentages (+6%, +17%, +32%).

@@ -5,11 +5,11 @@ Source: the SageMaker Python SDK 2.257.7.
 - ``pytorch_images.json`` is a verbatim copy of the SDK's ``image_uri_config/pytorch.json``
   (scope ``training``: the PyTorch DLCs 0.4 to 2.8) under ``pytorch`` and of
   ``image_uri_config/pytorch-smp.json`` (``training``: the SMP v2 images) under ``pytorch-smp``.
-  tests/test_images_sdk.py fails when the installed SDK's files differ (refresh: see
+  tests/integration/test_images_sdk.py fails when the installed SDK's files differ (refresh: see
   docs/images.md).
 - The rules are those of ``sagemaker.image_uris.get_training_image_uri`` and ``retrieve``, and the
   version checks of the SDK's ``PyTorch`` estimator (``sagemaker.fw_utils.validate_distribution``);
-  the constants below are the SDK's. tests/test_images_sdk.py compares the URIs with the SDK's
+  the constants below are the SDK's. tests/integration/test_images_sdk.py compares the URIs with the SDK's
   own over a grid of versions, Python versions, instance types, regions and distributions.
 
 In the SDK's terms: a ``distribution`` holding both ``torch_distributed`` and
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 # The oldest PyTorch smlaunch's runtime runs on: torch.distributed.fsdp.fully_shard is public from
-# 2.6. pyproject.toml's `train` extra asks for the same (tests/test_images.py holds them together).
+# 2.6. pyproject.toml's `train` extra asks for the same (tests/unit/test_images.py holds them together).
 RUNTIME_MIN_TORCH = "2.6"
 
 TABLE = Path(__file__).with_name("pytorch_images.json")

@@ -93,7 +93,8 @@ def _stage_problems(params: ModelParallelParameters, ranks: int, name: str) -> l
                                           f"of {ranks // tp}"))
         elif ranks % (hsd * tp):
             problems.append(LayoutProblem("hybrid_shard_degree", hsd, f"{name} {ranks} is not divisible by "
-                                          f"hybrid_shard_degree x tp = {hsd * tp}", f"use one of {divisors(ranks // tp)}"))
+                                          f"hybrid_shard_degree x tp = {hsd * tp}",
+                                          f"use one of {divisors(ranks // tp)}"))
     group = _stage_sharding_group(params, ranks)
     if cp > 1 and group % cp:
         problems.append(LayoutProblem("context_parallel_degree", cp,

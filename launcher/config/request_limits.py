@@ -34,8 +34,8 @@ def check_hyperparameter_limits(ctx: Context) -> list[Issue]:
                                 f"takes at most {HYPERPARAMETER_VALUE_MAX}", _TOO_BIG))
     # The reserved keys' values do not matter here, only that the request carries them (the region
     # is always sent to SageMaker).
-    sent_keys = sent_hyperparameters.job_hyperparameters(job, instance_type=job.instance_type, program="-", submit_directory="-",
-                                         job_name="-", region="-")
+    sent_keys = sent_hyperparameters.job_hyperparameters(job, instance_type=job.instance_type, program="-",
+                                                         submit_directory="-", job_name="-", region="-")
     if len(sent_keys) > HYPERPARAMETERS_MAX:
         added = sorted(set(sent_keys) - set(user))
         issues.append(Issue(HP, f"{len(user)} hyperparameters",

@@ -27,7 +27,7 @@ from launcher.config.models import ModelSpec
 from launcher.config.run_settings import RunSettings
 
 # The degrees a resume may change: checkpoints name parameters by their global names and DCP
-# reshards them onto every layout these make (tests/test_resume_world_size.py, and the resume
+# reshards them onto every layout these make (tests/integration/test_resume_world_size.py, and the resume
 # tests of test_train_tp.py, test_train_pp.py, test_train_moe.py). A parallelism joins this list
 # once its checkpoints are shown to reshard (Degree.resharded); the runtime's error and the
 # validator's note name it.

@@ -233,7 +233,8 @@ def data_loc(data: Any, loc: tuple) -> tuple:
     so a user's key that happens to read `str` or `tags[0]` keeps its place."""
     out, node = [], data
     for part in loc:
-        if isinstance(node, dict) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if (isinstance(node, dict) and part in node
+                or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)):
             node = node[part]
         elif _is_union_tag(part):
             continue

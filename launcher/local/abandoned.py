@@ -24,7 +24,8 @@ def watch(job_dir: Path, read_fd: int) -> int:
     if record.get("TrainingJobStatus") in TERMINAL_STATUSES:
         return 0
     spec = LocalJobSpec.load(job_dir)
-    Supervisor(spec, runner_named(spec.runner, spec.runner_settings), printer=None).abandoned(record.get("SupervisorPid"))
+    Supervisor(spec, runner_named(spec.runner, spec.runner_settings), printer=None).abandoned(
+        record.get("SupervisorPid"))
     return 0
 
 

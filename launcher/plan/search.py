@@ -161,7 +161,8 @@ def candidate_types(job: ValidatedJob, instance_types: str | None,
         unknown = [f for f in wanted if f.lower().removeprefix("ml.") not in by_family]
         if unknown:
             raise SearchOptionError([Issue("--family", f, "is not an accelerated instance family in the catalog",
-                                     did_you_mean(f, by_family) or f"families: {', '.join(sorted(by_family))}") for f in unknown])
+                                           did_you_mean(f, by_family) or f"families: {', '.join(sorted(by_family))}")
+                                     for f in unknown])
         pool = [t for f in wanted for t in by_family[f.lower().removeprefix("ml.")]]
     else:
         pool = [job.instance] if job.instance is not None and job.instance.accelerators else []

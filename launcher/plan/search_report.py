@@ -75,7 +75,8 @@ def _cells(found: SearchResult, r: PlanResult) -> list[str]:
     s, mem, speed = r.settings, r.memory, r.throughput
     hours, usd = found.hours_usd(r)
     return [f"{s['instance_type']} x {s['instance_count']}",
-            f"{s['tensor_parallel_degree']} {s['context_parallel_degree']} {s['hybrid_shard_degree']} {s['pipeline_parallel_degree']}",
+            f"{s['tensor_parallel_degree']} {s['context_parallel_degree']} "
+            f"{s['hybrid_shard_degree']} {s['pipeline_parallel_degree']}",
             f"{s['train_batch_size']} x {s['gradient_accumulation_steps']}",
             "on" if s["activation_checkpointing"] else "off",
             f"{mem.peak_gib:.1f} / {mem.capacity_gib:g}",

@@ -169,7 +169,8 @@ class ModelTrainer:
         self.training_input_mode, self.local_runner = training_input_mode, local_runner
         self.backend, self.slurm = backend, slurm
         self.local = _local_mode(training_mode, self.compute, issues)
-        self.base_job_name = base_job_name or (f"{v3_configs.repository(training_image)}-job" if training_image else None)
+        self.base_job_name = base_job_name or (
+            f"{v3_configs.repository(training_image)}-job" if training_image else None)
         issues += _refused_fields(self, failed={i.path.split(".")[0].split("[")[0] for i in issues})
         if any(i.level == "error" for i in issues):
             raise ConfigError(issues)
@@ -269,7 +270,8 @@ def _refused_fields(trainer: ModelTrainer, failed: set[str]) -> list[Issue]:
         for field in ("attribute_names", "instance_group_names"):
             if isinstance(source, S3DataSource) and getattr(source, field) is not None:
                 problem, fix = REFUSED[f"s3_data_source.{field}"]
-                issues.append(Issue(f"input_data_config[{i}].data_source.{field}", getattr(source, field), problem, fix))
+                issues.append(Issue(f"input_data_config[{i}].data_source.{field}", getattr(source, field),
+                                    problem, fix))
     if "source_code" not in failed:
         issues += _source_code_issues(trainer.source_code, trainer.distributed)
     return issues + _image_issues(trainer) + _output_issues(trainer)

@@ -128,7 +128,8 @@ class TrainingRepositoryAuthConfig(V3Config):
 
 class TrainingImageConfig(V3Config):
     training_repository_access_mode: str = Field(description="Platform, or Vpc for a registry in the VPC.")
-    training_repository_auth_config: TrainingRepositoryAuthConfig | None = Field(None, description="Registry credentials.")
+    training_repository_auth_config: TrainingRepositoryAuthConfig | None = Field(
+        None, description="Registry credentials.")
 
 
 class Tag(V3Config):

@@ -41,7 +41,7 @@ def write_job(path: Path, data: dict) -> Path:
 
 
 def demo_job(tmp_path: Path, corpus, **fields) -> dict:
-    """tests/test_local_mode.py's job: 2 hosts x 2 processes, hybrid sharding 2, cp 2."""
+    """tests/integration/test_local_mode.py's job: 2 hosts x 2 processes, hybrid sharding 2, cp 2."""
     train, _ = corpus
     return {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
             "instance_count": 2, "processes_per_host": 2, "distribution": HSD_CP, "base_job_name": "slurm-e2e",

@@ -1,6 +1,6 @@
 """The docker runner of local mode: its compose file (golden files: they are the spec), engine
 detection and the commands it runs (fake executables on PATH). Real containers:
-tests/test_docker_engine.py."""
+tests/e2e/test_docker_engine.py."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def test_local_gpu_matches_the_golden_file(tmp_path, channels):
 
 NO_DAEMON = """\
 case "$1" in
-  info) echo "Client: Docker Engine"; echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1;;
+  info) echo "Client: Docker Engine"; echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. \
+Is the docker daemon running?" >&2; exit 1;;
   *) exit 0;;
 esac
 """

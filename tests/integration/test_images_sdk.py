@@ -19,7 +19,7 @@ from launcher.config import images
 from launcher.config.images import ImageResolutionError, resolve_image
 
 sagemaker = pytest.importorskip("sagemaker", reason="the sagemaker extra (the SDK v2) is not installed")
-from sagemaker import fw_utils, image_uris
+from sagemaker import fw_utils, image_uris  # noqa: E402 - only once importorskip has found the SDK
 
 SDK_CONFIG = Path(sagemaker.__file__).parent / "image_uri_config"
 # retrieve() re-reads botocore's endpoints.json (35 ms) on every call; the answer never changes.

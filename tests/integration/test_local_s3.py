@@ -83,6 +83,7 @@ def test_a_missing_output_bucket_fails_before_the_job_exists(tmp_path, s3, monke
     monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
                         "output_path": "s3://no-such-bucket/out", "hyperparameters": {"model_preset": "llama3-tiny"}})
-    with pytest.raises(BackendError, match="output_path 's3://no-such-bucket/out': bucket 'no-such-bucket' does not exist"):
+    with pytest.raises(BackendError,
+                       match="output_path 's3://no-such-bucket/out': bucket 'no-such-bucket' does not exist"):
         prepare(job, ProcessRunner(), job_name="nobucket", log=lambda _: None)
     assert not (tmp_path / "home" / "jobs" / "nobucket").exists()

@@ -74,7 +74,8 @@ def jobs(code: str) -> dict[str, dict]:
             "output_data_config": {"s3_output_path": f"{BUCKET}/output"},
             "checkpoint_config": {"s3_uri": f"{BUCKET}/checkpoints", "local_path": "/opt/ml/ckpt"}},
             "train_inputs": [{"channel_name": "train", "data_source": {
-                "s3_data_type": "S3Prefix", "s3_uri": f"{BUCKET}/train", "s3_data_distribution_type": "ShardedByS3Key"}}]},
+                "s3_data_type": "S3Prefix", "s3_uri": f"{BUCKET}/train",
+                "s3_data_distribution_type": "ShardedByS3Key"}}]},
         "defaults": {"trainer": common},
     }
 

@@ -20,7 +20,8 @@ def _two_rank_clip(rank: int, init_file: str) -> None:
         mesh_1d = init_device_mesh("cpu", (2,), mesh_dim_names=("dp_shard",))
         mesh_2d = init_device_mesh("cpu", (1, 2), mesh_dim_names=("dp_replicate", "dp_shard"))
         g = torch.Generator().manual_seed(0)  # same full gradients on both ranks
-        full_w, full_b, full_c = torch.randn(4, 3, generator=g), torch.randn(6, generator=g), torch.randn(2, generator=g)
+        full_w, full_b, full_c = (torch.randn(4, 3, generator=g), torch.randn(6, generator=g),
+                                  torch.randn(2, generator=g))
         w = torch.nn.Parameter(distribute_tensor(torch.zeros(4, 3), mesh_1d, [Shard(0)]))
         b = torch.nn.Parameter(distribute_tensor(torch.zeros(6), mesh_2d, [Replicate(), Shard(0)]))
         c = torch.nn.Parameter(torch.zeros(2))  # a plain (replicated) parameter as well

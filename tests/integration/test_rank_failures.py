@@ -59,7 +59,8 @@ runpy.run_path(str(Path(__file__).with_name("train.py")), run_name="__main__")
 # point -> the patch, made in rank 1 only before train.py starts
 INJECTIONS = {
     "runtime init": "import container.distributed.runtime; container.distributed.runtime.init_device_mesh = fail",
-    "checkpoint resume": "import container.checkpoint.checkpointer; container.checkpoint.checkpointer.Checkpointer.load_latest = fail",
+    "checkpoint resume": ("import container.checkpoint.checkpointer; "
+                          "container.checkpoint.checkpointer.Checkpointer.load_latest = fail"),
     "mid-step": """
 import container.trainer as t
 calls = []

@@ -49,7 +49,8 @@ def test_what_the_runtime_imports_is_the_image_or_the_requirements(tmp_path: Pat
             "torch.utils.data, torch.utils.checkpoint\n"
             "before = set(sys.modules)\n"
             "sys.path.insert(0, 'entrypoints')\n"
-            "import train, container.args, container.distributed.runtime, container.trainer, container.checkpoint.pretrained, container.checkpoint.hf_export\n"
+            "import train, container.args, container.distributed.runtime, container.trainer, "
+            "container.checkpoint.pretrained, container.checkpoint.hf_export\n"
             "print(' '.join(set(sys.modules) - before))")
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.split()

@@ -1,4 +1,7 @@
-"""What the unit and integration tests of checkpoint_integrity share (tests/{unit,integration}/test_checkpoint_integrity.py)."""
+"""What the unit and integration tests of checkpoint_integrity share.
+
+See tests/{unit,integration}/test_checkpoint_integrity.py.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 SDK v3 (`sagemaker-train`, on `sagemaker-core` 2.x) cannot share a venv with the SDK v2 the rest of
 the suite compares with (both are the `sagemaker` package, on sagemaker-core 1.x and 2.x), so
-tests/test_model_trainer_parity.py runs this file as a script with .venv-sdk3's Python. It reads a
+tests/integration/test_model_trainer_parity.py runs this file as a script with .venv-sdk3's Python. It reads a
 job spec (JSON, on stdin), builds the SDK's own config objects from it, calls
 `ModelTrainer.train(wait=False)` against the moto server the test started (AWS_ENDPOINT_URL),
 catches the CreateTrainingJob request as botocore builds it (nothing reaches moto's SageMaker),

@@ -127,7 +127,8 @@ def test_torchrun_settings_override_the_jobs_and_a_plain_script_gets_none(tmp_pa
     hps = {"sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True}
     torchrun = child_environment(read_training_env(
         host_tree(tmp_path / "a", "algo-1", ["algo-1"], hps, instance_type="ml.g5.48xlarge"), num_gpus=8))
-    assert (torchrun["NCCL_PROTO"], torchrun["NCCL_SOCKET_IFNAME"], torchrun["FI_PROVIDER"]) == ("simple", "eth0", "efa")
+    assert (torchrun["NCCL_PROTO"], torchrun["NCCL_SOCKET_IFNAME"], torchrun["FI_PROVIDER"]) == (
+        "simple", "eth0", "efa")
     assert "FI_EFA_USE_DEVICE_RDMA" not in torchrun and "RDMAV_FORK_SAFE" not in torchrun
     plain = child_environment(read_training_env(
         host_tree(tmp_path / "b", "algo-1", ["algo-1"], {"sagemaker_program": "train.py"},

@@ -212,7 +212,8 @@ def test_offloading_needs_checkpointing(runtime_dir):
 
 
 def test_activation_loading_horizon_at_least_one(runtime_dir):
-    assert paths(make_job(runtime_dir, params={"activation_loading_horizon": 0})) == [f"{MP}.activation_loading_horizon"]
+    assert paths(make_job(runtime_dir, params={"activation_loading_horizon": 0})) == [
+        f"{MP}.activation_loading_horizon"]
     assert paths(make_job(runtime_dir, params={"activation_loading_horizon": 4})) == []
 
 

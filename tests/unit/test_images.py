@@ -1,5 +1,5 @@
 """Which image a job runs on, and why. Expected URIs are the SageMaker SDK 2.257.7's own answers
-(image_uris.get_training_image_uri with the same arguments; tests/test_images_sdk.py compares a
+(image_uris.get_training_image_uri with the same arguments; tests/integration/test_images_sdk.py compares a
 whole grid against the installed SDK); the runtime's torch minimum is pyproject.toml's."""
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from tests.support.train_runs import ROOT
 HP = "hyperparameters"
 MP = "distribution.smdistributed.modelparallel.parameters"
 # Choices a user's CIFAR or SMP script may make that smlaunch's train.py does not have.
-FOREIGN = {"optimizer": "sgd", "lr_decay_style": "step", "dataset_type": "imagefolder", "sharding_strategy": "FULL_SHARD",
-           "activation_checkpointing_mode": "blocks", "cp_comm_type": "ring", "distributed_backend": "mpi",
-           "momentum": 0.9}
+FOREIGN = {"optimizer": "sgd", "lr_decay_style": "step", "dataset_type": "imagefolder",
+           "sharding_strategy": "FULL_SHARD", "activation_checkpointing_mode": "blocks", "cp_comm_type": "ring",
+           "distributed_backend": "mpi", "momentum": 0.9}
 
 
 def errors(data) -> list[str]:
@@ -35,8 +35,8 @@ def test_the_kind_comes_from_the_entry_point_not_its_name(own):
 def test_a_user_script_keeps_its_own_choices(own):
     result = validate_job(job(own, FOREIGN))
     assert result.warnings == []
-    assert encode(result.config.hyperparameters.raw()) == encode({"model_preset": "llama3-tiny", "max_context_width": 256,
-                                                                  "bf16": 1, **FOREIGN})
+    assert encode(result.config.hyperparameters.raw()) == encode({"model_preset": "llama3-tiny",
+                                                                  "max_context_width": 256, "bf16": 1, **FOREIGN})
     runtime = errors(job(ROOT / "entrypoints", FOREIGN))
     assert {f"{HP}.{k}" for k in FOREIGN if k != "momentum"} <= set(runtime)
 
@@ -51,7 +51,8 @@ def test_runtime_limits_do_not_apply_to_a_user_script(own):
     assert any("float16" in str(w) for w in validate_job(job(ROOT / "entrypoints", {"bf16": 0, "fp16": 1})).warnings)
     near_miss = {"optimzer": "adamw"}
     assert validate_job(job(own, near_miss)).warnings == []
-    assert any("did you mean 'optimizer'" in str(w) for w in validate_job(job(ROOT / "entrypoints", near_miss)).warnings)
+    assert any("did you mean 'optimizer'" in str(w)
+               for w in validate_job(job(ROOT / "entrypoints", near_miss)).warnings)
 
 
 def test_launcher_rules_apply_to_both(own):

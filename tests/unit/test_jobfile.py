@@ -65,7 +65,8 @@ def test_override_creates_missing_sections():
     assert data["hyperparameters"] == {"fp8": True}
 
 
-@pytest.mark.parametrize("item,needle", [("novalue", "KEY=VALUE"), ("context_paralel_degree=2", "context_parallel_degree")])
+@pytest.mark.parametrize("item,needle", [("novalue", "KEY=VALUE"),
+                                         ("context_paralel_degree=2", "context_parallel_degree")])
 def test_bad_overrides_name_the_option(item, needle):
     with pytest.raises(ConfigError) as info:
         apply_overrides({}, [item])

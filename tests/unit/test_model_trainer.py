@@ -1,7 +1,7 @@
 """`launcher.ModelTrainer`: a SageMaker SDK v3 script, its import changed, validated by smlaunch's
 rules with errors in v3 terms, planned, dry-run, and run in local mode.
 
-The request it sends is compared with the official SDK v3's in tests/test_model_trainer_parity.py.
+The request it sends is compared with the official SDK v3's in tests/integration/test_model_trainer_parity.py.
 """
 
 from __future__ import annotations

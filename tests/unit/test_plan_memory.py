@@ -120,7 +120,7 @@ def test_eager_init_builds_the_whole_fp32_model():
 
 def test_tensor_parallelism_splits_the_vocabulary():
     """Each rank holds V/2 of the logits, but torch's loss_parallel backward holds five fp32
-    tensors of them at its peak (20 B per local logit, tests/test_plan_memory_trace.py), where
+    tensors of them at its peak (20 B per local logit, tests/integration/test_plan_memory_trace.py), where
     the plain cross-entropy holds three (12 B)."""
     w = workload_of(seed("p4d-no-cp", WHOLE_LOGITS))
     tp2 = replace(w, layout=ParallelLayout(world=8, dp_replicate=1, dp_shard=4, cp=1, tp=2))

@@ -86,7 +86,7 @@ def test_cost_arithmetic():
 
 def test_more_instances_more_tokens_nearly_the_same_price_per_token():
     """A second p5 is a second replica: twice the tokens per step, less the gradient all-reduce
-    across the hosts' network that the backward does not hide (tests/test_plan_comms.py)."""
+    across the hosts' network that the backward does not hide (tests/unit/test_plan_comms.py)."""
     one = estimate_throughput(seed("p5-cp8-bf16"))
     two = estimate_throughput(seed("p5-cp8-bf16", "instance_count=2"))
     assert two.usd_per_hour == 2 * P5_PRICE

@@ -79,7 +79,8 @@ def test_values_are_replaced_anywhere_longest_first_and_short_ones_are_left():
 
 
 def test_json_encoded_multi_line_and_escaped_forms_are_masked():
-    mask = Masker.of({"hf_token": '"hf_fromJSON99"', "private_key": "-----BEGIN KEY-----\nMIIEsecretBody\n-----END KEY-----",
+    mask = Masker.of({"hf_token": '"hf_fromJSON99"',
+                      "private_key": "-----BEGIN KEY-----\nMIIEsecretBody\n-----END KEY-----",
                       "db_password": 'pa"ss\\word'})
     assert mask("--hf_token hf_fromJSON99") == "--hf_token ****"
     assert mask("-----BEGIN KEY-----\nMIIEsecretBody\n") == "****\n****\n"

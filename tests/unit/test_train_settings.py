@@ -38,7 +38,8 @@ def test_offload_needs_checkpointing_and_fsdp_needs_two_ranks_or_bf16():
     assert s.offload is False and s.ac_mode is None and s.fsdp is False
     s = run_settings(TrainingHyperparameters(activation_checkpointing=1, offload_activations=1), None, 2)
     assert s.offload is True and s.ac_mode == "full" and s.fsdp is True
-    assert run_settings(TrainingHyperparameters(sharding_strategy="shard_grad_op"), None, 2).reshard_after_forward is False
+    assert run_settings(TrainingHyperparameters(sharding_strategy="shard_grad_op"), None,
+                        2).reshard_after_forward is False
 
 
 def test_a_default_changed_in_one_place_reaches_the_trainer_and_the_planner(monkeypatch):

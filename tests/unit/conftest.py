@@ -1,0 +1,31 @@
+"""Unit tests start no process and open no socket (docs/architecture.md, "Tests"): each test runs
+with both refused, so a test that needs either fails here, naming tests/integration as its place."""
+
+from __future__ import annotations
+
+import multiprocessing.process
+import os
+import socket
+import subprocess
+
+import pytest
+
+
+class NotAUnitTest(BaseException):
+    """BaseException, so that code under test which catches Exception cannot swallow it."""
+
+
+def _refuse(what: str):
+    def refuse(*args, **kwargs):
+        raise NotAUnitTest(f"a unit test {what}; a test that needs it belongs in tests/integration")
+
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def _no_process_no_socket(monkeypatch):
+    for owner, name in ((subprocess.Popen, "__init__"), (os, "fork"), (os, "posix_spawn"), (os, "system"),
+                        (multiprocessing.process.BaseProcess, "start")):
+        monkeypatch.setattr(owner, name, _refuse("started a process"))
+    for name in ("connect", "bind"):
+        monkeypatch.setattr(socket.socket, name, _refuse("opened a socket"))
