@@ -1,12 +1,16 @@
-"""Wall time of `smlaunch --help` and `smlaunch validate` beside `python -c pass` (median of N runs).
+"""Wall time of `smlaunch --help` and `smlaunch validate` beside `python -c pass` (median of N runs),
+then `smlaunch validate` against `import sagemaker.pytorch` (the official SDK v2) in alternating pairs.
 
-Target (issue 2): validate <= 0.35 s on the 2-core dev machine. Run: `make bench` or
-`.venv/bin/python bench/cli_startup.py [--runs 15]`.
+Target (issue 2): validate <= 0.35 s on the 2-core dev machine. Target (issue 28): validate takes at
+most 0.10x the time of `python -c "import sagemaker.pytorch"`, as the median of the per-pair ratios
+(alternating pairs keep the ratio steady on a machine loaded by other work). Run: `make bench` or
+`.venv/bin/python bench/cli_startup.py [--runs 15] [--pairs 7]` (`--runs 0`: the pairs only).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import subprocess
@@ -25,26 +29,56 @@ CASES = {
 }
 
 
+# The pair comparison (issue 28): our validate against the official SDK's import of its PyTorch estimator.
+VALIDATE = [SMLAUNCH, "validate", "configs/seed/p5-cp8-fp8.yaml"]
+SAGEMAKER = [sys.executable, "-c", "import sagemaker.pytorch"]
+
+
 def time_once(cmd: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
+def compare_pairs(pairs: int) -> None:
+    """validate and `import sagemaker.pytorch` in alternating pairs (one warm-up pair left out)."""
+    if pairs <= 0:
+        return
+    time_once(VALIDATE)
+    time_once(SAGEMAKER)
+    ours, theirs = [], []
+    for i in range(pairs):
+        order = (VALIDATE, SAGEMAKER) if i % 2 == 0 else (SAGEMAKER, VALIDATE)  # neither always goes first
+        took = {id(cmd): time_once(cmd) for cmd in order}
+        ours.append(took[id(VALIDATE)])
+        theirs.append(took[id(SAGEMAKER)])
+    ratios = [a / b for a, b in zip(ours, theirs)]
+    print(f"\nsmlaunch validate configs/seed/p5-cp8-fp8.yaml against python -c \"import sagemaker.pytorch\", "
+          f"{pairs} alternating pairs (one warm-up pair discarded), load average {os.getloadavg()[0]:.2f}:")
+    print(f"{'smlaunch validate (p5 CP8 FP8)':<32} median {statistics.median(ours) * 1000:7.1f} ms   "
+          f"runs {' '.join(f'{t * 1000:.0f}' for t in ours)}")
+    print(f"{'import sagemaker.pytorch':<32} median {statistics.median(theirs) * 1000:7.1f} ms   "
+          f"runs {' '.join(f'{t * 1000:.0f}' for t in theirs)}")
+    print(f"{'per-pair ratio':<32} median {statistics.median(ratios):7.3f} x    "
+          f"pairs {' '.join(f'{r:.3f}' for r in ratios)}   (target <= 0.100)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--pairs", type=int, default=7, help="alternating validate / import sagemaker.pytorch pairs")
     args = parser.parse_args()
     print(f"machine: {platform.node()} {platform.machine()}, python {platform.python_version()}, "
           f"{args.runs} runs each (first run discarded as warm-up)")
     baseline = None
-    for name, cmd in CASES.items():
+    for name, cmd in CASES.items() if args.runs > 0 else ():
         time_once(cmd)
         runs = [time_once(cmd) for _ in range(args.runs)]
         median = statistics.median(runs)
         baseline = baseline or median
         print(f"{name:<32} median {median * 1000:7.1f} ms   min {min(runs) * 1000:7.1f} ms   "
               f"x{median / baseline:5.1f} of python -c pass")
+    compare_pairs(args.pairs)
 
 
 if __name__ == "__main__":

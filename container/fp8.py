@@ -131,19 +131,37 @@ def precompute_fp8_scales(model: nn.Module, cfg: FP8Config) -> None:
     weight's scale, instead of one per weight inside each all-gather. Not an optimizer hook: DCP's
     optimizer-state load runs a step before the weights load, which would leave stale scales."""
     if cfg.enabled and cfg.backend == "torchao":
-        from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
-
-        precompute_float8_dynamic_scale_for_fsdp(model)  # a no-op without FP8 all-gather weights
+        _torchao_float8().precompute_float8_dynamic_scale_for_fsdp(model)  # a no-op without FP8 all-gather weights
 
 
 # --- torchao -----------------------------------------------------------------------------------
 
-def _convert_torchao(model: nn.Module, names: list[str], *, emulate: bool, fsdp_float8_all_gather: bool) -> None:
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+# What torchao says while it is imported that is not the user's concern, by logger: its wheels
+# carry CUDA extensions built for another Python (`_C_mxfp8.cpython-310...so`), which it logs a
+# warning for on every import, and torch warns that torchao registers an Enum with pytree (a
+# deprecation in torchao's own code). Both are held below ERROR during the import only.
+_TORCHAO_IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 
-    config = Float8LinearConfig(enable_fsdp_float8_all_gather=fsdp_float8_all_gather, emulate=emulate)
+
+@functools.cache
+def _torchao_float8():
+    loggers = [logging.getLogger(name) for name in _TORCHAO_IMPORT_NOISE]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        import torchao.float8
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+    return torchao.float8
+
+
+def _convert_torchao(model: nn.Module, names: list[str], *, emulate: bool, fsdp_float8_all_gather: bool) -> None:
+    float8 = _torchao_float8()
+    config = float8.Float8LinearConfig(enable_fsdp_float8_all_gather=fsdp_float8_all_gather, emulate=emulate)
     wanted = set(names)
-    convert_to_float8_training(model, config=config, module_filter_fn=lambda _, fqn: fqn in wanted)
+    float8.convert_to_float8_training(model, config=config, module_filter_fn=lambda _, fqn: fqn in wanted)
 
 
 # --- Transformer Engine ------------------------------------------------------------------------

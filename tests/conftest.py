@@ -7,7 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.slurm_cluster import slurm_cluster  # noqa: F401 - session fixture: the local Slurm cluster
+# The fixtures of the helpers that unit and integration tests share (tests/support/), for every
+# test: a fixture there may request another (the docker runner's `job` requests `channels`).
+# Support modules with autouse fixtures (cli, model_trainer) are imported by their tests instead.
+pytest_plugins = [
+    "tests.support.checkpoint",
+    "tests.support.docker_runner",
+    "tests.support.job_kind",
+    "tests.support.model_rules",
+    "tests.support.pack",
+    "tests.support.slurm_cluster",  # the session's local Slurm cluster
+    "tests.support.sourcedir",
+]
 
 REGION = "us-east-1"
 SEED_BUCKET = "sagemaker-us-east-1-111122223333"  # the seed files' output_path bucket

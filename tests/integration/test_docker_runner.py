@@ -14,7 +14,7 @@ import yaml
 from launcher.local import docker
 from launcher.local.docker import DockerRunner, Engine, compose_file, find_engine
 from launcher.local.spec import LocalJobSpec, RunnerError
-from tests.support.docker_runner import (
+from tests.support.docker_runner import (  # noqa: F401 - channels: a fixture `job` requests
     JOB,
     JOB_DIR,
     RECORD,

@@ -11,7 +11,7 @@ import pytest
 from launcher.local import docker
 from launcher.local.docker import DockerRunner, Engine, compose_file, find_engine
 from launcher.local.spec import RunnerError
-from tests.support.docker_runner import (
+from tests.support.docker_runner import (  # noqa: F401 - channels: a fixture `job` requests
     JOB,
     JOB_DIR,
     make_spec,
