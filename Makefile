@@ -1,8 +1,8 @@
 # The README's two commands: `make demo` and `make test`.
 # Both install from the locks committed in requirements/ (every package at one version, with its
 # hashes), so a fresh machine gets what was tested, not the day's releases. `make lock` refreshes
-# them after pyproject.toml or requirements/sdk3-*.in change (keeping the pins that still fit;
-# `make lock UPGRADE=1` takes the newest releases); commit the result.
+# them (the newest releases that fit) after pyproject.toml or requirements/sdk3-*.in change, or
+# to take new releases; commit the result.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -29,11 +29,13 @@ $(PY):
 $(UV): | $(PY)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-# torch first, by pip (with its few dependencies, whose versions the lock then sets); then the
-# lock exactly as written: --no-deps (nothing resolved), every hash checked; then smlaunch itself,
-# editable. The check fails the install where pyproject.toml asks for what the lock lacks.
+# torch first, by pip (with its few dependencies, whose versions the lock then sets; --no-compile:
+# Python compiles torch's modules when first imported, as it does those uv installs, instead of
+# pip compiling all of them, most of its install time); then the lock exactly as written:
+# --no-deps (nothing resolved), every hash checked; then smlaunch itself, editable. The check
+# fails the install where pyproject.toml asks for what the lock lacks.
 $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
-	$(QUIET_PIP) install --quiet --disable-pip-version-check $(TORCH)
+	$(QUIET_PIP) install --quiet --disable-pip-version-check --no-compile $(TORCH)
 	$(UV_PIP) install --quiet --no-deps --require-hashes -r $(LOCK)
 	$(UV_PIP) install --quiet --no-deps -e .
 	@$(UV_PIP) --check smlaunch $(LOCK_EXTRAS) || { echo "$(LOCK) is out of date: make lock" >&2; exit 1; }
@@ -57,10 +59,10 @@ $(SDK3_STAMP): $(SDK3_LOCK) | $(UV)
 # and the image's) whatever machine runs `make lock`. torch is pinned to TORCH for the resolution
 # and left out of the file; a CUDA package in it means torch resolved to a CUDA build (give pip
 # the CPU wheel, or run UV_TORCH_BACKEND=cpu make lock). The SDK v3's lock is two resolutions:
-# the SDK alone (--no-deps), then what ModelTrainer imports; the committed lock seeds the second
-# one's pins.
-LOCK_FLAGS := --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
-	$(if $(UPGRADE),--upgrade)
+# the SDK alone (--no-deps), then what ModelTrainer imports. --upgrade: resolved afresh each time,
+# as uv, preferring a lock's pins, takes an older release where an index holds the pinned one
+# only for another platform (here: the local index's manylinux_2_34 wheels).
+LOCK_FLAGS := --quiet --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --upgrade
 
 lock: | $(UV)
 	@mkdir -p build/lock && echo '$(TORCH)' > build/lock/torch.txt
@@ -69,7 +71,6 @@ lock: | $(UV)
 	@! grep -iE '^(nvidia-|triton|cuda-)' $(LOCK) \
 		|| { echo "$(LOCK) names CUDA packages: torch resolved to a CUDA build" >&2; exit 1; }
 	$(UV_PIP) compile $(LOCK_FLAGS) --no-header --no-deps requirements/sdk3-pins.in -o build/lock/sdk3-pins.txt
-	@cp $(SDK3_LOCK) build/lock/sdk3-deps.txt 2>/dev/null || true
 	$(UV_PIP) compile $(LOCK_FLAGS) --no-header requirements/sdk3-deps.in -o build/lock/sdk3-deps.txt
 	{ printf '%s\n' '# The SDK v3 reference venv (.venv-sdk3), installed with --no-deps. Written by `make lock`' \
 		'# from requirements/sdk3-pins.in (without dependencies) and requirements/sdk3-deps.in.'; \

@@ -6,8 +6,9 @@
 # Without --base-image nothing is pulled from any registry: the base is made here from local
 # material and the Dockerfile is built on it with the network off.
 #   1. A wheelhouse (build/image/wheels): torch and the packages pyproject.toml's `dependencies` and
-#      `train` extra name, at the versions this checkout's venv has (the CPU torch wheel on disk),
-#      fetched by the host's pip from the package index it is configured with.
+#      `train` extra name, at the lock's versions (requirements/lock.txt, as the venv has them)
+#      and torch at the venv's (the CPU torch wheel on disk), fetched by the host's pip from the
+#      package index it is configured with.
 #   2. A Debian root file system from Debian's packages (mmdebstrap: Python, venv, CA certificates)
 #      with a venv at /opt/venv holding the wheelhouse, imported into the engine as
 #      smlaunch-base:<hash>. The hash covers the wheel files and the Debian settings, so a
@@ -67,7 +68,7 @@ started=$(date +%s)
 
 if [ -z "$BASE_IMAGE" ]; then
     command -v mmdebstrap >/dev/null 2>&1 || fail "mmdebstrap is missing (Debian/Ubuntu: apt-get install mmdebstrap); or give --base-image"
-    # 1. The wheelhouse, pinned to the venv's versions; afresh, so no earlier version lingers
+    # 1. The wheelhouse, pinned to the lock's versions; afresh, so no earlier version lingers
     # (pip's cache makes the download quick).
     rm -rf "$WORK/wheels"
     mkdir -p "$WORK/wheels"
@@ -79,11 +80,17 @@ for requirement in requires("smlaunch"):
     if marker.strip().replace("'", '"') in ("", 'extra == "train"'):
         print(name.strip())
 EOF
-    "$PY" -m pip freeze --exclude-editable > "$WORK/constraints.txt"
+    # The lock's pins as constraints, its `name==version` lines without their hashes (with them,
+    # pip would want every requirement pinned), and torch, which the lock leaves out, at the
+    # venv's version.
+    { sed -n 's/^\([A-Za-z0-9][A-Za-z0-9._-]*==[^ ]*\).*/\1/p' requirements/lock.txt
+      "$PY" -c 'from importlib.metadata import version; print("torch==" + version("torch"))'
+    } > "$WORK/constraints.txt"
     # Wheels for the base's Python and glibc (2.36): pip takes each manylinux tag only as named.
+    # scripts/uv-pip.py --pip: pip without its "Location '...' is ignored" warning per package.
     platforms=()
     for minor in $(seq 5 "$GLIBC_MINOR"); do platforms+=(--platform "manylinux_2_${minor}_$(uname -m)"); done
-    "$PY" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+    "$PY" scripts/uv-pip.py --pip download --quiet --disable-pip-version-check --only-binary=:all: \
         --python-version "$PYTHON_VERSION" "${platforms[@]}" \
         --dest "$WORK/wheels" -c "$WORK/constraints.txt" -r "$WORK/wheels/requirements.txt" \
         || fail "pip could not fetch the wheelhouse into $WORK/wheels (see above)"

@@ -18,11 +18,17 @@ from pydantic import Strict as StrictType
 
 
 class Strict(BaseModel):
-    """Unknown keys are errors (with a did-you-mean); values are checked on assignment too."""
+    """Unknown keys are errors (with a did-you-mean); values are checked on assignment too.
 
-    model_config = ConfigDict(
-        extra="forbid", validate_assignment=True, populate_by_name=True, defer_build=True
-    )
+    A model is built (its pydantic core schema and validator) when its class is created, so a
+    model used inside others (Distribution, the debugger settings, ...) is built once and reused
+    by every model that holds it; a deferred inner model would be generated again inside each
+    (the job models, the user-script variant of them, a lone `Distribution.model_validate`).
+    Only the outermost models, which no other model holds, defer: JobConfig and JobFile are built
+    when first used (launcher.config.job).
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
 
 # A whole number as written (not a boolean, not 2.0, not "2").

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, field_validator, model_validator
+from pydantic import ConfigDict, Discriminator, Field, field_validator, model_validator
 from pydantic import Tag as UnionTag
 
 from launcher.config.aws_settings import (
@@ -102,6 +102,10 @@ Tags = Annotated[
 
 class JobConfig(Strict):
     """A training job, as estimator arguments (Python) or a job file (YAML)."""
+
+    # Built on first use: the CLI validates JobFile and its user-script variant, the SDK JobConfig
+    # (launcher.config.base.Strict says why the inner models do not defer).
+    model_config = ConfigDict(defer_build=True)
 
     entry_point: LocalPathText = Field(description="Training script, relative to source_dir when that is set.")
     source_dir: LocalPathText | None = Field(None, description="Directory shipped as sourcedir.tar.gz.")

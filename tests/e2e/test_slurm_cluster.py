@@ -1,4 +1,4 @@
-"""The local two-node Slurm cluster (tests/slurm_cluster.py) works, proven with plain sbatch/srun.
+"""The local two-node Slurm cluster (tests/support/slurm_cluster.py) works, proven with plain sbatch/srun.
 
 What this setup shows (slurm-wlm 22.05.8, Debian 12; each test below proves its part):
 

@@ -148,7 +148,7 @@ def test_the_toolkit_fetches_the_code_of_a_local_tree(tmp_path, home, corpus):
     assert proc.returncode == 0, proc.stderr
     fetch_code(read_training_env(ours, num_gpus=0))
     assert (theirs / "code" / "train.py").read_bytes() == (ROOT / "entrypoints" / "train.py").read_bytes()
-    assert (theirs / "code" / "container" / "bootstrap.py").is_file()  # the bundled package, importable
+    assert (theirs / "code" / "container" / "toolkit" / "bootstrap.py").is_file()  # the bundled package, importable
     listing = [sorted(str(p.relative_to(base / "code")) for p in (base / "code").rglob("*")) for base in (theirs, ours)]
     assert listing[0] == listing[1]
 

@@ -2,7 +2,7 @@
 same v3 script, one moto server, and the CreateTrainingJob requests compared field by field.
 
 The SDK v3 runs in its own venv, .venv-sdk3 (it cannot share one with the SDK v2 the rest of the
-suite compares with), through tests/sdk3_reference.py. Where the two requests differ by design
+suite compares with), through tests/support/sdk3_reference.py. Where the two requests differ by design
 (docs/sdk-v3.md) the test asserts the difference exactly: the SDK v3 ships its driver scripts as an
 `sm_drivers` channel and its code as a `code` channel, started by ContainerEntrypoint; smlaunch
 sends the SDK v2 contract the image's sagemaker-training toolkit runs.
@@ -119,7 +119,7 @@ def theirs(endpoint, code) -> dict[str, dict]:
     if not SDK3_PYTHON.is_file():
         pytest.fail(f"{SDK3_PYTHON} is missing: the official SDK v3 runs in a venv of its own (it cannot share "
                     f".venv with the SDK v2). Build it with {BUILD}")
-    proc = subprocess.run([str(SDK3_PYTHON), str(ROOT / "tests" / "sdk3_reference.py")],
+    proc = subprocess.run([str(SDK3_PYTHON), str(ROOT / "tests" / "support" / "sdk3_reference.py")],
                           input=json.dumps(jobs(code)), capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)

@@ -10,7 +10,7 @@ import yaml
 
 from launcher.local import store
 from tests.support.local_jobs import cli_env, smlaunch
-from tests.support.secrets import mode
+from tests.support.masking_cases import mode
 
 # --- by name --------------------------------------------------------------------------------------
 

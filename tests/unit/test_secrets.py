@@ -18,7 +18,7 @@ from launcher.wire.masking import (
     mask_value,
 )
 from launcher.wire.opt_ml import write_opt_ml
-from tests.support.secrets import mode
+from tests.support.masking_cases import mode
 
 # --- by name --------------------------------------------------------------------------------------
 
