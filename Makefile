@@ -21,7 +21,7 @@ UV     := $(VENV)/bin/uv
 UV_PIP := $(PY) scripts/uv-pip.py
 QUIET_PIP := $(PY) scripts/uv-pip.py --pip
 
-.PHONY: demo test install image bench schema clean lock
+.PHONY: demo test unit lint install image bench schema clean lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -96,7 +96,17 @@ test: $(STAMP) $(SDK3_STAMP)
 	@scripts/install-podman.sh
 	@mkdir -p build/image && scripts/build-image.sh --if-engine --tag $(TEST_IMAGE) >build/image/test-build.log 2>&1 \
 		|| { tail -n 40 build/image/test-build.log; exit 1; }; tail -n 1 build/image/test-build.log
+	$(VENV)/bin/ruff check .
 	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -q
+
+# The inner loop: tests/unit starts no process and opens no socket (its conftest refuses both),
+# and runs in under 3 minutes. tests/integration and tests/e2e run in `make test`.
+unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit
+
+# The rules are pyproject.toml's [tool.ruff]; `make test` runs this too, so CI enforces it.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 # The demo's corpus: byte-level tokens of the Python standard library's own source (no network).
 DEMO_DATA := build/demo/data
