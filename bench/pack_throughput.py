@@ -1,4 +1,4 @@
-"""Throughput of `python -m container.data.pack`: a realistic model tokenizer against UTF-8 bytes.
+"""Throughput of `python -m container.data.packing`: a realistic model tokenizer against UTF-8 bytes.
 
 The tokenizer is a byte-level BPE with a Llama-sized vocabulary (32,000 by default), trained
 here with the `tokenizers` library on the Python standard library's sources (no network) and
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from container.data.encoders import load_tokenizer
-from container.data.pack import pack
+from container.data.packing import pack
 
 
 def stdlib_sources(megabytes: float) -> list[Path]:

@@ -9,11 +9,11 @@ import pytest
 
 # The fixtures of the helpers that unit and integration tests share (tests/support/), for every
 # test: a fixture there may request another (the docker runner's `job` requests `channels`).
-# Support modules with autouse fixtures (cli, model_trainer) are imported by their tests instead.
 pytest_plugins = [
     "tests.support.checkpoint",
     "tests.support.docker_runner",
     "tests.support.job_kind",
+    "tests.support.model_trainer",
     "tests.support.model_rules",
     "tests.support.pack",
     "tests.support.slurm_cluster",  # the session's local Slurm cluster
@@ -52,7 +52,7 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def corpus(tmp_path_factory) -> tuple[Path, Path]:
     """(train dir, validation dir): byte-level JSON Lines blocks of 64 tokens of this project's
     own source, as the training script reads them from its channels."""
-    from container.data.pack import (  # imports torch: only when used
+    from container.data.packing import (  # imports torch: only when used
         byte_tokenize,
         pack,
         write_jsonl,

@@ -2,10 +2,10 @@
 
 import sys
 
-from container.data.pack import main
+from container.data.packing import main
 
 if sys.argv[1:2] != ["pack"]:
-    print("usage: python -m container.data pack ... (see python -m container.data.pack --help)",
+    print("usage: python -m container.data pack ... (see python -m container.data.packing --help)",
           file=sys.stderr)
     raise SystemExit(2)
 raise SystemExit(main(sys.argv[2:], prog="python -m container.data pack"))

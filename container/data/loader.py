@@ -13,7 +13,7 @@ Labels are shifted here, before context parallelism cuts sequences: labels[:, t]
 at t+1 (or the record's own label at t+1), -100 (ignored by the loss) at the last position
 and where the record's attention_mask marks the target as padding.
 
-Data sets are made by container.data.pack (`pack`, the seed's `group_texts`), also as
+Data sets are made by container.data.packing (`pack`, the seed's `group_texts`), also as
 
     python -m container.data pack --input docs/ src/ --output train.jsonl --block-size 512
 """
@@ -124,7 +124,7 @@ class JsonlSource:
             raise ValueError(
                 f"{where}: input_ids has {len(ids) if ids.ndim == 1 else tuple(ids.shape)} tokens, "
                 f"expected max_context_width={self.seq_len}. Blocks must be fixed-length: "
-                f"re-block the data (python -m container.data.pack --block-size {self.seq_len}) "
+                f"re-block the data (python -m container.data.packing --block-size {self.seq_len}) "
                 f"or set max_context_width to the data's block size")
         outside = ids[(ids < 0) | (ids >= self.vocab_size)]
         if len(outside):

@@ -17,10 +17,8 @@ from pathlib import Path
 import click
 
 # Imports inside functions: each command imports what it uses when it runs, so `smlaunch --help` and
-# `validate` start without boto3, torch or the backends (bench/cli_startup.py).
-from launcher.cli.jobs import list_jobs, logs, status, stop
-from launcher.cli.metrics import metrics
-from launcher.cli.plan import plan_cmd
+# `validate` start without boto3, torch or the backends, and the commands of the other modules
+# (jobs, plan, metrics) load only when named or listed (bench/cli_startup.py).
 from launcher.cli.support import (
     EXIT_INVALID,
     aws_call,
@@ -42,7 +40,38 @@ def _load_local(job_file: Path, overrides: tuple[str, ...]):
     return (*overrides, "instance_type=local")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# The commands defined in the other modules of launcher.cli, by name.
+ELSEWHERE = ("list", "logs", "metrics", "plan", "status", "stop")
+
+
+def _command_elsewhere(name: str) -> click.Command:
+    if name == "plan":
+        from launcher.cli.plan import plan_cmd
+
+        return plan_cmd
+    if name == "metrics":
+        from launcher.cli.metrics import metrics
+
+        return metrics
+    from launcher.cli import jobs
+
+    return {"list": jobs.list_jobs, "logs": jobs.logs, "status": jobs.status, "stop": jobs.stop}[name]
+
+
+class _Group(click.Group):
+    """The `smlaunch` group: the commands of jobs.py, plan.py and metrics.py are imported when the
+    command line names one or `--help` lists them, not to validate a job file."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *ELSEWHERE})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in ELSEWHERE and cmd_name not in self.commands:
+            self.add_command(_command_elsewhere(cmd_name), cmd_name)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="smlaunch")
 def main() -> None:
     """Validate and launch SageMaker-style distributed training jobs."""
@@ -264,7 +293,3 @@ def schema() -> None:
     from launcher.config.schema import job_file_schema
 
     click.echo(json.dumps(job_file_schema(), indent=2))
-
-
-for command in (status, logs, stop, list_jobs, plan_cmd, metrics):
-    main.add_command(command)

@@ -1,11 +1,8 @@
-"""Job configuration: pydantic models and the rules that check them (no boto3, no torch)."""
+"""Job configuration: pydantic models and the rules that check them (no boto3, no torch).
 
-from launcher.config.distribution import Distribution, ModelParallelParameters
-from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
-from launcher.config.issues import ConfigError, Issue
-from launcher.config.job import ChannelInput, JobConfig, JobFile
-from launcher.config.layout import ParallelLayout
-from launcher.config.validate import ValidatedJob, validate_job
+The names below load on first use, so that importing one module of the package (the CLI's error
+reporting imports launcher.config.issues) does not import every model and rule with it.
+"""
 
 __all__ = [
     "ChannelInput",
@@ -21,3 +18,28 @@ __all__ = [
     "ValidatedJob",
     "validate_job",
 ]
+
+# Imports inside functions: the names of __all__ load on first use (CLI start-up: `smlaunch --help`
+# and the commands that only report errors import neither the models nor the rules).
+
+
+def __getattr__(name: str):
+    if name in ("ChannelInput", "JobConfig", "JobFile"):
+        from launcher.config import job as home
+    elif name in ("Distribution", "ModelParallelParameters"):
+        from launcher.config import distribution as home
+    elif name in ("FP8Config", "TrainingHyperparameters"):
+        from launcher.config import hyperparameters as home
+    elif name in ("ConfigError", "Issue"):
+        from launcher.config import issues as home
+    elif name == "ParallelLayout":
+        from launcher.config import layout as home
+    elif name in ("ValidatedJob", "validate_job"):
+        from launcher.config import validate as home
+    else:
+        raise AttributeError(f"module 'launcher.config' has no attribute {name!r}")
+    return getattr(home, name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

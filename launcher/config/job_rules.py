@@ -16,8 +16,10 @@ from launcher.config.images import ImageResolutionError, ecr_region, job_image_c
 from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
-from launcher.config.requirements import RUNTIME_DISTRIBUTIONS
 from launcher.config.rules import HP, Context
+
+# Imports inside functions: the runtime's requirements load only for the warning that names them
+# (CLI start-up).
 
 
 def check_job_fields(ctx: Context) -> list[Issue]:
@@ -159,6 +161,8 @@ def check_image(ctx: Context) -> list[Issue]:
                             f"use the image's copy in {job.region}; for AWS's PyTorch images leave image_uri "
                             "out and set framework_version (or nothing, for smlaunch's runtime)", "warning"))
     if ctx.runtime and job.enable_network_isolation and choice.torch is not None:
+        from launcher.config.requirements import RUNTIME_DISTRIBUTIONS
+
         issues.append(Issue("enable_network_isolation", True,
                             f"the code archive's requirements.txt ({', '.join(RUNTIME_DISTRIBUTIONS)}) is "
                             "installed with pip in the container, and an AWS PyTorch image may lack some of them",

@@ -15,11 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+# Imports inside functions: git_source (and subprocess) loads only for a job with git_config (CLI
+# start-up: `smlaunch validate` of any other job does not pay for it).
 from launcher.config import (
     aws_rules,
     backend_rules,
     catalog,
-    git_source,
     job_rules,
     model_rules,
     request_limits,
@@ -80,6 +81,8 @@ def validate_job(
         raise ConfigError([Issue("job", data, f"is of type {type(data).__name__}, not a mapping of settings",
                                  "give the job as a mapping (a dict, or a YAML mapping)")], source)
     if raw.get("git_config"):
+        from launcher.config import git_source
+
         raw = git_source.apply(raw)
     # Read as a user script's job first: the entry point decides whether the runtime's stricter
     # hyperparameters apply (job_kind.py).

@@ -3,7 +3,6 @@ checks local channels against max_context_width with it, the container reads the
 
 from __future__ import annotations
 
-import gzip
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +33,8 @@ def data_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
 
 def open_text(path: Path):
     if path.name.endswith(".gz"):
+        import gzip  # only for compressed files: `smlaunch validate` imports this module
+
         return gzip.open(path, "rt", encoding="utf-8")
     return path.open(encoding="utf-8")
 

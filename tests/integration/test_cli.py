@@ -10,6 +10,8 @@ import pytest
 
 from tests.support.cli import ROOT
 
+pytestmark = pytest.mark.usefixtures("no_network")  # every test here runs with the network refused
+
 LIGHT_PROBE = """
 import json, sys
 from launcher.cli.app import main

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 CONTAINER_MODULES = [
-    "container.trainer", "container.args", "container.toolkit.bootstrap", "container.data.pack",
+    "container.trainer", "container.args", "container.toolkit.bootstrap", "container.data.packing",
     "container.distributed.pipeline", "container.checkpoint.hf_export", "container.checkpoint.pretrained",
 ]
 NEVER_IN_THE_CONTAINER = ("launcher.backends", "launcher.local", "launcher.slurm", "launcher.sdk", "launcher.cli",

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from container.data.pack import write_jsonl
+from container.data.packing import write_jsonl
 from tests.support.hf_models import CORPUS, hub_cache, llama_config, save_llama, save_tokenizer
 from tests.support.local_jobs import cli_env, smlaunch
 from tests.support.train_runs import ROOT, run_train

@@ -23,6 +23,8 @@ from launcher.sdk.model_trainer import (
 )
 from tests.support.model_trainer import ROOT
 
+pytestmark = pytest.mark.usefixtures("no_network", "fake_credentials")  # nothing here reaches AWS or the network
+
 
 # --- local mode ---------------------------------------------------------------------------------------
 def test_local_train_runs_the_script_with_its_channel(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Making data sets (container.data.pack): the blocks equal a reference computed here with
+"""Making data sets (container.data.packing): the blocks equal a reference computed here with
 transformers' own AutoTokenizer and the seed's group_texts, for every kind of input; the
 train/validation split; the summary; bad inputs that fail with one line and leave nothing."""
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_python_m_container_data_pack_still_works(tmp_path):
     write_docs(tmp_path / "src", ["a" * 10])
     result = subprocess.run(
-        [sys.executable, "-m", "container.data.loader", "pack", "--input", str(tmp_path / "src"),
+        [sys.executable, "-m", "container.data", "pack", "--input", str(tmp_path / "src"),
          "--output", str(tmp_path / "out.jsonl"), "--block-size", "3", "--max-blocks", "2"],
         capture_output=True, text=True, cwd=ROOT, check=True)
     assert "wrote 2 blocks" in result.stdout
@@ -34,7 +34,7 @@ def test_end_to_end_on_the_command_line(tmp_path, tokenizer_dir):
     model_max_length (8); train + validation files a job reads as its channels."""
     src = write_docs(tmp_path / "docs", DOCS)
     result = subprocess.run(
-        [sys.executable, "-m", "container.data.pack", "--input", str(src), "--tokenizer", str(tokenizer_dir),
+        [sys.executable, "-m", "container.data.packing", "--input", str(src), "--tokenizer", str(tokenizer_dir),
          "--output-dir", str(tmp_path / "data"), "--validation-fraction", "0.25", "--block-size", "4"],
         capture_output=True, text=True, cwd=ROOT, check=False)
     assert result.returncode == 0, result.stderr
@@ -52,7 +52,7 @@ def test_progress_on_a_terminal_only(tmp_path):
 
     def stderr_on_a_terminal(*extra) -> str:
         controller, terminal = pty.openpty()
-        proc = subprocess.Popen([sys.executable, "-m", "container.data.pack", "--input", str(src), "--output",
+        proc = subprocess.Popen([sys.executable, "-m", "container.data.packing", "--input", str(src), "--output",
                                  str(tmp_path / "out.jsonl"), "--block-size", "8", "--overwrite", *extra],
                                 stdout=subprocess.DEVNULL, stderr=terminal, cwd=ROOT)
         os.close(terminal)

@@ -9,11 +9,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _offline(no_network, fake_credentials):
-    """Nothing here reaches AWS or the network."""
-
-
 @pytest.fixture
 def script(tmp_path) -> Path:
     (tmp_path / "code").mkdir()

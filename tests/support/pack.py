@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from container.data.pack import main
+from container.data.packing import main
 
 BLOCK = 16
 

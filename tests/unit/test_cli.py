@@ -14,6 +14,8 @@ from launcher.cli.app import main
 from tests.conftest import REGION, SEED_BUCKET
 from tests.support.cli import ROOT
 
+pytestmark = pytest.mark.usefixtures("no_network")  # every test here runs with the network refused
+
 SEED = ROOT / "configs" / "seed"
 SEED_FILES = sorted(SEED.glob("*.yaml"))
 RUNS = [SEED / f"{run}.yaml" for run in ("p4d-no-cp", "p4d-cp8", "p5-cp8-bf16", "p5-cp8-fp8")]

@@ -109,7 +109,7 @@ def test_context_longer_than_the_model_was_trained_for_warns(tmp_path):
 
 
 def test_block_length_of_a_local_channel_is_checked(tmp_path):
-    from container.data.pack import write_jsonl
+    from container.data.packing import write_jsonl
 
     write_jsonl([[1] * 32, [2] * 32], tmp_path / "train" / "part.jsonl")
     data = job({"model_preset": "llama3-tiny"}, inputs={"train": str(tmp_path / "train")})

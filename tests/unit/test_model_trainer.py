@@ -29,6 +29,8 @@ from launcher.sdk.model_trainer import (
 )
 from tests.support.model_trainer import ROOT, issues
 
+pytestmark = pytest.mark.usefixtures("no_network", "fake_credentials")  # nothing here reaches AWS or the network
+
 REGION = "us-east-1"
 ROLE = "arn:aws:iam::111122223333:role/SageMakerRole"
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.7.1-gpu-py312-cu128-ubuntu22.04-sagemaker"

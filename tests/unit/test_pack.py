@@ -1,4 +1,4 @@
-"""Making data sets (container.data.pack): the blocks equal a reference computed here with
+"""Making data sets (container.data.packing): the blocks equal a reference computed here with
 transformers' own AutoTokenizer and the seed's group_texts, for every kind of input; the
 train/validation split; the summary; bad inputs that fail with one line and leave nothing."""
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from container.data.loader import build_dataloader
-from container.data.pack import byte_detokenize, byte_tokenize, pack, write_jsonl
+from container.data.packing import byte_detokenize, byte_tokenize, pack, write_jsonl
 from tests.support.pack import (
     BLOCK,
     DOCS,

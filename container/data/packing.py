@@ -1,9 +1,9 @@
 """Making a data set: documents → tokens → fixed-length blocks → JSON Lines channel files.
 
-    python -m container.data.pack --input docs/ src/ --output train.jsonl --block-size 512
-    python -m container.data.pack --input shards/ --text-field content --tokenizer meta-llama/Llama-3.1-8B \\
+    python -m container.data.packing --input docs/ src/ --output train.jsonl --block-size 512
+    python -m container.data.packing --input shards/ --text-field content --tokenizer meta-llama/Llama-3.1-8B \\
         --eos --block-size 8192 --output-dir build/data --validation-fraction 0.005
-    python -m container.data.pack --dataset Salesforce/wikitext --dataset-config wikitext-103-raw-v1 \\
+    python -m container.data.packing --dataset Salesforce/wikitext --dataset-config wikitext-103-raw-v1 \\
         --streaming --tokenizer ./tokenizer --block-size 4096 --output-dir build/data
 
 (`python -m container.data pack ...` is the same command.) Documents (container.data.corpus: text
@@ -329,9 +329,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv: Sequence[str] | None = None,
-               prog: str = "python -m container.data.pack") -> argparse.Namespace:
+               prog: str = "python -m container.data.packing") -> argparse.Namespace:
     p = _Parser(prog=prog, description="Pack documents into fixed-length token blocks (JSON Lines) for a "
-                                       "job's channels; see the module docstring of container.data.pack.")
+                                       "job's channels; see the module docstring of container.data.packing.")
     source = p.add_argument_group("documents").add_mutually_exclusive_group(required=True)
     source.add_argument("--input", nargs="+", metavar="PATH",
                         help="files or directories; a directory gives its .txt/.md/.rst/.py files (one "
@@ -380,7 +380,7 @@ def parse_args(argv: Sequence[str] | None = None,
     return p.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m container.data.pack") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m container.data.packing") -> int:
     args = parse_args(argv, prog)
     try:
         summary = run(args)
