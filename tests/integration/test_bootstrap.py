@@ -1,6 +1,6 @@
 """container.toolkit.bootstrap end to end: `python -m container train` on trees written by
 launcher.wire.opt_ml, with torchrun on CPU (gloo, 127.0.0.1), simulated hosts sharing this machine.
-"""
+Here the tests that start processes; the rest are tests/unit/test_bootstrap.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The instance catalog: coverage of SageMaker's training types, figures, lookups, light import."""
+"""The instance catalog: coverage of SageMaker's training types, figures, lookups, light import.
+Here the tests that start processes; the rest are tests/unit/test_catalog.py."""
 
 from __future__ import annotations
 

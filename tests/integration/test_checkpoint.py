@@ -1,4 +1,5 @@
-"""DCP checkpoints: exact resume (plain and FSDP2 models), resharding, partial saves, SIGTERM."""
+"""DCP checkpoints: exact resume (plain and FSDP2 models), resharding, partial saves, SIGTERM.
+Here the tests that start processes; the rest are tests/unit/test_checkpoint.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The docker runner of local mode: its compose file (golden files: they are the spec), engine
 detection and the commands it runs (fake executables on PATH). Real containers:
-tests/e2e/test_docker_engine.py."""
+tests/e2e/test_docker_engine.py.
+Here the tests that start processes; the rest are tests/unit/test_docker_runner.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Hugging Face export and import: transformers loads our export and computes our logits."""
+"""Hugging Face export and import: transformers loads our export and computes our logits.
+Here the tests that start processes; the rest are tests/unit/test_hf_export.py."""
 
 from __future__ import annotations
 

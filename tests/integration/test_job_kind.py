@@ -1,5 +1,6 @@
 """Two kinds of job: smlaunch's runtime gets its own rules; a user's script gets the launcher's
-rules only, and its hyperparameters pass through as written."""
+rules only, and its hyperparameters pass through as written.
+Here the tests that start processes; the rest are tests/unit/test_job_kind.py."""
 
 from __future__ import annotations
 

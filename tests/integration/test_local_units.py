@@ -1,5 +1,6 @@
 """Pieces of local mode that need no run: the artifact merge, the status record, the stale
-supervisor, and where /opt/ml arguments land when the tree moves."""
+supervisor, and where /opt/ml arguments land when the tree moves.
+Here the tests that start processes; the rest are tests/unit/test_local_units.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Client-side model resolution: for smlaunch's train.py the model must be known, loadable and
-implemented before anything is written or sent; a script of the user's own only gets warnings."""
+implemented before anything is written or sent; a script of the user's own only gets warnings.
+Here the tests that start processes; the rest are tests/unit/test_model_rules.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Optimizer groups, AnyPrecisionAdamW (Kahan), LR schedule, DTensor-safe gradient clipping."""
+"""Optimizer groups, AnyPrecisionAdamW (Kahan), LR schedule, DTensor-safe gradient clipping.
+Here the tests that start processes; the rest are tests/unit/test_optim.py."""
 
 
 import torch

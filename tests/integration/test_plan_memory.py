@@ -1,7 +1,7 @@
 """The planner's memory model: the seed's runs, terms derived by hand, and monotone properties.
 
 Expectations come from arithmetic on the model's shapes, not from running the planner.
-"""
+Here the tests that start processes; the rest are tests/unit/test_plan_memory.py."""
 
 from __future__ import annotations
 

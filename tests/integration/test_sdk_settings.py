@@ -1,5 +1,6 @@
 """SDK v2 estimator arguments that smlaunch refuses, or checks beyond what the SDK checks: each
-error names the field, the value and the fix. And git_config, cloned from a real repository."""
+error names the field, the value and the fix. And git_config, cloned from a real repository.
+Here the tests that start processes; the rest are tests/unit/test_sdk_settings.py."""
 
 from __future__ import annotations
 

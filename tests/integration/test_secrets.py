@@ -1,5 +1,6 @@
 """Secrets never in the clear: the masking policy by name and by value, the private job files, and
-a local job with secrets planted everywhere whose every output and file is searched for them."""
+a local job with secrets planted everywhere whose every output and file is searched for them.
+Here the tests that start processes; the rest are tests/unit/test_secrets.py."""
 
 from __future__ import annotations
 

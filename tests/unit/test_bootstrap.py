@@ -1,6 +1,6 @@
 """container.toolkit.bootstrap end to end: `python -m container train` on trees written by
 launcher.wire.opt_ml, with torchrun on CPU (gloo, 127.0.0.1), simulated hosts sharing this machine.
-"""
+Here the tests that run in one process; those that start processes are tests/integration/test_bootstrap.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The instance catalog: coverage of SageMaker's training types, figures, lookups, light import."""
+"""The instance catalog: coverage of SageMaker's training types, figures, lookups, light import.
+Here the tests that run in one process; those that start processes are tests/integration/test_catalog.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""DCP checkpoints: exact resume (plain and FSDP2 models), resharding, partial saves, SIGTERM."""
+"""DCP checkpoints: exact resume (plain and FSDP2 models), resharding, partial saves, SIGTERM.
+Here the tests that run in one process; those that start processes are tests/integration/test_checkpoint.py."""
 
 from __future__ import annotations
 

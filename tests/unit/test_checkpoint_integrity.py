@@ -5,7 +5,8 @@ The corruptions are those the issue met and their relatives: garbage inside a sh
 size unchanged, a shard cut short or missing, a garbage `rng-<rank>.pt`, `.metadata` or
 `trainer.pt`, a missing or garbage manifest part or marker, and a checkpoint from before
 manifests. The last tests run the issue's case end to end, through `smlaunch submit --local`.
-"""
+Here the tests that run in one process; those that start processes are
+tests/integration/test_checkpoint_integrity.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The `smlaunch` CLI: exit codes (0 ok, 1 failed/AWS, 2 invalid), messages, JSON, light imports."""
+"""The `smlaunch` CLI: exit codes (0 ok, 1 failed/AWS, 2 invalid), messages, JSON, light imports.
+Here the tests that run in one process; those that start processes are tests/integration/test_cli.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Context parallelism is exact: the load-balanced cut, its inverse, and attention whose output
-and q/k/v gradients equal full causal attention (gloo ranks on CPU; TE's path on GPUs)."""
+and q/k/v gradients equal full causal attention (gloo ranks on CPU; TE's path on GPUs).
+Here the tests that run in one process; those that start processes are tests/integration/test_context_parallel.py."""
 
 from __future__ import annotations
 

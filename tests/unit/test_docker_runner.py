@@ -1,6 +1,7 @@
 """The docker runner of local mode: its compose file (golden files: they are the spec), engine
 detection and the commands it runs (fake executables on PATH). Real containers:
-tests/e2e/test_docker_engine.py."""
+tests/e2e/test_docker_engine.py.
+Here the tests that run in one process; those that start processes are tests/integration/test_docker_runner.py."""
 
 from __future__ import annotations
 

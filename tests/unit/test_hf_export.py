@@ -1,4 +1,5 @@
-"""Hugging Face export and import: transformers loads our export and computes our logits."""
+"""Hugging Face export and import: transformers loads our export and computes our logits.
+Here the tests that run in one process; those that start processes are tests/integration/test_hf_export.py."""
 
 from __future__ import annotations
 

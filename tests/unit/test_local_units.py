@@ -1,5 +1,6 @@
 """Pieces of local mode that need no run: the artifact merge, the status record, the stale
-supervisor, and where /opt/ml arguments land when the tree moves."""
+supervisor, and where /opt/ml arguments land when the tree moves.
+Here the tests that run in one process; those that start processes are tests/integration/test_local_units.py."""
 
 from __future__ import annotations
 

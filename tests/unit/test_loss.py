@@ -1,7 +1,8 @@
 """Chunked cross-entropy (container/loss.py): the loss and every gradient equal those of the whole
 fp32 logits (the reference is F.cross_entropy on the plain model's logits), in one process, under
 tensor parallelism's vocabulary-parallel loss, and through train.py with FSDP, tp and cp; and
-no tensor of the whole micro-batch's logits exists in forward or backward."""
+no tensor of the whole micro-batch's logits exists in forward or backward.
+Here the tests that run in one process; those that start processes are tests/integration/test_loss.py."""
 
 from __future__ import annotations
 

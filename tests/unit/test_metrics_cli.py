@@ -2,7 +2,8 @@
 tiny job, run for real) and SageMaker jobs (moto: output.tar.gz in S3, CloudWatch datapoints).
 
 Expected values are read independently of launcher.backends.jobmetrics: straight from the job's
-metrics.jsonl file, or from what the test itself put into S3 and CloudWatch."""
+metrics.jsonl file, or from what the test itself put into S3 and CloudWatch.
+Here the tests that run in one process; those that start processes are tests/integration/test_metrics_cli.py."""
 
 from __future__ import annotations
 

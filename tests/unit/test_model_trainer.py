@@ -2,7 +2,7 @@
 rules with errors in v3 terms, planned, dry-run, and run in local mode.
 
 The request it sends is compared with the official SDK v3's in tests/integration/test_model_trainer_parity.py.
-"""
+Here the tests that run in one process; those that start processes are tests/integration/test_model_trainer.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Optimizer groups, AnyPrecisionAdamW (Kahan), LR schedule, DTensor-safe gradient clipping."""
+"""Optimizer groups, AnyPrecisionAdamW (Kahan), LR schedule, DTensor-safe gradient clipping.
+Here the tests that run in one process; those that start processes are tests/integration/test_optim.py."""
 
 import math
 

@@ -1,6 +1,7 @@
 """Making data sets (container.data.packing): the blocks equal a reference computed here with
 transformers' own AutoTokenizer and the seed's group_texts, for every kind of input; the
-train/validation split; the summary; bad inputs that fail with one line and leave nothing."""
+train/validation split; the summary; bad inputs that fail with one line and leave nothing.
+Here the tests that run in one process; those that start processes are tests/integration/test_pack.py."""
 
 import gzip
 import hashlib

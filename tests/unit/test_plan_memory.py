@@ -1,7 +1,7 @@
 """The planner's memory model: the seed's runs, terms derived by hand, and monotone properties.
 
 Expectations come from arithmetic on the model's shapes, not from running the planner.
-"""
+Here the tests that run in one process; those that start processes are tests/integration/test_plan_memory.py."""
 
 from __future__ import annotations
 

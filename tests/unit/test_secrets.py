@@ -1,5 +1,6 @@
 """Secrets never in the clear: the masking policy by name and by value, the private job files, and
-a local job with secrets planted everywhere whose every output and file is searched for them."""
+a local job with secrets planted everywhere whose every output and file is searched for them.
+Here the tests that run in one process; those that start processes are tests/integration/test_secrets.py."""
 
 from __future__ import annotations
 
