@@ -32,12 +32,16 @@ $(UV): | $(PY)
 # torch first, by pip (with its few dependencies, whose versions the lock then sets; --no-compile:
 # Python compiles torch's modules when first imported, as it does those uv installs, instead of
 # pip compiling all of them, most of its install time); then the lock exactly as written:
-# --no-deps (nothing resolved), every hash checked; then smlaunch itself, editable. The check
-# fails the install where pyproject.toml asks for what the lock lacks.
+# --no-deps (nothing resolved), every hash checked; then smlaunch itself, editable, with its
+# bytecode compiled as a wheel install compiles it (an editable install does not, and where
+# PYTHONDONTWRITEBYTECODE is set every `smlaunch` would compile launcher/ again: a fifth of
+# `validate`'s start-up, BENCHMARKS.md). The check fails the install where pyproject.toml asks
+# for what the lock lacks.
 $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check --no-compile $(TORCH)
 	$(UV_PIP) install --quiet --no-deps --require-hashes -r $(LOCK)
 	$(UV_PIP) install --quiet --no-deps -e .
+	$(PY) -m compileall -q -j 0 launcher container
 	@$(UV_PIP) --check smlaunch $(LOCK_EXTRAS) || { echo "$(LOCK) is out of date: make lock" >&2; exit 1; }
 	touch $(STAMP)
 

@@ -124,7 +124,7 @@ class JsonlSource:
             raise ValueError(
                 f"{where}: input_ids has {len(ids) if ids.ndim == 1 else tuple(ids.shape)} tokens, "
                 f"expected max_context_width={self.seq_len}. Blocks must be fixed-length: "
-                f"re-block the data (python -m container.data.packing --block-size {self.seq_len}) "
+                f"re-block the data (python -m container.data pack --block-size {self.seq_len}) "
                 f"or set max_context_width to the data's block size")
         outside = ids[(ids < 0) | (ids >= self.vocab_size)]
         if len(outside):

@@ -64,17 +64,20 @@ def _read_script(entry: Path) -> str:
         os.close(fd)
 
 
-# A user script's hyperparameters: typed like the runtime's, except the choices only smlaunch's
-# train.py makes (optimizer, dataset_type, ...), which pass as written.
-ScriptHyperparameters = create_model(
-    "ScriptHyperparameters", __base__=TrainingHyperparameters,
-    **{name: (JsonValue, Field(None, description=TrainingHyperparameters.model_fields[name].description))
-       for name in RUNTIME_CHOICES})
+@cache
+def script_hyperparameters() -> type[TrainingHyperparameters]:
+    """A user script's hyperparameters: typed like the runtime's, except the choices only smlaunch's
+    train.py makes (optimizer, dataset_type, ...), which pass as written. Made on first use: a job
+    that runs smlaunch's runtime never reads them."""
+    return create_model(
+        "ScriptHyperparameters", __base__=TrainingHyperparameters,
+        **{name: (JsonValue, Field(None, description=TrainingHyperparameters.model_fields[name].description))
+           for name in RUNTIME_CHOICES})
 
 
 @cache
 def for_user_scripts(model: type[BaseModel]) -> type[BaseModel]:
     """`model` (JobConfig or JobFile) with hyperparameters read as a user script's."""
+    hyperparameters = script_hyperparameters()
     return create_model(f"Script{model.__name__}", __base__=model, hyperparameters=(
-        ScriptHyperparameters, Field(default_factory=ScriptHyperparameters,
-                                     description="Arguments for the training script.")))
+        hyperparameters, Field(default_factory=hyperparameters, description="Arguments for the training script.")))

@@ -114,10 +114,14 @@ def code_dir(job: JobConfig, base: Path) -> Path | None:
 
 def entry_point_path(job: JobConfig, base: Path) -> Path | None:
     """The entry point on this machine; None when source_dir is on S3."""
-    directory = code_dir(job, base)
-    if directory is None:
-        return None
-    return directory / job.entry_point if job.source_dir else resolve_path(base, job.entry_point)
+    return entry_point_file(job.entry_point, job.source_dir, base)
+
+
+def entry_point_file(entry_point: str, source_dir: str | None, base: Path) -> Path | None:
+    """entry_point_path of these two fields' values."""
+    if source_dir:
+        return None if source_dir.startswith("s3://") else resolve_path(base, source_dir) / entry_point
+    return resolve_path(base, entry_point)
 
 
 def check_hyperparameters(ctx: Context) -> list[Issue]:

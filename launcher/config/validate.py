@@ -34,6 +34,7 @@ from launcher.config.job import JobConfig
 from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
 from launcher.config.layout import ParallelLayout, with_sharding_strategy
 from launcher.config.models import ModelSpec
+from launcher.config.paths import check_path_text
 from launcher.config.run_settings import RunSettings, run_settings
 
 
@@ -84,12 +85,21 @@ def validate_job(
         from launcher.config import git_source
 
         raw = git_source.apply(raw)
-    # Read as a user script's job first: the entry point decides whether the runtime's stricter
-    # hyperparameters apply (job_kind.py).
-    job, issues, pruned = parse_lenient(for_user_scripts(model), raw)
-    kind = job_kind(job_rules.entry_point_path(job, base), job.entry_point) if job is not None else None
-    if kind is not None and kind.runtime:
-        job, issues, pruned = parse_lenient(model, raw)
+    # The entry point decides whether the runtime's stricter hyperparameters apply (job_kind.py).
+    kind = _kind_as_written(raw, base)
+    if kind is None:  # read as a user script's job first; its entry point and source_dir then tell
+        job, issues, pruned = parse_lenient(for_user_scripts(model), raw)
+        kind = job_kind(job_rules.entry_point_path(job, base), job.entry_point) if job is not None else None
+        if kind is not None and kind.runtime:
+            job, issues, pruned = parse_lenient(model, raw)
+    else:
+        job, issues, pruned = parse_lenient(model if kind.runtime else for_user_scripts(model), raw)
+        if job is None and kind.runtime:
+            # What cannot be read at all is reported as it is read for a user script (the two
+            # models differ only in hyperparameters, whose errors never stop the reading).
+            script_job, script_issues, _ = parse_lenient(for_user_scripts(model), raw)
+            if script_job is None:
+                issues = script_issues
     if job is None:
         raise ConfigError(issues, source)
     issues += _rule_issues(job, kind, base, pruned, out := {})
@@ -112,6 +122,21 @@ def validate_job(
         warnings=[i for i in issues if i.level == "warning"],
         notes=[i for i in issues if i.level == "info"],
     )
+
+
+def _kind_as_written(raw: dict, base: Path) -> JobKind | None:
+    """The job's kind from entry_point and source_dir as written, when the job model keeps both
+    as they are (text that check_path_text accepts), so that the job is read by one model only;
+    else None."""
+    entry, source = raw.get("entry_point"), raw.get("source_dir")
+    if type(entry) is not str or not (source is None or type(source) is str):
+        return None
+    try:
+        for text in (entry, source or ""):
+            check_path_text(text)
+    except ValueError:
+        return None
+    return job_kind(job_rules.entry_point_file(entry, source, base), entry)
 
 
 def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], out: dict) -> list[Issue]:

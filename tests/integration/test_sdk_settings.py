@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher import PyTorch
 from launcher.config import validate_job
 from launcher.config.issues import ConfigError
 from tests.support.sdk_settings import issues_of, job
@@ -58,3 +59,14 @@ def test_git_credentials_never_appear_in_errors(tmp_path):
     with pytest.raises(ConfigError) as err:
         validate_job(job(tmp_path, git_config={"repo": "https://127.0.0.1:9/x.git", "token": secret}))
     assert secret not in str(err.value) and "git_config.repo" in str(err.value)
+
+
+def test_rule_actions_are_refused(tmp_path):
+    sagemaker = pytest.importorskip("sagemaker")
+    from sagemaker.debugger import Rule, rule_configs
+
+    actions = rule_configs.ActionList(rule_configs.StopTraining())
+    rule = Rule.sagemaker(rule_configs.loss_not_decreasing(), actions=actions)
+    assert sagemaker
+    with pytest.raises(ConfigError, match="rule actions"):
+        PyTorch(**job(tmp_path), rules=[rule])

@@ -74,15 +74,6 @@ def test_debugger_settings_that_contradict(tmp_path):
     assert "has no SageMaker Debugger" in found["debugger_hook_config"]
 
 
-def test_rule_actions_are_refused(tmp_path):
-    sagemaker = pytest.importorskip("sagemaker")
-    from sagemaker.debugger import Rule, rule_configs
-
-    actions = rule_configs.ActionList(rule_configs.StopTraining())
-    rule = Rule.sagemaker(rule_configs.loss_not_decreasing(), actions=actions)
-    assert sagemaker
-    with pytest.raises(ConfigError, match="rule actions"):
-        PyTorch(**job(tmp_path), rules=[rule])
 
 
 def test_local_mode_says_what_it_leaves_out(tmp_path):
