@@ -30,18 +30,22 @@ $(UV): | $(PY)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 # torch first, by pip (with its few dependencies, whose versions the lock then sets; --no-compile:
-# Python compiles torch's modules when first imported, as it does those uv installs, instead of
-# pip compiling all of them, most of its install time); then the lock exactly as written:
-# --no-deps (nothing resolved), every hash checked; then smlaunch itself, editable, with its
-# bytecode compiled as a wheel install compiles it (an editable install does not, and where
-# PYTHONDONTWRITEBYTECODE is set every `smlaunch` would compile launcher/ again: a fifth of
-# `validate`'s start-up, BENCHMARKS.md). The check fails the install where pyproject.toml asks
-# for what the lock lacks.
+# uv compiles it below, in parallel, where pip took most of a minute); then the lock exactly as
+# written: --no-deps (nothing resolved), every hash checked, and --compile-bytecode (uv compiles
+# what it installs; compileall does torch's modules and smlaunch's below), as pip would: where
+# PYTHONDONTWRITEBYTECODE is set (this machine, CI), Python never writes bytecode itself, and every
+# process would compile torch and transformers again (`import torch, transformers`: 4.9 s without,
+# 2.7 s with); then smlaunch itself, editable, and its bytecode (an editable install has none: a
+# fifth of `validate`'s start-up, BENCHMARKS.md). The check fails the install where pyproject.toml
+# asks for what the lock lacks.
 $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check --no-compile $(TORCH)
-	$(UV_PIP) install --quiet --no-deps --require-hashes -r $(LOCK)
+	$(UV_PIP) install --quiet --no-deps --require-hashes --compile-bytecode -r $(LOCK)
 	$(UV_PIP) install --quiet --no-deps -e .
 	$(PY) -m compileall -q -j 0 launcher container
+	@# torch ships a few test files for newer Pythons (py312_intrinsics.py) that 3.11 cannot compile;
+	@# pip skips them silently when it compiles, and so does this (-qq, status ignored).
+	-@$(PY) -m compileall -qq -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch"
 	@$(UV_PIP) --check smlaunch $(LOCK_EXTRAS) || { echo "$(LOCK) is out of date: make lock" >&2; exit 1; }
 	touch $(STAMP)
 
@@ -56,7 +60,7 @@ SDK3_LOCK  := requirements/sdk3-lock.txt
 
 $(SDK3_STAMP): $(SDK3_LOCK) | $(UV)
 	$(PYTHON) -m venv $(SDK3_VENV)
-	$(UV_PIP) install --quiet --no-deps --require-hashes --python $(SDK3_VENV)/bin/python -r $(SDK3_LOCK)
+	$(UV_PIP) install --quiet --no-deps --require-hashes --compile-bytecode --python $(SDK3_VENV)/bin/python -r $(SDK3_LOCK)
 	touch $@
 
 # The locks, for Python 3.11 on x86_64 Linux with glibc >= 2.28 (the CPU torch wheel's platform,
