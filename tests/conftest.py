@@ -10,7 +10,7 @@ import pytest
 # The fixtures of the helpers that unit and integration tests share (tests/support/), for every
 # test: a fixture there may request another (the docker runner's `job` requests `channels`).
 pytest_plugins = [
-    "tests.support.checkpoint",
+    "tests.support.checkpoints",
     "tests.support.docker_runner",
     "tests.support.job_kind",
     "tests.support.model_trainer",

@@ -14,8 +14,7 @@ from container.checkpoint.checkpointer import (
     StopFlag,
     should_stop,
 )
-from tests.support.checkpoint import _assert_close, _full_state
-from tests.support.checkpoints import make_model, train_step
+from tests.support.checkpoints import assert_states_close, full_state, make_model, train_step
 from tests.support.gloo import spawn
 
 
@@ -25,12 +24,12 @@ def _fsdp_load(root: str) -> None:
     model, optimizer, scheduler = make_model(seed=1, mesh=mesh)
     checkpointer = Checkpointer(Path(root) / "ckpt", keep=2)
     assert checkpointer.load_latest(model, optimizer, scheduler)[0] == 3
-    loaded = _full_state(model)
+    loaded = full_state(model)
     train_step(model, optimizer, scheduler, 3)
-    after = _full_state(model)
+    after = full_state(model)
     if dist.get_rank() == 0:
-        _assert_close(loaded, reference["saved"], atol=0)
-        _assert_close(after, reference["after"], atol=1e-6)
+        assert_states_close(loaded, reference["saved"], atol=0)
+        assert_states_close(after, reference["after"], atol=1e-6)
 
 
 def test_fsdp_checkpoint_reshards_to_four_ranks(two_rank_checkpoint):

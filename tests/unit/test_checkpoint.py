@@ -16,8 +16,7 @@ from container.checkpoint.checkpointer import (
     install_sigterm_flag,
     should_stop,
 )
-from tests.support.checkpoint import _assert_close, _full_state
-from tests.support.checkpoints import SEQ, SPEC, make_model, train_step
+from tests.support.checkpoints import SEQ, SPEC, assert_states_close, full_state, make_model, train_step
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
@@ -31,7 +30,7 @@ def test_plain_round_trip_resumes_exactly(tmp_path, tied):
     random_after_save = torch.rand(4)
     lr_after_save = scheduler.get_last_lr()
     train_step(model, optimizer, scheduler, 3)
-    want = _full_state(model)
+    want = full_state(model)
 
     model2, optimizer2, scheduler2 = make_model(seed=1, spec=spec)
     resumed = checkpointer.load_latest(model2, optimizer2, scheduler2)
@@ -39,7 +38,7 @@ def test_plain_round_trip_resumes_exactly(tmp_path, tied):
     assert torch.equal(torch.rand(4), random_after_save)
     assert scheduler2.get_last_lr() == lr_after_save
     train_step(model2, optimizer2, scheduler2, 3)
-    _assert_close(_full_state(model2), want, atol=1e-7)
+    assert_states_close(full_state(model2), want, atol=1e-7)
 
 
 def test_a_checkpoint_with_the_earlier_optimizer_layout_still_resumes(tmp_path, monkeypatch):
@@ -55,12 +54,12 @@ def test_a_checkpoint_with_the_earlier_optimizer_layout_still_resumes(tmp_path, 
     trainer = torch.load(tmp_path / "step-2" / checkpoint.TRAINER_FILE, weights_only=True)
     assert trainer["optimizer_layout"] is None
     train_step(model, optimizer, scheduler, 2)
-    want = _full_state(model)
+    want = full_state(model)
 
     model2, optimizer2, scheduler2 = make_model(seed=1)
     assert Checkpointer(tmp_path, keep=1).load_latest(model2, optimizer2, scheduler2)[0] == 2
     train_step(model2, optimizer2, scheduler2, 2)
-    _assert_close(_full_state(model2), want, atol=1e-7)
+    assert_states_close(full_state(model2), want, atol=1e-7)
 
 
 def test_nothing_to_resume(tmp_path):
@@ -121,9 +120,9 @@ def test_fsdp_checkpoint_reshards_to_one_process(two_rank_checkpoint):
     model, optimizer, scheduler = make_model(seed=1)
     checkpointer = Checkpointer(two_rank_checkpoint / "ckpt", keep=2)
     assert checkpointer.load_latest(model, optimizer, scheduler)[0] == 3
-    _assert_close(_full_state(model), reference["saved"], atol=0)
+    assert_states_close(full_state(model), reference["saved"], atol=0)
     train_step(model, optimizer, scheduler, 3)
-    _assert_close(_full_state(model), reference["after"], atol=1e-6)
+    assert_states_close(full_state(model), reference["after"], atol=1e-6)
 
 
 def test_sigterm_sets_the_flag():
