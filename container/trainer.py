@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -177,13 +178,17 @@ class MetricsWriter:
 
 def check_writable(directories: dict[str, Path]) -> None:
     """Create (if need be) each directory and a probe file in it, then delete the probe: a
-    directory training cannot write fails the job now, not after hours of training."""
+    directory training cannot write fails the job now, not after hours of training.
+
+    The probe's name is mkstemp's, not the process id: hosts share model_dir and checkpoint_dir
+    (local mode's containers, an FSx or EFS mount), and in containers their ranks have the same
+    pids, so one host deleted the probe another was about to delete (ENOENT: "not writable")."""
     for label, directory in directories.items():
-        probe = directory / f".smlaunch-write-probe-{os.getpid()}"
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            probe.write_bytes(b"")
-            probe.unlink()
+            handle, probe = tempfile.mkstemp(prefix=".smlaunch-write-probe-", dir=directory)
+            os.close(handle)
+            os.unlink(probe)
         except OSError as exc:
             raise PermissionError(
                 f"{label} {directory} is not writable ({exc.strerror or exc}): make it writable, "

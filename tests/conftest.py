@@ -20,9 +20,44 @@ pytest_plugins = [
     "tests.support.sourcedir",
 ]
 
+# `make test` runs the suite on both cores (pytest-xdist: `-n 2 --dist loadfile`), and here
+# loadfile keeps whole modules on one worker, so that a module's fixtures (a reference training
+# run, a traced planner) are built once, not once per worker, and also keeps together the modules
+# that share something a second worker must not start beside them: the Slurm tests one cluster per
+# session, the container tests one image and podman store. (xdist's loadgroup does this with
+# marks, but on pytest 9.2 its groups are silently lost: pytest-dev/pytest-xdist#1386.)
+SHARED_GROUPS = {
+    "tests/e2e/test_slurm_backend.py": "slurm",
+    "tests/e2e/test_slurm_cluster.py": "slurm",
+    "tests/e2e/test_docker_engine.py": "container-engine",
+    "tests/integration/test_docker_runner.py": "container-engine",
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None  # another --dist, as asked
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModulesAndSharedGroups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_GROUPS.get(module, module)
+
+    return ModulesAndSharedGroups(config, log)
+
+
 REGION = "us-east-1"
 SEED_BUCKET = "sagemaker-us-east-1-111122223333"  # the seed files' output_path bucket
 LOCAL_S3_BUCKET = "smlaunch-local-test"  # the bucket of the `s3` fixture's server
+
+
+@pytest.fixture(autouse=True)
+def _terminal_width_of_no_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's tables are as wide as for output to a file, wherever the suite runs: xdist's
+    workers start with COLUMNS=80 and LINES=24, which narrow a rich table until its cells wrap."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
 
 
 @pytest.fixture

@@ -172,9 +172,9 @@ def can_run():
         pytest.skip(str(exc))
 
 
-def test_stopping_leaves_no_daemon_step_daemon_or_task(can_run, tmp_path):
+def test_stopping_leaves_no_daemon_step_daemon_or_task(can_run, tmp_path, short_tmp_path):
     token = f"slurm-task-{os.getpid()}-{time.monotonic_ns()}"  # names this test's tasks only
-    with SlurmCluster(tmp_path / "c") as cluster:
+    with SlurmCluster(short_tmp_path / "c") as cluster:
         script = write_script(tmp_path / "job.sh", f"exec srun bash -c 'exec -a {token} sleep 300'\n")
         job = cluster.sbatch(script, "--nodes=2", "--output=/dev/null")
         cluster.wait_state(job, {"RUNNING"})
@@ -192,12 +192,12 @@ def test_stopping_leaves_no_daemon_step_daemon_or_task(can_run, tmp_path):
     assert [pid for pid in [*tasks, *step_daemons, *daemons] if alive(pid)] == []
 
 
-def test_a_daemon_that_cannot_start_is_reported_with_its_log(can_run, tmp_path, monkeypatch):
+def test_a_daemon_that_cannot_start_is_reported_with_its_log(can_run, tmp_path, short_tmp_path, monkeypatch):
     fake = tmp_path / "bin"
     fake.mkdir()
     write_script(fake / "slurmd", 'echo "slurmd: fatal: cannot start for this test" >&2\nexit 1\n')
     monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
-    cluster = SlurmCluster(tmp_path / "c")
+    cluster = SlurmCluster(short_tmp_path / "c")
 
     with pytest.raises(ClusterUnavailable) as failure:
         cluster.start()

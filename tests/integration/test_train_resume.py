@@ -5,6 +5,7 @@ leaves nothing behind."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -67,6 +68,26 @@ def test_an_unwritable_directory_fails_before_training(tmp_path):
 def test_writable_directories_are_created_and_left_clean(tmp_path):
     check_writable({"model_dir": tmp_path / "model", "output_data_dir": tmp_path / "out" / "data"})
     assert [p.name for p in tmp_path.rglob("*")] == ["model", "out", "data"]
+
+
+def test_hosts_whose_ranks_share_a_pid_probe_a_shared_directory_side_by_side(tmp_path, monkeypatch):
+    """Containers of one local job (and hosts on one FSx mount) share model_dir, and their ranks
+    have the same pids: one host's probe must not be the file another host deletes. Here the
+    other host's rank (this process: the same pid) probes just before this rank deletes its probe."""
+    shared = tmp_path / "model"
+    real_unlink = os.unlink
+    other_host = []
+
+    def other_host_probes_first(path, *args, **kwargs):
+        if not other_host:
+            other_host.append(path)
+            check_writable({"model_dir": shared})
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", other_host_probes_first)
+    check_writable({"model_dir": shared})  # a pid-named probe: "model_dir ... is not writable (No such file...)"
+    assert other_host and list(shared.iterdir()) == []
+
 
 
 def test_a_failed_export_leaves_no_truncated_artifact(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Container, Iterator
 from pathlib import Path
@@ -261,6 +262,17 @@ def slurm_conf(root: Path, ports: list[int], hostname: str) -> str:
     lines.append(f"PartitionName={PARTITION} Nodes={','.join(NODES)} Default=YES "
                  "MaxTime=INFINITE State=UP OverSubscribe=FORCE:4")
     return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def short_tmp_path() -> Iterator[Path]:
+    """A test's own directory short enough for a cluster's root (MAX_ROOT): pytest's tmp_path
+    under xdist (.../popen-gw0/test_<name>0/) is too long for Slurm's sockets beneath it."""
+    root = Path(tempfile.mkdtemp(prefix="slurm-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,11 @@ import subprocess
 
 import pytest
 
+# urllib3 (under boto3) binds a socket to ::1 when first imported, to learn whether IPv6 works: that
+# is the library's import, not a test's socket, and where a unit module is the first to import boto3
+# in its process (alone, or on an xdist worker) the guard refused it. So it is imported here.
+import urllib3  # noqa: F401
+
 
 class NotAUnitTest(BaseException):
     """BaseException, so that code under test which catches Exception cannot swallow it."""
