@@ -29,7 +29,8 @@ from container.data.loader import IGNORE_INDEX
 def token_loss_sum(model: nn.Module, batch: dict, chunk_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of token losses, number of label tokens) for one micro-batch on this rank. Under
     tensor parallelism it and the backward run in `loss_context` (vocabulary-sharded logits)."""
-    return model(batch["input_ids"], batch.get("positions"), labels=batch["labels"], loss_chunk_tokens=chunk_tokens)
+    return model(batch["input_ids"], batch.get("positions"), labels=batch["labels"], loss_chunk_tokens=chunk_tokens,
+                 documents=batch.get("documents"))
 
 
 def head_loss(head: nn.Module, h: torch.Tensor, labels: torch.Tensor, chunk_tokens: int) -> torch.Tensor:

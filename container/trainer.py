@@ -195,6 +195,32 @@ def check_writable(directories: dict[str, Path]) -> None:
                 f"or point {label} at a directory this job can write") from exc
 
 
+def check_documents(rt: Runtime, batches: list[dict]) -> None:
+    """Document masking where this runtime does not implement it yet is an error, before the batch
+    trains: quietly training across documents is what the user turned masking on to avoid."""
+    if "documents" not in batches[0] or rt.layout.pp == 1:
+        return
+    raise NotImplementedError(
+        "the training records mark their documents (position_ids restarting at 0), and document masking under "
+        "pipeline parallelism is not implemented yet: set hyperparameter document_masking=0 to train as the seed's "
+        "script does (packed documents see each other), or train without pipeline parallelism")
+
+
+def describe_data(rt: Runtime, source, s: RunSettings) -> None:
+    """Once, in the job log: whether documents are masked, and the record fields left unread."""
+    if not rt.is_main or not isinstance(source, data.JsonlSource):
+        return
+    if source.marks_documents:
+        log.info("data: records mark documents (position_ids); document masking %s",
+                 "on: attention stays within each document, positions restart" if s.document_masking
+                 else "off (document_masking=0): packed documents see each other")
+    else:
+        log.info("data: records mark no documents (no position_ids): each row is one sequence")
+    if source.ignored_fields:
+        log.info("data: fields not used in training (metadata): %s",
+                 ", ".join(f"{name} (first in {where})" for name, where in source.ignored_fields.items()))
+
+
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
     s = settings(rt, hp)
     writable = {"model_dir": dirs.model, "output_data_dir": dirs.output_data}
@@ -212,7 +238,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     optimizer, scheduler = build_optimization(model, s)
     loader = data.build_dataloader(
         dataset_type=s.dataset_type, path=dirs.train, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
-        dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed)
+        dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed,
+        document_masking=s.document_masking)
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
                                      identity=RunIdentity(s, spec, rt.dp_size)) if s.checkpoint_freq else None
     start_step = 0
@@ -235,7 +262,11 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     for step in range(start_step + 1, s.max_steps + 1):
         _sync(rt)
         t0 = time.perf_counter()
-        micro = [_to(cp_shard(loader.next_batch()), rt.device) for _ in range(s.grad_accum)]
+        batches = [loader.next_batch() for _ in range(s.grad_accum)]
+        check_documents(rt, batches)
+        if step == start_step + 1:
+            describe_data(rt, loader.source, s)
+        micro = [_to(cp_shard(batch), rt.device) for batch in batches]
         loss_sum, aux_sum, total_tokens, grad_norm = train_step(
             rt, model, pipe, optimizer, scheduler, micro, s, spec, global_sequences)
         step_loss = (_all_sum(loss_sum, rt.loss_group) / total_tokens).item()
@@ -308,10 +339,12 @@ def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_p
 def validate(rt: Runtime, model: Transformer, path: Path, s: RunSettings, spec: ModelSpec, cp_shard) -> float:
     loader = data.build_validation_loader(
         dataset_type="jsonl", path=path, seq_len=s.seq_len, micro_batch_size=s.val_batch, dp_rank=rt.dp_rank,
-        dp_size=rt.dp_size, vocab_size=spec.vocab_size, seed=s.seed, max_batches=s.validation_batches)
+        dp_size=rt.dp_size, vocab_size=spec.vocab_size, seed=s.seed, max_batches=s.validation_batches,
+        document_masking=s.document_masking)
     loss_sum = torch.zeros((), device=rt.device)
     tokens = torch.zeros((), device=rt.device)
     for batch in loader:
+        check_documents(rt, [batch])
         with loss_context(rt.layout.tp):
             loss, n = token_loss_sum(model, _to(cp_shard(batch), rt.device), s.loss_chunk_tokens)
         loss_sum += loss

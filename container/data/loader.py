@@ -13,6 +13,14 @@ Labels are shifted here, before context parallelism cuts sequences: labels[:, t]
 at t+1 (or the record's own label at t+1), -100 (ignored by the loss) at the last position
 and where the record's attention_mask marks the target as padding.
 
+Documents (docs/data.md): a record whose `position_ids` restart at 0 marks where each of its
+documents starts (Hugging Face's DataCollatorWithFlattening writes them so). With document
+masking on (the default; hyperparameter document_masking=0 turns it off), its batch carries
+`positions` (RoPE positions restarting at each document) and `documents` (each token's document
+in the row, for the attention mask), and the last token of a document predicts nothing: a packed
+row then trains exactly as its documents alone. Every field of a record is used, refused or
+ignored by name (`FIELDS`): one that would change how a record trains is never skipped quietly.
+
 Data sets are made by container.data.packing (`pack`, the seed's `group_texts`), also as
 
     python -m container.data pack --input docs/ src/ --output train.jsonl --block-size 512
@@ -30,6 +38,24 @@ import torch
 from launcher.wire.datafiles import data_files, open_text
 
 IGNORE_INDEX = -100
+
+# What a record's fields do. Used: read as described above. Refused: they change how a record
+# trains and are not read here (the message says what to give instead). Any other field is
+# metadata (text, id, source, ...): ignored, and listed once in the job log (`ignored_fields`).
+USED_FIELDS = ("input_ids", "labels", "attention_mask", "position_ids")
+_AS_POSITION_IDS = ("give position_ids restarting at 0 at each document (Hugging Face's "
+                    "DataCollatorWithFlattening convention) instead")
+_CHAT = ("chat and instruction records are tokenized with the model's chat template, which JSON Lines "
+         "token channels do not do: give input_ids and labels (-100 where no loss applies)")
+REFUSED_FIELDS = {
+    **{name: _AS_POSITION_IDS for name in ("cu_seqlens", "cu_seq_lens_q", "cu_seq_lens_k", "seq_lens",
+                                           "seq_idx", "document_ids", "segment_ids", "sequence_ids")},
+    "token_type_ids": "Llama models have no token types: drop the field",
+    **{name: "per-token loss weights are not read: give labels with -100 where no loss applies"
+       for name in ("loss_weight", "loss_weights", "loss_mask", "weight", "weights", "sample_weight",
+                    "completion_mask", "assistant_masks")},
+    **{name: _CHAT for name in ("messages", "prompt", "completion", "conversations")},
+}
 
 
 class EndOfData(Exception):
@@ -51,11 +77,15 @@ class JsonlSource:
     end of the data); without, reading past the end raises EndOfData.
     """
 
-    def __init__(self, files: Sequence[Path], seq_len: int, vocab_size: int, repeat: bool = True):
+    def __init__(self, files: Sequence[Path], seq_len: int, vocab_size: int, repeat: bool = True,
+                 document_masking: bool = True):
         if not files:
             raise FileNotFoundError("no data files given")
         self.files, self.seq_len, self.vocab_size, self.repeat = list(files), seq_len, vocab_size, repeat
+        self.document_masking = document_masking
         self.num_records: int | None = None
+        self.ignored_fields: dict[str, str] = {}  # metadata field -> where it was first seen
+        self.marks_documents = False  # whether a record read so far had position_ids
         self._lines: Iterator[tuple[Path, int, str]] | None = None
         self._pos = 0  # global index of the sample the stream yields next
 
@@ -103,23 +133,29 @@ class JsonlSource:
         except EndOfData:
             return False
 
-    def read(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """input_ids and shifted labels, [count, seq_len] each, of samples start..start+count-1."""
+    def read(self, start: int, count: int) -> dict[str, torch.Tensor]:
+        """The batch of samples start..start+count-1: input_ids and shifted labels, [count,
+        seq_len] each, and positions and documents where document masking applies."""
         self._seek(start)
         rows = []
         while len(rows) < count:
             line = self._next_line()
             if line is not None:
                 rows.append(self._parse(*line))
-        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+        if not any("positions" in r for r in rows):
+            return {key: torch.stack([r[key] for r in rows]) for key in ("input_ids", "labels")}
+        whole = {"positions": torch.arange(self.seq_len), "documents": torch.zeros(self.seq_len, dtype=torch.long)}
+        return {key: torch.stack([r.get(key, whole.get(key)) for r in rows])
+                for key in ("input_ids", "labels", "positions", "documents")}
 
-    def _parse(self, path: Path, lineno: int, line: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def _parse(self, path: Path, lineno: int, line: str) -> dict[str, torch.Tensor]:
         where = f"{path}:{lineno}"
         try:
             record = json.loads(line)
             ids = torch.tensor(record["input_ids"], dtype=torch.long)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{where}: expected a JSON object with an integer list 'input_ids' ({e})") from e
+        self._check_fields(record, where)
         if ids.ndim != 1 or len(ids) != self.seq_len:
             raise ValueError(
                 f"{where}: input_ids has {len(ids) if ids.ndim == 1 else tuple(ids.shape)} tokens, "
@@ -142,7 +178,43 @@ class JsonlSource:
             if mask.shape != ids.shape:
                 raise ValueError(f"{where}: attention_mask has {len(mask)} entries, input_ids {len(ids)}")
             labels[:-1][~mask[1:]] = IGNORE_INDEX
-        return ids, labels
+        out = {"input_ids": ids, "labels": labels}
+        if "position_ids" in record:
+            positions = _positions(record["position_ids"], len(ids), where)
+            self.marks_documents = True
+            if self.document_masking:
+                starts = positions == 0
+                labels[:-1][starts[1:]] = IGNORE_INDEX  # a document's last token does not predict the next's first
+                out.update(positions=positions, documents=starts.cumsum(0) - 1)
+        return out
+
+    def _check_fields(self, record: dict, where: str) -> None:
+        for name in record:
+            if name in USED_FIELDS:
+                continue
+            if name in REFUSED_FIELDS:
+                raise ValueError(f"{where}: field {name!r} changes how the record trains and is not read: "
+                                 f"{REFUSED_FIELDS[name]}")
+            self.ignored_fields.setdefault(name, where)
+
+
+def _positions(value, length: int, where: str) -> torch.Tensor:
+    """A record's position_ids: 0 at each document's first token, then counting up by one."""
+    try:
+        positions = torch.tensor(value, dtype=torch.long)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: position_ids must be a list of integers ({e})") from e
+    if positions.shape != (length,):
+        raise ValueError(f"{where}: position_ids has {len(value) if isinstance(value, list) else value!r} "
+                         f"entries, input_ids {length}")
+    steps_on = positions[1:] == positions[:-1] + 1
+    wrong = ((positions[1:] != 0) & ~steps_on).nonzero()
+    if positions[0] != 0 or len(wrong):
+        at = 0 if positions[0] != 0 else int(wrong[0]) + 1
+        raise ValueError(f"{where}: position_ids[{at}] is {int(positions[at])}: position_ids start at 0 "
+                         "and restart at 0 at each document, else count up by one (Hugging Face's "
+                         "DataCollatorWithFlattening convention)")
+    return positions
 
 
 class SyntheticSource:
@@ -164,9 +236,9 @@ class SyntheticSource:
         start, stride = int(rng.integers(0, self.vocab_size)), int(rng.integers(1, 8))
         return (start + stride * torch.arange(self.seq_len, dtype=torch.long)) % self.vocab_size
 
-    def read(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def read(self, start: int, count: int) -> dict[str, torch.Tensor]:
         ids = torch.stack([self.sample(i) for i in range(start, start + count)])
-        return ids, shift_labels(ids)
+        return {"input_ids": ids, "labels": shift_labels(ids)}
 
 
 Source = JsonlSource | SyntheticSource
@@ -195,12 +267,12 @@ class TrainLoader:
     def next_batch(self) -> dict[str, torch.Tensor]:
         m = self.micro_batch_size
         first = self._step_start + self.dp_rank * m * self.grad_accum + self._micro * m
-        input_ids, labels = self.source.read(first, m)
+        batch = self.source.read(first, m)
         self._micro += 1
         if self._micro == self.grad_accum:
             self._step_start += self.global_batch_size
             self._micro = 0
-        return {"input_ids": input_ids, "labels": labels}
+        return batch
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         return self
@@ -237,42 +309,44 @@ class ValidationLoader:
         b = 0
         while self.max_batches is None or b < self.max_batches:
             try:
-                input_ids, labels = self.source.read(b * g + self.dp_rank * m, m)
+                batch = self.source.read(b * g + self.dp_rank * m, m)
             except EndOfData:
                 return
             if not self.source.has((b + 1) * g):  # other ranks' share of this batch is missing
                 return
-            yield {"input_ids": input_ids, "labels": labels}
+            yield batch
             b += 1
 
 
 def _source(dataset_type: str, path, seq_len: int, vocab_size: int, seed: int, repeat: bool,
-            stream: int) -> Source:
+            stream: int, document_masking: bool) -> Source:
     if dataset_type == "synthetic":
         return SyntheticSource(seq_len, vocab_size, seed, stream)
     if dataset_type == "jsonl":
         if path is None:
             raise ValueError("dataset_type 'jsonl' needs a path (the channel directory or files)")
-        return JsonlSource(data_files(path), seq_len, vocab_size, repeat=repeat)
+        return JsonlSource(data_files(path), seq_len, vocab_size, repeat=repeat, document_masking=document_masking)
     raise ValueError(f"dataset_type must be 'jsonl' or 'synthetic', not {dataset_type!r}")
 
 
 def build_dataloader(*, dataset_type: str, path=None, seq_len: int, micro_batch_size: int, dp_rank: int,
                      dp_size: int, grad_accum: int = 1, vocab_size: int, seed: int = 0,
-                     start_sample: int = 0) -> TrainLoader:
+                     start_sample: int = 0, document_masking: bool = True) -> TrainLoader:
     """The training loader of one data-parallel rank; `path` is a file, a channel directory or
     a list of them (jsonl only)."""
-    return TrainLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=True, stream=0),
+    return TrainLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=True, stream=0,
+                               document_masking=document_masking),
                        micro_batch_size=micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
                        grad_accum=grad_accum, start_sample=start_sample)
 
 
 def build_validation_loader(*, dataset_type: str, path=None, seq_len: int, micro_batch_size: int,
                             dp_rank: int, dp_size: int, vocab_size: int, seed: int = 0,
-                            max_batches: int | None = None) -> ValidationLoader:
+                            max_batches: int | None = None, document_masking: bool = True) -> ValidationLoader:
     """The validation/test loader of one data-parallel rank (synthetic: a stream of samples
     distinct from the training one)."""
-    return ValidationLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=False, stream=1),
+    return ValidationLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=False, stream=1,
+                                    document_masking=document_masking),
                             micro_batch_size=micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
                             max_batches=max_batches)
 

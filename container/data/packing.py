@@ -16,7 +16,11 @@ By default the tokenizer adds what its post-processor adds to every document (Ll
 leading <|begin_of_text|>, as the seed's notebook had it); --eos also ends every document with
 the end-of-text token, so a model sees where one document stops and the next begins.
 
-Every record is the seed's {"input_ids", "attention_mask", "labels"}. --output-dir DIR writes
+Every record is the seed's {"input_ids", "attention_mask", "labels"} with "position_ids": 0 at
+the first token of each document (and of each block: a document cut by a block boundary goes on
+as a new document in the next block), then counting up, so the job trains each document on its
+own (document masking, docs/data.md); --no-position-ids writes the seed's three fields only, whose
+packed documents see each other in training. --output-dir DIR writes
 DIR/train/train.jsonl and, with --validation-fraction F, DIR/validation/validation.jsonl: the
 job's `train` and `validation` channels. Block i (from 0, in packing order) goes to validation
 when the 8-byte blake2b digest of "{seed}:{i}", read big-endian and divided by 2^64, is below F:
@@ -69,6 +73,25 @@ def group(token_lists: Iterable[list[int]], block_size: int) -> Iterator[list[in
         del buffer[:full]
 
 
+def group_documents(token_lists: Iterable[list[int]], block_size: int) -> Iterator[tuple[list[int], list[int]]]:
+    """`group` with each block's position_ids: 0 at each document's first token and at the
+    block's first token (a cut document goes on as a new one), else the previous position + 1."""
+    if block_size < 1:
+        raise ValueError("block_size must be >= 1")
+    tokens: list[int] = []
+    positions: list[int] = []
+    for ids in token_lists:
+        tokens.extend(ids)
+        positions.extend(range(len(ids)))
+        full = len(tokens) // block_size * block_size
+        for i in range(0, full, block_size):
+            block = positions[i:i + block_size]
+            # the leading piece of a document cut by the block boundary restarts at 0
+            lead = next((j for j, q in enumerate(block) if q == 0), block_size)
+            yield tokens[i:i + block_size], [q - block[0] for q in block[:lead]] + block[lead:]
+        del tokens[:full], positions[:full]
+
+
 def pack(texts: Iterable[str], tokenize: Callable[[str], list[int]],
          block_size: int) -> Iterator[list[int]]:
     """`group` over texts tokenized one at a time (the command line tokenizes in batches)."""
@@ -89,11 +112,12 @@ def _ones(length: int) -> str:
     return json.dumps([1] * length, separators=(",", ":"))
 
 
-def _record(block: list[int]) -> str:
-    """The seed's record as one JSON line; the same text json.dumps of the dict gives, with
-    the ids encoded once for input_ids and labels."""
+def _record(block: list[int], positions: list[int] | None = None) -> str:
+    """The seed's record as one JSON line (with position_ids when given); the same text json.dumps
+    of the dict gives, with the ids encoded once for input_ids and labels."""
     ids = json.dumps(block, separators=(",", ":"))
-    return f'{{"input_ids":{ids},"attention_mask":{_ones(len(block))},"labels":{ids}}}\n'
+    marks = "" if positions is None else f',"position_ids":{json.dumps(positions, separators=(",", ":"))}'
+    return f'{{"input_ids":{ids},"attention_mask":{_ones(len(block))},"labels":{ids}{marks}}}\n'
 
 
 def _open_output(path: Path, gz: bool) -> TextIO:
@@ -281,9 +305,11 @@ def _pack(args: argparse.Namespace, targets: list[Path], documents: Iterable[str
     fraction, seed = args.validation_fraction, args.seed or 0
     with progress, _writing(targets) as files:
         task = progress.add_task("packing")
-        for index, block in enumerate(group(token_lists(), args.block_size)):
+        blocks = (group_documents(token_lists(), args.block_size) if args.position_ids
+                  else ((block, None) for block in group(token_lists(), args.block_size)))
+        for index, (block, positions) in enumerate(blocks):
             split = int(fraction is not None and is_validation(index, fraction, seed))
-            files[split].write(_record(block))
+            files[split].write(_record(block, positions))
             summary.blocks[split] += 1
             if index + 1 == args.max_blocks:
                 summary.stopped = True
@@ -365,6 +391,10 @@ def parse_args(argv: Sequence[str] | None = None,
                    help="tokens per block (= the job's max_context_width)")
     t.add_argument("--max-blocks", type=_positive, metavar="N",
                    help="stop after N blocks (train and validation)")
+    t.add_argument("--position-ids", action=argparse.BooleanOptionalAction, default=True,
+                   help="write each block's position_ids, 0 at each document's start, so the job trains "
+                        "every document on its own (document masking, docs/data.md; default); "
+                        "--no-position-ids: the seed's records, whose documents see each other")
     o = p.add_argument_group("output")
     out = o.add_mutually_exclusive_group(required=True)
     out.add_argument("--output", metavar="FILE", help="one .jsonl or .jsonl.gz file")

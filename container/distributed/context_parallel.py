@@ -11,6 +11,12 @@ Attention goes through the model's seam (`container.models.attention.use`):
 - elsewhere, and always on CPU, `AllGatherAttention`: K/V are all-gathered over the cp group and
   every local query chunk attends causally, by global position, to the keys before it.
 
+Document masking (docs/data.md): a packed row's RoPE positions (restarting at each document)
+are cut like the tokens; its document ids stay whole on every rank, and each local query chunk
+attends to the keys of its own document before it (`AllGatherAttention.document_mask`), so a
+document may span chunks and ranks. TE's context-parallel kernels take no document mask here:
+masked rows go through the all-gather path on GPUs too (said once in the job log).
+
 The loss needs nothing more: every rank counts only its own label tokens, the trainer divides by
 the token count over the dp×cp `loss_group`, FSDP sums gradients over dp_shard×cp, and the K/V
 gradients that other ranks' queries produce come home through the all-gather's backward (a
@@ -63,9 +69,13 @@ def positions(seq_len: int, cp: int, rank: int) -> torch.Tensor:
 
 def shard_batch(batch: dict[str, torch.Tensor], cp: int, rank: int) -> dict[str, torch.Tensor]:
     """A micro-batch ([B, S] input_ids and already-shifted labels) cut for one cp rank, with the
-    RoPE positions of what it keeps."""
+    RoPE positions of what it keeps: the global positions, or a packed row's per-document ones
+    (cut like the tokens). Document ids stay whole: the attention masks by them."""
     out = {key: split(value, cp, rank) if key in SEQUENCE_KEYS else value for key, value in batch.items()}
-    out["positions"] = positions(batch["input_ids"].shape[1], cp, rank)
+    if "positions" in batch:
+        out["positions"] = split(batch["positions"], cp, rank)
+    else:
+        out["positions"] = positions(batch["input_ids"].shape[1], cp, rank)
     return out
 
 
@@ -79,14 +89,36 @@ class AllGatherAttention:
         self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
         self._masks: dict[tuple, torch.Tensor] = {}
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def document_mask(self, documents: torch.Tensor) -> torch.Tensor:
+        """The whole rows' document ids ([B, S], natural order) are the mask: each chunk's
+        queries are compared with the keys before them in `__call__`."""
+        return documents
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 documents: torch.Tensor | None = None) -> torch.Tensor:
         c = q.shape[2] // 2
         keys, values = self._gather(k, v)
         outs = []
         for half, chunk in enumerate((self.rank, 2 * self.size - 1 - self.rank)):
             end = (chunk + 1) * c  # keys of every position up to this chunk's last token
-            outs.append(self._causal(q[:, :, half * c:(half + 1) * c], keys[:, :, :end], values[:, :, :end]))
+            q_chunk, k_seen, v_seen = q[:, :, half * c:(half + 1) * c], keys[:, :, :end], values[:, :, :end]
+            if documents is None:
+                outs.append(self._causal(q_chunk, k_seen, v_seen))
+            else:
+                outs.append(self._within_documents(q_chunk, k_seen, v_seen, documents[:, chunk * c:end],
+                                                   documents[:, :end]))
         return torch.cat(outs, dim=2)
+
+    @staticmethod
+    def _within_documents(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_documents: torch.Tensor,
+                          k_documents: torch.Tensor) -> torch.Tensor:
+        """q: the last q_len positions of keys k; each query sees the keys of its own document up
+        to itself (a [B, 1, q_len, kv_len] mask: the exact path)."""
+        q_len, kv_len = q.shape[2], k.shape[2]
+        causal = torch.ones(q_len, kv_len, dtype=torch.bool, device=q.device).tril(kv_len - q_len)
+        allowed = (q_documents[:, :, None] == k_documents[:, None, :]) & causal
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None],
+                                              enable_gqa=k.shape[1] != q.shape[1])
 
     def _gather(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole sequence's K and V in natural order: one collective, K/V heads only (GQA
@@ -126,6 +158,7 @@ class TransformerEngineAttention:
         self.fallback = AllGatherAttention(group)
         self.stream = torch.cuda.Stream()  # TE overlaps the ring's attention steps on a second stream
         self._modules: dict[tuple[int, int, int], torch.nn.Module] = {}
+        self._said_documents = False
 
     def _module(self, heads: int, kv_heads: int, head_dim: int) -> torch.nn.Module:
         key = (heads, kv_heads, head_dim)
@@ -141,9 +174,17 @@ class TransformerEngineAttention:
             self._modules[key] = module
         return self._modules[key]
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if q.dtype not in (torch.bfloat16, torch.float16):
-            return self.fallback(q, k, v)
+    def document_mask(self, documents: torch.Tensor) -> torch.Tensor:
+        if not self._said_documents:
+            self._said_documents = True
+            log.info("document masking under context parallelism: the all-gathered K/V path (Transformer "
+                     "Engine's context-parallel attention here takes no document mask)")
+        return self.fallback.document_mask(documents)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 documents: torch.Tensor | None = None) -> torch.Tensor:
+        if documents is not None or q.dtype not in (torch.bfloat16, torch.float16):
+            return self.fallback(q, k, v, documents)
         bsz, heads, seq, head_dim = q.shape
         module = self._module(heads, k.shape[1], head_dim)
         # The model's q/k/v are [B, S, H, D] in memory already (transposed views): no copies here.

@@ -71,8 +71,9 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
         parallelize_module(block, tp_mesh, {
             "attention_norm": SequenceParallel(),
             # (x, cos, sin): x gathered to the whole sequence; the RoPE tables are plain tensors
-            "attention": PrepareModuleInput(input_layouts=(Shard(1), None, None),
-                                            desired_input_layouts=(Replicate(), None, None)),
+            # x, then RoPE's cos and sin and the document mask (or None), which every rank holds whole
+            "attention": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
+                                            desired_input_layouts=(Replicate(), None, None, None)),
             "attention.wq": ColwiseParallel(),
             "attention.wk": ColwiseParallel(),
             "attention.wv": ColwiseParallel(),

@@ -112,13 +112,14 @@ class Attention(nn.Module):
         self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         bsz, seq, _ = x.shape
         q = self.wq(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = attention.sdpa(q, k, v)
+        out = attention.sdpa(q, k, v, mask)
         return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
 
     def init_weights(self, std: float) -> None:
@@ -155,8 +156,9 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.depth_std = 0.02 / (2 * (layer_id + 1)) ** 0.5
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), cos, sin)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), cos, sin, mask)
         return h + self.mlp(self.ffn_norm(h))
 
     @property
@@ -185,9 +187,12 @@ class Transformer(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, loss_chunk_tokens: int = 0):
+                labels: torch.Tensor | None = None, loss_chunk_tokens: int = 0,
+                documents: torch.Tensor | None = None):
         """tokens: [B, S] -> logits [B, S, V]. `positions` ([S] or [B, S]) default to 0..S-1;
-        context parallelism passes the global positions of a rank's chunks. With `labels` [B, S]:
+        context parallelism passes the global positions of a rank's chunks, a packed row the
+        positions within each document. `documents` [B, S] (each token's document in its row):
+        attention stays within each document (attention.document_mask). With `labels` [B, S]:
         (summed token loss, label token count) instead, the loss computed `loss_chunk_tokens`
         tokens at a time (container.loss; 0: the whole logits).
 
@@ -198,9 +203,10 @@ class Transformer(nn.Module):
             cos, sin = self.rope_cos[: tokens.shape[1]], self.rope_sin[: tokens.shape[1]]
         else:
             cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        mask = attention.mask_for(documents)
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         for layer in self.layers.values():
-            h = layer(h, cos, sin)
+            h = layer(h, cos, sin, mask)
         if self.output is None:
             return h
         h = self.norm(h)

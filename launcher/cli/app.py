@@ -163,6 +163,8 @@ def _summary(job) -> dict:
         out["sequence_length"] = settings.seq_len
         out["batch"] = f"{settings.micro_batch} sequence(s) per data-parallel rank x {settings.grad_accum} step(s)"
         out["activation_checkpointing"] = (settings.ac_mode or "off") + (" + offload" if settings.offload else "")
+        out["document_masking"] = ("on where records mark documents (position_ids restarting at 0)"
+                                   if settings.document_masking else "off: packed documents see each other")
     elif cfg.hyperparameters.max_context_width:
         out["sequence_length"] = cfg.hyperparameters.max_context_width
     bf16 = settings.bf16 if settings else bool(cfg.hyperparameters.bf16)

@@ -95,6 +95,11 @@ class TrainingHyperparameters(_SeedDegrees):
         None, description="adamw, or anyprecision (pure-bf16 states with Kahan-compensated updates)."
     )
     dataset_type: Literal["jsonl", "synthetic"] | None = Field(None, description="Training data source.")
+    document_masking: bool | None = Field(
+        None, description="smlaunch: where records mark their documents (position_ids restarting at 0), "
+                          "attention stays within each document and RoPE positions restart (default on; "
+                          "0: packed documents see each other, as the seed's script trains; docs/data.md)."
+    )
     offload_activations: bool | None = Field(None, description="Offload checkpointed activations to host.")
     loss_chunk_tokens: int | None = Field(
         None, ge=0, le=MAX_DIMENSION,

@@ -153,7 +153,8 @@ def test_pretrained_weights_reach_every_shard_of_a_parallel_layout(tmp_path, lay
     reference = save_llama(tmp_path / "m", llama_config(), weights="bin", shards=2)
     records = run_train(tmp_path / "run", 2, model_preset="", hf_pretrained_model_name_or_dir=str(tmp_path / "m"),
                         max_steps=1, mp_parameters=layout)
-    ids = SyntheticSource(SEQ, reference.config.vocab_size, seed=7).read(0, 4)[0]  # run_train's seed and batch
+    # run_train's seed and batch
+    ids = SyntheticSource(SEQ, reference.config.vocab_size, seed=7).read(0, 4)["input_ids"]
     with torch.no_grad():
         expected = reference(ids, labels=ids).loss.item()
     assert records[0]["loss"] == pytest.approx(expected, rel=1e-5)

@@ -75,14 +75,22 @@ def run(*argv) -> int:
         return e.code
 
 
-def blocks(path: Path) -> list[list[int]]:
-    """The blocks of a written file, checking each record is the seed's layout."""
+def written_records(path: Path) -> list[dict]:
     with gzip.open(path, "rt") if path.name.endswith(".gz") else path.open() as f:
-        records = [json.loads(line) for line in f]
-    for r in records:
-        assert list(r) == ["input_ids", "attention_mask", "labels"]
+        return [json.loads(line) for line in f]
+
+
+def blocks(path: Path) -> list[list[int]]:
+    """The blocks of a written file, checking each record is the seed's layout (with the
+    position_ids `pack` writes by default: 0 where a document or the block starts, else + 1)."""
+    written = written_records(path)
+    for r in written:
+        assert list(r) in (["input_ids", "attention_mask", "labels"],
+                           ["input_ids", "attention_mask", "labels", "position_ids"])
         assert r["labels"] == r["input_ids"] and r["attention_mask"] == [1] * len(r["input_ids"])
-    return [r["input_ids"] for r in records]
+        positions = r.get("position_ids", [0])
+        assert positions[0] == 0 and all(q in (0, p + 1) for p, q in zip(positions, positions[1:]))
+    return [r["input_ids"] for r in written]
 
 
 def summary(stdout: str) -> dict:

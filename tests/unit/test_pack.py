@@ -24,6 +24,7 @@ from tests.support.pack import (
     run,
     summary,
     write_docs,
+    written_records,
 )
 
 
@@ -107,6 +108,25 @@ def test_text_files_with_a_tokenizer(tmp_path, tokenizer_dir, capsys):
 
     assert (s["documents"], s["tokens"], s["blocks"], s["left_over"], s["vocab_size"]) == (
         len(DOCS), tokens, len(expected), tokens % BLOCK, len(AutoTokenizer.from_pretrained(tokenizer_dir)))
+
+
+def test_blocks_mark_their_documents_and_a_cut_document_starts_again(tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("a" * 10)
+    (src / "sub" / "b.py").write_text("b" * 10)
+    assert run("--input", src, "--output", tmp_path / "out.jsonl", "--block-size", 6) == 0
+    # "aaaaaa", "aaaa|bb" (b.py starts), "bbbbbb" (the rest of b.py: a new document in its block)
+    assert [r["position_ids"] for r in written_records(tmp_path / "out.jsonl")] == [
+        [0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 0, 1], [0, 1, 2, 3, 4, 5]]
+    loader = build_dataloader(dataset_type="jsonl", path=tmp_path / "out.jsonl", seq_len=6, micro_batch_size=3,
+                              dp_rank=0, dp_size=1, vocab_size=256)
+    assert loader.next_batch()["documents"].tolist() == [[0] * 6, [0, 0, 0, 0, 1, 1], [0] * 6]
+
+    assert run("--input", src, "--output", tmp_path / "seed.jsonl", "--block-size", 6, "--no-position-ids") == 0
+    seed_fields = ["input_ids", "attention_mask", "labels"]
+    assert [list(r) for r in written_records(tmp_path / "seed.jsonl")] == [seed_fields] * 3
+
 
 
 def test_jsonl_with_a_text_field_and_no_special_tokens(tmp_path, tokenizer_dir):
