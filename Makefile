@@ -30,21 +30,24 @@ $(UV): | $(PY)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 # torch first, by pip (with its few dependencies, whose versions the lock then sets; --no-compile:
-# uv compiles it below, in parallel, where pip took most of a minute); then the lock exactly as
+# compileall does it below, in parallel, where pip took most of a minute); then the lock exactly as
 # written: --no-deps (nothing resolved), every hash checked, and --compile-bytecode (uv compiles
-# what it installs; compileall does torch's modules and smlaunch's below), as pip would: where
-# PYTHONDONTWRITEBYTECODE is set (this machine, CI), Python never writes bytecode itself, and every
-# process would compile torch and transformers again (`import torch, transformers`: 4.9 s without,
-# 2.7 s with); then smlaunch itself, editable, and its bytecode (an editable install has none: a
-# fifth of `validate`'s start-up, BENCHMARKS.md). The check fails the install where pyproject.toml
-# asks for what the lock lacks.
+# what it installs); then smlaunch itself, editable. Then compileall over smlaunch and the whole
+# venv: torch, and torch's dependencies that pip installed and uv found already there (sympy,
+# networkx, typing_extensions, jinja2, ...), have no bytecode otherwise, and an editable install
+# has none (a fifth of `validate`'s start-up, BENCHMARKS.md). Where PYTHONDONTWRITEBYTECODE is set
+# (this machine, CI), Python never writes bytecode itself: every process compiled again what had
+# none (`import torch, transformers`: 4.9 s without, 2.7 s with), and a fresh clone's suite took
+# 1,019 s of pytest where the same suite in a compiled venv took 744 s (torch imports sympy, 1,532
+# of whose modules had no bytecode). The check fails the install where pyproject.toml asks for what
+# the lock lacks.
 $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check --no-compile $(TORCH)
 	$(UV_PIP) install --quiet --no-deps --require-hashes --compile-bytecode -r $(LOCK)
 	$(UV_PIP) install --quiet --no-deps -e .
 	$(PY) -m compileall -q -j 0 launcher container
 	@# -x: torch ships test files for newer Pythons (py312_intrinsics.py) that 3.11 cannot compile
-	$(PY) -m compileall -q -j 0 -x 'py31[2-9]_' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch"
+	$(PY) -m compileall -q -j 0 -x 'py31[2-9]_' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	@$(UV_PIP) --check smlaunch $(LOCK_EXTRAS) || { echo "$(LOCK) is out of date: make lock" >&2; exit 1; }
 	touch $(STAMP)
 
