@@ -195,17 +195,6 @@ def check_writable(directories: dict[str, Path]) -> None:
                 f"or point {label} at a directory this job can write") from exc
 
 
-def check_documents(rt: Runtime, batches: list[dict]) -> None:
-    """Document masking where this runtime does not implement it yet is an error, before the batch
-    trains: quietly training across documents is what the user turned masking on to avoid."""
-    if "documents" not in batches[0] or rt.layout.pp == 1:
-        return
-    raise NotImplementedError(
-        "the training records mark their documents (position_ids restarting at 0), and document masking under "
-        "pipeline parallelism is not implemented yet: set hyperparameter document_masking=0 to train as the seed's "
-        "script does (packed documents see each other), or train without pipeline parallelism")
-
-
 def describe_data(rt: Runtime, source, s: RunSettings) -> None:
     """Once, in the job log: whether documents are masked, and the record fields left unread."""
     if not rt.is_main or not isinstance(source, data.JsonlSource):
@@ -263,7 +252,6 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         _sync(rt)
         t0 = time.perf_counter()
         batches = [loader.next_batch() for _ in range(s.grad_accum)]
-        check_documents(rt, batches)
         if step == start_step + 1:
             describe_data(rt, loader.source, s)
         micro = [_to(cp_shard(batch), rt.device) for batch in batches]
@@ -344,7 +332,6 @@ def validate(rt: Runtime, model: Transformer, path: Path, s: RunSettings, spec: 
     loss_sum = torch.zeros((), device=rt.device)
     tokens = torch.zeros((), device=rt.device)
     for batch in loader:
-        check_documents(rt, [batch])
         with loss_context(rt.layout.tp):
             loss, n = token_loss_sum(model, _to(cp_shard(batch), rt.device), s.loss_chunk_tokens)
         loss_sum += loss

@@ -19,7 +19,8 @@ masking on (the default; hyperparameter document_masking=0 turns it off), its ba
 `positions` (RoPE positions restarting at each document) and `documents` (each token's document
 in the row, for the attention mask), and the last token of a document predicts nothing: a packed
 row then trains exactly as its documents alone. Every field of a record is used, refused or
-ignored by name (`FIELDS`): one that would change how a record trains is never skipped quietly.
+ignored by name (`USED_FIELDS`, `REFUSED_FIELDS`): one that would change how a record trains is
+never skipped quietly.
 
 Data sets are made by container.data.packing (`pack`, the seed's `group_texts`), also as
 
@@ -205,8 +206,8 @@ def _positions(value, length: int, where: str) -> torch.Tensor:
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: position_ids must be a list of integers ({e})") from e
     if positions.shape != (length,):
-        raise ValueError(f"{where}: position_ids has {len(value) if isinstance(value, list) else value!r} "
-                         f"entries, input_ids {length}")
+        raise ValueError(f"{where}: position_ids has shape {tuple(positions.shape)}, input_ids ({length},): "
+                         "give one position per token")
     steps_on = positions[1:] == positions[:-1] + 1
     wrong = ((positions[1:] != 0) & ~steps_on).nonzero()
     if positions[0] != 0 or len(wrong):

@@ -18,7 +18,8 @@ token loss (container.loss, chunked as without pipelining) and the schedule's lo
 the step's global token count, with the schedule's gradient scaling off: the gradients are those
 of one process, as everywhere in the runtime (trainer.py). RoPE positions (the cp chunk's, under
 context parallelism) go to every stage as a keyword argument, so a stage whose input is
-sequence-parallel hidden states still rotates by the right positions.
+sequence-parallel hidden states still rotates by the right positions; so do a packed row's
+document ids (document masking, docs/data.md), which every stage's attention masks by.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ class StageModule(Transformer):
         self.register_buffer("rope_sin", source.rope_sin, persistent=False)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None):
-        return super().forward(tokens, positions, labels=labels, loss_chunk_tokens=self.loss_chunk_tokens)
+                labels: torch.Tensor | None = None, documents: torch.Tensor | None = None):
+        return super().forward(tokens, positions, labels=labels, loss_chunk_tokens=self.loss_chunk_tokens,
+                               documents=documents)
 
 
 def check_pipeline(rt: Runtime, spec: ModelSpec, s: RunSettings, pretrained_weights: bool) -> None:
@@ -105,19 +107,29 @@ class Pipeline:
         summed token loss of this data-parallel rank's batch, on every stage."""
         tokens = torch.cat([b["input_ids"] for b in micro])
         labels = torch.cat([b["labels"] for b in micro])
-        positions = micro[0].get("positions")
-        if positions is None:
-            positions = torch.arange(tokens.shape[1], device=tokens.device)
+        # every keyword argument is cut into the schedule's microbatches along the rows
+        positions = torch.cat([_rows(b.get("positions"), b["input_ids"]) for b in micro])
+        kwargs = {"positions": positions, "labels": labels}
+        if any("documents" in b for b in micro):  # a batch without them is one document a row
+            kwargs["documents"] = torch.cat([b["documents"] if "documents" in b else
+                                             torch.zeros_like(b["input_ids"]) for b in micro])
         self._sums, self._total = [], total_tokens
         with loss_context(self.rt.layout.tp):
-            self.schedule.step(tokens, target=labels, positions=positions.expand(tokens.shape[0], -1),
-                               labels=labels, return_outputs=False)
+            self.schedule.step(tokens, target=labels, **kwargs, return_outputs=False)
         # on the first step the stages infer their shapes with one more forward and loss, before the
         # microbatches: the step's losses are the last `microbatches`
         sums = self._sums[-self.microbatches:]
         loss = torch.stack(sums).sum() if sums else torch.zeros((), device=self.rt.device)
         dist.all_reduce(loss, group=self.rt.pp_group)  # only the last stage has it
         return loss
+
+
+def _rows(positions: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
+    """One micro-batch's RoPE positions, one row per sequence: a packed row's own ([B, S]), or the
+    positions every row shares ([S]: 0..S-1, or the cp chunk's global ones)."""
+    if positions is None:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+    return positions if positions.dim() == 2 else positions.expand(tokens.shape[0], -1)
 
 
 def build_pipeline(rt: Runtime, spec: ModelSpec, s: RunSettings,

@@ -70,8 +70,8 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, {
             "attention_norm": SequenceParallel(),
-            # (x, cos, sin): x gathered to the whole sequence; the RoPE tables are plain tensors
-            # x, then RoPE's cos and sin and the document mask (or None), which every rank holds whole
+            # (x, cos, sin, mask): x gathered to the whole sequence; the RoPE tables and the document
+            # mask (or None) are plain tensors every rank holds whole
             "attention": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
                                             desired_input_layouts=(Replicate(), None, None, None)),
             "attention.wq": ColwiseParallel(),

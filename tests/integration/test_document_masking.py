@@ -44,12 +44,16 @@ def packed(tmp_path_factory) -> tuple[Path, Path, list[list[list[int]]]]:
     model.save_pretrained(root / "model")
     g = torch.Generator().manual_seed(3)
     rows = [[torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths] for lengths in ROWS]
-    train = root / "train"
-    train.mkdir()
-    (train / "train.jsonl").write_text("".join(
-        json.dumps({"input_ids": [t for d in docs for t in d], "position_ids": [i for d in docs for i in range(len(d))],
-                    "source": "test"}) + "\n" for docs in rows))
-    return root / "model", train, rows
+    return root / "model", write_rows(root / "train", rows, source="test"), rows
+
+
+def write_rows(channel: Path, rows: list[list[list[int]]], **metadata) -> Path:
+    """A channel of packed rows, each record's position_ids restarting at its documents."""
+    channel.mkdir()
+    records = [{"input_ids": [t for d in docs for t in d], "position_ids": [i for d in docs for i in range(len(d))],
+                **metadata} for docs in rows]
+    (channel / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return channel
 
 
 def train(tmp: Path, packed, nproc: int, **hyperparameters) -> list[dict]:
@@ -109,10 +113,40 @@ def test_context_parallelism_with_documents_across_its_chunks_trains_like_one_pr
     assert_same_training(records, one_process)
 
 
-def test_pipeline_parallelism_refuses_documents_before_training(tmp_path, packed):
-    with pytest.raises(AssertionError) as failure:  # run_train's report of a failed train.py
-        # pipeline stages take no pretrained weights yet: the model is built from its config.json
-        train(tmp_path, packed, 2, mp_parameters="pipeline_parallel_degree=2,microbatches=2", init_from_scratch=1)
-    report = str(failure.value)
-    assert "document masking under pipeline parallelism is not implemented yet" in report, report[-3000:]
-    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+def test_pipeline_parallelism_passes_the_documents_to_every_stage(tmp_path, packed):
+    # pipeline stages take no pretrained weights yet, so both runs build the model from its
+    # config.json with the seed (the one-process weights, trainer and pipeline alike); 1F1B over
+    # 2 stages, 2 microbatches of 2 rows: each stage's attention masks by its rows' documents
+    one = train(tmp_path / "one", packed, 1, init_from_scratch=1)
+    piped = train(tmp_path / "pp2", packed, 2, init_from_scratch=1,
+                  mp_parameters="pipeline_parallel_degree=2,microbatches=2")
+    assert_same_training(piped, one)
+    # the control: at these weights, a pipeline that dropped the documents would be this far off
+    crossing = train(tmp_path / "crossing", packed, 1, init_from_scratch=1, document_masking=0)
+    assert abs(series(crossing, "loss")[0] - series(one, "loss")[0]) > 100 * REL * series(one, "loss")[0]
+
+
+@pytest.fixture(scope="module")
+def packed_moe(tmp_path_factory) -> Path:
+    """ROWS' layout of documents with tokens of mixtral-tiny's 256-token vocabulary."""
+    g = torch.Generator().manual_seed(5)
+    rows = [[torch.randint(0, 256, (n,), generator=g).tolist() for n in lengths] for lengths in ROWS]
+    return write_rows(tmp_path_factory.mktemp("moe") / "train", rows)
+
+
+def test_mixture_of_experts_with_hybrid_sharding_context_and_expert_parallelism(tmp_path, packed_moe):
+    """mixtral-tiny: 4 ranks, hybrid sharding 2 x 2, cp 2 inside each sharding group and ep 2 taken
+    from the cp ranks, delayed init and activation checkpointing, like one process (the token
+    loss, the gradient norm and the load-balancing loss); the unmasked run is the control."""
+    hp = {"model_preset": "mixtral-tiny", "dataset_type": "jsonl", "training_dir": str(packed_moe),
+          "max_context_width": SEQ, "train_batch_size": 4, "max_steps": 1}
+    one = run_train(tmp_path / "one", 1, **hp)
+    layout = "hybrid_shard_degree=2,context_parallel_degree=2,expert_parallel_degree=2"
+    composite = run_train(tmp_path / "composite", 4, **{**hp, "train_batch_size": 2}, mp_parameters=layout,
+                          delayed_param=1, activation_checkpointing=1)
+    assert_same_training(composite, one)
+    assert series(composite, "aux_loss") == pytest.approx(series(one, "aux_loss"), rel=REL)
+    # the control: unmasked, the first loss moves by 1.2e-4 relative (these weights and rows are
+    # fixed, so the figure is too): 12 x REL, so a layout that dropped the documents would fail
+    crossing = run_train(tmp_path / "crossing", 1, **hp, document_masking=0)
+    assert abs(series(crossing, "loss")[0] - series(one, "loss")[0]) > 5 * REL * series(one, "loss")[0]

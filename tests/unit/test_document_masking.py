@@ -16,7 +16,7 @@ import torch
 from container.data.loader import IGNORE_INDEX, JsonlSource, build_dataloader, shift_labels
 from container.loss import token_loss_sum
 from container.models.llama import build_model
-from container.trainer import check_documents, describe_data
+from container.trainer import describe_data
 from launcher.config.models import PRESETS
 
 SPEC = PRESETS["llama3-tiny"]
@@ -162,10 +162,7 @@ def test_position_ids_that_do_not_mark_documents_are_an_error(tmp_path, position
         source.read(0, 1)
 
 
-def test_pipeline_parallelism_refuses_document_masking_before_training():
-    rt = SimpleNamespace(layout=SimpleNamespace(cp=1, pp=2))
-    with pytest.raises(NotImplementedError, match="document masking under pipeline parallelism is not implemented "
-                                                  "yet: set hyperparameter document_masking=0"):
-        check_documents(rt, [{"input_ids": None, "documents": None}])
-    check_documents(rt, [{"input_ids": None}])  # rows without documents train as before
-    check_documents(SimpleNamespace(layout=SimpleNamespace(cp=2, pp=1)), [{"input_ids": None, "documents": None}])
+def test_position_ids_of_another_length_are_an_error(tmp_path):
+    path = write(tmp_path / "t.jsonl", [{"input_ids": [1, 2, 3, 4], "position_ids": [0, 1, 2]}])
+    with pytest.raises(ValueError, match=r"t.jsonl:1: position_ids has shape \(3,\), input_ids \(4,\)"):
+        JsonlSource([path], seq_len=4, vocab_size=SPEC.vocab_size).read(0, 1)
