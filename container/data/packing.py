@@ -62,15 +62,7 @@ BATCH_CHARS = 1 << 22  # bounds a batch's memory when documents are whole files
 def group(token_lists: Iterable[list[int]], block_size: int) -> Iterator[list[int]]:
     """The seed's `group_texts` over documents' tokens: concatenate, cut into block_size
     blocks, drop the remainder. Only one block's worth is held beyond a document's own tokens."""
-    if block_size < 1:
-        raise ValueError("block_size must be >= 1")
-    buffer: list[int] = []
-    for ids in token_lists:
-        buffer.extend(ids)
-        full = len(buffer) // block_size * block_size
-        for i in range(0, full, block_size):
-            yield buffer[i:i + block_size]
-        del buffer[:full]
+    return (block for block, _ in group_documents(token_lists, block_size))
 
 
 def group_documents(token_lists: Iterable[list[int]], block_size: int) -> Iterator[tuple[list[int], list[int]]]:
@@ -305,11 +297,9 @@ def _pack(args: argparse.Namespace, targets: list[Path], documents: Iterable[str
     fraction, seed = args.validation_fraction, args.seed or 0
     with progress, _writing(targets) as files:
         task = progress.add_task("packing")
-        blocks = (group_documents(token_lists(), args.block_size) if args.position_ids
-                  else ((block, None) for block in group(token_lists(), args.block_size)))
-        for index, (block, positions) in enumerate(blocks):
+        for index, (block, positions) in enumerate(group_documents(token_lists(), args.block_size)):
             split = int(fraction is not None and is_validation(index, fraction, seed))
-            files[split].write(_record(block, positions))
+            files[split].write(_record(block, positions if args.position_ids else None))
             summary.blocks[split] += 1
             if index + 1 == args.max_blocks:
                 summary.stopped = True
