@@ -38,11 +38,13 @@ from container.distributed.runtime import Runtime
 from container.distributed.tensor_parallel import apply_tp, loss_context
 from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
 from container.loss import label_tokens, token_loss_sum
+from container.models import attention, document_kernels
 from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
 from container.progress import ProgressWriter
 from container.tensorboard import TensorBoardScalars
 from launcher.config import TrainingHyperparameters, flops
+from launcher.config.attention import DESCRIPTIONS
 from launcher.config.models import ModelSpec
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
@@ -200,9 +202,11 @@ def describe_data(rt: Runtime, source, s: RunSettings) -> None:
     if not rt.is_main or not isinstance(source, data.JsonlSource):
         return
     if source.marks_documents:
+        kernel = attention.kernel().name
         log.info("data: records mark documents (position_ids); document masking %s",
-                 "on: attention stays within each document, positions restart" if s.document_masking
-                 else "off (document_masking=0): packed documents see each other")
+                 f"on: attention stays within each document ({kernel} kernel: {DESCRIPTIONS[kernel]}), "
+                 "positions restart" if s.document_masking else
+                 "off (document_masking=0): packed documents see each other")
     else:
         log.info("data: records mark no documents (no position_ids): each row is one sequence")
     if source.ignored_fields:
@@ -212,6 +216,8 @@ def describe_data(rt: Runtime, source, s: RunSettings) -> None:
 
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
     s = settings(rt, hp)
+    # first: a kernel this device cannot run fails the job before anything is built or read
+    attention.use_kernel(document_kernels.build(s.attention_kernel, rt.device, s.bf16))
     writable = {"model_dir": dirs.model, "output_data_dir": dirs.output_data}
     if dirs.tensorboard is not None:
         writable["tensorboard_dir"] = dirs.tensorboard

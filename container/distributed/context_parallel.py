@@ -12,9 +12,10 @@ Attention goes through the model's seam (`container.models.attention.use`):
   every local query chunk attends causally, by global position, to the keys before it.
 
 Document masking (docs/data.md): a packed row's RoPE positions (restarting at each document)
-are cut like the tokens; its document ids stay whole on every rank, and each local query chunk
-attends to the keys of its own document before it (`AllGatherAttention.document_mask`), so a
-document may span chunks and ranks. TE's context-parallel kernels take no document mask here:
+are cut like the tokens; its document ids stay whole on every rank, and the job's document kernel
+(container.models.document_kernels: dense mask, FlexAttention block mask or varlen segments)
+plans this rank's query positions against the all-gathered keys (`AllGatherAttention.document_mask`),
+so a document may span chunks and ranks. TE's context-parallel kernels take no document mask here:
 masked rows go through the all-gather path on GPUs too (said once in the job log).
 
 The loss needs nothing more: every rank counts only its own label tokens, the trainer divides by
@@ -89,36 +90,21 @@ class AllGatherAttention:
         self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
         self._masks: dict[tuple, torch.Tensor] = {}
 
-    def document_mask(self, documents: torch.Tensor) -> torch.Tensor:
-        """The whole rows' document ids ([B, S], natural order) are the mask: each chunk's
-        queries are compared with the keys before them in `__call__`."""
-        return documents
+    def document_mask(self, documents: torch.Tensor):
+        """The document kernel's plan for this rank's query positions (its two chunks) against
+        the whole rows' keys ([B, S] document ids, natural order), which `__call__` gathers."""
+        return attention.kernel().plan(documents, positions(documents.shape[1], self.size, self.rank))
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 documents: torch.Tensor | None = None) -> torch.Tensor:
-        c = q.shape[2] // 2
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan=None) -> torch.Tensor:
         keys, values = self._gather(k, v)
+        if plan is not None:
+            return attention.kernel().attend(q, keys, values, plan)
+        c = q.shape[2] // 2
         outs = []
         for half, chunk in enumerate((self.rank, 2 * self.size - 1 - self.rank)):
             end = (chunk + 1) * c  # keys of every position up to this chunk's last token
-            q_chunk, k_seen, v_seen = q[:, :, half * c:(half + 1) * c], keys[:, :, :end], values[:, :, :end]
-            if documents is None:
-                outs.append(self._causal(q_chunk, k_seen, v_seen))
-            else:
-                outs.append(self._within_documents(q_chunk, k_seen, v_seen, documents[:, chunk * c:end],
-                                                   documents[:, :end]))
+            outs.append(self._causal(q[:, :, half * c:(half + 1) * c], keys[:, :, :end], values[:, :, :end]))
         return torch.cat(outs, dim=2)
-
-    @staticmethod
-    def _within_documents(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_documents: torch.Tensor,
-                          k_documents: torch.Tensor) -> torch.Tensor:
-        """q: the last q_len positions of keys k; each query sees the keys of its own document up
-        to itself (a [B, 1, q_len, kv_len] mask: the exact path)."""
-        q_len, kv_len = q.shape[2], k.shape[2]
-        causal = torch.ones(q_len, kv_len, dtype=torch.bool, device=q.device).tril(kv_len - q_len)
-        allowed = (q_documents[:, :, None] == k_documents[:, None, :]) & causal
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed[:, None],
-                                              enable_gqa=k.shape[1] != q.shape[1])
 
     def _gather(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole sequence's K and V in natural order: one collective, K/V heads only (GQA
@@ -174,17 +160,17 @@ class TransformerEngineAttention:
             self._modules[key] = module
         return self._modules[key]
 
-    def document_mask(self, documents: torch.Tensor) -> torch.Tensor:
+    def document_mask(self, documents: torch.Tensor):
         if not self._said_documents:
             self._said_documents = True
-            log.info("document masking under context parallelism: the all-gathered K/V path (Transformer "
-                     "Engine's context-parallel attention here takes no document mask)")
+            log.info("document masking under context parallelism: the all-gathered K/V path with the %s "
+                     "kernel (Transformer Engine's context-parallel attention here takes no document mask)",
+                     attention.kernel().name)
         return self.fallback.document_mask(documents)
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 documents: torch.Tensor | None = None) -> torch.Tensor:
-        if documents is not None or q.dtype not in (torch.bfloat16, torch.float16):
-            return self.fallback(q, k, v, documents)
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan=None) -> torch.Tensor:
+        if plan is not None or q.dtype not in (torch.bfloat16, torch.float16):
+            return self.fallback(q, k, v, plan)
         bsz, heads, seq, head_dim = q.shape
         module = self._module(heads, k.shape[1], head_dim)
         # The model's q/k/v are [B, S, H, D] in memory already (transposed views): no copies here.

@@ -27,6 +27,7 @@ from launcher.cli.support import (
     report_invalid,
     set_option,
 )
+from launcher.config import attention
 from launcher.config.issues import ConfigError
 
 
@@ -163,7 +164,8 @@ def _summary(job) -> dict:
         out["sequence_length"] = settings.seq_len
         out["batch"] = f"{settings.micro_batch} sequence(s) per data-parallel rank x {settings.grad_accum} step(s)"
         out["activation_checkpointing"] = (settings.ac_mode or "off") + (" + offload" if settings.offload else "")
-        out["document_masking"] = ("on where records mark documents (position_ids restarting at 0)"
+        out["document_masking"] = (f"on where records mark documents (position_ids restarting at 0); "
+                                   f"{attention.describe(settings.attention_kernel)}"
                                    if settings.document_masking else "off: packed documents see each other")
     elif cfg.hyperparameters.max_context_width:
         out["sequence_length"] = cfg.hyperparameters.max_context_width

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from launcher.config.attention import ATTENTION_KERNELS
 from launcher.config.base import HyperparameterName, JsonValue, Strict, reject_boolean
 from launcher.config.degrees import model_with_degrees
 from launcher.config.limits import MAX_DIMENSION
@@ -31,7 +32,7 @@ COLLECTIVE_TIMEOUT_DEFAULT_S = 600
 # Choices smlaunch's train.py makes; a user script may mean anything by these keys (job_kind.py).
 RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activation_checkpointing_mode",
                    "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",
-                   "cp_comm_type", "distributed_backend", "lr_decay_style")
+                   "cp_comm_type", "distributed_backend", "lr_decay_style", "attention_kernel")
 
 
 # The degrees the seed's script also accepts as arguments (launcher.config.degrees); they must
@@ -99,6 +100,11 @@ class TrainingHyperparameters(_SeedDegrees):
         None, description="smlaunch: where records mark their documents (position_ids restarting at 0), "
                           "attention stays within each document and RoPE positions restart (default on; "
                           "0: packed documents see each other, as the seed's script trains; docs/data.md)."
+    )
+    attention_kernel: Literal[ATTENTION_KERNELS] | None = Field(
+        None, description="smlaunch: the kernel that attends within documents: auto (FlexAttention on GPUs, "
+                          "the dense mask on CPUs), dense, flex, or varlen (flash attention, bf16 on GPUs); "
+                          "docs/data.md."
     )
     offload_activations: bool | None = Field(None, description="Offload checkpointed activations to host.")
     loss_chunk_tokens: int | None = Field(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.config import catalog
+from launcher.config import attention, catalog
 from launcher.config.degrees import script_arguments
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
@@ -313,6 +313,22 @@ def check_memory_options(ctx: Context) -> list[Issue]:
                             f"contradicts a sharding group of {group} ranks",
                             "set hybrid_shard_degree: 1 for no sharding, or drop sharding_strategy"))
     return issues
+
+
+def check_attention_kernel(ctx: Context) -> list[Issue]:
+    """The document-masking kernel smlaunch's train.py is asked for, against the precision and the
+    instance's devices (the container checks again with the device it gets: launcher.config.attention)."""
+    kernel = ctx.hp.attention_kernel
+    if not ctx.runtime or kernel is None:
+        return []
+    inst = ctx.instance
+    gpu = None  # not known: local_gpu (detected at run time), an unknown instance
+    if inst is not None and inst.accelerators == 0:
+        gpu = False
+    elif inst is not None and inst.accelerator is not None and inst.accelerator.vendor == "nvidia":
+        gpu = True
+    found = attention.problem(kernel, bool(ctx.hp.bf16 or ctx.params.bf16), gpu)
+    return [Issue(f"{HP}.attention_kernel", kernel, found[0], found[1])] if found else []
 
 
 def check_backend(ctx: Context) -> list[Issue]:

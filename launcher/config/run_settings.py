@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.config.attention import DEFAULT_ATTENTION_KERNEL
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 
@@ -69,6 +70,7 @@ class RunSettings:
     delayed_init: bool  # delayed_param / delayed_parameter_initialization: meta-device init
     loss_chunk_tokens: int  # loss_chunk_tokens: cross-entropy over chunks of this many tokens; 0: whole logits
     document_masking: bool  # document_masking: records' documents attend only within themselves (docs/data.md)
+    attention_kernel: str  # attention_kernel: what attends within documents (launcher.config.attention)
     # sharding
     fsdp: bool  # FSDP2 applied: more than one rank, or bf16 (its mixed-precision policy)
     reshard_after_forward: bool  # False for the ZeRO-2 sharding strategies
@@ -124,6 +126,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         delayed_init=bool(hp.delayed_param or params.delayed_parameter_initialization),
         loss_chunk_tokens=hp.loss_chunk_tokens if hp.loss_chunk_tokens is not None else DEFAULT_LOSS_CHUNK_TOKENS,
         document_masking=hp.document_masking is not False,
+        attention_kernel=hp.attention_kernel or DEFAULT_ATTENTION_KERNEL,
         fsdp=world > 1 or bf16,
         reshard_after_forward=(hp.sharding_strategy or "full_shard") not in NO_RESHARD_STRATEGIES,
         wrap_policy=hp.auto_wrap_policy or "transformer_auto_wrap_policy",

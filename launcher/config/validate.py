@@ -152,9 +152,9 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                                                                            emulate=bool(hp.fp8_emulate))
     out.update(ctx=ctx, fp8=fp8)
     for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,
-                  rules.check_backend, backend_rules.check_backend_choice, job_rules.check_job_fields,
-                  job_rules.check_hyperparameters, job_rules.check_image, aws_rules.check_aws_settings,
-                  request_limits.check_hyperparameter_limits, resume_rules.check_resume):
+                  rules.check_attention_kernel, rules.check_backend, backend_rules.check_backend_choice,
+                  job_rules.check_job_fields, job_rules.check_hyperparameters, job_rules.check_image,
+                  aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

@@ -15,6 +15,12 @@ import pytest
 # in its process (alone, or on an xdist worker) the guard refused it. So it is imported here.
 import urllib3  # noqa: F401
 
+try:  # matplotlib lists the system's fonts with `fc-list` (a process) when it first builds its font
+    # cache: on a fresh machine that was the first unit test to plot, refused (test_metrics_cli)
+    import matplotlib.font_manager  # noqa: F401
+except ImportError:  # the plot extra is not installed: the tests that plot skip
+    pass
+
 
 class NotAUnitTest(BaseException):
     """BaseException, so that code under test which catches Exception cannot swallow it."""

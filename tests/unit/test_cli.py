@@ -134,6 +134,26 @@ def test_malformed_set_is_a_usage_error() -> None:
     assert "KEY=VALUE" in result.stderr
 
 
+def test_validate_says_which_kernel_masks_documents_and_refuses_one_the_job_cannot_run() -> None:
+    result = run_cli("validate", SEED / "p5-cp8-fp8.yaml")
+    assert result.exit_code == 0
+    assert "attention_kernel auto: FlexAttention block masks on GPUs" in result.output
+    chosen = run_cli("validate", SEED / "p5-cp8-fp8.yaml", "--set", "hyperparameters.attention_kernel=varlen")
+    assert chosen.exit_code == 0 and "attention_kernel varlen: flash attention" in chosen.output
+    # varlen is flash attention: half precision only
+    fp32 = run_cli("validate", SEED / "p4d-cp8.yaml", "--set", "hyperparameters.attention_kernel=varlen",
+                   "--set", "hyperparameters.bf16=0", "--set", "hyperparameters.fp8=0")
+    assert fp32.exit_code == 2
+    assert 'hyperparameters.attention_kernel = "varlen": flash attention\'s variable-length kernel is half ' \
+           "precision only" in fp32.stderr and "add bf16: 1" in fp32.stderr
+    # FlexAttention has no backward on CPUs
+    cpu = run_cli("validate", SEED / "p4d-cp8.yaml", "--set", "instance_type=ml.c5.18xlarge",
+                  "--set", "hyperparameters.attention_kernel=flex")
+    assert cpu.exit_code == 2 and "FlexAttention has no backward pass on CPU" in cpu.stderr
+    unknown = run_cli("validate", SEED / "p5-cp8-fp8.yaml", "--set", "hyperparameters.attention_kernel=flash")
+    assert unknown.exit_code == 2 and "attention_kernel" in unknown.stderr
+
+
 # --- submit -------------------------------------------------------------------------------------
 def test_submit_dry_run_prints_the_request(monkeypatch, tmp_path) -> None:
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):

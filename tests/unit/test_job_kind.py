@@ -14,7 +14,7 @@ MP = "distribution.smdistributed.modelparallel.parameters"
 # Choices a user's CIFAR or SMP script may make that smlaunch's train.py does not have.
 FOREIGN = {"optimizer": "sgd", "lr_decay_style": "step", "dataset_type": "imagefolder",
            "sharding_strategy": "FULL_SHARD", "activation_checkpointing_mode": "blocks", "cp_comm_type": "ring",
-           "distributed_backend": "mpi", "momentum": 0.9}
+           "distributed_backend": "mpi", "attention_kernel": "flash_attention_2", "momentum": 0.9}
 
 
 def errors(data) -> list[str]:

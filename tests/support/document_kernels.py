@@ -1,0 +1,53 @@
+"""What the unit and integration tests of the document kernels share: random packed rows, the
+reference (every document attended alone, plain causal SDPA from its first token), and context
+parallelism's ranks simulated in one process (each rank's queries against the whole keys, as
+the all-gather path hands them to the kernel)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from container.distributed import context_parallel as cpl
+
+
+def random_documents(batch: int, seq: int, per_row: int, seed: int = 0) -> torch.Tensor:
+    """[batch, seq] document ids: each row cut at per_row - 1 random places (ids 0, 1, ... per row)."""
+    g = torch.Generator().manual_seed(seed)
+    docs = torch.empty(batch, seq, dtype=torch.long)
+    for row in range(batch):
+        cuts = torch.randperm(seq - 1, generator=g)[:per_row - 1].add(1).sort().values.tolist()
+        for d, (start, end) in enumerate(zip([0, *cuts], [*cuts, seq])):
+            docs[row, start:end] = d
+    return docs
+
+
+def documents_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, documents: torch.Tensor) -> torch.Tensor:
+    """Each document of each row attended on its own (causal SDPA over its tokens only), in the
+    rows' order: what a packed row must equal."""
+    out = torch.empty_like(q)
+    for row in range(q.shape[0]):
+        ids = documents[row]
+        bounds = [0, *(torch.nonzero(ids[1:] != ids[:-1]).flatten() + 1).tolist(), ids.numel()]
+        for start, end in zip(bounds, bounds[1:]):
+            out[row:row + 1, :, start:end] = F.scaled_dot_product_attention(
+                q[row:row + 1, :, start:end], k[row:row + 1, :, start:end], v[row:row + 1, :, start:end],
+                is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+    return out
+
+
+def attend_as_cp_ranks(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, documents: torch.Tensor,
+                       cp: int) -> torch.Tensor:
+    """The packed rows attended by `kernel` as `cp` context-parallel ranks would (cp 1: one
+    process, no positions), put back in natural order."""
+    if cp == 1:
+        return kernel.attend(q, k, v, kernel.plan(documents))
+    parts = []
+    for rank in range(cp):
+        plan = kernel.plan(documents, cpl.positions(documents.shape[1], cp, rank))
+        parts.append(kernel.attend(cpl.split(q, cp, rank, dim=2), k, v, plan))
+    return cpl.unsplit(parts, dim=2)
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
