@@ -107,7 +107,7 @@ test: $(STAMP) $(SDK3_STAMP)
 	@mkdir -p build/image && scripts/build-image.sh --if-engine --tag $(TEST_IMAGE) >build/image/test-build.log 2>&1 \
 		|| { tail -n 40 build/image/test-build.log; exit 1; }; tail -n 1 build/image/test-build.log
 	$(VENV)/bin/ruff check .
-	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -q -n 2 --dist loadfile
+	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -q -n 2 --dist loadfile --durations=25
 
 # The inner loop: tests/unit starts no process and opens no socket (its conftest refuses both),
 # and runs in under 3 minutes. tests/integration and tests/e2e run in `make test`.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import uuid
 from pathlib import Path
 
@@ -10,15 +9,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.support import forkserver
+
 
 def spawn(world: int, fn, root: str) -> None:
     """Run fn(root) on `world` gloo ranks; an assertion failing in any rank fails the test."""
-    # A fork server that has imported torch once starts ranks in milliseconds, not seconds each.
-    preload = ["torch", "torch.distributed.fsdp"]
-    multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
     init = Path(root) / f"pg-{uuid.uuid4().hex}"
     args = (world, str(init), fn, root)
-    mp.start_processes(_run_worker, args=args, nprocs=world, join=True, start_method="forkserver")
+    mp.start_processes(_run_worker, args=args, nprocs=world, join=True, start_method=forkserver.start_method())
 
 
 def _run_worker(rank: int, world: int, init: str, fn, root: str) -> None:
