@@ -7,11 +7,17 @@ saved as a transformers fast tokenizer with a BOS post-processor and an EOS toke
 `--eos` where a tokenizer is used; runs alternate and medians are reported. The time covers
 reading, tokenizing, grouping and writing JSON Lines, not loading the tokenizer.
 Run: `.venv/bin/python bench/pack_throughput.py [--megabytes 6] [--vocab 32000] [--repeats 3]`.
+
+`--against-datasets` (issue 29): the same stdlib sources as one JSON Lines corpus, tokenized by
+`pack --format indexed --tokenizer --eos` against `datasets.load_dataset("json")` +
+`.map(tokenizer, batched=True, num_proc=2)` (the usual way), both from the corpus file to
+tokens on disk, the tokenizer's loading included; target pack >= 1.0x.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -66,13 +72,79 @@ def measure(files: list[Path], out: Path, block: int, tokenizer: Path | None) ->
     return pack.run(pack.parse_args(argv))
 
 
+def corpus_jsonl(files: list[Path], path: Path) -> Path:
+    """The files as one JSON Lines corpus, {"text": ...} a document: the input both sides read."""
+    with path.open("w", encoding="utf-8") as f:
+        for file in files:
+            f.write(json.dumps({"text": file.read_text(encoding="utf-8", errors="replace")}) + "\n")
+    return path
+
+
+def pack_indexed(corpus: Path, tokenizer: Path, out: Path) -> float:
+    """Seconds of `pack --format indexed` over the corpus, the tokenizer's loading included."""
+    start = time.perf_counter()
+    pack.run(pack.parse_args(["--input", str(corpus), "--tokenizer", str(tokenizer), "--eos", "--format", "indexed",
+                              "--output-dir", str(out), "--overwrite", "--quiet"]))
+    return time.perf_counter() - start
+
+
+def datasets_map(corpus: Path, tokenizer: Path, cache: Path, num_proc: int) -> float:
+    """Seconds of the usual alternative: load_dataset("json") then map(tokenizer, batched=True,
+    num_proc) into the datasets cache (Arrow files), the tokenizer's loading included."""
+    import shutil
+
+    import datasets
+    from transformers import AutoTokenizer
+
+    shutil.rmtree(cache, ignore_errors=True)
+    datasets.disable_progress_bars()
+    start = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    data = datasets.load_dataset("json", data_files=str(corpus), split="train", cache_dir=str(cache))
+
+    def tokenize(batch):
+        ids = tok(batch["text"], return_attention_mask=False, verbose=False)["input_ids"]
+        return {"input_ids": [doc + [tok.eos_token_id] for doc in ids]}
+
+    data.map(tokenize, batched=True, num_proc=num_proc, remove_columns=["text"])
+    return time.perf_counter() - start
+
+
+def against_datasets(args, files: list[Path], size: int) -> None:
+    """pack --format indexed against datasets.map(batched=True, num_proc) on the same corpus."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer = Path(tmp) / "tokenizer"
+        train_tokenizer(files, args.vocab, tokenizer)
+        corpus = corpus_jsonl(files, Path(tmp) / "corpus.jsonl")
+        ours, theirs = [], []
+        for _ in range(args.repeats):  # alternating, so machine noise hits both
+            ours.append(pack_indexed(corpus, tokenizer, Path(tmp) / "out"))
+            theirs.append(datasets_map(corpus, tokenizer, Path(tmp) / "hf-cache", args.num_proc))
+    a, b = statistics.median(ours), statistics.median(theirs)
+    print(f"pack --format indexed: median {a:.2f} s ({size / 1e6 / a:.2f} MB/s); datasets.map(batched=True, "
+          f"num_proc={args.num_proc}): median {b:.2f} s ({size / 1e6 / b:.2f} MB/s); "
+          f"pack / datasets.map throughput {b / a:.2f}x")
+    print("per-run seconds: pack " + " / ".join(f"{t:.2f}" for t in ours) + "; datasets.map "
+          + " / ".join(f"{t:.2f}" for t in theirs))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--megabytes", type=float, default=6.0, help="stdlib sources to pack (and train on)")
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--block-size", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--against-datasets", action="store_true",
+                        help="compare pack --format indexed with datasets.map(batched=True, num_proc)")
+    parser.add_argument("--num-proc", type=int, default=2)
     args = parser.parse_args()
+    if args.against_datasets:
+        files = stdlib_sources(args.megabytes)
+        size = sum(f.stat().st_size for f in files)
+        print(f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}, "
+              f"{len(files)} stdlib files as one JSON Lines corpus, {size / 1e6:.2f} MB, BPE vocab {args.vocab}")
+        against_datasets(args, files, size)
+        return 0
 
     files = stdlib_sources(args.megabytes)
     size = sum(f.stat().st_size for f in files)

@@ -10,6 +10,7 @@ checkpoint directory follows SMLAUNCH_CHECKPOINT_DIR (shared by a local job's ho
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,14 @@ def directories(pairs: dict[str, str]) -> Directories:
         tensorboard=moved(pairs["tensorboard_dir"]) if pairs.get("tensorboard_dir") else _configured_tensorboard(
             base, moved),
     )
+
+
+def channels() -> dict[str, Path]:
+    """The job's input channels in this container (SM_CHANNELS, else the SM_CHANNEL_* variables)."""
+    names = json.loads(os.environ.get("SM_CHANNELS") or "[]") or [
+        key.removeprefix("SM_CHANNEL_").lower() for key in os.environ if key.startswith("SM_CHANNEL_")]
+    base = Path(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")) / "input" / "data"
+    return {name: Path(os.environ.get(f"SM_CHANNEL_{name.upper()}") or base / name) for name in names}
 
 
 def _configured_tensorboard(base: Path, moved) -> Path | None:

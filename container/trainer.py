@@ -20,11 +20,13 @@ import torch
 import torch.distributed as dist
 
 from container import optim
-from container.args import Directories
+from container.args import Directories, channels
 from container.checkpoint import checkpointer as ckpt
 from container.checkpoint import hf_export as hf
 from container.checkpoint import pretrained
 from container.data import loader as data
+from container.data.indexed_source import IndexedSource
+from container.data.rows import attended_length
 from container.distributed.context_parallel import apply_context_parallel
 from container.distributed.expert_parallel import apply_expert_parallel, check_moe_layout, expert_meshes
 from container.distributed.offload import ActivationOffloader
@@ -49,6 +51,7 @@ from launcher.config.models import ModelSpec
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
 from launcher.wire.metric_lines import format_metric_line
+from launcher.wire.token_shards import tokenizer_identity
 
 log = logging.getLogger("smlaunch")
 
@@ -197,13 +200,25 @@ def check_writable(directories: dict[str, Path]) -> None:
                 f"or point {label} at a directory this job can write") from exc
 
 
+def check_tokenizer(source, sources: pretrained.Sources) -> None:
+    """Indexed shards record the tokenizer they were packed with: it must be the model's (where
+    the job has the model's tokenizer.json), or every id means another token."""
+    if isinstance(source, IndexedSource) and sources.tokenizer is not None:
+        located = sources.tokenizer
+        source.check_tokenizer(tokenizer_identity(located.source.describe(), located.directory / "tokenizer.json"))
+
+
 def describe_data(rt: Runtime, source, s: RunSettings) -> None:
-    """Once, in the job log: whether documents are masked, and the record fields left unread."""
-    if not rt.is_main or not isinstance(source, data.JsonlSource):
+    """Once, in the job log: what is read, whether documents are masked, the record fields left unread."""
+    if not rt.is_main or not isinstance(source, (data.JsonlSource, IndexedSource)):
         return
+    if isinstance(source, IndexedSource):
+        log.info("data: %s", source.describe())
     if source.marks_documents:
         kernel = attention.kernel().name
-        log.info("data: records mark documents (position_ids); document masking %s",
+        log.info("data: %s; document masking %s",
+                 "the index marks documents" if isinstance(source, IndexedSource) else
+                 "records mark documents (position_ids)",
                  f"on: attention stays within each document ({kernel} kernel: {DESCRIPTIONS[kernel]}), "
                  "positions restart" if s.document_masking else
                  "off (document_masking=0): packed documents see each other")
@@ -234,7 +249,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     loader = data.build_dataloader(
         dataset_type=s.dataset_type, path=dirs.train, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
         dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed,
-        document_masking=s.document_masking)
+        document_masking=s.document_masking, shuffle=s.shuffle, mixture=s.data_mixture, channels=channels())
+    check_tokenizer(loader.source, sources)
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
                                      identity=RunIdentity(s, spec, rt.dp_size)) if s.checkpoint_freq else None
     start_step = 0
@@ -247,8 +263,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
                 log.info("resumed from step %d in %s", start_step, dirs.checkpoints)
     stop_flag = ckpt.install_sigterm_flag()
     progress = ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, start_step)
-    flops_token = flops.flops_per_token(spec, s.seq_len)
     seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
+    timed_flops = 0.0  # useful FLOPs of the timed steps: attention over what the documents span
     peak = flops.peak_tflops(instance_type, "fp8" if s.fp8.enabled else "bf16",
                              torch.cuda.get_device_name() if rt.device.type == "cuda" else None)
     global_tokens_per_step = s.micro_batch * s.seq_len * s.grad_accum * rt.dp_size
@@ -260,6 +276,10 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         batches = [loader.next_batch() for _ in range(s.grad_accum)]
         if step == start_step + 1:
             describe_data(rt, loader.source, s)
+        # the step's useful FLOPs per token: document masking leaves only each document's attention
+        # (this rank's rows stand for every rank's: they are drawn alike)
+        step_flops_token = flops.flops_per_token(spec, sum(attended_length(b, s.seq_len) for b in batches)
+                                                 / len(batches))
         micro = [_to(cp_shard(batch), rt.device) for batch in batches]
         loss_sum, aux_sum, total_tokens, grad_norm = train_step(
             rt, model, pipe, optimizer, scheduler, micro, s, spec, global_sequences)
@@ -269,9 +289,11 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         if step > start_step + 2:  # leave out warm-up (allocator, first all-gathers)
             timed_tokens += global_tokens_per_step
             timed_seconds += elapsed
+            timed_flops += global_tokens_per_step * step_flops_token
         if not math.isfinite(step_loss):
             raise FloatingPointError(f"loss is {step_loss} at step {step}: lower lr or check the data")
         if step % s.logging_freq == 0 or step == s.max_steps:
+            flops_token = timed_flops / timed_tokens if timed_tokens else step_flops_token
             last = _record(rt, step, step_loss, float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
@@ -331,10 +353,11 @@ def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_p
 
 @torch.no_grad()
 def validate(rt: Runtime, model: Transformer, path: Path, s: RunSettings, spec: ModelSpec, cp_shard) -> float:
+    # the validation channel is records or shards as the training data is (synthetic: records)
     loader = data.build_validation_loader(
-        dataset_type="jsonl", path=path, seq_len=s.seq_len, micro_batch_size=s.val_batch, dp_rank=rt.dp_rank,
-        dp_size=rt.dp_size, vocab_size=spec.vocab_size, seed=s.seed, max_batches=s.validation_batches,
-        document_masking=s.document_masking)
+        dataset_type="indexed" if s.dataset_type == "indexed" else "jsonl", path=path, seq_len=s.seq_len,
+        micro_batch_size=s.val_batch, dp_rank=rt.dp_rank, dp_size=rt.dp_size, vocab_size=spec.vocab_size,
+        seed=s.seed, max_batches=s.validation_batches, document_masking=s.document_masking)
     loss_sum = torch.zeros((), device=rt.device)
     tokens = torch.zeros((), device=rt.device)
     for batch in loader:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from container.args import channels
 from launcher.config import TrainingHyperparameters, hub
 from launcher.config.hf_config import WEIGHT_FILES
 from launcher.config.model_resolution import resolve_model, trainable_issues
@@ -59,14 +59,6 @@ class Sources:
     model: Located | None  # hf_pretrained_model_name_or_dir
     tokenizer: Located | None  # the tokenizer model.tar.gz gets (hyperparameter, else the model's)
     load_weights: bool
-
-
-def channels() -> dict[str, Path]:
-    """The job's input channels in this container (SM_CHANNELS, else the SM_CHANNEL_* variables)."""
-    names = json.loads(os.environ.get("SM_CHANNELS") or "[]") or [
-        key.removeprefix("SM_CHANNEL_").lower() for key in os.environ if key.startswith("SM_CHANNEL_")]
-    base = Path(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")) / "input" / "data"
-    return {name: Path(os.environ.get(f"SM_CHANNEL_{name.upper()}") or base / name) for name in names}
 
 
 def prepare(hp: TrainingHyperparameters, rank: int, local_rank: int, world_size: int) -> Sources:

@@ -73,13 +73,14 @@ def text_of(record: object, field: str, where: str) -> str:
     return value
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[str, object]]:
+def _jsonl_records(path: Path) -> Iterator[tuple[str, object, int]]:
+    """(where, record, the line's length in characters) of each record."""
     try:
         with open_text(path) as f:
             for lineno, line in enumerate(f, 1):
                 if line.strip():
                     try:
-                        yield f"{path}:{lineno}", json.loads(line)
+                        yield f"{path}:{lineno}", json.loads(line), len(line)
                     except json.JSONDecodeError as e:
                         raise PackError(f"{path}:{lineno}: not JSON ({e.msg}); a JSON Lines file "
                                         f"holds one JSON object per line") from None
@@ -88,7 +89,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[str, object]]:
 
 
 def _check_jsonl(path: Path, field: str) -> None:
-    for where, record in _jsonl_records(path):
+    for where, record, _ in _jsonl_records(path):
         text_of(record, field, where)
         return
 
@@ -122,16 +123,34 @@ def _parquet_texts(path: Path, field: str) -> Iterator[str]:
             yield value
 
 
-def _texts(kind: str, path: Path, field: str) -> Iterator[str]:
+class Documents:
+    """A stream of documents that knows how far it has got: `done` of `total` units (bytes of
+    the input files, or rows of a dataset; total None where unknown: a streamed dataset). A
+    compressed file counts whole when it ends (its uncompressed size is not known ahead)."""
+
+    def __init__(self, texts: Iterator[str], total: int | None):
+        self._texts, self.total, self.done = texts, total, 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self._texts
+
+
+def _texts(kind: str, path: Path, field: str, stream: Documents) -> Iterator[str]:
+    size, start = path.stat().st_size, stream.done
     if kind == "text":
         yield path.read_text(encoding="utf-8", errors="replace")
     elif kind == "jsonl":
-        yield from (text_of(record, field, where) for where, record in _jsonl_records(path))
+        plain = not path.name.endswith(".gz")
+        for where, record, length in _jsonl_records(path):
+            yield text_of(record, field, where)
+            if plain:  # the record's line, in characters: bytes for ASCII text
+                stream.done = min(start + size, stream.done + length)
     else:
         yield from _parquet_texts(path, field)
+    stream.done = start + size
 
 
-def file_documents(inputs: Sequence[str], text_field: str) -> Iterator[str]:
+def file_documents(inputs: Sequence[str], text_field: str) -> Documents:
     """The documents of files and directories (each directory's text, JSON Lines and Parquet
     files in sorted name order); checks them all before returning the stream."""
     files = _files(inputs)
@@ -140,7 +159,9 @@ def file_documents(inputs: Sequence[str], text_field: str) -> Iterator[str]:
             _check_jsonl(path, text_field)
         elif kind == "parquet":
             _check_parquet(path, text_field)
-    return chain.from_iterable(_texts(kind, path, text_field) for kind, path in files)
+    stream = Documents(iter(()), sum(path.stat().st_size for _, path in files))
+    stream._texts = chain.from_iterable(_texts(kind, path, text_field, stream) for kind, path in files)
+    return stream
 
 
 def _first_line(error: BaseException) -> str:
@@ -170,7 +191,7 @@ def _load_dataset(name: str, config: str | None, split: str, streaming: bool):
 
 
 def dataset_documents(name: str, *, config: str | None, split: str, streaming: bool,
-                      text_field: str) -> Iterator[str]:
+                      text_field: str) -> Documents:
     """The `text_field` of every row of a `datasets` dataset, in its order."""
     dataset = _load_dataset(name, config, split, streaming)
     columns = dataset.column_names  # None for a streamed dataset of unknown features
@@ -179,4 +200,12 @@ def dataset_documents(name: str, *, config: str | None, split: str, streaming: b
             raise PackError(f"--dataset {name}: no field {text_field!r} (its fields: "
                             f"{', '.join(map(repr, columns))}); name the text field with --text-field")
         dataset = dataset.select_columns([text_field])  # no decoding of the other columns
-    return (text_of(row, text_field, f"--dataset {name} row {i}") for i, row in enumerate(dataset))
+    stream = Documents(iter(()), None if streaming and not hasattr(dataset, "__len__") else len(dataset))
+
+    def rows() -> Iterator[str]:
+        for i, row in enumerate(dataset):
+            yield text_of(row, text_field, f"--dataset {name} row {i}")
+            stream.done = i + 1
+
+    stream._texts = rows()
+    return stream

@@ -1,8 +1,10 @@
 """Training data: fixed-length token blocks in a global order that no parallelism changes.
 
 Sample i of the global order is record i mod N of the channel's files (read in sorted name
-order, as one stream, epoch after epoch) or, for `dataset_type="synthetic"`, a deterministic
-function of (seed, i). Step s consumes global samples [start + s·G, start + (s+1)·G) with
+order, as one stream, epoch after epoch), for `dataset_type="indexed"` a row of the channels'
+token shards found from i alone (shuffled with the seed, mixed by weight:
+container.data.indexed_source), or, for `dataset_type="synthetic"`, a deterministic function of
+(seed, i). Step s consumes global samples [start + s·G, start + (s+1)·G) with
 G = micro_batch × dp_size × grad_accum. Data-parallel rank d takes the contiguous slice
 [d·m·a, (d+1)·m·a) of it (m = micro_batch, a = grad_accum) and its k-th micro-batch is the k-th
 m-sized piece of that slice. Every (rank, micro-batch) pair covers a distinct part of the step's
@@ -30,15 +32,16 @@ Data sets are made by container.data.packing (`pack`, the seed's `group_texts`),
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from container.data.indexed_source import Channel, IndexedSource
+from container.data.rows import IGNORE_INDEX, EndOfData, shift_labels, within_documents
 from launcher.wire.datafiles import data_files, open_text
-
-IGNORE_INDEX = -100
+from launcher.wire.token_shards import is_indexed
 
 # What a record's fields do. Used: read as described above. Refused: they change how a record
 # trains and are not read here (the message says what to give instead). Any other field is
@@ -57,17 +60,6 @@ REFUSED_FIELDS = {
                     "completion_mask", "assistant_masks")},
     **{name: _CHAT for name in ("messages", "prompt", "completion", "conversations")},
 }
-
-
-class EndOfData(Exception):
-    """A non-repeating source (validation) has fewer samples than asked for."""
-
-
-def shift_labels(labels: torch.Tensor) -> torch.Tensor:
-    """Causal-LM targets: position t predicts token t+1; the last position predicts nothing."""
-    shifted = torch.full_like(labels, IGNORE_INDEX)
-    shifted[..., :-1] = labels[..., 1:]
-    return shifted
 
 
 class JsonlSource:
@@ -184,9 +176,7 @@ class JsonlSource:
             positions = _positions(record["position_ids"], len(ids), where)
             self.marks_documents = True
             if self.document_masking:
-                starts = positions == 0
-                labels[:-1][starts[1:]] = IGNORE_INDEX  # a document's last token does not predict the next's first
-                out.update(positions=positions, documents=starts.cumsum(0) - 1)
+                out.update(positions=positions, **within_documents(labels, positions == 0))
         return out
 
     def _check_fields(self, record: dict, where: str) -> None:
@@ -242,7 +232,7 @@ class SyntheticSource:
         return {"input_ids": ids, "labels": shift_labels(ids)}
 
 
-Source = JsonlSource | SyntheticSource
+Source = JsonlSource | SyntheticSource | IndexedSource
 
 
 class TrainLoader:
@@ -319,24 +309,59 @@ class ValidationLoader:
             b += 1
 
 
-def _source(dataset_type: str, path, seq_len: int, vocab_size: int, seed: int, repeat: bool,
-            stream: int, document_masking: bool) -> Source:
+def _source(dataset_type: str, path, seq_len: int, vocab_size: int, seed: int, repeat: bool, stream: int,
+            document_masking: bool, shuffle: bool = False, mixture: Sequence[tuple[str, float]] = (),
+            channels: Mapping[str, Path] | None = None, name: str = "train") -> Source:
+    if shuffle and dataset_type != "indexed":
+        raise ValueError(f"shuffle applies to indexed token shards, and dataset_type is {dataset_type!r}: pack the "
+                         "data with python -m container.data pack --format indexed, or drop shuffle")
     if dataset_type == "synthetic":
         return SyntheticSource(seq_len, vocab_size, seed, stream)
+    if dataset_type == "indexed":
+        return IndexedSource(_indexed_channels(path, mixture, channels, name), seq_len, vocab_size, seed=seed,
+                             shuffle=shuffle, repeat=repeat, document_masking=document_masking)
     if dataset_type == "jsonl":
         if path is None:
             raise ValueError("dataset_type 'jsonl' needs a path (the channel directory or files)")
+        if is_indexed(path) and not _has_records(path):
+            raise ValueError(f"{path} holds indexed token shards: set dataset_type: indexed to read them")
         return JsonlSource(data_files(path), seq_len, vocab_size, repeat=repeat, document_masking=document_masking)
-    raise ValueError(f"dataset_type must be 'jsonl' or 'synthetic', not {dataset_type!r}")
+    raise ValueError(f"dataset_type must be 'jsonl', 'indexed' or 'synthetic', not {dataset_type!r}")
+
+
+def _has_records(path) -> bool:
+    try:
+        return bool(data_files(path))
+    except FileNotFoundError:
+        return False
+
+
+def _indexed_channels(path, mixture: Sequence[tuple[str, float]], channels: Mapping[str, Path] | None,
+                      name: str) -> list[Channel]:
+    """The channels an indexed source reads: data_mixture's, by name, else `path`."""
+    if not mixture:
+        if path is None:
+            raise ValueError("dataset_type 'indexed' needs a path (the channel directory)")
+        return [Channel(name, Path(path))]
+    channels = channels or {}
+    missing = [channel for channel, _ in mixture if channel not in channels]
+    if missing:
+        raise ValueError(f"data_mixture names channel(s) {', '.join(missing)}, which this job does not have "
+                         f"(it has {', '.join(sorted(channels)) or 'none'}): add them to the job's inputs")
+    return [Channel(channel, channels[channel], weight) for channel, weight in mixture]
 
 
 def build_dataloader(*, dataset_type: str, path=None, seq_len: int, micro_batch_size: int, dp_rank: int,
                      dp_size: int, grad_accum: int = 1, vocab_size: int, seed: int = 0,
-                     start_sample: int = 0, document_masking: bool = True) -> TrainLoader:
+                     start_sample: int = 0, document_masking: bool = True, shuffle: bool = False,
+                     mixture: Sequence[tuple[str, float]] = (),
+                     channels: Mapping[str, Path] | None = None) -> TrainLoader:
     """The training loader of one data-parallel rank; `path` is a file, a channel directory or
-    a list of them (jsonl only)."""
+    a list of them (jsonl), a channel directory (indexed); a mixture of indexed channels names
+    them in `channels` (the job's input channels, container.args.channels)."""
     return TrainLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=True, stream=0,
-                               document_masking=document_masking),
+                               document_masking=document_masking, shuffle=shuffle, mixture=mixture,
+                               channels=channels),
                        micro_batch_size=micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
                        grad_accum=grad_accum, start_sample=start_sample)
 
@@ -345,9 +370,8 @@ def build_validation_loader(*, dataset_type: str, path=None, seq_len: int, micro
                             dp_rank: int, dp_size: int, vocab_size: int, seed: int = 0,
                             max_batches: int | None = None, document_masking: bool = True) -> ValidationLoader:
     """The validation/test loader of one data-parallel rank (synthetic: a stream of samples
-    distinct from the training one)."""
+    distinct from the training one; indexed: the channel's rows in order)."""
     return ValidationLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=False, stream=1,
-                                    document_masking=document_masking),
+                                    document_masking=document_masking, name="validation"),
                             micro_batch_size=micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
                             max_batches=max_batches)
-

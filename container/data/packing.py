@@ -51,10 +51,14 @@ from itertools import islice
 from pathlib import Path
 from typing import TextIO
 
+from container.data import pack_indexed
 from container.data.corpus import PackError, dataset_documents, file_documents
 from container.data.encoders import Encode, byte_encode, load_tokenizer, tokenizer_encode
+from container.data.indexed import DEFAULT_SHARD_TOKENS
+from launcher.wire.token_shards import vocabulary_sha256
 
 OUTPUT_SUFFIXES = (".jsonl", ".jsonl.gz")
+FORMATS = ("jsonl", "indexed")
 BATCH_DOCUMENTS = 1000  # a fast tokenizer spreads one batch over the CPU cores
 BATCH_CHARS = 1 << 22  # bounds a batch's memory when documents are whole files
 
@@ -164,11 +168,6 @@ class Summary:
         """Tokens read but in no block: the last incomplete block (or what --max-blocks left)."""
         return self.tokens - sum(self.blocks) * self.block_size
 
-    def progress(self) -> str:
-        s = max(self.seconds, 1e-9)
-        return (f"{self.documents:,} documents ({self.documents / s:,.0f}/s), {self.tokens:,} tokens "
-                f"({self.tokens / s:,.0f}/s), {sum(self.blocks):,} blocks")
-
     def line(self) -> str:
         where = ", ".join(f"{name} {count} in {path}" for name, count, path
                              in zip(("train", "validation"), self.blocks, self.outputs))
@@ -248,21 +247,40 @@ def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
 
 
-def run(args: argparse.Namespace) -> Summary:
+def _check_format(args: argparse.Namespace) -> None:
+    """The options each format takes (see --format)."""
+    if args.format == "indexed":
+        if args.output is not None:
+            raise PackError("--format indexed writes a channel directory of shards: give --output-dir, not --output")
+        for option in ("block_size", "max_blocks", "position_ids"):
+            if getattr(args, option) is not None:
+                raise PackError(f"{_flag(option)} applies to --format jsonl: indexed shards keep whole documents "
+                                f"with their boundaries, and the job cuts rows of its max_context_width")
+    else:
+        if args.block_size is None:
+            raise PackError("--block-size is required with --format jsonl (the job's max_context_width)")
+        if args.shard_tokens is not None:
+            raise PackError("--shard-tokens applies to --format indexed")
+
+
+def run(args: argparse.Namespace):
     """Pack as `args` (from parse_args) say; PackError for a bad input, option or output."""
     for option, needed in _NEEDS.items():
         if getattr(args, option) is not None and getattr(args, needed) is None:
             raise PackError(f"{_flag(option)} applies only with {_flag(needed)}")
-    targets = _targets(args)
+    _check_format(args)
+    targets = pack_indexed.targets(args) if args.format == "indexed" else _targets(args)
     show_progress = not args.quiet and sys.stderr.isatty()
     if args.input:
         documents = file_documents(args.input, args.text_field)
     encode: Encode = byte_encode
     vocab_size, vocabulary = 256, "UTF-8 bytes"
+    identity = {"name": "UTF-8 bytes", "vocabulary_sha256": None}
     if args.tokenizer:
         tokenizer = load_tokenizer(args.tokenizer)
         encode = tokenizer_encode(tokenizer, args.add_special_tokens, bool(args.eos))
         vocab_size, vocabulary = len(tokenizer), f"len(tokenizer) of {args.tokenizer}"
+        identity = {"name": args.tokenizer, "vocabulary_sha256": vocabulary_sha256(tokenizer.get_vocab())}
     if args.dataset:  # after the tokenizer: a bad tokenizer should not wait for a download
         if not show_progress:
             import datasets
@@ -270,36 +288,73 @@ def run(args: argparse.Namespace) -> Summary:
             datasets.disable_progress_bars()
         documents = dataset_documents(args.dataset, config=args.dataset_config, split=args.split or "train",
                                       streaming=bool(args.streaming), text_field=args.text_field)
-    if args.max_documents is not None:
-        documents = islice(documents, args.max_documents)
-    return _pack(args, targets, documents, encode,
-                 Summary(args.block_size, vocab_size, vocabulary, targets), show_progress)
+    limited = islice(documents, args.max_documents) if args.max_documents is not None else documents
+
+    def done(count: int) -> float | None:
+        """The share of the input read so far, where it is known."""
+        if args.max_documents is not None:
+            return count / args.max_documents
+        return documents.done / documents.total if documents.total else None
+
+    with _progress(show_progress, done) as update:
+        token_lists = _token_lists(limited, encode, update)
+        if args.format == "indexed":
+            return pack_indexed.pack(args, targets, token_lists, vocab_size, vocabulary, identity, is_validation)
+        return _pack(args, targets, token_lists, Summary(args.block_size, vocab_size, vocabulary, targets))
 
 
-def _pack(args: argparse.Namespace, targets: list[Path], documents: Iterable[str], encode: Encode,
-          summary: Summary, show_progress: bool) -> Summary:
+@dataclass
+class _Counts:
+    documents: int = 0
+    tokens: int = 0
+
+
+def _token_lists(documents: Iterable[str], encode: Encode, update: Callable[[int, int], None]) -> Iterator[list[int]]:
+    """Each document's tokens, encoded in batches (a fast tokenizer spreads a batch over the cores);
+    `update(documents, tokens)` after each batch."""
+    counts = _Counts()
+    for batch in _batches(documents):
+        for ids in encode(batch):
+            counts.documents += 1  # counted as they are taken: exact when packing stops early
+            counts.tokens += len(ids)
+            yield ids
+        update(counts.documents, counts.tokens)
+
+
+@contextmanager
+def _progress(show: bool, done: Callable[[int], float | None]) -> Iterator[Callable[[int, int], None]]:
+    """A progress line on stderr (documents, tokens/s, and the time left where `done(documents)`
+    knows the share read); the update function it yields is called after each batch."""
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     start = time.perf_counter()
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                        console=Console(stderr=True), disable=not show_progress)
+                        console=Console(stderr=True), disable=not show)
 
-    def token_lists() -> Iterator[list[int]]:
-        for batch in _batches(documents):
-            for ids in encode(batch):
-                summary.documents += 1  # counted as group() takes them: exact when it stops early
-                summary.tokens += len(ids)
-                yield ids
-            summary.seconds = time.perf_counter() - start
-            progress.update(task, description=summary.progress())
+    def update(count: int, tokens: int) -> None:
+        seconds = max(time.perf_counter() - start, 1e-9)
+        line = f"{count:,} documents ({count / seconds:,.0f}/s), {tokens:,} tokens ({tokens / seconds:,.0f}/s)"
+        share = done(count)
+        if share:
+            left = seconds * (1 - share) / share
+            line += f", {100 * share:.0f}%, about {left // 60:.0f} min {left % 60:02.0f} s left"
+        progress.update(task, description=line)
 
-    fraction, seed = args.validation_fraction, args.seed or 0
-    with progress, _writing(targets) as files:
+    with progress:
         task = progress.add_task("packing")
-        for index, (block, positions) in enumerate(group_documents(token_lists(), args.block_size)):
+        yield update
+
+
+def _pack(args: argparse.Namespace, targets: list[Path], token_lists: Iterable[list[int]],
+          summary: Summary) -> Summary:
+    start = time.perf_counter()
+    fraction, seed = args.validation_fraction, args.seed or 0
+    with _writing(targets) as files:
+        counted = _counted(token_lists, summary)
+        for index, (block, positions) in enumerate(group_documents(counted, args.block_size)):
             split = int(fraction is not None and is_validation(index, fraction, seed))
-            files[split].write(_record(block, positions if args.position_ids else None))
+            files[split].write(_record(block, positions if args.position_ids is not False else None))
             summary.blocks[split] += 1
             if index + 1 == args.max_blocks:
                 summary.stopped = True
@@ -316,6 +371,13 @@ def _pack(args: argparse.Namespace, targets: list[Path], documents: Iterable[str
                             f"each needs one at least: give more input or another fraction")
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def _counted(token_lists: Iterable[list[int]], summary: Summary) -> Iterator[list[int]]:
+    for ids in token_lists:
+        summary.documents += 1
+        summary.tokens += len(ids)
+        yield ids
 
 
 def _positive(text: str) -> int:
@@ -377,15 +439,22 @@ def parse_args(argv: Sequence[str] | None = None,
                         "(default: what the tokenizer does by default)")
     t.add_argument("--eos", action="store_true", default=None,
                    help="append the tokenizer's eos_token after every document")
-    t.add_argument("--block-size", type=_positive, required=True, metavar="N",
-                   help="tokens per block (= the job's max_context_width)")
+    t.add_argument("--block-size", type=_positive, metavar="N",
+                   help="tokens per block (= the job's max_context_width); --format jsonl only: indexed shards "
+                        "keep whole documents, and the job cuts its rows")
     t.add_argument("--max-blocks", type=_positive, metavar="N",
-                   help="stop after N blocks (train and validation)")
-    t.add_argument("--position-ids", action=argparse.BooleanOptionalAction, default=True,
+                   help="stop after N blocks (train and validation; --format jsonl)")
+    t.add_argument("--position-ids", action=argparse.BooleanOptionalAction, default=None,
                    help="write each block's position_ids, 0 at each document's start, so the job trains "
                         "every document on its own (document masking, docs/data.md; default); "
-                        "--no-position-ids: the seed's records, whose documents see each other")
+                        "--no-position-ids: the seed's records, whose documents see each other (--format jsonl)")
     o = p.add_argument_group("output")
+    o.add_argument("--format", choices=FORMATS, default="jsonl",
+                   help="jsonl: fixed-length blocks as JSON Lines records (default); indexed: memory-mapped "
+                        "token shards of whole documents (a job reads them with dataset_type: indexed, "
+                        "shuffled, resumable anywhere: container.data.pack_indexed)")
+    o.add_argument("--shard-tokens", type=_positive, metavar="N",
+                   help=f"tokens per shard (--format indexed; default {DEFAULT_SHARD_TOKENS:,})")
     out = o.add_mutually_exclusive_group(required=True)
     out.add_argument("--output", metavar="FILE", help="one .jsonl or .jsonl.gz file")
     out.add_argument("--output-dir", metavar="DIR",

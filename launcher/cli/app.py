@@ -27,7 +27,7 @@ from launcher.cli.support import (
     report_invalid,
     set_option,
 )
-from launcher.config import attention
+from launcher.config import attention, data_order
 from launcher.config.issues import ConfigError
 
 
@@ -164,7 +164,10 @@ def _summary(job) -> dict:
         out["sequence_length"] = settings.seq_len
         out["batch"] = f"{settings.micro_batch} sequence(s) per data-parallel rank x {settings.grad_accum} step(s)"
         out["activation_checkpointing"] = (settings.ac_mode or "off") + (" + offload" if settings.offload else "")
-        out["document_masking"] = (f"on where records mark documents (position_ids restarting at 0); "
+        out["data"] = data_order.describe(settings.dataset_type, settings.shuffle, settings.seed,
+                                          settings.data_mixture)
+        out["document_masking"] = (f"on where the data marks documents (position_ids restarting at 0, or "
+                                   f"indexed shards); "
                                    f"{attention.describe(settings.attention_kernel)}"
                                    if settings.document_masking else "off: packed documents see each other")
     elif cfg.hyperparameters.max_context_width:

@@ -41,9 +41,13 @@ from launcher.config.issues import ConfigError
 @click.option("--tokens", type=float, default=None, help="Also give hours and dollars for this many tokens (e.g. 1e9).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per configuration, in a list "
               "(--auto's search: one object with the Pareto rows).")
+@click.option("--data", "data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Indexed token shards on this machine (a copy of the training data, e.g. pack's DIR/train): "
+                   "the attention FLOPs are planned from their documents' lengths (dataset_type: indexed, "
+                   "document masking on). A job's local channels are read without it.")
 def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...], auto_pick: bool,
              instance_types: str | None, families: str | None, max_instances: int | None, deadline: str | None,
-             tokens: float | None, as_json: bool) -> None:
+             tokens: float | None, as_json: bool, data: Path | None) -> None:
     """Predict memory per GPU, speed and cost before launch; explain a predicted OOM.
 
     Exit codes: 0 the (picked) configuration fits, 1 it does not (or none does, or none meets
@@ -51,7 +55,9 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
     size is unknown).
     """
     from launcher import plan as planner
+    from launcher.plan.workload import documents_from
 
+    documents_from.set(data.resolve() if data is not None else None)
     search_options = {"--instance-types": instance_types, "--family": families,
                       "--max-instances": max_instances, "--deadline": deadline}
     _check_search_options(search_options, auto_pick, sweeps)

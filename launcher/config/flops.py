@@ -39,8 +39,10 @@ def matmul_params(spec: ModelSpec) -> int:
     return spec.num_layers * (attention + mlp) + h * spec.vocab_size  # LM head, tied or not
 
 
-def flops_per_token(spec: ModelSpec, seq_len: int, causal: bool = True) -> float:
+def flops_per_token(spec: ModelSpec, seq_len: float, causal: bool = True) -> float:
     """Training FLOPs per token: 6·N + 12·L·H·d_head·S, the attention term halved when causal.
+    S is the length each token's attention spans: the row's, or with document masking the
+    documents' (`attended_length`).
 
     N = `matmul_params(spec)`: the non-embedding weights including the LM head, as PaLM
     (appendix B) and torchtitan count it; 6 = 2 FLOPs per multiply-add × (forward + two backward
@@ -51,6 +53,27 @@ def flops_per_token(spec: ModelSpec, seq_len: int, causal: bool = True) -> float
     """
     attention = 12 * spec.num_layers * spec.num_heads * spec.head_dim * seq_len
     return 6.0 * matmul_params(spec) + (attention / 2 if causal else attention)
+
+
+def attended_length(length_buckets: list[list[int]], seq_len: int) -> float | None:
+    """The mean attention length per token of rows of `seq_len` tokens cut from documents with
+    these lengths (an indexed shard header's `lengths` buckets: [b, count, sum, sum of squares] of
+    the lengths in [2^b, 2^(b+1))), with document masking: a row's causal attention work is
+    Σ lᵢ²/2 over its documents' pieces, a causal row's S²/2, so per token it is that of a
+    row of Σ lᵢ²/S tokens. A document shorter than S counts L² (a row boundary through it is
+    ignored: an overestimate of 2·l₁·l₂ at most), a longer one L·S (its pieces are whole rows);
+    a bucket that straddles S takes the smaller of the two. None without documents."""
+    work = tokens = 0
+    for bucket, _count, total, squares in length_buckets:
+        low, high = 2**bucket, 2 ** (bucket + 1)
+        if high <= seq_len:
+            work += squares
+        elif low >= seq_len:
+            work += seq_len * total
+        else:
+            work += min(squares, seq_len * total)
+        tokens += total
+    return min(float(seq_len), work / tokens) if tokens else None
 
 
 def seed_flops_per_token(spec: ModelSpec, seq_len: int) -> float:

@@ -32,7 +32,8 @@ COLLECTIVE_TIMEOUT_DEFAULT_S = 600
 # Choices smlaunch's train.py makes; a user script may mean anything by these keys (job_kind.py).
 RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activation_checkpointing_mode",
                    "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",
-                   "cp_comm_type", "distributed_backend", "lr_decay_style", "attention_kernel")
+                   "cp_comm_type", "distributed_backend", "lr_decay_style", "attention_kernel", "shuffle",
+                   "data_mixture")
 
 
 # The degrees the seed's script also accepts as arguments (launcher.config.degrees); they must
@@ -95,7 +96,18 @@ class TrainingHyperparameters(_SeedDegrees):
     optimizer: Literal["adamw", "anyprecision"] | None = Field(
         None, description="adamw, or anyprecision (pure-bf16 states with Kahan-compensated updates)."
     )
-    dataset_type: Literal["jsonl", "synthetic"] | None = Field(None, description="Training data source.")
+    dataset_type: Literal["jsonl", "indexed", "synthetic"] | None = Field(
+        None, description="Training data: jsonl (records, the default), indexed (token shards of pack "
+                          "--format indexed, memory-mapped) or synthetic; docs/data.md."
+    )
+    shuffle: bool | None = Field(
+        None, description="smlaunch: shuffle the samples with the seed, every epoch anew (default: on for "
+                          "indexed token shards; JSON Lines channels are read in order)."
+    )
+    data_mixture: str | None = Field(
+        None, description='smlaunch: train on several indexed channels with weights, e.g. "web:0.7,code:0.3" '
+                          "(input channels of those names; default: the train channel alone)."
+    )
     document_masking: bool | None = Field(
         None, description="smlaunch: where records mark their documents (position_ids restarting at 0), "
                           "attention stays within each document and RoPE positions restart (default on; "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 # Imports inside functions: huggingface_hub loads only for a model named on the Hub.
+from launcher.config.data_rules import channel_issues
 from launcher.config.hf_config import WEIGHT_FILES, hf_config
 from launcher.config.issues import Issue
 from launcher.config.job import JobConfig
@@ -22,8 +23,6 @@ from launcher.config.job_rules import code_dir, resolve_path
 from launcher.config.model_resolution import ModelResolution, resolve_model, trainable_issues
 from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
 from launcher.config.models import preset_for_hf_name
-from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
-from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
 
 HP = "hyperparameters"
 
@@ -118,26 +117,4 @@ def _hub_config(job: JobConfig, source: ModelSource, trainer: bool) -> _Config:
 
 def _trainer_issues(job: JobConfig, base_dir: Path, resolution: ModelResolution, deferred: bool) -> list[Issue]:
     issues = trainable_issues(job.hyperparameters, resolution, deferred)
-    return issues + _block_issues(job, base_dir) if resolution.spec is not None else issues
-
-
-def _block_issues(job: JobConfig, base_dir: Path) -> list[Issue]:
-    """Local channels: the first record's length against max_context_width (the runtime would
-    stop at it after the instances started)."""
-    hp, channels = job.hyperparameters, job.channels()
-    if (hp.dataset_type or DEFAULT_DATASET_TYPE) != "jsonl":
-        return []
-    seq = hp.max_context_width or DEFAULT_SEQ_LEN
-    issues = []
-    for names in (TRAIN_CHANNELS, VALIDATION_CHANNELS):
-        name = next((n for n in names if n in channels), None)
-        if name is None or channels[name].s3_data.startswith("s3://"):
-            continue
-        found = first_block_length(resolve_path(base_dir, channels[name].s3_data))
-        if found is not None and found[1] != seq:
-            file, length = found
-            default = "" if hp.max_context_width else " (the default)"
-            issues.append(Issue(f"{HP}.max_context_width", seq,
-                                f"is {seq}{default}, but channel {name!r} holds blocks of {length} tokens ({file})",
-                                f"set max_context_width: {length}, or re-pack the data with --block-size {seq}"))
-    return issues
+    return issues + channel_issues(job, base_dir, resolution.spec) if resolution.spec is not None else issues

@@ -7,7 +7,8 @@ change. What the data position and the optimizer state only mean together with, 
 
 - the global batch in sequences (train_batch_size x data-parallel degree x
   gradient_accumulation_steps): steps and the data position are counted in it;
-- the sequence length, and the data stream (dataset_type; the seed, which makes synthetic data);
+- the sequence length, and the data stream (dataset_type; the seed, which makes synthetic data
+  and shuffles indexed shards; the shuffle and the mixture of indexed channels);
 - the model's shape (a smaller model would load part of the weights without complaint);
 - the optimizer (its moments are in the checkpoint).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from launcher.config import data_order
 from launcher.config.degrees import DEGREES
 from launcher.config.models import ModelSpec
 from launcher.config.run_settings import RunSettings
@@ -51,7 +53,7 @@ KEPT = (
     Kept("global_batch", "global batch in sequences per step",
          "train_batch_size x data-parallel degree x gradient_accumulation_steps"),
     Kept("sequence_length", "sequence length", "max_context_width"),
-    Kept("data_stream", "data stream", "dataset_type and seed"),  # the seed: synthetic data
+    Kept("data_stream", "data stream", "dataset_type, seed, shuffle and data_mixture"),
     Kept("model", "model shape", "model_preset or the model's config"),
     Kept("optimizer", "optimizer", "optimizer"),
 )
@@ -73,8 +75,11 @@ def batch_text(s: RunSettings, data_parallel: int) -> str:
 
 
 def data_stream(s: RunSettings) -> str:
-    """The sample sequence the data position indexes: synthetic data is made from the seed."""
-    return f"synthetic, seed {s.seed}" if s.dataset_type == "synthetic" else s.dataset_type
+    """The sample sequence the data position indexes: synthetic data is made from the seed, and
+    indexed shards are shuffled with it and mixed by weight."""
+    if s.dataset_type == "synthetic":
+        return f"synthetic, seed {s.seed}"
+    return data_order.describe(s.dataset_type, s.shuffle, s.seed, s.data_mixture)
 
 
 @dataclass(frozen=True)

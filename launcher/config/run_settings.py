@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.config import data_order
 from launcher.config.attention import DEFAULT_ATTENTION_KERNEL
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
@@ -45,6 +46,8 @@ class RunSettings:
     max_steps: int
     seed: int
     dataset_type: str
+    shuffle: bool  # shuffle, else on for indexed shards (launcher.config.data_order)
+    data_mixture: tuple[tuple[str, float], ...]  # data_mixture: (channel, weight); (): the train channel
     val_batch: int  # val_batch_size
     validation_freq: int  # 0: never
     validation_batches: int | None  # None: the whole validation channel (the seed's -1)
@@ -102,6 +105,8 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         max_steps=max_steps,
         seed=hp.seed if hp.seed is not None else DEFAULT_SEED,
         dataset_type=hp.dataset_type or DEFAULT_DATASET_TYPE,
+        shuffle=data_order.shuffled(hp.dataset_type or DEFAULT_DATASET_TYPE, hp.shuffle),
+        data_mixture=_mixture(hp.data_mixture),
         val_batch=hp.val_batch_size or 1,
         validation_freq=hp.validation_freq or 0,
         validation_batches=hp.validation_batches if hp.validation_batches and hp.validation_batches > 0 else None,
@@ -135,3 +140,11 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         max_live_parameters=params.sdp_max_live_parameters if sdp else None,
         cp_comm_type=hp.cp_comm_type or "p2p",
     )
+
+
+def _mixture(text: str | None) -> tuple[tuple[str, float], ...]:
+    """data_mixture's pairs; a malformed one is validation's error (rules), so none here."""
+    try:
+        return data_order.parse_mixture(text)
+    except data_order.MixtureError:
+        return ()

@@ -21,6 +21,7 @@ from launcher.config import (
     aws_rules,
     backend_rules,
     catalog,
+    data_rules,
     job_rules,
     model_rules,
     request_limits,
@@ -152,7 +153,8 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                                                                            emulate=bool(hp.fp8_emulate))
     out.update(ctx=ctx, fp8=fp8)
     for check in (rules.check_launchers, rules.check_degrees, rules.check_memory_options,
-                  rules.check_attention_kernel, rules.check_backend, backend_rules.check_backend_choice,
+                  rules.check_attention_kernel, data_rules.check_data_order, rules.check_backend,
+                  backend_rules.check_backend_choice,
                   job_rules.check_job_fields, job_rules.check_hyperparameters, job_rules.check_image,
                   aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume):
         issues += check(ctx)

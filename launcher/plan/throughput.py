@@ -111,7 +111,7 @@ def width_factor(spec: ModelSpec) -> float:
     return spec.hidden_size / (spec.hidden_size + WIDTH_HALF)
 
 
-def recompute_factor(spec: ModelSpec, seq_len: int, ac_mode: str | None) -> float:
+def recompute_factor(spec: ModelSpec, seq_len: float, ac_mode: str | None) -> float:
     """Hardware FLOPs over useful FLOPs: 1 + (2·N_blocks + 2·L·H·d_head·S) / F for full
     activation checkpointing (the blocks' forward runs again in backward), else 1."""
     if ac_mode != "full":
@@ -151,8 +151,8 @@ class StepTime:
 def step_time(w: Workload, eta: float, peak_tflops: float) -> StepTime:
     """Raises UnknownLink where a group crosses a link the catalog has no bandwidth for."""
     spec, lay = w.spec, w.layout
-    flops = flops_per_token(spec, w.seq_len)
-    r = recompute_factor(spec, w.seq_len, w.ac_mode)
+    flops = flops_per_token(spec, w.attention_len)
+    r = recompute_factor(spec, w.attention_len, w.ac_mode)
     rate = eta * peak_tflops * 1e12
     pass_s = w.tokens_per_rank * flops * r / (lay.tp * lay.pp) / rate  # one micro-batch's forward + backward
     layers = math.ceil(spec.num_layers / lay.pp)
@@ -336,17 +336,19 @@ def estimate_workload(w: Workload) -> ThroughputEstimate | None:
     except UnknownLink:
         return None
     spec, seq = w.spec, w.seq_len
-    flops = flops_per_token(spec, seq)
+    flops = flops_per_token(spec, w.attention_len)
     n = matmul_params(spec)
     formula = (f"6·N + 6·L·H·d_head·S (causal) = 6 x {n:,} + 6 x {spec.num_layers} x {spec.num_heads} x "
-               f"{spec.head_dim} x {seq} = {flops / 1e9:.2f} GFLOP/token")
+               f"{spec.head_dim} x {w.attention_len:,.0f} = {flops / 1e9:.2f} GFLOP/token")
+    if w.attended_basis:
+        formula += f" (S: {w.attended_basis})"
     price = w.instance.usd_per_hour
     return ThroughputEstimate(
         flops_per_token=flops,
         seed_flops_per_token=seed_flops_per_token(spec, seq),
         formula=formula,
         tokens_per_step=w.tokens_per_step,
-        recompute_factor=recompute_factor(spec, seq, w.ac_mode),
+        recompute_factor=recompute_factor(spec, w.attention_len, w.ac_mode),
         efficiency=eta,
         peak_tflops=peak,
         dtype=dtype,

@@ -7,14 +7,20 @@ runs), so the memory and throughput models size THIS runtime, not a generic one.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 
-from launcher.config import ValidatedJob
+from launcher.config import ValidatedJob, data_order
 from launcher.config.catalog import InstanceType
 from launcher.config.distribution import ModelParallelParameters
+from launcher.config.flops import attended_length
+from launcher.config.job_rules import resolve_path
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import ModelSpec
 from launcher.config.pipeline import bubble_fraction, in_flight_microbatches
+from launcher.wire.datafiles import TRAIN_CHANNELS
+from launcher.wire.token_shards import ShardError, read_header, shard_indexes
 
 
 class PlanError(ValueError):
@@ -46,6 +52,14 @@ class Workload:
     instance: InstanceType | None
     instance_count: int
     processes_per_host: int
+    # the length each token's attention spans: seq_len, or with document masking the documents'
+    # (launcher.config.flops.attended_length) where the shards' headers say their lengths
+    attended: float | None = None
+    attended_basis: str | None = None  # where `attended` comes from, for the report
+
+    @property
+    def attention_len(self) -> float:
+        return self.seq_len if self.attended is None else self.attended
 
     @property
     def tokens_per_rank(self) -> int:
@@ -112,4 +126,43 @@ def workload_of(job: ValidatedJob) -> Workload:
         instance=job.instance,
         instance_count=job.config.instance_count,
         processes_per_host=job.processes_per_host,
+        **dict(zip(("attended", "attended_basis"), documents_attention(job, s.seq_len))),
     )
+
+
+# `smlaunch plan --data DIR`: a local copy of the training data's shards, read in place of the job's
+# channels (an S3 channel's headers are not read from here); set for the command's duration.
+documents_from: ContextVar[Path | None] = ContextVar("documents_from", default=None)
+
+
+def documents_attention(job: ValidatedJob, seq_len: int) -> tuple[float | None, str | None]:
+    """With document masking on indexed channels this machine can read (the job's local channels,
+    or `documents_from`): (the documents' mean attention length per token, what it is read from);
+    (None, None) otherwise: causal rows."""
+    s = job.settings
+    if not (job.kind.runtime and s.document_masking and s.dataset_type == data_order.INDEXED):
+        return None, None
+    channels = job.config.channels()
+    names = [name for name, _ in s.data_mixture] or [next((n for n in TRAIN_CHANNELS if n in channels), "train")]
+    weights = dict(s.data_mixture) or {names[0]: 1.0}
+    if documents_from.get() is not None:  # one local copy stands for the training data
+        names, weights = [str(documents_from.get())], {str(documents_from.get()): 1.0}
+    lengths = []
+    for name in names:
+        uri = name if documents_from.get() is not None else channels[name].s3_data if name in channels else None
+        if uri is None or uri.startswith("s3://"):
+            return None, None  # only the container sees an S3 channel
+        try:
+            headers = [read_header(idx) for idx in shard_indexes(resolve_path(job.base_dir, uri))]
+        except ShardError:
+            return None, None  # validation reports the damaged shard
+        buckets = [row for h in headers for row in h.fields.get("lengths", {}).get("buckets", [])]
+        found = attended_length(buckets, seq_len)
+        if found is None:
+            return None, None
+        lengths.append((weights[name], found))
+    total = sum(w for w, _ in lengths)
+    attended = sum(w * a for w, a in lengths) / total
+    return attended, (f"the documents of the shards in {', '.join(names)} attend {attended:,.0f} tokens "
+                      f"per token on average with document masking, {attended / seq_len:.1%} of a causal row of "
+                      f"{seq_len:,}")

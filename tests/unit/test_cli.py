@@ -309,3 +309,76 @@ def test_schema_matches_the_committed_file() -> None:
         "configs/schema.json is stale: regenerate it with `make schema`"
 
 
+
+
+# --- validate: indexed token channels on this machine (launcher.config.data_rules) --------------
+
+def _indexed_job(tmp_path: Path, train: Path, **hyperparameters) -> Path:
+    hp = {"model_preset": "llama3-tiny", "max_context_width": 8, "dataset_type": "indexed", **hyperparameters}
+    job = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+           "instance_count": 1, "processes_per_host": 1, "inputs": {"train": str(train)}, "hyperparameters": hp}
+    path = tmp_path / "job.yaml"
+    path.write_text(json.dumps(job))
+    return path
+
+
+def _shards(directory: Path, docs, vocab_size=256, tokenizer=None) -> Path:
+    from container.data.indexed import write_shards
+
+    write_shards(docs, directory, "train", vocab_size=vocab_size,
+                 tokenizer=tokenizer or {"name": "UTF-8 bytes", "vocabulary_sha256": None})
+    return directory
+
+
+def test_validate_checks_a_local_indexed_channel(tmp_path: Path) -> None:
+    good = _shards(tmp_path / "good", [[1, 2, 3, 4, 5]] * 10)
+    result = run_cli("validate", _indexed_job(tmp_path, good))
+    assert result.exit_code == 0, result.output
+    assert "indexed, shuffled with seed 12345" in result.output
+    assert "indexed, in order" in run_cli("validate", _indexed_job(tmp_path, good, shuffle=0)).output
+    # a truncated .bin
+    bad = _shards(tmp_path / "bad", [[1, 2, 3, 4, 5]] * 10)
+    binary = bad / "train-00000.bin"
+    binary.write_bytes(binary.read_bytes()[:-4])
+    result = run_cli("validate", _indexed_job(tmp_path, bad))
+    assert result.exit_code == 2 and "truncated or mismatched" in result.stderr, result.stderr
+    assert "train-00000.bin" in result.stderr, result.stderr
+    # ids beyond llama3-tiny's 256
+    wide = _shards(tmp_path / "wide", [[1, 2, 300]] * 10, vocab_size=512)
+    result = run_cli("validate", _indexed_job(tmp_path, wide))
+    assert result.exit_code == 2 and "holds token id 300, outside llama3-tiny's vocabulary of 256" in result.stderr
+    # shards read as JSON Lines
+    result = run_cli("validate", _indexed_job(tmp_path, good, dataset_type="jsonl"))
+    assert result.exit_code == 2 and "holds indexed token shards" in result.stderr
+    assert "set dataset_type: indexed" in result.stderr
+
+
+def test_validate_checks_the_shards_tokenizer_against_a_local_models(tmp_path: Path) -> None:
+    from launcher.wire.token_shards import tokenizer_identity
+    from tests.support.hf_models import llama_config, save_llama, save_tokenizer
+
+    model = tmp_path / "model"
+    save_llama(model, llama_config())
+    save_tokenizer(model)
+    hp = {"model_preset": "", "hf_pretrained_model_name_or_dir": str(model)}
+    result = run_cli("validate", _indexed_job(tmp_path, _shards(tmp_path / "bytes", [[1, 2, 3]] * 10, 320), **hp))
+    assert result.exit_code == 2, result.output
+    assert "train-00000.idx was packed with UTF-8 bytes, whose ids mean other tokens than the model's " \
+           "tokenizer" in " ".join(result.stderr.split())
+    same = _shards(tmp_path / "same", [[1, 2, 3]] * 10, 320, tokenizer_identity("m", model / "tokenizer.json"))
+    assert run_cli("validate", _indexed_job(tmp_path, same, **hp)).exit_code == 0
+
+
+@pytest.mark.parametrize(("hyperparameters", "words"), [
+    ({"data_mixture": "web=0.7"}, ["hyperparameters.data_mixture", "is not channel:weight"]),
+    ({"data_mixture": "web:0"}, ["the weight of web is 0.0", "positive weight"]),
+    ({"data_mixture": "web:1,books:1"}, ["names channel(s) web, books, which the job's inputs do not have"]),
+    ({"data_mixture": "train:1", "dataset_type": "jsonl"}, ["mixes indexed token shards, and dataset_type is jsonl"]),
+    ({"shuffle": 1, "dataset_type": "jsonl"}, ["hyperparameters.shuffle", "jsonl data is read in order"]),
+])
+def test_validate_refuses_an_order_the_data_cannot_have(tmp_path: Path, hyperparameters, words) -> None:
+    good = _shards(tmp_path / "good", [[1, 2, 3, 4, 5]] * 10)
+    result = run_cli("validate", _indexed_job(tmp_path, good, **hyperparameters))
+    assert result.exit_code == 2
+    for word in words:
+        assert word in result.stderr, (word, result.stderr)

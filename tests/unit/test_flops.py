@@ -87,3 +87,26 @@ def test_the_405b_preset_has_meta_s_published_parameter_count():
     spec = PRESETS["llama3.1-405b"]
     norms = (2 * spec.num_layers + 1) * spec.hidden_size
     assert matmul_params(spec) + spec.vocab_size * spec.hidden_size + norms == 405_853_388_800
+
+
+def test_documents_attend_their_own_length_and_a_long_one_a_whole_row():
+    from launcher.config.flops import attended_length
+
+    # ten documents of 100 tokens (bucket 6: [64, 128)): each token attends 100 on average
+    assert attended_length([[6, 10, 1000, 100_000]], 1024) == 100
+    # documents of 4,096 tokens in rows of 1,024: whole rows, as without documents
+    assert attended_length([[12, 3, 12_288, 3 * 4096**2]], 1024) == 1024
+    # 800 (< S: 800²) and 1,500 (>= S: cut into rows, 1,500 x 1,024)
+    assert attended_length([[9, 1, 800, 640_000], [10, 1, 1500, 2_250_000]], 1024) == pytest.approx(
+        (640_000 + 1500 * 1024) / 2300)
+    assert attended_length([], 1024) is None
+
+
+def test_a_batchs_attention_length_from_its_documents():
+    import torch
+
+    from container.data.rows import attended_length
+
+    assert attended_length({"documents": torch.tensor([[0, 0, 0, 1]])}, 4) == (9 + 1) / 4
+    assert attended_length({"documents": torch.tensor([[0, 0, 0, 0], [0, 1, 2, 3]])}, 4) == (16 + 4) / 8
+    assert attended_length({"input_ids": torch.zeros(2, 4)}, 4) == 4  # whole rows

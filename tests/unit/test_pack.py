@@ -291,6 +291,17 @@ def _bad_inputs(tmp: Path) -> dict[str, tuple[list, list[str]]]:
         "no complete block": (["--input", tmp / "short.txt", "--block-size", 100], ["no complete block", "100"]),
         "no validation block": (["--input", tmp / "some.txt", *size, "--validation-fraction", 0.01],
                                 ["--validation-fraction", "validation 0"]),
+        "no block size": (["--input", tmp / "some.txt"], ["--block-size is required with --format jsonl"]),
+        "indexed with a block size": (["--input", tmp / "some.txt", "--format", "indexed", *size],
+                                      ["--block-size applies to --format jsonl", "max_context_width"]),
+        "indexed to a file": (["--input", tmp / "some.txt", "--format", "indexed", "--output", tmp / "out.jsonl"],
+                              ["--format indexed writes a channel directory", "--output-dir"]),
+        "shard tokens for jsonl": (["--input", tmp / "some.txt", *size, "--shard-tokens", 100],
+                                   ["--shard-tokens applies to --format indexed"]),
+        "indexed mid-stream": (["--input", tmp / "late.jsonl", "--format", "indexed"],
+                               ["late.jsonl:1501", "no field 'text'"]),
+        "no validation document": (["--input", tmp / "some.txt", "--format", "indexed", "--validation-fraction", 0.01],
+                                   ["--validation-fraction", "documents into train 1, validation 0"]),
     }
 
 
@@ -299,7 +310,9 @@ BAD_INPUTS = [
     "unreadable parquet", "parquet column", "parquet type", "fraction 0", "fraction 1.5",
     "fraction without dir", "both outputs", "block size", "output name", "tokenizer missing",
     "tokenizer empty", "eos without tokenizer", "tokenizer without eos", "dataset missing", "dataset field",
-    "dataset split", "streaming with files", "no complete block", "no validation block"]
+    "dataset split", "streaming with files", "no complete block", "no validation block", "no block size",
+    "indexed with a block size", "indexed to a file", "shard tokens for jsonl", "indexed mid-stream",
+    "no validation document"]
 
 
 @pytest.fixture(scope="module")
@@ -352,3 +365,46 @@ def test_an_existing_output_is_replaced_only_with_overwrite(tmp_path, capsys):
     inside.write_text("old\n")
     assert run("--input", src, "--output", inside, "--block-size", 4, "--overwrite") == 2
     assert "would also be read as --input" in capsys.readouterr().err
+
+
+# --- --format indexed ---------------------------------------------------------------------------
+
+def test_indexed_shards_hold_the_documents_tokens_and_split_by_document(tmp_path, tokenizer_dir, capsys):
+    """With a tokenizer: every document's tokens (the reference: AutoTokenizer, one at a time),
+    whole, in order; a validation document is nowhere in train; the header names the tokenizer."""
+    from transformers import AutoTokenizer
+
+    from container.data.indexed import TokenStream
+    from launcher.wire.token_shards import read_header, vocabulary_sha256
+
+    src = write_docs(tmp_path / "docs", DOCS)
+    assert run("--input", src, "--tokenizer", tokenizer_dir, "--eos", "--format", "indexed", "--output-dir",
+               tmp_path / "data", "--validation-fraction", 0.25, "--seed", 3, "--shard-tokens", 200) == 0
+    assert "wrote indexed token shards (train: " in capsys.readouterr().out
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    want = [tok(text)["input_ids"] + [tok.eos_token_id] for text in DOCS]
+    split = [is_validation(i, 0.25, 3) for i in range(len(DOCS))]
+    for name, in_split in (("train", False), ("validation", True)):
+        stream = TokenStream(tmp_path / "data" / name)
+        docs = [stream.shards[i].tokens[a:b].tolist() for i in range(len(stream.shards))
+                for a, b in zip(stream.shards[i].offsets[:-1], stream.shards[i].offsets[1:])]
+        assert docs == [d for d, v in zip(want, split) if v == in_split], name
+    header = read_header(sorted((tmp_path / "data" / "train").glob("*.idx"))[0])
+    assert header.tokenizer == {"name": str(tokenizer_dir), "vocabulary_sha256": vocabulary_sha256(tok.get_vocab())}
+    assert header.vocab_size == len(tok) and len(list((tmp_path / "data" / "train").glob("*.idx"))) > 1
+
+
+def test_an_indexed_overwrite_replaces_every_shard_of_the_earlier_pack(tmp_path, capsys):
+    src = write_docs(tmp_path / "docs", DOCS)
+    out = tmp_path / "data"
+    assert run("--input", src, "--format", "indexed", "--output-dir", out, "--shard-tokens", 100) == 0
+    many = sorted(p.name for p in (out / "train").iterdir())
+    assert len(many) > 4
+    assert run("--input", src, "--format", "indexed", "--output-dir", out) == 2
+    assert "holds shards" in capsys.readouterr().err
+    assert run("--input", src, "--format", "indexed", "--output-dir", out, "--overwrite") == 0
+    assert sorted(p.name for p in (out / "train").iterdir()) == ["train-00000.bin", "train-00000.idx"]
+    # a failed pack leaves the shards it would have replaced
+    (tmp_path / "bad.jsonl").write_text('{"text": "a"}\n{"body": "b"}\n')
+    assert run("--input", tmp_path / "bad.jsonl", "--format", "indexed", "--output-dir", out, "--overwrite") == 2
+    assert sorted(p.name for p in (out / "train").iterdir()) == ["train-00000.bin", "train-00000.idx"]

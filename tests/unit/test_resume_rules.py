@@ -50,8 +50,9 @@ def test_another_global_batch_is_refused_with_the_settings_that_keep_it():
 @pytest.mark.parametrize("change,expected", [
     ({"max_context_width": 128}, ("sequence length (max_context_width) was 64 when saved, now 128; "
                                   "set max_context_width back to 64")),
-    ({"seed": 8}, ("data stream (dataset_type and seed) was synthetic, seed 7 when saved, now synthetic, seed 8; "
-                   "set dataset_type and seed back to synthetic, seed 7")),
+    ({"seed": 8}, ("data stream (dataset_type, seed, shuffle and data_mixture) was synthetic, seed 7 when saved, "
+                   "now synthetic, seed 8; set dataset_type, seed, shuffle and data_mixture back to synthetic, "
+                   "seed 7")),
     ({"optimizer": "anyprecision"}, "optimizer was adamw when saved, now anyprecision; set optimizer back to adamw"),
 ])
 def test_what_a_resume_must_keep_is_refused_when_changed(change, expected):
@@ -61,6 +62,22 @@ def test_what_a_resume_must_keep_is_refused_when_changed(change, expected):
 def test_a_jsonl_runs_seed_may_change():
     saved = identity(dataset_type="jsonl").record()
     assert identity(dataset_type="jsonl", seed=8).conflicts(saved) == []
+
+
+def test_indexed_shards_keep_their_shuffle_and_mixture():
+    """Shuffled indexed shards: the seed orders them, so it is kept; read in order, it may change;
+    another mixture is another stream (its weights normalised: 7:3 is 0.7:0.3)."""
+    mixed = {"dataset_type": "indexed", "data_mixture": "web:0.7,code:0.3"}
+    saved = identity(**mixed).record()
+    assert saved["data_stream"] == "indexed, shuffled with seed 7, mixture web:0.7,code:0.3"
+    assert identity(dataset_type="indexed", data_mixture="web:7,code:3").conflicts(saved) == []
+    [reseeded] = identity(**mixed, seed=8).conflicts(saved)
+    assert "now indexed, shuffled with seed 8, mixture web:0.7,code:0.3" in reseeded
+    [reweighted] = identity(dataset_type="indexed", data_mixture="web:0.5,code:0.5").conflicts(saved)
+    assert "now indexed, shuffled with seed 7, mixture web:0.5,code:0.5" in reweighted
+    in_order = identity(dataset_type="indexed", shuffle=0).record()
+    assert identity(dataset_type="indexed", shuffle=0, seed=8).conflicts(in_order) == []
+    assert identity(dataset_type="indexed").conflicts(in_order)  # the control: a shuffle is another order
 
 
 def test_another_model_shape_is_refused_field_by_field():

@@ -1,0 +1,64 @@
+"""The order smlaunch's train.py trains samples in, decided once (torch-free: validation and the
+runtime read the same rules; the order itself is container.data.order).
+
+- `shuffle`: indexed token shards (`dataset_type: indexed`) are shuffled by default, with the
+  job's seed, epoch after epoch; `shuffle: 0` reads them in the order they were packed. JSON
+  Lines channels are read in order as a stream (a shuffle would need the whole channel in
+  memory or an index: pack them with `--format indexed` to shuffle).
+- `data_mixture: "web:0.7,code:0.2,books:0.1"`: train on several indexed channels (the job's
+  input channels of those names) with these weights, normalised (Megatron's data blend,
+  torchtitan's dataset mix); without it, the `train` channel alone.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+INDEXED = "indexed"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # SageMaker's channel names
+_FORMAT = '"channel:weight,channel:weight", e.g. "web:0.7,code:0.3"'
+
+
+class MixtureError(ValueError):
+    def __init__(self, problem: str, fix: str):
+        self.problem, self.fix = problem, fix
+        super().__init__(f"{problem}; {fix}")
+
+
+def shuffled(dataset_type: str, shuffle: bool | None) -> bool:
+    """Whether samples are shuffled: `shuffle` as given, else on for indexed shards only."""
+    return dataset_type == INDEXED if shuffle is None else shuffle
+
+
+def parse_mixture(text: str | None) -> tuple[tuple[str, float], ...]:
+    """`data_mixture` as (channel, weight) pairs, in the order given; () when unset."""
+    if text is None or not text.strip():
+        return ()
+    pairs: list[tuple[str, float]] = []
+    for part in text.split(","):
+        name, sep, weight = part.strip().partition(":")
+        if not sep or not _NAME.match(name.strip()):
+            raise MixtureError(f"{part.strip()!r} is not channel:weight", f"write {_FORMAT}")
+        try:
+            value = float(weight)
+        except ValueError:
+            raise MixtureError(f"the weight of {name.strip()} is {weight.strip()!r}, not a number",
+                               f"write {_FORMAT}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise MixtureError(f"the weight of {name.strip()} is {value}", "give every channel a positive weight")
+        if any(name.strip() == seen for seen, _ in pairs):
+            raise MixtureError(f"channel {name.strip()} is named twice", "name each channel once")
+        pairs.append((name.strip(), value))
+    return tuple(pairs)
+
+
+def describe(dataset_type: str, shuffle: bool, seed: int, mixture: tuple[tuple[str, float], ...]) -> str:
+    """The sample stream a data position indexes (a resume must keep it: launcher.config.resume)."""
+    if dataset_type != INDEXED:
+        return dataset_type
+    text = f"indexed, shuffled with seed {seed}" if shuffle else "indexed, in order"
+    if mixture:
+        total = sum(w for _, w in mixture)
+        text += ", mixture " + ",".join(f"{name}:{weight / total:.6g}" for name, weight in mixture)
+    return text

@@ -1,0 +1,133 @@
+"""What smlaunch's train.py will read, checked on the client where it can be seen: the order
+settings (shuffle, data_mixture: launcher.config.data_order) against the data's format and the
+job's channels, and the channels on this machine (local paths) against the run: a JSON Lines
+channel's block length, an indexed channel's shards (complete, of the model's vocabulary, at
+least one row). S3 channels are the container's to check, before training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.config import data_order
+from launcher.config.issues import Issue
+from launcher.config.job import JobConfig
+from launcher.config.job_rules import resolve_path
+from launcher.config.models import ModelSpec
+from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
+from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
+from launcher.wire.token_shards import ShardError, read_header, shard_indexes, tokenizer_identity
+
+HP = "hyperparameters"
+_INDEXED_FIX = "pack the data with python -m container.data pack --format indexed and set dataset_type: indexed"
+
+
+def check_data_order(ctx) -> list[Issue]:
+    """shuffle and data_mixture against dataset_type and the job's channels (rules.Context)."""
+    job, hp = ctx.job, ctx.job.hyperparameters
+    if not ctx.runtime:
+        return []
+    dataset_type = hp.dataset_type or DEFAULT_DATASET_TYPE
+    issues = []
+    if hp.shuffle and dataset_type != data_order.INDEXED:
+        issues.append(Issue(f"{HP}.shuffle", hp.shuffle,
+                            f"{dataset_type} data is read in order (a JSON Lines channel is a stream; synthetic "
+                            "samples are random already)", f"{_INDEXED_FIX}, or drop shuffle"))
+    try:
+        mixture = data_order.parse_mixture(hp.data_mixture)
+    except data_order.MixtureError as exc:
+        return [*issues, Issue(f"{HP}.data_mixture", hp.data_mixture, exc.problem, exc.fix)]
+    if mixture and dataset_type != data_order.INDEXED:
+        issues.append(Issue(f"{HP}.data_mixture", hp.data_mixture,
+                            f"mixes indexed token shards, and dataset_type is {dataset_type}", _INDEXED_FIX))
+    channels = job.channels()
+    missing = [name for name, _ in mixture if name not in channels]
+    if mixture and channels and missing:
+        issues.append(Issue(f"{HP}.data_mixture", hp.data_mixture,
+                            f"names channel(s) {', '.join(missing)}, which the job's inputs do not have "
+                            f"(it has {', '.join(sorted(channels))})",
+                            "add them to inputs, or mix the channels it has"))
+    return issues
+
+
+def channel_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issue]:
+    """The job's local channels against the run (see the module docstring)."""
+    hp, channels = job.hyperparameters, job.channels()
+    dataset_type = hp.dataset_type or DEFAULT_DATASET_TYPE
+    seq = hp.max_context_width or DEFAULT_SEQ_LEN
+    names = [next((n for n in group if n in channels), None) for group in (TRAIN_CHANNELS, VALIDATION_CHANNELS)]
+    if dataset_type == data_order.INDEXED:
+        try:
+            names[0:1] = [name for name, _ in data_order.parse_mixture(hp.data_mixture)] or names[0:1]
+        except data_order.MixtureError:
+            pass  # check_data_order reports it
+    issues = []
+    model_vocabulary = _local_tokenizer(hp, base_dir) if dataset_type == data_order.INDEXED else None
+    for name in filter(None, names):
+        if name not in channels or channels[name].s3_data.startswith("s3://"):
+            continue
+        path = resolve_path(base_dir, channels[name].s3_data)
+        if dataset_type == data_order.INDEXED:
+            issues += _indexed_issues(name, path, seq, spec, model_vocabulary)
+        elif dataset_type == "jsonl":
+            issues += _block_issues(name, path, seq, bool(hp.max_context_width))
+    return issues
+
+
+def _block_issues(name: str, path: Path, seq: int, seq_given: bool) -> list[Issue]:
+    """The first record's length against max_context_width (the runtime would stop at it after the
+    instances started); a channel of indexed shards read as JSON Lines."""
+    if shard_indexes(path) and not first_block_length(path):
+        return [Issue(f"{HP}.dataset_type", "jsonl", f"channel {name!r} holds indexed token shards ({path})",
+                      "set dataset_type: indexed")]
+    found = first_block_length(path)
+    if found is None or found[1] == seq:
+        return []
+    file, length = found
+    default = "" if seq_given else " (the default)"
+    return [Issue(f"{HP}.max_context_width", seq,
+                  f"is {seq}{default}, but channel {name!r} holds blocks of {length} tokens ({file})",
+                  f"set max_context_width: {length}, or re-pack the data with --block-size {seq}")]
+
+
+def _local_tokenizer(hp, base_dir: Path) -> dict | None:
+    """The model's tokenizer where this machine has it (`tokenizer`, else the pretrained model, as a
+    local directory with a tokenizer.json): its identity, as a shard header records one."""
+    for value in (hp.tokenizer, hp.hf_pretrained_model_name_or_dir):
+        if value and not value.startswith("s3://"):
+            directory = resolve_path(base_dir, value)
+            if (directory / "tokenizer.json").is_file():
+                return tokenizer_identity(value, directory / "tokenizer.json")
+    return None
+
+
+def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dict | None) -> list[Issue]:
+    """Every shard's header and sizes; its token ids against the model's vocabulary, its tokenizer
+    against the model's (where this machine has it); one row at least."""
+    field = f"inputs.{name}"
+    indexes = shard_indexes(path)
+    if not indexes:
+        return [Issue(field, str(path), "holds no indexed token shards (*.idx and *.bin), and dataset_type is "
+                                        "indexed", "pack them with --format indexed, or set dataset_type: jsonl")]
+    tokens, issues = 0, []
+    for idx in indexes:
+        try:
+            header = read_header(idx)
+        except ShardError as exc:
+            issues.append(Issue(field, str(exc.path), f"{exc.path.name}: {exc.problem}", exc.fix))
+            continue
+        tokens += header.tokens
+        packed = header.tokenizer.get("vocabulary_sha256")
+        if model is not None and packed != model["vocabulary_sha256"]:
+            issues.append(Issue(field, str(idx), f"{idx.name} was packed with {header.tokenizer.get('name')}, whose "
+                                                 f"ids mean other tokens than the model's tokenizer ({model['name']})",
+                                "pack the data with the model's tokenizer (pack --tokenizer <the model>)"))
+        if header.max_token_id >= spec.vocab_size:
+            issues.append(Issue(field, str(idx), f"{idx.name} holds token id {header.max_token_id}, outside "
+                                                 f"{spec.name}'s vocabulary of {spec.vocab_size} (packed with "
+                                                 f"{header.tokenizer.get('name')})",
+                                "pack the data with the model's tokenizer"))
+    if not issues and tokens < seq:
+        issues.append(Issue(field, str(path), f"holds {tokens:,} tokens, fewer than one row of "
+                                              f"max_context_width={seq}", "give it more data or a shorter row"))
+    return issues

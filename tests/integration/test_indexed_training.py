@@ -1,0 +1,97 @@
+"""Training on indexed token shards through train.py: read in order they train exactly as the
+JSON Lines blocks of the same corpus; shuffled, a run resumed at a smaller and at a larger world
+size continues the uninterrupted run's losses (the same global order); shards of another tokenizer,
+or a checkpoint of another shuffle, are refused before training. The in-process half (format,
+order, rows): tests/unit/test_indexed.py."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.support.hf_models import llama_config, save_llama, save_tokenizer
+from tests.support.pack import DOCS, run, write_docs
+from tests.support.train_runs import order_tolerance, run_train, series
+
+SEQ = 64
+STEPS, SAVED_AT = 6, 3
+# fp32, the same 4 x 64 tokens a step in other layouts: sums in another order (train_runs)
+REL = order_tolerance(4 * SEQ)
+COMMON = {"max_context_width": SEQ, "train_batch_size": 4, "max_steps": STEPS, "lr_decay_iters": STEPS,
+          "checkpoint_freq": SAVED_AT}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """DOCS x 8 as byte tokens, packed both ways: (JSON Lines channel, indexed channel)."""
+    root = tmp_path_factory.mktemp("corpus")
+    docs = write_docs(root / "docs", DOCS * 8)
+    assert run("--input", docs, "--output-dir", root / "jsonl", "--block-size", SEQ) == 0
+    assert run("--input", docs, "--output-dir", root / "indexed", "--format", "indexed") == 0
+    return root / "jsonl" / "train", root / "indexed" / "train"
+
+
+def train(tmp, nproc, channel, **hp):
+    return run_train(tmp, nproc, **{**COMMON, "dataset_type": "indexed", "training_dir": str(channel), **hp})
+
+
+@pytest.fixture(scope="module")
+def shuffled(tmp_path_factory, corpus):
+    """The uninterrupted reference: one process, shuffled (the default for indexed shards)."""
+    return train(tmp_path_factory.mktemp("shuffled"), 1, corpus[1])
+
+
+def test_indexed_shards_in_order_train_as_the_json_lines_blocks(tmp_path, corpus, shuffled):
+    records = train(tmp_path / "jsonl", 1, corpus[0], dataset_type="jsonl")
+    in_order = train(tmp_path / "indexed", 1, corpus[1], shuffle=0)
+    for key in ("loss", "grad_norm"):
+        assert series(in_order, key) == series(records, key)  # the same batches: the same numbers
+    # the control: the shuffled run trains on other rows
+    assert series(shuffled, "loss")[0] != series(in_order, "loss")[0]
+
+
+def _resume(tmp_path, saved_at_world: int, resume_world: int, corpus, **layout) -> list[dict]:
+    first = tmp_path / "first"
+    train(first, saved_at_world, corpus[1], max_steps=SAVED_AT, train_batch_size=4 // saved_at_world)
+    second = tmp_path / "second"
+    shutil.copytree(first / "checkpoints", second / "checkpoints")
+    return train(second, resume_world, corpus[1], train_batch_size=4 // resume_world, **layout)
+
+
+@pytest.mark.parametrize(("saved_world", "resumed_world"), [(2, 1), (1, 4)], ids=["shrink 2->1", "grow 1->4"])
+def test_a_shuffled_run_resumes_the_same_order_at_another_world_size(tmp_path, corpus, shuffled, saved_world,
+                                                                     resumed_world):
+    records = _resume(tmp_path, saved_world, resumed_world, corpus)
+    assert series(records, "step") == list(range(SAVED_AT + 1, STEPS + 1))
+    for key in ("loss", "grad_norm"):
+        assert series(records, key) == pytest.approx(series(shuffled, key)[SAVED_AT:], rel=REL), key
+
+
+def test_a_resume_with_another_seed_is_refused(tmp_path, corpus):
+    first = tmp_path / "first"
+    train(first, 1, corpus[1], max_steps=SAVED_AT)
+    shutil.copytree(first / "checkpoints", tmp_path / "second" / "checkpoints")
+    with pytest.raises(AssertionError) as failure:
+        train(tmp_path / "second", 1, corpus[1], seed=8)
+    assert "data stream (dataset_type, seed, shuffle and data_mixture) was indexed, shuffled with seed 7" in \
+        str(failure.value)
+
+
+def test_shards_of_another_tokenizer_fail_before_training(tmp_path):
+    """A pretrained model with its tokenizer.json, and shards packed as UTF-8 bytes: every id is
+    inside its vocabulary (320), so only the tokenizer check sees that they mean other tokens."""
+    model = tmp_path / "model"
+    save_llama(model, llama_config())
+    save_tokenizer(model)
+    docs = write_docs(tmp_path / "docs", DOCS)
+    assert run("--input", docs, "--output-dir", tmp_path / "bytes", "--format", "indexed") == 0
+    hp = {"model_preset": "", "hf_pretrained_model_name_or_dir": str(model), "max_steps": 1}
+    with pytest.raises(AssertionError) as failure:
+        train(tmp_path / "run", 1, tmp_path / "bytes" / "train", **hp)
+    assert "channel train was packed with UTF-8 bytes (its UTF-8 bytes), whose ids mean other tokens" in \
+        str(failure.value)
+    assert not (tmp_path / "run" / "out" / "metrics.jsonl").exists()  # before the first step
+    # the control: the same documents packed with the model's tokenizer train
+    assert run("--input", docs, "--output-dir", tmp_path / "tok", "--format", "indexed", "--tokenizer", model) == 0
+    assert len(series(train(tmp_path / "ok", 1, tmp_path / "tok" / "train", **hp), "loss")) == 1
