@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from container.data import packing
 from container.data.encoders import load_tokenizer
-from container.data.packing import pack
 
 
 def stdlib_sources(megabytes: float) -> list[Path]:
@@ -64,12 +64,12 @@ def train_tokenizer(files: list[Path], vocab: int, directory: Path) -> float:
     return time.perf_counter() - start
 
 
-def measure(files: list[Path], out: Path, block: int, tokenizer: Path | None) -> pack.Summary:
+def measure(files: list[Path], out: Path, block: int, tokenizer: Path | None) -> packing.Summary:
     argv = ["--input", *map(str, files), "--output", str(out), "--block-size", str(block),
             "--overwrite", "--quiet"]
     if tokenizer is not None:
         argv += ["--tokenizer", str(tokenizer), "--eos"]
-    return pack.run(pack.parse_args(argv))
+    return packing.run(packing.parse_args(argv))
 
 
 def corpus_jsonl(files: list[Path], path: Path) -> Path:
@@ -83,8 +83,8 @@ def corpus_jsonl(files: list[Path], path: Path) -> Path:
 def pack_indexed(corpus: Path, tokenizer: Path, out: Path) -> float:
     """Seconds of `pack --format indexed` over the corpus, the tokenizer's loading included."""
     start = time.perf_counter()
-    pack.run(pack.parse_args(["--input", str(corpus), "--tokenizer", str(tokenizer), "--eos", "--format", "indexed",
-                              "--output-dir", str(out), "--overwrite", "--quiet"]))
+    packing.run(packing.parse_args(["--input", str(corpus), "--tokenizer", str(tokenizer), "--eos", "--format",
+                                    "indexed", "--output-dir", str(out), "--overwrite", "--quiet"]))
     return time.perf_counter() - start
 
 
@@ -157,7 +157,7 @@ def main() -> int:
         vocab = len(load_tokenizer(str(tokenizer)))
         print(f"BPE tokenizer: vocab {vocab}, trained in {seconds:.1f} s on the same files, "
               f"loaded in {time.perf_counter() - start:.2f} s")
-        runs: dict[str, list[pack.Summary]] = {"bytes": [], "tokenizer": []}
+        runs: dict[str, list[packing.Summary]] = {"bytes": [], "tokenizer": []}
         for _ in range(args.repeats):  # alternating, so machine noise hits both
             runs["bytes"].append(measure(files, Path(tmp) / "bytes.jsonl", args.block_size, None))
             runs["tokenizer"].append(measure(files, Path(tmp) / "tokens.jsonl", args.block_size, tokenizer))

@@ -92,7 +92,7 @@ def pack(args: argparse.Namespace, directories: list[Path], token_lists: Iterabl
                            shard_tokens=shard_tokens) for i, directory in enumerate(directories)]
     fraction, seed = args.validation_fraction, args.seed or 0
     try:
-        for index, ids in enumerate(_counted(token_lists, summary)):
+        for index, ids in enumerate(counted(token_lists, summary)):
             split = int(fraction is not None and is_validation(index, fraction, seed))
             writers[split].add(ids)
             summary.split_documents[split] += 1
@@ -115,7 +115,9 @@ def pack(args: argparse.Namespace, directories: list[Path], token_lists: Iterabl
     return summary
 
 
-def _counted(token_lists: Iterable[list[int]], summary: IndexedSummary) -> Iterator[list[int]]:
+def counted(token_lists: Iterable[list[int]], summary) -> Iterator[list[int]]:
+    """The token lists, counted into `summary.documents` and `.tokens` as they are taken (either
+    format's summary)."""
     for ids in token_lists:
         summary.documents += 1
         summary.tokens += len(ids)

@@ -44,6 +44,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -60,7 +61,9 @@ from launcher.wire.token_shards import vocabulary_sha256
 OUTPUT_SUFFIXES = (".jsonl", ".jsonl.gz")
 FORMATS = ("jsonl", "indexed")
 BATCH_DOCUMENTS = 1000  # a fast tokenizer spreads one batch over the CPU cores
-BATCH_CHARS = 1 << 22  # bounds a batch's memory when documents are whole files
+# bounds a batch's memory when documents are whole files, and keeps batches small enough that
+# reading and writing overlap the encoding of the next one (_token_lists)
+BATCH_CHARS = 1 << 20
 
 
 def group(token_lists: Iterable[list[int]], block_size: int) -> Iterator[list[int]]:
@@ -310,15 +313,30 @@ class _Counts:
 
 
 def _token_lists(documents: Iterable[str], encode: Encode, update: Callable[[int, int], None]) -> Iterator[list[int]]:
-    """Each document's tokens, encoded in batches (a fast tokenizer spreads a batch over the cores);
-    `update(documents, tokens)` after each batch."""
+    """Each document's tokens, in order, encoded in batches; `update(documents, tokens)` after each.
+
+    A pipeline of two: batch k+1 is encoded on a worker thread while this thread hands out batch
+    k's tokens (to the writer) and reads the documents of batch k+2. A fast tokenizer releases the
+    GIL and spreads a batch over every core, so reading, encoding and writing overlap instead of
+    taking turns (bench/pack_throughput.py)."""
     counts = _Counts()
-    for batch in _batches(documents):
-        for ids in encode(batch):
-            counts.documents += 1  # counted as they are taken: exact when packing stops early
-            counts.tokens += len(ids)
-            yield ids
-        update(counts.documents, counts.tokens)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode") as pool:
+        pending = None
+        for batch in _batches(documents):
+            submitted = pool.submit(encode, batch)
+            if pending is not None:
+                yield from _taken(pending.result(), counts, update)
+            pending = submitted
+        if pending is not None:
+            yield from _taken(pending.result(), counts, update)
+
+
+def _taken(token_lists: list[list[int]], counts: _Counts, update: Callable[[int, int], None]) -> Iterator[list[int]]:
+    for ids in token_lists:
+        counts.documents += 1  # counted as they are taken: exact when packing stops early
+        counts.tokens += len(ids)
+        yield ids
+    update(counts.documents, counts.tokens)
 
 
 @contextmanager
@@ -351,7 +369,7 @@ def _pack(args: argparse.Namespace, targets: list[Path], token_lists: Iterable[l
     start = time.perf_counter()
     fraction, seed = args.validation_fraction, args.seed or 0
     with _writing(targets) as files:
-        counted = _counted(token_lists, summary)
+        counted = pack_indexed.counted(token_lists, summary)
         for index, (block, positions) in enumerate(group_documents(counted, args.block_size)):
             split = int(fraction is not None and is_validation(index, fraction, seed))
             files[split].write(_record(block, positions if args.position_ids is not False else None))
@@ -371,13 +389,6 @@ def _pack(args: argparse.Namespace, targets: list[Path], token_lists: Iterable[l
                             f"each needs one at least: give more input or another fraction")
     summary.seconds = time.perf_counter() - start
     return summary
-
-
-def _counted(token_lists: Iterable[list[int]], summary: Summary) -> Iterator[list[int]]:
-    for ids in token_lists:
-        summary.documents += 1
-        summary.tokens += len(ids)
-        yield ids
 
 
 def _positive(text: str) -> int:
