@@ -1,10 +1,12 @@
 """A job's metric records, wherever its backend keeps them (docs/metrics.md).
 
 Local and Slurm jobs: rank 0's `metrics.jsonl` in the job directory (`hosts/algo-1/output/data`),
-readable while the job runs. SageMaker jobs: the same file inside the job's `output.tar.gz` once
-the job has ended; while it runs (or when the archive has none), the values SageMaker's metric
-definitions read from the logs into CloudWatch (one averaged point per minute, no step numbers).
-The records themselves are launcher.backends.metric_records.
+readable while the job runs; a script that writes none (a user's own) gets its
+`metric_definitions` applied to the job's log, as SageMaker applies them
+(launcher.backends.log_metrics). SageMaker jobs: the same metrics.jsonl inside the job's
+`output.tar.gz` once the job has ended; while it runs (or when the archive has none), the values
+SageMaker's metric definitions read from the logs into CloudWatch (one averaged point per minute,
+no step numbers). The records themselves are launcher.backends.metric_records.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import io
 import tarfile
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError
+from launcher.backends.log_metrics import POINT, metrics_from_log
 from launcher.backends.metric_records import METRICS_FILE, JobMetrics, jobdir_metrics, read_records
 from launcher.wire.metric_lines import METRICS
 
@@ -39,13 +43,25 @@ def load(backend, name: str) -> JobMetrics:
         return _from_sagemaker(backend, name, handle)
     record = backend.describe(name)
     path = jobdir_metrics(record)
-    if not path.is_file():
-        raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) has no metrics yet: {path} does not "
-                             "exist (rank 0 writes it at the first logged step)")
-    records = read_records(path.read_text(encoding="utf-8"), str(path))
-    if not records:
-        raise NoMetricsError(f"job {handle} has no metrics yet: {path} is empty")
-    return JobMetrics(handle, str(path), records)
+    records = read_records(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
+    if records:
+        return JobMetrics(handle, str(path), records)
+    definitions = (record.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
+    log = Path(record["LocalJobDir"]) / "logs" / "job.log"
+    if definitions:  # a script of the user's own: its metric_definitions over the log, as SageMaker does
+        records = metrics_from_log(log, definitions)
+        if records:
+            return JobMetrics(handle, f"{log} (metric_definitions: {', '.join(d['Name'] for d in definitions)})",
+                              records, x=POINT)
+    ended = record["TrainingJobStatus"] in TERMINAL_STATUSES
+    looked = f"{path} does not exist" if not path.is_file() else f"{path} is empty"
+    if definitions:
+        looked += f", and its metric_definitions match no line of {log}"
+    elif not path.is_file():
+        looked += (" (rank 0 of smlaunch's train.py writes it at the first logged step; a script of your own "
+                   "gets metrics from the log with metric_definitions)")
+    raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) has no metrics{'' if ended else ' yet'}: "
+                         f"{looked}")
 
 
 def _from_sagemaker(backend, name: str, handle: str) -> JobMetrics:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
 # Imports inside functions: each command imports what it uses when it runs (CLI start-up,
 # bench/cli_startup.py).
-from launcher.cli.support import JOB_HELP, aws_call, echo, find, make_console, region_option
+from launcher.cli.support import EXIT_FAILED, JOB_HELP, aws_call, echo, find, make_console, region_option
 
 
 @click.command(epilog=JOB_HELP)
@@ -16,7 +17,8 @@ from launcher.cli.support import JOB_HELP, aws_call, echo, find, make_console, r
 @region_option
 @click.option("--json", "as_json", is_flag=True, help="Print DescribeTrainingJob as JSON.")
 def status(job: str, region: str | None, as_json: bool) -> None:
-    """Show a job's status, progress (step, loss, tokens/s, ETA), last checkpoint and failure reason."""
+    """Show a job's status, progress (step, loss, tokens/s, ETA), last checkpoint and failure reason.
+    Exit code 1 when the job failed."""
 
     def run():
         from launcher.cli import jobview
@@ -25,11 +27,13 @@ def status(job: str, region: str | None, as_json: bool) -> None:
         desc = jobview.describe(backend, name)
         if as_json:
             click.echo(json.dumps(desc, indent=2, default=str))
-            return
+            return desc["TrainingJobStatus"]
         for line in jobview.status_lines(backend.name, name, desc):
             click.echo(line)
+        return desc["TrainingJobStatus"]
 
-    aws_call(run)
+    if aws_call(run) == "Failed":  # the exit codes of docs/cli: 1 for a job that failed
+        sys.exit(EXIT_FAILED)
 
 
 @click.command(epilog=JOB_HELP)

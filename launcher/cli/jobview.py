@@ -23,13 +23,36 @@ def describe(backend, name: str) -> dict:
     checkpoint = backend.checkpoint(name)
     if checkpoint is not None:
         desc["LastCheckpoint"] = checkpoint.to_dict()
+    if current is None and backend.name != "sagemaker":  # a user script: its metric_definitions over the log
+        last = _last_log_metrics(backend, name)
+        if last:
+            desc["LastMetrics"] = last
     return desc
+
+
+def _last_log_metrics(backend, name: str) -> dict[str, tuple[int, float]]:
+    """Each metric's last (point, value) from the job's metric_definitions on its log."""
+    from launcher.backends.jobmetrics import NoMetricsError, load
+
+    try:
+        metrics = load(backend, name)
+    except NoMetricsError:
+        return {}
+    if metrics.x != "point":
+        return {}
+    last: dict[str, tuple[int, float]] = {}
+    for record in metrics.records:
+        for key, value in record.items():
+            if key != "point":
+                last[key] = (record["point"], value)
+    return last
 
 
 def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
     status = desc["TrainingJobStatus"]
-    lines = [f"{desc.get('TrainingJobName', name)}: {status} ({desc.get('SecondaryStatus', '')})",
-             f"backend: {backend_name}"]
+    secondary = desc.get("SecondaryStatus")
+    shown = status if not secondary or secondary == status else f"{status} ({secondary})"
+    lines = [f"{desc.get('TrainingJobName', name)}: {shown}", f"backend: {backend_name}"]
     if desc.get("SlurmJobId"):
         lines.append(f"slurm job: {desc['SlurmJobId']} {desc.get('SlurmJobState', '')} "
                      f"{desc.get('SlurmReason', '')}".rstrip())
@@ -37,6 +60,10 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
     if current is not None:
         ended = status in TERMINAL_STATUSES
         lines.append(("last step: " if ended else "progress: ") + current.text(eta=not ended))
+    elif desc.get("LastMetrics"):  # a script of the user's own: its metric_definitions over the log
+        values = ", ".join(f"{key} {value:g} (value {point})" for key, (point, value)
+                           in desc["LastMetrics"].items())
+        lines.append(f"last metrics (metric_definitions on the log): {values}")
     checkpoint = desc.get("LastCheckpoint")
     if checkpoint:
         copy = f" (copied to {checkpoint['CopiedTo']})" if checkpoint.get("CopiedTo") else ""

@@ -43,7 +43,8 @@ def _plot_path(ctx, param, value: str | None) -> Path | None:
 @click.option("--all", "show_all", is_flag=True, help="Show every row.")
 def metrics(jobs: tuple[str, ...], region: str | None, as_json: bool, plot_path: Path | None, last: int,
             show_all: bool) -> None:
-    """A job's training metrics (local and Slurm: metrics.jsonl; SageMaker: output.tar.gz or CloudWatch)."""
+    """A job's training metrics (local and Slurm: metrics.jsonl, or a script's metric_definitions on its log;
+    SageMaker: output.tar.gz or CloudWatch)."""
 
     def run():
         from launcher.backends import jobmetrics

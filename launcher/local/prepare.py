@@ -232,6 +232,16 @@ def _fetch_inputs(job: ValidatedJob, spec: LocalJobSpec, log: Callable[[str], No
         log(f"checkpoints: {count} file(s) from {spec.checkpoint_s3_uri}")
 
 
+def _algorithm(job: ValidatedJob, spec: LocalJobSpec) -> dict:
+    """The record's AlgorithmSpecification; with the job's metric_definitions, which `smlaunch
+    metrics` applies to the job's log where the script writes no metrics.jsonl."""
+    cfg = job.config
+    algorithm = {"TrainingImage": spec.image or "", "TrainingInputMode": cfg.input_mode}
+    if cfg.metric_definitions:
+        algorithm["MetricDefinitions"] = [m.model_dump() for m in cfg.metric_definitions]
+    return algorithm
+
+
 def _record(job: ValidatedJob, spec: LocalJobSpec, runner: Runner) -> dict:
     """The initial job.json: DescribeTrainingJob's fields that mean something locally."""
     cfg = job.config
@@ -245,7 +255,7 @@ def _record(job: ValidatedJob, spec: LocalJobSpec, runner: Runner) -> dict:
         "CreationTime": stamp,
         "LastModifiedTime": stamp,
         "HyperParameters": spec.hyperparameters,
-        "AlgorithmSpecification": {"TrainingImage": spec.image or "", "TrainingInputMode": cfg.input_mode},
+        "AlgorithmSpecification": _algorithm(job, spec),
         "ResourceConfig": {"InstanceType": cfg.instance_type, "InstanceCount": cfg.instance_count},
         "StoppingCondition": {"MaxRuntimeInSeconds": cfg.max_run},
         "OutputDataConfig": {"S3OutputPath": spec.output_path or str(spec.job_dir / "output")},
