@@ -252,7 +252,8 @@ class Checkpointer:
         if self.local_rank == 0:
             self._prune(step, kept)
         _barrier()
-        log.info("saved checkpoint %s", final)
+        if self.local_rank == 0:  # once per host: every rank saying it said nothing more (hosts may differ in disks)
+            log.info("saved checkpoint %s", final)
         return final
 
     def load_latest(
@@ -319,10 +320,12 @@ class Checkpointer:
         else:
             # smlaunch's training draws no random numbers, so this changes nothing for it; a user
             # script with dropout continues with other random draws (docs/spot.md).
-            log.warning("checkpoint %s was saved by %d ranks, now %d: RNG states not restored",
-                        path, trainer["world_size"], _world())
+            if self.local_rank == 0:
+                log.warning("checkpoint %s was saved by %d ranks, now %d: RNG states not restored",
+                            path, trainer["world_size"], _world())
         self._good.add(step)
-        log.info("resumed from checkpoint %s", path)
+        if self.local_rank == 0:
+            log.info("resumed from checkpoint %s", path)
         return step, trainer["dataloader"], trainer["extra"]
 
     def _check_continues(self, path: Path, trainer: dict) -> None:

@@ -82,7 +82,8 @@ def main() -> None:
 @job_file_arg
 @set_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
+@click.option("--verbose", "-v", is_flag=True, help="Print the details behind the one-line notes and warnings.")
+def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool, verbose: bool) -> None:
     """Check a job file against its instance type; print every error at once."""
     from launcher.config.jobfile import validate_job_file
 
@@ -106,8 +107,12 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool) -> None:
         click.echo(f"  {key:<20} {value}")
     for issue in job.warnings:
         click.echo(click.style("  warning ", fg="yellow") + str(issue))
+        if verbose and issue.detail:
+            click.echo(f"          {issue.detail}")
     for issue in job.notes:
         click.echo(click.style("  note    ", fg="cyan") + str(issue))
+        if verbose and issue.detail:
+            click.echo(f"          {issue.detail}")
 
 
 def _image_text(job) -> tuple[str, str | None]:

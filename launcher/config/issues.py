@@ -39,6 +39,7 @@ class Issue:
     problem: str
     fix: str = ""
     level: Literal["error", "warning", "info"] = "error"  # info: a note, nothing to fix
+    detail: str = ""  # what `validate --verbose` (and --json) adds below the one line
 
     def __str__(self) -> str:
         text = f"{self.path} = {show_value(mask_value(self.path, self.value))}: {self.problem}"
@@ -51,6 +52,7 @@ class Issue:
             "value": mask_value(self.path, self.value),
             "problem": self.problem,
             "fix": self.fix,
+            **({"detail": self.detail} if self.detail else {}),
         }
 
 

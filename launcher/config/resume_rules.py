@@ -29,9 +29,11 @@ def check_resume(ctx: Context) -> list[Issue]:
     fix = (f"to resume on a fleet with another data-parallel degree d, keep the global batch: train_batch_size x "
            f"gradient_accumulation_steps = {global_batch(s, dp)} / d" if dp else
            "keep train_batch_size x data-parallel degree x gradient_accumulation_steps equal")
-    return [Issue(*where, f"this job resumes from the newest checkpoint there. A resume may change "
-                  f"{may_change()} (the checkpoint is resharded); it must keep the {kept}, or it fails at "
-                  "resume", fix + " (docs/spot.md)", "info")]
+    detail = (f"A resume may change {may_change()} (the checkpoint is resharded); it must keep the {kept}, or it "
+              f"fails at resume; {fix}.")
+    return [Issue(*where, "this job resumes from the newest checkpoint there: a resume may change the world size "
+                  "and the parallel degrees, and must keep the global batch, sequence length, data stream, model "
+                  "and optimizer", "details: smlaunch validate --verbose, docs/spot.md", "info", detail)]
 
 
 def resume_place(job: JobConfig) -> tuple[str, str] | None:

@@ -31,7 +31,11 @@ def test_resume_continues_exactly(tmp_path):
 
 
 def test_four_process_hybrid_run_writes_artifacts(tmp_path):
-    records = run_train(tmp_path, 4, train_batch_size=1, max_steps=8, mp_parameters="hybrid_shard_degree=2")
+    records = run_train(tmp_path, 4, train_batch_size=1, max_steps=8, mp_parameters="hybrid_shard_degree=2",
+                        checkpoint_freq=4)
+    # four ranks of one host: the host's first says each save once (rank logs of run_train: one file a rank)
+    said = [(tmp_path / "rank-logs" / f"rank{r}.log").read_text().count("saved checkpoint") for r in range(4)]
+    assert said == [2, 0, 0, 0]
     losses = series(records, "loss")
     assert losses[-1] < losses[0]
     for key in ("loss", "grad_norm", "lr", "tokens_per_s_per_gpu", "tflops_per_gpu",

@@ -118,12 +118,13 @@ def test_a_job_that_resumes_gets_a_note_with_its_global_batch(runtime_dir):
     assert (note.path, note.value, note.level) == ("checkpoint_s3_uri", URI, "info")
     # 2 hosts x 8 GPUs = 16 ranks; cp 2 leaves 8 data-parallel ranks: 2 x 8 x 3 = 48 sequences
     assert "global batch in sequences per step (here 48 = train_batch_size 2 x data-parallel degree 8 x " \
-           "gradient_accumulation_steps 3)" in note.problem
-    assert "sequence length (here 4096)" in note.problem and "model shape (here llama3-tiny)" in note.problem
+           "gradient_accumulation_steps 3)" in note.detail
+    assert "sequence length (here 4096)" in note.detail and "model shape (here llama3-tiny)" in note.detail
     for key in ALLOWED:
-        assert key in note.problem.split("; it must keep")[0], key
-    assert note.fix.startswith("to resume on a fleet with another data-parallel degree d, keep the global "
-                               "batch: train_batch_size x gradient_accumulation_steps = 48 / d")
+        assert key in note.detail.split("; it must keep")[0], key
+    assert "to resume on a fleet with another data-parallel degree d, keep the global batch: train_batch_size " \
+           "x gradient_accumulation_steps = 48 / d" in note.detail
+    assert "must keep the global batch, sequence length, data stream, model and optimizer" in note.problem
     assert note not in validated.warnings
     # what the runtime records for this job: the note's number
     assert RunIdentity(validated.settings, validated.model, validated.layout.data_parallel).record()[
@@ -146,7 +147,7 @@ def test_a_local_job_with_its_own_checkpoint_directory_gets_the_note(runtime_dir
                checkpoint_s3_uri=None, checkpoint_local_path=str(tmp_path / "ckpt"), distribution=None)
     [note] = validate_job(data).notes
     assert (note.path, note.value) == ("checkpoint_local_path", str(tmp_path / "ckpt"))
-    assert "here 12 = train_batch_size 2 x data-parallel degree 2 x gradient_accumulation_steps 3" in note.problem
+    assert "here 12 = train_batch_size 2 x data-parallel degree 2 x gradient_accumulation_steps 3" in note.detail
     assert validate_job(job(runtime_dir, instance_type="local", instance_count=1, checkpoint_s3_uri=None,
                             distribution=None)).notes == []  # each local job's own directory
 
@@ -158,9 +159,12 @@ def test_smlaunch_validate_prints_the_note(runtime_dir, tmp_path):
     assert result.exit_code == 0
     line = next(x for x in result.output.splitlines() if x.startswith("  note "))
     assert f'checkpoint_s3_uri = "{URI}": this job resumes from the newest checkpoint there' in line
+    assert len(line) < 400 and "here 48" not in result.output  # one line; the detail behind --verbose
+    verbose = CliRunner().invoke(main, ["validate", str(path), "--verbose"], catch_exceptions=False).output
+    assert "here 48 = train_batch_size" in verbose
     result = CliRunner().invoke(main, ["validate", str(path), "--json"], catch_exceptions=False)
     [note] = json.loads(result.output)["notes"]
-    assert note["level"] == "info" and "here 48" in note["problem"]
+    assert note["level"] == "info" and "here 48" in note["detail"]
 
 
 def test_the_estimator_prints_the_note(fake_credentials, capsys):
