@@ -138,6 +138,25 @@ def _image_text(job) -> tuple[str, str | None]:
     return f"{choice.uri} (region {region})", choice.reason
 
 
+def _torch_text(job) -> str:
+    """Which torch the job really gets (script_rules decides)."""
+    from launcher.config.job_rules import DEFAULT_REGION
+    from launcher.config.script_rules import job_torch, target_of
+
+    cfg = job.config
+    target = target_of(cfg, job.instance.name if job.instance else None, cfg.region or DEFAULT_REGION)
+    image_torch = None
+    if target.kind in ("smp", "dlc") and job.instance is not None:
+        from launcher.config.images import ImageResolutionError, job_image_choice
+
+        try:
+            image_torch = job_image_choice(cfg, job.instance.name, cfg.region or DEFAULT_REGION,
+                                           runtime=job.kind.runtime).torch
+        except ImageResolutionError:
+            image_torch = None
+    return job_torch(cfg, target, image_torch)
+
+
 def _summary(job) -> dict:
     cfg = job.config
     out = {
@@ -152,9 +171,11 @@ def _summary(job) -> dict:
     out["image"], reason = _image_text(job)
     if reason:
         out["image_reason"] = reason
+    out["torch"] = _torch_text(job)
     if job.layout:
         lay = job.layout
         out["world_size"] = lay.world
+    if job.layout and (job.kind.runtime or job.smp_script):  # the mesh smlaunch's runtime (or SMP) builds
         out["mesh"] = ", ".join(f"{n}={s}" for n, s in zip(lay.mesh_dim_names, lay.mesh_shape))
         out["sharding_group"] = lay.sharding_group
         out["data_parallel"] = lay.data_parallel

@@ -8,6 +8,7 @@ status, when it was created and how long it ran.
 
 from __future__ import annotations
 
+# Imports inside functions: a job's metrics load only for `status` of a job without progress.
 from launcher.backends.base import TERMINAL_STATUSES
 from launcher.backends.registry import as_datetime
 from launcher.wire.masking import mask_secrets
@@ -32,11 +33,12 @@ def describe(backend, name: str) -> dict:
 
 def _last_log_metrics(backend, name: str) -> dict[str, tuple[int, float]]:
     """Each metric's last (point, value) from the job's metric_definitions on its log."""
-    from launcher.backends.jobmetrics import NoMetricsError, load
+    from launcher.backends.base import BackendError
+    from launcher.backends.jobmetrics import load
 
     try:
         metrics = load(backend, name)
-    except NoMetricsError:
+    except (BackendError, KeyError):  # no metrics, or a backend whose jobs keep no job directory
         return {}
     if metrics.x != "point":
         return {}

@@ -5,7 +5,7 @@ Each returns Issues; none raises, so all are reported. Job-level rules are in jo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launcher.config import attention, catalog
@@ -24,6 +24,7 @@ from launcher.config.layout import (
 from launcher.config.models import MOE_MODEL_TYPES, ModelSpec
 from launcher.config.pipeline import PipelineJob, pipeline_problems
 from launcher.config.run_settings import run_settings
+from launcher.config.script_rules import uses_smp
 from launcher.config.slurm_settings import node_gpus
 
 MP = "distribution.smdistributed.modelparallel.parameters"
@@ -50,6 +51,14 @@ class Context:
     model: ModelSpec | None
     base_dir: Path
     runtime: bool = True  # smlaunch's training runtime, else a user script (job_kind.py)
+    imports: list | None = None  # a user script's imports where its files are here (script_imports.py)
+    code_dir: Path | None = None  # source_dir on this machine (None: on S3, or no source_dir)
+    region: str = "us-east-1"  # the job's region, else validation's default (job_rules.DEFAULT_REGION)
+
+    @property
+    def smp_script(self) -> bool:
+        """A user script that uses AWS's SMP v2 library: it lives by SMP's documented rules."""
+        return not self.runtime and uses_smp(self.imports)
 
     @property
     def world(self) -> int | None:
@@ -162,6 +171,16 @@ def check_launchers(ctx: Context) -> list[Issue]:
     return issues
 
 
+def _whose(ctx: Context, issue: Issue, smp_rule: bool = False) -> Issue:
+    """A rule of smlaunch's runtime (and, with `smp_rule`, one SMP documents) as it applies to this
+    job: an error for the runtime (and for a script that uses SMP v2 where SMP has the rule), for
+    any other script of the user's own a note: its own code decides (docs/own-scripts.md)."""
+    if ctx.runtime or (smp_rule and ctx.smp_script):
+        return issue
+    return replace(issue, level="info", problem=f"{issue.problem} (a rule of smlaunch's runtime; your script "
+                                                f"decides by its own)")
+
+
 def check_degrees(ctx: Context) -> list[Issue]:
     p, w = ctx.params, ctx.world
     tp, cp, ep = p.tensor_parallel_degree, p.context_parallel_degree, p.expert_parallel_degree
@@ -174,25 +193,20 @@ def check_degrees(ctx: Context) -> list[Issue]:
         issues += _check_sdp(p)
     issues += check_pipeline(ctx)
     seq = ctx.hp.max_context_width
-    if cp > 1 and seq and seq % (2 * cp * tp):
-        issues.append(Issue(f"{HP}.max_context_width", seq,
-                            f"must be divisible by 2 x cp x tp = {2 * cp * tp} (each sequence is cut "
-                            "into 2*cp load-balanced chunks)",
-                            f"use {seq - seq % (2 * cp * tp)} or {seq + 2 * cp * tp - seq % (2 * cp * tp)}"))
+    if cp > 1 and seq and seq % (2 * cp * tp):  # SMP's context parallelism cuts sequences alike
+        issues.append(_whose(ctx, Issue(f"{HP}.max_context_width", seq,
+                                        f"must be divisible by 2 x cp x tp = {2 * cp * tp} (each sequence is cut "
+                                        "into 2*cp load-balanced chunks)",
+                                        f"use {seq - seq % (2 * cp * tp)} or "
+                                        f"{seq + 2 * cp * tp - seq % (2 * cp * tp)}"), smp_rule=True))
     if tp > 1 and cp == 1 and seq and seq % tp:
-        issues.append(Issue(f"{HP}.max_context_width", seq,
-                            f"must be divisible by tensor_parallel_degree {tp} (sequence-parallel norms "
-                            "split each sequence across the tp ranks)",
-                            f"use {seq - seq % tp} or {seq + tp - seq % tp}"))
+        issues.append(_whose(ctx, Issue(f"{HP}.max_context_width", seq,
+                                        f"must be divisible by tensor_parallel_degree {tp} (sequence-parallel "
+                                        "norms split each sequence across the tp ranks)",
+                                        f"use {seq - seq % tp} or {seq + tp - seq % tp}")))
     model = ctx.model
     if tp > 1 and model is not None:
-        for attr, label in (("num_heads", "attention heads"), ("num_kv_heads", "key/value heads"),
-                            ("intermediate_size", "MLP width"), ("vocab_size", "vocabulary entries")):
-            n = getattr(model, attr)
-            if n % tp:
-                issues.append(Issue(f"{MP}.tensor_parallel_degree", tp,
-                                    f"{model.name} has {n} {label}, not divisible by it",
-                                    f"use one of {divisors(n)}"))
+        issues += _tp_shape_issues(ctx, model, tp)
     if ep > 1 and not _is_moe(ctx):
         name = model.name if model else "this dense model"
         issues.append(Issue(f"{MP}.expert_parallel_degree", ep,
@@ -208,6 +222,30 @@ def check_degrees(ctx: Context) -> list[Issue]:
             issues.append(Issue(f"{HP}.{key}", hp_value,
                                 f"differs from {MP}.{key} = {dist_value}",
                                 "set it in the distribution only (the script receives it from there)"))
+    return issues
+
+
+def _tp_shape_issues(ctx: Context, model: ModelSpec, tp: int) -> list[Issue]:
+    """Whole heads and MLP columns per tp rank: smlaunch's runtime (and SMP's tensor parallelism)
+    splits them evenly. The vocabulary is smlaunch's own rule (its vocabulary-parallel loss); SMP
+    pads the vocabulary, so a script that uses SMP has no such rule."""
+    issues = []
+    world = ctx.world
+    for attr, label in (("num_heads", "attention heads"), ("num_kv_heads", "key/value heads"),
+                        ("intermediate_size", "MLP width")):
+        n = getattr(model, attr)
+        if n % tp:
+            # advice never names a degree the world cannot have (a divisor of the model's count, and of the world)
+            fits = [d for d in divisors(n) if world is None or world % d == 0]
+            issues.append(_whose(ctx, Issue(f"{MP}.tensor_parallel_degree", tp,
+                                            f"{model.name} has {n} {label}, not divisible by it",
+                                            f"use one of {fits}"), smp_rule=attr != "intermediate_size"))
+    if model.vocab_size % tp:
+        # TODO(issue 30): the runtime pads instead; until then its vocabulary-parallel loss needs whole shares
+        fits = [d for d in divisors(model.vocab_size) if world is None or world % d == 0]
+        issues.append(_whose(ctx, Issue(f"{MP}.tensor_parallel_degree", tp,
+                                        f"{model.name} has {model.vocab_size} vocabulary entries, not divisible by it",
+                                        f"use one of {fits}")))
     return issues
 
 
@@ -255,28 +293,32 @@ def check_precision(ctx: Context, fp8: FP8Config) -> list[Issue]:
     bf16 = bool(hp.bf16 or p.bf16)
     fp16 = bool(hp.fp16 or p.fp16)
     if bf16 and fp16:
-        issues.append(Issue(f"{HP}.fp16", True, "bf16 and fp16 are both on", "keep one (bf16 on A100/H100)"))
+        issues.append(_whose(ctx, Issue(f"{HP}.fp16", True, "bf16 and fp16 are both on",
+                                        "keep one (bf16 on A100/H100)"), smp_rule=True))
     elif fp16 and ctx.runtime:
         issues.append(Issue(f"{HP}.fp16" if hp.fp16 else f"{MP}.fp16", True,
                             "smlaunch's train.py has no float16 path: it would train in float32",
                             "use bf16 (A100/H100 and newer), or an entry point of your own that reads fp16",
                             "warning"))
     if hp.bf16 is not None and "bf16" in p.model_fields_set and hp.bf16 != p.bf16:
-        issues.append(Issue(f"{HP}.bf16", hp.bf16, f"differs from {MP}.bf16 = {p.bf16}", "make them equal"))
+        issues.append(_whose(ctx, Issue(f"{HP}.bf16", hp.bf16, f"differs from {MP}.bf16 = {p.bf16}",
+                                        "make them equal"), smp_rule=True))
     acc = inst.accelerator if inst else None
     if bf16 and acc and acc.compute_capability and acc.compute_capability < (8, 0):
-        issues.append(Issue(f"{HP}.bf16", True, f"{acc.model} ({inst.name}) has no bfloat16 support",
-                            "use fp16, or an A100/H100 instance (p4d, p5)"))
+        issues.append(_whose(ctx, Issue(f"{HP}.bf16", True, f"{acc.model} ({inst.name}) has no bfloat16 support",
+                                        "use fp16, or an A100/H100 instance (p4d, p5)"), smp_rule=True))
     if not fp8.enabled:
         return issues
     if inst is not None and inst.accelerators is not None and not inst.has_fp8 and not fp8.emulate:
+        # what `fp8` means is the script's; SMP's FP8 (Transformer Engine) needs the hardware, as smlaunch's does
         what = acc.model if acc else "a CPU"
-        issues.append(Issue(f"{HP}.fp8", True,
-                            f"{inst.name} runs on {what}, which has no FP8 (needs compute capability >= 8.9)",
-                            f"use an FP8 instance family ({_fp8_families()}), or set fp8: 0"))
+        issues.append(_whose(ctx, Issue(f"{HP}.fp8", True,
+                                        f"{inst.name} runs on {what}, which has no FP8 (needs compute capability "
+                                        ">= 8.9)", f"use an FP8 instance family ({_fp8_families()}), or set fp8: 0"),
+                             smp_rule=True))
     if not bf16:
-        issues.append(Issue(f"{HP}.fp8", True, "FP8 training needs bf16 for the layers that stay in 16 bits",
-                            "add bf16: 1"))
+        issues.append(_whose(ctx, Issue(f"{HP}.fp8", True, "FP8 training needs bf16 for the layers that stay in "
+                                        "16 bits", "add bf16: 1"), smp_rule=True))
     if not ctx.runtime:  # the FP8 library and recipe are the user script's
         return issues
     if fp8.backend == "transformer_engine" and ctx.params.tensor_parallel_degree > 1:

@@ -27,6 +27,7 @@ from launcher.config import (
     request_limits,
     resume_rules,
     rules,
+    script_rules,
 )
 from launcher.config.base import BOOLEAN_NOT_NUMBER
 from launcher.config.hyperparameters import FP8Config
@@ -52,6 +53,8 @@ class ValidatedJob:
     base_dir: Path
     kind: JobKind
     warnings: list[Issue] = field(default_factory=list)
+    # a user script that uses AWS's SMP v2 library (launcher.config.script_rules.uses_smp)
+    smp_script: bool = False
     notes: list[Issue] = field(default_factory=list)  # info: what the user should know (resume_rules.py)
 
     @property
@@ -122,6 +125,7 @@ def validate_job(
         kind=kind,
         warnings=[i for i in issues if i.level == "warning"],
         notes=[i for i in issues if i.level == "info"],
+        smp_script=ctx.smp_script,
     )
 
 
@@ -146,7 +150,11 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
     issues += more
     model = model_rules.job_model(job, base, trainer=kind.runtime)
     issues += model.issues
-    ctx = rules.Context(job, inst, pph, model.spec, base, runtime=kind.runtime)
+    source = job_rules.code_dir(job, base)
+    ctx = rules.Context(job, inst, pph, model.spec, base, runtime=kind.runtime,
+                        imports=None if kind.runtime else script_rules.entry_imports(
+                            job_rules.entry_point_path(job, base), source),
+                        code_dir=source, region=job.region or job_rules.DEFAULT_REGION)
     hp = job.hyperparameters
     # A user script's FP8 settings are its own; whether the accelerator has FP8 is the launcher's.
     fp8 = FP8Config.from_hyperparameters(hp) if kind.runtime else FP8Config(enabled=bool(hp.fp8),
@@ -156,7 +164,8 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   rules.check_attention_kernel, data_rules.check_data_order, rules.check_backend,
                   backend_rules.check_backend_choice,
                   job_rules.check_job_fields, job_rules.check_hyperparameters, job_rules.check_image,
-                  aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume):
+                  aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume,
+                  script_rules.check_script_imports):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

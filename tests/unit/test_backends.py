@@ -176,7 +176,7 @@ def test_list_shows_every_backend_with_duration(home):
     assert listed["notes"] == []
     # slurm:<job id> finds the job by its Slurm id
     result = CliRunner().invoke(main, ["status", "slurm:77"])
-    assert result.exit_code == 0 and "slu-1: Failed" in result.stdout and "backend: slurm" in result.stdout
+    assert result.exit_code == 1 and "slu-1: Failed" in result.stdout and "backend: slurm" in result.stdout
 
 
 def test_estimator_dry_runs_on_every_backend(tmp_path, home):

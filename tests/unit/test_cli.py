@@ -222,7 +222,7 @@ def test_status_of_failed_job_shows_reason(aws) -> None:
     reason = "AlgorithmError: CUDA out of memory. Tried to allocate 7.83 GiB"
     set_failed("oom-run", reason)
     result = run_cli("status", "oom-run")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # a failed job (the README's exit codes)
     assert "Failed" in result.stdout
     assert reason in result.stdout
 

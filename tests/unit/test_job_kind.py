@@ -56,12 +56,22 @@ def test_runtime_limits_do_not_apply_to_a_user_script(own):
                for w in validate_job(job(ROOT / "entrypoints", near_miss)).warnings)
 
 
-def test_launcher_rules_apply_to_both(own):
-    for source in (own, ROOT / "entrypoints"):
+def test_launcher_rules_apply_to_both(own, tmp_path):
+    """The world's facts bind every program; FP8 hardware and the 2·cp sequence cut are the runtime's
+    rules and SMP's (docs/own-scripts.md): errors for the runtime and a script that uses SMP v2, notes
+    for a plain script of the user's own."""
+    smp = tmp_path / "smp"
+    smp.mkdir()
+    (smp / "train.py").write_text("import torch.sagemaker as tsm\n")
+    for source in (own, smp, ROOT / "entrypoints"):
         assert f"{MP}.context_parallel_degree" in errors(job(source, params={"context_parallel_degree": 3}))
+    for source in (smp, ROOT / "entrypoints"):
         assert f"{HP}.fp8" in errors(job(source, {"fp8": 1}, instance_type="ml.p4d.24xlarge"))
         assert f"{HP}.max_context_width" in errors(job(source, {"max_context_width": 1000},
                                                        params={"context_parallel_degree": 8}))
+    plain = validate_job(job(own, {"fp8": 1, "max_context_width": 1000}, instance_type="ml.p4d.24xlarge",
+                             params={"context_parallel_degree": 8}))
+    assert {f"{HP}.fp8", f"{HP}.max_context_width"} <= {n.path for n in plain.notes}
 
 
 def test_the_image_follows_the_kind(own):

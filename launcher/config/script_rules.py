@@ -1,0 +1,176 @@
+"""A user's own script against the machine it will run on, before anything is installed or started
+(docs/own-scripts.md): its imports (launcher.config.script_imports) against what the target has,
+and which torch the job gets.
+
+Targets: this machine's Python (the local process runner, Slurm), a local container image, or a
+SageMaker image (the SMP v2 image, a PyTorch DLC, an image_uri of the user's). A module that
+exists only in images the job does not run on (AWS's SMP v2 library `torch.sagemaker` on a plain
+DLC or locally) is an error naming where it exists and how to run there; a module the target is
+not known to have and requirements.txt does not ask for is a warning; an import inside a `try:`
+that catches ImportError is the script's own fallback and passes.
+"""
+
+from __future__ import annotations
+
+# Imports inside functions: the image table (launcher.config.images) and importlib.metadata load
+# only for the jobs that need them (CLI start-up).
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.config.issues import Issue
+from launcher.config.script_imports import Import, script_imports
+
+SMP_IMAGE = "AWS's SMP v2 image (SageMaker's PyTorch estimator with distribution smdistributed.modelparallel enabled)"
+_RUN_ON_SMP = ("run it on SageMaker with distribution {torch_distributed: {enabled: true}, smdistributed: "
+               "{modelparallel: {enabled: true}}} on an instance with NVIDIA GPUs (ml.p4d, ml.p5), or train with "
+               "smlaunch's runtime (entrypoints/train.py), which needs no SMP")
+# Modules only some SageMaker images have, and where.
+ONLY_IN = {
+    "torch.sagemaker": ({"smp"}, SMP_IMAGE, _RUN_ON_SMP),
+    "smdistributed.modelparallel": ({"smp"}, SMP_IMAGE, _RUN_ON_SMP),
+    "smdistributed": ({"smp", "dlc"}, "SageMaker's PyTorch GPU images (SMDDP, SMP)",
+                      "run it on SageMaker with a PyTorch DLC or the SMP v2 image on GPU instances"),
+}
+
+
+def only_in(module: str) -> tuple[set[str], str, str] | None:
+    """ONLY_IN's entry for `module` or the package it is in (the longest that applies)."""
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        found = ONLY_IN.get(".".join(parts[:i]))
+        if found is not None:
+            return found
+    return None
+# What the SageMaker images are known to hold beyond the standard library (their release notes'
+# package lists; a module missing here and in requirements.txt is a warning, not an error).
+DLC_MODULES = frozenset({"torch", "torchvision", "torchaudio", "torchdata", "numpy", "scipy", "pandas", "boto3",
+                         "botocore", "sagemaker", "sagemaker_training", "smdebug", "PIL", "cv2", "requests",
+                         "yaml", "packaging", "psutil", "tqdm", "urllib3", "awscli", "mpi4py", "h5py",
+                         "smdistributed", "triton", "sympy", "networkx", "jinja2", "fsspec", "filelock"})
+SMP_MODULES = DLC_MODULES | {"transformer_engine", "flash_attn", "apex", "megatron"}
+# requirements.txt names whose module is named otherwise
+_DISTRIBUTION_MODULES = {"pillow": "PIL", "opencv_python": "cv2", "opencv_python_headless": "cv2",
+                         "scikit_learn": "sklearn", "pyyaml": "yaml", "beautifulsoup4": "bs4",
+                         "protobuf": "google", "python_dateutil": "dateutil", "flash_attn": "flash_attn",
+                         "transformer_engine": "transformer_engine", "torch": "torch", "sentencepiece":
+                         "sentencepiece", "pytorch_lightning": "pytorch_lightning"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the script's Python runs: `kind` process (this machine), smp (the SMP v2 image), dlc (a
+    PyTorch DLC), smlaunch-image (smlaunch's own), image (the user's: its contents not known)."""
+
+    kind: str
+    label: str
+
+
+def target_of(job, instance_type: str | None, region: str) -> Target:
+    """The job's target (`job` a JobConfig)."""
+    if job.is_local and job.local_runner == "docker":
+        if job.image_uri:
+            return Target("image", f"the local container image {job.image_uri}")
+        return Target("smlaunch-image", "smlaunch's training image (the local docker runner's default)")
+    if not job.on_sagemaker:
+        return Target("process", "this machine's Python (the local process runner)" if job.is_local else
+                      "the cluster's Python (Slurm)")
+    if job.image_uri and not re.search(r"/(pytorch-training|smdistributed-modelparallel):", job.image_uri):
+        return Target("image", f"the image {job.image_uri}")
+    from launcher.config.images import ImageResolutionError, job_image_choice
+
+    try:
+        uri = job_image_choice(job, instance_type or "ml.p5.48xlarge", region, runtime=False).uri
+    except ImageResolutionError:
+        return Target("image", "an image validation could not resolve")
+    if "smdistributed-modelparallel" in uri:
+        return Target("smp", f"the SMP v2 image {uri}")
+    return Target("dlc", f"the PyTorch DLC {uri}")
+
+
+def requirement_modules(source_dir: Path | None) -> set[str]:
+    """The modules requirements.txt (in source_dir) asks for, as far as names tell."""
+    path = source_dir / "requirements.txt" if source_dir is not None else None
+    if path is None or not path.is_file():
+        return set()
+    modules = set()
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        if match and not line.lstrip().startswith(("-", "#")):
+            name = re.sub(r"[-.]+", "_", match.group(1)).lower()
+            modules.add(_DISTRIBUTION_MODULES.get(name, name))
+    return modules
+
+
+def _available(target: Target, imp: Import, requested: set[str]) -> bool:
+    if imp.top in requested or imp.top.lower() in requested:
+        return True
+    if target.kind == "process":
+        return importlib.util.find_spec(imp.top) is not None  # locates the top package, imports nothing
+    if target.kind in ("smp", "dlc"):
+        return imp.top in (SMP_MODULES if target.kind == "smp" else DLC_MODULES)
+    return True  # an image of the user's, or smlaunch's (its packages: requirements/lock.txt): not listed here
+
+
+def import_issues(imports: list[Import], target: Target, source_dir: Path | None) -> list[Issue]:
+    """Each import against the target (see the module docstring)."""
+    requested = requirement_modules(source_dir)
+    issues = []
+    tops: dict[str, Import] = {}  # each top-level package once: its first required import, else its first
+    for imp in imports:
+        special = only_in(imp.module)
+        if special is not None:
+            kinds, where, fix = special
+            if target.kind not in kinds and target.kind != "image" and not imp.optional and \
+                    all(i.value != imp.where for i in issues):  # `from a.b import c` names a.b and a.b.c
+                issues.append(Issue("entry_point", imp.where, f"imports {imp.module}, which exists only in {where}; "
+                                    f"this job runs on {target.label}", fix))
+        elif imp.top not in tops or (tops[imp.top].optional and not imp.optional):
+            tops[imp.top] = imp
+    for imp in tops.values():
+        if not imp.optional and not _available(target, imp, requested):
+            issues.append(Issue("entry_point", imp.where, f"imports {imp.top}, which {target.label} is not known to "
+                                f"have and requirements.txt does not list",
+                                f"add it to {'source_dir/' if source_dir else ''}requirements.txt, or make the "
+                                "import optional (try/except ImportError) if the script can do without it",
+                                "warning"))
+    return issues
+
+
+def job_torch(job, target: Target, image_torch: str | None = None) -> str:
+    """Which torch the job gets, for validate's summary."""
+    if target.kind == "process":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("torch")
+        except PackageNotFoundError:
+            found = "none installed"
+        asked = (f"; framework_version {job.framework_version} names a SageMaker image, which this job does not run"
+                 if job.framework_version else "")
+        return f"{found} ({target.label}{asked})"
+    if image_torch:
+        return f"{image_torch} ({target.label})"
+    return f"the image's ({target.label})"
+
+
+def entry_imports(entry: Path | None, source_dir: Path | None) -> list[Import] | None:
+    """The script's imports, when its entry point is a file on this machine (None: on S3)."""
+    if entry is None or not entry.is_file():
+        return None
+    return script_imports(entry, source_dir)
+
+
+def uses_smp(imports: list[Import] | None) -> bool:
+    """Whether the script uses AWS's SMP v2 library (and so lives by SMP's documented rules)."""
+    smp = ONLY_IN["torch.sagemaker"]
+    return any(only_in(i.module) == smp for i in imports or ())
+
+
+def check_script_imports(ctx) -> list[Issue]:
+    """A user script's imports against its target (rules.Context; the runtime's are smlaunch's own)."""
+    if ctx.runtime or ctx.imports is None:
+        return []
+    target = target_of(ctx.job, ctx.instance.name if ctx.instance else None, ctx.region)
+    return import_issues(ctx.imports, target, ctx.code_dir)
