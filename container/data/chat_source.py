@@ -115,8 +115,9 @@ class ChatSource:
         self.rows = best_fit_decreasing(lengths, seq_len)
         # every kept example's tokens and labels back to back; the rows name examples
         self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        self.tokens = np.fromiter((t for e in examples for t in e.input_ids), np.int64, count=int(self.offsets[-1]))
-        self.labels = np.fromiter((t for e in examples for t in e.labels), np.int64, count=int(self.offsets[-1]))
+        # int32: 8 bytes a token with its label (ids and -100 fit), a quarter of Python's lists
+        self.tokens = np.fromiter((t for e in examples for t in e.input_ids), np.int32, count=int(self.offsets[-1]))
+        self.labels = np.fromiter((t for e in examples for t in e.labels), np.int32, count=int(self.offsets[-1]))
         self.counts.rows = len(self.rows)
         self.counts.padding = len(self.rows) * seq_len - int(self.offsets[-1])
         self._permutations: dict[int, Permutation] = {}
