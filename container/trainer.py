@@ -25,6 +25,8 @@ from container.checkpoint import checkpointer as ckpt
 from container.checkpoint import hf_export as hf
 from container.checkpoint import pretrained
 from container.data import loader as data
+from container.data.chat import ChatTokenizer, load_tokenizer
+from container.data.chat_source import ChatSource
 from container.data.indexed_source import IndexedSource
 from container.data.rows import attended_length
 from container.distributed.context_parallel import apply_context_parallel
@@ -208,17 +210,32 @@ def check_tokenizer(source, sources: pretrained.Sources) -> None:
         source.check_tokenizer(tokenizer_identity(located.source.describe(), located.directory / "tokenizer.json"))
 
 
+def chat_tokenizer(s: RunSettings, sources: pretrained.Sources) -> ChatTokenizer | None:
+    """The tokenizer chat examples are tokenized with (the `tokenizer` hyperparameter's, else the
+    pretrained model's); None for other data."""
+    if s.dataset_type != "chat":
+        return None
+    if sources.tokenizer is None:
+        raise pretrained.PretrainedError("dataset_type chat needs the model's tokenizer: set "
+                                         "hf_pretrained_model_name_or_dir or tokenizer")
+    return load_tokenizer(sources.tokenizer.directory, sources.tokenizer.source.describe())
+
+
 def describe_data(rt: Runtime, source, s: RunSettings) -> None:
     """Once, in the job log: what is read, whether documents are masked, the record fields left unread."""
-    if not rt.is_main or not isinstance(source, (data.JsonlSource, IndexedSource)):
+    if not rt.is_main or not isinstance(source, (data.JsonlSource, IndexedSource, ChatSource)):
         return
-    if isinstance(source, IndexedSource):
+    if isinstance(source, (IndexedSource, ChatSource)):
         log.info("data: %s", source.describe())
+    if isinstance(source, ChatSource) and (source.counts.truncated or source.counts.dropped_long
+                                           or source.counts.dropped_untrained):
+        log.warning("data: %d chat example(s) longer than max_context_width=%d were truncated, %d dropped "
+                    "(truncation_mode %s)", source.counts.truncated, s.seq_len,
+                    source.counts.dropped_long + source.counts.dropped_untrained, source.truncation_mode)
     if source.marks_documents:
         kernel = attention.kernel().name
-        log.info("data: %s; document masking %s",
-                 "the index marks documents" if isinstance(source, IndexedSource) else
-                 "records mark documents (position_ids)",
+        marks = {IndexedSource: "the index marks documents", ChatSource: "every chat example is a document"}
+        log.info("data: %s; document masking %s", marks.get(type(source), "records mark documents (position_ids)"),
                  f"on: attention stays within each document ({kernel} kernel: {DESCRIPTIONS[kernel]}), "
                  "positions restart" if s.document_masking else
                  "off (document_masking=0): packed documents see each other")
@@ -240,17 +257,21 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     metrics = MetricsWriter(rt, dirs.output_data, dirs.tensorboard)  # now: a missing tensorboard fails at start
     sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
     spec = pretrained.model_spec(hp, sources)
+    # the data before the model: a bad record or tokenizer fails the job before weights are loaded
+    tokenizer = chat_tokenizer(s, sources)
+    loader = data.build_dataloader(
+        dataset_type=s.dataset_type, path=dirs.train, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
+        dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed,
+        document_masking=s.document_masking, shuffle=s.shuffle, mixture=s.data_mixture, channels=channels(),
+        tokenizer=tokenizer, truncation_mode=s.truncation_mode)
+    check_tokenizer(loader.source, sources)
+    validation = validation_loader(rt, dirs, s, spec, tokenizer)
     if rt.layout.pp > 1:  # this rank's stages; the pipeline runs forward and backward
         model, pipe = build_pipeline(rt, spec, s, parallelize, pretrained_weights=sources.load_weights)
     else:
         model, pipe = build_parallel_model(rt, spec, s, sources), None
     cp_shard = apply_context_parallel(rt, s.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer, scheduler = build_optimization(model, s)
-    loader = data.build_dataloader(
-        dataset_type=s.dataset_type, path=dirs.train, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
-        dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed,
-        document_masking=s.document_masking, shuffle=s.shuffle, mixture=s.data_mixture, channels=channels())
-    check_tokenizer(loader.source, sources)
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
                                      identity=RunIdentity(s, spec, rt.dp_size)) if s.checkpoint_freq else None
     start_step = 0
@@ -276,6 +297,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         batches = [loader.next_batch() for _ in range(s.grad_accum)]
         if step == start_step + 1:
             describe_data(rt, loader.source, s)
+            if rt.is_main and validation is not None and isinstance(validation.source, ChatSource):
+                log.info("data: %s", validation.source.describe())
         # the step's useful FLOPs per token: document masking leaves only each document's attention
         # (this rank's rows stand for every rank's: they are drawn alike)
         step_flops_token = flops.flops_per_token(spec, sum(attended_length(b, s.seq_len) for b in batches)
@@ -301,8 +324,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
             last.update(progress.fields(step))
             metrics.write(last)
             progress.write(last)
-        if s.validation_freq and dirs.validation and step % s.validation_freq == 0:
-            metrics.write({"step": step, "val_loss": validate(rt, model, dirs.validation, s, spec, cp_shard)})
+        if validation is not None and step % s.validation_freq == 0:
+            metrics.write({"step": step, "val_loss": validate(rt, model, validation, s, cp_shard)})
         stopping = ckpt.should_stop(stop_flag)
         if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
             checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})
@@ -351,13 +374,22 @@ def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_p
     return record
 
 
+def validation_loader(rt: Runtime, dirs: Directories, s: RunSettings, spec: ModelSpec,
+                      tokenizer: ChatTokenizer | None) -> data.ValidationLoader | None:
+    """The validation channel's loader, when the job validates; built once, before training (each
+    pass reads it from its start), so its records are checked, and chat examples tokenized, once."""
+    if not (s.validation_freq and dirs.validation):
+        return None
+    # the validation channel is records, shards or chat examples as the training data is (synthetic: records)
+    return data.build_validation_loader(
+        dataset_type=s.dataset_type if s.dataset_type in ("indexed", "chat") else "jsonl", path=dirs.validation,
+        seq_len=s.seq_len, micro_batch_size=s.val_batch, dp_rank=rt.dp_rank, dp_size=rt.dp_size,
+        vocab_size=spec.vocab_size, seed=s.seed, max_batches=s.validation_batches,
+        document_masking=s.document_masking, tokenizer=tokenizer, truncation_mode=s.truncation_mode)
+
+
 @torch.no_grad()
-def validate(rt: Runtime, model: Transformer, path: Path, s: RunSettings, spec: ModelSpec, cp_shard) -> float:
-    # the validation channel is records or shards as the training data is (synthetic: records)
-    loader = data.build_validation_loader(
-        dataset_type="indexed" if s.dataset_type == "indexed" else "jsonl", path=path, seq_len=s.seq_len,
-        micro_batch_size=s.val_batch, dp_rank=rt.dp_rank, dp_size=rt.dp_size, vocab_size=spec.vocab_size,
-        seed=s.seed, max_batches=s.validation_batches, document_masking=s.document_masking)
+def validate(rt: Runtime, model: Transformer, loader: data.ValidationLoader, s: RunSettings, cp_shard) -> float:
     loss_sum = torch.zeros((), device=rt.device)
     tokens = torch.zeros((), device=rt.device)
     for batch in loader:

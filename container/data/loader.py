@@ -3,8 +3,9 @@
 Sample i of the global order is record i mod N of the channel's files (read in sorted name
 order, as one stream, epoch after epoch), for `dataset_type="indexed"` a row of the channels'
 token shards found from i alone (shuffled with the seed, mixed by weight:
-container.data.indexed_source), or, for `dataset_type="synthetic"`, a deterministic function of
-(seed, i). Step s consumes global samples [start + s·G, start + (s+1)·G) with
+container.data.indexed_source), for `dataset_type="chat"` a row of chat examples packed with the
+model's chat template (container.data.chat_source), or, for `dataset_type="synthetic"`, a
+deterministic function of (seed, i). Step s consumes global samples [start + s·G, start + (s+1)·G) with
 G = micro_batch × dp_size × grad_accum. Data-parallel rank d takes the contiguous slice
 [d·m·a, (d+1)·m·a) of it (m = micro_batch, a = grad_accum) and its k-th micro-batch is the k-th
 m-sized piece of that slice. Every (rank, micro-batch) pair covers a distinct part of the step's
@@ -38,8 +39,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from container.data.chat import ChatTokenizer
+from container.data.chat_source import ChatSource
 from container.data.indexed_source import Channel, IndexedSource
 from container.data.rows import IGNORE_INDEX, EndOfData, shift_labels, within_documents
+from launcher.wire.chat_records import chat_files
 from launcher.wire.datafiles import data_files, open_text
 from launcher.wire.token_shards import is_indexed
 
@@ -49,8 +53,9 @@ from launcher.wire.token_shards import is_indexed
 USED_FIELDS = ("input_ids", "labels", "attention_mask", "position_ids")
 _AS_POSITION_IDS = ("give position_ids restarting at 0 at each document (Hugging Face's "
                     "DataCollatorWithFlattening convention) instead")
-_CHAT = ("chat and instruction records are tokenized with the model's chat template, which JSON Lines "
-         "token channels do not do: give input_ids and labels (-100 where no loss applies)")
+_CHAT = ("chat and instruction records are tokenized with the model's chat template, which JSON Lines token "
+         "channels (dataset_type jsonl) do not do: set dataset_type: chat (docs/data.md), or give input_ids and "
+         "labels (-100 where no loss applies)")
 REFUSED_FIELDS = {
     **{name: _AS_POSITION_IDS for name in ("cu_seqlens", "cu_seq_lens_q", "cu_seq_lens_k", "seq_lens",
                                            "seq_idx", "document_ids", "segment_ids", "sequence_ids")},
@@ -232,7 +237,7 @@ class SyntheticSource:
         return {"input_ids": ids, "labels": shift_labels(ids)}
 
 
-Source = JsonlSource | SyntheticSource | IndexedSource
+Source = JsonlSource | SyntheticSource | IndexedSource | ChatSource
 
 
 class TrainLoader:
@@ -311,22 +316,33 @@ class ValidationLoader:
 
 def _source(dataset_type: str, path, seq_len: int, vocab_size: int, seed: int, repeat: bool, stream: int,
             document_masking: bool, shuffle: bool = False, mixture: Sequence[tuple[str, float]] = (),
-            channels: Mapping[str, Path] | None = None, name: str = "train") -> Source:
-    if shuffle and dataset_type != "indexed":
-        raise ValueError(f"shuffle applies to indexed token shards, and dataset_type is {dataset_type!r}: pack the "
-                         "data with python -m container.data pack --format indexed, or drop shuffle")
+            channels: Mapping[str, Path] | None = None, name: str = "train", tokenizer: ChatTokenizer | None = None,
+            truncation_mode: str = "keep_start") -> Source:
+    if shuffle and dataset_type not in ("indexed", "chat"):
+        raise ValueError(f"shuffle applies to indexed token shards and chat examples, and dataset_type is "
+                         f"{dataset_type!r}: pack the data with python -m container.data pack --format indexed, "
+                         "or drop shuffle")
     if dataset_type == "synthetic":
         return SyntheticSource(seq_len, vocab_size, seed, stream)
     if dataset_type == "indexed":
         return IndexedSource(_indexed_channels(path, mixture, channels, name), seq_len, vocab_size, seed=seed,
                              shuffle=shuffle, repeat=repeat, document_masking=document_masking)
+    if dataset_type == "chat":
+        if path is None:
+            raise ValueError("dataset_type 'chat' needs a path (the channel directory or files)")
+        if tokenizer is None:
+            raise ValueError("dataset_type chat needs the model's tokenizer: set hf_pretrained_model_name_or_dir "
+                             "or tokenizer")
+        return ChatSource(chat_files(path), tokenizer, seq_len, vocab_size, seed=seed, shuffle=shuffle,
+                          truncation_mode=truncation_mode, repeat=repeat, document_masking=document_masking,
+                          name=name)
     if dataset_type == "jsonl":
         if path is None:
             raise ValueError("dataset_type 'jsonl' needs a path (the channel directory or files)")
         if is_indexed(path) and not _has_records(path):
             raise ValueError(f"{path} holds indexed token shards: set dataset_type: indexed to read them")
         return JsonlSource(data_files(path), seq_len, vocab_size, repeat=repeat, document_masking=document_masking)
-    raise ValueError(f"dataset_type must be 'jsonl', 'indexed' or 'synthetic', not {dataset_type!r}")
+    raise ValueError(f"dataset_type must be 'jsonl', 'indexed', 'chat' or 'synthetic', not {dataset_type!r}")
 
 
 def _has_records(path) -> bool:
@@ -355,23 +371,28 @@ def build_dataloader(*, dataset_type: str, path=None, seq_len: int, micro_batch_
                      dp_size: int, grad_accum: int = 1, vocab_size: int, seed: int = 0,
                      start_sample: int = 0, document_masking: bool = True, shuffle: bool = False,
                      mixture: Sequence[tuple[str, float]] = (),
-                     channels: Mapping[str, Path] | None = None) -> TrainLoader:
+                     channels: Mapping[str, Path] | None = None, tokenizer: ChatTokenizer | None = None,
+                     truncation_mode: str = "keep_start") -> TrainLoader:
     """The training loader of one data-parallel rank; `path` is a file, a channel directory or
-    a list of them (jsonl), a channel directory (indexed); a mixture of indexed channels names
-    them in `channels` (the job's input channels, container.args.channels)."""
+    a list of them (jsonl, chat), a channel directory (indexed); a mixture of indexed channels names
+    them in `channels` (the job's input channels, container.args.channels); chat examples are
+    tokenized with `tokenizer` (container.data.chat.load_tokenizer) and cut by `truncation_mode`."""
     return TrainLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=True, stream=0,
                                document_masking=document_masking, shuffle=shuffle, mixture=mixture,
-                               channels=channels),
+                               channels=channels, tokenizer=tokenizer, truncation_mode=truncation_mode),
                        micro_batch_size=micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
                        grad_accum=grad_accum, start_sample=start_sample)
 
 
 def build_validation_loader(*, dataset_type: str, path=None, seq_len: int, micro_batch_size: int,
                             dp_rank: int, dp_size: int, vocab_size: int, seed: int = 0,
-                            max_batches: int | None = None, document_masking: bool = True) -> ValidationLoader:
+                            max_batches: int | None = None, document_masking: bool = True,
+                            tokenizer: ChatTokenizer | None = None,
+                            truncation_mode: str = "keep_start") -> ValidationLoader:
     """The validation/test loader of one data-parallel rank (synthetic: a stream of samples
-    distinct from the training one; indexed: the channel's rows in order)."""
+    distinct from the training one; indexed and chat: the channel's rows in order)."""
     return ValidationLoader(_source(dataset_type, path, seq_len, vocab_size, seed, repeat=False, stream=1,
-                                    document_masking=document_masking, name="validation"),
+                                    document_masking=document_masking, name="validation", tokenizer=tokenizer,
+                                    truncation_mode=truncation_mode),
                             micro_batch_size=micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
                             max_batches=max_batches)

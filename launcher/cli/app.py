@@ -191,9 +191,9 @@ def _summary(job) -> dict:
         out["batch"] = f"{settings.micro_batch} sequence(s) per data-parallel rank x {settings.grad_accum} step(s)"
         out["activation_checkpointing"] = (settings.ac_mode or "off") + (" + offload" if settings.offload else "")
         out["data"] = data_order.describe(settings.dataset_type, settings.shuffle, settings.seed,
-                                          settings.data_mixture)
-        out["document_masking"] = (f"on where the data marks documents (position_ids restarting at 0, or "
-                                   f"indexed shards); "
+                                          settings.data_mixture, settings.truncation_mode)
+        out["document_masking"] = (f"on where the data marks documents (position_ids restarting at 0, "
+                                   f"indexed shards, chat examples); "
                                    f"{attention.describe(settings.attention_kernel)}"
                                    if settings.document_masking else "off: packed documents see each other")
     elif cfg.hyperparameters.max_context_width:

@@ -1,10 +1,11 @@
 """The order smlaunch's train.py trains samples in, decided once (torch-free: validation and the
 runtime read the same rules; the order itself is container.data.order).
 
-- `shuffle`: indexed token shards (`dataset_type: indexed`) are shuffled by default, with the
-  job's seed, epoch after epoch; `shuffle: 0` reads them in the order they were packed. JSON
-  Lines channels are read in order as a stream (a shuffle would need the whole channel in
-  memory or an index: pack them with `--format indexed` to shuffle).
+- `shuffle`: indexed token shards (`dataset_type: indexed`) and the packed rows of chat examples
+  (`dataset_type: chat`) are shuffled by default, with the job's seed, epoch after epoch;
+  `shuffle: 0` reads them in the order they were packed. JSON Lines channels are read in order
+  as a stream (a shuffle would need the whole channel in memory or an index: pack them with
+  `--format indexed` to shuffle).
 - `data_mixture: "web:0.7,code:0.2,books:0.1"`: train on several indexed channels (the job's
   input channels of those names) with these weights, normalised (Megatron's data blend,
   torchtitan's dataset mix); without it, the `train` channel alone.
@@ -16,6 +17,8 @@ import math
 import re
 
 INDEXED = "indexed"
+CHAT = "chat"
+SHUFFLED = (INDEXED, CHAT)  # the formats whose rows are found from a sample's index alone, so may be shuffled
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # SageMaker's channel names
 _FORMAT = '"channel:weight,channel:weight", e.g. "web:0.7,code:0.3"'
 
@@ -27,8 +30,8 @@ class MixtureError(ValueError):
 
 
 def shuffled(dataset_type: str, shuffle: bool | None) -> bool:
-    """Whether samples are shuffled: `shuffle` as given, else on for indexed shards only."""
-    return dataset_type == INDEXED if shuffle is None else shuffle
+    """Whether samples are shuffled: `shuffle` as given, else on for indexed shards and chat examples."""
+    return dataset_type in SHUFFLED if shuffle is None else shuffle
 
 
 def parse_mixture(text: str | None) -> tuple[tuple[str, float], ...]:
@@ -53,8 +56,13 @@ def parse_mixture(text: str | None) -> tuple[tuple[str, float], ...]:
     return tuple(pairs)
 
 
-def describe(dataset_type: str, shuffle: bool, seed: int, mixture: tuple[tuple[str, float], ...]) -> str:
-    """The sample stream a data position indexes (a resume must keep it: launcher.config.resume)."""
+def describe(dataset_type: str, shuffle: bool, seed: int, mixture: tuple[tuple[str, float], ...],
+             truncation_mode: str = "keep_start") -> str:
+    """The sample stream a data position indexes (a resume must keep it: launcher.config.resume).
+    Chat rows are packed from the examples truncation_mode keeps, so it is part of the stream."""
+    if dataset_type == CHAT:
+        order = f"shuffled with seed {seed}" if shuffle else "in order"
+        return f"chat, {order}, truncation_mode {truncation_mode}"
     if dataset_type != INDEXED:
         return dataset_type
     text = f"indexed, shuffled with seed {seed}" if shuffle else "indexed, in order"

@@ -2,7 +2,9 @@
 settings (shuffle, data_mixture: launcher.config.data_order) against the data's format and the
 job's channels, and the channels on this machine (local paths) against the run: a JSON Lines
 channel's block length, an indexed channel's shards (complete, of the model's vocabulary, at
-least one row). S3 channels are the container's to check, before training.
+least one row), a chat channel's first record (its shape, and a chat template in the model's
+tokenizer where the records need one and the tokenizer is a local directory). S3 channels are the
+container's to check, before training.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from launcher.config.job import JobConfig
 from launcher.config.job_rules import resolve_path
 from launcher.config.models import ModelSpec
 from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
+from launcher.wire.chat_records import TEXT, ChatRecordError, first_record, has_chat_template, record_shape
 from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
 from launcher.wire.token_shards import ShardError, read_header, shard_indexes, tokenizer_identity
 
@@ -29,10 +32,19 @@ def check_data_order(ctx) -> list[Issue]:
         return []
     dataset_type = hp.dataset_type or DEFAULT_DATASET_TYPE
     issues = []
-    if hp.shuffle and dataset_type != data_order.INDEXED:
+    if hp.shuffle and dataset_type not in data_order.SHUFFLED:
         issues.append(Issue(f"{HP}.shuffle", hp.shuffle,
                             f"{dataset_type} data is read in order (a JSON Lines channel is a stream; synthetic "
                             "samples are random already)", f"{_INDEXED_FIX}, or drop shuffle"))
+    if dataset_type == data_order.CHAT and not (hp.tokenizer or hp.hf_pretrained_model_name_or_dir):
+        issues.append(Issue(f"{HP}.dataset_type", dataset_type,
+                            "dataset_type chat needs the model's tokenizer (its chat template) to tokenize the "
+                            "examples, and the job names none",
+                            "set hf_pretrained_model_name_or_dir or tokenizer"))
+    if hp.truncation_mode and dataset_type != data_order.CHAT:
+        issues.append(Issue(f"{HP}.truncation_mode", hp.truncation_mode,
+                            f"cuts chat examples longer than a row, and dataset_type is {dataset_type}",
+                            "set dataset_type: chat, or drop truncation_mode"))
     try:
         mixture = data_order.parse_mixture(hp.data_mixture)
     except data_order.MixtureError as exc:
@@ -69,6 +81,8 @@ def channel_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issu
         path = resolve_path(base_dir, channels[name].s3_data)
         if dataset_type == data_order.INDEXED:
             issues += _indexed_issues(name, path, seq, spec, model_vocabulary)
+        elif dataset_type == data_order.CHAT:
+            issues += _chat_issues(hp, name, path, base_dir)
         elif dataset_type == "jsonl":
             issues += _block_issues(name, path, seq, bool(hp.max_context_width))
     return issues
@@ -88,6 +102,42 @@ def _block_issues(name: str, path: Path, seq: int, seq_given: bool) -> list[Issu
     return [Issue(f"{HP}.max_context_width", seq,
                   f"is {seq}{default}, but channel {name!r} holds blocks of {length} tokens ({file})",
                   f"set max_context_width: {length}, or re-pack the data with --block-size {seq}")]
+
+
+def _chat_issues(hp, name: str, path: Path, base_dir: Path) -> list[Issue]:
+    """A chat channel's first record: a fine-tuning example (launcher.wire.chat_records); and where
+    it is given as messages, a chat template in the model's tokenizer, when that is a local
+    directory (transformers is not imported here: the template is looked for in the files)."""
+    field = f"inputs.{name}"
+    found = first_record(path)
+    if found is None:
+        return []  # no readable record: the container says what is wrong, by line
+    where, record = found
+    try:
+        shape = record_shape(record, where)
+    except ChatRecordError as exc:
+        return [Issue(field, str(path), str(exc), "make every record one fine-tuning example (docs/data.md, "
+                                                  "\"Chat and instruction fine-tuning\")")]
+    directory = _local_tokenizer_dir(hp, base_dir)
+    if shape == TEXT or directory is None or has_chat_template(directory) is not False:
+        return []
+    return [Issue(field, str(path),
+                  f"holds {shape} examples ({where}), which the chat template renders, and the tokenizer in "
+                  f"{directory} has none (no chat_template in tokenizer_config.json, no chat_template.jinja)",
+                  "use the tokenizer of a chat/instruct model (hyperparameters.tokenizer), or give plain-text prompt "
+                  "and completion strings")]
+
+
+def _local_tokenizer_dir(hp, base_dir: Path) -> Path | None:
+    """The directory of the tokenizer the job tokenizes with, where it is on this machine."""
+    for value in (hp.tokenizer, hp.hf_pretrained_model_name_or_dir):
+        if value and not value.startswith("s3://"):
+            directory = resolve_path(base_dir, value)
+            if (directory / "tokenizer_config.json").is_file():
+                return directory
+        if value:
+            return None  # the tokenizer is named, elsewhere (a Hub id, S3, a channel): the container checks it
+    return None
 
 
 def _local_tokenizer(hp, base_dir: Path) -> dict | None:

@@ -33,7 +33,7 @@ COLLECTIVE_TIMEOUT_DEFAULT_S = 600
 RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activation_checkpointing_mode",
                    "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",
                    "cp_comm_type", "distributed_backend", "lr_decay_style", "attention_kernel", "shuffle",
-                   "data_mixture")
+                   "data_mixture", "truncation_mode")
 
 
 # The degrees the seed's script also accepts as arguments (launcher.config.degrees); they must
@@ -96,13 +96,19 @@ class TrainingHyperparameters(_SeedDegrees):
     optimizer: Literal["adamw", "anyprecision"] | None = Field(
         None, description="adamw, or anyprecision (pure-bf16 states with Kahan-compensated updates)."
     )
-    dataset_type: Literal["jsonl", "indexed", "synthetic"] | None = Field(
+    dataset_type: Literal["jsonl", "indexed", "chat", "synthetic"] | None = Field(
         None, description="Training data: jsonl (records, the default), indexed (token shards of pack "
-                          "--format indexed, memory-mapped) or synthetic; docs/data.md."
+                          "--format indexed, memory-mapped), chat (messages or prompt/completion records, "
+                          "tokenized with the model's chat template, loss on the answers) or synthetic; "
+                          "docs/data.md."
     )
     shuffle: bool | None = Field(
         None, description="smlaunch: shuffle the samples with the seed, every epoch anew (default: on for "
-                          "indexed token shards; JSON Lines channels are read in order)."
+                          "indexed token shards and chat examples; JSON Lines channels are read in order)."
+    )
+    truncation_mode: Literal["keep_start", "keep_end", "drop"] | None = Field(
+        None, description="smlaunch: a chat example longer than max_context_width keeps its first tokens "
+                          "(keep_start, the default), its last (keep_end), or is dropped (drop); docs/data.md."
     )
     data_mixture: str | None = Field(
         None, description='smlaunch: train on several indexed channels with weights, e.g. "web:0.7,code:0.3" '
@@ -158,8 +164,8 @@ class TrainingHyperparameters(_SeedDegrees):
         None, description="Take only the architecture from hf_pretrained_model_name_or_dir; random weights."
     )
     tokenizer: str | None = Field(
-        None, description="Tokenizer shipped in model.tar.gz: a directory, a channel's name or a Hub id "
-        "(default: the pretrained model's)."
+        None, description="Tokenizer shipped in model.tar.gz, and the one dataset_type chat tokenizes with: a "
+        "directory, a channel's name or a Hub id (default: the pretrained model's)."
     )
     max_context_width: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Sequence length in tokens.")
     vocab_size: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Vocabulary size.")

@@ -8,7 +8,8 @@ change. What the data position and the optimizer state only mean together with, 
 - the global batch in sequences (train_batch_size x data-parallel degree x
   gradient_accumulation_steps): steps and the data position are counted in it;
 - the sequence length, and the data stream (dataset_type; the seed, which makes synthetic data
-  and shuffles indexed shards; the shuffle and the mixture of indexed channels);
+  and shuffles indexed shards and chat rows; the shuffle and the mixture of indexed channels;
+  the truncation of chat examples, which decides the rows they are packed into);
 - the model's shape (a smaller model would load part of the weights without complaint);
 - the optimizer (its moments are in the checkpoint).
 
@@ -53,7 +54,7 @@ KEPT = (
     Kept("global_batch", "global batch in sequences per step",
          "train_batch_size x data-parallel degree x gradient_accumulation_steps"),
     Kept("sequence_length", "sequence length", "max_context_width"),
-    Kept("data_stream", "data stream", "dataset_type, seed, shuffle and data_mixture"),
+    Kept("data_stream", "data stream", "dataset_type, seed, shuffle, data_mixture and truncation_mode"),
     Kept("model", "model shape", "model_preset or the model's config"),
     Kept("optimizer", "optimizer", "optimizer"),
 )
@@ -75,11 +76,12 @@ def batch_text(s: RunSettings, data_parallel: int) -> str:
 
 
 def data_stream(s: RunSettings) -> str:
-    """The sample sequence the data position indexes: synthetic data is made from the seed, and
-    indexed shards are shuffled with it and mixed by weight."""
+    """The sample sequence the data position indexes: synthetic data is made from the seed,
+    indexed shards are shuffled with it and mixed by weight, chat rows are shuffled with it and
+    packed from what truncation keeps."""
     if s.dataset_type == "synthetic":
         return f"synthetic, seed {s.seed}"
-    return data_order.describe(s.dataset_type, s.shuffle, s.seed, s.data_mixture)
+    return data_order.describe(s.dataset_type, s.shuffle, s.seed, s.data_mixture, s.truncation_mode)
 
 
 @dataclass(frozen=True)

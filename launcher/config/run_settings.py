@@ -17,6 +17,7 @@ from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 
 DEFAULT_SEQ_LEN = 2048
 DEFAULT_DATASET_TYPE = "jsonl"
+DEFAULT_TRUNCATION_MODE = "keep_start"  # TRL's SFTConfig default: a long example keeps its start
 DEFAULT_AC_MODE = "full"  # activation_checkpointing_mode when checkpointing is on
 DEFAULT_MAX_STEPS = 100
 DEFAULT_SEED = 12345
@@ -46,8 +47,9 @@ class RunSettings:
     max_steps: int
     seed: int
     dataset_type: str
-    shuffle: bool  # shuffle, else on for indexed shards (launcher.config.data_order)
+    shuffle: bool  # shuffle, else on for indexed shards and chat examples (launcher.config.data_order)
     data_mixture: tuple[tuple[str, float], ...]  # data_mixture: (channel, weight); (): the train channel
+    truncation_mode: str  # truncation_mode: what a chat example longer than a row keeps (keep_start, keep_end, drop)
     val_batch: int  # val_batch_size
     validation_freq: int  # 0: never
     validation_batches: int | None  # None: the whole validation channel (the seed's -1)
@@ -107,6 +109,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         dataset_type=hp.dataset_type or DEFAULT_DATASET_TYPE,
         shuffle=data_order.shuffled(hp.dataset_type or DEFAULT_DATASET_TYPE, hp.shuffle),
         data_mixture=_mixture(hp.data_mixture),
+        truncation_mode=hp.truncation_mode or DEFAULT_TRUNCATION_MODE,
         val_batch=hp.val_batch_size or 1,
         validation_freq=hp.validation_freq or 0,
         validation_batches=hp.validation_batches if hp.validation_batches and hp.validation_batches > 0 else None,

@@ -13,16 +13,17 @@ TRAIN_CHANNELS = ("train", "training")
 VALIDATION_CHANNELS = ("validation", "test")
 
 
-def data_files(path: str | Path | Sequence[str | Path]) -> list[Path]:
+def data_files(path: str | Path | Sequence[str | Path], suffixes: tuple[str, ...] = DATA_SUFFIXES) -> list[Path]:
     """The data files under `path` (a file, a channel directory, or a list of them), in order:
-    each directory contributes its JSON Lines files (any depth) sorted by relative name."""
+    each directory contributes its files of `suffixes` (JSON Lines by default; any depth) sorted
+    by relative name."""
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(DATA_SUFFIXES))
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(suffixes))
             if not found:
-                raise FileNotFoundError(f"{p}: no data files ({', '.join(DATA_SUFFIXES)}) in the directory")
+                raise FileNotFoundError(f"{p}: no data files ({', '.join(suffixes)}) in the directory")
             files.extend(found)
         elif p.is_file():
             files.append(p)

@@ -1,8 +1,9 @@
 """notebooks/walkthrough.ipynb runs top to bottom: the seed's three runs planned (OOM predicted
 for the p4d run without CP, the CP 8 run fits, FP8 refused on A100 and planned on p5), the
-no-CP and CP 2 layouts trained locally, and a pretrained model fine-tuned on text packed with its
-tokenizer (first loss = transformers', artifact loaded back). The notebook asserts its own key
-results as it goes."""
+no-CP and CP 2 layouts trained locally, a pretrained model fine-tuned on text packed with its
+tokenizer (first loss = transformers', artifact loaded back), and that model chat fine-tuned
+(dataset_type chat: it answers a question it was taught, through the artifact's chat template).
+The notebook asserts its own key results as it goes."""
 
 from __future__ import annotations
 
@@ -35,9 +36,15 @@ def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     ours, reference = map(float, re.search(r"first loss (\S+); transformers on the same blocks (\S+)", out).groups())
     assert abs(ours - reference) <= 1e-5 * reference
     assert "tokenizer.json" in out and "generated: " in out
+    # the chat fine-tune: the job log's line on the examples, and the answer before and after
+    assert "data: chat examples of train, shuffled (seed 7): 7 examples in 1 file(s)" in out
+    assert "chat template kept: True" in out
+    before, after = re.search(r"before: What is the capital of France\? -> (.*)\nafter:  What is the capital of "
+                              r"France\? -> (.*)", out).groups()
+    assert after == "'Paris.'" != before
     # the fine-tuning run's metrics, plotted inline (launcher.cli.metrics_view through the kernel's display)
     plotted = [c for c in nb.cells if c.cell_type == "code" and "plot([fine_tuning])" in c.source]
     assert len(plotted) == 1 and any("image/png" in o.get("data", {}) for o in plotted[0].outputs)
     stamp = re.compile(r"-\d{4}(-\d\d){5}-\d{3}$")  # make_job_name's timestamp
     jobs = sorted(stamp.sub("", p.name) for p in (tmp_path / "home" / "jobs").iterdir())
-    assert jobs == ["walkthrough-cp2", "walkthrough-finetune", "walkthrough-no-cp"]
+    assert jobs == ["walkthrough-chat", "walkthrough-cp2", "walkthrough-finetune", "walkthrough-no-cp"]

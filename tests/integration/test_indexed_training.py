@@ -74,8 +74,8 @@ def test_a_resume_with_another_seed_is_refused(tmp_path, corpus):
     shutil.copytree(first / "checkpoints", tmp_path / "second" / "checkpoints")
     with pytest.raises(AssertionError) as failure:
         train(tmp_path / "second", 1, corpus[1], seed=8)
-    assert "data stream (dataset_type, seed, shuffle and data_mixture) was indexed, shuffled with seed 7" in \
-        str(failure.value)
+    assert ("data stream (dataset_type, seed, shuffle, data_mixture and truncation_mode) was indexed, shuffled "
+            "with seed 7") in str(failure.value)
 
 
 def test_shards_of_another_tokenizer_fail_before_training(tmp_path):

@@ -138,3 +138,26 @@ def hub_cache(cache: Path, repo_id: str, files: Path, commit: str = COMMIT) -> P
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(commit)
     return snapshot
+
+
+# Llama 3's chat template's shape, on the tiny tokenizer: `<|start_header_id|>role<|end_header_id|>\n\n
+# content<|eot_id|>` per turn after the BOS, the assistant header as the generation prompt. The
+# {% generation %} markers render nothing: they let transformers' return_assistant_tokens_mask say,
+# independently of smlaunch, which tokens are the assistant's (the tests' reference).
+CHAT_TOKENS = ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|eot_id|>{% endgeneration %}"
+    "{% else %}{{ m['content'] }}<|eot_id|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+
+
+def save_chat_tokenizer(directory: Path, template: str | None = CHAT_TEMPLATE):
+    """save_tokenizer's tokenizer with Llama 3's header and end-of-turn tokens (ids 312-314, inside
+    llama_config's vocabulary) and `template` as its chat template (None: no template); returns it."""
+    fast = save_tokenizer(directory)
+    fast.add_special_tokens({"additional_special_tokens": list(CHAT_TOKENS)})
+    if template is not None:
+        fast.chat_template = template
+    fast.save_pretrained(directory)
+    return fast

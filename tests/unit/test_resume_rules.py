@@ -50,9 +50,9 @@ def test_another_global_batch_is_refused_with_the_settings_that_keep_it():
 @pytest.mark.parametrize("change,expected", [
     ({"max_context_width": 128}, ("sequence length (max_context_width) was 64 when saved, now 128; "
                                   "set max_context_width back to 64")),
-    ({"seed": 8}, ("data stream (dataset_type, seed, shuffle and data_mixture) was synthetic, seed 7 when saved, "
-                   "now synthetic, seed 8; set dataset_type, seed, shuffle and data_mixture back to synthetic, "
-                   "seed 7")),
+    ({"seed": 8}, ("data stream (dataset_type, seed, shuffle, data_mixture and truncation_mode) was synthetic, "
+                   "seed 7 when saved, now synthetic, seed 8; set dataset_type, seed, shuffle, data_mixture and "
+                   "truncation_mode back to synthetic, seed 7")),
     ({"optimizer": "anyprecision"}, "optimizer was adamw when saved, now anyprecision; set optimizer back to adamw"),
 ])
 def test_what_a_resume_must_keep_is_refused_when_changed(change, expected):
