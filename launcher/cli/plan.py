@@ -90,6 +90,11 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
         click.echo(json.dumps(rows, indent=2, default=str))
     else:
         console = make_console()
+        if chosen is not None and chosen.nothing_to_plan:  # a local job, a script without its model: no error
+            console.print(f"models: nothing: {chosen.nothing_to_plan}", highlight=False, markup=False)
+            sys.exit(0)
+        if results and results[0].models:
+            console.print(f"models: {results[0].models}", highlight=False, markup=False)
         console.print(planner.render_table(results, best=best, title=f"plan: {job_file}"))
         if chosen is not None and chosen.valid:
             if chosen.throughput:
@@ -110,6 +115,8 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
             console.print("no configuration fits: see the table for the lowest peaks")
         elif len(results) == 1 and not results[0].valid:
             console.print("cannot plan: " + "; ".join(results[0].errors), markup=False)
+    if chosen is not None and chosen.nothing_to_plan:
+        sys.exit(0)
     if chosen is None:
         sys.exit(EXIT_FAILED if auto_pick or not any(r.fits for r in results) else 0)
     if not chosen.valid:  # nothing to plan (the model or world size is unknown): the job needs a fix

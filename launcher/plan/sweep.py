@@ -27,7 +27,7 @@ from launcher.config.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_s
 from launcher.plan.advice import estimate_memory
 from launcher.plan.memory import MemoryEstimate
 from launcher.plan.throughput import ThroughputEstimate, estimate_throughput
-from launcher.plan.workload import PlanError
+from launcher.plan.workload import PlanError, UnmodeledScript, modeled_program
 
 
 @dataclass
@@ -40,6 +40,14 @@ class PlanResult:
     throughput: ThroughputEstimate | None = None
     errors: list[str] = field(default_factory=list)  # validation errors, or why it cannot be planned
     job: ValidatedJob | None = field(default=None, repr=False)
+    # why nothing is planned, where that is no error: a local job (this machine), a script of the
+    # user's own that does not say its model
+    nothing_to_plan: str | None = None
+
+    @property
+    def models(self) -> str | None:
+        """What the plan models (launcher.plan.workload.modeled_program)."""
+        return modeled_program(self.job) if self.job is not None else None
 
     @property
     def valid(self) -> bool:
@@ -67,6 +75,8 @@ class PlanResult:
         out = {
             "valid": self.valid,
             "errors": self.errors,
+            "models": self.models,
+            **({"nothing_to_plan": self.nothing_to_plan} if self.nothing_to_plan else {}),
             "overrides": list(self.overrides),
             **self.settings,
             "fits": self.fits,
@@ -86,12 +96,21 @@ class PlanResult:
         return out
 
 
+LOCAL_JOB = ("a local job runs on this machine (its CPU, or for local_gpu the GPUs found when it starts), whose "
+             "memory and speed the planner has no figures for: plan the same job where it will run, e.g. "
+             "--set instance_type=ml.p5.48xlarge (or PyTorch(..., instance_type=...).plan())")
+
+
 def plan(job: ValidatedJob, overrides: Sequence[str] = (), advise: bool = True) -> PlanResult:
     """Memory (with advice when it predicts OOM) and throughput of a validated job."""
     settings = settings_of(job)
+    if job.config.is_local:
+        return PlanResult(settings, tuple(overrides), job=job, nothing_to_plan=LOCAL_JOB)
     try:
         memory = estimate_memory(job, advise=advise)
         speed = estimate_throughput(job)
+    except UnmodeledScript as exc:
+        return PlanResult(settings, tuple(overrides), job=job, nothing_to_plan=str(exc))
     except PlanError as exc:
         return PlanResult(settings, tuple(overrides), errors=[str(exc)], job=job)
     return PlanResult(settings, tuple(overrides), memory, speed, job=job)

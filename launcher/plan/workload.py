@@ -27,6 +27,23 @@ class PlanError(ValueError):
     """A job the planner cannot size (unknown model or world size); the message says what to set."""
 
 
+class UnmodeledScript(PlanError):
+    """A script of the user's own that does not say its model: nothing to plan, and no error in the
+    job (the script may build any model); the message says how to describe it."""
+
+
+RUNTIME_PROGRAM = ("smlaunch's runtime (entrypoints/train.py): FSDP2 per block, the chunked cross-entropy, "
+                   "its activation checkpointing and attention")
+SCRIPT_PROGRAM = ("AWS's SMP v2 reference program for your script: FSDP over the whole model, the whole fp32 "
+                  "logits in the loss, activation checkpointing as its hyperparameter says; what your script "
+                  "does differently is not in these figures")
+
+
+def modeled_program(job: ValidatedJob) -> str:
+    """What the plan models, for its first line (docs/own-scripts.md)."""
+    return RUNTIME_PROGRAM if job.kind.runtime else SCRIPT_PROGRAM
+
+
 @dataclass(frozen=True)
 class Workload:
     spec: ModelSpec
@@ -89,6 +106,11 @@ class Workload:
 
 def workload_of(job: ValidatedJob) -> Workload:
     """The runtime's view of `job`; PlanError when the model or world size is unknown."""
+    if job.model is None and not job.kind.runtime:
+        raise UnmodeledScript("this script does not say its model, so there is nothing to plan: describe it with "
+                              "hyperparameters model_type (llama_v3, llama_v2, mistral, mixtral, gpt_neox) and "
+                              "hidden_width, num_layers, num_heads, intermediate_size, vocab_size, or with "
+                              "hf_pretrained_model_name_or_dir (a directory or Hub id with config.json)")
     if job.model is None:
         raise PlanError("the model is unknown: set hyperparameters.model_preset (llama3.2-1b, llama3.1-8b, ...) "
                         "or hf_pretrained_model_name_or_dir to a known name or a directory with config.json")
@@ -119,7 +141,8 @@ def workload_of(job: ValidatedJob) -> Workload:
         fp8=job.fp8.enabled,
         fp8_backend=job.fp8.backend,
         cp_comm_type=s.cp_comm_type,
-        loss_chunk_tokens=s.loss_chunk_tokens,
+        # a script of the user's own is planned as AWS's SMP v2 program, whose loss takes the whole logits
+        loss_chunk_tokens=s.loss_chunk_tokens if job.kind.runtime else 0,
         microbatches=params.microbatches if lay.pp > 1 else 1,
         in_flight=in_flight_microbatches(params.schedule, lay.pp, params.microbatches) if lay.pp > 1 else 1,
         bubble=bubble_fraction(params.schedule, lay.pp, params.microbatches, params.pipeline_virtual_stages),

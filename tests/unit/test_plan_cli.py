@@ -159,3 +159,53 @@ def test_short_documents_plan_faster_than_long_ones_and_the_plan_says_why(tmp_pa
     text = run_cli("plan", SEED / "p5-cp8-bf16.yaml", *indexed, "--data", tmp_path / "short").output
     assert "attend 1,024 tokens per token on average with document masking, 6.2% of a causal row of 16,384" in \
         " ".join(text.split())
+
+
+def _own_script_job(tmp_path, **hyperparameters):
+    """The seed's p4d job without CP, run by a script of the user's own that uses SMP v2 (AWS's)."""
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "train.py").write_text("import torch\nimport torch.sagemaker as tsm\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(f"extends: {SEED / 'p4d-no-cp.yaml'}\nsource_dir: {src}\nimage_uri: null\n"
+                   f"framework_version: '2.4.1'\npy_version: py311\nhyperparameters: {json.dumps(hyperparameters)}\n")
+    return job
+
+
+def test_a_script_of_ones_own_is_planned_as_awss_smp_program_and_the_plan_says_so(tmp_path):
+    """AWS's script takes the whole fp32 logits into its loss: the seed's p4d run without CP does not
+    fit (7.83 GiB, as it did on SageMaker), while smlaunch's runtime on the same job (its chunked loss)
+    does; each plan's first line says which program it models."""
+    own = run_cli("plan", _own_script_job(tmp_path))
+    assert own.exit_code == 1, own.output
+    assert own.output.startswith("models: AWS's SMP v2 reference program for your script")
+    assert f"Tried to allocate {LOGITS_GIB:.2f} GiB" in " ".join(own.output.split())
+    runtime = run_cli("plan", SEED / "p4d-no-cp.yaml")
+    assert runtime.exit_code == 0 and runtime.output.startswith("models: smlaunch's runtime (entrypoints/train.py)")
+    rows = json.loads(run_cli("plan", _own_script_job(tmp_path), "--json").output)
+    assert rows[0]["models"].startswith("AWS's SMP v2 reference program") and rows[0]["fits"] is False
+
+
+def test_a_script_that_does_not_say_its_model_has_nothing_to_plan_and_that_is_no_error(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("import torch\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(f"entry_point: train.py\nsource_dir: {src}\ninstance_type: ml.p5.48xlarge\nframework_version: "
+                   "'2.8.0'\npy_version: py312\nrole: arn:aws:iam::111122223333:role/x\nhyperparameters: {epochs: 1}\n")
+    result = run_cli("plan", job)
+    assert result.exit_code == 0
+    assert result.output.startswith("models: nothing: this script does not say its model")
+    assert "model_type" in result.output and "hf_pretrained_model_name_or_dir" in result.output
+
+
+def test_a_local_job_says_why_there_is_nothing_to_plan(tmp_path):
+    from launcher import ModelTrainer
+    from launcher.model_trainer import Compute, SourceCode
+
+    trainer = ModelTrainer(source_code=SourceCode(source_dir=str(ROOT / "entrypoints"), entry_script="train.py"),
+                           compute=Compute(instance_type="local", instance_count=1),
+                           hyperparameters={"model_preset": "llama3-tiny", "max_context_width": 64})
+    result = trainer.plan()
+    assert result.nothing_to_plan.startswith("a local job runs on this machine")
+    assert "instance_type=ml.p5.48xlarge" in result.nothing_to_plan and result.memory is None
