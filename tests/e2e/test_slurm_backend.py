@@ -84,7 +84,7 @@ def test_the_local_job_trains_on_two_slurm_nodes_like_one_process(tmp_path, home
     assert losses == pytest.approx(series(reference, "loss"), rel=1e-5)
 
     status = smlaunch("status", f"slurm:{job_id}", env=env)
-    assert status.returncode == 0 and f"{name}: Completed (Completed)" in status.stdout
+    assert status.returncode == 0 and f"{name}: Completed\n" in status.stdout
     assert "backend: slurm" in status.stdout and f"slurm job: {job_id}" in status.stdout
     listed = json.loads(smlaunch("list", "--backend", "slurm", "--json", env=env).stdout)
     assert [(j["Handle"], j["TrainingJobStatus"]) for j in listed["jobs"]] == [(f"slurm:{name}", "Completed")]
@@ -113,7 +113,7 @@ def test_a_failing_rank_fails_the_slurm_job_with_its_traceback(tmp_path, home, s
     name, job_id = submitted(proc)
     assert "ValueError: boom on rank 1" in proc.stderr
     status = smlaunch("status", f"slurm:{job_id}", env=env)
-    assert f"{name}: Failed (Failed)" in status.stdout
+    assert f"{name}: Failed\n" in status.stdout
     assert "failure reason: AlgorithmError: algo-2: ExecuteUserScriptError:" in status.stdout
     assert "ValueError: boom on rank 1" in status.stdout
     assert slurm_cluster.wait_ended(job_id, timeout=60) == "FAILED"  # the batch step exits 1 as well

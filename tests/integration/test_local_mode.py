@@ -74,7 +74,7 @@ def test_two_hosts_with_hybrid_sharding_and_cp_train_like_one_process(tmp_path, 
     assert losses == pytest.approx(series(reference, "loss"), rel=1e-5)
 
     status = smlaunch("status", name, env=env)
-    assert status.returncode == 0 and f"{name}: Completed (Completed)" in status.stdout
+    assert status.returncode == 0 and f"{name}: Completed\n" in status.stdout
     assert f"model artifacts: {model}" in status.stdout
     described = json.loads(smlaunch("status", name, "--json", env=env).stdout)
     assert [t["Status"] for t in described["SecondaryStatusTransitions"]] == [
@@ -201,7 +201,7 @@ def test_a_failing_host_fails_the_job_with_its_reason(tmp_path, home):
     assert "failed" in proc.stderr and "ValueError: boom on rank 1" in proc.stderr
     name = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("submitted "))
     status = smlaunch("status", name, env=env)
-    assert f"{name}: Failed (Failed)" in status.stdout
+    assert f"{name}: Failed\n" in status.stdout
     assert "failure reason: AlgorithmError: algo-2: ExecuteUserScriptError:\nExitCode 1\n" \
            'ErrorMessage "rank 1 (host algo-2, local rank 0) exited with code 1' in status.stdout
     assert "ValueError: boom on rank 1" in status.stdout

@@ -45,7 +45,7 @@ def test_status_of_a_running_job_then_of_the_stopped_job(tmp_path, home):  # noq
     saved = int(re.search(r"SIGTERM: saved a checkpoint at step (\d+) and stopping", log).group(1))
 
     stopped = smlaunch("status", "live-progress", env=env)
-    assert "live-progress: Stopped (Stopped)" in stopped.stdout, stopped.stdout
+    assert "live-progress: Stopped\n" in stopped.stdout, stopped.stdout
     assert f"last checkpoint: step {saved}, {job / 'checkpoints' / f'step-{saved}'}" in stopped.stdout
     assert "last step: step " in stopped.stdout and "ETA" not in stopped.stdout
     assert "failure reason" not in stopped.stdout and "model artifacts" not in stopped.stdout

@@ -275,9 +275,10 @@ def test_a_model_spec_cannot_have_an_impossible_shape():
 
 def test_the_planner_refuses_a_layout_that_does_not_tile_the_world(runtime_dir):
     """A ValidatedJob put together by hand: PlanError, not ZeroDivisionError."""
-    valid = validate_job(job(runtime_dir, processes_per_host=2))
-    broken = dataclasses.replace(valid, layout=ParallelLayout(world=2, dp_replicate=0, dp_shard=2, cp=1, tp=1))
-    with pytest.raises(PlanError, match="does not tile the world of 2 ranks"):
+    # an instance the planner models (a local job has nothing to plan, so it could not show the refusal)
+    valid = validate_job(job(runtime_dir, instance_type="ml.p4d.24xlarge", processes_per_host=8))
+    broken = dataclasses.replace(valid, layout=ParallelLayout(world=8, dp_replicate=0, dp_shard=8, cp=1, tp=1))
+    with pytest.raises(PlanError, match="does not tile the world of 8 ranks"):
         workload_of(broken)
     assert not plan(broken).valid
 
