@@ -273,3 +273,16 @@ def test_the_window_shortens_the_attention_flops():
     # 16 keys a token, but for the first 16 tokens: (16·17/2 + 48·16) / 64 ≈ 16 - 16²/128
     assert flops.flops_per_token(spec, 64) - 6 * flops.matmul_params(spec) == per_layer_head * (16 - 256 / 128)
     assert flops.flops_per_token(spec, 8) == flops.flops_per_token(whole, 8)
+
+
+def test_validation_refuses_transformer_engine_fp8_for_gpt_neox():
+    from launcher.config import ConfigError, validate_job
+    from tests.support.model_rules import job
+
+    hp = {"model_preset": None, "model_type": "gpt_neox", **SIZES, "max_context_width": 64, "bf16": 1, "fp8": 1,
+          "fp8_emulate": 1, "fp8_backend": "transformer_engine"}
+    with pytest.raises(ConfigError) as caught:
+        validate_job(job(hp))
+    (issue,) = [i for i in caught.value.issues if i.path == "hyperparameters.fp8_backend"]
+    assert "GPT-NeoX's have biases" in issue.problem and "torchao" in issue.fix
+    validate_job(job({**hp, "fp8_backend": "torchao", "fp8_recipe": "current"}))
