@@ -96,3 +96,10 @@ def test_the_container_refuses_them_as_the_toolkit_passes_them():
     hp, _, _ = parse_args(["--model_preset", "llama3-tiny", "--profile_nsys", "0", "--plateau", "0.0",
                            "--fast_validation", "False", "--checkpoint_type", "sharded"])
     refuse_unimplemented(hp)
+
+
+def test_the_docs_table_is_the_code_table():
+    """docs/models.md lists every argument with the status the code gives it."""
+    text = (ROOT / "docs" / "models.md").read_text()
+    for argument in ARGUMENTS:
+        assert f"| `{argument.name}` | {argument.status} | {argument.where}." in text, argument.name
