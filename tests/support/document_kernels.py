@@ -33,7 +33,8 @@ def documents_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, documents
         bounds = [0, *(torch.nonzero(ids[1:] != ids[:-1]).flatten() + 1).tolist(), ids.numel()]
         for start, end in zip(bounds, bounds[1:]):
             n = end - start
-            distance = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+            steps = torch.arange(n, device=q.device)
+            distance = steps[:, None] - steps[None, :]
             allowed = (distance >= 0) & (distance < (window or n))
             out[row:row + 1, :, start:end] = F.scaled_dot_product_attention(
                 q[row:row + 1, :, start:end], k[row:row + 1, :, start:end], v[row:row + 1, :, start:end],
