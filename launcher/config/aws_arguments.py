@@ -219,10 +219,10 @@ def runtime_issues(hp) -> list[Issue]:
         argument = BY_NAME.get(name)
         if argument is None or argument.allows(value):
             continue
-        asks = "" if argument.status == "refused" else f"{value!r}: "
+        at = "" if argument.status == "refused" else " at this value"
         issues.append(Issue(f"{HP}.{name}", value,
-                            f"is an argument of AWS's SMP v2 script that smlaunch's train.py does not do "
-                            f"({asks}{argument.where})", argument.fix))
+                            f"an argument of AWS's SMP v2 script that smlaunch's train.py does not implement{at} "
+                            f"({argument.where})", argument.fix))
     return issues
 
 
