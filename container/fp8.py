@@ -1,6 +1,7 @@
 """FP8 matmuls for the attention and MLP projections, with Transformer Engine or torchao.
 
-What runs in FP8: wq, wk, wv, wo, w1, w2, w3 of every block whose dimensions are multiples of 16
+What runs in FP8: wq, wk, wv, wo, w1, w2, w3 (GPT-NeoX: wqkv, wo, w1, w2, with their biases; torchao
+only) of every block whose dimensions are multiples of 16
 (both libraries' FP8 GEMMs need that). The embedding and the output head stay in bf16: the head
 feeds the loss directly and is where FP8 hurts accuracy most (TE's and torchtitan's recipes
 keep it too).
@@ -43,7 +44,7 @@ from launcher.config import FP8Config
 
 log = logging.getLogger("smlaunch")
 
-PROJECTIONS = ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
+PROJECTIONS = ("wq", "wk", "wv", "wqkv", "wo", "w1", "w2", "w3")  # wqkv: GPT-NeoX's fused q/k/v
 MIN_CAPABILITY = (8, 9)  # Ada and Hopper: the first GPUs with FP8 tensor cores
 _FIX = ("run on an FP8 GPU (H100/H200: p5, p5e, p5en), or set fp8=0; for tests, fp8_emulate=1 with "
         "fp8_backend=torchao emulates FP8 (slowly)")
@@ -93,6 +94,10 @@ def apply_fp8(model: nn.Module, cfg: FP8Config, rt) -> None:
     emulate = needs_emulation(cfg, rt.device)
     names, skipped = fp8_projections(model)
     if cfg.backend == "transformer_engine":
+        biased = [name for name in names if model.get_submodule(name).bias is not None]
+        if biased:
+            raise ValueError(f"fp8_backend=transformer_engine with biased projections ({biased[0]}, ...: GPT-NeoX): "
+                             "smlaunch swaps in te.Linear without biases; use fp8_backend=torchao")
         if rt.layout.tp > 1:
             raise ValueError("fp8_backend=transformer_engine with tensor_parallel_degree > 1: te.Linear "
                              "does not take DTensor (tensor-parallel) weights; use fp8_backend=torchao")

@@ -47,7 +47,7 @@ from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
 from container.progress import ProgressWriter
 from container.tensorboard import TensorBoardScalars
-from launcher.config import TrainingHyperparameters, flops
+from launcher.config import TrainingHyperparameters, aws_arguments, flops
 from launcher.config.attention import DESCRIPTIONS
 from launcher.config.models import ModelSpec
 from launcher.config.resume import RunIdentity
@@ -246,7 +246,16 @@ def describe_data(rt: Runtime, source, s: RunSettings) -> None:
                  ", ".join(f"{name} (first in {where})" for name, where in source.ignored_fields.items()))
 
 
+def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
+    """AWS's script's arguments that this runtime does not do fail the job before anything is
+    built, with validation's words (launcher.config.aws_arguments)."""
+    problems = aws_arguments.runtime_issues(hp)
+    if problems:
+        raise ValueError("; ".join(map(str, problems)) + " (run `smlaunch validate` on the job for the full list)")
+
+
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
+    refuse_unimplemented(hp)
     s = settings(rt, hp)
     # first: a kernel this device cannot run fails the job before anything is built or read
     attention.use_kernel(document_kernels.build(s.attention_kernel, rt.device, s.bf16))
@@ -308,6 +317,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
             rt, model, pipe, optimizer, scheduler, micro, s, spec, global_sequences)
         step_loss = (_all_sum(loss_sum, rt.loss_group) / total_tokens).item()
         _sync(rt)
+        if s.clean_cache and rt.device.type == "cuda":
+            torch.cuda.empty_cache()
         elapsed = time.perf_counter() - t0
         if step > start_step + 2:  # leave out warm-up (allocator, first all-gathers)
             timed_tokens += global_tokens_per_step

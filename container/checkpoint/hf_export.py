@@ -1,5 +1,5 @@
-"""Hugging Face Llama and Mixtral checkpoints: parameter names, loading weights, exporting the
-trained model.
+"""Hugging Face Llama, Mistral, Mixtral and GPT-NeoX checkpoints: parameter names, loading
+weights, exporting the trained model.
 
 Our module names follow torchtitan; `LlamaForCausalLM` uses its own. RoPE in
 `container.models.llama` already uses Hugging Face's rotate-half layout, so q/k weights map
@@ -20,6 +20,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -41,28 +42,61 @@ INDEX_FILE = "model.safetensors.index.json"
 # save_pretrained's long-standing default; keeps each file small enough for S3 single-part tools.
 MAX_SHARD_BYTES = 5 * 1024**3
 
-_LAYER_NAMES = {
-    "attention.wq": "self_attn.q_proj",
-    "attention.wk": "self_attn.k_proj",
-    "attention.wv": "self_attn.v_proj",
-    "attention.wo": "self_attn.o_proj",
-    "feed_forward.w1": "mlp.gate_proj",
-    "feed_forward.w3": "mlp.up_proj",
-    "feed_forward.w2": "mlp.down_proj",
-    "attention_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "moe.gate": "block_sparse_moe.gate",
-}
-_TOP_NAMES = {
-    "tok_embeddings.weight": "model.embed_tokens.weight",
-    "norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-_TO_HF_LAYER = {f"{ours}.weight": f"{hf}.weight" for ours, hf in _LAYER_NAMES.items()}
-_FROM_HF_LAYER = {hf: ours for ours, hf in _TO_HF_LAYER.items()}
-_FROM_HF_TOP = {hf: ours for ours, hf in _TOP_NAMES.items()}
+@dataclass(frozen=True)
+class Names:
+    """One family's parameter names: ours (torchtitan's) -> Hugging Face's checkpoint names."""
+
+    top: dict[str, str]  # whole names outside the blocks
+    layer: dict[str, str]  # a block's modules, without the parameter's own name
+    layers: str  # the blocks' prefix in Hugging Face's checkpoint
+    ignored: tuple[str, ...]  # checkpoint tensors that are no parameters (buffers older versions saved)
+
+    def to_hf(self, name: str) -> str | None:
+        if name in self.top:
+            return self.top[name]
+        match = _OUR_LAYER.fullmatch(name)
+        if match is None:
+            return None
+        module, _, param = match.group(2).rpartition(".")
+        return f"{self.layers}.{match.group(1)}.{self.layer[module]}.{param}" if module in self.layer else None
+
+    def from_hf(self, name: str) -> str | None:
+        for ours, hf in self.top.items():
+            if hf == name:
+                return ours
+        layer, dot, rest = name.removeprefix(self.layers + ".").partition(".")
+        if not name.startswith(self.layers + ".") or not dot or not layer.isdigit():
+            return None
+        module, _, param = rest.rpartition(".")
+        ours = {hf: ours for ours, hf in self.layer.items()}.get(module)
+        return f"layers.{layer}.{ours}.{param}" if ours else None
+
+    def is_ignored(self, name: str) -> bool:
+        return name.endswith(self.ignored)
+
+
+LLAMA_NAMES = Names(
+    top={"tok_embeddings.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
+         "output.weight": "lm_head.weight"},
+    layer={"attention.wq": "self_attn.q_proj", "attention.wk": "self_attn.k_proj", "attention.wv": "self_attn.v_proj",
+           "attention.wo": "self_attn.o_proj", "feed_forward.w1": "mlp.gate_proj", "feed_forward.w3": "mlp.up_proj",
+           "feed_forward.w2": "mlp.down_proj", "attention_norm": "input_layernorm",
+           "ffn_norm": "post_attention_layernorm", "moe.gate": "block_sparse_moe.gate"},
+    layers="model.layers",
+    ignored=("rotary_emb.inv_freq",),  # RoPE's buffer in older Llama checkpoints; recomputed
+)
+GPT_NEOX_NAMES = Names(
+    top={"tok_embeddings.weight": "gpt_neox.embed_in.weight", "norm.weight": "gpt_neox.final_layer_norm.weight",
+         "norm.bias": "gpt_neox.final_layer_norm.bias", "output.weight": "embed_out.weight"},
+    layer={"attention.wqkv": "attention.query_key_value", "attention.wo": "attention.dense",
+           "feed_forward.w1": "mlp.dense_h_to_4h", "feed_forward.w2": "mlp.dense_4h_to_h",
+           "attention_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"},
+    layers="gpt_neox.layers",
+    # older GPT-NeoX checkpoints hold the causal mask and RoPE's buffers (transformers ignores them too)
+    ignored=("attention.bias", "attention.masked_bias", "rotary_emb.inv_freq"),
+)
+NAMES = {"llama": LLAMA_NAMES, "gpt_neox": GPT_NEOX_NAMES}
 _OUR_LAYER = re.compile(r"layers\.(\d+)\.(.+)")
-_HF_LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 _OUR_EXPERTS = re.compile(r"layers\.(\d+)\.moe\.experts\.(w[123])")
 _HF_EXPERT = re.compile(r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.(w[123])\.weight")
 
@@ -71,36 +105,30 @@ def _hf_expert_name(layer: str, expert: int | str, weight: str) -> str:
     return f"model.layers.{layer}.block_sparse_moe.experts.{expert}.{weight}.weight"
 
 
-def to_hf_tensors(name: str, tensor: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+def to_hf_tensors(name: str, tensor: torch.Tensor, family: str = "llama") -> Iterator[tuple[str, torch.Tensor]]:
     """Our parameter as Hugging Face's tensors: one, or one per expert of a stacked expert weight."""
     match = _OUR_EXPERTS.fullmatch(name)
     if match is None:
-        yield to_hf_name(name), tensor
+        yield to_hf_name(name, family), tensor
         return
     for expert in range(tensor.shape[0]):
         yield _hf_expert_name(match.group(1), expert, match.group(2)), tensor[expert]
 
 
-def to_hf_name(name: str) -> str:
-    """`layers.3.attention.wq.weight` -> `model.layers.3.self_attn.q_proj.weight` (not for the
+def to_hf_name(name: str, family: str = "llama") -> str:
+    """`layers.3.attention.wq.weight` -> `model.layers.3.self_attn.q_proj.weight` (GPT-NeoX:
+    `layers.3.attention.wqkv.bias` -> `gpt_neox.layers.3.attention.query_key_value.bias`; not for the
     stacked expert weights: `to_hf_tensors`)."""
-    if name in _TOP_NAMES:
-        return _TOP_NAMES[name]
-    match = _OUR_LAYER.fullmatch(name)
-    if match and match.group(2) in _TO_HF_LAYER:
-        return f"model.layers.{match.group(1)}.{_TO_HF_LAYER[match.group(2)]}"
-    raise KeyError(f"no Hugging Face name for parameter {name!r}")
+    hf = NAMES[family].to_hf(name)
+    if hf is None:
+        raise KeyError(f"no Hugging Face name for parameter {name!r}")
+    return hf
 
 
-def from_hf_name(name: str) -> str | None:
+def from_hf_name(name: str, family: str = "llama") -> str | None:
     """The inverse of `to_hf_name`; None for names our model has no parameter for (an expert's
     weight: `_from_hf_expert`)."""
-    if name in _FROM_HF_TOP:
-        return _FROM_HF_TOP[name]
-    match = _HF_LAYER.fullmatch(name)
-    if match and match.group(2) in _FROM_HF_LAYER:
-        return f"layers.{match.group(1)}.{_FROM_HF_LAYER[match.group(2)]}"
-    return None
+    return NAMES[family].from_hf(name)
 
 
 def _from_hf_expert(name: str) -> tuple[str, int] | None:
@@ -112,10 +140,10 @@ def _from_hf_expert(name: str) -> tuple[str, int] | None:
     return f"layers.{layer}.moe.experts.{weight}", int(expert)
 
 
-def _describe(name: str) -> str:
+def _describe(name: str, family: str) -> str:
     """Our parameter by its Hugging Face name(s), for messages."""
     match = _OUR_EXPERTS.fullmatch(name)
-    return _hf_expert_name(match.group(1), "*", match.group(2)) + " (stacked)" if match else to_hf_name(name)
+    return _hf_expert_name(match.group(1), "*", match.group(2)) + " (stacked)" if match else to_hf_name(name, family)
 
 
 def _is_distributed(distributed: bool) -> bool:
@@ -160,18 +188,19 @@ def _tensors(path: Path) -> Iterator[tuple[str, Callable[[], torch.Tensor]]]:
 
 
 def _read_hf_state_dict(
-    directory: Path, expected: dict[str, torch.Size], tied: bool
+    directory: Path, expected: dict[str, torch.Size], tied: bool, family: str = "llama"
 ) -> dict[str, torch.Tensor]:
     """Our names -> tensors from the weight files; every mismatch is reported at once."""
+    names = NAMES[family]
     state: dict[str, torch.Tensor] = {}
     experts: dict[str, dict[int, torch.Tensor]] = {}  # our stacked name -> expert -> its tensor
     unexpected: list[str] = []
     for path in weight_files(directory):
         for hf_name, load in _tensors(path):
-            name, expert = from_hf_name(hf_name), _from_hf_expert(hf_name)
+            name, expert = names.from_hf(hf_name), _from_hf_expert(hf_name)
             # Some tied checkpoints still store lm_head; the model ties it to the embedding
-            # anyway. Older Llama checkpoints store RoPE's inv_freq, which we recompute.
-            if (tied and name == "output.weight") or hf_name.endswith("rotary_emb.inv_freq"):
+            # anyway. Older checkpoints store buffers (RoPE's inv_freq, ...), which we recompute.
+            if (tied and name == "output.weight") or names.is_ignored(hf_name):
                 continue
             if expert is not None and expert[0] in expected and expert[1] < expected[expert[0]][0]:
                 experts.setdefault(expert[0], {})[expert[1]] = load()
@@ -188,8 +217,8 @@ def _read_hf_state_dict(
             if not absent:
                 state[name] = torch.stack([experts[name][e] for e in range(expected[name][0])])
         elif name not in state:
-            missing.append(to_hf_name(name))
-    shapes = [f"{_describe(name)}: file {tuple(t.shape)}, model {tuple(expected[name])}"
+            missing.append(to_hf_name(name, family))
+    shapes = [f"{_describe(name, family)}: file {tuple(t.shape)}, model {tuple(expected[name])}"
               for name, t in state.items() if t.shape != expected[name]]
     found = {"missing keys": missing, "unexpected keys": unexpected, "shape mismatches": shapes}
     problems = "; ".join(f"{label}: {', '.join(items)}" for label, items in found.items() if items)
@@ -211,11 +240,12 @@ def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool =
     """
     directory = Path(directory)
     tied = bool(getattr(getattr(model, "args", None), "tie_embeddings", False))
+    family = getattr(getattr(model, "args", None), "family", "llama")
     # A sharded model's state_dict holds DTensors, whose shape is the global one.
     local = {k: v for k, v in model.state_dict().items() if not (tied and k == "output.weight")}
     expected = {k: v.shape for k, v in local.items()}
     if not _is_distributed(distributed):
-        state = _read_hf_state_dict(directory, expected, tied)
+        state = _read_hf_state_dict(directory, expected, tied, family)
         if tied:
             state["output.weight"] = state["tok_embeddings.weight"]
         if dist.is_initialized():  # the parameters may be DTensors: copy each rank's slice
@@ -227,7 +257,7 @@ def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool =
     state, error = {}, None
     if dist.get_rank() == 0:
         try:
-            state = _read_hf_state_dict(directory, expected, tied)
+            state = _read_hf_state_dict(directory, expected, tied, family)
             state = {k: v.to(local[k].dtype) for k, v in state.items()}
         except Exception as exc:  # noqa: BLE001 - any failure (a corrupt pickle too) must reach every rank
             error = exc
@@ -250,8 +280,9 @@ def export_hf(
     max_shard_bytes: int = MAX_SHARD_BYTES,
     pp_group: dist.ProcessGroup | None = None,
 ) -> None:
-    """Write the model as a Hugging Face LlamaForCausalLM (MixtralForCausalLM for an MoE spec)
-    directory (safetensors + config).
+    """Write the model as a Hugging Face directory (safetensors + config) of the spec's
+    architecture: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM (an MoE spec) or
+    GPTNeoXForCausalLM.
 
     When a process group is up this is a collective (gathering the full state dict of a sharded
     model): every rank calls it, rank 0 writes, and all return once the files are complete. Under
@@ -316,6 +347,7 @@ def _write_hf(
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [name for name in state if not (spec.tie_embeddings and name == "output.weight")]
+    family = "gpt_neox" if spec.is_gpt_neox else "llama"
     itemsize = torch.empty((), dtype=dtype).element_size()
     shards: list[list[str]] = [[]]
     size = total = 0
@@ -332,12 +364,12 @@ def _write_hf(
     for file, shard in zip(files, shards):
         # Cast one shard at a time: the gathered full-precision state is already in host memory.
         tensors = {hf_name: t.detach().to("cpu", dtype).contiguous()
-                   for n in shard for hf_name, t in to_hf_tensors(n, state[n])}
+                   for n in shard for hf_name, t in to_hf_tensors(n, state[n], family)}
         # transformers checks the framework recorded in the safetensors metadata.
         save_file(tensors, str(out_dir / file), metadata={"format": "pt"})
     if len(shards) > 1:
         weight_map = {hf_name: file for file, shard in zip(files, shards) for n in shard
-                      for hf_name, _ in to_hf_tensors(n, state[n])}
+                      for hf_name, _ in to_hf_tensors(n, state[n], family)}
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         _write_json(out_dir / INDEX_FILE, index)
     config = hf_config(spec)

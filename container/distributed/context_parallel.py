@@ -18,6 +18,11 @@ plans this rank's query positions against the all-gathered keys (`AllGatherAtten
 so a document may span chunks and ranks. TE's context-parallel kernels take no document mask here:
 masked rows go through the all-gather path on GPUs too (said once in the job log).
 
+Sliding windows (Mistral's `window`): each query chunk attends to the gathered keys from its first
+position's window start to its last position, under the causal mask narrowed to the window; a
+document plan holds the window already. TE's path is not used with a window (the all-gather
+path runs instead, said once in the log).
+
 The loss needs nothing more: every rank counts only its own label tokens, the trainer divides by
 the token count over the dp×cp `loss_group`, FSDP sums gradients over dp_shard×cp, and the K/V
 gradients that other ranks' queries produce come home through the all-gather's backward (a
@@ -90,12 +95,14 @@ class AllGatherAttention:
         self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
         self._masks: dict[tuple, torch.Tensor] = {}
 
-    def document_mask(self, documents: torch.Tensor):
+    def document_mask(self, documents: torch.Tensor, window: int | None = None):
         """The document kernel's plan for this rank's query positions (its two chunks) against
         the whole rows' keys ([B, S] document ids, natural order), which `__call__` gathers."""
-        return attention.kernel().plan(documents, positions(documents.shape[1], self.size, self.rank))
+        return attention.kernel().plan(documents, positions(documents.shape[1], self.size, self.rank),
+                                       window=window)
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan=None) -> torch.Tensor:
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan=None,
+                 window: int | None = None) -> torch.Tensor:
         keys, values = self._gather(k, v)
         if plan is not None:
             return attention.kernel().attend(q, keys, values, plan)
@@ -103,7 +110,10 @@ class AllGatherAttention:
         outs = []
         for half, chunk in enumerate((self.rank, 2 * self.size - 1 - self.rank)):
             end = (chunk + 1) * c  # keys of every position up to this chunk's last token
-            outs.append(self._causal(q[:, :, half * c:(half + 1) * c], keys[:, :, :end], values[:, :, :end]))
+            # with a window, the keys from the chunk's first query's window start on
+            start = 0 if window is None else max(0, chunk * c - window + 1)
+            outs.append(self._causal(q[:, :, half * c:(half + 1) * c], keys[:, :, start:end],
+                                     values[:, :, start:end], window))
         return torch.cat(outs, dim=2)
 
     def _gather(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,10 +125,21 @@ class AllGatherAttention:
         parts = gathered.view(self.size, *local.shape).unbind(0)
         return unsplit(parts, dim=3).unbind(0)
 
-    def _causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q: the last q_len positions of keys k (lower-right aligned causal mask)."""
+    def _causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None = None) -> torch.Tensor:
+        """q: the last q_len positions of keys k (lower-right aligned causal mask), with a sliding
+        `window` the latest `window` of them only."""
         gqa = k.shape[1] != q.shape[1]
         q_len, kv_len = q.shape[2], k.shape[2]
+        if window is not None and window < kv_len:
+            key = (q_len, kv_len, window, q.device)
+            if key not in self._masks:  # query i is at key position kv_len - q_len + i
+                offset = kv_len - q_len + torch.arange(q_len, device=q.device)[:, None]
+                distance = offset - torch.arange(kv_len, device=q.device)[None, :]
+                self._masks[key] = (distance >= 0) & (distance < window)
+            if q.is_cuda and gqa:  # as the dense kernel: a mask and grouped K/V take the math kernel on CUDA
+                k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+                gqa = False
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=self._masks[key], enable_gqa=gqa)
         if q_len == kv_len:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         if q.device.type != "cpu":  # flash attention applies a lower-right mask without materialising it
@@ -144,7 +165,7 @@ class TransformerEngineAttention:
         self.fallback = AllGatherAttention(group)
         self.stream = torch.cuda.Stream()  # TE overlaps the ring's attention steps on a second stream
         self._modules: dict[tuple[int, int, int], torch.nn.Module] = {}
-        self._said_documents = False
+        self._said_documents = self._said_window = False
 
     def _module(self, heads: int, kv_heads: int, head_dim: int) -> torch.nn.Module:
         key = (heads, kv_heads, head_dim)
@@ -160,17 +181,22 @@ class TransformerEngineAttention:
             self._modules[key] = module
         return self._modules[key]
 
-    def document_mask(self, documents: torch.Tensor):
+    def document_mask(self, documents: torch.Tensor, window: int | None = None):
         if not self._said_documents:
             self._said_documents = True
             log.info("document masking under context parallelism: the all-gathered K/V path with the %s "
                      "kernel (Transformer Engine's context-parallel attention here takes no document mask)",
                      attention.kernel().name)
-        return self.fallback.document_mask(documents)
+        return self.fallback.document_mask(documents, window)
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan=None) -> torch.Tensor:
-        if plan is not None or q.dtype not in (torch.bfloat16, torch.float16):
-            return self.fallback(q, k, v, plan)
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan=None,
+                 window: int | None = None) -> torch.Tensor:
+        if window is not None and not self._said_window:
+            self._said_window = True
+            log.info("sliding-window attention under context parallelism: the all-gathered K/V path "
+                     "(Transformer Engine's context-parallel attention is used without a window only)")
+        if plan is not None or window is not None or q.dtype not in (torch.bfloat16, torch.float16):
+            return self.fallback(q, k, v, plan, window)
         bsz, heads, seq, head_dim = q.shape
         module = self._module(heads, k.shape[1], head_dim)
         # The model's q/k/v are [B, S, H, D] in memory already (transposed views): no copies here.

@@ -11,6 +11,12 @@ and so the RoPE tables and positions the model builds from them, are the same on
 the attention's input is the whole (tp-gathered) sequence, so they fit it unchanged, also when
 context parallelism later passes a rank's chunk positions.
 
+GPT-NeoX's block (container.models.gpt_neox) has its own plan of the same kind: its fused q/k/v
+projection is laid out head by head, so the column split gives each rank whole heads with their
+q, k and v; its biases are split with their weights (column-parallel) or added once to the
+reduced output (row-parallel), and its LayerNorms are sequence-parallel like RMSNorm. With its
+parallel residual both norms read the block's sequence slice.
+
 The logits stay split by vocabulary (a DTensor, Shard(-1)): the full [batch, seq, vocab] fp32
 logits are what ran the seed's 8B job out of memory, so each rank keeps 1/tp of them and the
 cross-entropy runs vocabulary-parallel (torch's `loss_parallel`, inside `loss_context`, which
@@ -37,6 +43,10 @@ from torch.distributed.tensor.parallel import (
 from container.models.llama import Transformer
 
 log = logging.getLogger("smlaunch")
+# (column-parallel, row-parallel) projections of a block
+LLAMA_PROJECTIONS = (("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1", "feed_forward.w3"),
+                     ("attention.wo", "feed_forward.w2"))
+GPT_NEOX_PROJECTIONS = (("attention.wqkv", "feed_forward.w1"), ("attention.wo", "feed_forward.w2"))
 
 
 def check_tp_degree(model: Transformer, tp: int) -> None:
@@ -67,6 +77,7 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
     # parallelize_module replaced each module's weight with its own DTensor; both are the
     # vocabulary dimension split the same way (Shard(0)), so the tie can be restored as is
     model.tie_weights()
+    projections = GPT_NEOX_PROJECTIONS if model.args.family == "gpt_neox" else LLAMA_PROJECTIONS
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, {
             "attention_norm": SequenceParallel(),
@@ -74,15 +85,10 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
             # mask (or None) are plain tensors every rank holds whole
             "attention": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
                                             desired_input_layouts=(Replicate(), None, None, None)),
-            "attention.wq": ColwiseParallel(),
-            "attention.wk": ColwiseParallel(),
-            "attention.wv": ColwiseParallel(),
-            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
             "ffn_norm": SequenceParallel(),
             "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "feed_forward.w1": ColwiseParallel(),
-            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
-            "feed_forward.w3": ColwiseParallel(),
+            **{name: ColwiseParallel() for name in projections[0]},
+            **{name: RowwiseParallel(output_layouts=Shard(1)) for name in projections[1]},
         })
     log.info("applied tensor parallelism (degree %d, sequence-parallel norms) to %d blocks",
              tp_mesh.size(), len(model.layers))

@@ -1,11 +1,13 @@
 """The kernels that keep attention within documents (docs/data.md, "The attention path").
 
-One contract for all three: `plan(documents, q_positions)` turns the whole rows' document ids
-([B, S], each token's document in its row; documents are contiguous runs, as the loader numbers
-them) and the positions of the queries this forward holds ([Lq]; None: all of 0..S-1) into what
-the kernel takes, once per forward for every layer; `attend(q, k, v, plan)` then attends
-q [B, H, Lq, D] to k, v [B, H_kv, S, D] (grouped-query when H_kv < H): the query at position p
-sees key j when both are in one document and j <= p. Context parallelism passes a rank's
+One contract for all three: `plan(documents, q_positions, window)` turns the whole rows' document
+ids ([B, S], each token's document in its row; documents are contiguous runs, as the loader
+numbers them) and the positions of the queries this forward holds ([Lq]; None: all of 0..S-1)
+into what the kernel takes, once per forward for every layer; `attend(q, k, v, plan)` then
+attends q [B, H, Lq, D] to k, v [B, H_kv, S, D] (grouped-query when H_kv < H): the query at
+position p sees key j when both are in one document and j <= p, and with a sliding `window`
+(Mistral's) also p - j < window (documents are contiguous, so that is the distance within the
+document too). Context parallelism passes a rank's
 load-balanced positions and the all-gathered K/V (container.distributed.context_parallel), so
 each kernel also shards its mask for context parallelism without a second implementation.
 
@@ -43,12 +45,16 @@ def _query_positions(documents: torch.Tensor, q_positions: torch.Tensor | None) 
 class DenseKernel:
     name = "dense"
 
-    def plan(self, documents: torch.Tensor, q_positions: torch.Tensor | None = None) -> torch.Tensor:
+    def plan(self, documents: torch.Tensor, q_positions: torch.Tensor | None = None,
+             window: int | None = None) -> torch.Tensor:
         """[B, 1, Lq, S] booleans: True where the query may attend to the key."""
         pos = _query_positions(documents, q_positions)
         keys = torch.arange(documents.shape[1], device=documents.device)
         same = documents[:, pos, None] == documents[:, None, :]
-        return (same & (pos[:, None] >= keys[None, :]))[:, None]
+        seen = pos[:, None] >= keys[None, :]
+        if window is not None:
+            seen &= pos[:, None] - keys[None, :] < window
+        return (same & seen)[:, None]
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if q.is_cuda and k.shape[1] != q.shape[1]:
@@ -69,7 +75,7 @@ class FlexKernel:
         self._attend = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
         self.block = block
 
-    def plan(self, documents: torch.Tensor, q_positions: torch.Tensor | None = None):
+    def plan(self, documents: torch.Tensor, q_positions: torch.Tensor | None = None, window: int | None = None):
         """A BlockMask over this forward's queries and the rows' keys, its blocks found from the
         documents' extents (`document_blocks`), the rule applied within the blocks it keeps."""
         pos = _query_positions(documents, q_positions)
@@ -78,13 +84,17 @@ class FlexKernel:
             p = pos[q]
             return (documents[b, p] == documents[b, kv]) & (p >= kv)
 
-        return document_blocks(documents, pos, within, self.block)
+        def within_window(b, h, q, kv):
+            p = pos[q]
+            return (documents[b, p] == documents[b, kv]) & (p >= kv) & (p - kv < window)
+
+        return document_blocks(documents, pos, within if window is None else within_window, self.block, window)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_mask) -> torch.Tensor:
         return self._attend(q, k, v, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
 
 
-def document_blocks(documents: torch.Tensor, pos: torch.Tensor, rule, block: int):
+def document_blocks(documents: torch.Tensor, pos: torch.Tensor, rule, block: int, window: int | None = None):
     """FlexAttention's BlockMask for queries at `pos` of rows whose documents are contiguous runs,
     from each block's extent of positions and document ids ([B, Lq/block, S/block] tensor work):
     what `create_block_mask` finds by evaluating `rule` on every query-key pair, which at 16K
@@ -94,7 +104,9 @@ def document_blocks(documents: torch.Tensor, pos: torch.Tensor, rule, block: int
     meet, or the keys start after the last query. It is full (the rule is not evaluated in it)
     when both blocks are whole, lie in one document, and every key precedes every query.
     Everything else is partial (the rule decides each pair), so a block this keeps that has no
-    visible pair only costs time; one with a visible pair is never skipped."""
+    visible pair only costs time; one with a visible pair is never skipped. With a sliding
+    `window` a pair is also skipped when its nearest query and key are `window` or more apart,
+    and full only when its farthest are less."""
     from torch.nn.attention.flex_attention import BlockMask
 
     batch, seq = documents.shape
@@ -119,6 +131,9 @@ def document_blocks(documents: torch.Tensor, pos: torch.Tensor, rule, block: int
     one_document = ((q_lo == q_hi)[:, :, None] & (k_lo == k_hi)[:, None, :]
                     & (q_lo[:, :, None] == k_lo[:, None, :]))
     full = one_document & (last_k[None, None, :] < first_q[None, :, None]) & whole_q[None, :, None] & whole_k
+    if window is not None:
+        seen &= (first_q[:, None] - last_k[None, :] < window)[None]
+        full &= (last_q[:, None] - first_k[None, :] < window)[None]
     partial = seen & ~full
 
     def ordered(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,9 +157,11 @@ class VarlenPlan:
     max_q: int
     max_k: int
     key_index: torch.Tensor | None
+    window: int | None = None  # a query sees itself and the window - 1 keys before it
 
 
-def varlen_plan(documents: torch.Tensor, q_positions: torch.Tensor | None = None) -> VarlenPlan:
+def varlen_plan(documents: torch.Tensor, q_positions: torch.Tensor | None = None,
+                window: int | None = None) -> VarlenPlan:
     """The segments of `documents`' rows for the queries at `q_positions` (see VarlenPlan)."""
     batch, seq = documents.shape
     device = documents.device
@@ -173,7 +190,7 @@ def varlen_plan(documents: torch.Tensor, q_positions: torch.Tensor | None = None
         offset = torch.arange(owner.numel(), device=device) - cu_k[:-1].long()[owner]
         key_index = (rows * seq + first)[owner] + offset
     max_q, max_k = torch.stack((q_lens.max(), k_lens.max())).tolist()  # one host sync a forward
-    return VarlenPlan(cu_q, cu_k, max_q, max_k, key_index)
+    return VarlenPlan(cu_q, cu_k, max_q, max_k, key_index, window)
 
 
 class VarlenKernel:
@@ -196,8 +213,11 @@ class VarlenKernel:
         if plan.key_index is not None:  # overlapping segments: index's backward sums their gradients
             flat_k, flat_v = flat_k[plan.key_index], flat_v[plan.key_index]
         extra = {"enable_gqa": True} if self._gqa and k.shape[1] != heads else {}
+        # flash attention's window (left, 0) lets a query see `left` keys before it (bottom-right
+        # aligned): a sliding window of W tokens, itself included, is (W - 1, 0)
+        left = -1 if plan.window is None else plan.window - 1
         out = self._attn(flat_q, flat_k, flat_v, plan.cu_q, plan.cu_k, plan.max_q, plan.max_k,
-                         window_size=(-1, 0), **extra)
+                         window_size=(left, 0), **extra)
         return out.view(batch, q_len, heads, head_dim).transpose(1, 2)
 
 

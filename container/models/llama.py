@@ -1,5 +1,9 @@
 """Llama 3 (RMSNorm, RoPE with Llama 3.1 frequency scaling, grouped-query attention, SwiGLU);
-with `n_experts`, Mixtral (each block's MLP a sparse mixture of experts, container.models.moe).
+with `sliding_window`, Mistral (each query attends to the latest keys only); with `n_experts`,
+Mixtral (each block's MLP a sparse mixture of experts, container.models.moe). With family
+"gpt_neox" the blocks are GPT-NeoX's (container.models.gpt_neox) around the same embedding,
+final norm (a LayerNorm) and head, so every parallelism, checkpoint and the pipeline's stages
+treat both families alike.
 
 Module names follow torchtitan (`tok_embeddings`, `layers.<i>.attention.wq`, ...); checkpoint
 names map to Hugging Face's in `container.checkpoint.hf_export`. RoPE uses Hugging Face's rotate-half layout, so HF
@@ -9,7 +13,6 @@ projections) and works on a model materialised from the meta device.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -18,8 +21,12 @@ from torch import nn
 
 from container import loss
 from container.models import attention
+from container.models.gpt_neox import GPTNeoXBlock
 from container.models.moe import MoE
+from container.models.rope import apply_rope, rope_inv_freq, rope_tables
 from launcher.config.models import ModelSpec
+
+__all__ = ["Transformer", "TransformerArgs", "build_model", "rope_inv_freq", "rope_tables", "apply_rope"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,15 @@ class TransformerArgs:
     explicit_head_dim: int | None = None  # config.json's head_dim where it is not dim / n_heads
     n_experts: int = 0  # > 0: every block's MLP is a Mixtral MoE of this many ffn_dim experts
     experts_per_token: int = 2
+    sliding_window: int | None = None  # Mistral: a query sees itself and the window - 1 keys before it
+    init_std: float = 0.02  # the spec's initializer_range
+    # GPT-NeoX (family "gpt_neox"): RoPE on the first rotary_dim dimensions of each head, GELU MLP
+    # (hidden_act), attention and MLP side by side (parallel_residual), biased attention projections
+    family: str = "llama"
+    rotary_dim: int | None = None  # None: the whole head
+    hidden_act: str = "silu"
+    parallel_residual: bool = False
+    attention_bias: bool = False
 
     @classmethod
     def from_spec(cls, spec: ModelSpec, max_seq_len: int) -> TransformerArgs:
@@ -46,44 +62,15 @@ class TransformerArgs:
                    max_seq_len=max_seq_len, rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,
                    norm_eps=spec.norm_eps, tie_embeddings=spec.tie_embeddings,
                    explicit_head_dim=spec.explicit_head_dim, n_experts=spec.num_experts,
-                   experts_per_token=spec.experts_per_token)
+                   experts_per_token=spec.experts_per_token, sliding_window=spec.sliding_window,
+                   init_std=spec.initializer_range, family="gpt_neox" if spec.is_gpt_neox else "llama",
+                   rotary_dim=spec.rotary_dim if spec.rotary_dim != spec.head_dim else None,
+                   hidden_act=spec.hidden_act, parallel_residual=spec.parallel_residual,
+                   attention_bias=spec.attention_bias)
 
     @property
     def head_dim(self) -> int:
         return self.explicit_head_dim or self.dim // self.n_heads
-
-
-def rope_inv_freq(args: TransformerArgs) -> torch.Tensor:
-    """Inverse frequencies, with Llama 3.1's scaling of the low frequencies when configured."""
-    d = args.head_dim
-    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    if args.rope_scaling is None:
-        return inv_freq.float()
-    factor, low_ff, high_ff, original = args.rope_scaling
-    low_wavelen, high_wavelen = original / low_ff, original / high_ff
-    wavelen = 2 * math.pi / inv_freq
-    smooth = (original / wavelen - low_ff) / (high_ff - low_ff)
-    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-    scaled = torch.where(medium, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
-    return scaled.float()
-
-
-def rope_tables(args: TransformerArgs, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin for every position < max_seq_len: [max_seq_len, head_dim] each."""
-    positions = torch.arange(args.max_seq_len, dtype=torch.float32, device=device)
-    freqs = torch.outer(positions, rope_inv_freq(args).to(device))
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos(), emb.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, H, S, D]; cos/sin: [S, D] or [B, S, D] for the positions of x's tokens."""
-    if cos.dim() == 3:
-        cos, sin = cos[:, None], sin[:, None]
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -107,6 +94,7 @@ class Attention(nn.Module):
     def __init__(self, args: TransformerArgs):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        self.window, self.init_std = args.sliding_window, args.init_std
         self.wq = nn.Linear(args.dim, args.n_heads * args.head_dim, bias=False)
         self.wk = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
         self.wv = nn.Linear(args.dim, args.n_kv_heads * args.head_dim, bias=False)
@@ -119,18 +107,19 @@ class Attention(nn.Module):
         k = self.wk(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(bsz, seq, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        out = attention.sdpa(q, k, v, mask)
+        out = attention.sdpa(q, k, v, mask, window=self.window)
         return self.wo(out.transpose(1, 2).reshape(bsz, seq, -1))
 
     def init_weights(self, std: float) -> None:
         for linear in (self.wq, self.wk, self.wv):
-            nn.init.trunc_normal_(linear.weight, mean=0.0, std=0.02)
+            nn.init.trunc_normal_(linear.weight, mean=0.0, std=self.init_std)
         nn.init.trunc_normal_(self.wo.weight, mean=0.0, std=std)
 
 
 class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int):
+    def __init__(self, dim: int, hidden: int, init_std: float = 0.02):
         super().__init__()
+        self.init_std = init_std
         self.w1 = nn.Linear(dim, hidden, bias=False)  # gate
         self.w2 = nn.Linear(hidden, dim, bias=False)  # down
         self.w3 = nn.Linear(dim, hidden, bias=False)  # up
@@ -139,7 +128,7 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
     def init_weights(self, std: float) -> None:
-        nn.init.trunc_normal_(self.w1.weight, mean=0.0, std=0.02)
+        nn.init.trunc_normal_(self.w1.weight, mean=0.0, std=self.init_std)
         for linear in (self.w2, self.w3):
             nn.init.trunc_normal_(linear.weight, mean=0.0, std=std)
 
@@ -149,12 +138,12 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.attention = Attention(args)
         if args.n_experts:  # its own name, so checkpoints and parallelisms tell the two apart
-            self.moe = MoE(args.dim, args.ffn_dim, args.n_experts, args.experts_per_token)
+            self.moe = MoE(args.dim, args.ffn_dim, args.n_experts, args.experts_per_token, args.init_std)
         else:
-            self.feed_forward = FeedForward(args.dim, args.ffn_dim)
+            self.feed_forward = FeedForward(args.dim, args.ffn_dim, args.init_std)
         self.attention_norm = RMSNorm(args.dim, args.norm_eps)
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
-        self.depth_std = 0.02 / (2 * (layer_id + 1)) ** 0.5
+        self.depth_std = args.init_std / (2 * (layer_id + 1)) ** 0.5
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -177,8 +166,10 @@ class Transformer(nn.Module):
         super().__init__()
         self.args = args
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(i, args) for i in range(args.n_layers)})
-        self.norm = RMSNorm(args.dim, args.norm_eps)
+        block = GPTNeoXBlock if args.family == "gpt_neox" else TransformerBlock
+        self.layers = nn.ModuleDict({str(i): block(i, args) for i in range(args.n_layers)})
+        self.norm = nn.LayerNorm(args.dim, eps=args.norm_eps) if args.family == "gpt_neox" else (
+            RMSNorm(args.dim, args.norm_eps))
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
         self.tie_weights()
         # Not persistent: recomputed on init, never checkpointed.
@@ -203,7 +194,7 @@ class Transformer(nn.Module):
             cos, sin = self.rope_cos[: tokens.shape[1]], self.rope_sin[: tokens.shape[1]]
         else:
             cos, sin = self.rope_cos[positions], self.rope_sin[positions]
-        mask = attention.mask_for(documents)
+        mask = attention.mask_for(documents, self.args.sliding_window)
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         for layer in self.layers.values():
             h = layer(h, cos, sin, mask)

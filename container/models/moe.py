@@ -42,8 +42,8 @@ class GroupedExperts(nn.Module):
                for e, rows in enumerate(x.split(counts.tolist()))]
         return torch.cat(out)
 
-    def init_weights(self, std: float) -> None:
-        nn.init.trunc_normal_(self.w1, mean=0.0, std=0.02)
+    def init_weights(self, std: float, init_std: float = 0.02) -> None:
+        nn.init.trunc_normal_(self.w1, mean=0.0, std=init_std)
         for weight in (self.w2, self.w3):
             nn.init.trunc_normal_(weight, mean=0.0, std=std)
 
@@ -59,9 +59,9 @@ class RouterStats:
 
 
 class MoE(nn.Module):
-    def __init__(self, dim: int, hidden: int, num_experts: int, top_k: int):
+    def __init__(self, dim: int, hidden: int, num_experts: int, top_k: int, init_std: float = 0.02):
         super().__init__()
-        self.num_experts, self.top_k = num_experts, top_k
+        self.num_experts, self.top_k, self.init_std = num_experts, top_k, init_std
         self.gate = nn.Linear(dim, num_experts, bias=False)
         self.experts = GroupedExperts(num_experts, dim, hidden)
         self.router_stats: RouterStats | None = None  # the last forward's, for load_balancing_sum
@@ -88,8 +88,8 @@ class MoE(nn.Module):
         return RouterStats(counts, probs.view(bsz, seq, -1).sum(dim=1), seq)
 
     def init_weights(self, std: float) -> None:
-        nn.init.trunc_normal_(self.gate.weight, mean=0.0, std=0.02)
-        self.experts.init_weights(std)
+        nn.init.trunc_normal_(self.gate.weight, mean=0.0, std=self.init_std)
+        self.experts.init_weights(std, self.init_std)
 
 
 def load_balancing_sum(model: nn.Module, cp_group: dist.ProcessGroup | None = None) -> torch.Tensor:

@@ -28,21 +28,31 @@ from launcher.config.models import ModelSpec
 
 def matmul_params(spec: ModelSpec) -> int:
     """Weights that take part in a matmul per token: every block's q/k/v/o and gate/up/down
-    projections plus the LM head. The input embedding is a lookup (no FLOPs); norm weights are
-    elementwise (a few hundred thousand FLOPs per token, left out). An MoE block counts its
-    router and the experts_per_token experts a token visits (its active parameters)."""
+    projections (GPT-NeoX: q/k/v/o and its two MLP matrices) plus the LM head. The input
+    embedding is a lookup (no FLOPs); norm weights and biases are elementwise (a few hundred
+    thousand FLOPs per token, left out). An MoE block counts its router and the experts_per_token
+    experts a token visits (its active parameters)."""
     h, d = spec.hidden_size, spec.head_dim
     attention = h * spec.num_heads * d * 2 + h * spec.num_kv_heads * d * 2  # q, o; k, v (GQA)
-    mlp = 3 * h * spec.intermediate_size  # SwiGLU: gate, up, down
+    mlp = (3 if spec.gated_mlp else 2) * h * spec.intermediate_size  # SwiGLU: gate, up, down; GELU: up, down
     if spec.is_moe:
         mlp = spec.experts_per_token * mlp + h * spec.num_experts
     return spec.num_layers * (attention + mlp) + h * spec.vocab_size  # LM head, tied or not
 
 
+def causal_span(seq_len: float, window: int | None = None) -> float:
+    """The keys a token attends to on average, as a causal row of `seq_len` tokens counts them
+    (S/2); with a sliding window W < S the first W tokens see their whole prefix and the rest W
+    keys each: W - W²/(2S)."""
+    if window is None or window >= seq_len:
+        return seq_len / 2
+    return window - window * window / (2 * seq_len)
+
+
 def flops_per_token(spec: ModelSpec, seq_len: float, causal: bool = True) -> float:
     """Training FLOPs per token: 6·N + 12·L·H·d_head·S, the attention term halved when causal.
     S is the length each token's attention spans: the row's, or with document masking the
-    documents' (`attended_length`).
+    documents' (`attended_length`); a sliding window shortens it (`causal_span`).
 
     N = `matmul_params(spec)`: the non-embedding weights including the LM head, as PaLM
     (appendix B) and torchtitan count it; 6 = 2 FLOPs per multiply-add × (forward + two backward
@@ -51,8 +61,9 @@ def flops_per_token(spec: ModelSpec, seq_len: float, causal: bool = True) -> flo
     (flash attention skips them), hence 6·L·H·d_head·S by default. Activation recomputation is
     not counted: it is overhead, not useful work (the MFU convention).
     """
-    attention = 12 * spec.num_layers * spec.num_heads * spec.head_dim * seq_len
-    return 6.0 * matmul_params(spec) + (attention / 2 if causal else attention)
+    attention = 12 * spec.num_layers * spec.num_heads * spec.head_dim
+    span = causal_span(seq_len, spec.sliding_window) if causal else min(seq_len, spec.sliding_window or seq_len)
+    return 6.0 * matmul_params(spec) + attention * span
 
 
 def attended_length(length_buckets: list[list[int]], seq_len: int) -> float | None:

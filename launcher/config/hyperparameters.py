@@ -33,7 +33,7 @@ COLLECTIVE_TIMEOUT_DEFAULT_S = 600
 RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activation_checkpointing_mode",
                    "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",
                    "cp_comm_type", "distributed_backend", "lr_decay_style", "attention_kernel", "shuffle",
-                   "data_mixture", "truncation_mode")
+                   "data_mixture", "truncation_mode", "rope_scaling_type", "moe_load_balancing")
 
 
 # The degrees the seed's script also accepts as arguments (launcher.config.degrees); they must
@@ -178,8 +178,29 @@ class TrainingHyperparameters(_SeedDegrees):
         None, ge=1, le=MAX_DIMENSION, description="MLP width (AWS's SMP script's name)."
     )
     rotary_emb_base: FiniteFloat | None = Field(None, gt=0, description="RoPE base (theta) of a model_type model.")
+    rotary_pct: FiniteFloat | None = Field(
+        None, gt=0, le=1, description="GPT-NeoX: the fraction of each attention head RoPE rotates (default 0.25).")
+    rope_scaling_type: Literal["default", "llama3"] | None = Field(
+        None, description="Llama: llama3 scales RoPE's low frequencies as Llama 3.1 does (rope_scaling_* factors).")
+    rope_scaling_factor: FiniteFloat | None = Field(None, gt=0, description="llama3 RoPE scaling factor (8).")
+    rope_scaling_low_freq_factor: FiniteFloat | None = Field(None, gt=0, description="llama3 RoPE: 1.")
+    rope_scaling_high_freq_factor: FiniteFloat | None = Field(None, gt=0, description="llama3 RoPE: 4.")
+    rope_scaling_original_max_position_embeddings: int | None = Field(
+        None, ge=1, le=MAX_DIMENSION, description="llama3 RoPE: the pretraining context (8192).")
+    sliding_window: int | None = Field(
+        None, ge=1, le=MAX_DIMENSION, description="Mistral, Mixtral: each token attends to this many latest tokens, "
+                                                  "itself included (default: the whole context).")
+    initializer_range: FiniteFloat | None = Field(
+        None, gt=0, description="Standard deviation of the projections' random initialisation (0.02).")
     moe: bool | None = Field(None, description="Mixture-of-experts model.")
     num_local_experts: int | None = Field(None, ge=1, le=MAX_DIMENSION, description="Experts per MoE layer.")
+    num_experts_per_tok: int | None = Field(
+        None, ge=1, le=MAX_DIMENSION, description="Experts each token visits (1 to num_local_experts; default 2).")
+    router_aux_loss_coef: FiniteFloat | None = Field(
+        None, ge=0, description="Weight of the MoE load-balancing loss in the training loss (Mixtral: 0.001).")
+    moe_load_balancing: Literal["sinkhorn", "balanced", "aux_loss", "none"] | None = Field(
+        None, description="MoE router balancing: aux_loss (the load-balancing loss, router_aux_loss_coef) or none; "
+                          "SMP's sinkhorn and balanced are refused by smlaunch's train.py.")
     # training loop
     train_batch_size: int | None = Field(
         None, ge=1, le=MAX_DIMENSION, description="Sequences per data-parallel rank per step."

@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from launcher.config import aws_arguments
 from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.images import ImageResolutionError, ecr_region, job_image_choice
 from launcher.config.issues import Issue, did_you_mean
@@ -125,13 +126,16 @@ def entry_point_file(entry_point: str, source_dir: str | None, base: Path) -> Pa
 
 
 def check_hyperparameters(ctx: Context) -> list[Issue]:
-    """smlaunch's train.py: near-misses of its names, its presets. A user script's names are its own."""
+    """smlaunch's train.py: near-misses of its names, its presets, AWS's script's arguments it does
+    not do (aws_arguments.py). A user script's names are its own."""
     hp = ctx.hp
     if not ctx.runtime:
         return []
-    issues = []
+    issues = aws_arguments.runtime_issues(hp)
     known = TrainingHyperparameters.model_fields
     for key in hp.extra_keys:
+        if key in aws_arguments.BY_NAME:  # AWS's script's: done, or refused above
+            continue
         hint = did_you_mean(key, known, n=1)
         if hint.startswith("did you mean"):
             issues.append(Issue(f"{HP}.{key}", (hp.model_extra or {})[key],

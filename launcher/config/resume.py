@@ -37,8 +37,8 @@ from launcher.config.run_settings import RunSettings
 PARALLEL_DEGREES = tuple(d.key for d in DEGREES if d.resharded)
 FLEET = ("instance_count", "processes_per_host")
 
-# ModelSpec fields that do not shape the trained model (names and special tokens).
-_NOT_SHAPE = ("name", "bos_token_id", "eos_token_id", "pad_token_id", "unsupported")
+# ModelSpec fields that do not shape the trained model (names, special tokens, the initialisation).
+_NOT_SHAPE = ("name", "bos_token_id", "eos_token_id", "pad_token_id", "unsupported", "initializer_range")
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ class RunSettings:
     loss_chunk_tokens: int  # loss_chunk_tokens: cross-entropy over chunks of this many tokens; 0: whole logits
     document_masking: bool  # document_masking: records' documents attend only within themselves (docs/data.md)
     attention_kernel: str  # attention_kernel: what attends within documents (launcher.config.attention)
+    clean_cache: bool  # clean_cache: empty the CUDA caching allocator after each step (AWS's script's)
     # sharding
     fsdp: bool  # FSDP2 applied: more than one rank, or bf16 (its mixed-precision policy)
     reshard_after_forward: bool  # False for the ZeRO-2 sharding strategies
@@ -135,6 +136,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         loss_chunk_tokens=hp.loss_chunk_tokens if hp.loss_chunk_tokens is not None else DEFAULT_LOSS_CHUNK_TOKENS,
         document_masking=hp.document_masking is not False,
         attention_kernel=hp.attention_kernel or DEFAULT_ATTENTION_KERNEL,
+        clean_cache=bool(hp.clean_cache),
         fsdp=world > 1 or bf16,
         reshard_after_forward=(hp.sharding_strategy or "full_shard") not in NO_RESHARD_STRATEGIES,
         wrap_policy=hp.auto_wrap_policy or "transformer_auto_wrap_policy",

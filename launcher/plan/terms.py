@@ -49,10 +49,11 @@ class Allocation:
 
 @dataclass(frozen=True)
 class Sizes:
-    """Parameter counts of a Llama block and of the root (embeddings, final norm, head)."""
+    """Parameter counts of a block (Llama's or GPT-NeoX's: ModelSpec.block_parameters) and of the
+    root (embeddings, final norm, head)."""
 
-    block_matmul: int  # q, k, v, o, gate, up, down (MoE: the router and every expert's)
-    block: int  # + the two RMSNorm weights
+    block_matmul: int  # q, k, v, o, gate, up, down (MoE: the router and every expert's; GPT-NeoX: up, down)
+    block: int  # + the two norms' weights (GPT-NeoX: and their and the projections' biases)
     root: int  # embedding (+ untied head) + final norm
     head: int  # the LM head's weight (shared with the embedding when tied)
     total: int
@@ -61,16 +62,13 @@ class Sizes:
     @classmethod
     def of(cls, w: Workload) -> Sizes:
         s = w.spec
-        h, q, kv = s.hidden_size, s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
-        expert = 3 * h * s.intermediate_size
+        expert = (3 if s.gated_mlp else 2) * s.hidden_size * s.intermediate_size
         experts = s.num_experts or 1  # MoE: every expert's MLP is a parameter
-        matmul = 2 * h * q + 2 * h * kv + experts * expert + h * s.num_experts  # router: h x E
-        block = matmul + 2 * h
-        head = s.vocab_size * h
-        root = head * (1 if s.tie_embeddings else 2) + h
+        block, root = s.block_parameters(), s.root_parameters()
         # expert shards are spread over efsdp x ep = the sharding group, so per-rank shards are unchanged
         elsewhere = (experts - experts // w.layout.ep) * expert
-        return cls(matmul, block, root, head, s.num_layers * block + root, block - elsewhere)
+        return cls(s.block_matmul_parameters(), block, root, s.vocab_size * s.hidden_size, s.parameter_count(),
+                   block - elsewhere)
 
 
 def per_token_bytes(w: Workload) -> dict[str, float]:
@@ -82,7 +80,8 @@ def per_token_bytes(w: Workload) -> dict[str, float]:
       + 2·a·h            the attention's and the MLP's projection inputs (tp-gathered)
       + a·(2q + 2kv)/t   q and k after RoPE, v, the attention output (kept by flash attention)
       + 4·H/t            flash attention's fp32 log-sum-exp
-      + 4·a·I/t          SwiGLU: gate and up outputs, silu(gate), their product
+      + 4·a·I/t          SwiGLU: gate and up outputs, silu(gate), their product (GPT-NeoX's GELU
+                         MLP: the up output and its GELU, 2·a·I/t)
     selective: the block input a·h/t, the outputs of wq, wk, wv (a·(q + 2kv)/t), of wo and w2
         (a·h each: before tp's reduce-scatter), of w1 and w3 (2·a·I/t), the attention output
         and log-sum-exp (a·q/t + 4·H/t): the matmul and attention outputs the runtime's policy saves.
@@ -96,8 +95,9 @@ def per_token_bytes(w: Workload) -> dict[str, float]:
     s, a, t = w.spec, w.compute_bytes, w.layout.tp
     h, heads = s.hidden_size, s.num_heads
     q, kv, inter = heads * s.head_dim, s.num_kv_heads * s.head_dim, s.intermediate_size
-    full = 2 * (4 * h + a * h) / t + 2 * a * h + a * (2 * q + 2 * kv) / t + 4 * heads / t + 4 * a * inter / t
-    selective = a * h / t + a * (q + 2 * kv) / t + 2 * a * h + 2 * a * inter / t + a * q / t + 4 * heads / t
+    mlp = 1 if s.gated_mlp else 0.5  # GELU keeps half of SwiGLU's intermediate tensors
+    full = 2 * (4 * h + a * h) / t + 2 * a * h + a * (2 * q + 2 * kv) / t + 4 * heads / t + 4 * mlp * a * inter / t
+    selective = a * h / t + a * (q + 2 * kv) / t + 2 * a * h + 2 * mlp * a * inter / t + a * q / t + 4 * heads / t
     if s.is_moe:
         k, experts = s.experts_per_token, s.num_experts
         full += (k - 1) * 4 * a * inter + 2 * k * a * h + 8 * experts
@@ -361,12 +361,14 @@ def final_norm_and_head_input(c: Ctx) -> MemoryTerm | None:
 
 def block_forward(c: Ctx) -> MemoryTerm | None:
     """3·a·I/t·N with checkpointing: inside a block's forward, gate, up and their product live
-    together although nothing is kept (without checkpointing they are in `activations`)."""
+    together although nothing is kept (without checkpointing they are in `activations`); GPT-NeoX's
+    GELU MLP: the up output and its GELU, 2·a·I/t·N."""
     if c.w.ac_mode is None:
         return None
-    inter = c.w.spec.intermediate_size
-    return _term("block_forward", "block forward temporaries", 3 * c.a * inter / c.t * c.n,
-                 f"3 x {c.a} B x {inter} / tp {c.t} x {c.n} tokens: gate, up and their product", ("forward",))
+    inter, n = c.w.spec.intermediate_size, (3 if c.w.spec.gated_mlp else 2)
+    what = "gate, up and their product" if c.w.spec.gated_mlp else "up and its GELU"
+    return _term("block_forward", "block forward temporaries", n * c.a * inter / c.t * c.n,
+                 f"{n} x {c.a} B x {inter} / tp {c.t} x {c.n} tokens: {what}", ("forward",))
 
 
 def logits(c: Ctx) -> MemoryTerm | None:
@@ -407,10 +409,11 @@ def block_backward(c: Ctx) -> MemoryTerm | None:
 
 
 def mlp_backward(c: Ctx) -> MemoryTerm | None:
-    """3·a·I/t·N: the MLP's backward, gradients of the product, of silu(gate) and of up."""
-    inter = c.w.spec.intermediate_size
-    return _term("mlp_grads", "MLP backward temporaries", 3 * c.a * inter / c.t * c.n,
-                 f"3 x {c.a} B x {inter} / tp {c.t} x {c.n} tokens", ("backward_mlp", "first_block_mlp"))
+    """3·a·I/t·N: the MLP's backward, gradients of the product, of silu(gate) and of up
+    (GPT-NeoX: of the GELU and of up, 2·a·I/t·N)."""
+    inter, n = c.w.spec.intermediate_size, (3 if c.w.spec.gated_mlp else 2)
+    return _term("mlp_grads", "MLP backward temporaries", n * c.a * inter / c.t * c.n,
+                 f"{n} x {c.a} B x {inter} / tp {c.t} x {c.n} tokens", ("backward_mlp", "first_block_mlp"))
 
 
 def attention(c: Ctx) -> MemoryTerm | None:

@@ -32,7 +32,7 @@ def _gather_natural(local: torch.Tensor, group, dim: int) -> torch.Tensor:
     return cpl.unsplit(parts, dim=dim)
 
 
-def _check_attention(root: str, cp: int, dtype: torch.dtype, tol: float) -> None:
+def _check_attention(root: str, cp: int, dtype: torch.dtype, tol: float, window: int | None = None) -> None:
     mesh = _cp_mesh(cp)
     group, rank = mesh.get_group(), mesh.get_local_rank()
     fn = cpl.AllGatherAttention(group)
@@ -43,11 +43,13 @@ def _check_attention(root: str, cp: int, dtype: torch.dtype, tol: float) -> None
         k = torch.randn(batch, kv_heads, seq, head_dim, generator=gen, dtype=dtype, requires_grad=True)
         v = torch.randn(batch, kv_heads, seq, head_dim, generator=gen, dtype=dtype, requires_grad=True)
         grad = torch.randn(batch, heads, seq, head_dim, generator=gen, dtype=dtype)
-        ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=heads != kv_heads)
+        distance = torch.arange(seq)[:, None] - torch.arange(seq)[None, :]
+        allowed = (distance >= 0) & (distance < (window or seq))  # transformers' sliding-window mask
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=heads != kv_heads)
         ref.backward(grad)
 
         local = [cpl.split(t.detach(), cp, rank, dim=2).requires_grad_() for t in (q, k, v)]
-        out = fn(*local)
+        out = fn(*local) if window is None else fn(*local, window=window)
         out.backward(cpl.split(grad, cp, rank, dim=2))
         for name, ours, theirs in [("out", out.detach(), ref.detach()), ("dq", local[0].grad, q.grad),
                                    ("dk", local[1].grad, k.grad), ("dv", local[2].grad, v.grad)]:
@@ -63,6 +65,19 @@ def _check_both_precisions(root: str, cp: int) -> None:
 @pytest.mark.parametrize("world,cp", [(2, 2), (4, 4), (4, 2)], ids=["cp2", "cp4", "cp2-in-dp2"])
 def test_all_gather_attention_is_exact(tmp_path, world, cp):
     spawn(world, partial(_check_both_precisions, cp=cp), str(tmp_path))
+
+
+def _check_windows(root: str, cp: int) -> None:
+    # windows shorter than a chunk (8 tokens), spanning chunks, and as long as the sequence
+    for window in (1, 3, 8, 13, 8 * cp):
+        _check_attention(root, cp, torch.float64, 1e-10, window)
+
+
+@pytest.mark.parametrize("world,cp", [(2, 2), (4, 4)], ids=["cp2", "cp4"])
+def test_all_gather_attention_keeps_a_sliding_window(tmp_path, world, cp):
+    """Mistral's window under context parallelism: each chunk's queries against the gathered keys
+    from their window's start, output and q/k/v gradients equal to the whole sequence's."""
+    spawn(world, partial(_check_windows, cp=cp), str(tmp_path))
 
 
 def _model_parity(root: str) -> None:

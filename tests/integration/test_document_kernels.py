@@ -1,9 +1,10 @@
 """The document kernels compiled on a GPU (FlexAttention's fused kernels, flash attention's
 variable-length kernel, SDPA with the dense mask): output and q/k/v gradients equal every
 document attended alone, in one process and as context-parallel ranks; FlexAttention's block
-masks compile once for every batch's documents; a packed row of a Llama trains as its documents
-alone. Integration, not unit: torch.compile starts compile worker processes. Skipped without
-CUDA; the CPU half (plans by hand, forward through every kernel): tests/unit/test_document_kernels.py."""
+masks compile once for every batch's documents; sliding windows (Mistral's) are kept by each;
+a packed row of a Llama trains as its documents alone. Integration, not unit: torch.compile
+starts compile worker processes. Skipped without CUDA; the CPU half (plans by hand, forward
+through every kernel): tests/unit/test_document_kernels.py."""
 
 from __future__ import annotations
 
@@ -55,6 +56,27 @@ def test_compiled_kernels_attend_as_the_documents_alone(name, dtype, cp):
     # the control: causal attention over the whole rows is far outside the bound
     crossing = torch.nn.functional.scaled_dot_product_attention(*exact, is_causal=True, enable_gqa=True)
     assert relative_error(crossing, want) > 10 * bound
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+@pytest.mark.parametrize(("name", "dtype"), CASES, ids=[f"{n}-{str(d)[6:]}" for n, d in CASES])
+def test_compiled_kernels_keep_a_sliding_window(name, dtype, cp):
+    """Mistral's window (here 300 tokens, across FlexAttention's 128-token blocks and the cp
+    chunks) within the documents: output and gradients equal each document attended alone with
+    transformers' sliding-window mask; varlen's is flash attention's window_size (W - 1, 0)."""
+    q, k, v = qkv(dtype)
+    docs = random_documents(2, 2048, per_row=3, seed=5).to(CUDA)
+    grad = torch.randn_like(q)
+    exact = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    want = documents_alone(*exact, docs, 300)
+    want.backward(grad.double())
+    got = attend_as_cp_ranks(build(name, CUDA, bf16=dtype == torch.bfloat16), q, k, v, docs, cp, 300)
+    got.backward(grad)
+    bound = BOUND[dtype]
+    assert relative_error(got, want) <= bound
+    for name_, ours, ref in zip("qkv", (q.grad, k.grad, v.grad), (t.grad for t in exact)):
+        assert relative_error(ours, ref) <= bound, f"d{name_}"
+    assert relative_error(documents_alone(*exact, docs), want) > 10 * bound  # the control
 
 
 def test_flex_block_masks_compile_once_for_every_batch():

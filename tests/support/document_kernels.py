@@ -22,29 +22,35 @@ def random_documents(batch: int, seq: int, per_row: int, seed: int = 0) -> torch
     return docs
 
 
-def documents_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, documents: torch.Tensor) -> torch.Tensor:
-    """Each document of each row attended on its own (causal SDPA over its tokens only), in the
-    rows' order: what a packed row must equal."""
+def documents_alone(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, documents: torch.Tensor,
+                    window: int | None = None) -> torch.Tensor:
+    """Each document of each row attended on its own (causal SDPA over its tokens only; with a
+    sliding `window`, transformers' mask: each token and the window - 1 before it), in the rows'
+    order: what a packed row must equal."""
     out = torch.empty_like(q)
     for row in range(q.shape[0]):
         ids = documents[row]
         bounds = [0, *(torch.nonzero(ids[1:] != ids[:-1]).flatten() + 1).tolist(), ids.numel()]
         for start, end in zip(bounds, bounds[1:]):
+            n = end - start
+            steps = torch.arange(n, device=q.device)
+            distance = steps[:, None] - steps[None, :]
+            allowed = (distance >= 0) & (distance < (window or n))
             out[row:row + 1, :, start:end] = F.scaled_dot_product_attention(
                 q[row:row + 1, :, start:end], k[row:row + 1, :, start:end], v[row:row + 1, :, start:end],
-                is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
+                attn_mask=allowed, enable_gqa=k.shape[1] != q.shape[1])
     return out
 
 
 def attend_as_cp_ranks(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, documents: torch.Tensor,
-                       cp: int) -> torch.Tensor:
+                       cp: int, window: int | None = None) -> torch.Tensor:
     """The packed rows attended by `kernel` as `cp` context-parallel ranks would (cp 1: one
     process, no positions), put back in natural order."""
     if cp == 1:
-        return kernel.attend(q, k, v, kernel.plan(documents))
+        return kernel.attend(q, k, v, kernel.plan(documents, window=window))
     parts = []
     for rank in range(cp):
-        plan = kernel.plan(documents, cpl.positions(documents.shape[1], cp, rank))
+        plan = kernel.plan(documents, cpl.positions(documents.shape[1], cp, rank), window=window)
         parts.append(kernel.attend(cpl.split(q, cp, rank, dim=2), k, v, plan))
     return cpl.unsplit(parts, dim=2)
 

@@ -45,9 +45,10 @@ GRACE_S = 5
 
 def run_train(tmp: Path, nproc: int, timeout: int = 240, **hyperparameters) -> list[dict]:
     """Run train.py on `nproc` local ranks; return metrics.jsonl's records. A failed run raises
-    AssertionError with the end of every rank's output."""
+    AssertionError with the end of every rank's output. A hyperparameter given as None is left
+    out (model_preset=None: the model of other hyperparameters)."""
     tmp.mkdir(parents=True, exist_ok=True)
-    args = {**TINY, **hyperparameters}
+    args = {key: value for key, value in {**TINY, **hyperparameters}.items() if value is not None}
     argv = []
     for key, value in args.items():
         argv += [f"--{key}", str(value)]

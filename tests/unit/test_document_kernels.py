@@ -24,14 +24,18 @@ REL = 1e-5
 
 def varlen_on_cpu(q, k, v, cu_q, cu_k, max_q, max_k, window_size):
     """Flash attention's variable-length call, one segment at a time with SDPA (bottom-right
-    causal, as flash aligns a segment's queries with the end of its keys)."""
-    assert window_size == (-1, 0)
+    causal, as flash aligns a segment's queries with the end of its keys; a window (left, 0) lets
+    a query see `left` keys before its own, as flash attention documents it)."""
+    left, right = window_size
+    assert right == 0 and left >= -1
     out = torch.empty_like(q)
     for i in range(len(cu_q) - 1):
         qs, ks = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
         q_len, k_len = qs.stop - qs.start, ks.stop - ks.start
         assert q_len <= max_q and k_len <= max_k
         allowed = torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len)
+        if left >= 0:
+            allowed &= ~torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len - left - 1)
         out[qs] = F.scaled_dot_product_attention(q[qs].transpose(0, 1), k[ks].transpose(0, 1), v[ks].transpose(0, 1),
                                                  attn_mask=allowed, enable_gqa=k.shape[1] != q.shape[1]).transpose(0, 1)
     return out
@@ -192,3 +196,51 @@ def test_flex_blocks_from_the_documents_are_create_block_masks(cp):
         if cp < 4:
             assert torch.equal(our_kept, their_kept)
         assert their_full.any() and (~their_kept).any()  # the control: the rows have both kinds
+
+
+@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize("cp", [1, 2, 3])
+@pytest.mark.parametrize("window", [1, 5, 16])
+def test_each_kernel_keeps_a_sliding_window_within_the_documents(name, cp, window):
+    """Mistral's sliding window: each query sees itself and the window - 1 keys before it, within
+    its document, as every document attended alone with transformers' sliding-window mask."""
+    q, k, v = qkv()
+    docs = random_documents(3, 48, per_row=4, seed=3)
+    docs[1] = 0  # one document the window cuts many times
+    want = documents_alone(q, k, v, docs, window)
+    assert relative_error(attend_as_cp_ranks(KERNELS[name](), q, k, v, docs, cp, window), want) <= REL
+    assert relative_error(documents_alone(q, k, v, docs), want) > 1000 * REL  # the control
+
+
+def test_flex_blocks_under_a_window_keep_every_visible_block():
+    """The blocks FlexKernel finds with a window against create_block_mask of the same rule:
+    never a block with a visible pair skipped, the same full blocks, and the far blocks dropped."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    docs = torch.zeros(2, 96, dtype=torch.long)
+    docs[1, 50:] = 1
+    ours = FlexKernel(compiled=False, block=8).plan(docs, window=20)
+
+    def rule(b, h, q, kv):
+        return (docs[b, q] == docs[b, kv]) & (q >= kv) & (q - kv < 20)
+
+    theirs = create_block_mask(rule, 2, None, 96, 96, device="cpu", BLOCK_SIZE=8)
+    full = [_blocks(m.full_kv_num_blocks, m.full_kv_indices, 12) for m in (ours, theirs)]
+    kept = [_blocks(m.kv_num_blocks, m.kv_indices, 12) | f for m, f in zip((ours, theirs), full)]
+    assert torch.equal(full[0], full[1]) and not (kept[1] & ~kept[0]).any()
+    assert torch.equal(kept[0], kept[1])
+    assert not kept[0][0, 0, 11, :8].any()  # the last query block sees none of the first 64 keys
+
+
+def test_the_seam_applies_a_window_to_rows_without_documents():
+    """Rows of one document each take the job's kernel with a window plan made once per shape,
+    as the documents' path would; a window as long as the rows is the causal kernels'."""
+    q, k, v = qkv(batch=2, seq=40)
+    want = documents_alone(q, k, v, torch.zeros(2, 40, dtype=torch.long), 12)
+    assert relative_error(attention.sdpa(q, k, v, window=12), want) <= REL
+    causal = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert torch.equal(attention.sdpa(q, k, v, window=40), causal)
+    assert attention.mask_for(None, 12) is None and attention.mask_for(torch.zeros(2, 40, dtype=torch.long), 12) is None
+    docs = random_documents(2, 40, per_row=3, seed=4)
+    got = attention.sdpa(q, k, v, attention.mask_for(docs, 12))
+    assert relative_error(got, documents_alone(q, k, v, docs, 12)) <= REL

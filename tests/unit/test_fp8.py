@@ -63,6 +63,35 @@ def test_torchao_emulation_quantizes_within_fp8_tolerance():
     assert 0 < relative_error(model(tokens), reference(tokens)) < 0.01
 
 
+def test_torchao_swaps_gpt_neox_biased_projections():
+    from torchao.float8.float8_linear import Float8Linear
+
+    from launcher.config.model_resolution import resolve_model
+
+    spec = resolve_model(TrainingHyperparameters(model_type="gpt_neox", hidden_width=64, num_layers=2, num_heads=4,
+                                                 vocab_size=256, max_context_width=64)).spec
+    model, reference = tiny(spec), tiny(spec)
+    keys = set(model.state_dict())
+    fp8.apply_fp8(model, TORCHAO, runtime())
+    swapped = {name for name, m in model.named_modules() if isinstance(m, Float8Linear)}
+    assert swapped == {f"layers.{i}.{w}" for i in range(2)
+                       for w in ("attention.wqkv", "attention.wo", "feed_forward.w1", "feed_forward.w2")}
+    assert set(model.state_dict()) == keys and model.layers["0"].attention.wqkv.bias is not None
+    tokens = torch.randint(0, spec.vocab_size, (2, 64))
+    assert 0 < relative_error(model(tokens), reference(tokens)) < 0.01
+
+
+def test_transformer_engine_refuses_biased_projections(monkeypatch):
+    from launcher.config.model_resolution import resolve_model
+
+    spec = resolve_model(TrainingHyperparameters(model_type="gpt_neox", hidden_width=64, num_layers=2, num_heads=4,
+                                                 vocab_size=256, max_context_width=64)).spec
+    monkeypatch.setattr(fp8, "needs_emulation", lambda cfg, device: False)  # as on an H100
+    cfg = FP8Config(enabled=True, backend="transformer_engine")
+    with pytest.raises(ValueError, match="biased projections.*use fp8_backend=torchao"):
+        fp8.apply_fp8(tiny(spec), cfg, runtime())
+
+
 def test_projections_with_dims_not_multiple_of_16_stay_in_bf16():
     spec = dataclasses.replace(TINY, intermediate_size=168)
     model = tiny(spec)

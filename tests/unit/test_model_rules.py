@@ -54,9 +54,10 @@ def test_missing_sizes_are_named():
     assert "num_layers, vocab_size are not set" in problem
 
 
-def test_model_type_other_than_llama_is_refused_for_train_py_only(own_script):
-    assert "builds Llama models only" in errors(job({**SEED_SIZES, "model_type": "mixtral"}))[f"{HP}.model_type"][0]
-    assert errors(job({**SEED_SIZES, "model_type": "mixtral"}, script=own_script)) == {}
+def test_a_model_type_train_py_does_not_build_is_refused_for_train_py_only(own_script):
+    assert "not a model_type smlaunch's train.py builds" in errors(job({**SEED_SIZES, "model_type": "gpt2"}))[
+        f"{HP}.model_type"][0]
+    assert errors(job({**SEED_SIZES, "model_type": "gpt2"}, script=own_script)) == {}
 
 
 def test_unknown_model_is_an_error_for_train_py_only(own_script):
@@ -80,7 +81,7 @@ def test_local_directory_problems(tmp_path, own_script):
 def test_unimplemented_config_is_refused_by_name(tmp_path):
     save_llama(tmp_path, llama_config(vocab_size=256, attention_bias=True))
     (problem,) = errors(job({"hf_pretrained_model_name_or_dir": str(tmp_path)}))[FIELD]
-    assert "attention_bias: true, which smlaunch's Llama does not implement" in problem
+    assert "attention_bias: true, which smlaunch's runtime does not implement" in problem
 
 
 def test_pretrained_config_fixes_the_shape(tmp_path):

@@ -135,7 +135,8 @@ def test_export_round_trips_the_config(tmp_path, tied):
     ("attention_bias", True, "attention_bias: true"),
     ("mlp_bias", True, "mlp_bias: true"),
     ("hidden_act", "gelu", "hidden_act: gelu"),
-    ("model_type", "mistral", "model_type: mistral"),
+    ("model_type", "qwen2", "model_type: qwen2"),
+    ("attention_dropout", 0.1, "attention_dropout: 0.1"),
     ("rope_scaling", {"rope_type": "linear", "factor": 2.0}, "rope_type: linear"),
 ])
 def test_what_the_runtime_lacks_is_refused_by_name(tmp_path, key, value, named):
