@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from launcher.config.data_order import DATASET_TYPES
 from launcher.config.issues import Issue
 
 HP = "hyperparameters"
@@ -120,9 +121,9 @@ ARGUMENTS: tuple[Argument, ...] = (
     _implemented("model_dir", "container/args.py (the exported model)"),
     _equivalent("save_final_model", "smlaunch always exports the trained model to model_dir (model.tar.gz)"),
     # inputs
-    Argument("dataset_type", "values", "container/data: jsonl, indexed or synthetic; AWS's gpt_jsonl and hf "
+    Argument("dataset_type", "values", f"container/data: {', '.join(DATASET_TYPES)}; AWS's gpt_jsonl and hf "
                                        "readers are not there",
-             "use jsonl (JSON Lines of input_ids), indexed or synthetic", _is("jsonl", "indexed", "synthetic")),
+             f"use one of {', '.join(DATASET_TYPES)} (docs/data.md)", _is(*DATASET_TYPES)),
     _equivalent("data_num_workers", "smlaunch's loader reads in the training process; the batches are the same"),
     Argument("data_type", "values", "smlaunch trains causal language models (AWS's gpt); bert is not there",
              "remove it, or set gpt", lambda value: str(value).strip().lower() == "gpt"),

@@ -18,6 +18,8 @@ import re
 
 INDEXED = "indexed"
 CHAT = "chat"
+# dataset_type: what smlaunch's train.py reads (the hyperparameter's choices, and AWS's argument of that name)
+DATASET_TYPES = ("jsonl", INDEXED, CHAT, "synthetic")
 SHUFFLED = (INDEXED, CHAT)  # the formats whose rows are found from a sample's index alone, so may be shuffled
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # SageMaker's channel names
 _FORMAT = '"channel:weight,channel:weight", e.g. "web:0.7,code:0.3"'

@@ -22,6 +22,7 @@ from pydantic import (
 
 from launcher.config.attention import ATTENTION_KERNELS
 from launcher.config.base import HyperparameterName, JsonValue, Strict, reject_boolean
+from launcher.config.data_order import DATASET_TYPES
 from launcher.config.degrees import model_with_degrees
 from launcher.config.limits import MAX_DIMENSION
 
@@ -96,7 +97,7 @@ class TrainingHyperparameters(_SeedDegrees):
     optimizer: Literal["adamw", "anyprecision"] | None = Field(
         None, description="adamw, or anyprecision (pure-bf16 states with Kahan-compensated updates)."
     )
-    dataset_type: Literal["jsonl", "indexed", "chat", "synthetic"] | None = Field(
+    dataset_type: Literal[DATASET_TYPES] | None = Field(
         None, description="Training data: jsonl (records, the default), indexed (token shards of pack "
                           "--format indexed, memory-mapped), chat (messages or prompt/completion records, "
                           "tokenized with the model's chat template, loss on the answers) or synthetic; "
