@@ -174,6 +174,7 @@ def _write(job: ValidatedJob, spec: LocalJobSpec, runner: Runner, log: Callable[
     cfg = job.config
     with tempfile.TemporaryDirectory() as tmp:  # a broken source_dir fails before the job exists
         bundle = build_job_sourcedir(job, Path(tmp) / "sourcedir.tar.gz")
+        log(bundle.summary())
         _create_job_dir(spec.job_dir)
         try:
             shutil.move(str(bundle.path), spec.source_archive)
