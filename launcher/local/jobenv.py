@@ -34,7 +34,6 @@ every rank at import.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -234,6 +233,8 @@ class _locked:
         self.path, self.env_dir, self.log, self.should_stop = path, env_dir, log, should_stop
 
     def __enter__(self):
+        import fcntl  # POSIX, as the runners that build environments: importing this module stays portable
+
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         said = False
         while True:
@@ -250,8 +251,7 @@ class _locked:
                 time.sleep(POLL_S * 2)
 
     def __exit__(self, *exc):
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
+        os.close(self.fd)  # releases the lock
 
 
 def _build(env_dir: Path, requirements: bytes, code_dir: Path, base: dict, constraints: Sequence[str],

@@ -183,3 +183,33 @@ def test_a_runner_whose_setup_fails_records_the_failure_and_starts_nothing(tmp_p
     assert not runner.started
     assert record["TrainingJobStatus"] == "Failed"
     assert record["FailureReason"] == 'AlgorithmError: InstallRequirementsError:\nExitCode 1\nErrorMessage "pip: no"'
+
+
+def test_two_jobs_building_one_environment_at_once_build_it_once(tmp_path, launching, own_wheels):
+    """The second waits on the first's lock, then reuses what the first built."""
+    code = tmp_path / "code"
+    code.mkdir()
+    reqs = requirements(own_wheels, f"{PROBE[0]}=={PROBE[1]}").encode()
+    (code / "requirements.txt").write_bytes(reqs)
+    base = jobenv.interpreter(str(launching))
+    key = jobenv.environment_key(reqs, code, base)
+    logs: list[list[str]] = [[], []]
+    built: list = [None, None]
+
+    def build(i: int) -> None:
+        built[i] = jobenv.ensure_environment(tmp_path / "envs" / key[:24], key=key, requirements=reqs, code_dir=code,
+                                             base=base, log=logs[i].append)
+
+    threads = [threading.Thread(target=build, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(env.reused for env in built) == [False, True]
+    assert sum(" -m pip install " in line for lines in logs for line in lines) == 1
+    waited = logs[[env.reused for env in built].index(True)]
+    assert waited in ([], [f"requirements.txt: another job is building {tmp_path / 'envs' / key[:24]}; waiting "
+                           "for it"])  # it may have come after the build
+    probe = subprocess.run([str(built[0].python), "-c", f"import {PROBE[0]}, sys; print(sys.prefix)"],
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == str(built[0].path)
