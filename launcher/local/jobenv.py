@@ -261,7 +261,10 @@ def _build(env_dir: Path, requirements: bytes, code_dir: Path, base: dict, const
     log(f"requirements.txt: building the job's environment {env_dir}: a virtual environment of {launching} "
         "that sees its packages; pip installs into it, never into the launching Python")
     venv = [launching, "-m", "venv", *(["--without-pip"] if base["pip"] else []), str(env_dir)]
-    made = subprocess.run(venv, capture_output=True, text=True, timeout=600, check=False)
+    # In a session of its own, as pip: a terminal's Ctrl-C reaches the supervisor, which stops the build.
+    made = subprocess.run(venv, capture_output=True, text=True, timeout=600, check=False, start_new_session=True)
+    if should_stop():
+        raise SetupStopped
     if made.returncode != 0:
         raise RequirementsFailed(_failure(made.returncode, (
             f"could not create the job's environment ({' '.join(venv)}): {made.stderr.strip()[-400:]}; "

@@ -119,3 +119,7 @@ def test_the_estimators_dry_run_says_what_the_bundle_holds(tmp_path, monkeypatch
     shown = PyTorch(entry_point="job.py", source_dir=str(src), instance_type="local", role=ROLE,
                     framework_version="2.8.0", py_version="py312").dryrun()
     assert shown["SourceBundle"]["files"] == 2 and shown["SourceBundle"]["smlaunch"].startswith("nothing of smlaunch")
+    runtime = PyTorch(entry_point="train.py", source_dir=str(ROOT / "entrypoints"), instance_type="local", role=ROLE,
+                      hyperparameters={"model_preset": "llama3-tiny", "max_context_width": 64}).dryrun()
+    assert runtime["SourceBundle"]["smlaunch"].startswith("smlaunch's runtime in _smlaunch/")
+    assert runtime["SourceBundle"]["files"] > 90
