@@ -12,6 +12,15 @@ import logging
 import os
 import sys
 
+# smlaunch's packages come with this script under _smlaunch/ (launcher/backends/sourcedir.py), a
+# name that shadows none of the job's own packages: first on the path, here and in the processes the
+# ranks start, so the runtime imports the code it was submitted with, on AWS's images where it is
+# nowhere else too. Run from a checkout there is no _smlaunch/: the installed packages are imported.
+_SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_smlaunch")
+if os.path.isdir(_SHIPPED) and _SHIPPED not in sys.path:
+    sys.path.insert(0, _SHIPPED)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (_SHIPPED, os.environ.get("PYTHONPATH"))))
+
 
 def main(argv: list[str]) -> int:
     from container.args import parse_args

@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.support.job_kind",
     "tests.support.model_trainer",
     "tests.support.model_rules",
+    "tests.support.own_scripts",  # users' own scripts: tiny wheels, a launching environment of the test's
     "tests.support.pack",
     "tests.support.slurm_cluster",  # the session's local Slurm cluster
     "tests.support.sourcedir",

@@ -7,6 +7,7 @@ directory, and devices and pipes are refused (by hand where Python lacks the fil
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
@@ -20,6 +21,7 @@ from container.toolkit.console import log
 from container.toolkit.contract import ContractError, TrainingEnv
 from container.toolkit.failure_report import MESSAGE_LIMIT, fit, toolkit_error
 from launcher.wire import masking
+from launcher.wire.opt_ml import REQUIREMENTS_INSTALLED_ENV
 
 
 class RequirementsError(Exception):
@@ -124,8 +126,17 @@ def _unsafe_member(archive: Path, dest: Path, name: str) -> ContractError:
 
 def install_requirements(env: TrainingEnv) -> None:
     """`python -m pip install -r requirements.txt` in the code directory, as the toolkit does
-    before it launches anything (into this image's Python, which the script runs with)."""
-    if not (env.code_dir / "requirements.txt").is_file():
+    before it launches anything (into this image's Python, which the script runs with).
+
+    Not when smlaunch's process or Slurm runner has installed this very requirements.txt already,
+    into the job's own environment whose Python runs this bootstrap (REQUIREMENTS_INSTALLED_ENV
+    holds its sha256; launcher.local.jobenv): the hosts of a job do not each run pip."""
+    path = env.code_dir / "requirements.txt"
+    if not path.is_file():
+        return
+    installed = os.environ.get(REQUIREMENTS_INSTALLED_ENV)
+    if installed and installed == hashlib.sha256(path.read_bytes()).hexdigest():
+        log(f"requirements.txt is installed in the job's environment ({sys.prefix}): not installing it again")
         return
     cmd = [sys.executable, "-m", "pip", "install", "-r", "requirements.txt"]
     log(f"installing the code's requirements.txt: {shlex.join(cmd)}")

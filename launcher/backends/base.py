@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from launcher.wire.masking import Masker, mask_secrets
 
 if TYPE_CHECKING:
+    from launcher.backends.sourcedir import SourceBundle
     from launcher.wire.checkpoints import Checkpoint
     from launcher.wire.progress import Progress
 
@@ -70,6 +71,7 @@ class JobDryRun:
     backend: str
     request: dict[str, Any]
     text: str | None = None
+    bundle: SourceBundle | None = None  # the code archive submit would build (its summary is printed)
 
     def to_dict(self, masked: bool = True) -> dict:
         return mask_secrets(self.request) if masked else self.request

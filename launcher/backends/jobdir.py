@@ -9,6 +9,7 @@ files for both; only submitting, stopping and the part of the status the schedul
 from __future__ import annotations
 
 import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +45,7 @@ class JobDirBackend:
         would run; nothing is written."""
         # Imported when used: preparing a job loads the code bundle and the request builders,
         # which `status`, `logs` and `list` never need (CLI start-up).
+        from launcher.backends.sourcedir import build_job_sourcedir
         from launcher.local.prepare import checked_spec
 
         runner = self._runner_for(job)
@@ -51,7 +53,12 @@ class JobDirBackend:
             spec = checked_spec(job, runner, job_name, self.root)
         except RunnerError as exc:
             raise BackendError(str(exc)) from None
-        return self._dry_run(job, spec, runner)
+        with tempfile.TemporaryDirectory() as tmp:  # built as submit builds it, to say what it holds
+            bundle = build_job_sourcedir(job, Path(tmp) / "sourcedir.tar.gz")
+        result = self._dry_run(job, spec, runner)
+        result.request["SourceBundle"] = bundle.to_dict()
+        result.bundle = bundle
+        return result
 
     def _prepare(self, job: ValidatedJob, job_name: str | None) -> tuple[LocalJobSpec, Runner]:
         """Write the job directory (launcher.local.prepare) for this backend's runner."""

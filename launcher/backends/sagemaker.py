@@ -46,8 +46,7 @@ class DryRun:
     def to_dict(self, masked: bool = True) -> dict:
         out = {"CreateTrainingJob": self.request, "SourceUpload": self.source_uri}
         if self.bundle is not None:
-            out["SourceBundle"] = {"files": len(self.bundle.files), "bytes": self.bundle.size_bytes,
-                                   "sha256": self.bundle.sha256}
+            out["SourceBundle"] = self.bundle.to_dict()
         return mask_secrets(out) if masked else out
 
     def render(self) -> str:
@@ -146,6 +145,7 @@ class SageMakerBackend:
             self._ensure_bucket(needed, created_ok=needed == default)
         with tempfile.TemporaryDirectory() as tmp:
             bundle = self._bundle(job, Path(tmp))
+            self.print(bundle.summary())
             self.client("s3").upload_file(str(bundle.path), bucket, key,
                                           ExtraArgs=self._upload_settings(job.config, bucket, output_bucket))
         try:

@@ -6,9 +6,14 @@ Layout follows the SageMaker Python SDK v2 (``sagemaker.fw_utils.tar_and_upload_
   relative to it; without it, the ``entry_point`` file alone sits at the root;
 - every ``dependencies`` path (file or directory) sits at the root under its basename;
 - every ``include_packages`` name (an importable package, found without importing it) sits
-  at the root under its package name, so ``train.py`` can ``import container`` on a stock AWS
-  image (``container`` validates with ``launcher.config``, so both ship). A package the job
-  already ships (from ``source_dir`` or ``dependencies``) is left out: the user's copy wins.
+  under ``packages_dir`` (``_smlaunch/``), a name no user package can be imported by, so it
+  shadows none of the user's; a dotted name ships that subpackage and its parents' ``__init__.py``.
+  Only a job that runs smlaunch's runtime ships smlaunch's ``container`` and the launcher's
+  ``config`` and ``wire`` (``build_job_sourcedir``), and its ``train.py`` puts
+  ``_smlaunch/`` first on its path. A user script's bundle holds its own code and nothing of
+  smlaunch: AWS's images run it with their own toolkit, smlaunch's image and the local and
+  Slurm runners with the bootstrap they have, and the script imports none of it. (With
+  ``packages_dir=""`` the packages sit at the root, and one the job already ships is left out.)
 
 A job that runs smlaunch's runtime on SageMaker also gets a ``requirements.txt`` at the archive
 root, which the image's toolkit installs with pip before training: what the runtime imports
@@ -74,6 +79,14 @@ DEFAULT_IGNORE: tuple[str, ...] = (
 LARGE_BUNDLE_BYTES = 100_000_000
 LARGEST_SHOWN = 5  # files named in the note about a large archive
 
+# Where included packages (smlaunch's own, for a job that runs its runtime) sit in the archive: a
+# name no importable package has, so nothing of the user's is shadowed (entrypoints/train.py puts it
+# on the path). RUNTIME_PACKAGES are what smlaunch's runtime imports.
+PACKAGES_DIR = "_smlaunch"
+# The training container imports of the launcher only config/ and wire/ (docs/architecture.md; the
+# import tests hold it): the client's backends, CLI, SDK and planner stay home.
+RUNTIME_PACKAGES = ("container", "launcher.config", "launcher.wire")
+
 # 2020-09-13. Not 0: ZIP cannot store dates before 1980, so a user re-zipping the extracted
 # code directory would fail on epoch-0 files.
 ARCHIVE_MTIME = 1_600_000_000
@@ -99,6 +112,23 @@ class SourceBundle:
     """Archive paths left out as credential files (a directory ends with '/'), sorted."""
     notes: list[str] = field(default_factory=list)
     """What the user should know: exclusions, a credential file shipped, a large archive."""
+    smlaunch: str = "nothing of smlaunch"
+    """What of smlaunch the archive holds, and why (``build_job_sourcedir``)."""
+
+    def summary(self) -> str:
+        """The line `smlaunch submit` prints: file count, size, and what of smlaunch ships."""
+        return f"{self.path.name}: {len(self.files)} files, {_size(self.size_bytes)}; {self.smlaunch}"
+
+    def to_dict(self) -> dict:
+        """The dry run's `SourceBundle`."""
+        return {"files": len(self.files), "bytes": self.size_bytes, "sha256": self.sha256, "smlaunch": self.smlaunch}
+
+
+def _size(size: int) -> str:
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
 
 
 def build_sourcedir(
@@ -107,12 +137,14 @@ def build_sourcedir(
     entry_point: str | Path,
     source_dir: str | Path | None,
     dependencies: Sequence[str | Path] = (),
-    include_packages: Sequence[str] = ("container", "launcher"),
+    include_packages: Sequence[str] = (),
+    packages_dir: str = PACKAGES_DIR,
     ignore: Sequence[str] = DEFAULT_IGNORE,
     requirements: Sequence[str] = (),
 ) -> SourceBundle:
-    """Write the job's code archive to ``dest`` (a file path) and describe it. ``requirements``
-    go into the archive's requirements.txt, after the lines of one the code already has."""
+    """Write the job's code archive to ``dest`` (a file path) and describe it. ``include_packages``
+    go under ``packages_dir`` (at the root if it is ""). ``requirements`` go into the archive's
+    requirements.txt, after the lines of one the code already has."""
     dest = Path(dest)
     if dest.is_dir():
         raise SourceDirError(
@@ -162,11 +194,17 @@ def build_sourcedir(
 
     skipped: list[str] = []
     for package in include_packages:
-        if package in origins:
+        top = package.split(".", 1)[0]
+        if not packages_dir and top in origins and origins[top] != f"include_packages entry '{top}'":
             skipped.append(package)
             continue
-        part = _collect(_package_dir(package), package, ignore, exclude, excluded)
-        _merge(entries, origins, part, f"include_packages entry '{package}'")
+        part = _package_entries(package, ignore, exclude, excluded)
+        if packages_dir:
+            part = {f"{packages_dir}/{name}": entry for name, entry in part.items()}
+            part[packages_dir] = (None, 0o755)
+        # the parts of one package (launcher.config, launcher.wire) share its top-level name
+        origin = "smlaunch's packages" if packages_dir else f"include_packages entry '{top}'"
+        _merge(entries, origins, part, origin)
 
     added = _add_requirements(entries, requirements)
     names = _write(dest, entries)
@@ -334,6 +372,28 @@ def _program_in(
     )
 
 
+def _package_entries(package: str, ignore: Sequence[str], exclude: Path, excluded: list[str]) -> _Entries:
+    """A package's entries under its own name; a dotted name (`launcher.config`) is that subpackage
+    with the `__init__.py` of each package above it, and nothing else of them."""
+    top, *subs = package.split(".")
+    if not subs:
+        return _collect(_package_dir(top), top, ignore, exclude, excluded)
+    directory, name = _package_dir(top), top
+    entries: _Entries = {}
+    for sub in subs:
+        if not sub.isidentifier():
+            raise SourceDirError(f"include_packages entry '{package}' is not a package name: pass a name "
+                                 "such as 'container' or 'launcher.config'")
+        entries[name] = (None, 0o755)
+        entries[f"{name}/__init__.py"] = _file_entry(directory / "__init__.py")
+        directory, name = directory / sub, f"{name}/{sub}"
+    if not (directory / "__init__.py").is_file():
+        raise SourceDirError(f"include_packages entry '{package}' is not a regular package ({directory} has no "
+                             "__init__.py)")
+    entries.update(_collect(directory, name, ignore, exclude, excluded))
+    return entries
+
+
 def _package_dir(name: str) -> Path:
     if not name.isidentifier():
         raise SourceDirError(
@@ -392,14 +452,28 @@ def _sha256(path: Path) -> tuple[str, int]:
 
 
 def build_job_sourcedir(job, dest: Path) -> SourceBundle:
-    """The archive of a validated job (`launcher.config.ValidatedJob`), paths relative to its file."""
+    """The archive of a validated job (`launcher.config.ValidatedJob`), paths relative to its file.
+
+    What of smlaunch it holds depends on the job's kind (launcher.config.job_kind), whatever the
+    target: a job that runs smlaunch's runtime ships `container` and `launcher` under
+    `_smlaunch/`, which its train.py imports (on AWS's images they are nowhere else; on smlaunch's
+    image, locally and on Slurm the job so runs the code it was validated with); a user script
+    ships nothing of smlaunch, since whatever runs it (AWS's toolkit in AWS's images, smlaunch's
+    bootstrap in smlaunch's image, on this machine or on the Slurm nodes) is already where it runs,
+    and the script itself imports none of it."""
     cfg, base = job.config, job.base_dir
     source_dir = None if cfg.source_dir is None else base / cfg.source_dir
     entry = cfg.entry_point if source_dir else str(base / cfg.entry_point)
     requirements = runtime_requirements() if job.kind.runtime and cfg.on_sagemaker else ()
-    return build_sourcedir(dest, entry_point=entry, source_dir=source_dir,
-                           dependencies=[base / d for d in cfg.dependencies],
-                           ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore), requirements=requirements)
+    packages = RUNTIME_PACKAGES if job.kind.runtime else ()
+    bundle = build_sourcedir(dest, entry_point=entry, source_dir=source_dir,
+                             dependencies=[base / d for d in cfg.dependencies], include_packages=packages,
+                             ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore), requirements=requirements)
+    shipped = sum(name.startswith(f"{PACKAGES_DIR}/") for name in bundle.files)
+    bundle.smlaunch = (f"smlaunch's runtime in {PACKAGES_DIR}/ ({shipped} files: {', '.join(packages)}), which "
+                       f"{PurePosixPath(cfg.entry_point).name} imports" if packages else
+                       "nothing of smlaunch (a user script: what runs it is in the image or on the machine)")
+    return bundle
 
 
 def program_name(cfg) -> str:

@@ -256,7 +256,10 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
         view = LiveProgress(plain=echo)  # the log lines, and a progress bar on a terminal
         backend = registry.for_job(job, runner=runner, printer=view.line, console=view.host_line)
         if dry_run:
-            click.echo(backend.dryrun(job, job_name).render())
+            result = backend.dryrun(job, job_name)
+            click.echo(result.render())
+            if getattr(result, "bundle", None) is not None:  # on stderr: stdout stays the request alone
+                click.echo(result.bundle.summary(), err=True)
             return
         name = backend.submit(job, job_name, detach=no_wait)
         record = backend.describe(name)

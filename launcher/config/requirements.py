@@ -51,6 +51,19 @@ def runtime_requirements() -> list[str]:
     return [declared[_distribution(n)] for n in RUNTIME_DISTRIBUTIONS]
 
 
+def runtime_constraints() -> list[str]:
+    """What a local job's environment for its requirements.txt must keep for smlaunch's runtime to
+    run in it (pip's constraints there, launcher.local.jobenv): the runtime's requirements and torch's."""
+    declared = {_distribution(r): r for r in _declared_requirements()}
+    torch = [declared["torch"]] if "torch" in declared else []
+    return [_constraint(line) for line in [*runtime_requirements(), *torch]]
+
+
+def _constraint(requirement: str) -> str:
+    """A requirement as pip takes it as a constraint: without extras (`torch[x]>=2` -> `torch>=2`)."""
+    return re.sub(r"\[[^\]]*\]", "", requirement.split(";", 1)[0]).strip()
+
+
 def _declared_requirements() -> list[str]:
     pyproject = PYPROJECT
     try:

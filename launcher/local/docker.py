@@ -286,6 +286,11 @@ class DockerRunner:
                 f"  make image IMAGE={image} BASE_IMAGE=<image>"
             )
 
+    def setup(self, spec: LocalJobSpec, log, should_stop) -> None:
+        """Nothing: each container's bootstrap installs requirements.txt into the image's Python, as the
+        toolkit does on SageMaker."""
+        return None
+
     # each host is an `attach` process, which passes the signal on to its container
     signal_hosts = staticmethod(signal_process_groups)
 

@@ -25,6 +25,7 @@ from launcher.config.issues import ConfigError, Issue
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.config.job_rules import resolve_path
+from launcher.config.requirements import runtime_constraints
 from launcher.config.sent_hyperparameters import job_hyperparameters
 from launcher.local import s3io, store
 from launcher.local.spec import LocalJobSpec, Runner
@@ -101,6 +102,7 @@ def checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: 
         runner=runner.name, output_path=output_path, checkpoint_s3_uri=cfg.checkpoint_s3_uri,
         region=cfg.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
         runner_settings=dict(getattr(runner, "settings", {})), tensorboard=tensorboard_config(cfg),
+        envs_root=str(store.envs_root(root)), runtime_constraints=runtime_constraints() if job.kind.runtime else [],
     )
     spec.hyperparameters = wire.encode(job_hyperparameters(
         cfg, instance_type=cfg.instance_type, program=program_name(cfg),
@@ -174,6 +176,7 @@ def _write(job: ValidatedJob, spec: LocalJobSpec, runner: Runner, log: Callable[
     cfg = job.config
     with tempfile.TemporaryDirectory() as tmp:  # a broken source_dir fails before the job exists
         bundle = build_job_sourcedir(job, Path(tmp) / "sourcedir.tar.gz")
+        log(bundle.summary())
         _create_job_dir(spec.job_dir)
         try:
             shutil.move(str(bundle.path), spec.source_archive)

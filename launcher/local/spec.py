@@ -3,6 +3,8 @@
 The job directory (`<jobs root>/<job name>/`):
 
     job.json             status record, DescribeTrainingJob-shaped (launcher.local.store)
+    env/                 a Slurm job's Python environment for its requirements.txt (launcher.local.jobenv;
+                         the process runner keeps them in <home>/envs/ and reuses them)
     spec.json            this LocalJobSpec, so a detached supervisor can run the job (0600: it
                          holds the environment and hyperparameters, secrets included)
     sourcedir.tar.gz     the code archive, built exactly as for SageMaker
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Protocol
@@ -52,6 +55,10 @@ class LocalJobSpec:
     host_channels: dict[str, dict[str, Path]] = field(default_factory=dict)
     runner_settings: dict = field(default_factory=dict)  # the Slurm runner's: the job's slurm section
     tensorboard: dict | None = None  # the request's TensorBoardOutputConfig (S3OutputPath, LocalPath)
+    # requirements.txt's environment (launcher.local.jobenv): where the process runner keeps them, and
+    # the constraints pip gets for a job that runs smlaunch's runtime (its own requirements)
+    envs_root: str | None = None
+    runtime_constraints: list[str] = field(default_factory=list)
 
     def host_dir(self, host: str) -> Path:
         """The host's /opt/ml tree."""
@@ -112,6 +119,11 @@ class Runner(Protocol):
 
     def check(self, spec: LocalJobSpec) -> None:
         """Raise RunnerError with a clear message if this runner cannot run here (no engine)."""
+
+    def setup(self, spec: LocalJobSpec, log: Callable[[str], None], should_stop: Callable[[], bool]) -> dict | None:
+        """Before any host starts: the job's Python environment for its requirements.txt
+        (launcher.local.jobenv), or nothing where the hosts install it themselves (containers).
+        Returns what job.json records about it; raises jobenv.RequirementsFailed or SetupStopped."""
 
     def start(self, spec: LocalJobSpec) -> list[HostProcess]:
         """Start the job (the trees under spec.job_dir / "hosts" are written)."""

@@ -27,6 +27,12 @@ def jobs_root() -> Path:
     return Path(os.environ.get(HOME_ENV) or Path.home() / ".smlaunch").expanduser() / "jobs"
 
 
+def envs_root(root: Path | None = None) -> Path:
+    """Where local jobs' Python environments for their requirements.txt are kept and reused
+    (launcher.local.jobenv): `<home>/envs/`, beside the jobs root."""
+    return (root or jobs_root()).parent / "envs"
+
+
 def job_dir(name: str, root: Path | None = None) -> Path:
     """The job's directory; a name that is not a valid job name (`../x`, `a/b`) never becomes a path."""
     return (root or jobs_root()) / check_job_name(name)

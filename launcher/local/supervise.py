@@ -5,7 +5,9 @@ One reader thread per host copies its output to `logs/<host>.log`, to the merged
 fails as soon as one host fails: the others are stopped, since their collectives would only
 wait for the missing ranks. SIGINT/SIGTERM (Ctrl-C, `smlaunch stop`) and `max_run` stop every
 host the way SageMaker does: SIGTERM, which the bootstraps forward to the ranks so they can save
-a checkpoint, then SIGKILL after a grace period. Whatever happens, the hosts' `model/` and
+a checkpoint, then SIGKILL after a grace period. Before the hosts start, the runner builds the
+job's Python environment for its requirements.txt where it has one (launcher.local.jobenv): a pip
+failure fails the job there, and a stop or max_run ends the build. Whatever happens, the hosts' `model/` and
 `output/data/` become `model.tar.gz` and `output.tar.gz` in `output_path`, and `job.json` gets
 the outcome, the failure reason and the times.
 
@@ -33,6 +35,7 @@ from pathlib import Path
 
 # Imports inside functions: a runner's module (docker, Slurm) loads when a job uses it.
 from launcher.local import leftovers, s3io, store
+from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
 from launcher.local.watchdog import Watchdog
 from launcher.wire.opt_ml import FAILURE_LIMIT, process_ended
@@ -150,7 +153,14 @@ class Supervisor:
         reason, exits = None, []  # why we stopped the hosts; (label, code) in the order they ended
         try:
             try:
+                self._setup(started)
                 hosts = self.runner.start(spec)
+            except SetupStopped:
+                reason = self._stop_reason(started)
+                self._note(f"{reason.replace('_', ' ')} while the job's environment was being built: "
+                           "no host was started")
+            except RequirementsFailed as exc:
+                reason, self.start_error = "requirements_failed", str(exc)
             except Exception as exc:  # noqa: BLE001 - a job that cannot start must still end in its record
                 self._note(f"could not start the hosts: {exc}")
                 reason, self.start_error = "start_failed", f"{type(exc).__name__}: {exc}"
@@ -206,6 +216,23 @@ class Supervisor:
                     signal.signal(signum, handler)
         return reason, self._finish(reason, exits, time.monotonic() - started)
 
+    def _setup(self, started: float) -> None:
+        """The runner's work before any host starts (the job's environment for its requirements.txt),
+        stopped by what stops a running job: a signal, a stop request, max_run."""
+        setup = getattr(self.runner, "setup", None)  # a runner of the Runner protocol before it had one
+        if setup is None:
+            return
+        record = setup(self.spec, self._note, lambda: self._stop_reason(started) is not None)
+        if record:
+            store.update(self.spec.job_dir, JobEnvironment=record)
+
+    def _stop_reason(self, started: float) -> str | None:
+        if not self.signals and self._stop_requested():
+            self.signals.append(signal.SIGTERM)
+        if self.signals:
+            return "interrupted" if self.signals[0] == signal.SIGINT else "stopped"
+        return "max_run" if time.monotonic() - started > self.spec.max_run else None
+
     def _end_leftovers(self, grace_s: float = 0.0, what: str = "the job left behind") -> None:
         ended = leftovers.end_job_processes(self.spec.job_dir, grace_s)
         if ended:
@@ -238,6 +265,9 @@ class Supervisor:
         elif reason == "start_failed":
             status, secondary, message = "Failed", "Failed", "The hosts could not be started"
             fields["FailureReason"] = f"ClientError: {self.start_error}"[:FAILURE_LIMIT]
+        elif reason == "requirements_failed":  # as the toolkit's failure file would say it on SageMaker
+            status, secondary, message = "Failed", "Failed", "Installing requirements.txt failed"
+            fields["FailureReason"] = f"AlgorithmError: {self.start_error}"[:FAILURE_LIMIT]
         elif reason == "supervisor_lost":
             status, secondary, message = "Failed", "Failed", "The supervisor ended without an outcome"
             fields["FailureReason"] = (

@@ -6,6 +6,11 @@ The supervisor (launcher.local.supervise, started by the batch script on the fir
 rendezvous is the first node of the allocation, at the address Slurm gives for it (NodeAddr),
 not an assumed name. srun passes the supervisor's SIGTERM on to the task, so a stop reaches the
 ranks and they checkpoint.
+
+A job whose code has a requirements.txt gets a Python environment of its own in the job's
+directory (`env/`, on the file system every node sees), built once by the supervisor before any
+step starts (launcher.local.jobenv); every node's bootstrap runs with its interpreter. With
+`container_image` the bootstraps install it inside their containers, as on SageMaker.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 from launcher.backends.base import BackendError
+from launcher.local import jobenv
 from launcher.local.process import ProcessRunner
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
 from launcher.slurm import commands
@@ -44,6 +51,17 @@ class SlurmRunner(ProcessRunner):
             raise RunnerError(f"slurm.python {python!r} is not an executable file here; give the path of a "
                               "Python with smlaunch[train] that every node has")
 
+    def setup(self, spec: LocalJobSpec, log: Callable[[str], None], should_stop: Callable[[], bool]) -> dict | None:
+        """The job's own environment in its directory (none with container_image: the image's Python)."""
+        if self.settings.get("container_image"):
+            return None
+        self.job_env = jobenv.job_environment(spec, python=self.settings.get("python") or sys.executable, log=log,
+                                              should_stop=should_stop, place=lambda _key: spec.job_dir / "env")
+        return self.job_env.record() if self.job_env else None
+
+    def python(self) -> str:
+        return str(self.job_env.python) if self.job_env else (self.settings.get("python") or sys.executable)
+
     def _master(self) -> str:
         nodelist = os.environ.get("SLURM_JOB_NODELIST")
         if not nodelist:
@@ -68,7 +86,7 @@ class SlurmRunner(ProcessRunner):
                                                                       for m in mounts)),
                         "--container-workdir=" + str(spec.host_dir(spec.hosts[index])), "python"]
         else:
-            command.append(s.get("python") or sys.executable)
+            command.append(self.python())
         return command + ["-m", "container", "train"]
 
     def environment(self, spec: LocalJobSpec, host: str, port: int) -> dict[str, str]:

@@ -25,6 +25,10 @@ from pathlib import Path
 HOMOGENEOUS_GROUP = "homogeneousCluster"
 
 FAILURE_LIMIT = 1024  # SageMaker's FailureReason shows this many characters of output/failure
+# Set by smlaunch's process and Slurm runners to the sha256 of the code's requirements.txt once they
+# have installed it into the job's environment (launcher.local.jobenv): the bootstrap does not run
+# pip again for a requirements.txt of that digest.
+REQUIREMENTS_INSTALLED_ENV = "SMLAUNCH_REQUIREMENTS_INSTALLED"
 # A job's TensorBoardOutputConfig, as the container finds it in input/config (SageMaker Debugger's
 # DEFAULT_SAGEMAKER_TENSORBOARD_PATH), and the API's default LocalPath.
 TENSORBOARD_CONFIG = "tensorboardoutputconfig.json"

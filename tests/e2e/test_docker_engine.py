@@ -109,6 +109,29 @@ def test_the_demo_layout_trains_in_containers_like_the_process_runner(tmp_path, 
     assert not docker._foreign_owner(runs["docker"], os.getuid())
 
 
+def test_requirements_are_installed_inside_the_containers_as_the_toolkit_does(tmp_path, home, engine_image):  # noqa: F811
+    """The docker runner builds no environment here: each container's bootstrap pip-installs
+    requirements.txt into the image's Python (from wheels the code ships), as on SageMaker."""
+    from tests.support.own_scripts import PINNED, PROBE, wheels
+
+    engine, image = engine_image
+    src = tmp_path / "src"
+    wheels(src / "wheels")
+    (src / "job.py").write_text("import pydantic, smlaunch_own_probe, sys\n"
+                                "print('pydantic', pydantic.VERSION, 'probe', smlaunch_own_probe.VALUE)\n")
+    (src / "requirements.txt").write_text("--no-index\n--find-links ./wheels\n"  # ./: the code directory
+                                          f"{'=='.join(PROBE)}\n{'=='.join(PINNED)}\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"entry_point": "job.py", "source_dir": str(src), "instance_type": "local",
+                                    "image_uri": image, "local_runner": "docker"}))
+    proc = smlaunch("submit", str(spec), "--job-name", "reqs-docker", env=cli_env(home), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "installing the code's requirements.txt" in proc.stdout
+    assert f"pydantic {PINNED[1]} probe 42" in proc.stdout
+    assert "JobEnvironment" not in store.read("reqs-docker") and not (home / "envs").exists()
+    assert left_behind(engine, "reqs-docker") == []
+
+
 # --- failures and stops ------------------------------------------------------------------------
 
 def test_a_failing_host_fails_the_job_and_stops_the_other(tmp_path, home, engine_image):  # noqa: F811

@@ -149,3 +149,47 @@ def test_stop_sends_sigterm_and_the_ranks_checkpoint(tmp_path, home, corpus, slu
     assert re.search(r"last step: step \d+/10000 \(\d+%\), loss", shown) and "failure reason" not in shown
     slurm_cluster.wait_ended(job_id, timeout=60)
     assert processes_in(home / "jobs" / name) == []
+
+
+# Every rank says what it runs in, in the model directory of its node.
+IN_ITS_ENVIRONMENT = """
+import json, os, sys
+import pydantic, smlaunch_own_probe
+with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank-{os.environ['RANK']}.json"), "w") as f:
+    json.dump({"prefix": sys.prefix, "pydantic": pydantic.VERSION, "probe": smlaunch_own_probe.VALUE}, f)
+"""
+
+
+def test_requirements_go_into_one_environment_in_the_job_directory(tmp_path, home, slurm_cluster, own_wheels):
+    """The supervisor builds the job's environment once, on the shared job directory, before any
+    node starts; every node's ranks run in it; the Python the nodes were given is left as it was."""
+    from tests.support.own_scripts import PINNED, PROBE, installed, launching_environment, requirements
+
+    python = launching_environment(tmp_path / "nodes-python")
+    before = installed(python)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "job.py").write_text(IN_ITS_ENVIRONMENT)
+    (src / "requirements.txt").write_text(requirements(own_wheels, "==".join(PROBE), "==".join(PINNED)))
+    job = write_job(tmp_path / "job.yaml", {
+        "entry_point": "job.py", "source_dir": str(src), "instance_type": "local", "instance_count": 2,
+        "backend": "slurm", "slurm": {"partition": slurm_cluster.partition, "python": str(python)},
+        "distribution": {"torch_distributed": {"enabled": True}}})
+    env = slurm_env(slurm_cluster, home)
+    proc = smlaunch("submit", str(job), env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    name, _ = submitted(proc)
+    job_dir = home / "jobs" / name
+    record = store.read(name, home / "jobs")
+    built = record["JobEnvironment"]
+    assert (built["Path"], built["Python"], built["Reused"]) == (str(job_dir / "env"),
+                                                                str(job_dir / "env" / "bin" / "python"), False)
+    seen = [json.loads((job_dir / "hosts" / host / "model" / f"rank-{rank}.json").read_text())
+            for host, rank in (("algo-1", 0), ("algo-2", 1))]
+    assert seen == [{"prefix": str(job_dir / "env"), "pydantic": PINNED[1], "probe": 42}] * 2
+    log = (job_dir / "logs" / "job.log").read_text()
+    assert log.count(" -m pip install ") == 1
+    assert log.count("requirements.txt is installed in the job's environment") == 2
+    assert log.index("requirements.txt: built the job environment") < log.index("algo-1 | ")  # before any node
+    assert installed(python) == before
+    assert not (home / "envs").exists()  # per job on Slurm: nothing kept for other jobs

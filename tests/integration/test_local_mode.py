@@ -119,9 +119,9 @@ def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
                                                    "context_parallel_degree=2,hybrid_shard_degree=2"]
     record = store.read("trees")
     assert record["TrainingJobStatus"] == "InProgress" and record["ProcessesPerHost"] == 2
-    with tarfile.open(spec.source_archive) as tar:  # the code SageMaker would get, container and launcher
+    with tarfile.open(spec.source_archive) as tar:  # the code SageMaker would get, the runtime under _smlaunch/
         names = set(tar.getnames())
-    assert {"train.py", "container/toolkit/bootstrap.py", "launcher/config/__init__.py"} <= names
+    assert {"train.py", "_smlaunch/container/toolkit/bootstrap.py", "_smlaunch/launcher/config/__init__.py"} <= names
 
 
 # The toolkit's trainer fetches the code with files.download_and_extract(env.module_dir,
@@ -148,7 +148,8 @@ def test_the_toolkit_fetches_the_code_of_a_local_tree(tmp_path, home, corpus):
     assert proc.returncode == 0, proc.stderr
     fetch_code(read_training_env(ours, num_gpus=0))
     assert (theirs / "code" / "train.py").read_bytes() == (ROOT / "entrypoints" / "train.py").read_bytes()
-    assert (theirs / "code" / "container" / "toolkit" / "bootstrap.py").is_file()  # the bundled package, importable
+    # the bundled runtime, where train.py imports it from
+    assert (theirs / "code" / "_smlaunch" / "container" / "toolkit" / "bootstrap.py").is_file()
     listing = [sorted(str(p.relative_to(base / "code")) for p in (base / "code").rglob("*")) for base in (theirs, ours)]
     assert listing[0] == listing[1]
 
@@ -244,7 +245,7 @@ def test_no_wait_then_logs_and_stop(tmp_path, home):
     spec = script_job(tmp_path, instance_count=1, base_job_name="detached")
     proc = smlaunch("submit", str(spec), "--no-wait", env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    name = proc.stdout.split()[1]
+    name = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("submitted "))
     job = home / "jobs" / name
     wait_for(lambda: (job / "logs" / "job.log").is_file() and " ready" in (job / "logs" / "job.log").read_text())
     assert "InProgress (Training)" in smlaunch("status", name, env=env).stdout

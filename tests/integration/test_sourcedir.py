@@ -19,22 +19,23 @@ def test_included_package_is_importable_from_the_extracted_archive(
         source_dir=project,
         include_packages=(fake_package,),
     )
-    assert f"{fake_package}/__init__.py" in bundle.files
-    assert f"{fake_package}/sub/__init__.py" in bundle.files
+    assert f"_smlaunch/{fake_package}/__init__.py" in bundle.files
+    assert f"_smlaunch/{fake_package}/sub/__init__.py" in bundle.files
     assert not [f for f in bundle.files if "__pycache__" in f]
     code_dir = tmp_path / "code"
     with tarfile.open(bundle.path) as tar:
         tar.extractall(code_dir, filter="data")  # the strict filter newer Pythons default to
-    # a fresh interpreter that only sees the code directory, like a stock AWS image
+    # a fresh interpreter that only sees the code directory and what the entry point puts on the
+    # path (train.py: _smlaunch/), like a stock AWS image
     out = subprocess.run(
         [sys.executable, "-c", f"import {fake_package} as p; print(p.VALUE, p.__file__)"],
         cwd=code_dir,
-        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(code_dir)},
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": f"{code_dir}{os.pathsep}{code_dir / '_smlaunch'}"},
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert out.startswith("installed " + str(code_dir))
+    assert out.startswith("installed " + str(code_dir / "_smlaunch"))
 
 
 def test_what_the_runtime_imports_is_the_image_or_the_requirements(tmp_path: Path) -> None:

@@ -184,7 +184,7 @@ def test_seed_bundle_holds_script_and_container_package() -> None:
     plan = dryrun("p4d-cp8")
     assert plan.bundle is not None
     assert "train.py" in plan.bundle.files
-    assert "container/__init__.py" in plan.bundle.files
+    assert "_smlaunch/container/__init__.py" in plan.bundle.files  # the runtime, under a name that shadows nothing
     summary = plan.to_dict()["SourceBundle"]
     assert summary["files"] == len(plan.bundle.files) and summary["bytes"] > 0
 

@@ -93,7 +93,7 @@ def test_submit_uploads_code_and_creates_job(aws, backend) -> None:
     body = aws.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read()
     with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
         names = tar.getnames()
-        assert "train.py" in names and "container/__init__.py" in names
+        assert "train.py" in names and "_smlaunch/container/__init__.py" in names
         script = tar.extractfile("train.py").read()
     assert script == (ROOT / "entrypoints" / "train.py").read_bytes()
 
@@ -214,6 +214,8 @@ def test_wait_prints_both_hosts_merged_by_time(aws, backend, lines) -> None:
 def test_logs_without_follow_prints_once(aws, backend, lines) -> None:
     aws.client("s3").create_bucket(Bucket=BUCKET)
     name = backend.submit(make_job(), job_name="one-host")
+    assert lines[0].startswith("sourcedir.tar.gz: ")  # what submit packed (the code bundle's line)
+    lines.clear()
     t = int(time.time() * 1000) - 10_000
     put_logs(aws, name, 1, [(t, "a"), (t + 1, "b")])
     backend.logs(name)

@@ -183,17 +183,52 @@ def test_missing_dependency(project: Path, tmp_path: Path) -> None:
         )
 
 
-def test_users_copy_of_a_package_wins(project: Path, tmp_path: Path, fake_package: str) -> None:
+def test_included_packages_sit_under_a_name_no_user_package_has(project: Path, tmp_path: Path,
+                                                                 fake_package: str) -> None:
+    """The user's package of the same name stays at the root, where the script imports it; the
+    included one goes to _smlaunch/, which shadows nothing."""
+    write(project / fake_package / "__init__.py", "VALUE = 'user'\n")
+    bundle = build_sourcedir(tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project,
+                             include_packages=(fake_package,))
+    assert bundle.skipped_packages == []
+    assert read(bundle.path, f"{fake_package}/__init__.py") == "VALUE = 'user'\n"
+    assert f"{fake_package}/sub/__init__.py" not in bundle.files
+    assert read(bundle.path, f"_smlaunch/{fake_package}/__init__.py") == "VALUE = 'installed'\n"
+    assert f"_smlaunch/{fake_package}/sub/__init__.py" in bundle.files
+    assert members(bundle.path)["_smlaunch"].isdir()
+
+
+def test_at_the_root_the_users_copy_of_a_package_wins(project: Path, tmp_path: Path, fake_package: str) -> None:
     write(project / fake_package / "__init__.py", "VALUE = 'user'\n")
     bundle = build_sourcedir(
         tmp_path / "a.tar.gz",
         entry_point="train.py",
         source_dir=project,
         include_packages=(fake_package,),
+        packages_dir="",
     )
     assert bundle.skipped_packages == [fake_package]
     assert read(bundle.path, f"{fake_package}/__init__.py") == "VALUE = 'user'\n"
     assert f"{fake_package}/sub/__init__.py" not in bundle.files
+
+
+def test_a_dotted_name_ships_the_subpackage_and_its_parents_init(project: Path, tmp_path: Path,
+                                                                 fake_package: str) -> None:
+    bundle = build_sourcedir(tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project,
+                             include_packages=(f"{fake_package}.sub",))
+    assert [f for f in bundle.files if f.startswith("_smlaunch/")] == [
+        f"_smlaunch/{fake_package}/__init__.py", f"_smlaunch/{fake_package}/sub/__init__.py"]
+    with pytest.raises(SourceDirError, match="not a regular package"):
+        build_sourcedir(tmp_path / "b.tar.gz", entry_point="train.py", source_dir=project,
+                        include_packages=(f"{fake_package}.nothing",))
+
+
+def test_a_user_directory_named_like_the_packages_directory_is_refused(project: Path, tmp_path: Path,
+                                                                       fake_package: str) -> None:
+    write(project / "_smlaunch" / "x.py")
+    with pytest.raises(SourceDirError, match="stored as '_smlaunch'"):
+        build_sourcedir(tmp_path / "a.tar.gz", entry_point="train.py", source_dir=project,
+                        include_packages=(fake_package,))
 
 
 def test_unimportable_package(project: Path, tmp_path: Path) -> None:
