@@ -47,8 +47,16 @@ def head_loss(head: nn.Module, h: torch.Tensor, labels: torch.Tensor, chunk_toke
                for hc, lc in chunks)
 
 
-def _loss(head: nn.Module, h: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def masked_logits(head: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    """head(h), with a padded vocabulary's padding logits at -inf (its `vocab_mask`,
+    container.models.llama): they never win, take no probability and get no gradient."""
     logits = head(h)
+    mask = getattr(head, "vocab_mask", None)
+    return logits if mask is None else logits + mask.to(logits.dtype)
+
+
+def _loss(head: nn.Module, h: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    logits = masked_logits(head, h)
     loss = F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
                            reduction="sum")
     if isinstance(loss, DTensor):  # vocabulary-parallel: replicated over tp, autograd kept

@@ -24,6 +24,7 @@ from container.args import Directories, channels
 from container.checkpoint import checkpointer as ckpt
 from container.checkpoint import hf_export as hf
 from container.checkpoint import pretrained
+from container.checkpoint.saved_shape import saved_vocab_rows
 from container.data import loader as data
 from container.data.chat import ChatTokenizer, load_tokenizer
 from container.data.chat_source import ChatSource
@@ -49,7 +50,7 @@ from container.progress import ProgressWriter
 from container.tensorboard import TensorBoardScalars
 from launcher.config import TrainingHyperparameters, aws_arguments, flops
 from launcher.config.attention import DESCRIPTIONS
-from launcher.config.models import ModelSpec
+from launcher.config.models import ModelSpec, vocab_rows
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
 from launcher.wire.metric_lines import format_metric_line
@@ -64,17 +65,18 @@ def settings(rt: Runtime, hp: TrainingHyperparameters) -> RunSettings:
 
 
 def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings,
-                         sources: pretrained.Sources | None = None) -> Transformer:
+                         sources: pretrained.Sources | None = None, vocab_rows: int | None = None) -> Transformer:
     """Model -> FP8 -> tensor parallel -> activation checkpointing -> FSDP -> weights (delayed init,
     or eager init before sharding; then the pretrained weights, when the job names them)."""
     check_moe_layout(rt.params, spec.num_experts)
-    model = build_model(spec, s.seq_len, device="meta" if s.delayed_init else rt.device)
+    model = build_model(spec, s.seq_len, device="meta" if s.delayed_init else rt.device, vocab_rows=vocab_rows)
     if not s.delayed_init:  # seeded right before init_weights, as the delayed path does on rank 0
         torch.manual_seed(s.seed)
         model.init_weights()
     parallelize(rt, model, s)
     if s.delayed_init:
-        materialize_on_rank0_init(model, lambda: build_model(spec, s.seq_len, device="cpu"), rt.device, s.seed)
+        materialize_on_rank0_init(model, lambda: build_model(spec, s.seq_len, device="cpu", vocab_rows=vocab_rows),
+                                  rt.device, s.seed)
     if sources is not None and sources.load_weights:
         hf.load_hf_weights(model, sources.model.directory, distributed=rt.world_size > 1)
     if rt.is_main:
@@ -254,6 +256,18 @@ def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
         raise ValueError("; ".join(map(str, problems)) + " (run `smlaunch validate` on the job for the full list)")
 
 
+def model_vocab_rows(rt: Runtime, spec: ModelSpec, s: RunSettings, dirs: Directories) -> int:
+    """The embedding's and head's rows: the vocabulary, padded where tensor parallelism cannot
+    split it, or the rows of the checkpoint this run resumes where it can (container.checkpoint.saved_shape)."""
+    saved = saved_vocab_rows(dirs.checkpoints) if s.checkpoint_freq else None
+    rows = vocab_rows(spec.vocab_size, rt.layout.tp, saved)
+    if rows != spec.vocab_size and rt.is_main:
+        log.info("vocabulary: %d entries in %d rows (%s); the padding's logits are masked, the exported model "
+                 "has %d", spec.vocab_size, rows, "the checkpoint's" if rows == saved else
+                 f"tensor_parallel_degree {rt.layout.tp} does not split {spec.vocab_size}", spec.vocab_size)
+    return rows
+
+
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
     refuse_unimplemented(hp)
     s = settings(rt, hp)
@@ -275,14 +289,16 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         tokenizer=tokenizer, truncation_mode=s.truncation_mode)
     check_tokenizer(loader.source, sources)
     validation = validation_loader(rt, dirs, s, spec, tokenizer)
+    rows = model_vocab_rows(rt, spec, s, dirs)
     if rt.layout.pp > 1:  # this rank's stages; the pipeline runs forward and backward
-        model, pipe = build_pipeline(rt, spec, s, parallelize, pretrained_weights=sources.load_weights)
+        model, pipe = build_pipeline(rt, spec, s, parallelize, pretrained_weights=sources.load_weights,
+                                     vocab_rows=rows)
     else:
-        model, pipe = build_parallel_model(rt, spec, s, sources), None
+        model, pipe = build_parallel_model(rt, spec, s, sources, rows), None
     cp_shard = apply_context_parallel(rt, s.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer, scheduler = build_optimization(model, s)
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
-                                     identity=RunIdentity(s, spec, rt.dp_size)) if s.checkpoint_freq else None
+                                     identity=RunIdentity(s, spec, rt.dp_size, rows)) if s.checkpoint_freq else None
     start_step = 0
     if checkpointer is not None:
         restored = checkpointer.load_latest(model, optimizer, scheduler)

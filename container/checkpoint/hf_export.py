@@ -41,6 +41,9 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 # save_pretrained's long-standing default; keeps each file small enough for S3 single-part tools.
 MAX_SHARD_BYTES = 5 * 1024**3
+# the parameters with a row per vocabulary entry (padded for tensor parallelism where it cannot split them)
+VOCAB_ROWS = ("tok_embeddings.weight", "output.weight")
+
 
 @dataclass(frozen=True)
 class Names:
@@ -227,6 +230,16 @@ def _read_hf_state_dict(
     return state
 
 
+def _padded(state: dict[str, torch.Tensor], model_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The vocabulary's rows of the files, zero rows below them up to a padded model's rows."""
+    for name in VOCAB_ROWS:
+        if name in state and name in model_state and state[name].shape[0] < model_state[name].shape[0]:
+            rows = model_state[name].shape[0]
+            state[name] = torch.cat([state[name], state[name].new_zeros((rows - state[name].shape[0],
+                                                                         *state[name].shape[1:]))])
+    return state
+
+
 def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool = False) -> None:
     """Load a Hugging Face model directory's weights (safetensors or `.bin`, single or sharded).
 
@@ -239,13 +252,17 @@ def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool =
     itself, into a plain model or (when a process group is up) a sharded one.
     """
     directory = Path(directory)
-    tied = bool(getattr(getattr(model, "args", None), "tie_embeddings", False))
-    family = getattr(getattr(model, "args", None), "family", "llama")
+    args = getattr(model, "args", None)
+    tied = bool(getattr(args, "tie_embeddings", False))
+    family = getattr(args, "family", "llama")
     # A sharded model's state_dict holds DTensors, whose shape is the global one.
     local = {k: v for k, v in model.state_dict().items() if not (tied and k == "output.weight")}
-    expected = {k: v.shape for k, v in local.items()}
+    # the files hold the vocabulary's rows; a padded model's extra rows are zeros (_padded)
+    vocab = getattr(args, "vocab_size", None)
+    expected = {k: torch.Size((vocab, *v.shape[1:])) if k in VOCAB_ROWS and vocab else v.shape
+                for k, v in local.items()}
     if not _is_distributed(distributed):
-        state = _read_hf_state_dict(directory, expected, tied, family)
+        state = _padded(_read_hf_state_dict(directory, expected, tied, family), local)
         if tied:
             state["output.weight"] = state["tok_embeddings.weight"]
         if dist.is_initialized():  # the parameters may be DTensors: copy each rank's slice
@@ -257,7 +274,7 @@ def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool =
     state, error = {}, None
     if dist.get_rank() == 0:
         try:
-            state = _read_hf_state_dict(directory, expected, tied, family)
+            state = _padded(_read_hf_state_dict(directory, expected, tied, family), local)
             state = {k: v.to(local[k].dtype) for k, v in state.items()}
         except Exception as exc:  # noqa: BLE001 - any failure (a corrupt pickle too) must reach every rank
             error = exc
@@ -346,6 +363,8 @@ def _write_hf(
     max_shard_bytes: int,
 ) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
+    # a model padded for tensor parallelism exports its vocabulary's rows only (transformers' shapes)
+    state = {name: t[:spec.vocab_size] if name in VOCAB_ROWS else t for name, t in state.items()}
     names = [name for name in state if not (spec.tie_embeddings and name == "output.weight")]
     family = "gpt_neox" if spec.is_gpt_neox else "llama"
     itemsize = torch.empty((), dtype=dtype).element_size()

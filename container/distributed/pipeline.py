@@ -134,10 +134,10 @@ def _rows(positions: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
 
 def build_pipeline(rt: Runtime, spec: ModelSpec, s: RunSettings,
                    parallelize: Callable[[Runtime, nn.Module, RunSettings], None],
-                   pretrained_weights: bool = False) -> tuple[Transformer, Pipeline]:
+                   pretrained_weights: bool = False, vocab_rows: int | None = None) -> tuple[Transformer, Pipeline]:
     """(this rank's model: its stages' modules under their global names, the pipeline to step)."""
     check_pipeline(rt, spec, s, pretrained_weights)
-    full = build_model(spec, s.seq_len, device=rt.device)
+    full = build_model(spec, s.seq_len, device=rt.device, vocab_rows=vocab_rows)
     torch.manual_seed(s.seed)  # as trainer.build_parallel_model seeds it: one process's weights
     full.init_weights()
     if rt.is_main:

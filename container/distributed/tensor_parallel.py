@@ -30,7 +30,7 @@ import contextlib
 import logging
 
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
@@ -50,11 +50,12 @@ GPT_NEOX_PROJECTIONS = (("attention.wqkv", "feed_forward.w1"), ("attention.wo", 
 
 
 def check_tp_degree(model: Transformer, tp: int) -> None:
-    """Every split must be even: heads (whole heads per rank), MLP and vocabulary features, and
-    the sequence (sequence-parallel slices are rebuilt from local tensors assuming equal sizes)."""
+    """Every split must be even: heads (whole heads per rank), MLP features, the vocabulary's rows
+    (padded where the vocabulary does not split: launcher.config.models.vocab_rows), and the
+    sequence (sequence-parallel slices are rebuilt from local tensors assuming equal sizes)."""
     args = model.args
     sizes = {"attention heads": args.n_heads, "key/value heads": args.n_kv_heads,
-             "MLP features": args.ffn_dim, "vocabulary entries": args.vocab_size,
+             "MLP features": args.ffn_dim, "vocabulary rows": args.vocab_rows,
              "sequence length (max_context_width)": args.max_seq_len}
     uneven = [f"{n} {label}" for label, n in sizes.items() if n % tp]
     if uneven:
@@ -77,6 +78,10 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
     # parallelize_module replaced each module's weight with its own DTensor; both are the
     # vocabulary dimension split the same way (Shard(0)), so the tie can be restored as is
     model.tie_weights()
+    mask = getattr(model.output, "vocab_mask", None)
+    if mask is not None:  # the padding logits' mask, split like the logits it is added to (the plan replicated it)
+        model.output.vocab_mask = mask.redistribute(tp_mesh, [Shard(0)]) if isinstance(mask, DTensor) else (
+            distribute_tensor(mask, tp_mesh, [Shard(0)]))
     projections = GPT_NEOX_PROJECTIONS if model.args.family == "gpt_neox" else LLAMA_PROJECTIONS
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, {

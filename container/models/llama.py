@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from container import loss
 from container.models import attention
@@ -54,9 +55,12 @@ class TransformerArgs:
     hidden_act: str = "silu"
     parallel_residual: bool = False
     attention_bias: bool = False
+    # rows of the embedding and head: vocab_size, or more where tensor parallelism pads the
+    # vocabulary (launcher.config.models.vocab_rows); 0: vocab_size
+    padded_vocab: int = 0
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec, max_seq_len: int) -> TransformerArgs:
+    def from_spec(cls, spec: ModelSpec, max_seq_len: int, vocab_rows: int | None = None) -> TransformerArgs:
         return cls(dim=spec.hidden_size, n_layers=spec.num_layers, n_heads=spec.num_heads,
                    n_kv_heads=spec.num_kv_heads, vocab_size=spec.vocab_size, ffn_dim=spec.intermediate_size,
                    max_seq_len=max_seq_len, rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,
@@ -66,11 +70,15 @@ class TransformerArgs:
                    init_std=spec.initializer_range, family="gpt_neox" if spec.is_gpt_neox else "llama",
                    rotary_dim=spec.rotary_dim if spec.rotary_dim != spec.head_dim else None,
                    hidden_act=spec.hidden_act, parallel_residual=spec.parallel_residual,
-                   attention_bias=spec.attention_bias)
+                   attention_bias=spec.attention_bias, padded_vocab=vocab_rows or 0)
 
     @property
     def head_dim(self) -> int:
         return self.explicit_head_dim or self.dim // self.n_heads
+
+    @property
+    def vocab_rows(self) -> int:
+        return self.padded_vocab or self.vocab_size
 
 
 class RMSNorm(nn.Module):
@@ -165,12 +173,16 @@ class Transformer(nn.Module):
     def __init__(self, args: TransformerArgs):
         super().__init__()
         self.args = args
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        self.tok_embeddings = nn.Embedding(args.vocab_rows, args.dim)
         block = GPTNeoXBlock if args.family == "gpt_neox" else TransformerBlock
         self.layers = nn.ModuleDict({str(i): block(i, args) for i in range(args.n_layers)})
         self.norm = nn.LayerNorm(args.dim, eps=args.norm_eps) if args.family == "gpt_neox" else (
             RMSNorm(args.dim, args.norm_eps))
-        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.output = nn.Linear(args.dim, args.vocab_rows, bias=False)
+        if args.vocab_rows > args.vocab_size:
+            # the padding rows' logits: -inf, so they never win and take no probability (0 where real);
+            # on the head, so the loss (container.loss) finds it, and tensor parallelism shards it with the logits
+            self.output.register_buffer("vocab_mask", vocab_mask(args), persistent=False)
         self.tie_weights()
         # Not persistent: recomputed on init, never checkpointed.
         cos, sin = rope_tables(args)
@@ -202,7 +214,9 @@ class Transformer(nn.Module):
             return h
         h = self.norm(h)
         if labels is None:
-            return self.output(h)
+            logits = loss.masked_logits(self.output, h)
+            # the vocabulary's logits; a vocabulary-sharded DTensor keeps its padding, masked
+            return logits if isinstance(logits, DTensor) else logits[..., :self.args.vocab_size]
         return loss.head_loss(self.output, h, labels, loss_chunk_tokens), loss.label_tokens(labels)
 
     def tie_weights(self) -> None:
@@ -218,24 +232,43 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(self.args, device=self.rope_cos.device)
         self.rope_cos.copy_(cos)
         self.rope_sin.copy_(sin)
+        mask = getattr(self.output, "vocab_mask", None)
+        if mask is not None:
+            full = vocab_mask(self.args, device=mask.device)
+            if isinstance(mask, DTensor):  # split over tp like the logits (tensor_parallel.apply_tp)
+                full = distribute_tensor(full, mask.device_mesh, mask.placements)
+            mask.copy_(full)
 
     @torch.no_grad()
     def init_weights(self) -> None:
         """Initialise every parameter and buffer (also after `to_empty` from the meta device)."""
         self.init_buffers()
-        nn.init.normal_(self.tok_embeddings.weight)
+        # the vocabulary's rows only, so a padded model draws the same numbers as an unpadded one
+        # (one process, another degree); padding rows are zero
+        vocab = self.args.vocab_size
+        self.tok_embeddings.weight[vocab:].zero_()
+        nn.init.normal_(self.tok_embeddings.weight[:vocab])
         for layer in self.layers.values():
             layer.init_weights()
         self.norm.reset_parameters()
         if not self.args.tie_embeddings:
             bound = 3 * self.args.dim**-0.5
-            nn.init.trunc_normal_(self.output.weight, mean=0.0, std=self.args.dim**-0.5, a=-bound, b=bound)
+            self.output.weight[vocab:].zero_()
+            nn.init.trunc_normal_(self.output.weight[:vocab], mean=0.0, std=self.args.dim**-0.5, a=-bound, b=bound)
 
     def num_params(self, exclude_embedding: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
         return n - self.tok_embeddings.weight.numel() if exclude_embedding else n
 
 
-def build_model(spec: ModelSpec, max_seq_len: int, device: torch.device | str = "cpu") -> Transformer:
+def vocab_mask(args: TransformerArgs, device: torch.device | str | None = None) -> torch.Tensor:
+    """[vocab_rows]: 0 for the vocabulary's logits, -inf for the padding's."""
+    mask = torch.zeros(args.vocab_rows, device=device)
+    mask[args.vocab_size:] = float("-inf")
+    return mask
+
+
+def build_model(spec: ModelSpec, max_seq_len: int, device: torch.device | str = "cpu",
+                vocab_rows: int | None = None) -> Transformer:
     with torch.device(device):
-        return Transformer(TransformerArgs.from_spec(spec, max_seq_len))
+        return Transformer(TransformerArgs.from_spec(spec, max_seq_len, vocab_rows))

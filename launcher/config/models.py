@@ -143,6 +143,26 @@ class ModelSpec:
         return self.num_layers * self.block_parameters() + self.root_parameters()
 
 
+# Megatron's --make-vocab-size-divisible-by default: a vocabulary tensor parallelism cannot split
+# evenly is padded to a multiple of this (and of the degree), so the padded size is the same at
+# every power-of-two degree and a checkpoint resumes at another one.
+VOCAB_MULTIPLE = 128
+
+
+def vocab_rows(vocab_size: int, tp: int, saved: int | None = None) -> int:
+    """Rows of smlaunch's embedding and output head for `vocab_size` entries at tensor-parallel
+    degree `tp`: the vocabulary itself when tp splits it evenly, else padded (the padding rows are
+    never looked up, their logits are masked to -inf, the export drops them). `saved`, the rows of
+    the checkpoint a run resumes, is kept where this degree splits it, so a resume at another
+    degree loads the shapes it saved."""
+    if saved is not None and saved >= vocab_size and saved % tp == 0:
+        return saved
+    if vocab_size % tp == 0:
+        return vocab_size
+    multiple = math.lcm(VOCAB_MULTIPLE, tp)
+    return -(-vocab_size // multiple) * multiple
+
+
 def _whole(value: object, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_DIMENSION
 

@@ -48,6 +48,7 @@ class Kept:
     key: str
     label: str
     settings: str
+    noted: bool = True  # in validate's resume note: what a user must keep (not what the runtime keeps itself)
 
 
 KEPT = (
@@ -57,6 +58,9 @@ KEPT = (
     Kept("data_stream", "data stream", "dataset_type, seed, shuffle, data_mixture and truncation_mode"),
     Kept("model", "model shape", "model_preset or the model's config"),
     Kept("optimizer", "optimizer", "optimizer"),
+    # the embedding's and head's rows: the vocabulary, padded where tensor parallelism cannot split
+    # it (launcher.config.models.vocab_rows); a resume keeps the saved rows wherever its degree splits them
+    Kept("vocab_rows", "vocabulary rows (padded for tensor parallelism)", "tensor_parallel_degree", noted=False),
 )
 
 
@@ -91,6 +95,7 @@ class RunIdentity:
     settings: RunSettings
     model: ModelSpec
     data_parallel: int
+    vocab_rows: int | None = None  # None: not recorded (nor compared)
 
     def record(self) -> dict[str, Any]:
         """What a checkpoint records, keyed as in KEPT: plain values (torch.load's weights_only
@@ -102,6 +107,7 @@ class RunIdentity:
             "data_stream": data_stream(s),
             "model": {k: v for k, v in asdict(self.model).items() if k not in _NOT_SHAPE},
             "optimizer": s.optimizer,
+            **({"vocab_rows": self.vocab_rows} if self.vocab_rows is not None else {}),
         }
 
     def conflicts(self, saved: dict[str, Any]) -> list[str]:
@@ -111,7 +117,7 @@ class RunIdentity:
         now = self.record()
         lines = []
         for kept in KEPT:
-            if kept.key not in saved:
+            if kept.key not in saved or kept.key not in now:
                 continue
             was, new = saved[kept.key], now[kept.key]
             if kept.key == "model":  # field by field: a field added since the save is not compared
@@ -148,6 +154,8 @@ def _fix(kept: Kept, saved: Any, data_parallel: int) -> str:
         return batch_fix(saved, data_parallel)
     if kept.key == "model":
         return "train the model the checkpoint holds"
+    if kept.key == "vocab_rows":
+        return f"resume with a tensor_parallel_degree that divides {saved}"
     return f"set {kept.settings} back to {saved}"
 
 

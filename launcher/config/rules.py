@@ -21,7 +21,7 @@ from launcher.config.layout import (
     sharding_group,
     with_sharding_strategy,
 )
-from launcher.config.models import MOE_MODEL_TYPES, ModelSpec
+from launcher.config.models import MOE_MODEL_TYPES, VOCAB_MULTIPLE, ModelSpec, vocab_rows
 from launcher.config.pipeline import PipelineJob, pipeline_problems
 from launcher.config.run_settings import run_settings
 from launcher.config.script_rules import uses_smp
@@ -227,8 +227,8 @@ def check_degrees(ctx: Context) -> list[Issue]:
 
 def _tp_shape_issues(ctx: Context, model: ModelSpec, tp: int) -> list[Issue]:
     """Whole heads and MLP columns per tp rank: smlaunch's runtime (and SMP's tensor parallelism)
-    splits them evenly. The vocabulary is smlaunch's own rule (its vocabulary-parallel loss); SMP
-    pads the vocabulary, so a script that uses SMP has no such rule."""
+    splits them evenly. A vocabulary they cannot split is padded (smlaunch's runtime:
+    launcher.config.models.vocab_rows; SMP pads too), which validate notes for the runtime."""
     issues = []
     world = ctx.world
     for attr, label in (("num_heads", "attention heads"), ("num_kv_heads", "key/value heads"),
@@ -240,12 +240,13 @@ def _tp_shape_issues(ctx: Context, model: ModelSpec, tp: int) -> list[Issue]:
             issues.append(_whose(ctx, Issue(f"{MP}.tensor_parallel_degree", tp,
                                             f"{model.name} has {n} {label}, not divisible by it",
                                             f"use one of {fits}"), smp_rule=attr != "intermediate_size"))
-    if model.vocab_size % tp:
-        # TODO(issue 30): the runtime pads instead; until then its vocabulary-parallel loss needs whole shares
-        fits = [d for d in divisors(model.vocab_size) if world is None or world % d == 0]
-        issues.append(_whose(ctx, Issue(f"{MP}.tensor_parallel_degree", tp,
-                                        f"{model.name} has {model.vocab_size} vocabulary entries, not divisible by it",
-                                        f"use one of {fits}")))
+    if model.vocab_size % tp and ctx.runtime:  # a script's own (SMP too) pads or not by its own code
+        rows = vocab_rows(model.vocab_size, tp)
+        issues.append(Issue(f"{MP}.tensor_parallel_degree", tp,
+                            f"{model.name} has {model.vocab_size} vocabulary entries, not divisible by it: smlaunch's "
+                            f"runtime pads its embedding and head to {rows} rows (Megatron's make-vocab-size-"
+                            f"divisible-by {VOCAB_MULTIPLE}); the padding's logits are masked, the exported model has "
+                            f"{model.vocab_size}", level="info"))
     return issues
 
 

@@ -406,16 +406,24 @@ def test_sdk_refuses_smdistributed_on_p5_without_torchrun(user_script_dir):
     assert paths(smddp) == []
 
 
-def test_tp_needs_divisible_sequence_mlp_and_vocab(runtime_dir):
+def test_tp_needs_divisible_sequence_and_mlp_and_pads_the_vocabulary(runtime_dir):
     data = make_job(runtime_dir, params={"tensor_parallel_degree": 2, "hybrid_shard_degree": 4},
                     hp={"hf_pretrained_model_name_or_dir": None, "model_preset": "llama3-tiny",
                         "max_context_width": 63, "intermediate_size": 175, "vocab_size": 257})
     assert only_issue(data, "hyperparameters.max_context_width")
     problems = " ".join(i.problem for i in only_issue(data, f"{MP}.tensor_parallel_degree"))
-    assert "175 MLP width" in problems and "257 vocabulary entries" in problems
+    assert "175 MLP width" in problems and "vocabulary" not in problems
+    # the vocabulary is padded, not refused: the job validates, and a note says to how many rows (257 -> 3 x 128)
+    padded = make_job(runtime_dir, params={"tensor_parallel_degree": 2, "hybrid_shard_degree": 4},
+                      hp={"hf_pretrained_model_name_or_dir": None, "model_preset": "llama3-tiny",
+                          "max_context_width": 64, "vocab_size": 257})
+    assert paths(padded) == []
+    note = " ".join(i.problem for i in validate_job(padded).notes if i.path == f"{MP}.tensor_parallel_degree")
+    assert "257 vocabulary entries" in note and "to 384 rows" in note and "the exported model has 257" in note
     ok = make_job(runtime_dir, params={"tensor_parallel_degree": 2, "hybrid_shard_degree": 4},
                   hp={"hf_pretrained_model_name_or_dir": None, "model_preset": "llama3-tiny", "max_context_width": 64})
     assert paths(ok) == []
+    assert not [i for i in validate_job(ok).notes if "vocabulary" in i.problem]  # 256 splits: nothing to say
 
 
 def test_transformer_engine_fp8_refuses_tensor_parallelism(runtime_dir):
