@@ -98,12 +98,17 @@ def test_wandb_offline_and_mlflow_file_store_get_the_records_of_metrics_jsonl(tm
 def test_an_unreachable_tracking_server_warns_or_with_metrics_required_fails_before_training(
         tmp_path, tracker_env, monkeypatch):
     pytest.importorskip("mlflow", reason="MLflow (smlaunch[mlflow]) is not installed")
+    pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the refusal at once, not after MLflow's backoff
     server = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    records = run_train(tmp_path / "warned", 2, max_steps=2, mlflow_tracking_uri=server)
-    assert [r["step"] for r in records] == [1, 2]  # trained, without MLflow
+    monkeypatch.delenv("WANDB_MODE")  # online W&B, with no API key anywhere
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    records = run_train(tmp_path / "warned", 2, max_steps=2, mlflow_tracking_uri=server, wandb_project="p")
+    assert [r["step"] for r in records] == [1, 2]  # trained, without either
     log = (tmp_path / "warned" / "rank-logs" / "rank0.log").read_text()
-    assert log.count("MLflow could not start") == 1 and "Training goes on without it" in log
+    assert log.count("MLflow could not start") == 1 and log.count("Training goes on without it") == 2
+    assert "Weights & Biases could not start: UsageError: No API key configured" in log
 
     with pytest.raises(AssertionError, match="MLflow could not start.*metrics_required: the job stops before"):
         run_train(tmp_path / "required", 2, max_steps=2, mlflow_tracking_uri=server, metrics_required=True)
