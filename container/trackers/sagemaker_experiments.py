@@ -36,18 +36,6 @@ def load_run_function():
     return load_run
 
 
-def open_run(load_run) -> ExperimentsRun | None:
-    """The job's run, or None for a job without one: the SDK refuses a job whose ExperimentConfig
-    has no RunName with a RuntimeError naming it (sagemaker.experiments._utils)."""
-    try:
-        return ExperimentsRun(load_run)
-    except RuntimeError as exc:
-        if "RunName" not in str(exc):
-            raise
-        log.info("metrics: this job has no SageMaker Experiments run (no experiment_config), so nothing goes there")
-        return None
-
-
 class ExperimentsRun:
     def __init__(self, load_run):
         self._stack = contextlib.ExitStack()
@@ -59,3 +47,15 @@ class ExperimentsRun:
 
     def close(self) -> None:
         self._stack.close()  # the SDK sends what is still buffered and records the run's end
+
+
+def open_run(load_run) -> ExperimentsRun | None:
+    """The job's run, or None for a job without one: the SDK refuses a job whose ExperimentConfig
+    has no RunName with a RuntimeError naming it (sagemaker.experiments._utils)."""
+    try:
+        return ExperimentsRun(load_run)
+    except RuntimeError as exc:
+        if "RunName" not in str(exc):
+            raise
+        log.info("metrics: this job has no SageMaker Experiments run (no experiment_config), so nothing goes there")
+        return None
