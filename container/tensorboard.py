@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from container.trackers.sink import scalars
 from launcher.wire.opt_ml import TENSORBOARD_CONFIG, TENSORBOARD_LOCAL_PATH
 
 
@@ -27,11 +28,6 @@ def configured_local_path(config_dir: Path) -> str | None:
     return config.get("LocalPath") or TENSORBOARD_LOCAL_PATH
 
 
-def tag(key: str) -> str:
-    """TensorBoard groups tags by their prefix: train/loss, train/grad_norm, ..., validation/loss."""
-    return "validation/loss" if key == "val_loss" else f"train/{key}"
-
-
 class TensorBoardScalars:
     def __init__(self, directory: Path):
         try:
@@ -43,10 +39,9 @@ class TensorBoardScalars:
                 "(pip install tensorboard, or smlaunch[train]) or drop those settings") from None
         self.writer = SummaryWriter(log_dir=str(directory))
 
-    def write(self, record: dict) -> None:
-        for key, value in record.items():
-            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.writer.add_scalar(tag(key), value, global_step=record["step"])
+    def log(self, record: dict) -> None:
+        for tag, value in scalars(record).items():  # train/loss, ..., validation/loss
+            self.writer.add_scalar(tag, value, global_step=record["step"])
         self.writer.flush()  # SageMaker uploads what is on disk; a stopped job keeps what it wrote
 
     def close(self) -> None:

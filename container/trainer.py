@@ -48,11 +48,13 @@ from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
 from container.progress import ProgressWriter
 from container.tensorboard import TensorBoardScalars
+from container.trackers import open_trackers
 from launcher.config import TrainingHyperparameters, aws_arguments, flops
 from launcher.config.attention import DESCRIPTIONS
 from launcher.config.models import ModelSpec, vocab_rows
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
+from launcher.config.tracker_rules import tracker_issues
 from launcher.wire.metric_lines import format_metric_line
 from launcher.wire.token_shards import tokenizer_identity
 
@@ -168,10 +170,14 @@ def _to(batch: dict, device: torch.device) -> dict:
 
 
 class MetricsWriter:
-    def __init__(self, rt: Runtime, directory: Path, tensorboard_dir: Path | None = None):
+    """Rank 0's records: the [metrics] line, metrics.jsonl, then TensorBoard and the trackers
+    (container/trackers), each fed the same record here and nowhere else."""
+
+    def __init__(self, rt: Runtime, directory: Path, tensorboard_dir: Path | None = None, trackers: list = ()):
         self.enabled = rt.is_main
         self.path = directory / "metrics.jsonl"
-        self.tensorboard = TensorBoardScalars(tensorboard_dir) if self.enabled and tensorboard_dir else None
+        self.sinks = [TensorBoardScalars(tensorboard_dir)] if self.enabled and tensorboard_dir else []
+        self.sinks += trackers if self.enabled else []
         if self.enabled:
             directory.mkdir(parents=True, exist_ok=True)
 
@@ -181,8 +187,13 @@ class MetricsWriter:
         print(format_metric_line(record["step"], **{k: v for k, v in record.items() if k != "step"}), flush=True)
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        if self.tensorboard is not None:
-            self.tensorboard.write(record)
+        for sink in self.sinks:
+            sink.log(record)
+
+    def close(self) -> None:
+        """Finish the trackers' runs (the ranks leave with os._exit: nothing would at exit)."""
+        for sink in self.sinks:
+            sink.close()
 
 
 def check_writable(directories: dict[str, Path]) -> None:
@@ -249,9 +260,10 @@ def describe_data(rt: Runtime, source, s: RunSettings) -> None:
 
 
 def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
-    """AWS's script's arguments that this runtime does not do fail the job before anything is
-    built, with validation's words (launcher.config.aws_arguments)."""
-    problems = aws_arguments.runtime_issues(hp)
+    """AWS's script's arguments that this runtime does not do, and trackers' settings that would do
+    nothing, fail the job before anything is built, with validation's words
+    (launcher.config.aws_arguments, launcher.config.tracker_rules)."""
+    problems = aws_arguments.runtime_issues(hp) + tracker_issues(hp)
     if problems:
         raise ValueError("; ".join(map(str, problems)) + " (run `smlaunch validate` on the job for the full list)")
 
@@ -277,7 +289,9 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     if dirs.tensorboard is not None:
         writable["tensorboard_dir"] = dirs.tensorboard
     check_writable({**writable, "checkpoint_dir": dirs.checkpoints} if s.checkpoint_freq else writable)
-    metrics = MetricsWriter(rt, dirs.output_data, dirs.tensorboard)  # now: a missing tensorboard fails at start
+    # now: a missing tensorboard, or a required tracker that cannot start, fails the job before training
+    metrics = MetricsWriter(rt, dirs.output_data, dirs.tensorboard,
+                            open_trackers(hp, rt.world_size, instance_type) if rt.is_main else [])
     sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
     spec = pretrained.model_spec(hp, sources)
     # the data before the model: a bad record or tokenizer fails the job before weights are loaded
@@ -359,10 +373,12 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         if stopping:
             if rt.is_main:
                 log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
+            metrics.close()
             return last
     hf.export_hf(model, spec, dirs.model, dtype=torch.bfloat16 if s.bf16 else torch.float32, pp_group=rt.pp_group)
     if rt.is_main:
         _complete_artifact(sources, dirs.model)
+    metrics.close()
     return last
 
 

@@ -232,6 +232,26 @@ class TrainingHyperparameters(_SeedDegrees):
     tensorboard_dir: str | None = Field(
         None, description="Where rank 0 writes TensorBoard scalars (default: tensorboard_output_config's "
                           "container_local_output_path, /opt/ml/output/tensorboard if unset; none without it).")
+    # metrics trackers (container/trackers/, docs/metrics.md): the records of metrics.jsonl, from rank 0
+    wandb_project: str | None = Field(
+        None, description="smlaunch: send the metric records to this Weights & Biases project (turns W&B on; "
+                          "the image needs smlaunch[wandb]; credentials: WANDB_API_KEY, WANDB_MODE=offline for "
+                          "local files; docs/metrics.md).")
+    wandb_entity: str | None = Field(None, description="smlaunch: the W&B team or user the project belongs to.")
+    wandb_run_name: str | None = Field(None, description="smlaunch: the W&B run's name (default: the job's name).")
+    wandb_tags: str | None = Field(None, description='smlaunch: the W&B run\'s tags, comma-separated ("sft,8b").')
+    mlflow_tracking_uri: str | None = Field(
+        None, description="smlaunch: send the metric records to this MLflow tracking server or store (turns MLflow "
+                          "on; http(s)://..., file:///..., a SageMaker MLflow tracking server's ARN; the image "
+                          "needs smlaunch[mlflow]; credentials: MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME "
+                          "and MLFLOW_TRACKING_PASSWORD; docs/metrics.md).")
+    mlflow_experiment_name: str | None = Field(
+        None, description="smlaunch: the MLflow experiment the run goes in, created if missing (default: "
+                          "MLflow's Default).")
+    metrics_required: bool | None = Field(
+        None, description="smlaunch: the trackers this job names (wandb_project, mlflow_tracking_uri) must work: one "
+                          "that cannot start fails the job before training, one that fails mid-run fails the job "
+                          "(default: a warning, and training goes on without it).")
     checkpoint_freq: int | None = Field(None, ge=1, description="Checkpoint every N steps.")
     num_kept_checkpoints: int | None = Field(None, ge=1, description="Checkpoints kept.")
     zipped_data: bool | None = Field(None, description="Data files are gzip-compressed.")

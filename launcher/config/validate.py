@@ -28,6 +28,7 @@ from launcher.config import (
     resume_rules,
     rules,
     script_rules,
+    tracker_rules,
 )
 from launcher.config.base import BOOLEAN_NOT_NUMBER
 from launcher.config.hyperparameters import FP8Config
@@ -165,7 +166,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   backend_rules.check_backend_choice,
                   job_rules.check_job_fields, job_rules.check_hyperparameters, job_rules.check_image,
                   aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume,
-                  script_rules.check_script_imports):
+                  script_rules.check_script_imports, tracker_rules.check_trackers):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

@@ -1,0 +1,29 @@
+"""The metrics trackers a job's records also go to, beside metrics.jsonl, the [metrics] lines and
+TensorBoard (container/trainer.py's MetricsWriter, rank 0 only): Weights & Biases (wandb_project),
+MLflow (mlflow_tracking_uri), and SageMaker Experiments where the SDK is in the image and the job
+has a run. docs/metrics.md says what each receives and what happens when it fails.
+"""
+
+from __future__ import annotations
+
+from container.trackers import mlflow_tracking, sagemaker_experiments, weights_and_biases
+from container.trackers.run_info import run_info
+from container.trackers.sink import Sink, Tracker, start
+from launcher.config import TrainingHyperparameters
+
+__all__ = ["Sink", "Tracker", "open_trackers"]
+
+
+def open_trackers(hp: TrainingHyperparameters, world_size: int, instance_type: str | None) -> list[Tracker]:
+    """Start the trackers the job names (rank 0 calls this once, before training)."""
+    info = run_info(hp, world_size, instance_type)
+    required = bool(hp.metrics_required)
+    trackers = []
+    if hp.wandb_project:
+        trackers.append(start(weights_and_biases.NAME, lambda: weights_and_biases.WandbRun(hp, info), required))
+    if hp.mlflow_tracking_uri:
+        trackers.append(start(mlflow_tracking.NAME, lambda: mlflow_tracking.MlflowRun(hp, info), required))
+    load_run = sagemaker_experiments.load_run_function()
+    if load_run is not None:  # the job's own run: never required, as no hyperparameter asks for it
+        trackers.append(start(sagemaker_experiments.NAME, lambda: sagemaker_experiments.open_run(load_run), False))
+    return [tracker for tracker in trackers if tracker is not None]

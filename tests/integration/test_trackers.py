@@ -1,0 +1,115 @@
+"""Metrics trackers, the multi-process half: train.py on two gloo ranks sends metrics.jsonl's
+records to Weights & Biases (offline: a local .wandb file, read back with W&B's own reader,
+`wandb leet inspect --json`) and to MLflow (a file store, read back with MlflowClient), from rank 0
+only, with the job's name and its hyperparameters (secrets masked) as the run's configuration; and
+an unreachable MLflow server is a warning, or with metrics_required the job's error before training.
+The in-process half is tests/unit/test_trackers.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.wire.opt_ml import free_port
+from tests.support.train_runs import run_train
+
+JOB = "trackers-job-1"
+SECRET = "hf_notForTrackers123"
+
+
+def series(records: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """metrics.jsonl as the trackers name its series: train/<key>, validation/loss."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for record in records:
+        for key, value in record.items():
+            if key != "step":
+                out.setdefault("validation/loss" if key == "val_loss" else f"train/{key}", []).append(
+                    (record["step"], value))
+    return out
+
+
+def wandb_records(wandb_dir: Path) -> list[dict]:
+    runs = sorted(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(runs) == 1, runs  # rank 0 only
+    out = subprocess.run([str(Path(sys.executable).with_name("wandb")), "leet", "inspect", "--json", str(runs[0])],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def wandb_series(records: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    out: dict[str, list[tuple[int, float]]] = {}
+    for record in records:
+        if record["type"] == "history":
+            step = record["history"]["step"]["num"]
+            for name, value in record["history"]["item"].items():
+                if not name.startswith("_"):  # W&B's own: _step, _runtime, _timestamp
+                    out.setdefault(name, []).append((step, value))
+    return out
+
+
+@pytest.fixture
+def tracker_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRAINING_JOB_NAME", JOB)  # as SageMaker (and smlaunch's docker runner) sets it
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps its file store behind this
+    monkeypatch.delenv("TRAINING_JOB_ARN", raising=False)
+    (tmp_path / "wandb").mkdir()
+
+
+def test_wandb_offline_and_mlflow_file_store_get_the_records_of_metrics_jsonl(tmp_path, tracker_env, corpus):
+    pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
+    mlflow = pytest.importorskip("mlflow", reason="MLflow (smlaunch[mlflow]) is not installed")
+    train, validation = corpus
+    store = tmp_path / "mlruns"
+    records = run_train(tmp_path / "run", 2, max_steps=4, dataset_type="jsonl", training_dir=str(train),
+                        test_dir=str(validation), validation_freq=2, validation_batches=1,
+                        wandb_project="smlaunch-tests", wandb_tags="ci,tiny", mlflow_tracking_uri=store.as_uri(),
+                        mlflow_experiment_name="trackers", hf_token=SECRET)
+    expected = series(records)
+    assert {"train/loss", "train/grad_norm", "train/lr", "train/tokens_per_s", "train/peak_memory_gib",
+            "validation/loss"} <= set(expected)
+    assert [s for s, _ in expected["validation/loss"]] == [2, 4]
+
+    logged = wandb_records(tmp_path / "wandb")
+    run = next(r["run"] for r in logged if r["type"] == "run")
+    assert (run["display_name"], run["project"], run["tags"]) == (JOB, "smlaunch-tests", ["ci", "tiny"])
+    config = run["config"]["update"]
+    assert (config["max_steps"], config["lr"], config["hf_token"]) == (4, 0.03, "****")
+    assert config["smlaunch"] == {"job_name": JOB, "world_size": 2}
+    assert wandb_series(logged) == expected  # every series, step for step, value for value
+
+    client = mlflow.MlflowClient(tracking_uri=store.as_uri())
+    experiment = client.get_experiment_by_name("trackers")
+    (found,) = client.search_runs([experiment.experiment_id])  # rank 0 only
+    assert (found.info.run_name, found.info.status) == (JOB, "FINISHED")
+    assert (found.data.params["max_steps"], found.data.params["hf_token"]) == ("4", "****")
+    assert found.data.tags["smlaunch.job_name"] == JOB
+    assert {name: [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, name)]
+            for name in found.data.metrics} == expected
+    assert SECRET not in json.dumps(logged)  # neither in the config nor in the command line W&B records
+    assert "****" in next(r["environment"]["args"] for r in logged if r["type"] == "environment")
+
+
+def test_an_unreachable_tracking_server_warns_or_with_metrics_required_fails_before_training(
+        tmp_path, tracker_env, monkeypatch):
+    pytest.importorskip("mlflow", reason="MLflow (smlaunch[mlflow]) is not installed")
+    pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the refusal at once, not after MLflow's backoff
+    server = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.delenv("WANDB_MODE")  # online W&B, with no API key anywhere
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    records = run_train(tmp_path / "warned", 2, max_steps=2, mlflow_tracking_uri=server, wandb_project="p")
+    assert [r["step"] for r in records] == [1, 2]  # trained, without either
+    log = (tmp_path / "warned" / "rank-logs" / "rank0.log").read_text()
+    assert log.count("MLflow could not start") == 1 and log.count("Training goes on without it") == 2
+    assert "Weights & Biases could not start: UsageError: No API key configured" in log
+
+    with pytest.raises(AssertionError, match="MLflow could not start.*metrics_required: the job stops before"):
+        run_train(tmp_path / "required", 2, max_steps=2, mlflow_tracking_uri=server, metrics_required=True)
+    assert not (tmp_path / "required" / "out" / "metrics.jsonl").exists()  # not a step was trained
