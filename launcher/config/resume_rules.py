@@ -25,7 +25,8 @@ def check_resume(ctx: Context) -> list[Issue]:
         "model": ctx.model.name if ctx.model else None,
         "optimizer": s.optimizer,
     }
-    kept = ", ".join(k.label + (f" (here {values[k.key]})" if values[k.key] is not None else "") for k in KEPT if k.noted)
+    kept = ", ".join(k.label + (f" (here {values[k.key]})" if values[k.key] is not None else "")
+                     for k in KEPT if k.noted)
     fix = (f"to resume on a fleet with another data-parallel degree d, keep the global batch: train_batch_size x "
            f"gradient_accumulation_steps = {global_batch(s, dp)} / d" if dp else
            "keep train_batch_size x data-parallel degree x gradient_accumulation_steps equal")
