@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 # Imports inside functions: a runner's module (docker, Slurm) loads when a job uses it.
-from launcher.local import leftovers, s3io, store
+from launcher.local import identity, leftovers, s3io, store
 from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
 from launcher.local.watchdog import Watchdog
@@ -145,6 +145,7 @@ class Supervisor:
         previous = self._install_handlers()
         started = time.monotonic()
         store.update(spec.job_dir, SecondaryStatus="Training", SupervisorPid=os.getpid(), WatchdogPid=watchdog_pid,
+                     SupervisorProcess=identity.of(os.getpid()), WatchdogProcess=identity.of(watchdog_pid),
                      TrainingStartTime=store.now(),
                      StatusMessage=f"{len(spec.hosts)} host(s) x {spec.processes_per_host} process(es), "
                                    f"{spec.runner} runner")

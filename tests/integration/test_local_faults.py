@@ -1,0 +1,149 @@
+"""Local jobs on a real user's machine (issue 31, items 1-6): a reused pid is never signalled, a
+full disk ends the job cleanly, a finished entry process finishes the job, damaged records hide
+nothing. Each test drives the CLI as a user does, with a tiny script as the job."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.local_jobs import cli_env, smlaunch
+
+
+def _job(tmp_path: Path, script: str, **fields) -> Path:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    (src / "job.py").write_text(script)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"entry_point": "job.py", "source_dir": str(src), "instance_type": "local",
+                                    **fields}))
+    return path
+
+
+def _record(home: Path, name: str) -> dict:
+    return json.loads((home / "jobs" / name / "job.json").read_text())
+
+
+def _rewrite(home: Path, name: str, **fields) -> None:
+    path = home / "jobs" / name / "job.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+@pytest.fixture
+def done_job(tmp_path):
+    """(env, home, name) of a job that ran and completed."""
+    home = tmp_path / "home"
+    env = cli_env(home)
+    submitted = smlaunch("submit", str(_job(tmp_path, "print('hi')\n")), "--job-name", "done", env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    return env, home, "done"
+
+
+@pytest.fixture
+def bystander():
+    """A process that is not the job's: the pid a reused SupervisorPid now names."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _start_ticks(pid: int) -> int:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rindex(")") + 2:].split()[19])
+
+
+# --- 1. PID reuse ----------------------------------------------------------------------------
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process identity needs /proc (Linux)")
+def test_a_reused_supervisor_pid_is_never_signalled_and_the_job_fails(done_job, bystander):
+    env, home, name = done_job
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    # The record of a job whose supervisor and watchdog died, their pids since taken by a bystander.
+    gone = {"Pid": bystander.pid, "StartTicks": _start_ticks(bystander.pid) - 1, "BootId": boot}
+    _rewrite(home, name, TrainingJobStatus="InProgress", SecondaryStatus="Training", SupervisorPid=bystander.pid,
+             WatchdogPid=bystander.pid, SupervisorProcess=gone, WatchdogProcess=gone)
+    stop = smlaunch("stop", name, env=env)
+    time.sleep(0.5)
+    assert bystander.poll() is None, "stop signalled a process that is not the job's"
+    assert stop.returncode == 1 and "has already ended (Failed)" in stop.stderr, stop.stderr
+    status = smlaunch("status", name, env=env)
+    assert status.returncode == 1 and "Failed" in status.stdout
+    reason = _record(home, name)["FailureReason"]
+    assert f"pid {bystander.pid} now belongs to another process" in reason, reason
+    listed = smlaunch("list", "--local", env=env)
+    assert "Failed" in listed.stdout and "InProgress" not in listed.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process identity needs /proc (Linux)")
+def test_stop_signals_the_supervisor_whose_identity_matches(done_job, bystander):
+    """The control: the recorded process, still running, gets the stop's SIGTERM."""
+    env, home, name = done_job
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    same = {"Pid": bystander.pid, "StartTicks": _start_ticks(bystander.pid), "BootId": boot}
+    _rewrite(home, name, TrainingJobStatus="InProgress", SecondaryStatus="Training", SupervisorPid=bystander.pid,
+             SupervisorProcess=same)
+    stop = smlaunch("stop", name, env=env)
+    assert stop.returncode == 0, stop.stderr
+    assert bystander.wait(timeout=10) == -signal.SIGTERM
+
+
+# --- 6. damaged records ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("damage", ["[]", '{"TrainingJobName": "bad", "TrainingJobStatus": 7}', "{not json"])
+def test_a_damaged_record_hides_no_other_job_and_status_says_so(done_job, damage):
+    env, home, _ = done_job
+    (home / "jobs" / "bad").mkdir()
+    (home / "jobs" / "bad" / "job.json").write_text(damage)
+    listed = smlaunch("list", "--local", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    out = json.loads(listed.stdout)
+    assert [j["TrainingJobName"] for j in out["jobs"]] == ["done"]
+    assert out["notes"] == [f"local: 1 damaged job record(s) not listed: {home / 'jobs' / 'bad' / 'job.json'}"]
+    status = smlaunch("status", "bad", env=env)
+    assert status.returncode == 2 and "Traceback" not in status.stderr
+    assert f"{home / 'jobs' / 'bad' / 'job.json'} is damaged" in status.stderr, status.stderr
+
+
+def test_a_job_deleted_while_it_is_reconciled_is_not_recreated(done_job, monkeypatch):
+    """`status` of a job whose supervisor is gone rewrites its record; a job deleted between the
+    read and the write stays deleted."""
+    from launcher.backends.base import BackendError
+    from launcher.backends.local import LocalBackend
+    from launcher.local import store
+
+    env, home, name = done_job
+    _rewrite(home, name, TrainingJobStatus="InProgress", SupervisorPid=2 ** 22 + 1)
+    backend = LocalBackend(root=home / "jobs")
+    real_merged = store.merged
+
+    def deleted_meanwhile(directory, **fields):
+        record = real_merged(directory, **fields)
+        shutil.rmtree(directory)
+        return record
+
+    monkeypatch.setattr(store, "merged", deleted_meanwhile)
+    with pytest.raises(BackendError, match="was deleted"):
+        backend.describe(name)
+    monkeypatch.undo()
+    assert not (home / "jobs" / name).exists()
+    listed = smlaunch("list", "--local", "--json", env=env)
+    assert listed.returncode == 0 and json.loads(listed.stdout)["jobs"] == []
+
+
+def test_list_fails_when_a_backend_asked_for_cannot_be_listed(done_job):
+    env, home, _ = done_job
+    env = {**env, "PATH": "/nonexistent"}  # no squeue: Slurm cannot be asked
+    env.pop("AWS_DEFAULT_REGION", None)
+    listed = smlaunch("list", "--backend", "local", "--backend", "sagemaker", env=env)
+    assert listed.returncode == 1 and "sagemaker: not listed" in listed.stderr
+    everything = smlaunch("list", env=env)  # SageMaker unconfigured on a machine of local jobs: a note
+    assert everything.returncode == 0 and "done" in everything.stdout
