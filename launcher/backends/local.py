@@ -86,7 +86,7 @@ class LocalBackend(JobDirBackend):
         record it shows says so, and the next read tries again."""
         directory = self._dir(name)
         try:
-            return store.update(directory, **fields)
+            return store.update(directory, outcome=True, **fields)
         except FileNotFoundError:  # the job was deleted meanwhile: never re-created here
             raise BackendError(f"local job {name} was deleted ({directory})") from None
         except OSError as exc:

@@ -109,14 +109,14 @@ def reserve(directory: Path) -> None:
         f.write(b"\0" * RESERVE_BYTES)  # written, not truncated to size: a sparse file reserves nothing
 
 
-def _replace(directory: Path, record: dict[str, Any]) -> None:
+def _replace(directory: Path, record: dict[str, Any], outcome: bool = False) -> None:
     """Rewrite the record of an existing job directory (never re-created: a job deleted meanwhile
-    stays deleted). A full disk gives up the reserve and tries once more."""
+    stays deleted). For the job's `outcome`, a full disk gives up the reserve and tries once more."""
     text = json.dumps(record, indent=2, default=str) + "\n"
     try:
         write_private(directory / RECORD, text)
     except OSError as exc:
-        if exc.errno != errno.ENOSPC or not (directory / RESERVE).exists():
+        if not outcome or exc.errno != errno.ENOSPC or not (directory / RESERVE).exists():
             raise
         (directory / RESERVE).unlink()
         write_private(directory / RECORD, text)
@@ -127,10 +127,11 @@ def merged(directory: Path, **fields: Any) -> dict[str, Any]:
     return _merge(_load(directory / RECORD), fields)
 
 
-def update(directory: Path, **fields: Any) -> dict[str, Any]:
-    """Merge `fields` into the record; `SecondaryStatus` changes are appended to the transitions."""
+def update(directory: Path, *, outcome: bool = False, **fields: Any) -> dict[str, Any]:
+    """Merge `fields` into the record; `SecondaryStatus` changes are appended to the transitions.
+    `outcome`: the job's end is being recorded, which may use the reserve."""
     record = merged(directory, **fields)
-    _replace(directory, record)
+    _replace(directory, record, outcome)
     return record
 
 

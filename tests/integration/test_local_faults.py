@@ -5,6 +5,7 @@ nothing. Each test drives the CLI as a user does, with a tiny script as the job.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -147,3 +148,67 @@ def test_list_fails_when_a_backend_asked_for_cannot_be_listed(done_job):
     assert listed.returncode == 1 and "sagemaker: not listed" in listed.stderr
     everything = smlaunch("list", env=env)  # SageMaker unconfigured on a machine of local jobs: a note
     assert everything.returncode == 0 and "done" in everything.stdout
+
+
+# --- 2. a disk that fills during the job -----------------------------------------------------
+
+LOUD = "for i in range(40000):\n    print(f'line {i} ' + 'x' * 100)\nprint('entry done', flush=True)\n"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB file system for SMLAUNCH_HOME (root only: a tmpfs mount)."""
+    if os.geteuid() != 0 or not sys.platform.startswith("linux"):
+        pytest.skip("a full disk needs a tmpfs mount: run as root on Linux")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def _fill(directory: Path) -> None:
+    with open(directory / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
+def test_a_job_whose_logs_fill_the_disk_fails_naming_it(tmp_path, small_disk):
+    home = small_disk / "home"
+    env = cli_env(home)
+    submitted = smlaunch("submit", str(_job(tmp_path, LOUD)), "--job-name", "full", env=env, timeout=120)
+    assert submitted.returncode == 1, submitted.stderr
+    assert "Traceback" not in submitted.stdout + submitted.stderr
+    log = home / "jobs" / "full" / "logs"
+    assert submitted.stdout.count("log output is dropped from here on") == 1
+    record = _record(home, "full")
+    assert record["TrainingJobStatus"] == "Failed"
+    assert record["FailureReason"].startswith("ClientError: no space left on device: could not write "
+                                              f"{log}/"), record["FailureReason"]
+    status = smlaunch("status", "full", env=env)
+    assert status.returncode == 1 and "no space left on device" in status.stdout
+    listed = smlaunch("list", "--local", env=env)
+    assert listed.returncode == 0 and "Failed" in listed.stdout
+
+
+def test_status_and_list_answer_when_the_record_cannot_be_rewritten(done_job, small_disk):
+    env, home, name = done_job
+    job = small_disk / "home" / "jobs" / name
+    shutil.copytree(home / "jobs" / name / "logs", job / "logs")  # the record and its job on the small disk
+    shutil.copy(home / "jobs" / name / "job.json", job / "job.json")
+    env = cli_env(small_disk / "home")
+    _rewrite(small_disk / "home", name, TrainingJobStatus="InProgress", SupervisorPid=2 ** 22 + 1)
+    _fill(small_disk)  # and no reserve left: the reconcile's write fails
+    status = smlaunch("status", name, env=env)
+    assert status.returncode == 1 and "Traceback" not in status.stderr, status.stderr
+    assert f"{name}: Failed" in status.stdout and "could not be rewritten: [Errno 28]" in status.stdout
+    listed = smlaunch("list", "--local", env=env)
+    assert listed.returncode == 0 and "Failed" in listed.stdout, listed.stderr
+    assert _record(small_disk / "home", name)["TrainingJobStatus"] == "InProgress"  # read-only
+    (small_disk / "filler").unlink()
+    assert smlaunch("status", name, env=env).returncode == 1
+    assert _record(small_disk / "home", name)["TrainingJobStatus"] == "Failed"  # written once it can be
