@@ -212,3 +212,34 @@ def test_status_and_list_answer_when_the_record_cannot_be_rewritten(done_job, sm
     (small_disk / "filler").unlink()
     assert smlaunch("status", name, env=env).returncode == 1
     assert _record(small_disk / "home", name)["TrainingJobStatus"] == "Failed"  # written once it can be
+
+
+# --- 3. a finished job that never finishes ---------------------------------------------------
+
+HELPER_LEFT_RUNNING = """
+import os, subprocess, sys
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session={session})
+open(os.environ["HELPER_PID"], "w").write(str(helper.pid))
+print("entry done", flush=True)
+sys.exit({code})
+"""
+
+
+@pytest.mark.parametrize(("session", "code", "status"), [(False, 0, "Completed"), (True, 3, "Failed")])
+def test_a_job_ends_when_its_entry_process_does(tmp_path, session, code, status):
+    """A helper holding the entry process's stdout (in its group, or in a session of its own) does
+    not keep the job running: it ends with the entry process's exit code, the helper ended."""
+    home = tmp_path / "home"
+    pid_file = tmp_path / "helper.pid"
+    job = _job(tmp_path, HELPER_LEFT_RUNNING.format(session=session, code=code),
+               environment={"HELPER_PID": str(pid_file)})
+    started = time.monotonic()
+    submitted = smlaunch("submit", str(job), "--job-name", "ends", env=cli_env(home), timeout=120)
+    took = time.monotonic() - started
+    record = _record(home, "ends")
+    assert record["TrainingJobStatus"] == status, submitted.stdout + submitted.stderr
+    assert took < 30, f"{took:.0f} s"  # the drain grace (5 s) and the leftovers' (2 + 2 s), and start-up
+    if code:
+        assert f"ExitCode {code}" in record["FailureReason"], record["FailureReason"]
+    helper = int(pid_file.read_text())
+    assert not Path(f"/proc/{helper}").exists() or "Z" in Path(f"/proc/{helper}/stat").read_text().split()[2]
