@@ -56,6 +56,7 @@ from container.toolkit.failure_report import (
     failure_text,
     toolkit_error,
 )
+from container.toolkit.frozen_ranks import FrozenRanks
 from container.toolkit.rank_logs import RankLogs, rank_stderr
 from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import masking
@@ -259,6 +260,8 @@ class Child:
         for pump in self._pumps:
             pump.start()
         self._ranks = RankLogs(rank_logs).start() if rank_logs else None
+        # Under torchrun (rank_logs): a rank stopped while its peers end is continued, then killed.
+        self.frozen = FrozenRanks(self._proc.pid, log).start() if rank_logs else None
 
     def _on_signal(self, signum: int, _frame) -> None:
         self.signals.append(signum)
@@ -288,6 +291,8 @@ class Child:
     def wait(self) -> int:
         """The entry process's exit code, once it has exited and its output is read (see DRAIN_GRACE_S)."""
         returncode = self._proc.wait()
+        if self.frozen:
+            self.frozen.stop()
         self._drain()
         if self._ranks:
             self._ranks.stop()
@@ -355,4 +360,7 @@ def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) ->
         return exit_code(returncode), failure_text(f"torchrun {process_ended(returncode)}", tail)
     rank, local_rank, exitcode = (int(x) for x in causes[-1])
     header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {process_ended(exitcode)}"
+    if child.frozen and child.frozen.frozen:  # they never answered: the collective that failed waited on them
+        header = (f"{', '.join(child.frozen.frozen.values())} on host {env.current_host} did not report: stopped "
+                  f"(SIGSTOP?) while its peers ran, so their collectives failed; first failure: {header}")
     return exit_code(exitcode), failure_text(header, rank_stderr(log_dir, local_rank))

@@ -243,3 +243,32 @@ def test_a_job_ends_when_its_entry_process_does(tmp_path, session, code, status)
         assert f"ExitCode {code}" in record["FailureReason"], record["FailureReason"]
     helper = int(pid_file.read_text())
     assert not Path(f"/proc/{helper}").exists() or "Z" in Path(f"/proc/{helper}/stat").read_text().split()[2]
+
+
+# --- 5. a frozen rank ------------------------------------------------------------------------
+
+FREEZES = """
+import datetime, os, signal
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
+if dist.get_rank() == 1:
+    print("rank 1 freezes", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+dist.all_reduce(torch.ones(1))
+"""
+
+
+def test_a_frozen_rank_is_ended_and_named(tmp_path):
+    """Rank 1 stops itself (SIGSTOP); rank 0's collective times out. Without help torchrun would
+    wait its 100 s shutdown timeout for the stopped rank; the job fails within seconds instead,
+    naming the rank that did not report."""
+    home = tmp_path / "home"
+    job = _job(tmp_path, FREEZES, processes_per_host=2, distribution={"torch_distributed": {"enabled": True}})
+    started = time.monotonic()
+    submitted = smlaunch("submit", str(job), "--job-name", "frozen", env=cli_env(home), timeout=150)
+    took = time.monotonic() - started
+    record = _record(home, "frozen")
+    assert record["TrainingJobStatus"] == "Failed", submitted.stdout + submitted.stderr
+    assert took < 60, f"{took:.0f} s"  # the 3 s timeout, 5 s to SIGCONT, 5 more to SIGKILL, and start-up
+    assert "rank 1 (local rank 1" in record["FailureReason"] and "did not report" in record["FailureReason"], \
+        record["FailureReason"]
