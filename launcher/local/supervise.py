@@ -216,6 +216,7 @@ class Supervisor:
                     elif failed:
                         reason = "host_failed"
                         kill_at = now + FAILED_HOST_GRACE_S
+                        self._failed_early(exits)
                 elif reason == "host_failed" and kill_at is not None and now >= kill_at:
                     self._note(f"{exits[0][0]} failed: stopping the other hosts")
                     self._signal_all(hosts, signal.SIGTERM)
@@ -237,6 +238,13 @@ class Supervisor:
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
         return reason, self._finish(reason, exits, time.monotonic() - started)
+
+    def _failed_early(self, exits: list[tuple[str, int]]) -> None:
+        """The job has failed once its first host has: say so now, not after the other hosts are
+        stopped (a frozen one may take the whole grace). TrainingEndTime comes with the outcome,
+        once every host has ended and the artifacts are packed."""
+        self._update(TrainingJobStatus="Failed", SecondaryStatus="Stopping", FailureReason=self._failure_reason(exits),
+                     StatusMessage=f"{exits[-1][0]} failed: stopping the other hosts")
 
     def _setup(self, started: float) -> None:
         """The runner's work before any host starts (the job's environment for its requirements.txt),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.local_jobs import cli_env, smlaunch
+from tests.support.local_jobs import cli_env, smlaunch, wait_for
 
 
 def _job(tmp_path: Path, script: str, **fields) -> Path:
@@ -272,3 +272,27 @@ def test_a_frozen_rank_is_ended_and_named(tmp_path):
     assert took < 60, f"{took:.0f} s"  # the 3 s timeout, 5 s to SIGCONT, 5 more to SIGKILL, and start-up
     assert "rank 1 (local rank 1" in record["FailureReason"] and "did not report" in record["FailureReason"], \
         record["FailureReason"]
+
+
+SLOW_TO_STOP = """
+import os, signal, sys, time
+if os.environ["SM_CURRENT_HOST"] == "algo-2":
+    sys.exit("algo-2 fails")
+signal.signal(signal.SIGTERM, lambda *_: (time.sleep(12), sys.exit(0)))
+time.sleep(600)
+"""
+
+
+def test_the_job_is_recorded_failed_when_its_first_host_fails(tmp_path):
+    """algo-2 fails at once; algo-1 takes 12 s to stop. The record says Failed (with algo-2's
+    reason) while algo-1 is still being stopped, and the outcome follows once it has."""
+    home = tmp_path / "home"
+    env = cli_env(home)
+    job = _job(tmp_path, SLOW_TO_STOP, instance_count=2)
+    assert smlaunch("submit", str(job), "--job-name", "first", "--no-wait", env=env).returncode == 0
+    early = wait_for(lambda: (r := _record(home, "first"))["TrainingJobStatus"] == "Failed" and r, timeout=60)
+    assert "algo-2" in early["FailureReason"] and "TrainingEndTime" not in early
+    assert early["SecondaryStatus"] == "Stopping"
+    final = wait_for(lambda: (r := _record(home, "first")).get("TrainingEndTime") and r, timeout=90)
+    assert final["TrainingJobStatus"] == "Failed" and final["FailureReason"] == early["FailureReason"]
+    assert final["HostExitCodes"]["algo-2"] != 0
