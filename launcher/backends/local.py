@@ -32,6 +32,9 @@ class LocalBackend(JobDirBackend):
         self.runner_name = runner
         self.console = console
         self._prepared: dict[str, LocalJobSpec] = {}
+        # Set by a caller whose process runs nothing but the job (`smlaunch submit`): its supervisor
+        # may then adopt every orphaned descendant (launcher.local.leftovers). Never in a user's Python.
+        self.adopt_orphans = False
 
     # --- submitting ----------------------------------------------------------------------
     def _runner_for(self, job: ValidatedJob):
@@ -99,7 +102,8 @@ class LocalBackend(JobDirBackend):
         spec = self._prepared.pop(name, None)
         if spec is None:
             return super().wait(name, logs, poll)
-        record = Supervisor(spec, runner_named(spec.runner), printer=self.console if logs else None).run()
+        record = Supervisor(spec, runner_named(spec.runner), printer=self.console if logs else None,
+                            adopt_orphans=self.adopt_orphans).run()
         return self._completed(name, record)
 
     def stop(self, name: str) -> None:

@@ -78,8 +78,13 @@ def runner_named(name: str, settings: dict | None = None) -> Runner:
 
 class Supervisor:
     def __init__(self, spec: LocalJobSpec, runner: Runner, printer: Printer | None = console_printer,
-                 stop_grace_s: float = STOP_GRACE_S):
+                 stop_grace_s: float = STOP_GRACE_S, adopt_orphans: bool = False):
+        """`adopt_orphans`: this process runs nothing but the job (`smlaunch submit`, the detached
+        supervisor), so it may be the subreaper of every descendant (launcher.local.leftovers)."""
         self.spec, self.runner, self.printer = spec, runner, printer
+        self.adopt_orphans = adopt_orphans
+        self._reaper: int | None = None  # this process's pid once it is the job's subreaper
+        self._spare: frozenset[int] = frozenset()  # its children that are not the job's (the watchdog)
         self.stop_grace_s = stop_grace_s
         self.signals: list[int] = []
         self.start_error = ""
@@ -146,6 +151,8 @@ class Supervisor:
         Ctrl-C, once every host is stopped and the outcome is recorded."""
         (self.spec.job_dir / "logs").mkdir(exist_ok=True)
         watchdog = Watchdog(self.spec.job_dir)
+        if self.adopt_orphans and leftovers.become_subreaper():
+            self._reaper, self._spare = os.getpid(), frozenset({watchdog.proc.pid})
         self._merged = LogFile(self.spec.job_dir / "logs" / "job.log")
         try:
             self._check_disk(self._merged)
@@ -264,7 +271,7 @@ class Supervisor:
         return "max_run" if time.monotonic() - started > self.spec.max_run else None
 
     def _end_leftovers(self, grace_s: float = 0.0, what: str = "the job left behind") -> None:
-        ended = leftovers.end_job_processes(self.spec.job_dir, grace_s)
+        ended = leftovers.end_job_processes(self.spec.job_dir, grace_s, ancestor=self._reaper, spare=self._spare)
         if ended:
             self._note(f"ended {len(ended)} process(es) {what}: " + "; ".join(ended))
 
@@ -454,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m launcher.local.supervise JOB_DIR", file=sys.stderr)
         return 2
     spec = LocalJobSpec.load(Path(argv[0]))
-    record = Supervisor(spec, runner_named(spec.runner, spec.runner_settings), printer=None).run()
+    record = Supervisor(spec, runner_named(spec.runner, spec.runner_settings), printer=None, adopt_orphans=True).run()
     return 0 if record["TrainingJobStatus"] == "Completed" else 1
 
 

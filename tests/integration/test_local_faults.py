@@ -296,3 +296,32 @@ def test_the_job_is_recorded_failed_when_its_first_host_fails(tmp_path):
     final = wait_for(lambda: (r := _record(home, "first")).get("TrainingEndTime") and r, timeout=90)
     assert final["TrainingJobStatus"] == "Failed" and final["FailureReason"] == early["FailureReason"]
     assert final["HostExitCodes"]["algo-2"] != 0
+
+
+# --- 4. escaped descendants ------------------------------------------------------------------
+
+DAEMONIZES = """
+import os, subprocess, sys
+daemon = ("import os, sys, time\\nif os.fork():\\n    sys.exit(0)\\nos.setsid()\\n"
+          "open(sys.argv[1], 'w').write(str(os.getpid()))\\ntime.sleep(600)")
+# A daemon: an empty environment (no job mark), a session of its own, its parent gone at once.
+subprocess.run(["env", "-i", sys.executable, "-c", daemon, os.environ["HELPER_PID"]],
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+print("entry done", flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child subreaper is a Linux feature")
+@pytest.mark.parametrize("no_wait", [False, True])
+def test_a_daemon_without_the_job_mark_does_not_outlive_the_job(tmp_path, no_wait):
+    home = tmp_path / "home"
+    env = cli_env(home)
+    pid_file = tmp_path / "daemon.pid"
+    job = _job(tmp_path, DAEMONIZES, environment={"HELPER_PID": str(pid_file)})
+    submitted = smlaunch("submit", str(job), "--job-name", "daemon", *(["--no-wait"] if no_wait else []), env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    wait_for(lambda: _record(home, "daemon").get("TrainingEndTime"), timeout=60)
+    daemon = int(pid_file.read_text())
+    assert wait_for(lambda: not Path(f"/proc/{daemon}").exists(), timeout=10)
+    assert _record(home, "daemon")["TrainingJobStatus"] == "Completed"
+    assert f"pid {daemon} " in (home / "jobs" / "daemon" / "logs" / "job.log").read_text()  # said what it ended
