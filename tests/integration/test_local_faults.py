@@ -278,13 +278,13 @@ SLOW_TO_STOP = """
 import os, signal, sys, time
 if os.environ["SM_CURRENT_HOST"] == "algo-2":
     sys.exit("algo-2 fails")
-signal.signal(signal.SIGTERM, lambda *_: (time.sleep(12), sys.exit(0)))
+signal.signal(signal.SIGTERM, lambda *_: (time.sleep(4), sys.exit(0)))
 time.sleep(600)
 """
 
 
 def test_the_job_is_recorded_failed_when_its_first_host_fails(tmp_path):
-    """algo-2 fails at once; algo-1 takes 12 s to stop. The record says Failed (with algo-2's
+    """algo-2 fails at once; algo-1 takes 4 s to stop. The record says Failed (with algo-2's
     reason) while algo-1 is still being stopped, and the outcome follows once it has."""
     home = tmp_path / "home"
     env = cli_env(home)
