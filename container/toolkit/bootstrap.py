@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from container.toolkit.code import RequirementsError, fetch_code, install_requirements
@@ -55,6 +56,7 @@ from container.toolkit.failure_report import (
     failure_text,
     toolkit_error,
 )
+from container.toolkit.frozen_ranks import FrozenRanks
 from container.toolkit.rank_logs import RankLogs, rank_stderr
 from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import masking
@@ -65,6 +67,11 @@ MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
 EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
 STDERR_TAIL_BYTES = 64 * 1024  # enough for torchrun's failure summary of a full host
+# Once the entry process (or torchrun) has exited, its last output may still be in the pipes: read
+# for this long; a process it left running that still holds them (a TensorBoard, `nvidia-smi dmon &`)
+# is then ended, so a finished job finishes.
+DRAIN_GRACE_S = 5.0
+LEFTOVER_GRACE_S = 2.0  # SIGTERM to SIGKILL for those leftovers
 _UNSUPPORTED = {
     "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
     "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel (smddp)",
@@ -253,6 +260,8 @@ class Child:
         for pump in self._pumps:
             pump.start()
         self._ranks = RankLogs(rank_logs).start() if rank_logs else None
+        # Under torchrun (rank_logs): a rank stopped while its peers end is continued, then killed.
+        self.frozen = FrozenRanks(self._proc.pid, log).start() if rank_logs else None
 
     def _on_signal(self, signum: int, _frame) -> None:
         self.signals.append(signum)
@@ -280,16 +289,45 @@ class Child:
         dst.flush()
 
     def wait(self) -> int:
+        """The entry process's exit code, once it has exited and its output is read (see DRAIN_GRACE_S)."""
         returncode = self._proc.wait()
-        for pump in self._pumps:
-            pump.join()
+        if self.frozen:
+            self.frozen.stop()
+        self._drain()
         if self._ranks:
             self._ranks.stop()
-        self._proc.stdout.close()
-        self._proc.stderr.close()
+        for pump, pipe in zip(self._pumps, (self._proc.stdout, self._proc.stderr)):
+            if not pump.is_alive():  # a pipe still being read is left to the process's exit
+                pipe.close()
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         return returncode
+
+
+    def _drain(self) -> None:
+        """Read the pipes to their end; what still holds them after DRAIN_GRACE_S (processes the
+        entry process started and left running) is ended: SIGTERM, then SIGKILL, to its process
+        group. One that left the group (a session of its own) is no longer read; the job's
+        supervisor ends it with the job's other leftovers."""
+        if self._joined(DRAIN_GRACE_S):
+            return
+        log(f"the entry process exited, but processes it started still hold its output open: ending them "
+            f"(process group {self._proc.pid})")
+        for signum, grace in ((signal.SIGTERM, LEFTOVER_GRACE_S), (signal.SIGKILL, LEFTOVER_GRACE_S)):
+            try:
+                # The group outlives its leader while any member runs, so its id names no other process.
+                os.killpg(self._proc.pid, signum)
+            except ProcessLookupError:
+                pass
+            if self._joined(grace):
+                return
+        log("their output is no longer read: a process outside the entry process's group holds it")
+
+    def _joined(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        for pump in self._pumps:
+            pump.join(max(deadline - time.monotonic(), 0))
+        return not any(pump.is_alive() for pump in self._pumps)
 
 
 def _die_with_parent():
@@ -322,4 +360,7 @@ def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) ->
         return exit_code(returncode), failure_text(f"torchrun {process_ended(returncode)}", tail)
     rank, local_rank, exitcode = (int(x) for x in causes[-1])
     header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {process_ended(exitcode)}"
+    if child.frozen and child.frozen.frozen:  # they never answered: the collective that failed waited on them
+        header = (f"{', '.join(child.frozen.frozen.values())} on host {env.current_host} did not report: stopped "
+                  f"(SIGSTOP?) while its peers ran, so their collectives failed; first failure: {header}")
     return exit_code(exitcode), failure_text(header, rank_stderr(log_dir, local_rank))

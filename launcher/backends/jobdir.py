@@ -27,6 +27,7 @@ from launcher.wire.progress import Progress, read_progress
 
 class JobDirBackend:
     name = ""  # "local" or "slurm": the `Backend` field of the records this backend owns
+    unlisted: list[str] = []  # set by `list`: what it left out and why
 
     def __init__(self, root: Path | None = None, printer: Callable[[str], None] | None = None):
         self.root = root
@@ -77,6 +78,8 @@ class JobDirBackend:
         """The job's record, if this backend owns it; BackendError naming where it looked."""
         try:
             record = store.read(name, self.root)
+        except store.DamagedRecord:
+            raise  # bad input, not a missing job: the CLI says so with exit code 2
         except LookupError as exc:
             raise BackendError(str(exc)) from None
         if store.backend_of(record) != self.name:
@@ -154,15 +157,29 @@ class JobDirBackend:
             self._print_log(name, 0)
 
     def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
-        rows = []
-        for record in store.list_jobs(self.root, None, name_contains, None):
+        """The jobs, newest first. Records that could not be listed (damaged, or their job deleted
+        while listing) are left out and said in `unlisted`, so one bad record hides no other job."""
+        rows, damaged, vanished = [], [], 0
+        for record in store.list_jobs(self.root, None, name_contains, None, damaged=damaged):
             if store.backend_of(record) != self.name:
                 continue
-            record = self.describe(record["TrainingJobName"])  # the scheduler may know more than the file
+            try:
+                record = self.describe(record["TrainingJobName"])  # the scheduler may know more than the file
+            except store.DamagedRecord as exc:  # damaged between the listing and now
+                damaged.append(str(exc).split(" is damaged")[0])
+                continue
+            except BackendError:
+                if self._dir(record["TrainingJobName"]).is_dir():
+                    raise
+                vanished += 1  # deleted while listing: it is no job any more
+                continue
             if status and record["TrainingJobStatus"] != status:
                 continue
             rows.append({k: record.get(k) for k in ("TrainingJobName", "TrainingJobStatus", "CreationTime",
                                                      "TrainingEndTime", "TrainingStartTime")})
+        self.unlisted = [f"{len(damaged)} damaged job record(s) not listed: {', '.join(damaged)}"] if damaged else []
+        if vanished:
+            self.unlisted.append(f"{vanished} job(s) deleted while listing, not listed")
         return rows[:max_results]
 
 

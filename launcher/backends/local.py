@@ -18,19 +18,9 @@ from pathlib import Path
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun
 from launcher.backends.jobdir import JobDirBackend
 from launcher.config import ValidatedJob
-from launcher.local import store
+from launcher.local import identity, store
 from launcher.local.spec import LocalJobSpec, RunnerError
 from launcher.local.supervise import Printer, Supervisor, console_printer, runner_named
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class LocalBackend(JobDirBackend):
@@ -42,6 +32,9 @@ class LocalBackend(JobDirBackend):
         self.runner_name = runner
         self.console = console
         self._prepared: dict[str, LocalJobSpec] = {}
+        # Set by a caller whose process runs nothing but the job (`smlaunch submit`): its supervisor
+        # may then adopt every orphaned descendant (launcher.local.leftovers). Never in a user's Python.
+        self.adopt_orphans = False
 
     # --- submitting ----------------------------------------------------------------------
     def _runner_for(self, job: ValidatedJob):
@@ -68,40 +61,58 @@ class LocalBackend(JobDirBackend):
             with open(logs / "supervisor.log", "ab") as out:
                 proc = subprocess.Popen([sys.executable, "-m", "launcher.local.supervise", str(spec.job_dir)],
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
-            store.update(spec.job_dir, SupervisorPid=proc.pid)
+            store.update(spec.job_dir, SupervisorPid=proc.pid, SupervisorProcess=identity.of(proc.pid))
         else:
-            store.update(spec.job_dir, SupervisorPid=os.getpid())
+            store.update(spec.job_dir, SupervisorPid=os.getpid(), SupervisorProcess=identity.of(os.getpid()))
             self._prepared[spec.name] = spec
         return spec.name
 
     # --- following -----------------------------------------------------------------------
     def describe(self, name: str) -> dict:
         record = self._record(name)
-        pid, watchdog = record.get("SupervisorPid"), record.get("WatchdogPid")
+        supervisor, watchdog = identity.recorded(record, "Supervisor"), identity.recorded(record, "Watchdog")
         # Once the supervisor and its watchdog (which records the outcome of a supervisor that died)
-        # are both gone, nobody will: say so here.
-        if (record["TrainingJobStatus"] == "InProgress" and name not in self._prepared and pid and not _alive(pid)
-                and not (watchdog and _alive(watchdog))):
-            record = store.update(self._dir(name), TrainingJobStatus="Failed", SecondaryStatus="Failed",
-                                  StatusMessage="The supervisor ended without an outcome",
-                                  FailureReason=f"the local supervisor (pid {pid}) ended without recording an "
-                                                "outcome (killed?); see logs/job.log",
-                                  TrainingEndTime=store.now())
+        # are both gone, nobody will: say so here. A pid that now names another process is gone too.
+        if (record["TrainingJobStatus"] == "InProgress" and name not in self._prepared and supervisor
+                and not identity.is_running(supervisor) and not (watchdog and identity.is_running(watchdog))):
+            record = self._reconcile(name, TrainingJobStatus="Failed", SecondaryStatus="Failed",
+                                     StatusMessage="The supervisor ended without an outcome",
+                                     FailureReason=f"ClientError: the local supervisor (pid {supervisor['Pid']}) "
+                                                   "ended without recording an outcome (killed?): "
+                                                   f"{identity.gone_because(supervisor)}; see logs/job.log",
+                                     TrainingEndTime=store.now())
         return record
+
+    def _reconcile(self, name: str, **fields) -> dict:
+        """The record with what a read found out; written back when it can be. A read command
+        (status, list) still answers when it cannot (a full disk, a read-only home): the
+        record it shows says so, and the next read tries again."""
+        directory = self._dir(name)
+        try:
+            return store.update(directory, outcome=True, **fields)
+        except FileNotFoundError:  # the job was deleted meanwhile: never re-created here
+            raise BackendError(f"local job {name} was deleted ({directory})") from None
+        except OSError as exc:
+            record = store.merged(directory, **fields)
+            record["RecordNotUpdated"] = f"{directory / store.RECORD} could not be rewritten: {exc}"
+            return record
 
     def wait(self, name: str, logs: bool = True, poll: float = 1.0) -> dict:
         """Run (or follow) the job to its end; raise JobFailedError if it fails or is stopped."""
         spec = self._prepared.pop(name, None)
         if spec is None:
             return super().wait(name, logs, poll)
-        record = Supervisor(spec, runner_named(spec.runner), printer=self.console if logs else None).run()
+        record = Supervisor(spec, runner_named(spec.runner), printer=self.console if logs else None,
+                            adopt_orphans=self.adopt_orphans).run()
         return self._completed(name, record)
 
     def stop(self, name: str) -> None:
         record = self.describe(name)
         if record["TrainingJobStatus"] in TERMINAL_STATUSES:
             raise BackendError(f"local job {name} has already ended ({record['TrainingJobStatus']})")
-        pid = record.get("SupervisorPid")
-        if not pid:
+        supervisor = identity.recorded(record, "Supervisor")
+        if not supervisor:
             raise BackendError(f"local job {name} has no supervisor to stop yet; try again in a moment")
-        os.kill(pid, signal.SIGTERM)
+        if not identity.send(supervisor, signal.SIGTERM):  # ended between describe and now
+            raise BackendError(f"local job {name}: its supervisor (pid {supervisor['Pid']}) is gone; "
+                               f"`smlaunch status {name}` records the outcome")

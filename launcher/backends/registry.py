@@ -105,21 +105,31 @@ def _on_sagemaker(job: str, region: str | None, session: Any, printer, not_here:
 
 
 def list_all(backends: tuple[str, ...] = BACKENDS, *, region: str | None = None, status: str | None = None,
-             name_contains: str | None = None, max_results: int = 20) -> tuple[list[dict], list[str]]:
-    """Jobs of every backend asked, newest first, with Backend, Handle and DurationSeconds; and a
-    note for each backend that could not be asked (SageMaker without a region or credentials)."""
-    rows, notes = [], []
+             name_contains: str | None = None, max_results: int = 20) -> tuple[list[dict], list[str], dict[str, bool]]:
+    """Jobs of every backend asked, newest first, with Backend, Handle and DurationSeconds; a note
+    for each backend that could not be asked and for what a backend left out (damaged records);
+    and the backends that could not be listed, each True when it failed rather than being
+    unconfigured (SageMaker without a region or credentials)."""
+    rows, notes, unlisted = [], [], {}
     for name in backends:
         try:
-            jobs = backend_named(name, region=region).list(status, name_contains, max_results)
+            backend = backend_named(name, region=region)
+            jobs = backend.list(status, name_contains, max_results)
         except Exception as exc:  # noqa: BLE001 - one unreachable engine must not hide the others' jobs
             notes.append(f"{name}: not listed: {_why(exc)}")
+            unlisted[name] = not _unconfigured(exc)
             continue
+        notes += [f"{name}: {note}" for note in getattr(backend, "unlisted", ())]
         rows += [{**j, "Backend": name, "Handle": f"{name}:{j['TrainingJobName']}",
                   "DurationSeconds": _duration(j)} for j in jobs]
     oldest = datetime.min.replace(tzinfo=timezone.utc)
     rows.sort(key=lambda r: as_datetime(r.get("CreationTime")) or oldest, reverse=True)
-    return rows[:max_results], notes
+    return rows[:max_results], notes, unlisted
+
+
+def _unconfigured(exc: Exception) -> bool:
+    """A backend this machine is not set up for (no AWS region or credentials), not one that failed."""
+    return isinstance(exc, ConfigError) or type(exc).__name__ == "NoCredentialsError"
 
 
 def _why(exc: Exception) -> str:

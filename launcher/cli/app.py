@@ -261,6 +261,8 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
             if getattr(result, "bundle", None) is not None:  # on stderr: stdout stays the request alone
                 click.echo(result.bundle.summary(), err=True)
             return
+        if backend.name == "local":  # this process runs nothing but the job: it may adopt the job's orphans
+            backend.adopt_orphans = True
         name = backend.submit(job, job_name, detach=no_wait)
         record = backend.describe(name)
         how = {"local": f"local, {runner or job.config.local_runner} runner",

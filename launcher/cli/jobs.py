@@ -92,16 +92,20 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
         from launcher.backends import registry
 
         chosen = tuple(dict.fromkeys(backends + (("local",) if local else ()))) or registry.BACKENDS
-        jobs, notes = registry.list_all(chosen, region=region, status=status_filter, name_contains=name_contains,
-                                        max_results=max_results)
+        jobs, notes, unlisted = registry.list_all(chosen, region=region, status=status_filter,
+                                                  name_contains=name_contains, max_results=max_results)
         if as_json:
             click.echo(json.dumps({"jobs": jobs, "notes": notes}, indent=2, default=str))
-            return
-        from launcher.cli.jobview import jobs_table
+        else:
+            from launcher.cli.jobview import jobs_table
 
-        console = make_console()
-        console.print(jobs_table(jobs, console.width))
-        for note in notes:
-            click.echo(note, err=True)
+            console = make_console()
+            console.print(jobs_table(jobs, console.width))
+            for note in notes:
+                click.echo(note, err=True)
+        # A backend that failed, or one asked for by name that is not set up: the listing is not
+        # what was asked (exit 1). SageMaker unconfigured on a machine of local jobs is only noted.
+        return any(failed or backends or local for failed in unlisted.values())
 
-    aws_call(run)
+    if aws_call(run):
+        sys.exit(EXIT_FAILED)

@@ -77,6 +77,8 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
     artifacts = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
     if artifacts:
         lines.append(f"model artifacts: {artifacts}")
+    if desc.get("RecordNotUpdated"):  # a local record that a read could not rewrite (a full disk)
+        lines.append(f"note: {desc['RecordNotUpdated']}")
     return lines
 
 

@@ -53,13 +53,14 @@ def aws_call(fn):
     from launcher.backends.base import BackendError, JobFailedError
     from launcher.config.images import ImageResolutionError
     from launcher.config.issues import SourceDirError
+    from launcher.local.store import DamagedRecord
 
     try:
         return fn()
     except ConfigError as exc:
         report_invalid(exc)
         sys.exit(EXIT_INVALID)
-    except (SourceDirError, ImageResolutionError) as exc:
+    except (SourceDirError, ImageResolutionError, DamagedRecord) as exc:
         fail(str(exc), EXIT_INVALID)
     except JobFailedError as exc:
         fail(str(exc), EXIT_FAILED)

@@ -21,7 +21,9 @@ def watch(job_dir: Path, read_fd: int) -> int:
     with os.fdopen(read_fd, "rb") as pipe:
         pipe.read()  # returns at end of file: the supervisor has closed it, or died
     record = store.read(job_dir.name, job_dir.parent)
-    if record.get("TrainingJobStatus") in TERMINAL_STATUSES:
+    # The outcome is recorded (with its end time): a job recorded Failed as its first host failed
+    # is still being stopped, and the watchdog must finish that.
+    if record.get("TrainingJobStatus") in TERMINAL_STATUSES and record.get("TrainingEndTime"):
         return 0
     spec = LocalJobSpec.load(job_dir)
     Supervisor(spec, runner_named(spec.runner, spec.runner_settings), printer=None).abandoned(

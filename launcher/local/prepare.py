@@ -181,6 +181,7 @@ def _write(job: ValidatedJob, spec: LocalJobSpec, runner: Runner, log: Callable[
         try:
             shutil.move(str(bundle.path), spec.source_archive)
             store.write(spec.job_dir, _record(job, spec, runner))
+            store.reserve(spec.job_dir)
         except BaseException:
             shutil.rmtree(spec.job_dir, ignore_errors=True)
             raise
@@ -203,7 +204,7 @@ def _write(job: ValidatedJob, spec: LocalJobSpec, runner: Runner, log: Callable[
 def _record_end(directory: Path, exc: BaseException) -> None:
     stopped = isinstance(exc, KeyboardInterrupt)
     try:
-        store.update(directory, TrainingJobStatus="Stopped" if stopped else "Failed",
+        store.update(directory, outcome=True, TrainingJobStatus="Stopped" if stopped else "Failed",
                      SecondaryStatus="Stopped" if stopped else "Failed",
                      FailureReason="" if stopped else f"ClientError: {exc}", TrainingEndTime=store.now())
     except OSError:  # the record cannot be written either (a full disk): no job is better than one stuck Starting

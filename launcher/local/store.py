@@ -10,6 +10,7 @@ returns them (`status --json` masks them, launcher.wire.masking).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from datetime import datetime, timezone
@@ -21,6 +22,20 @@ from launcher.wire.opt_ml import write_private
 
 HOME_ENV = "SMLAUNCH_HOME"  # default ~/.smlaunch; jobs live in <home>/jobs/<job name>/
 RECORD = "job.json"
+# Space kept for the record's last writes: a job whose logs fill the disk must still be able to say
+# so. Created with the record; given up (deleted) by a write that finds the disk full.
+RESERVE = ".record-reserve"
+RESERVE_BYTES = 256 * 1024
+# The fields every command reads, and their types: a record without them is damaged.
+_REQUIRED = {"TrainingJobName": str, "TrainingJobStatus": str}
+_TYPED = {"Backend": str, "CreationTime": str, "TrainingStartTime": str, "TrainingEndTime": str,
+          "FailureReason": str, "SecondaryStatus": str, "SecondaryStatusTransitions": list,
+          "SupervisorPid": int, "WatchdogPid": int, "SupervisorProcess": dict, "WatchdogProcess": dict,
+          "HyperParameters": dict, "Environment": dict, "OutputArtifacts": dict, "CheckpointConfig": dict}
+
+
+class DamagedRecord(LookupError):
+    """A job.json that is not a job record (not JSON, not an object, a field of the wrong type)."""
 
 
 def jobs_root() -> Path:
@@ -47,21 +62,81 @@ def exists(name: str, root: Path | None = None) -> bool:
 
 
 def read(name: str, root: Path | None = None) -> dict[str, Any]:
+    """The job's record; LookupError if there is none, DamagedRecord if it is not a record."""
     path = job_dir(name, root) / RECORD
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return _load(path)
     except FileNotFoundError:
         raise LookupError(f"no local job named {name!r} (looked in {path.parent.parent})") from None
 
 
+def _load(path: Path) -> dict[str, Any]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise DamagedRecord(f"{path} is damaged: not JSON ({exc}); restore it, or delete the job's "
+                            "directory") from None
+    problem = _damage(record)
+    if problem:
+        raise DamagedRecord(f"{path} is damaged: {problem}; restore it, or delete the job's directory")
+    return record
+
+
+def _damage(record: Any) -> str | None:
+    """What makes `record` no job record, or None."""
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not an object"
+    for key in _REQUIRED:
+        if key not in record:
+            return f"no {key}"
+    for key, kind in {**_REQUIRED, **_TYPED}.items():
+        value = record.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"{key} is {json.dumps(value)[:60]}, not a {kind.__name__}"
+    return None
+
+
 def write(directory: Path, record: dict[str, Any]) -> None:
+    """Create the job's directory (if need be) and its record."""
     directory.mkdir(parents=True, exist_ok=True)
-    write_private(directory / RECORD, json.dumps(record, indent=2, default=str) + "\n")
+    _replace(directory, record)
 
 
-def update(directory: Path, **fields: Any) -> dict[str, Any]:
-    """Merge `fields` into the record; `SecondaryStatus` changes are appended to the transitions."""
-    record = json.loads((directory / RECORD).read_text(encoding="utf-8"))
+def reserve(directory: Path) -> None:
+    """Set aside the space the record's last writes need (see RESERVE)."""
+    with open(directory / RESERVE, "wb") as f:
+        f.write(b"\0" * RESERVE_BYTES)  # written, not truncated to size: a sparse file reserves nothing
+
+
+def _replace(directory: Path, record: dict[str, Any], outcome: bool = False) -> None:
+    """Rewrite the record of an existing job directory (never re-created: a job deleted meanwhile
+    stays deleted). For the job's `outcome`, a full disk gives up the reserve and tries once more."""
+    text = json.dumps(record, indent=2, default=str) + "\n"
+    try:
+        write_private(directory / RECORD, text)
+    except OSError as exc:
+        if not outcome or exc.errno != errno.ENOSPC or not (directory / RESERVE).exists():
+            raise
+        (directory / RESERVE).unlink()
+        write_private(directory / RECORD, text)
+
+
+def merged(directory: Path, **fields: Any) -> dict[str, Any]:
+    """The record with `fields` merged in (as `update` would write it), without writing it."""
+    return _merge(_load(directory / RECORD), fields)
+
+
+def update(directory: Path, *, outcome: bool = False, **fields: Any) -> dict[str, Any]:
+    """Merge `fields` into the record; `SecondaryStatus` changes are appended to the transitions.
+    `outcome`: the job's end is being recorded, which may use the reserve."""
+    record = merged(directory, **fields)
+    _replace(directory, record, outcome)
+    return record
+
+
+def _merge(record: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    fields = dict(fields)
     secondary = fields.get("SecondaryStatus")
     if secondary and secondary != record.get("SecondaryStatus"):
         stamp = now()
@@ -73,7 +148,6 @@ def update(directory: Path, **fields: Any) -> dict[str, Any]:
     fields.pop("StatusMessage", None)
     record.update(fields)
     record["LastModifiedTime"] = now()
-    write(directory, record)
     return record
 
 
@@ -83,15 +157,20 @@ def backend_of(record: dict[str, Any]) -> str:
 
 
 def list_jobs(root: Path | None = None, status: str | None = None, name_contains: str | None = None,
-              max_results: int | None = 50) -> list[dict[str, Any]]:
-    """Newest first, as ListTrainingJobs sorts by CreationTime descending."""
+              max_results: int | None = 50, damaged: list[str] | None = None) -> list[dict[str, Any]]:
+    """Newest first, as ListTrainingJobs sorts by CreationTime descending. A record that vanishes
+    while it is read (its job deleted) is left out; a damaged one too, its path added to `damaged`."""
     base = root or jobs_root()
     records = []
     for path in base.glob(f"*/{RECORD}") if base.is_dir() else ():
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # a job directory being created, or damaged: not a job to list
+            record = _load(path)
+        except FileNotFoundError:
+            continue
+        except (OSError, DamagedRecord):
+            if damaged is not None:
+                damaged.append(str(path))
+            continue
         if status and record.get("TrainingJobStatus") != status:
             continue
         if name_contains and name_contains not in record.get("TrainingJobName", ""):

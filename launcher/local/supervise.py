@@ -22,6 +22,7 @@ job and records why.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -34,8 +35,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 # Imports inside functions: a runner's module (docker, Slurm) loads when a job uses it.
-from launcher.local import leftovers, s3io, store
+from launcher.local import identity, leftovers, s3io, store
 from launcher.local.jobenv import RequirementsFailed, SetupStopped
+from launcher.local.logfile import LogFile
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
 from launcher.local.watchdog import Watchdog
 from launcher.wire.opt_ml import FAILURE_LIMIT, process_ended
@@ -76,36 +78,55 @@ def runner_named(name: str, settings: dict | None = None) -> Runner:
 
 class Supervisor:
     def __init__(self, spec: LocalJobSpec, runner: Runner, printer: Printer | None = console_printer,
-                 stop_grace_s: float = STOP_GRACE_S):
+                 stop_grace_s: float = STOP_GRACE_S, adopt_orphans: bool = False):
+        """`adopt_orphans`: this process runs nothing but the job (`smlaunch submit`, the detached
+        supervisor), so it may be the subreaper of every descendant (launcher.local.leftovers)."""
         self.spec, self.runner, self.printer = spec, runner, printer
+        self.adopt_orphans = adopt_orphans
+        self._reaper: int | None = None  # this process's pid once it is the job's subreaper
+        self._spare: frozenset[int] = frozenset()  # its children that are not the job's (the watchdog)
         self.stop_grace_s = stop_grace_s
         self.signals: list[int] = []
         self.start_error = ""
         self.abandoned_by: int | None = None  # the supervisor whose job the watchdog finishes
         self._lock = threading.Lock()
-        self._merged = None
+        self._merged: LogFile | None = None
+        self.log_error: LogFile | None = None  # the first log that could not be written (a full disk)
 
     # --- output ---------------------------------------------------------------------------
     def _pump(self, host: HostProcess, color: str) -> None:
-        logs = self.spec.job_dir / "logs"
-        with open(logs / f"{host.label}.log", "ab") as own:
-            for raw in iter(host.proc.stdout.readline, b""):
+        own = LogFile(self.spec.job_dir / "logs" / f"{host.label}.log")
+        try:
+            for raw in iter(host.proc.stdout.readline, b""):  # read to the end whatever the disk does
                 own.write(raw)
-                own.flush()
+                self._check_disk(own)
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 with self._lock:
-                    self._merged.write(f"{host.label} | {line}\n")
-                    self._merged.flush()
+                    self._merged.write(f"{host.label} | {line}\n".encode())
                     if self.printer:
                         self.printer(host.label, color, line)
-        host.proc.stdout.close()
+                self._check_disk(self._merged)
+        finally:
+            own.close()
+            host.proc.stdout.close()
 
     def _note(self, line: str) -> None:
         with self._lock:
-            self._merged.write(f"smlaunch | {line}\n")
-            self._merged.flush()
+            self._merged.write(f"smlaunch | {line}\n".encode())
             if self.printer:
                 self.printer("smlaunch", "yellow", line)
+
+    def _check_disk(self, log: LogFile) -> None:
+        """The first log that cannot be written fails the job (said once): its disk holds the hosts'
+        /opt/ml too, so the job could not save its model or checkpoints there either."""
+        if log.error is None or self.log_error is not None:
+            return
+        with self._lock:
+            if self.log_error is not None:
+                return
+            self.log_error = log
+        self._note(f"cannot write {log.path}: {log.error.strerror}; log output is dropped from here on "
+                   "and the job is stopped")
 
     # --- signals --------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame) -> None:
@@ -130,11 +151,14 @@ class Supervisor:
         Ctrl-C, once every host is stopped and the outcome is recorded."""
         (self.spec.job_dir / "logs").mkdir(exist_ok=True)
         watchdog = Watchdog(self.spec.job_dir)
+        if self.adopt_orphans and leftovers.become_subreaper():
+            self._reaper, self._spare = os.getpid(), frozenset({watchdog.proc.pid})
+        self._merged = LogFile(self.spec.job_dir / "logs" / "job.log")
         try:
-            with open(self.spec.job_dir / "logs" / "job.log", "a", encoding="utf-8") as merged:
-                self._merged = merged
-                reason, record = self._run(watchdog.proc.pid)
+            self._check_disk(self._merged)
+            reason, record = self._run(watchdog.proc.pid)
         finally:
+            self._merged.close()
             watchdog.release()
         if reason == "interrupted":
             raise KeyboardInterrupt
@@ -144,7 +168,8 @@ class Supervisor:
         spec = self.spec
         previous = self._install_handlers()
         started = time.monotonic()
-        store.update(spec.job_dir, SecondaryStatus="Training", SupervisorPid=os.getpid(), WatchdogPid=watchdog_pid,
+        self._update(SecondaryStatus="Training", SupervisorPid=os.getpid(), WatchdogPid=watchdog_pid,
+                     SupervisorProcess=identity.of(os.getpid()), WatchdogProcess=identity.of(watchdog_pid),
                      TrainingStartTime=store.now(),
                      StatusMessage=f"{len(spec.hosts)} host(s) x {spec.processes_per_host} process(es), "
                                    f"{spec.runner} runner")
@@ -186,6 +211,10 @@ class Supervisor:
                                    f"(SIGKILL in {self.stop_grace_s:.0f} s; again to kill now)")
                         self._signal_all(hosts, signal.SIGTERM)
                         kill_at = now + self.stop_grace_s
+                    elif self.log_error is not None:
+                        reason = "disk_full"
+                        self._signal_all(hosts, signal.SIGTERM)
+                        kill_at = now + self.stop_grace_s
                     elif now - started > spec.max_run:
                         reason = "max_run"
                         self._note(f"max_run ({spec.max_run} s) exceeded: stopping every host")
@@ -194,6 +223,7 @@ class Supervisor:
                     elif failed:
                         reason = "host_failed"
                         kill_at = now + FAILED_HOST_GRACE_S
+                        self._failed_early(exits)
                 elif reason == "host_failed" and kill_at is not None and now >= kill_at:
                     self._note(f"{exits[0][0]} failed: stopping the other hosts")
                     self._signal_all(hosts, signal.SIGTERM)
@@ -216,6 +246,13 @@ class Supervisor:
                     signal.signal(signum, handler)
         return reason, self._finish(reason, exits, time.monotonic() - started)
 
+    def _failed_early(self, exits: list[tuple[str, int]]) -> None:
+        """The job has failed once its first host has: say so now, not after the other hosts are
+        stopped (a frozen one may take the whole grace). TrainingEndTime comes with the outcome,
+        once every host has ended and the artifacts are packed."""
+        self._update(TrainingJobStatus="Failed", SecondaryStatus="Stopping", FailureReason=self._failure_reason(exits),
+                     StatusMessage=f"{exits[-1][0]} failed: stopping the other hosts")
+
     def _setup(self, started: float) -> None:
         """The runner's work before any host starts (the job's environment for its requirements.txt),
         stopped by what stops a running job: a signal, a stop request, max_run."""
@@ -224,7 +261,7 @@ class Supervisor:
             return
         record = setup(self.spec, self._note, lambda: self._stop_reason(started) is not None)
         if record:
-            store.update(self.spec.job_dir, JobEnvironment=record)
+            self._update(JobEnvironment=record)
 
     def _stop_reason(self, started: float) -> str | None:
         if not self.signals and self._stop_requested():
@@ -234,7 +271,7 @@ class Supervisor:
         return "max_run" if time.monotonic() - started > self.spec.max_run else None
 
     def _end_leftovers(self, grace_s: float = 0.0, what: str = "the job left behind") -> None:
-        ended = leftovers.end_job_processes(self.spec.job_dir, grace_s)
+        ended = leftovers.end_job_processes(self.spec.job_dir, grace_s, ancestor=self._reaper, spare=self._spare)
         if ended:
             self._note(f"ended {len(ended)} process(es) {what}: " + "; ".join(ended))
 
@@ -243,8 +280,8 @@ class Supervisor:
         the job as a stop would (SIGTERM, SIGKILL after the grace period), then record why."""
         spec = self.spec
         (spec.job_dir / "logs").mkdir(exist_ok=True)
-        with open(spec.job_dir / "logs" / "job.log", "a", encoding="utf-8") as merged:
-            self._merged = merged
+        self._merged = LogFile(spec.job_dir / "logs" / "job.log")
+        try:
             self._note(f"the supervisor (pid {supervisor_pid}) ended without recording an outcome: "
                        "stopping every process of the job")
             self._end_leftovers(grace_s=self.stop_grace_s, what="still running")
@@ -255,6 +292,16 @@ class Supervisor:
             self.abandoned_by = supervisor_pid
             started = store.read(spec.name, spec.job_dir.parent).get("TrainingStartTime")
             return self._finish("supervisor_lost", [], _seconds_since(started))
+        finally:
+            self._merged.close()
+
+    def _update(self, **fields) -> None:
+        """A record update on the way (not the outcome): one the disk refuses is noted, not raised,
+        so the job still runs to an outcome, which the record's reserve has room for."""
+        try:
+            store.update(self.spec.job_dir, **fields)
+        except OSError as exc:
+            self._note(f"could not update {self.spec.job_dir / store.RECORD}: {exc}")
 
     # --- the outcome ----------------------------------------------------------------------
     def _finish(self, reason: str | None, exits: list[tuple[str, int]], seconds: float) -> dict:
@@ -273,6 +320,9 @@ class Supervisor:
             fields["FailureReason"] = (
                 f"ClientError: the local supervisor (pid {self.abandoned_by}) ended without recording an outcome "
                 "(killed?); its watchdog stopped every process of the job")
+        elif reason == "disk_full":
+            status, secondary, message = "Failed", "Failed", "A log of the job could not be written"
+            fields["FailureReason"] = self._disk_full_reason()
         elif reason == "max_run":
             status, secondary, message = "Stopped", "MaxRuntimeExceeded", f"Exceeded max_run ({spec.max_run} s)"
             fields["FailureReason"] = f"MaxRuntimeExceeded: the job ran longer than max_run ({spec.max_run} s)"
@@ -282,16 +332,31 @@ class Supervisor:
         else:
             status, secondary, message = "Failed", "Failed", "Training job failed"
             fields["FailureReason"] = self._failure_reason(exits)
-        store.update(spec.job_dir, SecondaryStatus="Uploading", StatusMessage="Packing the artifacts")
+        self._update(SecondaryStatus="Uploading", StatusMessage="Packing the artifacts")
         try:
             fields.update(self._artifacts(with_model=status != "Failed"))
         except Exception as exc:  # noqa: BLE001 - an upload failure must end in the record
-            status, secondary, message = "Failed", "Failed", "Uploading the artifacts failed"
-            fields["FailureReason"] = f"ClientError: could not store the artifacts: {exc}"[:FAILURE_LIMIT]
+            if reason != "disk_full":  # a full disk is the cause, the artifacts only one more victim
+                status, secondary, message = "Failed", "Failed", "Uploading the artifacts failed"
+                fields["FailureReason"] = f"ClientError: could not store the artifacts: {exc}"[:FAILURE_LIMIT]
+            self._note(f"could not store the artifacts: {exc}")
         if status == "Failed" and "FailureReason" in fields:
             self._note(f"failed: {fields['FailureReason']}")
-        return store.update(spec.job_dir, TrainingJobStatus=status, SecondaryStatus=secondary,
-                            StatusMessage=message, TrainingEndTime=store.now(), **fields)
+        outcome = dict(TrainingJobStatus=status, SecondaryStatus=secondary, StatusMessage=message,
+                       TrainingEndTime=store.now(), **fields)
+        try:
+            return store.update(spec.job_dir, outcome=True, **outcome)
+        except OSError as exc:  # even the reserve did not do: say it where it can be seen
+            print(f"smlaunch: could not record the outcome of {spec.name} ({status}: "
+                  f"{fields.get('FailureReason', message)}) in {spec.job_dir / store.RECORD}: {exc}", file=sys.stderr)
+            return store.merged(spec.job_dir, **outcome)
+
+    def _disk_full_reason(self) -> str:
+        log = self.log_error
+        what = "no space left on device" if log.error.errno == errno.ENOSPC else log.error.strerror
+        return (f"ClientError: {what}: could not write {log.path} ({log.error}); {log.dropped} bytes of log "
+                "output were dropped and the job was stopped. Free space there (or set SMLAUNCH_HOME to a "
+                "larger disk) and run the job again")[:FAILURE_LIMIT]
 
     def _failure_reason(self, exits: list[tuple[str, int]]) -> str:
         """The first host to fail, and its output/failure (the bootstrap's report) if it wrote one.
@@ -396,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m launcher.local.supervise JOB_DIR", file=sys.stderr)
         return 2
     spec = LocalJobSpec.load(Path(argv[0]))
-    record = Supervisor(spec, runner_named(spec.runner, spec.runner_settings), printer=None).run()
+    record = Supervisor(spec, runner_named(spec.runner, spec.runner_settings), printer=None, adopt_orphans=True).run()
     return 0 if record["TrainingJobStatus"] == "Completed" else 1
 
 

@@ -115,16 +115,16 @@ def test_no_space_after_the_record_records_the_job_failed(home, src, monkeypatch
 
 
 def test_when_not_even_the_failure_can_be_recorded_the_job_is_removed(home, src, monkeypatch):
-    real_write = store.write
+    real_write = store.write_private
     writes = []
 
-    def write_once(directory, record):  # the first record fits; then the disk is full
+    def write_once(path, text):  # the first record fits; then the disk is full, the reserve too small
         if writes:
             raise NO_SPACE
-        writes.append(record)
-        real_write(directory, record)
+        writes.append(text)
+        real_write(path, text)
 
-    monkeypatch.setattr(store, "write", write_once)
+    monkeypatch.setattr(store, "write_private", write_once)
     monkeypatch.setattr(prepare_module, "write_opt_ml", fail(NO_SPACE))
     with pytest.raises(BackendError, match="No space left on device"):
         run_prepare(local_job(src))

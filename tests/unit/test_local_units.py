@@ -128,7 +128,7 @@ def test_an_artifact_that_cannot_be_written_whole_is_removed_and_the_job_says_wh
                         hyperparameters={}, channels={}, environment={}, checkpoint_dir=job_dir / "checkpoints",
                         max_run=60, output_path=str(out))
     supervisor = Supervisor(spec, runner=None, printer=None)
-    supervisor._merged = io.StringIO()
+    supervisor._merged = io.BytesIO()
     fake_open = _full_disk_after(256 << 10, job_dir / "artifacts" if full == "staging" else out)
     monkeypatch.setattr(builtins, "open", fake_open)
     monkeypatch.setattr(tarfile, "bltn_open", fake_open)  # tarfile's own reference to open

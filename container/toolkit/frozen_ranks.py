@@ -1,0 +1,112 @@
+"""Frozen ranks: a rank that is stopped (SIGSTOP, `kill -STOP`, a debugger's stop) when a peer has
+already ended.
+
+A stopped process runs no signal handler and does not die of SIGTERM until it is continued, so
+torchrun, stopping the ranks after one failed, would wait its whole shutdown timeout (100 s) for
+it, and the job would stay InProgress that long. The bootstrap watches torchrun's children while
+it runs: once one rank has ended, a rank still stopped after FROZEN_GRACE_S gets SIGCONT (the
+SIGTERM torchrun sent it then acts) and, if it still lives FROZEN_GRACE_S later, SIGKILL. Which
+ranks were frozen is kept for the failure report: they are the ones that never answered the
+collective their peers failed in. A rank in uninterruptible sleep (a hung driver, state D) ends
+only when the kernel lets it; nothing here can shorten that. Linux only (`/proc`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+POLL_S = 0.5
+FROZEN_GRACE_S = 5.0
+PROC = Path("/proc")
+
+
+class FrozenRanks:
+    def __init__(self, launcher_pid: int, log):
+        self.launcher_pid = launcher_pid
+        self.log = log
+        self.frozen: dict[int, str] = {}  # pid: "rank R (local rank L)" of each rank found frozen
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> FrozenRanks:
+        if PROC.is_dir():
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _watch(self) -> None:
+        seen: set[int] = set()
+        stopped_since: dict[int, float] = {}
+        while not self._stopping.wait(POLL_S):
+            ranks = _children(self.launcher_pid)
+            seen |= set(ranks)
+            if not seen - set(ranks):  # no rank has ended yet: a stop may be a user's pause
+                continue
+            now = time.monotonic()
+            for pid, state in ranks.items():
+                if state != "T":
+                    stopped_since.pop(pid, None)
+                    continue
+                since = stopped_since.setdefault(pid, now)
+                if now - since >= FROZEN_GRACE_S and pid not in self.frozen:
+                    self.frozen[pid] = _rank_of(pid)
+                    self.log(f"{self.frozen[pid]} is stopped while a peer has ended: sending it SIGCONT, "
+                             f"SIGKILL in {FROZEN_GRACE_S:.0f} s if it does not end")
+                    _send(pid, self.launcher_pid, signal.SIGCONT)
+                    threading.Timer(FROZEN_GRACE_S, _send, (pid, self.launcher_pid, signal.SIGKILL)).start()
+
+
+def _children(pid: int) -> dict[int, str]:
+    """{pid: state} of the process's live children."""
+    found: dict[int, str] = {}
+    try:
+        tasks = list((PROC / str(pid) / "task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            stat = _stat(child)
+            if stat and stat[1] not in ("Z", "X"):
+                found[child] = stat[1]
+    return found
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, state) of a process, None once it is gone."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    state, ppid = text[text.rindex(")") + 2:].split()[:2]
+    return int(ppid), state
+
+
+def _rank_of(pid: int) -> str:
+    try:
+        environ = dict(item.split("=", 1) for item in (PROC / str(pid) / "environ").read_text(
+            errors="replace").split("\0") if "=" in item)
+    except OSError:
+        environ = {}
+    return f"rank {environ.get('RANK', '?')} (local rank {environ.get('LOCAL_RANK', '?')}, pid {pid})"
+
+
+def _send(pid: int, parent: int, signum: int) -> None:
+    """Signal `pid` only while it is still the launcher's child (so still the rank it was)."""
+    stat = _stat(pid)
+    if stat and stat[0] == parent:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
