@@ -25,20 +25,27 @@ LIST_HINT = "list items cannot be set one by one: set the whole list, e.g. --set
 
 def load_job_file(path: str | Path, overrides: Iterable[str] = ()) -> tuple[dict, Path]:
     """The merged raw job dict (extends resolved, overrides applied) and its base directory."""
-    path = Path(path)
-    data = _load_chain(path, [])
-    apply_overrides(data, overrides)
-    return data, _resolved(path).parent
+    data, base, _files = _load(Path(path), overrides)
+    return data, base
 
 
 def validate_job_file(path: str | Path, overrides: Iterable[str] = ()) -> ValidatedJob:
-    data, base = load_job_file(path, overrides)
+    data, base, files = _load(Path(path), overrides)
     job = validate_job(data, base_dir=base, source=str(path), model=JobFile)
     job.config = job.config.model_copy(update={"extends": None})
+    job.files = tuple(files)
     return job
 
 
-def _load_chain(path: Path, seen: list[Path]) -> dict:
+def _load(path: Path, overrides: Iterable[str]) -> tuple[dict, Path, list[Path]]:
+    """What load_job_file returns, and the files of the extends chain (resolved)."""
+    files: list[Path] = []
+    data = _load_chain(path, [], files)
+    apply_overrides(data, overrides)
+    return data, _resolved(path).parent, files
+
+
+def _load_chain(path: Path, seen: list[Path], files: list[Path]) -> dict:
     resolved = _resolved(path)
     if resolved in seen:
         chain = " -> ".join(str(p) for p in seen + [resolved])
@@ -48,6 +55,7 @@ def _load_chain(path: Path, seen: list[Path]) -> dict:
         raise ConfigError([Issue("extends", str(path), f"the extends chain is longer than {MAX_EXTENDS} files",
                                  "merge some of the base files")], str(seen[0]))
     data = _read_yaml(path)
+    files.append(resolved)
     if isinstance(data.get("source_dir"), str):
         data["source_dir"] = _absolute(resolved.parent, data["source_dir"], "source_dir", path)
     if isinstance(data.get("dependencies"), list):
@@ -59,7 +67,7 @@ def _load_chain(path: Path, seen: list[Path]) -> dict:
     if not isinstance(base_ref, str) or not base_ref:
         raise ConfigError([Issue("extends", base_ref, "must be a file path", "extends: base.yaml")],
                           str(path))
-    base = _load_chain(resolved.parent / base_ref, seen + [resolved])
+    base = _load_chain(resolved.parent / base_ref, seen + [resolved], files)
     return deep_merge(base, data)
 
 

@@ -57,6 +57,9 @@ class ValidatedJob:
     # a user script that uses AWS's SMP v2 library (launcher.config.script_rules.uses_smp)
     smp_script: bool = False
     notes: list[Issue] = field(default_factory=list)  # info: what the user should know (resume_rules.py)
+    # the job files it was read from (the extends chain, resolved): they hold its environment's
+    # secrets, so no code archive ships them (launcher.backends.sourcedir)
+    files: tuple[Path, ...] = ()
 
     @property
     def settings(self) -> RunSettings | None:

@@ -31,8 +31,8 @@ in pieces, holding back only a tail that could be the start of a secret.
 
 **Credential files.** `credential_pattern` says which files a code archive leaves out
 (launcher.backends.sourcedir): CREDENTIAL_PATTERNS, matched case-insensitively with fnmatch on a
-file's name, on the end of its path for a pattern with '/', and on a directory's name (the whole
-directory) for a pattern ending in '/'.
+file's name, on the end of its path for a pattern with '/', and on a directory's name or the end of
+its path (the whole directory) for a pattern ending in '/'.
 
 Inside the training container the bootstrap installs the masker of its job (the job's
 hyperparameters and the process environment) with `install`; its log lines, failure file, the
@@ -264,11 +264,16 @@ def _hidden(value: Any, masker: Masker) -> Any:
 # --- credential files ------------------------------------------------------------------------------
 
 CREDENTIAL_PATTERNS: tuple[str, ...] = (
-    ".ssh/", ".aws/", ".gnupg/", ".env*/",  # whole directories (a virtualenv named .env too)
+    ".ssh/", ".aws/", ".gnupg/", ".env*/", ".azure/",  # whole directories (a virtualenv named .env too)
     ".env*", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",  # dotenv files, SSH keys
-    "*.pem", "*.key", "*.p12", "*.pfx",  # private keys and certificate bundles
+    "*.pem", "*.key", "*.p12", "*.pfx", "*.ppk",  # private keys (PuTTY's too) and certificate bundles
     ".netrc", "_netrc", ".git-credentials", ".npmrc", ".pypirc", ".dockercfg", "credentials.json",
-    ".docker/config.json", ".kube/config",
+    ".docker/config.json", ".kube/config", ".vault-token",
+    # the canonical credential files of the clouds and hubs, wherever a copy of the home lies:
+    "credentials", ".boto", ".s3cfg",  # AWS's shared credentials file (aws/credentials too), boto, s3cmd
+    "application_default_credentials.json", "gcloud/credentials.db", "gcloud/access_tokens.db",
+    "gcloud/legacy_credentials/",  # GCP
+    "huggingface/token", "huggingface/stored_tokens",  # Hugging Face (~/.cache/huggingface)
 )
 
 
@@ -276,11 +281,8 @@ def credential_pattern(path: str, is_dir: bool = False) -> str | None:
     """The CREDENTIAL_PATTERNS entry `path` (a '/'-separated relative path) matches, or None."""
     parts = path.lower().split("/")
     for pattern in CREDENTIAL_PATTERNS:
-        if pattern.endswith("/"):
-            if is_dir and fnmatchcase(parts[-1], pattern[:-1]):
-                return pattern
-        elif not is_dir:
-            tail = pattern.split("/")
+        if pattern.endswith("/") == is_dir:
+            tail = pattern.rstrip("/").split("/")
             if len(parts) >= len(tail) and all(map(fnmatchcase, parts[-len(tail):], tail)):
                 return pattern
     return None
