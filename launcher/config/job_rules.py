@@ -18,6 +18,7 @@ from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
 from launcher.config.rules import HP, Context
+from launcher.wire.file_kinds import not_data
 
 # Imports inside functions: the runtime's requirements load only for the warning that names them
 # (CLI start-up).
@@ -73,6 +74,9 @@ def _check_local_paths(ctx: Context) -> list[Issue]:
         if not os.path.exists(path):
             issues.append(Issue(f"inputs.{name}", channel.s3_data, f"no such file or directory ({path})",
                                 "give a path relative to the job file, an absolute path, or s3://..."))
+        elif problem := not_data(path):
+            issues.append(Issue(f"inputs.{name}", channel.s3_data, f"{problem}: a channel holds regular files "
+                                "and directories only", "remove it from the channel, or give another path"))
     if job.output_path and not job.output_path.startswith("s3://"):
         out = resolve_path(ctx.base_dir, job.output_path)
         if os.path.exists(out) and not os.path.isdir(out):

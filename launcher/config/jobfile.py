@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import copy
 import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 from launcher.config import JobFile, ModelParallelParameters, ValidatedJob, validate_job
 from launcher.config.issues import ConfigError, Issue, did_you_mean, show_value
 from launcher.config.safe_yaml import MAX_DEPTH, YamlProblem, loads
+from launcher.wire.file_kinds import file_kind
 
 MP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")
 MAX_FILE_BYTES = 256 * 1024  # a job file is a few KiB; more is a wrong file, not a job
@@ -103,7 +103,7 @@ def _read_text(path: Path) -> str:
     except OSError as exc:
         raise refuse(f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
     try:
-        kind = _file_kind(os.fstat(fd).st_mode)
+        kind = file_kind(os.fstat(fd).st_mode)
         if kind:
             os.close(fd)
             raise refuse(f"is {kind}, not a file", "give the path of a YAML job file")
@@ -118,15 +118,6 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         raise refuse(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
                      "save it as UTF-8, or check that it is the job file") from None
-
-
-def _file_kind(mode: int) -> str:
-    """'' for a regular file, else what the path is."""
-    if stat.S_ISREG(mode):
-        return ""
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def _absolute(base: Path, value: str, field: str, source: Path) -> str:
