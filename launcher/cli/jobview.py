@@ -11,6 +11,7 @@ from __future__ import annotations
 # Imports inside functions: a job's metrics load only for `status` of a job without progress.
 from launcher.backends.base import TERMINAL_STATUSES
 from launcher.backends.registry import as_datetime
+from launcher.wire.checkpoints import UNVERIFIED
 from launcher.wire.masking import mask_secrets
 from launcher.wire.progress import Progress, clock
 
@@ -69,7 +70,8 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
     checkpoint = desc.get("LastCheckpoint")
     if checkpoint:
         copy = f" (copied to {checkpoint['CopiedTo']})" if checkpoint.get("CopiedTo") else ""
-        lines.append(f"last checkpoint: step {checkpoint['Step']}, {checkpoint['Location']}{copy}")
+        verified = "" if checkpoint.get("Verified") else UNVERIFIED
+        lines.append(f"last checkpoint: step {checkpoint['Step']}, {checkpoint['Location']}{copy}{verified}")
     elif status == "Stopped":
         lines.append("last checkpoint: none")
     if desc.get("FailureReason"):
