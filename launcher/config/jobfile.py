@@ -20,6 +20,7 @@ from launcher.wire.file_kinds import file_kind
 MP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")
 MAX_FILE_BYTES = 256 * 1024  # a job file is a few KiB; more is a wrong file, not a job
 MAX_EXTENDS = 16  # files in one extends chain
+JOB_FILE_SUFFIXES = (".yaml", ".yml")  # what extends may name
 LIST_HINT = "list items cannot be set one by one: set the whole list, e.g. --set 'tags=[{Key: x, Value: y}]'"
 
 
@@ -54,7 +55,12 @@ def _load_chain(path: Path, seen: list[Path], files: list[Path]) -> dict:
     if len(seen) >= MAX_EXTENDS:
         raise ConfigError([Issue("extends", str(path), f"the extends chain is longer than {MAX_EXTENDS} files",
                                  "merge some of the base files")], str(seen[0]))
+    if seen and resolved.suffix.lower() not in JOB_FILE_SUFFIXES:  # read as a base: refused before it is read
+        raise ConfigError([Issue("extends", str(path), "is not a YAML job file (.yaml or .yml)",
+                                 "extends names another job file")], str(seen[-1]))
     data = _read_yaml(path)
+    if seen:
+        _check_base_keys(data, path, seen[-1])
     files.append(resolved)
     if isinstance(data.get("source_dir"), str):
         data["source_dir"] = _absolute(resolved.parent, data["source_dir"], "source_dir", path)
@@ -69,6 +75,17 @@ def _load_chain(path: Path, seen: list[Path], files: list[Path]) -> dict:
                           str(path))
     base = _load_chain(resolved.parent / base_ref, seen + [resolved], files)
     return deep_merge(base, data)
+
+
+def _check_base_keys(data: dict, path: Path, child: Path) -> None:
+    """A base file whose keys are not job fields is not a job file: refused by its key names alone,
+    so that no value of a file extends should not have named is ever shown."""
+    unknown = [str(key) for key in data if key not in JobFile.model_fields and key != "extends"]
+    if unknown:
+        shown = ", ".join(repr(key) for key in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+        raise ConfigError([Issue("extends", str(path), f"is not a job file: {len(unknown)} key(s) are not job "
+                                 f"fields ({shown}); its values are not shown",
+                                 "extends names another job file; fix or remove the keys")], str(child))
 
 
 def _resolved(path: Path) -> Path:
