@@ -19,6 +19,7 @@ from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
 from launcher.config.rules import HP, Context
 from launcher.wire.file_kinds import not_data
+from launcher.wire.masking import secret_values
 
 # Imports inside functions: the runtime's requirements load only for the warning that names them
 # (CLI start-up).
@@ -56,8 +57,19 @@ def check_job_fields(ctx: Context) -> list[Issue]:
                 issues.append(Issue(f"inputs.{name}", channel.s3_data, "SageMaker reads channels from S3",
                                     "upload the data and use s3://..., or run with instance_type: local"))
     else:
-        issues += _check_local_paths(ctx)
+        issues += _check_local_paths(ctx) + _secret_arguments(job)
     return issues + _check_files(ctx)
+
+
+def _secret_arguments(job: JobConfig) -> list[Issue]:
+    """Hyperparameters become the script's command line, which every user of this machine (local)
+    or of the Slurm nodes sees in the process list (`ps -ef`, /proc/PID/cmdline): a secret among
+    them (a secret-named key, a URL password) is shown there; the environment is not."""
+    values = job.hyperparameters.model_dump(mode="json", exclude_none=True)
+    return [Issue(f"hyperparameters.{key}", value, "is a secret, and hyperparameters are the script's command "
+                  "line, which other users of this machine or of the Slurm nodes can read in the process list",
+                  f"pass it in environment instead (environment: {{{key.upper()}: ...}})", "warning")
+            for key, value in values.items() if secret_values({key: value})]
 
 
 def _check_local_paths(ctx: Context) -> list[Issue]:
