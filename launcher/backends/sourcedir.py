@@ -59,7 +59,7 @@ from pathlib import Path, PurePosixPath
 
 from launcher.config.issues import SourceDirError
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH
-from launcher.config.job_rules import resolve_path
+from launcher.config.job_rules import outside_source_dir, resolve_path
 from launcher.config.requirements import REQUIREMENTS, runtime_requirements, with_requirements
 from launcher.local import store
 from launcher.wire.masking import MIN_SECRET_LENGTH, credential_pattern, secret_values
@@ -435,7 +435,7 @@ def _program_in(
     source_dir: Path, entry_point: str | Path, entries: _Entries, ignore: Sequence[str]
 ) -> str:
     rel = PurePosixPath(str(entry_point))
-    if rel.is_absolute() or ".." in rel.parts:
+    if outside_source_dir(str(entry_point)):
         raise SourceDirError(
             f"entry_point '{entry_point}' must be a path relative to source_dir "
             f"'{source_dir}' (e.g. 'train.py'), inside it"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from launcher.config import aws_arguments
 from launcher.config.hyperparameters import TrainingHyperparameters
@@ -99,6 +99,9 @@ def _check_local_paths(ctx: Context) -> list[Issue]:
 
 def _check_files(ctx: Context) -> list[Issue]:
     job = ctx.job
+    if job.source_dir and outside_source_dir(job.entry_point):
+        return [Issue("entry_point", job.entry_point, f"must be a path inside source_dir '{job.source_dir}', "
+                      "relative to it", "e.g. entry_point: train.py, or move the script into source_dir")]
     entry = entry_point_path(job, ctx.base_dir)
     if entry is None:
         return []
@@ -119,6 +122,13 @@ def _check_files(ctx: Context) -> list[Issue]:
             issues.append(Issue(f"dependencies[{i}]", dep, "no such file or directory",
                                 "give a path relative to the job file, or an absolute path"))
     return issues
+
+
+def outside_source_dir(entry_point: str) -> bool:
+    """With source_dir, entry_point names a file of the archive, relative to its root: an absolute
+    path or one with '..' names none (the one rule of validate, dry runs and the code archive)."""
+    rel = PurePosixPath(entry_point)
+    return rel.is_absolute() or ".." in rel.parts
 
 
 def code_dir(job: JobConfig, base: Path) -> Path | None:
