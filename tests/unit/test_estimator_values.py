@@ -51,3 +51,23 @@ def test_ordinary_values_are_accepted():
     """Control: the same estimator with plain values."""
     job = estimator(environment={"DB": "pass"}, hyperparameters={**HP, "note": "a b", "nested": {"x": [1, 2]}}).job
     assert job.config.environment == {"DB": "pass"}
+
+
+def test_a_dry_run_without_output_path_sends_nothing(monkeypatch, tmp_path):
+    """Issue 31, item 17: the default bucket needs the account (an STS call with credentials): a
+    dry run shows a placeholder instead, with no credentials at all and nothing sent."""
+    import botocore.client
+
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    sent = []
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call",
+                        lambda self, operation, params: sent.append(operation))
+    request = estimator(region="us-east-1").dryrun(job_name="dry-1")["CreateTrainingJob"]
+    assert request["OutputDataConfig"]["S3OutputPath"] == "s3://sagemaker-us-east-1-<account-id>/"
+    assert request["HyperParameters"]["sagemaker_submit_directory"] == (
+        '"s3://sagemaker-us-east-1-<account-id>/dry-1/source/sourcedir.tar.gz"')
+    assert sent == []
