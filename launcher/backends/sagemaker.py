@@ -28,6 +28,7 @@ from launcher.config.job_names import check_job_name, default_base_name, make_jo
 from launcher.wire.checkpoints import latest_in_s3
 from launcher.wire.masking import Masker, mask_secrets
 from launcher.wire.progress import from_line
+from launcher.wire.terminal import printable
 
 if TYPE_CHECKING:
     from launcher.wire.checkpoints import Checkpoint
@@ -262,7 +263,7 @@ class SageMakerBackend:
 
     def _print_events(self, tailer: LogTailer) -> None:
         for event in tailer.poll():
-            self.print(f"[{event.host}] {event.message}")
+            self.print(f"[{event.host}] {printable(event.message)}")
 
     def artifacts(self, name: str) -> dict[str, str]:
         """model.tar.gz as DescribeTrainingJob gives it; output.tar.gz next to it, where SageMaker puts it."""
