@@ -41,3 +41,11 @@ def test_colour_tabs_and_carriage_returns_stay() -> None:
     """Control: what a progress bar and coloured logs need is left as it is."""
     text = "\x1b[1;32mok\x1b[0m\t 50%|##\r100%|####"
     assert printable(text) == text
+
+
+def test_an_attached_local_job_prints_its_hosts_lines_inert(capsys) -> None:
+    """`smlaunch submit --local` and `fit()` print the hosts' lines as they come (console_printer)."""
+    from launcher.local.supervise import console_printer
+
+    console_printer("algo-1", "cyan", HOSTILE)
+    assert capsys.readouterr().out == f"algo-1 | {SHOWN}\n"
