@@ -299,7 +299,10 @@ class Checkpointer:
             manifest.inspect(path, step, required=(DCP_METADATA, TRAINER_FILE)) if self.rank == 0 else None)
         if reason is not None:
             return reason
-        return _first_of_all(manifest.first_mismatch(path, manifest.share(entries, self.rank, _world())))
+        reason = _first_of_all(manifest.first_mismatch(path, manifest.share(entries, self.rank, _world())))
+        if reason is not None:
+            return reason
+        return _from_rank0(_unlisted_shard(path, entries) if self.rank == 0 else None)
 
     def _load(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
               scheduler: LRScheduler | None) -> tuple[int, dict, dict]:
@@ -355,6 +358,24 @@ class StopFlag:
     """Set by the SIGTERM handler; the training loop polls it through `should_stop`."""
 
     requested: bool = False
+
+
+def _unlisted_shard(path: Path, entries: list[manifest.Entry]) -> str | None:
+    """Why the checkpoint is not whole although every part checked out: a file its DCP metadata
+    reads from that no manifest part lists. The marker's own `parts` count is not trusted alone (a
+    marker naming fewer parts than ranks saved would leave a rank's shards unchecked). Read after
+    the hashing, so the metadata is the one rank 0 saved."""
+    listed = {entry.name for entry in entries}
+    try:
+        metadata = dcp.FileSystemReader(str(path)).read_metadata()
+        needed = {info.relative_path for info in metadata.storage_data.values()}
+    except Exception as exc:  # noqa: BLE001 - a pickle from disk: any failure means not usable
+        return f"{DCP_METADATA} cannot be read ({type(exc).__name__}: {exc})"
+    unlisted = sorted(needed - listed)
+    if unlisted:
+        return (f"{unlisted[0]}, which {DCP_METADATA} reads from, is not listed in any manifest part (the "
+                f"{checkpoints.MARKER} marker names too few parts, or a part was edited): its content is unverified")
+    return None
 
 
 def install_sigterm_flag() -> StopFlag:

@@ -23,6 +23,7 @@ from launcher.local import store
 from launcher.local.spec import LocalJobSpec, Runner, RunnerError
 from launcher.wire.checkpoints import Checkpoint, latest_local
 from launcher.wire.progress import Progress, read_progress
+from launcher.wire.terminal import printable
 
 
 class JobDirBackend:
@@ -142,7 +143,7 @@ class JobDirBackend:
             data = f.read()
         complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next poll
         for line in complete.decode("utf-8", "replace").splitlines():
-            self.print(line)
+            self.print(printable(line))
         return offset + len(complete)
 
     def wait(self, name: str, logs: bool = True, poll: float = 1.0) -> dict:

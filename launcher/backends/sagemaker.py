@@ -28,10 +28,14 @@ from launcher.config.job_names import check_job_name, default_base_name, make_jo
 from launcher.wire.checkpoints import latest_in_s3
 from launcher.wire.masking import Masker, mask_secrets
 from launcher.wire.progress import from_line
+from launcher.wire.terminal import printable
 
 if TYPE_CHECKING:
     from launcher.wire.checkpoints import Checkpoint
     from launcher.wire.progress import Progress
+
+# What a dry run shows for the account of the default bucket: finding it takes credentials and STS.
+DEFAULT_ACCOUNT_PLACEHOLDER = "<account-id>"
 
 
 @dataclass
@@ -85,6 +89,12 @@ class SageMakerBackend:
 
     # --- building the request ------------------------------------------------------------
     def dryrun(self, job: ValidatedJob, job_name: str | None = None, build: bool = True) -> DryRun:
+        """The CreateTrainingJob request, sending nothing: where the job names no bucket, the default
+        one is shown as `sagemaker-<region>-<account-id>` (DEFAULT_ACCOUNT_PLACEHOLDER), since its
+        account would take an STS call with credentials; submit looks it up."""
+        return self._plan(job, job_name, build, lookup=False)
+
+    def _plan(self, job: ValidatedJob, job_name: str | None, build: bool, lookup: bool) -> DryRun:
         cfg = job.config
         issues = []
         if not cfg.on_sagemaker:
@@ -97,14 +107,14 @@ class SageMakerBackend:
         if issues:
             raise ConfigError(issues)
         name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
-        bucket, prefix = self._code_location(cfg)
+        bucket, prefix = self._code_location(cfg, lookup)
         key = "/".join(p for p in (prefix, name, "source", "sourcedir.tar.gz") if p)
         source_uri = f"s3://{bucket}/{key}"
         bundle = None
         if build:
             with tempfile.TemporaryDirectory() as tmp:
                 bundle = self._bundle(job, Path(tmp))
-        output_path = cfg.output_path or f"s3://{self._default_bucket()}/"
+        output_path = cfg.output_path or f"s3://{self._default_bucket(lookup)}/"
         request = build_request(job, job_name=name, region=self.region, source_uri=source_uri,
                                 output_path=output_path)
         return DryRun(request=request, source_uri=source_uri, bundle=bundle)
@@ -112,20 +122,24 @@ class SageMakerBackend:
     def _bundle(self, job: ValidatedJob, dest_dir: Path) -> SourceBundle:
         return build_job_sourcedir(job, dest_dir / "sourcedir.tar.gz")
 
-    def _code_location(self, cfg) -> tuple[str, str]:
+    def _code_location(self, cfg, lookup: bool) -> tuple[str, str]:
         if cfg.code_location:
             return _s3_split(cfg.code_location.rstrip("/"))
         if cfg.output_path and cfg.output_path.startswith("s3://"):
             return _s3_split(cfg.output_path)[0], ""
-        return self._default_bucket(), ""
+        return self._default_bucket(lookup), ""
 
     def _account(self) -> str:
         if not hasattr(self, "_account_id"):
             self._account_id = self.client("sts").get_caller_identity()["Account"]
         return self._account_id
 
-    def _default_bucket(self) -> str:
+    def _default_bucket(self, lookup: bool = True) -> str:
+        """The SDK's default bucket; without `lookup` (a dry run), the account is a placeholder
+        unless it is known already."""
         if not hasattr(self, "_default_bucket_name"):
+            if not lookup:
+                return f"sagemaker-{self.region}-{DEFAULT_ACCOUNT_PLACEHOLDER}"
             self._default_bucket_name = f"sagemaker-{self.region}-{self._account()}"
         return self._default_bucket_name
 
@@ -133,7 +147,7 @@ class SageMakerBackend:
     def submit(self, job: ValidatedJob, job_name: str | None = None, *, detach: bool = False) -> str:
         """Create the job; nothing is uploaded or created if any check fails first. It runs on
         SageMaker whether or not it is followed, so `detach` changes nothing."""
-        plan = self.dryrun(job, job_name, build=False)
+        plan = self._plan(job, job_name, build=False, lookup=True)
         name = plan.request["TrainingJobName"]
         if self.exists(name):
             raise BackendError(f"job_name {name!r} is already used by a training job in {self.region}; "
@@ -249,7 +263,7 @@ class SageMakerBackend:
 
     def _print_events(self, tailer: LogTailer) -> None:
         for event in tailer.poll():
-            self.print(f"[{event.host}] {event.message}")
+            self.print(f"[{event.host}] {printable(event.message)}")
 
     def artifacts(self, name: str) -> dict[str, str]:
         """model.tar.gz as DescribeTrainingJob gives it; output.tar.gz next to it, where SageMaker puts it."""

@@ -49,16 +49,20 @@ import importlib.util
 import io
 import logging
 import os
+import re
 import stat
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
 from launcher.config.issues import SourceDirError
+from launcher.config.job import DEFAULT_CHECKPOINT_PATH
+from launcher.config.job_rules import outside_source_dir, resolve_path
 from launcher.config.requirements import REQUIREMENTS, runtime_requirements, with_requirements
-from launcher.wire.masking import credential_pattern
+from launcher.local import store
+from launcher.wire.masking import MIN_SECRET_LENGTH, credential_pattern, secret_values
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +114,8 @@ class SourceBundle:
     """Lines added to (or written as) the archive's requirements.txt."""
     excluded: list[str] = field(default_factory=list)
     """Archive paths left out as credential files (a directory ends with '/'), sorted."""
+    left_out: list[str] = field(default_factory=list)
+    """Archive paths left out as the job's own files or smlaunch's state (``never_ship``), sorted."""
     notes: list[str] = field(default_factory=list)
     """What the user should know: exclusions, a credential file shipped, a large archive."""
     smlaunch: str = "nothing of smlaunch"
@@ -141,10 +147,15 @@ def build_sourcedir(
     packages_dir: str = PACKAGES_DIR,
     ignore: Sequence[str] = DEFAULT_IGNORE,
     requirements: Sequence[str] = (),
+    never_ship: Sequence[str | Path] = (),
+    secrets: Mapping[str, str] | None = None,
 ) -> SourceBundle:
     """Write the job's code archive to ``dest`` (a file path) and describe it. ``include_packages``
     go under ``packages_dir`` (at the root if it is ""). ``requirements`` go into the archive's
-    requirements.txt, after the lines of one the code already has."""
+    requirements.txt, after the lines of one the code already has. ``never_ship``: files and
+    directories left out wherever they lie in the trees (the job's own files, smlaunch's state),
+    with a note. ``secrets`` (value -> where the job sets it): the user's code must hold none of
+    these values, or the archive is refused."""
     dest = Path(dest)
     if dest.is_dir():
         raise SourceDirError(
@@ -152,7 +163,7 @@ def build_sourcedir(
             f"e.g. '{dest / 'sourcedir.tar.gz'}'"
         )
     # A previous archive written inside source_dir must not end up inside the next one.
-    exclude = dest.resolve()
+    exclude = _Exclude(dest.resolve(), frozenset(_resolved(p) for p in never_ship))
     entries: _Entries = {}
     origins: dict[str, str] = {}  # top-level archive name -> what provided it, for messages
     excluded: list[str] = []  # credential files and directories left out
@@ -187,11 +198,15 @@ def build_sourcedir(
         # abspath, not resolve: '.' gets its directory's name, a symlink keeps its own name.
         name = Path(os.path.abspath(dep)).name
         _merge(entries, origins, _collect(dep, name, ignore, exclude, excluded), f"dependency '{dep}'")
-        pattern = credential_pattern("/".join(Path(os.path.abspath(dep)).parts[-2:]))
-        if pattern and dep.resolve().is_file():
+        real = dep.resolve()
+        pattern = (credential_pattern("/".join(Path(os.path.abspath(dep)).parts[-2:]))
+                   or credential_pattern("/".join(real.parts[-2:])))
+        if pattern and real.is_file():
             notes.append(f"dependency '{dep}' matches credential pattern '{pattern}' and is shipped as "
                          f"'{name}', since dependencies name it: drop it if that was not meant")
 
+    if secrets:  # the user's code only: smlaunch's packages below are this installation's own files
+        _refuse_secrets(entries, secrets)
     skipped: list[str] = []
     for package in include_packages:
         top = package.split(".", 1)[0]
@@ -212,6 +227,9 @@ def build_sourcedir(
     if excluded:
         notes.insert(0, f"left out of {dest.name} as credential files: {', '.join(sorted(excluded))} "
                         "(pass secrets as environment or hyperparameters; docs/secrets.md)")
+    if exclude.found:
+        notes.insert(0, f"left out of {dest.name} as the job's own files or smlaunch's state (job files, "
+                        f"SMLAUNCH_HOME, local output and checkpoints): {', '.join(sorted(exclude.found))}")
     if size > LARGE_BUNDLE_BYTES:
         notes.append(_large_note(dest, size, entries))
     for note in notes:
@@ -225,6 +243,7 @@ def build_sourcedir(
         skipped_packages=skipped,
         added_requirements=added,
         excluded=sorted(excluded),
+        left_out=sorted(exclude.found),
         notes=notes,
     )
 
@@ -252,7 +271,77 @@ def _add_requirements(entries: _Entries, lines: Sequence[str]) -> list[str]:
     return added
 
 
-def _collect(path: Path, name: str, ignore: Sequence[str], exclude: Path, excluded: list[str]) -> _Entries:
+@dataclass
+class _Exclude:
+    """What no tree contributes: the archive being written, and ``never_ship``'s paths (the
+    archive names of those met are kept for the note)."""
+
+    dest: Path
+    never_ship: frozenset[Path]
+    found: list[str] = field(default_factory=list)
+
+    def __call__(self, real: Path, arcname: str) -> bool:
+        if real in self.never_ship:
+            self.found.append(arcname + "/" if real.is_dir() else arcname)
+            return True
+        return real == self.dest
+
+
+def _resolved(path: str | Path) -> Path:
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):  # a loop: nothing in a tree can be it
+        return Path(os.path.abspath(path))
+
+
+def _refuse_secrets(entries: _Entries, secrets: Mapping[str, str]) -> None:
+    """Refuse the archive if a file of it holds one of the job's secret values (a config file, a
+    notebook's output cell, a copy of the job file under another name): the archive is not private
+    (docs/secrets.md)."""
+    values = sorted((v for v in secrets if len(v) >= MIN_SECRET_LENGTH), key=len, reverse=True)
+    if not values:
+        return
+    pattern = re.compile(b"|".join(re.escape(v.encode()) for v in values))
+    longest = max(map(len, (v.encode() for v in values)))
+    for name in sorted(entries):
+        source = entries[name][0]
+        if source is None:
+            continue
+        found = pattern.search(source) if isinstance(source, bytes) else _search_file(source, pattern, longest)
+        if found:
+            where = secrets[found.group().decode()]
+            raise SourceDirError(
+                f"'{name}' in the code holds the value of {where}, a secret of this job, and the code archive "
+                f"is not private: take the value out of that file, add the file to source_ignore, or rename "
+                f"it as a credential file (docs/secrets.md)")
+
+
+def _search_file(path: Path, pattern: re.Pattern[bytes], longest: int) -> re.Match[bytes] | None:
+    """The first match in a file read in pieces (a data file may be large); pieces overlap by
+    less than a secret so that one cut in two is still found."""
+    tail = b""
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            data = tail + chunk
+            if found := pattern.search(data):
+                return found
+            tail = data[-(longest - 1):] if longest > 1 else b""
+    return None
+
+
+def job_secrets(cfg) -> dict[str, str]:
+    """The job's secret values (launcher.wire.masking.secret_values: secret-named keys, URL
+    passwords), each with the field that sets it, e.g. {'hf_x...': 'environment.HF_TOKEN'}."""
+    hyperparameters = cfg.hyperparameters.model_dump(mode="json", exclude_none=True)
+    found: dict[str, str] = {}
+    for section, values in (("environment", cfg.environment), ("hyperparameters", hyperparameters)):
+        for key, value in values.items():
+            for secret in secret_values({key: value}):
+                found.setdefault(secret, f"{section}.{key}")
+    return found
+
+
+def _collect(path: Path, name: str, ignore: Sequence[str], exclude: _Exclude, excluded: list[str]) -> _Entries:
     """Entries for one file or directory stored at the archive root as ``name``."""
     real = path.resolve()
     if real.is_file():
@@ -263,7 +352,7 @@ def _collect(path: Path, name: str, ignore: Sequence[str], exclude: Path, exclud
 
 
 def _add_tree(
-    entries: _Entries, root: Path, prefix: str, ignore: Sequence[str], exclude: Path, excluded: list[str]
+    entries: _Entries, root: Path, prefix: str, ignore: Sequence[str], exclude: _Exclude, excluded: list[str]
 ) -> None:
     real_root = root.resolve()
     _walk(entries, real_root, real_root, prefix, ignore, exclude, frozenset({real_root}), excluded)
@@ -275,7 +364,7 @@ def _walk(
     directory: Path,
     prefix: str,
     ignore: Sequence[str],
-    exclude: Path,
+    exclude: _Exclude,
     ancestors: frozenset[Path],
     excluded: list[str],
 ) -> None:
@@ -284,9 +373,11 @@ def _walk(
             continue
         arcname = f"{prefix}/{child.name}" if prefix else child.name
         real = _follow(child, tree_root) if child.is_symlink() else child
-        if real == exclude:
+        if exclude(real, arcname):
             continue
-        if credential_pattern(arcname, real.is_dir()):
+        # A link is judged by its target too: `settings.cfg -> .env` is the .env file.
+        target = real.relative_to(tree_root).as_posix() if real != child else arcname
+        if credential_pattern(arcname, real.is_dir()) or credential_pattern(target, real.is_dir()):
             excluded.append(arcname + "/" if real.is_dir() else arcname)
             continue
         if real.is_dir():
@@ -344,7 +435,7 @@ def _program_in(
     source_dir: Path, entry_point: str | Path, entries: _Entries, ignore: Sequence[str]
 ) -> str:
     rel = PurePosixPath(str(entry_point))
-    if rel.is_absolute() or ".." in rel.parts:
+    if outside_source_dir(str(entry_point)):
         raise SourceDirError(
             f"entry_point '{entry_point}' must be a path relative to source_dir "
             f"'{source_dir}' (e.g. 'train.py'), inside it"
@@ -372,7 +463,7 @@ def _program_in(
     )
 
 
-def _package_entries(package: str, ignore: Sequence[str], exclude: Path, excluded: list[str]) -> _Entries:
+def _package_entries(package: str, ignore: Sequence[str], exclude: _Exclude, excluded: list[str]) -> _Entries:
     """A package's entries under its own name; a dotted name (`launcher.config`) is that subpackage
     with the `__init__.py` of each package above it, and nothing else of them."""
     top, *subs = package.split(".")
@@ -468,12 +559,27 @@ def build_job_sourcedir(job, dest: Path) -> SourceBundle:
     packages = RUNTIME_PACKAGES if job.kind.runtime else ()
     bundle = build_sourcedir(dest, entry_point=entry, source_dir=source_dir,
                              dependencies=[base / d for d in cfg.dependencies], include_packages=packages,
-                             ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore), requirements=requirements)
+                             ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore), requirements=requirements,
+                             never_ship=never_shipped(job), secrets=job_secrets(cfg))
     shipped = sum(name.startswith(f"{PACKAGES_DIR}/") for name in bundle.files)
     bundle.smlaunch = (f"smlaunch's runtime in {PACKAGES_DIR}/ ({shipped} files: {', '.join(packages)}), which "
                        f"{PurePosixPath(cfg.entry_point).name} imports" if packages else
                        "nothing of smlaunch (a user script: what runs it is in the image or on the machine)")
     return bundle
+
+
+def never_shipped(job) -> list[Path]:
+    """What no archive of this job holds, wherever it lies: the job files of its extends chain
+    (their environment holds secrets), SMLAUNCH_HOME (earlier jobs' records and archives), and a
+    local output_path or checkpoint_local_path (earlier models and checkpoints: each archive
+    would embed the last)."""
+    cfg, base = job.config, job.base_dir
+    paths = [*job.files, store.jobs_root().parent]
+    checkpoints = None if cfg.checkpoint_local_path == DEFAULT_CHECKPOINT_PATH else cfg.checkpoint_local_path
+    for value in (cfg.output_path, checkpoints):
+        if value and not value.startswith("s3://"):
+            paths.append(resolve_path(base, value))
+    return paths
 
 
 def program_name(cfg) -> str:

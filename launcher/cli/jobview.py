@@ -11,8 +11,10 @@ from __future__ import annotations
 # Imports inside functions: a job's metrics load only for `status` of a job without progress.
 from launcher.backends.base import TERMINAL_STATUSES
 from launcher.backends.registry import as_datetime
+from launcher.wire.checkpoints import UNVERIFIED
 from launcher.wire.masking import mask_secrets
 from launcher.wire.progress import Progress, clock
+from launcher.wire.terminal import printable
 
 
 def describe(backend, name: str) -> dict:
@@ -69,11 +71,12 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
     checkpoint = desc.get("LastCheckpoint")
     if checkpoint:
         copy = f" (copied to {checkpoint['CopiedTo']})" if checkpoint.get("CopiedTo") else ""
-        lines.append(f"last checkpoint: step {checkpoint['Step']}, {checkpoint['Location']}{copy}")
+        verified = "" if checkpoint.get("Verified") else UNVERIFIED
+        lines.append(f"last checkpoint: step {checkpoint['Step']}, {checkpoint['Location']}{copy}{verified}")
     elif status == "Stopped":
         lines.append("last checkpoint: none")
-    if desc.get("FailureReason"):
-        lines.append(f"failure reason: {desc['FailureReason']}")
+    if desc.get("FailureReason"):  # the job's own output: no terminal control but colour
+        lines.append(f"failure reason: {printable(desc['FailureReason'])}")
     artifacts = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
     if artifacts:
         lines.append(f"model artifacts: {artifacts}")

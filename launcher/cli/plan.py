@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -19,6 +20,21 @@ from launcher.cli.support import (
     set_option,
 )
 from launcher.config.issues import ConfigError
+
+
+class TokenCount(click.ParamType):
+    """--tokens: a finite number above 0 (float() takes 'nan', 'inf' and '-5')."""
+
+    name = "tokens"
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
+            self.fail(f"{value!r} is not a number of tokens: give a positive number, e.g. 1e9", param, ctx)
+        return number
 
 
 @click.command(name="plan")
@@ -38,7 +54,8 @@ from launcher.config.issues import ConfigError
                    "until the deadline is met, up to 64).")
 @click.option("--deadline", default=None, metavar="DURATION",
               help="--auto with --tokens: only configurations that train the tokens within it, e.g. 48h, 2d.")
-@click.option("--tokens", type=float, default=None, help="Also give hours and dollars for this many tokens (e.g. 1e9).")
+@click.option("--tokens", type=TokenCount(), default=None,
+              help="Also give hours and dollars for this many tokens (e.g. 1e9).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per configuration, in a list "
               "(--auto's search: one object with the Pareto rows).")
 @click.option("--data", "data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,

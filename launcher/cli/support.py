@@ -12,6 +12,7 @@ import click
 # Imports inside functions: botocore and the backends' errors load only when a command reports an
 # error (CLI start-up).
 from launcher.config.issues import ConfigError
+from launcher.wire.terminal import printable
 
 EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -42,7 +43,8 @@ def report_invalid(exc: ConfigError) -> None:
 
 
 def fail(message: str, code: int) -> None:
-    click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
+    # The message may carry a job's FailureReason: no terminal control but colour.
+    click.echo(click.style("error: ", fg="red", bold=True) + printable(message), err=True)
     sys.exit(code)
 
 

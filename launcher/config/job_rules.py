@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from launcher.config import aws_arguments
 from launcher.config.hyperparameters import TrainingHyperparameters
@@ -18,6 +18,8 @@ from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
 from launcher.config.rules import HP, Context
+from launcher.wire.file_kinds import not_data
+from launcher.wire.masking import secret_values
 
 # Imports inside functions: the runtime's requirements load only for the warning that names them
 # (CLI start-up).
@@ -55,8 +57,19 @@ def check_job_fields(ctx: Context) -> list[Issue]:
                 issues.append(Issue(f"inputs.{name}", channel.s3_data, "SageMaker reads channels from S3",
                                     "upload the data and use s3://..., or run with instance_type: local"))
     else:
-        issues += _check_local_paths(ctx)
+        issues += _check_local_paths(ctx) + _secret_arguments(job)
     return issues + _check_files(ctx)
+
+
+def _secret_arguments(job: JobConfig) -> list[Issue]:
+    """Hyperparameters become the script's command line, which every user of this machine (local)
+    or of the Slurm nodes sees in the process list (`ps -ef`, /proc/PID/cmdline): a secret among
+    them (a secret-named key, a URL password) is shown there; the environment is not."""
+    values = job.hyperparameters.model_dump(mode="json", exclude_none=True)
+    return [Issue(f"hyperparameters.{key}", value, "is a secret, and hyperparameters are the script's command "
+                  "line, which other users of this machine or of the Slurm nodes can read in the process list",
+                  f"pass it in environment instead (environment: {{{key.upper()}: ...}})", "warning")
+            for key, value in values.items() if secret_values({key: value})]
 
 
 def _check_local_paths(ctx: Context) -> list[Issue]:
@@ -73,6 +86,9 @@ def _check_local_paths(ctx: Context) -> list[Issue]:
         if not os.path.exists(path):
             issues.append(Issue(f"inputs.{name}", channel.s3_data, f"no such file or directory ({path})",
                                 "give a path relative to the job file, an absolute path, or s3://..."))
+        elif problem := not_data(path):
+            issues.append(Issue(f"inputs.{name}", channel.s3_data, f"{problem}: a channel holds regular files "
+                                "and directories only", "remove it from the channel, or give another path"))
     if job.output_path and not job.output_path.startswith("s3://"):
         out = resolve_path(ctx.base_dir, job.output_path)
         if os.path.exists(out) and not os.path.isdir(out):
@@ -83,6 +99,9 @@ def _check_local_paths(ctx: Context) -> list[Issue]:
 
 def _check_files(ctx: Context) -> list[Issue]:
     job = ctx.job
+    if job.source_dir and outside_source_dir(job.entry_point):
+        return [Issue("entry_point", job.entry_point, f"must be a path inside source_dir '{job.source_dir}', "
+                      "relative to it", "e.g. entry_point: train.py, or move the script into source_dir")]
     entry = entry_point_path(job, ctx.base_dir)
     if entry is None:
         return []
@@ -103,6 +122,13 @@ def _check_files(ctx: Context) -> list[Issue]:
             issues.append(Issue(f"dependencies[{i}]", dep, "no such file or directory",
                                 "give a path relative to the job file, or an absolute path"))
     return issues
+
+
+def outside_source_dir(entry_point: str) -> bool:
+    """With source_dir, entry_point names a file of the archive, relative to its root: an absolute
+    path or one with '..' names none (the one rule of validate, dry runs and the code archive)."""
+    rel = PurePosixPath(entry_point)
+    return rel.is_absolute() or ".." in rel.parts
 
 
 def code_dir(job: JobConfig, base: Path) -> Path | None:

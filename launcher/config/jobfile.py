@@ -9,36 +9,44 @@ from __future__ import annotations
 
 import copy
 import os
-import stat
 from collections.abc import Iterable
 from pathlib import Path
 
 from launcher.config import JobFile, ModelParallelParameters, ValidatedJob, validate_job
 from launcher.config.issues import ConfigError, Issue, did_you_mean, show_value
 from launcher.config.safe_yaml import MAX_DEPTH, YamlProblem, loads
+from launcher.wire.file_kinds import file_kind
 
 MP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")
 MAX_FILE_BYTES = 256 * 1024  # a job file is a few KiB; more is a wrong file, not a job
 MAX_EXTENDS = 16  # files in one extends chain
+JOB_FILE_SUFFIXES = (".yaml", ".yml")  # what extends may name
 LIST_HINT = "list items cannot be set one by one: set the whole list, e.g. --set 'tags=[{Key: x, Value: y}]'"
 
 
 def load_job_file(path: str | Path, overrides: Iterable[str] = ()) -> tuple[dict, Path]:
     """The merged raw job dict (extends resolved, overrides applied) and its base directory."""
-    path = Path(path)
-    data = _load_chain(path, [])
-    apply_overrides(data, overrides)
-    return data, _resolved(path).parent
+    data, base, _files = _load(Path(path), overrides)
+    return data, base
 
 
 def validate_job_file(path: str | Path, overrides: Iterable[str] = ()) -> ValidatedJob:
-    data, base = load_job_file(path, overrides)
+    data, base, files = _load(Path(path), overrides)
     job = validate_job(data, base_dir=base, source=str(path), model=JobFile)
     job.config = job.config.model_copy(update={"extends": None})
+    job.files = tuple(files)
     return job
 
 
-def _load_chain(path: Path, seen: list[Path]) -> dict:
+def _load(path: Path, overrides: Iterable[str]) -> tuple[dict, Path, list[Path]]:
+    """What load_job_file returns, and the files of the extends chain (resolved)."""
+    files: list[Path] = []
+    data = _load_chain(path, [], files)
+    apply_overrides(data, overrides)
+    return data, _resolved(path).parent, files
+
+
+def _load_chain(path: Path, seen: list[Path], files: list[Path]) -> dict:
     resolved = _resolved(path)
     if resolved in seen:
         chain = " -> ".join(str(p) for p in seen + [resolved])
@@ -47,7 +55,13 @@ def _load_chain(path: Path, seen: list[Path]) -> dict:
     if len(seen) >= MAX_EXTENDS:
         raise ConfigError([Issue("extends", str(path), f"the extends chain is longer than {MAX_EXTENDS} files",
                                  "merge some of the base files")], str(seen[0]))
+    if seen and resolved.suffix.lower() not in JOB_FILE_SUFFIXES:  # read as a base: refused before it is read
+        raise ConfigError([Issue("extends", str(path), "is not a YAML job file (.yaml or .yml)",
+                                 "extends names another job file")], str(seen[-1]))
     data = _read_yaml(path)
+    if seen:
+        _check_base_keys(data, path, seen[-1])
+    files.append(resolved)
     if isinstance(data.get("source_dir"), str):
         data["source_dir"] = _absolute(resolved.parent, data["source_dir"], "source_dir", path)
     if isinstance(data.get("dependencies"), list):
@@ -59,8 +73,19 @@ def _load_chain(path: Path, seen: list[Path]) -> dict:
     if not isinstance(base_ref, str) or not base_ref:
         raise ConfigError([Issue("extends", base_ref, "must be a file path", "extends: base.yaml")],
                           str(path))
-    base = _load_chain(resolved.parent / base_ref, seen + [resolved])
+    base = _load_chain(resolved.parent / base_ref, seen + [resolved], files)
     return deep_merge(base, data)
+
+
+def _check_base_keys(data: dict, path: Path, child: Path) -> None:
+    """A base file whose keys are not job fields is not a job file: refused by its key names alone,
+    so that no value of a file extends should not have named is ever shown."""
+    unknown = [str(key) for key in data if key not in JobFile.model_fields and key != "extends"]
+    if unknown:
+        shown = ", ".join(repr(key) for key in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+        raise ConfigError([Issue("extends", str(path), f"is not a job file: {len(unknown)} key(s) are not job "
+                                 f"fields ({shown}); its values are not shown",
+                                 "extends names another job file; fix or remove the keys")], str(child))
 
 
 def _resolved(path: Path) -> Path:
@@ -95,7 +120,7 @@ def _read_text(path: Path) -> str:
     except OSError as exc:
         raise refuse(f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
     try:
-        kind = _file_kind(os.fstat(fd).st_mode)
+        kind = file_kind(os.fstat(fd).st_mode)
         if kind:
             os.close(fd)
             raise refuse(f"is {kind}, not a file", "give the path of a YAML job file")
@@ -110,15 +135,6 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         raise refuse(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
                      "save it as UTF-8, or check that it is the job file") from None
-
-
-def _file_kind(mode: int) -> str:
-    """'' for a regular file, else what the path is."""
-    if stat.S_ISREG(mode):
-        return ""
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def _absolute(base: Path, value: str, field: str, source: Path) -> str:

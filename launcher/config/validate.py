@@ -23,6 +23,7 @@ from launcher.config import (
     catalog,
     data_rules,
     job_rules,
+    json_values,
     model_rules,
     request_limits,
     resume_rules,
@@ -57,6 +58,9 @@ class ValidatedJob:
     # a user script that uses AWS's SMP v2 library (launcher.config.script_rules.uses_smp)
     smp_script: bool = False
     notes: list[Issue] = field(default_factory=list)  # info: what the user should know (resume_rules.py)
+    # the job files it was read from (the extends chain, resolved): they hold its environment's
+    # secrets, so no code archive ships them (launcher.backends.sourcedir)
+    files: tuple[Path, ...] = ()
 
     @property
     def settings(self) -> RunSettings | None:
@@ -83,6 +87,8 @@ def validate_job(
         raw["hyperparameters"] = data.hyperparameters.raw()
     elif isinstance(data, Mapping):
         raw = dict(data)
+        if value_issues := json_values.value_issues(raw):  # before pydantic, which would recurse on a cycle
+            raise ConfigError(value_issues, source)
     else:
         raise ConfigError([Issue("job", data, f"is of type {type(data).__name__}, not a mapping of settings",
                                  "give the job as a mapping (a dict, or a YAML mapping)")], source)

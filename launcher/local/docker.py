@@ -126,7 +126,21 @@ def compose_file(spec: LocalJobSpec, engine: str = "docker") -> dict:
                 ]}}}
         services[host] = service
     # No top-level `name:` (docker-compose 1.x refuses it): the project is given with `-p`.
-    return {"services": services, "networks": {project: {"name": project}}}
+    return _literal({"services": services, "networks": {project: {"name": project}}})
+
+
+def _literal(value):
+    """`value` with every string's `$` written `$$`: compose interpolates `$NAME` and `${NAME}` from
+    the host's environment in every value, so a secret `pa$$word` would arrive as `pa$word`, `ab$cd`
+    as `ab`, and `${AWS_SECRET_ACCESS_KEY}` as the host's key. `$$` is compose's literal `$`
+    (Docker Compose and podman-compose alike), so the containers get exactly the job's values."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, dict):
+        return {key: _literal(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_literal(item) for item in value]
+    return value
 
 
 def _volumes(spec: LocalJobSpec, host: str) -> list[str]:

@@ -41,6 +41,7 @@ from launcher.local.logfile import LogFile
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
 from launcher.local.watchdog import Watchdog
 from launcher.wire.opt_ml import FAILURE_LIMIT, process_ended
+from launcher.wire.terminal import printable
 
 STOP_GRACE_S = 120.0  # SageMaker's time between SIGTERM and SIGKILL when it stops a job
 FAILED_HOST_GRACE_S = 10.0  # other hosts get this long to notice a failed host and exit by themselves
@@ -55,7 +56,7 @@ def console_printer(label: str, color: str, line: str) -> None:
     prefix = f"{label} |"
     if sys.stdout.isatty() and not os.environ.get("NO_COLOR"):
         prefix = f"\x1b[{_ANSI[color]}m{prefix}\x1b[0m"
-    sys.stdout.write(f"{prefix} {line}\n")
+    sys.stdout.write(f"{prefix} {printable(line)}\n")  # the job's output: no terminal control but colour
     sys.stdout.flush()
 
 

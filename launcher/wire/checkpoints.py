@@ -15,6 +15,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 MARKER = ".complete"
+# what `status` says of a checkpoint found by its marker (`Verified: false`)
+UNVERIFIED = "; complete marker, not verified (resume verifies it and falls back to an older one)"
 STEP_DIR = re.compile(r"step-(\d+)")
 
 
@@ -25,7 +27,9 @@ class Checkpoint:
     copy: str | None = None  # where the job copies it when it ends (a local job's checkpoint_s3_uri)
 
     def to_dict(self) -> dict:
-        out = {"Step": self.step, "Location": self.where}
+        # Found by its marker alone: only resume verifies its manifest (sizes, sha256, the parts
+        # against the DCP metadata), and falls back to an older one when it fails.
+        out = {"Step": self.step, "Location": self.where, "Verified": False}
         if self.copy:
             out["CopiedTo"] = self.copy
         return out

@@ -20,7 +20,9 @@ readable requests and logs. The value of a secret-named key is masked whole; a d
 key is masked by its own keys, a list item by item.
 
 Whatever the key, a URL with a password (`scheme://user:password@host`) shows as
-`scheme://user:****@host`.
+`scheme://user:****@host`, a URL whose user-info is the credential (`scheme://key@host`, a Sentry
+DSN) as `scheme://****@host`, and an Azure connection string's `AccountKey=`, `SharedAccessKey=`
+and `SharedAccessSignature=` values as `****`.
 
 **By value.** `Masker` replaces every occurrence of the secrets it was given (longest first)
 in any text: the values of secret-named keys (JSON-decoded too, as hyperparameters travel
@@ -31,8 +33,8 @@ in pieces, holding back only a tail that could be the start of a secret.
 
 **Credential files.** `credential_pattern` says which files a code archive leaves out
 (launcher.backends.sourcedir): CREDENTIAL_PATTERNS, matched case-insensitively with fnmatch on a
-file's name, on the end of its path for a pattern with '/', and on a directory's name (the whole
-directory) for a pattern ending in '/'.
+file's name, on the end of its path for a pattern with '/', and on a directory's name or the end of
+its path (the whole directory) for a pattern ending in '/'.
 
 Inside the training container the bootstrap installs the masker of its job (the job's
 hyperparameters and the process environment) with `install`; its log lines, failure file, the
@@ -61,10 +63,17 @@ _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 # long runs of letters (a base64 blob), which would otherwise be rescanned from every position.
 _SCHEME = r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://"
 _URL_PASSWORD = "(" + _SCHEME + r"[^\s:/?#@]*:)([^\s/?#]+)(@)"
-_URL_TEXT = re.compile(_URL_PASSWORD)
-_URL_BYTES = re.compile(_URL_PASSWORD.encode())
-# The authority of a URL still being written (no '@' yet): its password may come in the next piece.
-_OPEN_URL = re.compile(_SCHEME.encode() + rb"[^\s/?#@]*\Z")
+# scheme://key@host: user-info without a password is the credential itself (a Sentry DSN's key).
+_URL_USER = "(" + _SCHEME + r")([^\s:/?#@]+)(@)"
+# Azure connection strings: `AccountKey=...;`, `SharedAccessKey=...;`, `SharedAccessSignature=sv=..&sig=..;`.
+_KEY_FRAGMENT = r"((?<![A-Za-z0-9])(?i:AccountKey|SharedAccessKey|SharedAccessSignature)=)([^;\s\"']+)()"
+# Each: (what precedes the secret)(the secret)(what follows it).
+_SECRET_SHAPES = "|".join(f"(?:{shape})" for shape in (_URL_PASSWORD, _URL_USER, _KEY_FRAGMENT))
+_URL_TEXT = re.compile(_SECRET_SHAPES)
+_URL_BYTES = re.compile(_SECRET_SHAPES.encode())
+# The authority of a URL still being written (no '@' yet), or a key fragment not yet ended by ';':
+# its secret may go on in the next piece.
+_OPEN_URL = re.compile(_SCHEME.encode() + rb"[^\s/?#@]*\Z|" + _KEY_FRAGMENT[:-2].encode() + rb"[^;\s\"']*\Z")
 _OPEN_URL_LIMIT = 4096  # longer than any authority: output keeps flowing
 
 
@@ -124,7 +133,8 @@ def _collect(obj: Any, secret: bool, found: set[str]) -> None:
             _collect(item, secret, found)
     elif isinstance(obj, str):
         for match in _URL_TEXT.finditer(obj):
-            found.update({match.group(2), unquote(match.group(2))})
+            hidden = next(group for group in match.groups()[1::3] if group is not None)
+            found.update({hidden, unquote(hidden)})
         if secret and not _looks_numeric(obj):
             found.add(obj)
             decoded = _json_string(obj)
@@ -171,12 +181,12 @@ class Masker:
     def __call__(self, text: str) -> str:
         if self._text is not None:
             text = self._text.sub(MASK, text)
-        return _URL_TEXT.sub(rf"\1{MASK}\3", text)
+        return _URL_TEXT.sub(_masked_shape, text)
 
     def mask_bytes(self, data: bytes) -> bytes:
         if self._bytes is not None:
             data = self._bytes.sub(MASK.encode(), data)
-        return _URL_BYTES.sub(rb"\1" + MASK.encode() + rb"\3", data)
+        return _URL_BYTES.sub(_masked_shape, data)
 
     def unsafe_tail(self, data: bytes) -> int:
         """How many bytes at the end of masked `data` may be the start of a secret or of a URL
@@ -188,6 +198,14 @@ class Masker:
             size = 0
         url = _OPEN_URL.search(data[-_OPEN_URL_LIMIT:])
         return max(size, len(url.group()) if url else 0)
+
+
+def _masked_shape(match: re.Match) -> Any:
+    """A match of _SECRET_SHAPES with its secret group masked (three groups a shape)."""
+    groups = match.groups()
+    i = next(i for i in range(0, len(groups), 3) if groups[i + 1] is not None)
+    mask = MASK if isinstance(groups[i + 1], str) else MASK.encode()
+    return groups[i] + mask + groups[i + 2]
 
 
 class StreamMasker:
@@ -264,11 +282,16 @@ def _hidden(value: Any, masker: Masker) -> Any:
 # --- credential files ------------------------------------------------------------------------------
 
 CREDENTIAL_PATTERNS: tuple[str, ...] = (
-    ".ssh/", ".aws/", ".gnupg/", ".env*/",  # whole directories (a virtualenv named .env too)
+    ".ssh/", ".aws/", ".gnupg/", ".env*/", ".azure/",  # whole directories (a virtualenv named .env too)
     ".env*", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",  # dotenv files, SSH keys
-    "*.pem", "*.key", "*.p12", "*.pfx",  # private keys and certificate bundles
+    "*.pem", "*.key", "*.p12", "*.pfx", "*.ppk",  # private keys (PuTTY's too) and certificate bundles
     ".netrc", "_netrc", ".git-credentials", ".npmrc", ".pypirc", ".dockercfg", "credentials.json",
-    ".docker/config.json", ".kube/config",
+    ".docker/config.json", ".kube/config", ".vault-token",
+    # the canonical credential files of the clouds and hubs, wherever a copy of the home lies:
+    "credentials", ".boto", ".s3cfg",  # AWS's shared credentials file (aws/credentials too), boto, s3cmd
+    "application_default_credentials.json", "gcloud/credentials.db", "gcloud/access_tokens.db",
+    "gcloud/legacy_credentials/",  # GCP
+    "huggingface/token", "huggingface/stored_tokens",  # Hugging Face (~/.cache/huggingface)
 )
 
 
@@ -276,11 +299,8 @@ def credential_pattern(path: str, is_dir: bool = False) -> str | None:
     """The CREDENTIAL_PATTERNS entry `path` (a '/'-separated relative path) matches, or None."""
     parts = path.lower().split("/")
     for pattern in CREDENTIAL_PATTERNS:
-        if pattern.endswith("/"):
-            if is_dir and fnmatchcase(parts[-1], pattern[:-1]):
-                return pattern
-        elif not is_dir:
-            tail = pattern.split("/")
+        if pattern.endswith("/") == is_dir:
+            tail = pattern.rstrip("/").split("/")
             if len(parts) >= len(tail) and all(map(fnmatchcase, parts[-len(tail):], tail)):
                 return pattern
     return None

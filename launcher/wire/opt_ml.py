@@ -21,6 +21,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from launcher.wire.file_kinds import not_data
+
 # SageMaker's name for the single instance group of a job that declares no instance groups.
 HOMOGENEOUS_GROUP = "homogeneousCluster"
 
@@ -149,6 +151,8 @@ def write_private(path: Path, text: str) -> None:
 def _fill_channel(dest: Path, source: Path) -> None:
     if not source.exists():
         raise FileNotFoundError(f"channel source {source} does not exist")
+    if problem := not_data(source):  # validation refused it; the disk may have changed since
+        raise ValueError(f"channel source {problem}: a channel holds regular files and directories only")
     dest.mkdir(parents=True, exist_ok=True)
     if source.is_file():
         _place(source, dest / source.name)

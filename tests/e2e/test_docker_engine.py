@@ -260,3 +260,35 @@ def test_a_two_host_script_job_finds_its_master_and_channels_and_gives_files_bac
     assert owners == {(4242, 4343)}
     assert left_behind(engine, "script-docker") == []
     shutil.rmtree(spec.job_dir)
+
+
+# --- environment values reach the containers as written ---------------------------------------
+
+ENV_SCRIPT = """import json, os
+names = ("DB_PASSWORD", "PLAIN", "HOST_KEY_REF", "BRACES")
+json.dump({n: os.environ.get(n) for n in names}, open(os.path.join(os.environ["SM_MODEL_DIR"], "env.json"), "w"))
+"""
+
+
+def test_dollar_signs_reach_both_runners_as_written(tmp_path, home, engine_image):  # noqa: F811
+    """Issue 31, item 9: compose interpolates `$` from the host's environment; the values must
+    arrive as the job wrote them, the same on the process and the docker runner."""
+    engine, image = engine_image
+    environment = {"DB_PASSWORD": "pa$$word", "PLAIN": "ab$cd", "HOST_KEY_REF": "${AWS_SECRET_ACCESS_KEY}",
+                   "BRACES": "x${cd:-default}$"}
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "env_job.py").write_text(ENV_SCRIPT)
+    seen = {}
+    for runner in ("process", "docker"):
+        out = tmp_path / runner
+        spec = tmp_path / f"{runner}.yaml"
+        spec.write_text(yaml.safe_dump({"entry_point": "env_job.py", "source_dir": str(tmp_path / "src"),
+                                        "instance_type": "local", "local_runner": runner, "image_uri": image,
+                                        "output_path": str(out), "environment": environment}))
+        env = cli_env(home, AWS_SECRET_ACCESS_KEY="HOST-KEY-NOT-THE-JOBS", cd="HOST-CD")
+        proc = smlaunch("submit", str(spec), "--job-name", f"dollar-{runner}", env=env, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        with tarfile.open(out / f"dollar-{runner}" / "output" / "model.tar.gz") as tar:
+            seen[runner] = json.loads(tar.extractfile("env.json").read())
+    assert seen["docker"] == seen["process"] == environment
+    assert left_behind(engine, "dollar-docker") == []

@@ -86,3 +86,23 @@ def test_resume_skips_a_garbage_rng_file_then_all_corrupt_fails_fast(tmp_path):
     assert f"CheckpointError: no usable checkpoint in {ckpt} (checkpoint_dir)" in reason, reason
     assert "step-6: __0_0.distcp does not match its sha256" in reason, reason
     assert "step-4: .complete is not valid JSON" in reason, reason
+
+
+def _two_ranks_marker_names_one_part(root: str) -> None:
+    """Issue 31, item 11: `.complete` says parts=1 on a world-2 checkpoint and rank 1's shard is
+    cut short; resume must take the previous checkpoint, not crash reading the shard."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    directory = Path(root) / "ckpt"
+    _two_checkpoints(directory, mesh=mesh)
+    if dist.get_rank() == 0:
+        marker = directory / "step-2" / ".complete"
+        marker.write_text(json.dumps({**json.loads(marker.read_text()), "parts": 1}))
+        shard = directory / "step-2" / "__1_0.distcp"
+        shard.write_bytes(shard.read_bytes()[:100])
+    dist.barrier()
+    resumed = Checkpointer(directory, keep=2).load_latest(*make_model(seed=1, mesh=mesh))
+    assert resumed == (1, {"position": 1}, {"tag": 1}), resumed
+
+
+def test_a_marker_naming_too_few_parts_is_not_trusted(tmp_path):
+    spawn(2, _two_ranks_marker_names_one_part, str(tmp_path))

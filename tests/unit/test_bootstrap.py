@@ -185,3 +185,53 @@ def test_failure_file_is_the_toolkits_within_the_limit(message):
         assert ours == theirs[:len(ours) - 1] + '"' and ours.endswith('x"')
 
 
+
+
+def _chained_archive(tmp_path: Path, last: list[tarfile.TarInfo]) -> Path:
+    """Links that each stay inside the code directory, lexically, but leave it chained: `d -> .`,
+    then `b -> d/..` (the parent of the code directory), then what goes through them."""
+    archive = tmp_path / "chained.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.addfile(member("d", tarfile.SYMTYPE, "."))
+        tar.addfile(member("b", tarfile.SYMTYPE, "d/.."))
+        for info in last:
+            data = b"OVERWRITTEN\n" if info.isfile() else b""
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return archive
+
+
+@pytest.mark.parametrize("python", ["with data_filter", "without data_filter"])
+@pytest.mark.parametrize("through", ["file", "hard link"])
+def test_chained_links_leaving_the_code_directory_are_refused(tmp_path, monkeypatch, python, through):
+    if python == "without data_filter":
+        monkeypatch.delattr(tarfile, "data_filter")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    last = ([member("b/x")] if through == "file"
+            else [member("h", tarfile.LNKTYPE, "b/victim.txt"), member("h")])
+    dest = tmp_path / "code"
+    dest.mkdir()
+    with pytest.raises(ContractError, match="would be written outside"):
+        _extract(_chained_archive(tmp_path, last), dest)
+    assert not (tmp_path / "x").exists() and victim.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("python", ["with data_filter", "without data_filter"])
+def test_a_member_never_replaces_a_link_extracted_before_it(tmp_path, monkeypatch, python):
+    """`d -> sub/deep` makes `up -> d/..` land on `sub`; replacing d by `d -> .` would make `up`
+    the parent of the code directory."""
+    if python == "without data_filter":
+        monkeypatch.delattr(tarfile, "data_filter")
+    archive = tmp_path / "replace.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.addfile(member("sub/deep", tarfile.DIRTYPE))
+        tar.addfile(member("d", tarfile.SYMTYPE, "sub/deep"))
+        tar.addfile(member("up", tarfile.SYMTYPE, "d/.."))
+        tar.addfile(member("d", tarfile.SYMTYPE, "."))
+        tar.addfile(member("up/escape.py"))
+    dest = tmp_path / "code"
+    dest.mkdir()
+    with pytest.raises(ContractError, match="would be written outside"):
+        _extract(archive, dest)
+    assert not (tmp_path / "escape.py").exists()

@@ -122,3 +122,19 @@ def test_hashing_is_spread_over_the_ranks():
 # --- end to end: smlaunch submit --local, one host x 2 processes -------------------------------
 
 
+
+
+def test_a_shard_no_manifest_part_lists_is_not_trusted(tmp_path, caplog):
+    """Issue 31, item 11, in one process: the parts say nothing of the shard the metadata reads
+    (as when `.complete` names fewer parts than ranks saved), and the shard is cut short."""
+    _two_checkpoints(tmp_path)
+    part = tmp_path / "step-2" / "manifest-0.json"
+    listed = json.loads(part.read_text())
+    del listed["files"]["__0_0.distcp"]
+    part.write_text(json.dumps(listed))
+    _shard(tmp_path / "step-2").write_bytes(_shard(tmp_path / "step-2").read_bytes()[:1000])
+    with caplog.at_level(logging.INFO):
+        resumed = Checkpointer(tmp_path, keep=2).load_latest(*make_model(seed=1))
+    assert resumed == (1, {"position": 1}, {"tag": 1})
+    assert any("__0_0.distcp, which .metadata reads from, is not listed in any manifest part" in r.getMessage()
+               for r in caplog.records)

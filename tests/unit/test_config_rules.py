@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
@@ -435,3 +436,20 @@ def test_transformer_engine_fp8_refuses_tensor_parallelism(runtime_dir):
 def test_fp16_warns_that_train_py_would_train_in_fp32(runtime_dir):
     issue = only_issue(make_job(runtime_dir, hp={"bf16": None, "fp16": 1}), "hyperparameters.fp16", "warning")[0]
     assert "float32" in issue.problem and "bf16" in issue.fix
+
+
+def test_a_secret_hyperparameter_on_a_shared_host_is_warned_of():
+    """Issue 31, item 14: hyperparameters are the command line, which every user of a local
+    machine or a Slurm node reads with ps; on SageMaker the instance is the job's own."""
+    from launcher.config import validate_job
+
+    job = {"entry_point": "train.py", "source_dir": str(Path(__file__).parents[2] / "entrypoints"),
+           "hyperparameters": {"model_preset": "llama3-tiny", "max_context_width": 64, "hf_token": "hf_abcdefgh",
+                               "db": "postgres://u:dbPass123@h/x"}}
+    local = validate_job({**job, "instance_type": "local"})
+    warned = sorted(w.path for w in local.warnings if "process list" in w.problem)
+    assert warned == ["hyperparameters.db", "hyperparameters.hf_token"]
+    assert "pass it in environment instead (environment: {HF_TOKEN: ...})" in str(
+        next(w for w in local.warnings if w.path == "hyperparameters.hf_token"))
+    aws = validate_job({**job, "instance_type": "ml.p5.48xlarge"})
+    assert not [w for w in aws.warnings if "process list" in w.problem]

@@ -41,6 +41,16 @@ def test_the_compose_file_keeps_the_sagemaker_contract(channels):
     assert compose["services"]["algo-1"]["container_name"] != compose["services"]["algo-2"]["container_name"]
 
 
+def test_every_dollar_is_written_as_composes_literal_dollar(channels):
+    """Compose reads `$NAME`/`${NAME}` from the host's environment and `$$` as one `$` (both
+    compose implementations; tests/e2e/test_docker_engine.py runs it on a real engine)."""
+    environment = {"DB_PASSWORD": "pa$$word", "PLAIN": "ab$cd", "HOST_KEY_REF": "${AWS_SECRET_ACCESS_KEY}"}
+    service = compose_file(make_spec(JOB_DIR, channels, environment=environment))["services"]["algo-1"]
+    assert {k: service["environment"][k] for k in environment} == {
+        "DB_PASSWORD": "pa$$$$word", "PLAIN": "ab$$cd", "HOST_KEY_REF": "$${AWS_SECRET_ACCESS_KEY}"}
+    assert service["environment"]["TRAINING_JOB_NAME"] == JOB  # no '$': unchanged
+
+
 def test_a_sharded_channel_mounts_each_hosts_own_part(tmp_path, channels):
     parts = {h: tmp_path / "shards" / h for h in ("algo-1", "algo-2")}
     for part in parts.values():

@@ -120,18 +120,21 @@ def test_a_file_that_is_not_utf8_names_the_byte(job):
     assert load_job_file(job(b"\xef\xbb\xbf" + MINIMAL.encode()))[0]["instance_type"] == "local"  # a BOM is fine
 
 
-@pytest.mark.parametrize("target,kind", [("/dev/zero", "a character device"), ("fifo", "a FIFO"),
-                                         ("dir", "a directory")])
+@pytest.mark.parametrize("target,kind", [
+    ("/dev/zero", "is not a YAML job file"), ("zero.yaml", "is not a YAML job file"),
+    ("fifo.yaml", "is a FIFO, not a file"), ("dir.yaml", "is a directory, not a file")])
 def test_extends_of_a_device_fifo_or_directory_is_refused_before_reading(job, tmp_path, target, kind):
-    os.mkfifo(tmp_path / "fifo")
-    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "fifo.yaml")
+    (tmp_path / "dir.yaml").mkdir()
+    (tmp_path / "zero.yaml").symlink_to("/dev/zero")  # judged by what it resolves to
     start = time.monotonic()
-    assert f"is {kind}, not a file" in error_of(job(MINIMAL + f"extends: {target}\n"))
+    assert kind in error_of(job(MINIMAL + f"extends: {target}\n"))
     assert time.monotonic() - start < 1.0
 
 
-def test_extends_of_a_binary_is_not_utf8(job):
-    assert "/bin/ls" in error_of(job(MINIMAL + "extends: /bin/ls\n"))
+def test_extends_of_a_binary_is_not_utf8(job, tmp_path):
+    (tmp_path / "ls.yaml").write_bytes(Path("/bin/ls").read_bytes()[:4096])
+    assert "is not UTF-8" in error_of(job(MINIMAL + "extends: ls.yaml\n"))
 
 
 def test_a_large_file_is_refused(job):
@@ -201,8 +204,8 @@ LAUGHS = "hyperparameters:\n" + "\n".join(
 REPORTED = {
     "deep-lists": (MINIMAL + "hyperparameters: {x: " + "[" * 3000 + "]" * 3000 + "}\n", [], "nested more than"),
     "binary-file": (b"\x7fELF\x02\x01\x01\x00\xff\xfe", [], "not UTF-8"),
-    "extends-binary": (MINIMAL + "extends: /bin/ls\n", [], "not UTF-8"),
-    "extends-dev-zero": (MINIMAL + "extends: /dev/zero\n", [], "a character device"),
+    "extends-binary": (MINIMAL + "extends: /bin/ls\n", [], "is not a YAML job file"),
+    "extends-dev-zero": (MINIMAL + "extends: /dev/zero\n", [], "is not a YAML job file"),
     "no-such-user": ("entry_point: train.py\ninstance_type: local\nsource_dir: ~nosuchuser/code\n", [],
                      "names no user"),
     "duplicate-keys": (MINIMAL + "instance_type: ml.p5.48xlarge\n", [], "duplicate key 'instance_type'"),

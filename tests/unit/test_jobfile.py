@@ -98,3 +98,28 @@ def test_deep_merge_does_not_mutate():
     base = {"a": {"b": 1, "c": [1]}}
     out = deep_merge(base, {"a": {"c": [2]}})
     assert out == {"a": {"b": 1, "c": [2]}} and base == {"a": {"b": 1, "c": [1]}}
+
+
+def test_extends_names_yaml_job_files_only_and_never_shows_a_base_files_values(tmp_path):
+    """Issue 31, item 12: `extends: /etc/shadow` (or any file) printed its lines as unknown keys."""
+    from click.testing import CliRunner
+
+    from launcher.cli.app import main
+
+    (tmp_path / "notes.txt").write_text("dbuser: hunter2value\n")
+    (tmp_path / "notes.yaml").write_text("dbuser: hunter2value\n")
+    (tmp_path / "base.yaml").write_text("instance_type: local\n")  # control: a job file
+    (tmp_path / "train.py").write_text("print(1)\n")
+    outputs = {}
+    for base in ("notes.txt", "/etc/shadow", "notes.yaml", "base.yaml"):
+        (tmp_path / "job.yaml").write_text(f"extends: {base}\nentry_point: train.py\nframework_version: '2.8.0'\n"
+                                           "py_version: py312\n")
+        result = CliRunner().invoke(main, ["validate", str(tmp_path / "job.yaml")])
+        outputs[base] = (result.exit_code, result.output)
+    assert outputs["base.yaml"][0] == 0, outputs["base.yaml"]
+    for base in ("notes.txt", "/etc/shadow"):
+        assert outputs[base][0] == 2 and "is not a YAML job file (.yaml or .yml)" in outputs[base][1]
+    assert outputs["notes.yaml"][0] == 2
+    said = "is not a job file: 1 key(s) are not job fields ('dbuser'); its values are not shown"
+    assert said in outputs["notes.yaml"][1]
+    assert not any("hunter2value" in text for _code, text in outputs.values())

@@ -209,3 +209,17 @@ def test_a_local_job_says_why_there_is_nothing_to_plan(tmp_path):
     result = trainer.plan()
     assert result.nothing_to_plan.startswith("a local job runs on this machine")
     assert "instance_type=ml.p5.48xlarge" in result.nothing_to_plan and result.memory is None
+
+
+@pytest.mark.parametrize("tokens", ["nan", "-5", "inf", "0", "lots"])
+def test_tokens_must_be_a_positive_finite_number(tokens: str) -> None:
+    """Issue 31, item 18: float() took 'nan' and '-5', and the plan printed hours and dollars of them."""
+    result = CliRunner().invoke(main, ["plan", str(SEED / "p4d-cp8.yaml"), "--tokens", tokens])
+    assert result.exit_code == 2, result.output
+    assert f"'{tokens}' is not a number of tokens: give a positive number, e.g. 1e9" in result.output
+    assert "configuration" not in result.output  # nothing planned
+
+
+def test_a_positive_token_count_is_planned() -> None:
+    result = CliRunner().invoke(main, ["plan", str(SEED / "p4d-cp8.yaml"), "--tokens", "1e9"])
+    assert result.exit_code == 0 and "1,000,000,000 tokens:" in result.output, result.output

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from launcher.backends.live import LiveProgress
 from launcher.cli.jobview import jobs_table, status_lines
-from launcher.wire.checkpoints import latest_in_s3, latest_local
+from launcher.wire.checkpoints import UNVERIFIED, Checkpoint, latest_in_s3, latest_local
 from launcher.wire.metric_lines import format_metric_line, parse_metric_line
 from launcher.wire.progress import Progress, eta_seconds, from_line, read_progress, write_progress
 
@@ -116,10 +116,12 @@ def test_status_lines_of_a_running_and_a_stopped_job():
         "j: InProgress (Training)", "backend: local",
         "progress: step 40/200 (20%), loss 2.71, 12,300 tokens/s, ETA 0:03:12"]
     stopped = {**running, "TrainingJobStatus": "Stopped", "SecondaryStatus": "Stopped",
-               "LastCheckpoint": {"Step": 43, "Location": "/c/step-43", "CopiedTo": "s3://b/c/step-43"}}
+               "LastCheckpoint": Checkpoint(43, "/c/step-43", "s3://b/c/step-43").to_dict()}
     assert status_lines("local", "j", stopped)[2:] == [
         "last step: step 40/200 (20%), loss 2.71, 12,300 tokens/s",
-        "last checkpoint: step 43, /c/step-43 (copied to s3://b/c/step-43)"]
+        "last checkpoint: step 43, /c/step-43 (copied to s3://b/c/step-43); complete marker, not verified "
+        "(resume verifies it and falls back to an older one)"]
+    assert stopped["LastCheckpoint"]["Verified"] is False  # status --json says so too
     no_checkpoint = {k: v for k, v in stopped.items() if k not in ("LastCheckpoint", "Progress")}
     assert status_lines("local", "j", no_checkpoint)[2:] == ["last checkpoint: none"]
 
@@ -209,7 +211,7 @@ def test_sagemaker_status_shows_the_last_metric_line_of_the_logs(fake_credential
         lines = jobview.status_lines("sagemaker", name, desc)
     # step 30 of 500: 470 steps left at 0.6 s = 282 s = 0:04:42
     assert "progress: step 30/500 (6%), loss 2.7, 9,000 tokens/s, ETA 0:04:42" in lines
-    assert f"last checkpoint: step 20, s3://{BUCKET}/ckpt/step-20" in lines
+    assert f"last checkpoint: step 20, s3://{BUCKET}/ckpt/step-20{UNVERIFIED}" in lines
     assert desc["Progress"]["step"] == 30 and desc["LastCheckpoint"]["Step"] == 20
 
 

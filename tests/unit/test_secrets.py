@@ -168,3 +168,32 @@ def test_the_record_spec_and_compose_file_are_private(tmp_path):
 # --- a local job with secrets everywhere ----------------------------------------------------------
 
 
+
+
+AZURE = ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=azKey0123+/abc==;EndpointSuffix=core.windows.net",
+         "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey=sbKey0123=",
+         "BlobEndpoint=https://a.blob.core.windows.net/;SharedAccessSignature=sv=2020-08-04&ss=b&sig=sasSig0123%3D")
+DSN = "https://dsnKey0123456789@o1.ingest.sentry.io/42"
+
+
+def test_azure_key_fragments_and_url_user_info_are_masked_under_any_key():
+    """Issue 31, item 13: an Azure connection string's keys and a Sentry DSN's key (user-info
+    without a password) showed under a key that does not name a secret."""
+    shown = mask_secrets({"storage": AZURE[0], "bus": AZURE[1], "blob": AZURE[2], "sentry": DSN,
+                          "log": "retrying with azKey0123+/abc== and dsnKey0123456789"})
+    text = json.dumps(shown)
+    for secret in ("azKey0123+/abc==", "sbKey0123=", "sasSig0123", "dsnKey0123456789"):
+        assert secret not in text
+    assert shown["storage"] == ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=****;"
+                                "EndpointSuffix=core.windows.net")  # the rest of the string stays readable
+    assert shown["sentry"] == "https://****@o1.ingest.sentry.io/42"
+    assert shown["log"] == "retrying with **** and ****"  # by value elsewhere
+    assert mask_secrets({"page": "https://host/path@x and a@b.c"}) == {"page": "https://host/path@x and a@b.c"}
+
+
+def test_a_key_fragment_cut_by_a_piece_boundary_is_still_masked():
+    stream = StreamMasker(Masker())
+    text = AZURE[0].encode()
+    cut = text.index(b"abc==")
+    out = stream.feed(text[:cut]) + stream.feed(text[cut:], final=True)
+    assert b"azKey0123" not in out and b"AccountKey=****;EndpointSuffix" in out
