@@ -33,7 +33,9 @@ class TokenCount(click.ParamType):
         except (TypeError, ValueError):
             number = math.nan
         if not (math.isfinite(number) and number > 0):
-            self.fail(f"{value!r} is not a number of tokens: give a positive number, e.g. 1e9", param, ctx)
+            # the project's error line (field = value: problem; fix), as every other refusal of plan
+            fail(f"--tokens = {value}: not a number of tokens above 0; give a positive number, e.g. 1e9",
+                 EXIT_INVALID)
         return number
 
 

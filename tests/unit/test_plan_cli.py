@@ -216,7 +216,7 @@ def test_tokens_must_be_a_positive_finite_number(tokens: str) -> None:
     """Issue 31, item 18: float() took 'nan' and '-5', and the plan printed hours and dollars of them."""
     result = CliRunner().invoke(main, ["plan", str(SEED / "p4d-cp8.yaml"), "--tokens", tokens])
     assert result.exit_code == 2, result.output
-    assert f"'{tokens}' is not a number of tokens: give a positive number, e.g. 1e9" in result.output
+    assert f"--tokens = {tokens}: not a number of tokens above 0; give a positive number, e.g. 1e9" in result.output
     assert "configuration" not in result.output  # nothing planned
 
 
