@@ -9,7 +9,10 @@ Layout of `<directory>/step-<N>/`:
     .complete                      written last by rank 0: the step and how many manifest parts
 
 A checkpoint is written as `step-<N>.tmp/` and renamed once every rank has finished, so a job
-killed mid-save leaves only a `.tmp` directory, which resume ignores. The rename is done by the
+killed mid-save leaves only a `.tmp` directory, which resume ignores. With `async_mode` the shards
+are written in the background (container.checkpoint.background) and the same commit runs there
+once they are; a save that fails is given up by every rank together (CheckpointWriteError), its
+`.tmp` removed, the checkpoints before it untouched. The rename is done by the
 first rank of every host: on SageMaker `/opt/ml/checkpoints` is a per-host disk synced to one S3
 prefix, so each host must rename its own shards, and hashes only its own files
 (container.checkpoint.manifest).
@@ -46,6 +49,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -56,6 +60,8 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim.lr_scheduler import LRScheduler
 
 from container.checkpoint import manifest
+from container.checkpoint.background import BackgroundSaves, CheckpointWriteError
+from launcher.config.async_checkpoint import DISABLED, is_async
 from launcher.config.resume import RunIdentity, may_change
 from launcher.wire import checkpoints
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
@@ -79,27 +85,43 @@ def _world() -> int:
     return dist.get_world_size() if _distributed() else 1
 
 
-def _barrier() -> None:
+# `group`: the process group of the collective; None is the default group. Background saves run
+# theirs on a group of their own (container.checkpoint.background).
+def _barrier(group=None) -> None:
     if _distributed():
-        dist.barrier()
+        dist.barrier(group=group)
 
 
-def _from_rank0(value: Any) -> Any:
+def _from_rank0(value: Any, group=None) -> Any:
     """Rank 0's value on every rank, so that all ranks take the same branch."""
     if not _distributed():
         return value
     box = [value]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=group)
     return box[0]
 
 
-def _first_of_all(value: Any) -> Any:
+def _first_of_all(value: Any, group=None) -> Any:
     """The first value other than None over all ranks, in rank order: the same on every rank."""
     if not _distributed():
         return value
     values: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
+    dist.all_gather_object(values, value, group=group)
     return next((v for v in values if v is not None), None)
+
+
+def _together(action, group=None) -> str | None:
+    """Run `action` on this rank; why it failed on the first rank where it did (None: on none),
+    the same on every rank, so that no rank waits alone in a collective the others left."""
+    try:
+        action()
+        reason = None
+    except CheckpointException as exc:  # DCP's: a BaseException, whose text is every rank's traceback
+        reason = "; ".join(f"rank {rank}: {type(error).__name__}: {error}"
+                           for rank, (error, _) in sorted(exc.failures.items()))
+    except Exception as exc:  # noqa: BLE001 - any failure must reach the other ranks as a reason
+        reason = f"rank {dist.get_rank() if _distributed() else 0}: {type(exc).__name__}: {exc}"
+    return _first_of_all(reason, group)
 
 
 @contextlib.contextmanager
@@ -160,7 +182,9 @@ class Checkpointer:
 
     `rank` and `local_rank` default to the process group's rank and torchrun's `LOCAL_RANK`.
     `identity` (this run's values of what a resume must keep) is recorded in every save and
-    checked at resume; without it nothing is recorded or checked.
+    checked at resume; without it nothing is recorded or checked. `async_mode` (a
+    checkpoint_async_mode) other than disabled writes in the background: `wait` or `close`
+    before the process ends.
     """
 
     def __init__(
@@ -170,6 +194,7 @@ class Checkpointer:
         rank: int | None = None,
         local_rank: int | None = None,
         identity: RunIdentity | None = None,
+        async_mode: str = DISABLED,
     ):
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
@@ -182,6 +207,7 @@ class Checkpointer:
         self.identity = identity
         self._good: set[int] = set()  # steps this job saved or verified
         self._bad: set[int] = set()  # steps resume found unusable: never kept in place of good ones
+        self._background = BackgroundSaves(async_mode, _distributed()) if is_async(async_mode) else None
 
     def path(self, step: int) -> Path:
         return self.directory / f"step-{step}"
@@ -202,7 +228,10 @@ class Checkpointer:
         extra: dict | None = None,
     ) -> Path:
         """Collective: every rank calls it. `dataloader_state` and `extra` are rank 0's (use a
-        global data position) and must hold only plain values and tensors (loaded weights_only)."""
+        global data position) and must hold only plain values and tensors (loaded weights_only).
+        An asynchronous save returns once the state is staged; the previous one is waited for
+        first (CheckpointWriteError if it failed)."""
+        self.wait()
         final = self.path(step)
         # Re-saving a step this job saved or verified (SIGTERM right after a resume) could only
         # lose it; any other step-<N> of that name (one resume skipped) is replaced.
@@ -216,11 +245,7 @@ class Checkpointer:
         tmp.mkdir(parents=True, exist_ok=True)
         rng_file = f"rng-{self.rank}.pt"
         torch.save(_rng_state(), tmp / rng_file)
-        writer = _RecordingWriter(tmp)
-        with _quiet_no_dist():
-            dcp.save(_sharded_state(model, optimizer, OPTIMIZER_LAYOUT), storage_writer=writer,
-                     no_dist=not _distributed())
-        written = [rng_file, *writer.written]
+        written = [rng_file]
         if self.rank == 0:
             trainer = {
                 "step": step,
@@ -232,29 +257,69 @@ class Checkpointer:
                 "optimizer_layout": OPTIMIZER_LAYOUT,
             }
             torch.save(trainer, tmp / TRAINER_FILE)
-            written += [TRAINER_FILE, DCP_METADATA]  # dcp.save has returned: the metadata is written
-        manifest.write_part(tmp, self.rank, written)
-        _barrier()  # every rank's part is written: only now may the marker say so
-        if self.rank == 0:
-            manifest.write_marker(tmp, step, parts=_world())
-        _barrier()
+            written += [TRAINER_FILE, DCP_METADATA]  # DCP's coordinator writes the metadata; listed after it has
+        writer = _RecordingWriter(tmp)
+        state = _sharded_state(model, optimizer, OPTIMIZER_LAYOUT)
+        if self._background is None:
+            with _quiet_no_dist():
+                dcp.save(state, storage_writer=writer, no_dist=not _distributed())
+            self._commit(step, lambda: manifest.write_part(tmp, self.rank, [*written, *writer.written]))
+        else:
+            group = self._background.group
+            with _quiet_no_dist():
+                self._background.start(state, writer, lambda write: self._commit(
+                    step, lambda: manifest.write_part(tmp, self.rank, [*written, *writer.written]), write, group))
+        return final
+
+    def wait(self) -> None:
+        """Collective: return once the save in flight (asynchronous mode) is committed; raise
+        CheckpointWriteError, on every rank, if it could not be."""
+        if self._background is not None:
+            self._background.wait()
+
+    def close(self) -> None:
+        """Collective: wait for the save in flight, then free the background saver's buffers."""
+        if self._background is not None:
+            background, self._background = self._background, None
+            background.close()
+
+    def _commit(self, step: int, write_part, write=None, group=None) -> None:
+        """After DCP's write (`write`: its future, for a background save): each rank's manifest
+        part, then rank 0's marker, the rename, the pruning. Each stage fails on every rank
+        together, before the checkpoint is marked complete."""
+        tmp, final = self.directory / f"step-{step}.tmp", self.path(step)
+        reason = _together(write.result, group) if write is not None else None
+        reason = reason or _together(write_part, group)  # every rank's part is written: only now may the marker say so
+        reason = reason or _together(lambda: manifest.write_marker(tmp, step, parts=_world()) if self.rank == 0
+                                     else None, group)
+        if reason is not None:
+            if self.local_rank == 0:  # a disk that filled up gets its space back
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointWriteError(
+                f"checkpoint {final} (checkpoint_dir) could not be written: {reason}. The checkpoints saved before "
+                f"it are untouched ({self._newest_kept()}); training stops here rather than go on without "
+                f"checkpoints. Free space in checkpoint_dir (or lower num_kept_checkpoints) and run the job "
+                f"again: it resumes from the newest complete checkpoint.")
         if self.local_rank == 0:
             try:
                 tmp.rename(final)
             except FileNotFoundError:  # a shared file system: another host's first rank renamed it
                 pass
-        _barrier()
+        _barrier(group)
         self._good.add(step)
         self._bad.discard(step)
         # Rank 0 chooses what to keep, so that hosts with per-host disks (no markers there) agree.
         kept = [s for s in self.complete_steps() if s not in self._bad] if self.rank == 0 else []
-        kept = _from_rank0([s for s in kept if s <= step][-self.keep:])
+        kept = _from_rank0([s for s in kept if s <= step][-self.keep:], group)
         if self.local_rank == 0:
             self._prune(step, kept)
-        _barrier()
+        _barrier(group)
         if self.local_rank == 0:  # once per host: every rank saying it said nothing more (hosts may differ in disks)
             log.info("saved checkpoint %s", final)
-        return final
+
+    def _newest_kept(self) -> str:
+        steps = [s for s in self.complete_steps() if s not in self._bad]
+        return f"newest complete: {self.path(steps[-1])}" if steps else "none was complete yet"
 
     def load_latest(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LRScheduler | None
