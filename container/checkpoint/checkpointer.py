@@ -49,7 +49,6 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -61,6 +60,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from container.checkpoint import manifest
 from container.checkpoint.background import BackgroundSaves, CheckpointWriteError
+from container.checkpoint.collectives import barrier, distributed, first_of_all, from_rank0, together, world
 from launcher.config.async_checkpoint import DISABLED, is_async
 from launcher.config.resume import RunIdentity, may_change
 from launcher.wire import checkpoints
@@ -75,53 +75,6 @@ _TMP_DIR = re.compile(r"step-(\d+)\.tmp")
 
 class CheckpointError(RuntimeError):
     """Checkpoints exist, and none of them can be resumed from, or this run may not continue them."""
-
-
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
-def _world() -> int:
-    return dist.get_world_size() if _distributed() else 1
-
-
-# `group`: the process group of the collective; None is the default group. Background saves run
-# theirs on a group of their own (container.checkpoint.background).
-def _barrier(group=None) -> None:
-    if _distributed():
-        dist.barrier(group=group)
-
-
-def _from_rank0(value: Any, group=None) -> Any:
-    """Rank 0's value on every rank, so that all ranks take the same branch."""
-    if not _distributed():
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0, group=group)
-    return box[0]
-
-
-def _first_of_all(value: Any, group=None) -> Any:
-    """The first value other than None over all ranks, in rank order: the same on every rank."""
-    if not _distributed():
-        return value
-    values: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value, group=group)
-    return next((v for v in values if v is not None), None)
-
-
-def _together(action, group=None) -> str | None:
-    """Run `action` on this rank; why it failed on the first rank where it did (None: on none),
-    the same on every rank, so that no rank waits alone in a collective the others left."""
-    try:
-        action()
-        reason = None
-    except CheckpointException as exc:  # DCP's: a BaseException, whose text is every rank's traceback
-        reason = "; ".join(f"rank {rank}: {type(error).__name__}: {error}"
-                           for rank, (error, _) in sorted(exc.failures.items()))
-    except Exception as exc:  # noqa: BLE001 - any failure must reach the other ranks as a reason
-        reason = f"rank {dist.get_rank() if _distributed() else 0}: {type(exc).__name__}: {exc}"
-    return _first_of_all(reason, group)
 
 
 @contextlib.contextmanager
@@ -200,14 +153,14 @@ class Checkpointer:
             raise ValueError(f"keep must be at least 1, not {keep}")
         self.directory = Path(directory)
         self.keep = keep
-        self.rank = rank if rank is not None else (dist.get_rank() if _distributed() else 0)
+        self.rank = rank if rank is not None else (dist.get_rank() if distributed() else 0)
         if local_rank is None:
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.local_rank = local_rank
         self.identity = identity
         self._good: set[int] = set()  # steps this job saved or verified
         self._bad: set[int] = set()  # steps resume found unusable: never kept in place of good ones
-        self._background = BackgroundSaves(async_mode, _distributed()) if is_async(async_mode) else None
+        self._background = BackgroundSaves(async_mode, distributed()) if is_async(async_mode) else None
 
     def path(self, step: int) -> Path:
         return self.directory / f"step-{step}"
@@ -241,7 +194,7 @@ class Checkpointer:
         if self.local_rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(final, ignore_errors=True)
-        _barrier()
+        barrier()
         tmp.mkdir(parents=True, exist_ok=True)
         rng_file = f"rng-{self.rank}.pt"
         torch.save(_rng_state(), tmp / rng_file)
@@ -249,7 +202,7 @@ class Checkpointer:
         if self.rank == 0:
             trainer = {
                 "step": step,
-                "world_size": _world(),
+                "world_size": world(),
                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
                 "dataloader": dataloader_state,
                 "extra": extra or {},
@@ -262,7 +215,7 @@ class Checkpointer:
         state = _sharded_state(model, optimizer, OPTIMIZER_LAYOUT)
         if self._background is None:
             with _quiet_no_dist():
-                dcp.save(state, storage_writer=writer, no_dist=not _distributed())
+                dcp.save(state, storage_writer=writer, no_dist=not distributed())
             self._commit(step, lambda: manifest.write_part(tmp, self.rank, [*written, *writer.written]))
         else:
             group = self._background.group
@@ -288,10 +241,10 @@ class Checkpointer:
         part, then rank 0's marker, the rename, the pruning. Each stage fails on every rank
         together, before the checkpoint is marked complete."""
         tmp, final = self.directory / f"step-{step}.tmp", self.path(step)
-        reason = _together(write.result, group) if write is not None else None
-        reason = reason or _together(write_part, group)  # every rank's part is written: only now may the marker say so
-        reason = reason or _together(lambda: manifest.write_marker(tmp, step, parts=_world()) if self.rank == 0
-                                     else None, group)
+        reason = together(write.result, group) if write is not None else None
+        reason = reason or together(write_part, group)  # every rank's part is written: only now may the marker say so
+        reason = reason or together(lambda: manifest.write_marker(tmp, step, parts=world()) if self.rank == 0 else None,
+                                    group)
         if reason is not None:
             if self.local_rank == 0:  # a disk that filled up gets its space back
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -305,15 +258,15 @@ class Checkpointer:
                 tmp.rename(final)
             except FileNotFoundError:  # a shared file system: another host's first rank renamed it
                 pass
-        _barrier(group)
+        barrier(group)
         self._good.add(step)
         self._bad.discard(step)
         # Rank 0 chooses what to keep, so that hosts with per-host disks (no markers there) agree.
         kept = [s for s in self.complete_steps() if s not in self._bad] if self.rank == 0 else []
-        kept = _from_rank0([s for s in kept if s <= step][-self.keep:], group)
+        kept = from_rank0([s for s in kept if s <= step][-self.keep:], group)
         if self.local_rank == 0:
             self._prune(step, kept)
-        _barrier(group)
+        barrier(group)
         if self.local_rank == 0:  # once per host: every rank saying it said nothing more (hosts may differ in disks)
             log.info("saved checkpoint %s", final)
 
@@ -327,7 +280,7 @@ class Checkpointer:
         """Collective. Restore the newest usable checkpoint into the given (fresh) objects and
         return (step, dataloader_state, extra); None when there is no checkpoint. Raises
         CheckpointError when checkpoints exist and none is usable."""
-        candidates = _from_rank0(self._candidates() if self.rank == 0 else None)
+        candidates = from_rank0(self._candidates() if self.rank == 0 else None)
         if not candidates:
             return None
         reasons: dict[int, str] = {}
@@ -360,14 +313,14 @@ class Checkpointer:
         """Collective: None when `step` is usable, else why not; the same answer on every rank.
         Rank 0 checks the marker, parts and sizes; every rank hashes its share of the files."""
         path = self.path(step)
-        entries, reason = _from_rank0(
+        entries, reason = from_rank0(
             manifest.inspect(path, step, required=(DCP_METADATA, TRAINER_FILE)) if self.rank == 0 else None)
         if reason is not None:
             return reason
-        reason = _first_of_all(manifest.first_mismatch(path, manifest.share(entries, self.rank, _world())))
+        reason = first_of_all(manifest.first_mismatch(path, manifest.share(entries, self.rank, world())))
         if reason is not None:
             return reason
-        return _from_rank0(_unlisted_shard(path, entries) if self.rank == 0 else None)
+        return from_rank0(_unlisted_shard(path, entries) if self.rank == 0 else None)
 
     def _load(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
               scheduler: LRScheduler | None) -> tuple[int, dict, dict]:
@@ -377,20 +330,20 @@ class Checkpointer:
         layout = trainer.get("optimizer_layout")
         state = _sharded_state(model, optimizer, layout)
         with _quiet_no_dist():
-            dcp.load(state, checkpoint_id=path, no_dist=not _distributed())
+            dcp.load(state, checkpoint_id=path, no_dist=not distributed())
         set_model_state_dict(model, state["model"])
         set_optimizer_state_dict(model, optimizer, state["optim"], options=_optim_options(layout))
         if scheduler is not None and trainer["scheduler"] is not None:
             scheduler.load_state_dict(trainer["scheduler"])
         rng_file = path / f"rng-{self.rank}.pt"
-        if trainer["world_size"] == _world() and rng_file.is_file():
+        if trainer["world_size"] == world() and rng_file.is_file():
             _set_rng_state(torch.load(rng_file, weights_only=True))
         else:
             # smlaunch's training draws no random numbers, so this changes nothing for it; a user
             # script with dropout continues with other random draws (docs/spot.md).
             if self.local_rank == 0:
                 log.warning("checkpoint %s was saved by %d ranks, now %d: RNG states not restored",
-                            path, trainer["world_size"], _world())
+                            path, trainer["world_size"], world())
         self._good.add(step)
         if self.local_rank == 0:
             log.info("resumed from checkpoint %s", path)
@@ -457,7 +410,7 @@ def install_sigterm_flag() -> StopFlag:
 
 def should_stop(flag: StopFlag) -> bool:
     """True on every rank once any rank got SIGTERM: a rank that stops alone hangs the others."""
-    if not _distributed():
+    if not distributed():
         return flag.requested
     nccl = dist.get_backend() == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
