@@ -1,11 +1,14 @@
 """Asynchronous checkpoint saves (`checkpoint_async_mode`, launcher.config.async_checkpoint).
 
 The training thread stages the state: DCP's `async_save` copies every tensor of this rank's shards
-into host memory (pinned, and kept from save to save, for `async_with_pinned_mem`; fresh plain
-copies for `async`) and returns; only that copy stalls training. DCP then writes the copy from its
-own thread, and a second thread here waits for that write and commits the checkpoint with the
-manifest and `.complete` protocol (container.checkpoint.checkpointer), so a checkpoint is
-complete only once every rank's files are on disk, as with a synchronous save.
+into host memory and returns; only that copy stalls training. `async` stages as torchtitan's mode
+of that name does, with the file writer's own stager: plain copies made at each save, freed once
+written. `async_with_pinned_mem` stages with DCP's DefaultStager into pinned memory, which the
+stager keeps from save to save (allocating pinned memory is slow; copying into it is fast).
+
+DCP then writes the copy from its own thread, and a second thread here waits for that write and
+commits the checkpoint with the manifest and `.complete` protocol (container.checkpoint.checkpointer),
+so a checkpoint is complete only once every rank's files are on disk, as with a synchronous save.
 
 At most one save is in flight: `wait` (called before the next save, at SIGTERM and at the end of
 training) returns once it is committed, or raises CheckpointWriteError, on every rank alike,
@@ -18,7 +21,6 @@ collectives in another thread (and NCCL has no CPU tensors for the staged state)
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -28,8 +30,6 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from launcher.config.async_checkpoint import NO_CUDA_FIX, PINNED, is_async, needs_cuda
-
-log = logging.getLogger(__name__)
 
 
 class CheckpointWriteError(RuntimeError):
@@ -49,9 +49,10 @@ class BackgroundSaves:
         self.mode = mode
         self.group = dist.new_group(backend="gloo") if distributed else None
         # Staged synchronously on the training thread: once async_save returns, training may change
-        # the parameters. Pinned buffers are kept (the stager caches them), plain copies are not.
-        self._stager = DefaultStager(StagingOptions(use_pinned_memory=mode == PINNED, use_shared_memory=False,
-                                                    use_async_staging=False, use_non_blocking_copy=False))
+        # the parameters. None: the writer stages (FileSystemWriter is a BlockingAsyncStager).
+        self._stager = DefaultStager(StagingOptions(use_pinned_memory=True, use_shared_memory=False,
+                                                    use_async_staging=False, use_non_blocking_copy=False)
+                                     ) if mode == PINNED else None
         self._commits = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smlaunch-checkpoint")
         self._pending: Future | None = None
 
@@ -76,4 +77,5 @@ class BackgroundSaves:
             self.wait()
         finally:
             self._commits.shutdown(wait=True)
-            self._stager.close()
+            if self._stager is not None:
+                self._stager.close()
