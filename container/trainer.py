@@ -312,7 +312,8 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     cp_shard = apply_context_parallel(rt, s.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer, scheduler = build_optimization(model, s)
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
-                                     identity=RunIdentity(s, spec, rt.dp_size, rows)) if s.checkpoint_freq else None
+                                     identity=RunIdentity(s, spec, rt.dp_size, rows),
+                                     async_mode=s.checkpoint_async_mode) if s.checkpoint_freq else None
     start_step = 0
     if checkpointer is not None:
         restored = checkpointer.load_latest(model, optimizer, scheduler)
@@ -371,10 +372,14 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
             checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})
         if stopping:
+            if checkpointer:  # an asynchronous save is on disk and committed before the process ends
+                checkpointer.close()
             if rt.is_main:
                 log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
             metrics.close()
             return last
+    if checkpointer:
+        checkpointer.close()
     hf.export_hf(model, spec, dirs.model, dtype=torch.bfloat16 if s.bf16 else torch.float32, pp_group=rt.pp_group)
     if rt.is_main:
         _complete_artifact(sources, dirs.model)

@@ -9,7 +9,10 @@ Layout of `<directory>/step-<N>/`:
     .complete                      written last by rank 0: the step and how many manifest parts
 
 A checkpoint is written as `step-<N>.tmp/` and renamed once every rank has finished, so a job
-killed mid-save leaves only a `.tmp` directory, which resume ignores. The rename is done by the
+killed mid-save leaves only a `.tmp` directory, which resume ignores. With `async_mode` the shards
+are written in the background (container.checkpoint.background) and the same commit runs there
+once they are; a save that fails is given up by every rank together (CheckpointWriteError), its
+`.tmp` removed, the checkpoints before it untouched. The rename is done by the
 first rank of every host: on SageMaker `/opt/ml/checkpoints` is a per-host disk synced to one S3
 prefix, so each host must rename its own shards, and hashes only its own files
 (container.checkpoint.manifest).
@@ -56,6 +59,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.optim.lr_scheduler import LRScheduler
 
 from container.checkpoint import manifest
+from container.checkpoint.background import BackgroundSaves, CheckpointWriteError
+from container.checkpoint.collectives import barrier, distributed, first_of_all, from_rank0, together, world
+from launcher.config.async_checkpoint import DISABLED, is_async
 from launcher.config.resume import RunIdentity, may_change
 from launcher.wire import checkpoints
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
@@ -69,37 +75,6 @@ _TMP_DIR = re.compile(r"step-(\d+)\.tmp")
 
 class CheckpointError(RuntimeError):
     """Checkpoints exist, and none of them can be resumed from, or this run may not continue them."""
-
-
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
-def _world() -> int:
-    return dist.get_world_size() if _distributed() else 1
-
-
-def _barrier() -> None:
-    if _distributed():
-        dist.barrier()
-
-
-def _from_rank0(value: Any) -> Any:
-    """Rank 0's value on every rank, so that all ranks take the same branch."""
-    if not _distributed():
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def _first_of_all(value: Any) -> Any:
-    """The first value other than None over all ranks, in rank order: the same on every rank."""
-    if not _distributed():
-        return value
-    values: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
-    return next((v for v in values if v is not None), None)
 
 
 @contextlib.contextmanager
@@ -160,7 +135,9 @@ class Checkpointer:
 
     `rank` and `local_rank` default to the process group's rank and torchrun's `LOCAL_RANK`.
     `identity` (this run's values of what a resume must keep) is recorded in every save and
-    checked at resume; without it nothing is recorded or checked.
+    checked at resume; without it nothing is recorded or checked. `async_mode` (a
+    checkpoint_async_mode) other than disabled writes in the background: `wait` or `close`
+    before the process ends.
     """
 
     def __init__(
@@ -170,18 +147,20 @@ class Checkpointer:
         rank: int | None = None,
         local_rank: int | None = None,
         identity: RunIdentity | None = None,
+        async_mode: str = DISABLED,
     ):
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
         self.directory = Path(directory)
         self.keep = keep
-        self.rank = rank if rank is not None else (dist.get_rank() if _distributed() else 0)
+        self.rank = rank if rank is not None else (dist.get_rank() if distributed() else 0)
         if local_rank is None:
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.local_rank = local_rank
         self.identity = identity
         self._good: set[int] = set()  # steps this job saved or verified
         self._bad: set[int] = set()  # steps resume found unusable: never kept in place of good ones
+        self._background = BackgroundSaves(async_mode, distributed()) if is_async(async_mode) else None
 
     def path(self, step: int) -> Path:
         return self.directory / f"step-{step}"
@@ -202,7 +181,10 @@ class Checkpointer:
         extra: dict | None = None,
     ) -> Path:
         """Collective: every rank calls it. `dataloader_state` and `extra` are rank 0's (use a
-        global data position) and must hold only plain values and tensors (loaded weights_only)."""
+        global data position) and must hold only plain values and tensors (loaded weights_only).
+        An asynchronous save returns once the state is staged; the previous one is waited for
+        first (CheckpointWriteError if it failed)."""
+        self.wait()
         final = self.path(step)
         # Re-saving a step this job saved or verified (SIGTERM right after a resume) could only
         # lose it; any other step-<N> of that name (one resume skipped) is replaced.
@@ -212,19 +194,15 @@ class Checkpointer:
         if self.local_rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(final, ignore_errors=True)
-        _barrier()
+        barrier()
         tmp.mkdir(parents=True, exist_ok=True)
         rng_file = f"rng-{self.rank}.pt"
         torch.save(_rng_state(), tmp / rng_file)
-        writer = _RecordingWriter(tmp)
-        with _quiet_no_dist():
-            dcp.save(_sharded_state(model, optimizer, OPTIMIZER_LAYOUT), storage_writer=writer,
-                     no_dist=not _distributed())
-        written = [rng_file, *writer.written]
+        written = [rng_file]
         if self.rank == 0:
             trainer = {
                 "step": step,
-                "world_size": _world(),
+                "world_size": world(),
                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
                 "dataloader": dataloader_state,
                 "extra": extra or {},
@@ -232,29 +210,69 @@ class Checkpointer:
                 "optimizer_layout": OPTIMIZER_LAYOUT,
             }
             torch.save(trainer, tmp / TRAINER_FILE)
-            written += [TRAINER_FILE, DCP_METADATA]  # dcp.save has returned: the metadata is written
-        manifest.write_part(tmp, self.rank, written)
-        _barrier()  # every rank's part is written: only now may the marker say so
-        if self.rank == 0:
-            manifest.write_marker(tmp, step, parts=_world())
-        _barrier()
+            written += [TRAINER_FILE, DCP_METADATA]  # DCP's coordinator writes the metadata; listed after it has
+        writer = _RecordingWriter(tmp)
+        state = _sharded_state(model, optimizer, OPTIMIZER_LAYOUT)
+        if self._background is None:
+            with _quiet_no_dist():
+                dcp.save(state, storage_writer=writer, no_dist=not distributed())
+            self._commit(step, lambda: manifest.write_part(tmp, self.rank, [*written, *writer.written]))
+        else:
+            group = self._background.group
+            with _quiet_no_dist():
+                self._background.start(state, writer, lambda write: self._commit(
+                    step, lambda: manifest.write_part(tmp, self.rank, [*written, *writer.written]), write, group))
+        return final
+
+    def wait(self) -> None:
+        """Collective: return once the save in flight (asynchronous mode) is committed; raise
+        CheckpointWriteError, on every rank, if it could not be."""
+        if self._background is not None:
+            self._background.wait()
+
+    def close(self) -> None:
+        """Collective: wait for the save in flight, then free the background saver's buffers."""
+        if self._background is not None:
+            background, self._background = self._background, None
+            background.close()
+
+    def _commit(self, step: int, write_part, write=None, group=None) -> None:
+        """After DCP's write (`write`: its future, for a background save): each rank's manifest
+        part, then rank 0's marker, the rename, the pruning. Each stage fails on every rank
+        together, before the checkpoint is marked complete."""
+        tmp, final = self.directory / f"step-{step}.tmp", self.path(step)
+        reason = together(write.result, group) if write is not None else None
+        reason = reason or together(write_part, group)  # every rank's part is written: only now may the marker say so
+        reason = reason or together(lambda: manifest.write_marker(tmp, step, parts=world()) if self.rank == 0 else None,
+                                    group)
+        if reason is not None:
+            if self.local_rank == 0:  # a disk that filled up gets its space back
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointWriteError(
+                f"checkpoint {final} (checkpoint_dir) could not be written: {reason}. The checkpoints saved before "
+                f"it are untouched ({self._newest_kept()}); training stops here rather than go on without "
+                f"checkpoints. Free space in checkpoint_dir (or lower num_kept_checkpoints) and run the job "
+                f"again: it resumes from the newest complete checkpoint.")
         if self.local_rank == 0:
             try:
                 tmp.rename(final)
             except FileNotFoundError:  # a shared file system: another host's first rank renamed it
                 pass
-        _barrier()
+        barrier(group)
         self._good.add(step)
         self._bad.discard(step)
         # Rank 0 chooses what to keep, so that hosts with per-host disks (no markers there) agree.
         kept = [s for s in self.complete_steps() if s not in self._bad] if self.rank == 0 else []
-        kept = _from_rank0([s for s in kept if s <= step][-self.keep:])
+        kept = from_rank0([s for s in kept if s <= step][-self.keep:], group)
         if self.local_rank == 0:
             self._prune(step, kept)
-        _barrier()
+        barrier(group)
         if self.local_rank == 0:  # once per host: every rank saying it said nothing more (hosts may differ in disks)
             log.info("saved checkpoint %s", final)
-        return final
+
+    def _newest_kept(self) -> str:
+        steps = [s for s in self.complete_steps() if s not in self._bad]
+        return f"newest complete: {self.path(steps[-1])}" if steps else "none was complete yet"
 
     def load_latest(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: LRScheduler | None
@@ -262,7 +280,7 @@ class Checkpointer:
         """Collective. Restore the newest usable checkpoint into the given (fresh) objects and
         return (step, dataloader_state, extra); None when there is no checkpoint. Raises
         CheckpointError when checkpoints exist and none is usable."""
-        candidates = _from_rank0(self._candidates() if self.rank == 0 else None)
+        candidates = from_rank0(self._candidates() if self.rank == 0 else None)
         if not candidates:
             return None
         reasons: dict[int, str] = {}
@@ -295,14 +313,14 @@ class Checkpointer:
         """Collective: None when `step` is usable, else why not; the same answer on every rank.
         Rank 0 checks the marker, parts and sizes; every rank hashes its share of the files."""
         path = self.path(step)
-        entries, reason = _from_rank0(
+        entries, reason = from_rank0(
             manifest.inspect(path, step, required=(DCP_METADATA, TRAINER_FILE)) if self.rank == 0 else None)
         if reason is not None:
             return reason
-        reason = _first_of_all(manifest.first_mismatch(path, manifest.share(entries, self.rank, _world())))
+        reason = first_of_all(manifest.first_mismatch(path, manifest.share(entries, self.rank, world())))
         if reason is not None:
             return reason
-        return _from_rank0(_unlisted_shard(path, entries) if self.rank == 0 else None)
+        return from_rank0(_unlisted_shard(path, entries) if self.rank == 0 else None)
 
     def _load(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
               scheduler: LRScheduler | None) -> tuple[int, dict, dict]:
@@ -312,20 +330,20 @@ class Checkpointer:
         layout = trainer.get("optimizer_layout")
         state = _sharded_state(model, optimizer, layout)
         with _quiet_no_dist():
-            dcp.load(state, checkpoint_id=path, no_dist=not _distributed())
+            dcp.load(state, checkpoint_id=path, no_dist=not distributed())
         set_model_state_dict(model, state["model"])
         set_optimizer_state_dict(model, optimizer, state["optim"], options=_optim_options(layout))
         if scheduler is not None and trainer["scheduler"] is not None:
             scheduler.load_state_dict(trainer["scheduler"])
         rng_file = path / f"rng-{self.rank}.pt"
-        if trainer["world_size"] == _world() and rng_file.is_file():
+        if trainer["world_size"] == world() and rng_file.is_file():
             _set_rng_state(torch.load(rng_file, weights_only=True))
         else:
             # smlaunch's training draws no random numbers, so this changes nothing for it; a user
             # script with dropout continues with other random draws (docs/spot.md).
             if self.local_rank == 0:
                 log.warning("checkpoint %s was saved by %d ranks, now %d: RNG states not restored",
-                            path, trainer["world_size"], _world())
+                            path, trainer["world_size"], world())
         self._good.add(step)
         if self.local_rank == 0:
             log.info("resumed from checkpoint %s", path)
@@ -392,7 +410,7 @@ def install_sigterm_flag() -> StopFlag:
 
 def should_stop(flag: StopFlag) -> bool:
     """True on every rank once any rank got SIGTERM: a rank that stops alone hangs the others."""
-    if not _distributed():
+    if not distributed():
         return flag.requested
     nccl = dist.get_backend() == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")

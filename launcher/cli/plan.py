@@ -130,6 +130,8 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
                               if chosen.overrides else f"picked: {planner.describe(chosen)}")
             if chosen.oom or not auto_pick:
                 console.print(planner.explain_oom(chosen.memory), highlight=False, markup=False)
+            if chosen.staging is not None:
+                console.print(chosen.staging.text(), highlight=False, markup=False)
         elif auto_pick:
             console.print("no configuration fits: see the table for the lowest peaks")
         elif len(results) == 1 and not results[0].valid:

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from launcher.config.async_checkpoint import ASYNC_MODES
 from launcher.config.attention import ATTENTION_KERNELS
 from launcher.config.base import HyperparameterName, JsonValue, Strict, reject_boolean
 from launcher.config.data_order import DATASET_TYPES
@@ -34,7 +35,8 @@ COLLECTIVE_TIMEOUT_DEFAULT_S = 600
 RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activation_checkpointing_mode",
                    "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",
                    "cp_comm_type", "distributed_backend", "lr_decay_style", "attention_kernel", "shuffle",
-                   "data_mixture", "truncation_mode", "rope_scaling_type", "moe_load_balancing")
+                   "data_mixture", "truncation_mode", "rope_scaling_type", "moe_load_balancing",
+                   "checkpoint_async_mode")
 
 
 # The degrees the seed's script also accepts as arguments (launcher.config.degrees); they must
@@ -254,6 +256,11 @@ class TrainingHyperparameters(_SeedDegrees):
                           "(default: a warning, and training goes on without it).")
     checkpoint_freq: int | None = Field(None, ge=1, description="Checkpoint every N steps.")
     num_kept_checkpoints: int | None = Field(None, ge=1, description="Checkpoints kept.")
+    checkpoint_async_mode: Literal[ASYNC_MODES] | None = Field(
+        None, description="How checkpoints are written (torchtitan's checkpoint.async_mode): disabled (default: "
+                          "every rank waits for the save), async (the state is copied to host memory and written "
+                          "in the background while training goes on; one save in flight), async_with_pinned_mem "
+                          "(async, staged in pinned host memory kept between saves; needs CUDA). docs/checkpoints.md")
     zipped_data: bool | None = Field(None, description="Data files are gzip-compressed.")
     collective_timeout: int | None = Field(
         None, ge=1, le=86400,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.config import data_order
+from launcher.config.async_checkpoint import DISABLED
 from launcher.config.attention import DEFAULT_ATTENTION_KERNEL
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
@@ -56,6 +57,7 @@ class RunSettings:
     logging_freq: int
     checkpoint_freq: int  # 0: no checkpoints
     keep_checkpoints: int  # num_kept_checkpoints
+    checkpoint_async_mode: str  # checkpoint_async_mode: disabled, async, async_with_pinned_mem
     # optimizer and schedule
     optimizer: str  # "adamw" (fp32 moments) or "anyprecision" (bf16 moments, Kahan buffer)
     lr: float
@@ -117,6 +119,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         logging_freq=hp.logging_freq or 1,
         checkpoint_freq=hp.checkpoint_freq or 0,
         keep_checkpoints=hp.num_kept_checkpoints or DEFAULT_KEPT_CHECKPOINTS,
+        checkpoint_async_mode=hp.checkpoint_async_mode or DISABLED,
         optimizer=hp.optimizer or "adamw",
         lr=hp.lr or DEFAULT_LR,
         min_lr=hp.min_lr if hp.min_lr is not None else DEFAULT_MIN_LR,

@@ -25,6 +25,7 @@ from launcher.config.jobfile import MP_PATH, apply_overrides, load_job_file
 from launcher.config.layout import divisors
 from launcher.config.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_settings
 from launcher.plan.advice import estimate_memory
+from launcher.plan.host_staging import HostStaging, host_staging
 from launcher.plan.memory import MemoryEstimate
 from launcher.plan.throughput import ThroughputEstimate, estimate_throughput
 from launcher.plan.workload import PlanError, UnmodeledScript, modeled_program
@@ -43,6 +44,7 @@ class PlanResult:
     # why nothing is planned, where that is no error: a local job (this machine), a script of the
     # user's own that does not say its model
     nothing_to_plan: str | None = None
+    staging: HostStaging | None = None  # host memory of asynchronous checkpoints, when the job has them
 
     @property
     def models(self) -> str | None:
@@ -93,6 +95,7 @@ class PlanResult:
         }
         out["memory"] = mem.to_dict() if mem else None
         out["throughput"] = speed.to_dict() if speed else None
+        out["host_staging"] = self.staging.to_dict() if self.staging else None
         return out
 
 
@@ -113,7 +116,7 @@ def plan(job: ValidatedJob, overrides: Sequence[str] = (), advise: bool = True) 
         return PlanResult(settings, tuple(overrides), job=job, nothing_to_plan=str(exc))
     except PlanError as exc:
         return PlanResult(settings, tuple(overrides), errors=[str(exc)], job=job)
-    return PlanResult(settings, tuple(overrides), memory, speed, job=job)
+    return PlanResult(settings, tuple(overrides), memory, speed, job=job, staging=host_staging(job, memory))
 
 
 def settings_of(job: ValidatedJob) -> dict[str, Any]:

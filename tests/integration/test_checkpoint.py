@@ -44,3 +44,43 @@ def _agree_on_stop(root: str) -> None:
 
 def test_should_stop_agrees_across_ranks(tmp_path):
     spawn(2, _agree_on_stop, str(tmp_path))
+
+
+def _one_rank_fails_in_the_background(root: str) -> None:
+    """Rank 1 alone cannot write its manifest part of step 2 (its disk filled up); rank 0 could.
+    Both must give the save up together, with the reason, rather than rank 0 marking it complete or
+    waiting in a barrier for rank 1."""
+    import errno
+
+    import pytest
+
+    from container.checkpoint import checkpointer as ckpt
+    from container.checkpoint.background import CheckpointWriteError
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    model, optimizer, scheduler = make_model(seed=1, mesh=mesh)
+    checkpointer = Checkpointer(Path(root), keep=2, async_mode="async")
+    train_step(model, optimizer, scheduler, 0)
+    checkpointer.save(1, model, optimizer, scheduler, {})
+    train_step(model, optimizer, scheduler, 1)
+    if dist.get_rank() == 1:
+        real = ckpt.manifest.write_part
+
+        def full(directory, rank, names):
+            if "step-2" in str(directory):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            real(directory, rank, names)
+
+        ckpt.manifest.write_part = full
+    checkpointer.save(2, model, optimizer, scheduler, {})  # staged; the write goes on in the background
+    # the stop path: the ranks agree to stop, and wait for the save in flight before they leave
+    assert not should_stop(StopFlag())
+    with pytest.raises(CheckpointWriteError, match=r"step-2 .*rank 1: OSError: \[Errno 28\] No space left"):
+        checkpointer.close()
+    dist.barrier()  # the host's first rank removes the failed .tmp
+    left = sorted(p.name for p in Path(root).glob("step-*"))  # the root also holds the rendezvous file
+    assert left == ["step-1"], left
+
+
+def test_a_background_write_that_fails_on_one_rank_fails_on_every_rank(tmp_path):
+    spawn(2, _one_rank_fails_in_the_background, str(tmp_path))

@@ -1,0 +1,28 @@
+"""What `checkpoint_async_mode` asks of the job: checkpoints to write, and CUDA for pinned staging
+(launcher.config.async_checkpoint; docs/checkpoints.md)."""
+
+from __future__ import annotations
+
+from launcher.config.async_checkpoint import NO_CUDA_FIX, is_async, needs_cuda
+from launcher.config.issues import Issue
+from launcher.config.rules import HP, Context
+
+FIELD = f"{HP}.checkpoint_async_mode"
+
+
+def check_async_checkpoint(ctx: Context) -> list[Issue]:
+    """Errors for an asynchronous mode that could not do what it says; a user script's own
+    hyperparameter of that name means what the script makes of it."""
+    mode = ctx.hp.checkpoint_async_mode
+    if not ctx.runtime or not is_async(mode):
+        return []
+    issues = []
+    if not ctx.hp.checkpoint_freq:
+        issues.append(Issue(FIELD, mode, "asks for asynchronous checkpoints, but checkpoint_freq is unset, so no "
+                            "checkpoint is written", "set checkpoint_freq: N (steps between saves), or drop "
+                            "checkpoint_async_mode"))
+    inst = ctx.instance
+    if needs_cuda(mode) and inst is not None and inst.accelerators == 0:
+        issues.append(Issue(FIELD, mode, f"stages checkpoints in pinned (CUDA page-locked) host memory, and "
+                            f"{inst.name} has no GPU", NO_CUDA_FIX))
+    return issues
