@@ -25,6 +25,10 @@ from launcher.wire.checkpoints import Checkpoint, latest_local
 from launcher.wire.progress import Progress, read_progress
 from launcher.wire.terminal import printable
 
+# How long a follower waits, after a job is recorded Failed while its other hosts are stopped, for
+# the outcome: past torchrun's 100 s shutdown timeout, which bounds the stopping hosts.
+OUTCOME_WAIT_S = 150
+
 
 class JobDirBackend:
     name = ""  # "local" or "slurm": the `Backend` field of the records this backend owns
@@ -123,15 +127,19 @@ class JobDirBackend:
         return record
 
     def _follow(self, name: str, logs: bool, poll: float) -> dict:
-        offset = 0
+        offset, ended_at = 0, None
         while True:
             record = self.describe(name)
             if logs:
                 offset = self._print_log(name, offset)
             if record["TrainingJobStatus"] in TERMINAL_STATUSES:
-                if logs:
-                    self._print_log(name, offset)
-                return record
+                ended_at = ended_at or time.monotonic()
+                # Failed as its first host failed, the job is still stopping the others ("Stopping"): wait for
+                # the outcome (end time, artifacts, the other hosts' logs), unless its supervisor never writes it
+                if record.get("SecondaryStatus") != "Stopping" or time.monotonic() - ended_at > OUTCOME_WAIT_S:
+                    if logs:
+                        self._print_log(name, offset)
+                    return record
             time.sleep(poll)
 
     def _print_log(self, name: str, offset: int) -> int:
