@@ -14,17 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.hf_models import llama_config, save_chat_tokenizer, save_llama
+from tests.support.hf_models import llama_config, save_chat_tokenizer, save_sharp_llama
 from tests.support.train_runs import assert_same_training, run_train, series
 
 transformers = pytest.importorskip("transformers")
 SEQ = 144  # the 12 examples (14 to 120 tokens) pack into 6 rows: 3 a rank on 2 ranks
 # fp32: the packed step and the examples alone add the same products in other orders (see
-# tests/integration/test_document_masking.py, whose bound and weight scaling this test shares:
-# scaled attention makes the loss depend on what each token attends to, so packed examples that
-# saw each other would move it far past REL).
+# tests/integration/test_document_masking.py, whose bound and model, save_sharp_llama, this test
+# shares: scaled attention makes the loss depend on what each token attends to, so packed examples
+# that saw each other would move it far past REL).
 REL = 1e-5
-SCALE = 16
 
 SYSTEM = {"role": "system", "content": "Be brief."}
 WORDS = ["Long documents are cut into blocks.", "The model learns from every token.", "Context parallelism",
@@ -54,12 +53,7 @@ def setup(tmp_path_factory) -> tuple[Path, Path, int]:
     from container.data.chat_source import ChatSource
 
     root = tmp_path_factory.mktemp("chat")
-    model = save_llama(root / "model", llama_config())
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if any(part in name for part in ("q_proj", "k_proj", "v_proj", "o_proj", "embed_tokens")):
-                parameter.mul_(SCALE)
-    model.save_pretrained(root / "model")
+    save_sharp_llama(root / "model", llama_config())
     save_chat_tokenizer(root / "model")
     channel = root / "train"
     channel.mkdir()

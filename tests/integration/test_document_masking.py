@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.hf_models import VOCAB, llama_config, save_llama
+from tests.support.hf_models import VOCAB, llama_config, save_sharp_llama
 from tests.support.train_runs import assert_same_training, run_train, series
 
 transformers = pytest.importorskip("transformers")
@@ -24,24 +24,15 @@ ROWS = ((7, 25, 32), (64,), (30, 34), (3, 13, 16, 32))
 # orders; 1e-5 relative is ~170 ulps of fp32 (train_runs' layouts use the same bound). Layouts
 # are compared on the first step, as later steps also carry the optimizer's amplification of
 # those ulps (over 3 steps: 1.5e-5 in grad_norm at tp 2).
-REL = 1e-5
-# A Llama at its initialisation (std 0.02) attends almost uniformly and predicts ~log(vocab)
-# whatever it sees: training across documents moved its loss by 8e-5 relative, too close to REL
-# for a control. Attention and embeddings scaled by 16 make the loss depend on what is attended
-# to (0.18%, ~180 x REL), so a mask that lets documents see each other fails the tests.
-SCALE = 16
+REL = 1e-5  # the model is tests/support/hf_models.save_sharp_llama's: cross-document attention moves
+# its loss ~180 x REL, so the controls can fail
 
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory) -> tuple[Path, Path, list[list[list[int]]]]:
     """(model dir, train channel, each row's documents' tokens)."""
     root = tmp_path_factory.mktemp("docmask")
-    model = save_llama(root / "model", llama_config())
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if any(part in name for part in ("q_proj", "k_proj", "v_proj", "o_proj", "embed_tokens")):
-                parameter.mul_(SCALE)
-    model.save_pretrained(root / "model")
+    save_sharp_llama(root / "model", llama_config())
     g = torch.Generator().manual_seed(3)
     rows = [[torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths] for lengths in ROWS]
     return root / "model", write_rows(root / "train", rows, source="test"), rows

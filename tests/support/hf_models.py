@@ -78,6 +78,24 @@ def save_llama(directory: Path, config, *, weights: str = "safetensors", shards:
     return model
 
 
+# A Llama at its initialisation (std 0.02) attends almost uniformly and predicts ~log(vocab)
+# whatever it sees: training across documents moved its loss by 8e-5 relative, too close to a 1e-5
+# tolerance for a control. Attention and embeddings scaled by 16 make the loss depend on what is
+# attended to (0.18%), so a mask that lets documents see each other fails the tests that use it.
+SHARP_SCALE = 16
+
+
+def save_sharp_llama(directory: Path, config):
+    """save_llama, its attention projections and embeddings scaled by SHARP_SCALE; returns it."""
+    model = save_llama(directory, config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if any(part in name for part in ("q_proj", "k_proj", "v_proj", "o_proj", "embed_tokens")):
+                parameter.mul_(SHARP_SCALE)
+    model.save_pretrained(directory)
+    return model
+
+
 def _save_bin(model, directory: Path, shards: int) -> None:
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     if model.config.tie_word_embeddings:
