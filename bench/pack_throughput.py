@@ -11,7 +11,10 @@ Run: `.venv/bin/python bench/pack_throughput.py [--megabytes 6] [--vocab 32000] 
 `--against-datasets` (issue 29): the same stdlib sources as one JSON Lines corpus, tokenized by
 `pack --format indexed --tokenizer --eos` against `datasets.load_dataset("json")` +
 `.map(tokenizer, batched=True, num_proc=2)` (the usual way), both from the corpus file to
-tokens on disk, the tokenizer's loading included; target pack >= 1.0x.
+tokens on disk, the tokenizer's loading included; target pack >= 1.0x. Each run is a fresh
+process, as each is when a user runs it, its libraries imported before the clock starts: in one
+process, datasets' worker processes (a fork after the tokenizer has used its threads) leave the
+parent's fast tokenizer single-threaded, which slowed every later run of pack by 1.5-2x.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import sysconfig
 import tempfile
 import time
@@ -110,16 +115,34 @@ def datasets_map(corpus: Path, tokenizer: Path, cache: Path, num_proc: int) -> f
     return time.perf_counter() - start
 
 
+def one_run(side: str, tmp: Path, num_proc: int) -> float:
+    """Seconds of one run of `side` (pack or map) in a fresh process (see the module's docstring)."""
+    out = subprocess.run([sys.executable, __file__, "--one-run", side, "--workdir", str(tmp),
+                          "--num-proc", str(num_proc)], check=True, capture_output=True, text=True).stdout
+    return float(out.split()[-1])
+
+
+def run_one(side: str, tmp: Path, num_proc: int) -> float:
+    # both sides' libraries are imported before the clock starts (transformers' AutoTokenizer too:
+    # the import of transformers is lazy, and that name's first import alone takes ~2 s here)
+    import datasets  # noqa: F401
+    from transformers import AutoTokenizer  # noqa: F401
+
+    corpus, tokenizer = tmp / "corpus.jsonl", tmp / "tokenizer"
+    if side == "pack":
+        return pack_indexed(corpus, tokenizer, tmp / "out")
+    return datasets_map(corpus, tokenizer, tmp / "hf-cache", num_proc)
+
+
 def against_datasets(args, files: list[Path], size: int) -> None:
     """pack --format indexed against datasets.map(batched=True, num_proc) on the same corpus."""
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer = Path(tmp) / "tokenizer"
-        train_tokenizer(files, args.vocab, tokenizer)
-        corpus = corpus_jsonl(files, Path(tmp) / "corpus.jsonl")
+        train_tokenizer(files, args.vocab, Path(tmp) / "tokenizer")
+        corpus_jsonl(files, Path(tmp) / "corpus.jsonl")
         ours, theirs = [], []
         for _ in range(args.repeats):  # alternating, so machine noise hits both
-            ours.append(pack_indexed(corpus, tokenizer, Path(tmp) / "out"))
-            theirs.append(datasets_map(corpus, tokenizer, Path(tmp) / "hf-cache", args.num_proc))
+            ours.append(one_run("pack", Path(tmp), args.num_proc))
+            theirs.append(one_run("map", Path(tmp), args.num_proc))
     a, b = statistics.median(ours), statistics.median(theirs)
     print(f"pack --format indexed: median {a:.2f} s ({size / 1e6 / a:.2f} MB/s); datasets.map(batched=True, "
           f"num_proc={args.num_proc}): median {b:.2f} s ({size / 1e6 / b:.2f} MB/s); "
@@ -137,7 +160,12 @@ def main() -> int:
     parser.add_argument("--against-datasets", action="store_true",
                         help="compare pack --format indexed with datasets.map(batched=True, num_proc)")
     parser.add_argument("--num-proc", type=int, default=2)
+    parser.add_argument("--one-run", choices=("pack", "map"), help=argparse.SUPPRESS)  # one_run's child
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_run:
+        print(f"{run_one(args.one_run, args.workdir, args.num_proc):.4f}")
+        return 0
     if args.against_datasets:
         files = stdlib_sources(args.megabytes)
         size = sum(f.stat().st_size for f in files)

@@ -163,9 +163,12 @@ def clip_grad_norm_(parameters: Iterable[torch.Tensor], max_norm: float, norm_ty
         norm = torch.nn.utils.get_total_norm([p.grad for p in group], norm_type, foreach=foreach)
         norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
     norms = norms or [torch.zeros((), device=_device(pp_group))]  # a stage without gradients adds nothing
-    device = norms[-1].device
-    norms = torch.stack([n.to(device, torch.float32) for n in norms])
-    total = norms.max() if math.isinf(norm_type) else torch.linalg.vector_norm(norms, norm_type)
+    if len(norms) == 1:  # one mesh (or none): its norm is the total; no stack and norm of one value per step
+        total = norms[0].to(torch.float32)
+    else:
+        device = norms[-1].device
+        norms = torch.stack([n.to(device, torch.float32) for n in norms])
+        total = norms.max() if math.isinf(norm_type) else torch.linalg.vector_norm(norms, norm_type)
     if pp_group is not None:
         total = _combine_stages(total, norm_type, pp_group)
     if max_norm > 0:

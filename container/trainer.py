@@ -23,7 +23,7 @@ from container import optim
 from container.args import Directories, channels
 from container.checkpoint import checkpointer as ckpt
 from container.checkpoint import hf_export as hf
-from container.checkpoint import pretrained
+from container.checkpoint import pretrained, sigterm
 from container.checkpoint.saved_shape import saved_vocab_rows
 from container.data import loader as data
 from container.data.chat import ChatTokenizer, load_tokenizer
@@ -322,7 +322,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
             loader.load_state_dict(loader_state)
             if rt.is_main:
                 log.info("resumed from step %d in %s", start_step, dirs.checkpoints)
-    stop_flag = ckpt.install_sigterm_flag()
+    stop_flag = sigterm.install_sigterm_flag()
     progress = ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, start_step)
     seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
     timed_flops = 0.0  # useful FLOPs of the timed steps: attention over what the documents span
@@ -368,7 +368,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
             progress.write(last)
         if validation is not None and step % s.validation_freq == 0:
             metrics.write({"step": step, "val_loss": validate(rt, model, validation, s, cp_shard)})
-        stopping = ckpt.should_stop(stop_flag)
+        stopping = sigterm.should_stop(stop_flag)
         if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
             checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})
         if stopping:

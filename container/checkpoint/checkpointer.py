@@ -39,9 +39,7 @@ import logging
 import os
 import re
 import shutil
-import signal
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -371,13 +369,6 @@ class Checkpointer:
                 shutil.rmtree(p, ignore_errors=True)
 
 
-@dataclass
-class StopFlag:
-    """Set by the SIGTERM handler; the training loop polls it through `should_stop`."""
-
-    requested: bool = False
-
-
 def _unlisted_shard(path: Path, entries: list[manifest.Entry]) -> str | None:
     """Why the checkpoint is not whole although every part checked out: a file its DCP metadata
     reads from that no manifest part lists. The marker's own `parts` count is not trusted alone (a
@@ -394,26 +385,3 @@ def _unlisted_shard(path: Path, entries: list[manifest.Entry]) -> str | None:
         return (f"{unlisted[0]}, which {DCP_METADATA} reads from, is not listed in any manifest part (the "
                 f"{checkpoints.MARKER} marker names too few parts, or a part was edited): its content is unverified")
     return None
-
-
-def install_sigterm_flag() -> StopFlag:
-    """SageMaker sends SIGTERM before stopping an instance (spot interruption, StopTrainingJob):
-    turn it into a flag, so the loop can save a checkpoint and exit at a step boundary."""
-    flag = StopFlag()
-
-    def _handler(signum: int, frame: object) -> None:
-        flag.requested = True
-
-    signal.signal(signal.SIGTERM, _handler)
-    return flag
-
-
-def should_stop(flag: StopFlag) -> bool:
-    """True on every rank once any rank got SIGTERM: a rank that stops alone hangs the others."""
-    if not distributed():
-        return flag.requested
-    nccl = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
-    requested = torch.tensor([int(flag.requested)], device=device)
-    dist.all_reduce(requested, op=dist.ReduceOp.MAX)
-    return bool(requested.item())

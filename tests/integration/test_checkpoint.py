@@ -9,11 +9,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from container.checkpoint.checkpointer import (
-    Checkpointer,
-    StopFlag,
-    should_stop,
-)
+from container.checkpoint.checkpointer import Checkpointer
+from container.checkpoint.sigterm import StopFlag, should_stop
 from tests.support.checkpoints import assert_states_close, full_state, make_model, train_step
 from tests.support.gloo import spawn
 

@@ -11,11 +11,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from container.checkpoint.checkpointer import (
-    Checkpointer,
-    install_sigterm_flag,
-    should_stop,
-)
+from container.checkpoint.checkpointer import Checkpointer
+from container.checkpoint.sigterm import install_sigterm_flag, should_stop
 from tests.support.checkpoints import SEQ, SPEC, assert_states_close, full_state, make_model, train_step
 
 
