@@ -44,5 +44,5 @@ class TensorBoardScalars:
             self.writer.add_scalar(tag, value, global_step=record["step"])
         self.writer.flush()  # SageMaker uploads what is on disk; a stopped job keeps what it wrote
 
-    def close(self) -> None:
+    def close(self, outcome: str | None = None) -> None:  # a TensorBoard log has no run state
         self.writer.close()

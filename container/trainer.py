@@ -49,6 +49,7 @@ from container.models.moe import load_balancing_sum
 from container.progress import ProgressWriter
 from container.tensorboard import TensorBoardScalars
 from container.trackers import open_trackers
+from container.trackers.sink import FAILED, FINISHED, STOPPED
 from launcher.config import TrainingHyperparameters, aws_arguments, flops
 from launcher.config.attention import DESCRIPTIONS
 from launcher.config.models import ModelSpec, vocab_rows
@@ -190,10 +191,20 @@ class MetricsWriter:
         for sink in self.sinks:
             sink.log(record)
 
-    def close(self) -> None:
-        """Finish the trackers' runs (the ranks leave with os._exit: nothing would at exit)."""
-        for sink in self.sinks:
-            sink.close()
+    def close(self, outcome: str = FINISHED) -> None:
+        """Finish the trackers' runs with how training ended (the ranks leave with os._exit:
+        nothing would at exit). Once: a failure after a close finds nothing left to mark."""
+        sinks, self.sinks = self.sinks, []
+        for sink in sinks:
+            sink.close(outcome)
+
+    def fail(self) -> None:
+        """Mark the runs failed, on the way out of a failing rank: a tracker's own error here is a
+        warning, never the error the job reports."""
+        try:
+            self.close(FAILED)
+        except Exception as exc:  # noqa: BLE001 - the job's own error is already on its way up
+            log.warning("metrics: marking the trackers' runs failed did not work (%s: %s)", type(exc).__name__, exc)
 
 
 def check_writable(directories: dict[str, Path]) -> None:
@@ -290,8 +301,18 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
         writable["tensorboard_dir"] = dirs.tensorboard
     check_writable({**writable, "checkpoint_dir": dirs.checkpoints} if s.checkpoint_freq else writable)
     # now: a missing tensorboard, or a required tracker that cannot start, fails the job before training
-    metrics = MetricsWriter(rt, dirs.output_data, dirs.tensorboard,
-                            open_trackers(hp, rt.world_size, instance_type) if rt.is_main else [])
+    trackers = open_trackers(hp, rt.world_size, instance_type,
+                             dirs.checkpoints if s.checkpoint_freq else None) if rt.is_main else []
+    metrics = MetricsWriter(rt, dirs.output_data, dirs.tensorboard, trackers)
+    try:
+        return _train(rt, hp, dirs, s, metrics, instance_type)
+    except BaseException:
+        metrics.fail()  # the trackers' runs say the job failed, not running for ever
+        raise
+
+
+def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSettings, metrics: MetricsWriter,
+           instance_type: str | None) -> dict:
     sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
     spec = pretrained.model_spec(hp, sources)
     # the data before the model: a bad record or tokenizer fails the job before weights are loaded
@@ -376,7 +397,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
                 checkpointer.close()
             if rt.is_main:
                 log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
-            metrics.close()
+            metrics.close(STOPPED)
             return last
     if checkpointer:
         checkpointer.close()

@@ -266,7 +266,7 @@ class Checkpointer:
             self._prune(step, kept)
         barrier(group)
         if self.local_rank == 0:  # once per host: every rank saying it said nothing more (hosts may differ in disks)
-            log.info("saved checkpoint %s", final)
+            log.info("saved checkpoint %s%s", final, "" if write is None else " (written in the background)")
 
     def _newest_kept(self) -> str:
         steps = [s for s in self.complete_steps() if s not in self._bad]

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 
-from container.trackers.sink import scalars
+from container.trackers.sink import FAILED, scalars
 
 NAME = "SageMaker Experiments"
 JOB_ARN_VARIABLE = "TRAINING_JOB_ARN"  # what the SDK's _RunEnvironment reads
@@ -45,8 +45,14 @@ class ExperimentsRun:
         for name, value in scalars(record).items():
             self.run.log_metric(name=name, value=float(value), step=record["step"])
 
-    def close(self) -> None:
-        self._stack.close()  # the SDK sends what is still buffered and records the run's end
+    def close(self, outcome: str) -> None:
+        # the SDK sends what is still buffered and records the run's end: Failed, with the message,
+        # where its context manager sees an exception, else Completed (a stop too: SageMaker's own
+        # job record says Stopped or restarts it)
+        if outcome == FAILED:
+            self._stack.__exit__(RuntimeError, RuntimeError("the training job failed: see its logs"), None)
+        else:
+            self._stack.close()
 
 
 def open_run(load_run) -> ExperimentsRun | None:

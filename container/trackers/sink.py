@@ -2,8 +2,9 @@
 handled (a warning, once, and training goes on; an error where the job set metrics_required).
 
 A sink has `log(record)` (one record of metrics.jsonl: a step's `{"step", "loss", ...}` or a
-validation's `{"step", "val_loss"}`) and `close()`. TensorBoard, W&B, MLflow and SageMaker
-Experiments name the series alike: train/<key>, validation/loss.
+validation's `{"step", "val_loss"}`) and `close(outcome)`: how the job's training ended, which each
+tracker shows as its run's state. TensorBoard, W&B, MLflow and SageMaker Experiments name the
+series alike: train/<key>, validation/loss.
 """
 
 from __future__ import annotations
@@ -15,11 +16,17 @@ from typing import Protocol
 log = logging.getLogger("smlaunch")
 NO_TRACKER_FIX = "metrics.jsonl and the [metrics] log lines still have every record"
 
+# how training ended, as a run's state shows it
+FINISHED = "finished"  # every step trained and the model exported
+STOPPED = "stopped"  # SIGTERM (a spot interruption, a stop): checkpointed, to be resumed
+FAILED = "failed"  # an error on this rank; the job fails
+OUTCOMES = (FINISHED, STOPPED, FAILED)
+
 
 class Sink(Protocol):
     def log(self, record: dict) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, outcome: str) -> None: ...
 
 
 class TrackerUnavailable(RuntimeError):
@@ -51,15 +58,15 @@ class Tracker:
     def log(self, record: dict) -> None:
         self._call("log", record, f"logging step {record['step']}")
 
-    def close(self) -> None:
-        self._call("close", None, "finishing its run")
+    def close(self, outcome: str) -> None:
+        self._call("close", outcome, f"marking its run {outcome}")
         self.sink = None
 
     def _call(self, method: str, argument, what: str) -> None:
         if self.sink is None:  # dropped after a failure
             return
         try:
-            getattr(self.sink, method)(*(() if argument is None else (argument,)))
+            getattr(self.sink, method)(argument)
         except Exception as exc:  # noqa: BLE001 - a tracker's client may raise anything; training must not care
             if self.required:
                 raise RuntimeError(f"{self.name}: {what} failed ({type(exc).__name__}: {exc}); the job stops, as "

@@ -1,4 +1,5 @@
-"""Weights & Biases: one run per job, from rank 0, with the job's hyperparameters as its config.
+"""Weights & Biases: one run per training run (a restart continues it: container.trackers.continuity),
+from rank 0, with the job's hyperparameters as its config.
 
 wandb reads its own variables: WANDB_API_KEY (the credential), WANDB_MODE (offline: the run is
 written under WANDB_DIR only, for `wandb sync` later), WANDB_BASE_URL (a W&B server of your own).
@@ -12,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from container.trackers.continuity import RunIds, SentSteps
 from container.trackers.run_info import RunInfo
-from container.trackers.sink import TrackerUnavailable, scalars
+from container.trackers.sink import FAILED, STOPPED, TrackerUnavailable, scalars
 from launcher.config import TrainingHyperparameters
 from launcher.wire.masking import installed, mask_command
 
 NAME = "Weights & Biases"
+KEY = "wandb"  # its entry in the checkpoint directory's run ids (container.trackers.continuity)
 INSTALL = "install it in the image (pip install 'smlaunch[wandb]', or wandb) or remove wandb_project"
 
 
@@ -37,20 +40,30 @@ def tags(text: str | None) -> list[str] | None:
 
 
 class WandbRun:
-    def __init__(self, hp: TrainingHyperparameters, info: RunInfo):
+    def __init__(self, hp: TrainingHyperparameters, info: RunInfo, ids: RunIds):
         try:
             import wandb
+            from wandb.sdk.lib.runid import generate_id
         except ImportError as exc:
             raise TrackerUnavailable(f"wandb_project is {hp.wandb_project!r} but the wandb package is not "
                                      f"installed ({exc})", INSTALL) from None
+        where = {"project": hp.wandb_project, "entity": hp.wandb_entity}
+        continued = ids.get(KEY, where)  # the run this training run started before a restart
         with masked_argv():
             self.run = wandb.init(project=hp.wandb_project, entity=hp.wandb_entity,
                                   name=hp.wandb_run_name or info.job_name, tags=tags(hp.wandb_tags),
                                   config={**info.hyperparameters, "smlaunch": info.facts},
+                                  id=continued or generate_id(), resume="allow",
                                   settings=wandb.Settings(console="off"))
+        ids.put(KEY, where, self.run.id)
+        # a resumed run's next step follows its history (offline, W&B cannot know it: `wandb sync` merges)
+        self.sent = SentSteps(NAME, self.run.step - 1 if self.run.resumed and self.run.step > 0 else None)
 
     def log(self, record: dict) -> None:
-        self.run.log(scalars(record), step=record["step"])
+        if not self.sent.already_sent(record):
+            self.run.log(scalars(record), step=record["step"])
 
-    def close(self) -> None:
-        self.run.finish()
+    def close(self, outcome: str) -> None:
+        if outcome == STOPPED:  # W&B shows the run preempted, to be resumed, not crashed
+            self.run.mark_preempting()
+        self.run.finish(exit_code=1 if outcome == FAILED else 0)

@@ -62,6 +62,8 @@ from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.job_rules import outside_source_dir, resolve_path
 from launcher.config.requirements import REQUIREMENTS, runtime_requirements, with_requirements
 from launcher.local import store
+from launcher.plan.prediction import prediction
+from launcher.wire import job_plan
 from launcher.wire.masking import MIN_SECRET_LENGTH, credential_pattern, secret_values
 
 log = logging.getLogger(__name__)
@@ -149,13 +151,15 @@ def build_sourcedir(
     requirements: Sequence[str] = (),
     never_ship: Sequence[str | Path] = (),
     secrets: Mapping[str, str] | None = None,
+    generated: Mapping[str, bytes] | None = None,
 ) -> SourceBundle:
     """Write the job's code archive to ``dest`` (a file path) and describe it. ``include_packages``
     go under ``packages_dir`` (at the root if it is ""). ``requirements`` go into the archive's
     requirements.txt, after the lines of one the code already has. ``never_ship``: files and
     directories left out wherever they lie in the trees (the job's own files, smlaunch's state),
     with a note. ``secrets`` (value -> where the job sets it): the user's code must hold none of
-    these values, or the archive is refused."""
+    these values, or the archive is refused. ``generated`` (archive name -> bytes): files smlaunch
+    writes for the job, e.g. the plan's prediction under ``packages_dir``."""
     dest = Path(dest)
     if dest.is_dir():
         raise SourceDirError(
@@ -222,6 +226,8 @@ def build_sourcedir(
         _merge(entries, origins, part, origin)
 
     added = _add_requirements(entries, requirements)
+    for name, content in (generated or {}).items():
+        _merge(entries, origins, {name: (content, 0o644)}, "smlaunch's packages")
     names = _write(dest, entries)
     digest, size = _sha256(dest)
     if excluded:
@@ -557,10 +563,12 @@ def build_job_sourcedir(job, dest: Path) -> SourceBundle:
     entry = cfg.entry_point if source_dir else str(base / cfg.entry_point)
     requirements = runtime_requirements() if job.kind.runtime and cfg.on_sagemaker else ()
     packages = RUNTIME_PACKAGES if job.kind.runtime else ()
+    # the runtime's trackers show the plan's prediction beside the measured figures (launcher.wire.job_plan)
+    generated = {f"{PACKAGES_DIR}/{job_plan.FILE}": job_plan.encode(prediction(job))} if job.kind.runtime else None
     bundle = build_sourcedir(dest, entry_point=entry, source_dir=source_dir,
                              dependencies=[base / d for d in cfg.dependencies], include_packages=packages,
                              ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore), requirements=requirements,
-                             never_ship=never_shipped(job), secrets=job_secrets(cfg))
+                             never_ship=never_shipped(job), secrets=job_secrets(cfg), generated=generated)
     shipped = sum(name.startswith(f"{PACKAGES_DIR}/") for name in bundle.files)
     bundle.smlaunch = (f"smlaunch's runtime in {PACKAGES_DIR}/ ({shipped} files: {', '.join(packages)}), which "
                        f"{PurePosixPath(cfg.entry_point).name} imports" if packages else

@@ -1,12 +1,15 @@
 """A running local job of smlaunch's own trainer: `status` shows its step and ETA from the
 trainer's progress file; stopped, it reads Stopped, names the checkpoint the stop saved and
-claims no model.tar.gz (nothing was exported); `list` fits 80 columns."""
+claims no model.tar.gz (nothing was exported); `list` fits 80 columns. With asynchronous
+checkpoints the stop's save is written in the background and committed before the ranks leave, and
+the job's MLflow run reads KILLED (stopped, to be resumed), not RUNNING."""
 
 from __future__ import annotations
 
 import json
 import re
 
+import pytest
 import yaml
 
 from tests.support.local_jobs import cli_env, processes_in, smlaunch, wait_for
@@ -17,11 +20,19 @@ HP = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_w
       "train_batch_size": 2, "logging_freq": 20, "checkpoint_freq": 1_000_000, "checkpoint_dir": "/opt/ml/checkpoints"}
 
 
-def test_status_of_a_running_job_then_of_the_stopped_job(tmp_path, home):  # noqa: F811
+@pytest.mark.parametrize("async_mode", ["disabled", "async"])
+def test_status_of_a_running_job_then_of_the_stopped_job(tmp_path, home, async_mode, monkeypatch):  # noqa: F811
     spec = tmp_path / "job.yaml"
+    store = tmp_path / "mlruns"
+    hyperparameters = {**HP, "checkpoint_async_mode": async_mode}
+    environment = {}
+    if async_mode == "async":
+        pytest.importorskip("mlflow", reason="MLflow (smlaunch[mlflow]) is not installed")
+        hyperparameters["mlflow_tracking_uri"] = store.as_uri()
+        environment["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 keeps its file store behind this
     spec.write_text(yaml.safe_dump({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"),
-                                    "instance_type": "local", "instance_count": 1, "processes_per_host": 1,
-                                    "hyperparameters": HP}))
+                                    "instance_type": "local", "instance_count": 1, "processes_per_host": 2,
+                                    "hyperparameters": hyperparameters, "environment": environment}))
     env = cli_env(home)
     submitted = smlaunch("submit", str(spec), "--no-wait", "--job-name", "live-progress", env=env, timeout=60)
     assert submitted.returncode == 0, submitted.stderr
@@ -47,6 +58,19 @@ def test_status_of_a_running_job_then_of_the_stopped_job(tmp_path, home):  # noq
     stopped = smlaunch("status", "live-progress", env=env)
     assert "live-progress: Stopped\n" in stopped.stdout, stopped.stdout
     assert f"last checkpoint: step {saved}, {job / 'checkpoints' / f'step-{saved}'}" in stopped.stdout
+    # the stop's save, asynchronous or not, is whole: committed (marker) and nothing left half-written
+    assert (job / "checkpoints" / f"step-{saved}" / ".complete").is_file()
+    assert not list((job / "checkpoints").glob("step-*.tmp"))
+    if async_mode == "async":
+        assert re.search(rf"saved checkpoint \S*/step-{saved} \(written in the background\)", log), log[-3000:]
+        import mlflow
+
+        monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # reading the store back, here
+        client = mlflow.MlflowClient(tracking_uri=store.as_uri())
+        (run,) = client.search_runs([client.get_experiment_by_name("Default").experiment_id])
+        assert run.info.status == "KILLED"
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+        assert steps and max(steps) <= saved
     assert "last step: step " in stopped.stdout and "ETA" not in stopped.stdout
     assert "failure reason" not in stopped.stdout and "model artifacts" not in stopped.stdout
     assert "failed" not in log and "exit code 143" not in log

@@ -82,6 +82,7 @@ def test_wandb_offline_and_mlflow_file_store_get_the_records_of_metrics_jsonl(tm
     assert (config["max_steps"], config["lr"], config["hf_token"]) == (4, 0.03, "****")
     assert config["smlaunch"] == {"job_name": JOB, "world_size": 2}
     assert wandb_series(logged) == expected  # every series, step for step, value for value
+    assert [r["exit"]["exit_code"] for r in logged if r["type"] == "exit"] == [0]  # finished
 
     client = mlflow.MlflowClient(tracking_uri=store.as_uri())
     experiment = client.get_experiment_by_name("trackers")
@@ -113,3 +114,103 @@ def test_an_unreachable_tracking_server_warns_or_with_metrics_required_fails_bef
     with pytest.raises(AssertionError, match="MLflow could not start.*metrics_required: the job stops before"):
         run_train(tmp_path / "required", 2, max_steps=2, mlflow_tracking_uri=server, metrics_required=True)
     assert not (tmp_path / "required" / "out" / "metrics.jsonl").exists()  # not a step was trained
+
+
+def mlflow_runs(store: Path, experiment: str):
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=store.as_uri())
+    return client, client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+
+
+def test_a_restart_from_the_checkpoints_continues_the_same_runs_without_sending_a_step_twice(tmp_path, tracker_env):
+    pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
+    pytest.importorskip("mlflow", reason="MLflow (smlaunch[mlflow]) is not installed")
+    store = tmp_path / "mlruns"
+    trackers = {"wandb_project": "smlaunch-tests", "mlflow_tracking_uri": store.as_uri(),
+                "mlflow_experiment_name": "restarts"}
+    run = tmp_path / "run"
+    # the first start checkpoints at step 3 and logs step 4 before it ends; the restart resumes at
+    # step 3, so it trains step 4 again (the same loss: a resume is exact) and goes on to 6
+    first = run_train(run, 2, max_steps=4, checkpoint_freq=3, **trackers)
+    second = run_train(run, 2, max_steps=6, checkpoint_freq=3, **trackers)
+    assert [r["step"] for r in first] == [1, 2, 3, 4]
+    assert [r["step"] for r in second] == [1, 2, 3, 4, 4, 5, 6]  # metrics.jsonl is appended to
+    assert second[4]["loss"] == pytest.approx(first[3]["loss"], rel=1e-6)
+    log = (run / "rank-logs" / "rank0.log").read_text()
+    assert "MLflow's run already has steps up to 4 from before the restart" in log
+
+    client, runs = mlflow_runs(store, "restarts")
+    (found,) = runs  # one run for the training run, not one per start
+    assert found.info.status == "FINISHED"
+    history = [(m.step, m.value) for m in client.get_metric_history(found.info.run_id, "train/loss")]
+    assert history == [(r["step"], r["loss"]) for r in first + second[5:]]  # step 4 once, from the first start
+
+    wandb_runs = sorted((tmp_path / "wandb" / "wandb").glob("offline-run-*"))
+    assert len(wandb_runs) == 2 and len({p.name.rsplit("-", 1)[1] for p in wandb_runs}) == 1  # one run id
+    recorded = json.loads((run / "checkpoints" / "trackers.json").read_text())
+    assert recorded["wandb"]["id"] == wandb_runs[0].name.rsplit("-", 1)[1]
+    assert recorded["mlflow"]["id"] == found.info.run_id
+    assert store.as_uri() not in json.dumps(recorded)  # a digest of where: a URI may hold a credential
+
+    # control: a run without checkpoints cannot resume, so it has a run of its own
+    run_train(tmp_path / "no-checkpoints", 2, max_steps=2, **trackers)
+    assert len(mlflow_runs(store, "restarts")[1]) == 2
+
+
+def test_a_failed_job_leaves_its_runs_failed_not_running(tmp_path, tracker_env):
+    pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
+    pytest.importorskip("mlflow", reason="MLflow (smlaunch[mlflow]) is not installed")
+    store = tmp_path / "mlruns"
+    empty = tmp_path / "empty-channel"
+    empty.mkdir()
+    with pytest.raises(AssertionError, match="train.py failed"):  # the trackers start, then the data fails
+        run_train(tmp_path / "run", 2, max_steps=2, dataset_type="jsonl", training_dir=str(empty),
+                  wandb_project="smlaunch-tests", mlflow_tracking_uri=store.as_uri(), mlflow_experiment_name="fails")
+    (found,) = mlflow_runs(store, "fails")[1]
+    assert found.info.status == "FAILED"
+    logged = wandb_records(tmp_path / "wandb")
+    assert [r["exit"]["exit_code"] for r in logged if r["type"] == "exit"] == [1]
+
+
+def test_the_plans_prediction_shipped_with_the_job_reaches_its_runs(tmp_path, tracker_env):
+    """The archive of the seed's p5 job carries `smlaunch plan`'s prediction (launcher.wire.job_plan);
+    train.py run from that archive, as a job runs it, gives it to W&B's config and MLflow's tags."""
+    pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
+    pytest.importorskip("mlflow", reason="MLflow (smlaunch[mlflow]) is not installed")
+    import os
+    import tarfile
+
+    from launcher.backends.sourcedir import build_job_sourcedir
+    from launcher.config.jobfile import validate_job_file
+    from tests.support.train_runs import ROOT
+
+    job_file = ROOT / "configs" / "seed" / "p5-cp8-bf16.yaml"
+    planned = json.loads(subprocess.run([str(Path(sys.executable).with_name("smlaunch")), "plan", str(job_file),
+                                         "--json"], capture_output=True, text=True, check=True).stdout)[0]
+    bundle = build_job_sourcedir(validate_job_file(job_file), tmp_path / "sourcedir.tar.gz")
+    code = tmp_path / "code"
+    with tarfile.open(bundle.path) as tar:
+        tar.extractall(code, filter="data")
+    store = tmp_path / "mlruns"
+    out = tmp_path / "out"
+    subprocess.run([sys.executable, str(code / "train.py"), "--model_preset", "llama3-tiny", "--dataset_type",
+                    "synthetic", "--max_context_width", "64", "--train_batch_size", "2", "--max_steps", "2",
+                    "--wandb_project", "smlaunch-tests", "--mlflow_tracking_uri", store.as_uri(),
+                    "--output_data_dir", str(out), "--model_dir", str(tmp_path / "model")],
+                   cwd=code, check=True, capture_output=True, timeout=240,
+                   env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
+
+    expected = {"models": planned["models"], "instance_type": "ml.p5.48xlarge", "instance_count": 1,
+                "fits": planned["fits"], "peak_memory_gib": planned["peak_gib"],
+                "capacity_gib": planned["capacity_gib"], "dominant_memory": planned["dominant"],
+                "tokens_per_s": planned["tokens_per_s"], "step_s": planned["step_s"],
+                "tokens_per_s_per_gpu": planned["throughput"]["tokens_per_s_per_gpu"],
+                "tflops_per_gpu": planned["throughput"]["tflops_per_gpu"], "mfu": planned["throughput"]["mfu"],
+                "bound_by": planned["throughput"]["bound_by"], "usd_per_hour": planned["usd_per_hour"],
+                "usd_per_billion_tokens": planned["usd_per_billion_tokens"]}
+    run = next(r["run"] for r in wandb_records(tmp_path / "wandb") if r["type"] == "run")
+    assert run["config"]["update"]["smlaunch"]["plan"] == expected
+    (found,) = mlflow_runs(store, "Default")[1]
+    assert {k.removeprefix("smlaunch.plan."): v for k, v in found.data.tags.items()
+            if k.startswith("smlaunch.plan.")} == {k: str(v) for k, v in expected.items()}

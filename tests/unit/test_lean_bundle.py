@@ -123,3 +123,21 @@ def test_the_estimators_dry_run_says_what_the_bundle_holds(tmp_path, monkeypatch
                       hyperparameters={"model_preset": "llama3-tiny", "max_context_width": 64}).dryrun()
     assert runtime["SourceBundle"]["smlaunch"].startswith("smlaunch's runtime in _smlaunch/")
     assert runtime["SourceBundle"]["files"] > 90
+
+
+def test_only_the_runtimes_bundle_carries_the_plans_prediction_and_a_local_job_says_why_it_has_none(tmp_path):
+    """launcher.wire.job_plan: what the runtime's trackers show of the plan (tests/integration/
+    test_trackers.py follows it into W&B and MLflow); a user script has no smlaunch trackers."""
+    import tarfile
+
+    from launcher.plan.sweep import LOCAL_JOB
+    from launcher.wire import job_plan
+
+    runtime = build_job_sourcedir(job(ROOT / "entrypoints", "train.py", instance_type="local",
+                                      hyperparameters={"model_preset": "llama3-tiny"}), tmp_path / "r.tar.gz")
+    assert f"_smlaunch/{job_plan.FILE}" in runtime.files
+    with tarfile.open(runtime.path) as tar:
+        shipped = json.loads(tar.extractfile(f"_smlaunch/{job_plan.FILE}").read())
+    assert shipped["nothing_planned"] == LOCAL_JOB and shipped["instance_type"] == "local"
+    own = build_job_sourcedir(job(user_script(tmp_path), instance_type="local"), tmp_path / "u.tar.gz")
+    assert not any(name.endswith(job_plan.FILE) for name in own.files)

@@ -90,13 +90,13 @@ def test_a_missing_package_is_a_warning_or_with_metrics_required_an_error(monkey
     monkeypatch.setitem(sys.modules, "mlflow", None)
     monkeypatch.delenv("TRAINING_JOB_ARN", raising=False)
     with caplog.at_level(logging.WARNING, logger="smlaunch"):
-        assert open_trackers(hp(wandb_project="p", mlflow_tracking_uri="file:///x"), 1, None) == []
+        assert open_trackers(hp(wandb_project="p", mlflow_tracking_uri="file:///x"), 1, None, None) == []
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2
     assert "Weights & Biases could not start" in warnings[0] and "smlaunch[wandb]" in warnings[0]
     assert "MLflow could not start" in warnings[1] and "smlaunch[mlflow]" in warnings[1]
     with pytest.raises(RuntimeError, match=r"Weights & Biases could not start.*smlaunch\[wandb\].*metrics_required"):
-        open_trackers(hp(wandb_project="p", metrics_required=True), 1, None)
+        open_trackers(hp(wandb_project="p", metrics_required=True), 1, None, None)
 
 
 class Flaky:
@@ -110,8 +110,8 @@ class Flaky:
             raise ConnectionError("server gone")
         self.logged.append(record)
 
-    def close(self):
-        self.logged.append("closed")
+    def close(self, outcome):
+        self.logged.append(outcome)
 
 
 def test_a_failure_mid_run_warns_once_and_training_goes_on(caplog):
@@ -120,7 +120,7 @@ def test_a_failure_mid_run_warns_once_and_training_goes_on(caplog):
     with caplog.at_level(logging.WARNING, logger="smlaunch"):
         for step in (1, 2, 3, 4):
             tracker.log({"step": step, "loss": 1.0})
-        tracker.close()
+        tracker.close("finished")
     assert sink.logged == [{"step": 1, "loss": 1.0}]  # dropped after its failure: no retry stalls each step
     assert [r.getMessage() for r in caplog.records] == [
         "Tracker X: logging step 2 failed (ConnectionError: server gone): nothing more goes to Tracker X in this "
@@ -160,7 +160,7 @@ def test_sagemaker_experiments_gets_the_records_of_metrics_jsonl(aws, monkeypatc
     with Run(experiment_name="exp", run_name="run-1", sagemaker_session=Session(aws)):  # as a notebook would
         pass
     monkeypatch.setenv("TRAINING_JOB_ARN", training_job(sm, "job-1", {"ExperimentName": "exp", "RunName": "exp-run-1"}))
-    writer = MetricsWriter(SimpleNamespace(is_main=True), tmp_path, trackers=open_trackers(hp(), 1, None))
+    writer = MetricsWriter(SimpleNamespace(is_main=True), tmp_path, trackers=open_trackers(hp(), 1, None, None))
     records = [{"step": 1, "loss": 2.5, "grad_norm": 0.75, "lr": 0.001, "tokens_per_s": 1000.0},
                {"step": 2, "loss": 2.25, "grad_norm": 0.5, "lr": 0.002, "tokens_per_s": 1100.5, "mfu": 0.4},
                {"step": 2, "val_loss": 2.75}]
@@ -183,6 +183,6 @@ def test_sagemaker_experiments_gets_the_records_of_metrics_jsonl(aws, monkeypatc
     caplog.clear()
     monkeypatch.setenv("TRAINING_JOB_ARN", training_job(sm, "job-2", None))
     with caplog.at_level(logging.INFO, logger="smlaunch"):
-        assert open_trackers(hp(), 1, None) == []
+        assert open_trackers(hp(), 1, None, None) == []
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("INFO", "metrics: this job has no SageMaker Experiments run (no experiment_config), so nothing goes there")]
