@@ -178,6 +178,15 @@ def test_sagemaker_experiments_gets_the_records_of_metrics_jsonl(aws, monkeypatc
                 expected.setdefault("validation/loss" if key == "val_loss" else f"train/{key}", {})[
                     record["step"]] = value
     assert {name: {step: v["Value"] for step, v in m["Values"].items()} for name, m in metrics.items()} == expected
+    assert logged.trial_components["exp-run-1"].status["PrimaryStatus"] == "Completed"
+
+    # a rank 0 that fails marks the run Failed (the SDK's context manager, given the error)
+    monkeypatch.setenv("TRAINING_JOB_ARN", training_job(sm, "job-3", {"ExperimentName": "exp", "RunName": "exp-run-1"}))
+    failing = MetricsWriter(SimpleNamespace(is_main=True), tmp_path / "failing",
+                            trackers=open_trackers(hp(), 1, None, None))
+    failing.write(records[0])
+    failing.fail()
+    assert logged.trial_components["exp-run-1"].status["PrimaryStatus"] == "Failed"
 
     # control: a job without an experiment config has no run; that is said, not warned
     caplog.clear()
