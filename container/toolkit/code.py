@@ -1,15 +1,12 @@
 """The job's code: fetched into `<base>/code` and its requirements.txt installed, as the
 sagemaker-training toolkit does before it launches anything (docs/sagemaker-contract.md).
 
-Archives are extracted as strictly as tarfile's "data" filter: nothing lands outside the code
-directory, and devices and pipes are refused. Where Python lacks the filter (Debian 12's 3.11.2)
-members are extracted one by one, each checked against what the earlier ones left on disk, so
-links chained through other links cannot lead out either.
+Archives are extracted as strictly as tarfile's "data" filter (launcher.wire.code_archive): nothing
+lands outside the code directory, devices and pipes are refused, also where Python lacks the filter.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import os
 import shlex
@@ -23,7 +20,7 @@ from pathlib import Path
 from container.toolkit.console import log
 from container.toolkit.contract import ContractError, TrainingEnv
 from container.toolkit.failure_report import MESSAGE_LIMIT, fit, toolkit_error
-from launcher.wire import masking
+from launcher.wire import code_archive, masking
 from launcher.wire.opt_ml import REQUIREMENTS_INSTALLED_ENV
 
 
@@ -88,66 +85,10 @@ def _download_s3(uri: str, dest: Path, region: str | None) -> None:
 
 
 def _extract(archive: Path, dest: Path) -> None:
-    # The "data" filter refuses paths and links leaving dest, devices and pipes; "/a" lands in dest.
-    with tarfile.open(archive) as tar:
-        if not hasattr(tarfile, "data_filter"):  # Python < 3.10.12 / 3.11.4 (Debian 12's 3.11.2)
-            _extract_checked(tar, archive, dest)
-            return
-        try:
-            tar.extractall(dest, filter="data")
-        except tarfile.FilterError as exc:
-            raise _unsafe_member(archive, dest, exc.tarinfo.name) from None
-
-
-def _extract_checked(tar: tarfile.TarFile, archive: Path, dest: Path) -> None:
-    """As strict as the data filter where Python lacks it: members are extracted one by one, and
-    each is checked against the real file system as the earlier members left it, so a path or link
-    that leaves dest through links extracted before it (`d -> .`, `b -> d/..`, then `b/x`) is
-    refused. A member never replaces a link already there: that would change where the links
-    checked before it point."""
-    root = dest.resolve()
-
-    def inside(path: str) -> bool:
-        return Path(os.path.realpath(path)).is_relative_to(root)
-
-    # Ownership is the extracting user's, as with the data filter (as root, tarfile would chown).
-    owner = {"uid": os.geteuid(), "gid": os.getegid(), "uname": "", "gname": ""}
-    # Python >= 3.12 has filters; a test may hide data_filter there: this function then does the checking.
-    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
-    for member in tar:
-        name = member.name.lstrip("/")  # as the data filter: "/a.py" lands in dest
-        path = os.path.join(root, name)
-        bad = (
-            not (member.isfile() or member.isdir() or member.issym() or member.islnk())
-            or not inside(path) or os.path.islink(path)
-            or (member.issym() and (os.path.isabs(member.linkname)
-                                    or not inside(os.path.join(os.path.dirname(path), member.linkname))))
-            or (member.islnk() and not _regular_inside(root, member.linkname.lstrip("/")))
-        )
-        if bad:
-            raise _unsafe_member(archive, dest, member.name)
-        clean = copy.copy(member)  # TarInfo.replace is as new as the filters
-        clean.name = name
-        if member.isfile() or member.isdir():
-            clean.mode = member.mode & 0o755  # no setuid, setgid or sticky bit, no group or other write
-        if member.islnk():
-            clean.linkname = member.linkname.lstrip("/")
-        for key, value in owner.items():
-            setattr(clean, key, value)
-        tar.extract(clean, root, **trusted)
-
-
-def _regular_inside(root: Path, name: str) -> bool:
-    """A hard link's target: a regular file already extracted, reached without leaving root."""
-    path = os.path.join(root, name)
-    return Path(os.path.realpath(path)).is_relative_to(root) and not os.path.islink(path) and os.path.isfile(path)
-
-
-def _unsafe_member(archive: Path, dest: Path, name: str) -> ContractError:
-    return ContractError(
-        f"{archive}: member {name!r} would be written outside {dest}, or is a device, pipe or "
-        "link leaving it; rebuild the code archive from plain files"
-    )
+    try:
+        code_archive.extract(archive, dest)
+    except code_archive.UnsafeArchive as exc:
+        raise ContractError(str(exc)) from None
 
 
 def install_requirements(env: TrainingEnv) -> None:

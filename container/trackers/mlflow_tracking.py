@@ -72,12 +72,15 @@ class MlflowRun:
         from mlflow.exceptions import MlflowException
 
         try:
-            run = self.client.get_run(run_id)
+            stage = self.client.get_run(run_id).info.lifecycle_stage
+            reason = None if stage == "active" else f"it was {stage}"
         except MlflowException as exc:
+            reason = str(exc).splitlines()[0]
+        if reason is not None:
             log.warning("metrics: MLflow run %s, which this job started before a restart, cannot be continued (%s): "
-                        "starting a new run", run_id, str(exc).splitlines()[0])
+                        "starting a new run", run_id, reason)
             return None
-        return run_id if run.info.lifecycle_stage == "active" else None
+        return run_id
 
     def _last_step(self) -> int | None:
         steps = [m.step for key in SERIES_WITH_EVERY_STEP for m in self.client.get_metric_history(self.run_id, key)]

@@ -20,7 +20,6 @@ NO_TRACKER_FIX = "metrics.jsonl and the [metrics] log lines still have every rec
 FINISHED = "finished"  # every step trained and the model exported
 STOPPED = "stopped"  # SIGTERM (a spot interruption, a stop): checkpointed, to be resumed
 FAILED = "failed"  # an error on this rank; the job fails
-OUTCOMES = (FINISHED, STOPPED, FAILED)
 
 
 class Sink(Protocol):

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.local import leftovers
+from launcher.wire import code_archive
 from launcher.wire.masking import Masker
 from launcher.wire.opt_ml import FAILURE_LIMIT
 
@@ -124,15 +125,12 @@ def requirement_lines(text: str) -> list[str]:
 
 
 def extract_code(archive: Path, dest: Path) -> None:
-    """The archive's files into `dest`, as the bootstrap extracts them (nothing outside dest)."""
-    with tarfile.open(archive) as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, filter="data")
-            return
-        root = dest.resolve()
-        members = [m for m in tar.getmembers()
-                   if (m.isfile() or m.isdir()) and (root / m.name).resolve().is_relative_to(root)]
-        tar.extractall(dest, members=members)  # noqa: S202 - members checked above (Python < 3.10.12)
+    """The archive's files into `dest`, as the bootstrap extracts them (nothing outside dest); an
+    archive that would write elsewhere fails the job before any host starts, as the bootstrap would."""
+    try:
+        code_archive.extract(archive, dest)
+    except code_archive.UnsafeArchive as exc:
+        raise RequirementsFailed(_failure(1, str(exc))) from None
 
 
 # --- the key -----------------------------------------------------------------------------------

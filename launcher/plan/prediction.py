@@ -5,14 +5,24 @@ trackers in its code archive (launcher.wire.job_plan)."""
 
 from __future__ import annotations
 
+import logging
+
 from launcher.config import ValidatedJob
 from launcher.plan.sweep import PlanResult, plan
+
+log = logging.getLogger(__name__)
 
 
 def prediction(job: ValidatedJob) -> dict:
     """The job's prediction, or why it has none (a local job, a script that does not say its
     model, a job the planner cannot model): a tracker then says that rather than nothing."""
-    return summary(plan(job, advise=False))
+    try:
+        return summary(plan(job, advise=False))
+    except Exception as exc:  # noqa: BLE001 - a planner bug must not stop a submit: said here and in the runs
+        reason = f"the planner failed ({type(exc).__name__}: {exc}); `smlaunch plan` on the job shows it"
+        log.warning("%s: the job's trackers get no prediction", reason)
+        return {"instance_type": job.config.instance_type, "instance_count": job.config.instance_count,
+                "nothing_planned": reason}
 
 
 def summary(result: PlanResult) -> dict:

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.support.local_jobs import cli_env, processes_in, smlaunch, wait_for
+from tests.support.trackers import wandb_records
 from tests.support.train_runs import ROOT
 
 # Far more steps than the test waits for: the job is stopped while it runs.
@@ -28,8 +29,11 @@ def test_status_of_a_running_job_then_of_the_stopped_job(tmp_path, home, async_m
     environment = {}
     if async_mode == "async":
         pytest.importorskip("mlflow", reason="MLflow (smlaunch[mlflow]) is not installed")
-        hyperparameters["mlflow_tracking_uri"] = store.as_uri()
-        environment["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3 keeps its file store behind this
+        pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
+        hyperparameters.update(mlflow_tracking_uri=store.as_uri(), wandb_project="smlaunch-tests")
+        (tmp_path / "wandb").mkdir()
+        environment.update(MLFLOW_ALLOW_FILE_STORE="true",  # MLflow 3 keeps its file store behind this
+                           WANDB_MODE="offline", WANDB_DIR=str(tmp_path / "wandb"))
     spec.write_text(yaml.safe_dump({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"),
                                     "instance_type": "local", "instance_count": 1, "processes_per_host": 2,
                                     "hyperparameters": hyperparameters, "environment": environment}))
@@ -71,6 +75,9 @@ def test_status_of_a_running_job_then_of_the_stopped_job(tmp_path, home, async_m
         assert run.info.status == "KILLED"
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
         assert steps and max(steps) <= saved
+        logged = wandb_records(tmp_path / "wandb")  # W&B: preempting (to be resumed), then finished cleanly
+        assert [r["type"] for r in logged if r["type"] in ("preempting", "exit")] == ["preempting", "exit"]
+        assert next(r["exit"]["exit_code"] for r in logged if r["type"] == "exit") == 0
     assert "last step: step " in stopped.stdout and "ETA" not in stopped.stdout
     assert "failure reason" not in stopped.stdout and "model artifacts" not in stopped.stdout
     assert "failed" not in log and "exit code 143" not in log

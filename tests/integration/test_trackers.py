@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from launcher.wire.opt_ml import free_port
+from tests.support.trackers import wandb_records
 from tests.support.train_runs import run_train
 
 JOB = "trackers-job-1"
@@ -30,14 +31,6 @@ def series(records: list[dict]) -> dict[str, list[tuple[int, float]]]:
                 out.setdefault("validation/loss" if key == "val_loss" else f"train/{key}", []).append(
                     (record["step"], value))
     return out
-
-
-def wandb_records(wandb_dir: Path) -> list[dict]:
-    runs = sorted(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
-    assert len(runs) == 1, runs  # rank 0 only
-    out = subprocess.run([str(Path(sys.executable).with_name("wandb")), "leet", "inspect", "--json", str(runs[0])],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
-    return [json.loads(line) for line in out.splitlines()]
 
 
 def wandb_series(records: list[dict]) -> dict[str, list[tuple[int, float]]]:

@@ -43,6 +43,7 @@ def train_step(model, optimizer, scheduler, step: int) -> None:
     # The same batch on every rank: FSDP's averaged gradient then equals the single-process one.
     generator = torch.Generator().manual_seed(step)
     tokens = torch.randint(0, SPEC.vocab_size, (2, SEQ + 1), generator=generator)
+    tokens = tokens.to(next(model.parameters()).device)  # the same tokens on a GPU (drawn on the CPU)
     logits = model(tokens[:, :-1])
     F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
     optimizer.step()

@@ -78,6 +78,29 @@ def test_one_save_in_flight_the_next_waits_for_it(tmp_path, held_writes):
     assert all((tmp_path / name / ".complete").is_file() for name in ("step-1", "step-2"))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: pinned (page-locked) staging")
+def test_pinned_staging_on_a_gpu_saves_the_state_of_its_step(tmp_path, held_writes):
+    """async_with_pinned_mem: the GPU state is copied into page-locked host buffers before save()
+    returns, so the step after it, on the GPU, changes nothing saved; a second save reuses the
+    buffers (DefaultStager keeps them) and is again the state of its own step."""
+    model, optimizer, scheduler = make_model(seed=0)
+    model.cuda()  # in place: the optimizer keeps the same parameters
+    for step in range(2):
+        train_step(model, optimizer, scheduler, step)
+    saved = {k: v.cpu() for k, v in full_state(model).items()}
+    checkpointer = Checkpointer(tmp_path, keep=2, async_mode="async_with_pinned_mem")
+    checkpointer.save(2, model, optimizer, scheduler, {})
+    train_step(model, optimizer, scheduler, 2)  # on the GPU, while the write is held
+    held_writes.set()
+    checkpointer.wait()
+    assert_states_close(_resumed(tmp_path, 2), saved, atol=0)
+    checkpointer.save(3, model, optimizer, scheduler, {})  # the same pinned buffers, now step 3's state
+    third = {k: v.cpu() for k, v in full_state(model).items()}
+    train_step(model, optimizer, scheduler, 3)
+    checkpointer.close()
+    assert_states_close(_resumed(tmp_path, 3), third, atol=0)
+
+
 def test_a_failed_background_write_stops_the_job_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     model, optimizer, scheduler = _trained(1)
     checkpointer = Checkpointer(tmp_path, keep=1, async_mode="async")

@@ -141,3 +141,23 @@ def test_only_the_runtimes_bundle_carries_the_plans_prediction_and_a_local_job_s
     assert shipped["nothing_planned"] == LOCAL_JOB and shipped["instance_type"] == "local"
     own = build_job_sourcedir(job(user_script(tmp_path), instance_type="local"), tmp_path / "u.tar.gz")
     assert not any(name.endswith(job_plan.FILE) for name in own.files)
+
+
+def test_a_planner_that_fails_does_not_stop_the_bundle_and_the_prediction_says_why(tmp_path, monkeypatch, caplog):
+    import logging
+    import tarfile
+
+    from launcher.plan import prediction
+    from launcher.wire import job_plan
+
+    def broken(job, advise):
+        raise ZeroDivisionError("a planner bug")
+
+    monkeypatch.setattr(prediction, "plan", broken)
+    with caplog.at_level(logging.WARNING):
+        bundle = build_job_sourcedir(job(ROOT / "entrypoints", "train.py", instance_type="local",
+                                         hyperparameters={"model_preset": "llama3-tiny"}), tmp_path / "r.tar.gz")
+    with tarfile.open(bundle.path) as tar:
+        shipped = json.loads(tar.extractfile(f"_smlaunch/{job_plan.FILE}").read())
+    assert shipped["nothing_planned"].startswith("the planner failed (ZeroDivisionError: a planner bug)")
+    assert any("the job's trackers get no prediction" in r.getMessage() for r in caplog.records)
