@@ -21,6 +21,7 @@ collectives in another thread (and NCCL has no CPU tensors for the staged state)
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -48,6 +49,11 @@ class BackgroundSaves:
                              f"memory, and this machine has no CUDA device; {NO_CUDA_FIX}")
         self.mode = mode
         self.group = dist.new_group(backend="gloo") if distributed else None
+        if self.group is None:
+            # DCP warns at every save without a process group, a supported mode (the checkpointer
+            # silences it around its own calls); here it would come from DCP's writer thread,
+            # after any catch_warnings block on this thread has ended
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
         # Staged synchronously on the training thread: once async_save returns, training may change
         # the parameters. None: the writer stages (FileSystemWriter is a BlockingAsyncStager).
         self._stager = DefaultStager(StagingOptions(use_pinned_memory=True, use_shared_memory=False,

@@ -78,6 +78,8 @@ def test_status_of_a_running_job_then_of_the_stopped_job(tmp_path, home, async_m
         logged = wandb_records(tmp_path / "wandb")  # W&B: preempting (to be resumed), then finished cleanly
         assert [r["type"] for r in logged if r["type"] in ("preempting", "exit")] == ["preempting", "exit"]
         assert next(r["exit"]["exit_code"] for r in logged if r["type"] == "exit") == 0
+    else:  # control: a synchronous save says nothing of the background
+        assert "saved checkpoint" in log and "(written in the background)" not in log
     assert "last step: step " in stopped.stdout and "ETA" not in stopped.stdout
     assert "failure reason" not in stopped.stdout and "model artifacts" not in stopped.stdout
     assert "failed" not in log and "exit code 143" not in log
