@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launcher.config import ValidatedJob, data_order
@@ -17,7 +17,7 @@ from launcher.config.distribution import ModelParallelParameters
 from launcher.config.flops import attended_length
 from launcher.config.job_rules import resolve_path
 from launcher.config.layout import ParallelLayout
-from launcher.config.models import ModelSpec
+from launcher.config.models import ModelSpec, vocab_rows
 from launcher.config.pipeline import bubble_fraction, in_flight_microbatches
 from launcher.wire.datafiles import TRAIN_CHANNELS
 from launcher.wire.token_shards import ShardError, read_header, shard_indexes
@@ -104,6 +104,13 @@ class Workload:
         return self.layout.world
 
 
+def allocated_model(spec: ModelSpec, tp: int) -> ModelSpec:
+    """The model as smlaunch's runtime allocates and computes it: the embedding's and head's rows
+    padded where tensor parallelism does not split the vocabulary (launcher.config.models.vocab_rows;
+    a resume's saved rows are not known to a plan)."""
+    return replace(spec, vocab_size=vocab_rows(spec.vocab_size, tp))
+
+
 def workload_of(job: ValidatedJob) -> Workload:
     """The runtime's view of `job`; PlanError when the model or world size is unknown."""
     if job.model is None and not job.kind.runtime:
@@ -123,7 +130,7 @@ def workload_of(job: ValidatedJob) -> Workload:
     s = job.settings
     params = job.config.distribution.parameters if job.config.distribution else ModelParallelParameters()
     return Workload(
-        spec=job.model,
+        spec=allocated_model(job.model, lay.tp) if job.kind.runtime else job.model,
         seq_len=s.seq_len,
         micro_batch=s.micro_batch,
         grad_accum=s.grad_accum,

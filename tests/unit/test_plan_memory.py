@@ -133,6 +133,23 @@ def test_tensor_parallelism_splits_the_vocabulary():
         (20 * 2048 * 128256 / 2 + 2 * 16384 * 4096) / GIB, rel=1e-9)
 
 
+def test_a_vocabulary_tensor_parallelism_pads_is_planned_with_its_padded_rows():
+    """smlaunch's runtime pads a vocabulary tp does not split to lcm(128, tp) rows (50,257 -> 50,304
+    at tp 2: launcher.config.models.vocab_rows): its job plans exactly as one that declares 50,304;
+    at tp 1 nothing is padded, and 50,257 plans as itself (the control)."""
+    shape = ["hyperparameters.hf_pretrained_model_name_or_dir=null", "hyperparameters.model_type=llama_v3",
+             "hyperparameters.hidden_width=2048", "hyperparameters.num_layers=4", "hyperparameters.num_heads=16",
+             "hyperparameters.num_heads_kv=8", "hyperparameters.intermediate_size=8192"]
+
+    def planned(vocab: int, tp: int):
+        w = workload_of(seed("p4d-no-cp", *shape, f"hyperparameters.vocab_size={vocab}",
+                             f"tensor_parallel_degree={tp}", f"hybrid_shard_degree={8 // tp}"))
+        return w.spec.vocab_size, estimate_workload(w).to_dict()
+
+    assert planned(50257, 2) == planned(50304, 2) and planned(50257, 2)[0] == 50304
+    assert planned(50257, 1)[0] == 50257 and planned(50257, 1)[1] != planned(50304, 1)[1]
+
+
 def test_offload_keeps_only_the_loading_horizon_on_the_gpu():
     w = workload_of(seed("p4d-no-cp"))
     offloaded = replace(w, offload=True, offload_horizon=2)
