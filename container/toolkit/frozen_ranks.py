@@ -17,11 +17,11 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
+
+from launcher.wire.proc_stat import PROC, parent_and_state
 
 POLL_S = 0.5
 FROZEN_GRACE_S = 5.0
-PROC = Path("/proc")
 
 
 class FrozenRanks:
@@ -77,20 +77,10 @@ def _children(pid: int) -> dict[int, str]:
         except OSError:
             continue
         for child in map(int, children):
-            stat = _stat(child)
+            stat = parent_and_state(child)
             if stat and stat[1] not in ("Z", "X"):
                 found[child] = stat[1]
     return found
-
-
-def _stat(pid: int) -> tuple[int, str] | None:
-    """(parent pid, state) of a process, None once it is gone."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    state, ppid = text[text.rindex(")") + 2:].split()[:2]
-    return int(ppid), state
 
 
 def _rank_of(pid: int) -> str:
@@ -104,7 +94,7 @@ def _rank_of(pid: int) -> str:
 
 def _send(pid: int, parent: int, signum: int) -> None:
     """Signal `pid` only while it is still the launcher's child (so still the rank it was)."""
-    stat = _stat(pid)
+    stat = parent_and_state(pid)
     if stat and stat[0] == parent:
         try:
             os.kill(pid, signum)

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 from typing import Any
 
-PROC = Path("/proc")
+from launcher.wire.proc_stat import PROC, stat_fields
+
 BOOT_ID = PROC / "sys" / "kernel" / "random" / "boot_id"
 
 
@@ -34,12 +34,8 @@ def of(pid: int) -> dict[str, Any]:
 
 def _start_ticks(pid: int) -> int | None:
     """The start time of a live process (None once it is gone, a zombie, or without /proc)."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # the name in parentheses may hold spaces
-    return None if fields[0] in ("Z", "X") else int(fields[19])
+    fields = stat_fields(pid)
+    return None if fields is None or fields[0] in ("Z", "X") else int(fields[19])
 
 
 def recorded(record: dict, role: str) -> dict[str, Any] | None:

@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+from launcher.wire.proc_stat import PROC, parent_and_state
+
 MARK_ENV = "SMLAUNCH_LOCAL_JOB"
-PROC = Path("/proc")
 
 
 def mark(job_dir: Path) -> dict[str, str]:
@@ -48,7 +49,7 @@ def descendants(ancestor: int, spare: frozenset[int] = frozenset()) -> list[int]
     children: dict[int, list[int]] = {}
     for entry in PROC.iterdir() if PROC.is_dir() else ():
         if entry.name.isdigit():
-            stat = _stat(int(entry.name))
+            stat = parent_and_state(int(entry.name))
             if stat and stat[1] not in ("Z", "X"):
                 children.setdefault(stat[0], []).append(int(entry.name))
     found, todo = [], [ancestor]
@@ -60,22 +61,12 @@ def descendants(ancestor: int, spare: frozenset[int] = frozenset()) -> list[int]
     return found
 
 
-def _stat(pid: int) -> tuple[int, str] | None:
-    """(parent pid, state), None once the process is gone."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    state, ppid = text[text.rindex(")") + 2:].split()[:2]
-    return int(ppid), state
-
-
 def reap_adopted(spare: frozenset[int]) -> None:
     """Collect the exit status of orphans this (subreaper) process adopted and that have ended, so
     none stays a zombie; `spare`: children whose status their Popen object collects."""
     me = os.getpid()
     for entry in PROC.iterdir() if PROC.is_dir() else ():
-        if entry.name.isdigit() and int(entry.name) not in spare and _stat(int(entry.name)) == (me, "Z"):
+        if entry.name.isdigit() and int(entry.name) not in spare and parent_and_state(int(entry.name)) == (me, "Z"):
             try:
                 os.waitpid(int(entry.name), os.WNOHANG)
             except ChildProcessError:
