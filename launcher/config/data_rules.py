@@ -19,7 +19,7 @@ from launcher.config.models import ModelSpec
 from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
 from launcher.wire.chat_records import TEXT, ChatRecordError, first_record, has_chat_template, record_shape
 from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
-from launcher.wire.token_shards import ShardError, read_header, shard_indexes, tokenizer_identity
+from launcher.wire.token_shards import ShardError, read_header, shard_indexes, tokenizer_identity, unindexed_tokens
 
 HP = "hyperparameters"
 _INDEXED_FIX = "pack the data with python -m container.data pack --format indexed and set dataset_type: indexed"
@@ -155,16 +155,18 @@ def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dic
     """Every shard's header and sizes; its token ids against the model's vocabulary, its tokenizer
     against the model's (where this machine has it); one row at least."""
     field = f"inputs.{name}"
+    issues = [_shard_issue(field, error) for error in unindexed_tokens(path)]
     indexes = shard_indexes(path)
     if not indexes:
-        return [Issue(field, str(path), "holds no indexed token shards (*.idx and *.bin), and dataset_type is "
-                                        "indexed", "pack them with --format indexed, or set dataset_type: jsonl")]
-    tokens, issues = 0, []
+        return issues or [Issue(field, str(path), "holds no indexed token shards (*.idx and *.bin), and dataset_type "
+                                                  "is indexed", "pack them with --format indexed, or set dataset_type: "
+                                                  "jsonl")]
+    tokens = 0
     for idx in indexes:
         try:
             header = read_header(idx)
         except ShardError as exc:
-            issues.append(Issue(field, str(exc.path), f"{exc.path.name}: {exc.problem}", exc.fix))
+            issues.append(_shard_issue(field, exc))
             continue
         tokens += header.tokens
         packed = header.tokenizer.get("vocabulary_sha256")
@@ -181,3 +183,7 @@ def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dic
         issues.append(Issue(field, str(path), f"holds {tokens:,} tokens, fewer than one row of "
                                               f"max_context_width={seq}", "give it more data or a shorter row"))
     return issues
+
+
+def _shard_issue(field: str, error: ShardError) -> Issue:
+    return Issue(field, str(error.path), f"{error.path.name}: {error.problem}", error.fix)

@@ -1,0 +1,62 @@
+"""`smlaunch validate` against the data a job will read on this machine and the hyperparameters
+smlaunch's runtime takes (launcher.config.data_rules, data_order, job_rules): each defect is a
+validation error (exit 2) or warning naming the file or field, never a traceback, and never
+something the job finds after its instances start."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from container.data.indexed import write_shards
+from launcher.cli.app import main
+from launcher.wire.token_shards import encode_header, read_header
+from tests.support.cli import ROOT
+
+BYTES = {"name": "UTF-8 bytes", "vocabulary_sha256": None}
+
+
+def validate(tmp_path: Path, inputs: dict[str, Path], **hyperparameters):
+    hp = {"model_preset": "llama3-tiny", "max_context_width": 8, "dataset_type": "indexed", **hyperparameters}
+    job = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+           "instance_count": 1, "processes_per_host": 1, "inputs": {k: str(v) for k, v in inputs.items()},
+           "hyperparameters": hp}
+    path = tmp_path / "job.yaml"
+    path.write_text(json.dumps(job))
+    result = CliRunner().invoke(main, ["validate", str(path)], catch_exceptions=False)
+    return result.exit_code, " ".join(result.stderr.split())  # the terminal's line breaks aside
+
+
+def shards(directory: Path, docs=((1, 2, 3, 4),) * 10, shard_tokens: int = 1 << 30) -> Path:
+    write_shards(docs, directory, directory.name, vocab_size=256, tokenizer=BYTES, shard_tokens=shard_tokens)
+    return directory
+
+
+# --- indexed token shards ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("tokens", "12893"), ("documents", "3"), ("max_token_id", "5"), ("tokenizer", "bytes"), ("documents", -1),
+])
+def test_a_shard_header_of_the_wrong_type_is_a_validation_error(tmp_path, field, value):
+    train = shards(tmp_path / "train")
+    assert validate(tmp_path, {"train": train})[0] == 0  # the control
+    idx = train / "train-00000.idx"
+    header = read_header(idx)
+    fields = {**header.fields, field: value}
+    # documents -1 with no offsets: the index's size agrees with its header, as in the issue
+    idx.write_bytes(encode_header(fields) + (b"" if value == -1 else idx.read_bytes()[header.offsets_at:]))
+    code, errors = validate(tmp_path, {"train": train})
+    assert code == 2, errors
+    assert f"train-00000.idx: the index header's field '{field}' is {json.dumps(value)}" in errors
+    assert "pack the data again (python -m container.data pack --format indexed)" in errors
+
+
+def test_tokens_without_their_index_are_a_validation_error(tmp_path):
+    train = shards(tmp_path / "train", shard_tokens=20)
+    assert validate(tmp_path, {"train": train})[0] == 0  # the control: both shards whole
+    (train / "train-00001.idx").unlink()
+    code, errors = validate(tmp_path, {"train": train})
+    assert code == 2 and "train-00001.bin: no index: train-00001.idx is missing beside it" in errors, errors
