@@ -47,6 +47,8 @@ def check_data_order(ctx) -> list[Issue]:
                             "set dataset_type: chat, or drop truncation_mode"))
     try:
         mixture = data_order.parse_mixture(hp.data_mixture)
+        if mixture:  # the job's rule (container.data.order.Mixture), before its instances start
+            data_order.round_slots([w for _, w in mixture], [name for name, _ in mixture])
     except data_order.MixtureError as exc:
         return [*issues, Issue(f"{HP}.data_mixture", hp.data_mixture, exc.problem, exc.fix)]
     if mixture and dataset_type != data_order.INDEXED:

@@ -273,6 +273,18 @@ def test_a_mixture_keeps_its_proportions_and_each_sets_order():
         Mixture([1.0, 0.0])
 
 
+def test_weights_near_the_float_maximum_mix_as_small_ones_do():
+    """1e308 + 1e308 overflows a float: the shares must come out of the weights' ratios."""
+    control = Mixture([1.0, 1.0])
+    huge = Mixture([1e308, 1e308])
+    data_sets, ks = huge.locate(np.arange(5000))
+    assert np.bincount(data_sets).tolist() == [2500, 2500]
+    for d in range(2):  # every sample a new row of its set
+        assert ks[data_sets == d].tolist() == list(range(2500))
+    assert huge.layout.tolist() == control.layout.tolist()
+    assert Mixture([3e307, 1e308]).slots.tolist() == Mixture([0.3, 1.0]).slots.tolist() == [231, 769]
+
+
 def test_every_row_once_an_epoch_in_a_new_order_each_epoch(tmp_path):
     directory = shards(tmp_path, random_documents(120, seed=2))
     source = IndexedSource([Channel("train", directory)], 8, 256, seed=11, shuffle=True)

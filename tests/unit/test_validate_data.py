@@ -60,3 +60,24 @@ def test_tokens_without_their_index_are_a_validation_error(tmp_path):
     (train / "train-00001.idx").unlink()
     code, errors = validate(tmp_path, {"train": train})
     assert code == 2 and "train-00001.bin: no index: train-00001.idx is missing beside it" in errors, errors
+
+
+# --- data_mixture -----------------------------------------------------------------------------------
+
+def test_a_mixture_whose_channel_gets_no_sample_is_a_validation_error(tmp_path):
+    inputs = {name: shards(tmp_path / name) for name in ("train", "web")}
+    code, errors = validate(tmp_path, inputs, data_mixture="train:1,web:0.001")  # the control: 1 sample a round
+    assert code == 0, errors
+    code, errors = validate(tmp_path, inputs, data_mixture="train:1,web:0.0001")
+    assert code == 2, errors
+    assert "hyperparameters.data_mixture" in errors and "the weight of web, 0.0001" in errors
+    assert "less than 1/1000: it would get no sample in a round of 1000" in errors
+
+
+def test_a_mixture_of_weights_near_the_float_maximum_is_shared_by_their_ratio(tmp_path):
+    """1e308 + 1.5e308 overflows a float: before, every share was 0 (train:0,web:0)."""
+    inputs = {name: shards(tmp_path / name) for name in ("train", "web")}
+    for mixture in ("train:2,web:3", "train:1e308,web:1.5e308"):  # the control, and the same ratio near the maximum
+        assert validate(tmp_path, inputs, data_mixture=mixture)[0] == 0
+        result = CliRunner().invoke(main, ["validate", str(tmp_path / "job.yaml")])
+        assert "indexed, shuffled with seed 12345, mixture train:0.4,web:0.6" in result.stdout, result.stdout
