@@ -2,13 +2,14 @@
 settings (shuffle, data_mixture: launcher.config.data_order) against the data's format and the
 job's channels, and the channels on this machine (local paths) against the run: a JSON Lines
 channel's block length, an indexed channel's shards (complete, of the model's vocabulary, at
-least one row), a chat channel's first record (its shape, and a chat template in the model's
-tokenizer where the records need one and the tokenizer is a local directory). S3 channels are the
-container's to check, before training.
+least one row), a chat channel's every record (its shape and roles, and a chat template in the
+model's tokenizer where the records need one and the tokenizer is a local directory). S3
+channels are the container's to check, before training.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from launcher.config import data_order
@@ -17,7 +18,14 @@ from launcher.config.job import JobConfig
 from launcher.config.job_rules import resolve_path
 from launcher.config.models import ModelSpec
 from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
-from launcher.wire.chat_records import TEXT, ChatRecordError, first_record, has_chat_template, record_shape
+from launcher.wire.chat_records import (
+    TEXT,
+    ChatRecordError,
+    chat_files,
+    has_chat_template,
+    read_records,
+    record_shape,
+)
 from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
 from launcher.wire.token_shards import ShardError, read_header, shard_indexes, tokenizer_identity, unindexed_tokens
 
@@ -107,27 +115,50 @@ def _block_issues(name: str, path: Path, seq: int, seq_given: bool) -> list[Issu
 
 
 def _chat_issues(hp, name: str, path: Path, base_dir: Path) -> list[Issue]:
-    """A chat channel's first record: a fine-tuning example (launcher.wire.chat_records); and where
-    it is given as messages, a chat template in the model's tokenizer, when that is a local
-    directory (transformers is not imported here: the template is looked for in the files)."""
+    """Every record of a chat channel: a fine-tuning example (launcher.wire.chat_records, the
+    check the job applies to each record); and where some are given as messages, a chat template
+    in the model's tokenizer, when that is a local directory (transformers is not imported here:
+    the template is looked for in the files)."""
     field = f"inputs.{name}"
-    found = first_record(path)
-    if found is None:
-        return []  # no readable record: the container says what is wrong, by line
-    where, record = found
+    fix = "make every record one fine-tuning example (docs/data.md, \"Chat and instruction fine-tuning\")"
     try:
-        shape = record_shape(record, where)
-    except ChatRecordError as exc:
-        return [Issue(field, str(path), str(exc), "make every record one fine-tuning example (docs/data.md, "
-                                                  "\"Chat and instruction fine-tuning\")")]
+        files = [f for f in chat_files(path) if _readable_here(f)]
+    except FileNotFoundError:
+        return []  # the path rules report a missing channel
+    failures, records, templated = [], 0, None
+    try:
+        for where, record in read_records(files):
+            records += 1
+            try:
+                shape = record_shape(record, where)
+            except ChatRecordError as exc:
+                failures.append(exc)
+                continue
+            if shape != TEXT and templated is None:
+                templated = (shape, where)
+    except ChatRecordError as exc:  # a line that is not JSON: the file's later records are not read
+        failures.append(exc)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        return [Issue(field, str(path), f"cannot be read ({exc})", "give UTF-8 JSON Lines (gzipped or not) or "
+                                                                    "Parquet files")]
+    if failures:
+        more = f" ({len(failures):,} of its {records:,} records fail; the first is shown)" if len(failures) > 1 else ""
+        return [Issue(field, str(path), f"{failures[0]}{more}", fix)]
     directory = _local_tokenizer_dir(hp, base_dir)
-    if shape == TEXT or directory is None or has_chat_template(directory) is not False:
+    if templated is None or directory is None or has_chat_template(directory) is not False:
         return []
+    shape, where = templated
     return [Issue(field, str(path),
                   f"holds {shape} examples ({where}), which the chat template renders, and the tokenizer in "
                   f"{directory} has none (no chat_template in tokenizer_config.json, no chat_template.jinja)",
                   "use the tokenizer of a chat/instruct model (hyperparameters.tokenizer), or give plain-text prompt "
                   "and completion strings")]
+
+
+def _readable_here(file: Path) -> bool:
+    """Parquet files need pyarrow, which the job may have where this machine does not: those are
+    then the job's to check."""
+    return not file.name.endswith(".parquet") or importlib.util.find_spec("pyarrow") is not None
 
 
 def _local_tokenizer_dir(hp, base_dir: Path) -> Path | None:

@@ -81,3 +81,33 @@ def test_a_mixture_of_weights_near_the_float_maximum_is_shared_by_their_ratio(tm
         assert validate(tmp_path, inputs, data_mixture=mixture)[0] == 0
         result = CliRunner().invoke(main, ["validate", str(tmp_path / "job.yaml")])
         assert "indexed, shuffled with seed 12345, mixture train:0.4,web:0.6" in result.stdout, result.stdout
+
+
+# --- chat channels --------------------------------------------------------------------------------
+
+USER, ANSWER = {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}
+
+
+def chat_lines(directory: Path, records) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return directory
+
+
+@pytest.mark.parametrize(("bad", "words"), [
+    ({"messages": [USER]}, "a.jsonl:37: messages has no assistant turn"),
+    ({"messages": [{"role": "tool", "content": "{}"}, ANSWER]}, "a.jsonl:37: messages[0].role is 'tool'"),
+    ({"prompt": "a"}, "a.jsonl:37: has prompt but no completion"),
+])
+def test_every_record_of_a_local_chat_channel_is_checked_and_named_in_the_users_file(tmp_path, bad, words):
+    """The job checks every record after its instances start; validate does it first, naming the
+    user's file (the job's is a copy in its job directory)."""
+    hp = {"dataset_type": "chat", "max_context_width": 64, "tokenizer": "org/tokenizer"}
+    good = chat_lines(tmp_path / "good", [{"messages": [USER, ANSWER]}] * 60)
+    assert validate(tmp_path, {"train": good}, **hp)[0] == 0  # the control
+    records = [{"messages": [USER, ANSWER]}] * 36 + [bad] + [{"messages": [USER, ANSWER]}] * 20 + [bad]
+    channel = chat_lines(tmp_path / "user data", records)
+    code, errors = validate(tmp_path, {"train": channel}, **hp)
+    assert code == 2, errors
+    assert f"inputs.train = \"{channel}\": {channel / words}" in errors
+    assert "(2 of its 58 records fail; the first is shown)" in errors
