@@ -27,7 +27,14 @@ from launcher.wire.chat_records import (
     record_shape,
 )
 from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
-from launcher.wire.token_shards import ShardError, read_header, shard_indexes, tokenizer_identity, unindexed_tokens
+from launcher.wire.token_shards import (
+    ShardError,
+    read_header,
+    shard_indexes,
+    tokenizer_identity,
+    tokenizer_json_vocabulary,
+    unindexed_tokens,
+)
 
 HP = "hyperparameters"
 _INDEXED_FIX = "pack the data with python -m container.data pack --format indexed and set dataset_type: indexed"
@@ -171,6 +178,31 @@ def _local_tokenizer_dir(hp, base_dir: Path) -> Path | None:
         if value:
             return None  # the tokenizer is named, elsewhere (a Hub id, S3, a channel): the container checks it
     return None
+
+
+def tokenizer_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issue]:
+    """The job's tokenizer (`tokenizer`, else the pretrained model's), where it is a local
+    directory with a tokenizer.json, against the model's vocabulary: an id it gives that the model
+    has no row for fails the job at that token (chat examples), or ships a tokenizer the exported
+    model cannot take."""
+    hp = job.hyperparameters
+    key = next((k for k in ("tokenizer", "hf_pretrained_model_name_or_dir") if getattr(hp, k)), None)
+    if key is None or getattr(hp, key).startswith("s3://"):
+        return []
+    value = getattr(hp, key)
+    tokenizer_json = resolve_path(base_dir, value) / "tokenizer.json"
+    try:
+        ids = tokenizer_json_vocabulary(tokenizer_json).values() if tokenizer_json.is_file() else ()
+        size = max(map(int, ids), default=-1) + 1  # the ids it can give: its vocabulary and added tokens
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, IndexError):
+        return []  # not a tokenizer.json this machine can read: the job loads it with transformers, and says
+    if size <= spec.vocab_size:
+        return []
+    return [Issue(f"{HP}.{key}", value,
+                  f"its tokenizer ({tokenizer_json}) has {size:,} tokens (its vocabulary and added tokens: ids 0 to "
+                  f"{size - 1:,}), more than {spec.name}'s vocabulary of {spec.vocab_size:,}: the job fails at the "
+                  "first token past it",
+                  f"use the model's own tokenizer, or a model whose vocabulary holds it (vocab_size: {size} or more)")]
 
 
 def _local_tokenizer(hp, base_dir: Path) -> dict | None:

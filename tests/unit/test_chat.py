@@ -397,7 +397,9 @@ def run_validate(tmp_path: Path, train: Path, **hyperparameters):
     from launcher.cli.app import main
     from tests.support.cli import ROOT
 
-    hp = {"model_preset": "llama3-tiny", "max_context_width": 64, "dataset_type": "chat", **hyperparameters}
+    # llama3-tiny with the tiny tokenizer's vocabulary (VOCAB: 315 tokens with the chat ones)
+    hp = {"model_preset": "llama3-tiny", "vocab_size": VOCAB, "max_context_width": 64, "dataset_type": "chat",
+          **hyperparameters}
     job = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
            "instance_count": 1, "processes_per_host": 1, "inputs": {"train": str(train)}, "hyperparameters": hp}
     path = tmp_path / "job.yaml"

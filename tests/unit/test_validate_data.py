@@ -111,3 +111,21 @@ def test_every_record_of_a_local_chat_channel_is_checked_and_named_in_the_users_
     assert code == 2, errors
     assert f"inputs.train = \"{channel}\": {channel / words}" in errors
     assert "(2 of its 58 records fail; the first is shown)" in errors
+
+
+# --- the tokenizer against the model --------------------------------------------------------------
+
+@pytest.mark.usefixtures("no_network")
+def test_a_tokenizer_with_more_tokens_than_the_models_vocabulary_is_a_validation_error(tmp_path):
+    from tests.support.hf_models import save_chat_tokenizer
+
+    tokenizer = tmp_path / "tokenizer"
+    size = len(save_chat_tokenizer(tokenizer))  # 312 + 3 chat tokens, more than llama3-tiny's 256
+    channel = chat_lines(tmp_path / "chat", [{"messages": [USER, ANSWER]}])
+    hp = {"dataset_type": "chat", "max_context_width": 64, "tokenizer": str(tokenizer)}
+    assert validate(tmp_path, {"train": channel}, **hp, vocab_size=size)[0] == 0  # the control: it fits
+    code, errors = validate(tmp_path, {"train": channel}, **hp)
+    assert code == 2, errors
+    assert f"hyperparameters.tokenizer = \"{tokenizer}\": its tokenizer ({tokenizer / 'tokenizer.json'}) has " \
+           f"{size} tokens" in errors
+    assert "more than llama3-tiny's vocabulary of 256" in errors and f"vocab_size: {size} or more" in errors
