@@ -26,7 +26,13 @@ from launcher.wire.chat_records import (
     read_records,
     record_shape,
 )
-from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
+from launcher.wire.datafiles import (
+    TRAIN_CHANNELS,
+    VALIDATION_CHANNELS,
+    first_block_length,
+    first_record,
+    refused_field,
+)
 from launcher.wire.token_shards import (
     ShardError,
     read_header,
@@ -106,11 +112,16 @@ def channel_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issu
 
 
 def _block_issues(name: str, path: Path, seq: int, seq_given: bool) -> list[Issue]:
-    """The first record's length against max_context_width (the runtime would stop at it after the
-    instances started); a channel of indexed shards read as JSON Lines."""
+    """The first record's fields (the job refuses some by name: chat records, per-token weights)
+    and length against max_context_width (the runtime would stop at either after the instances
+    started); a channel of indexed shards read as JSON Lines."""
     if shard_indexes(path) and not first_block_length(path):
         return [Issue(f"{HP}.dataset_type", "jsonl", f"channel {name!r} holds indexed token shards ({path})",
                       "set dataset_type: indexed")]
+    first = first_record(path)
+    refused = refused_field(first[1], first[0]) if first and isinstance(first[1], dict) else None
+    if refused:
+        return [Issue(f"inputs.{name}", str(path), *refused)]
     found = first_block_length(path)
     if found is None or found[1] == seq:
         return []

@@ -363,11 +363,20 @@ def test_chat_needs_a_tokenizer(tmp_path):
         loader(path, None)
 
 
-def test_a_json_lines_token_channel_refuses_chat_records_and_names_the_fix(tmp_path):
-    path = write_jsonl(tmp_path / "a.jsonl", [{"input_ids": [1, 2, 3, 4], "messages": [USER, ANSWER]}])
-    with pytest.raises(ValueError, match="field 'messages' changes how the record trains .* set dataset_type: chat"):
-        build_dataloader(dataset_type="jsonl", path=path, seq_len=4, micro_batch_size=1, dp_rank=0, dp_size=1,
-                         vocab_size=VOCAB).next_batch()
+@pytest.mark.parametrize("record", [{"input_ids": [1, 2, 3, 4], "messages": [USER, ANSWER]},
+                                    {"messages": [USER, ANSWER]}, {"prompt": "a", "completion": "b"}])
+def test_a_json_lines_token_channel_refuses_chat_records_and_names_the_fix(tmp_path, record):
+    """docs/data.md promises the error says to set dataset_type: chat, also for a chat record
+    without input_ids (which used to fail as 'expected ... an integer list input_ids')."""
+    def first_batch(path):
+        return build_dataloader(dataset_type="jsonl", path=path, seq_len=4, micro_batch_size=1, dp_rank=0,
+                                dp_size=1, vocab_size=VOCAB).next_batch()
+
+    assert first_batch(write_jsonl(tmp_path / "ok.jsonl", [{"input_ids": [1, 2, 3, 4]}]))["input_ids"].shape == (1, 4)
+    path = write_jsonl(tmp_path / "a.jsonl", [record])
+    with pytest.raises(ValueError, match="a.jsonl:1: field '(messages|prompt)' changes how the record trains .* set "
+                                         "dataset_type: chat"):
+        first_batch(path)
 
 
 def test_shapes_of_records():

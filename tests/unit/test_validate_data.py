@@ -129,3 +129,18 @@ def test_a_tokenizer_with_more_tokens_than_the_models_vocabulary_is_a_validation
     assert f"hyperparameters.tokenizer = \"{tokenizer}\": its tokenizer ({tokenizer / 'tokenizer.json'}) has " \
            f"{size} tokens" in errors
     assert "more than llama3-tiny's vocabulary of 256" in errors and f"vocab_size: {size} or more" in errors
+
+
+# --- a JSON Lines token channel ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("record", [{"messages": [USER, ANSWER]}, {"prompt": "a", "completion": "b", "id": 3}])
+def test_chat_records_in_a_json_lines_channel_are_a_validation_error_that_names_dataset_type_chat(tmp_path, record):
+    hp = {"dataset_type": "jsonl", "max_context_width": 4}
+    tokens = chat_lines(tmp_path / "tokens", [{"input_ids": [1, 2, 3, 4]}])
+    assert validate(tmp_path, {"train": tokens}, **hp)[0] == 0  # the control
+    channel = chat_lines(tmp_path / "chat", [record])
+    code, errors = validate(tmp_path, {"train": channel}, **hp)
+    assert code == 2, errors
+    assert f"inputs.train = \"{channel}\": {channel / 'a.jsonl'}:1: field '{next(iter(record))}' changes how the " \
+           "record trains and is not read; chat and instruction records are tokenized" in errors
+    assert "set dataset_type: chat (docs/data.md)" in errors
