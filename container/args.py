@@ -17,9 +17,9 @@ from pathlib import Path
 
 from container.tensorboard import configured_local_path
 from launcher.config import TrainingHyperparameters
+from launcher.config.hyperparameters import DIRECTORY_ARGUMENTS as DIRECTORY_ARGS
 from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS
 
-DIRECTORY_ARGS = ("model_dir", "output_data_dir", "checkpoint_dir", "training_dir", "test_dir", "tensorboard_dir")
 OPT_ML = Path("/opt/ml")
 
 

@@ -28,6 +28,7 @@ from launcher.wire.token_shards import (
     encode_header,
     read_header,
     shard_indexes,
+    unindexed_tokens,
 )
 
 # 2^30 tokens: 2 GiB of uint16 a shard, a size object stores and file systems move well.
@@ -150,6 +151,9 @@ class TokenStream:
 
     def __init__(self, path: str | Path | Sequence[Path]):
         paths = [path] if isinstance(path, (str, Path)) else list(path)
+        unread = [error for p in paths for error in unindexed_tokens(p)]
+        if unread:
+            raise unread[0]
         indexes = [idx for p in paths for idx in shard_indexes(p)]
         if not indexes:
             raise FileNotFoundError(f"{', '.join(map(str, paths))}: no indexed token shards (*{IDX_SUFFIX})")

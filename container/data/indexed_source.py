@@ -48,7 +48,8 @@ class IndexedSource:
         for channel, stream in zip(self.channels, self.streams):
             self._check(channel, stream)
         self.rows = [stream.rows(seq_len) for stream in self.streams]
-        self.mixture = Mixture([c.weight for c in self.channels]) if len(self.channels) > 1 else None
+        self.mixture = (Mixture([c.weight for c in self.channels], names=[c.name for c in self.channels])
+                        if len(self.channels) > 1 else None)
         self._permutations: dict[tuple[int, int], Permutation] = {}
 
     def _check(self, channel: Channel, stream: TokenStream) -> None:

@@ -22,8 +22,8 @@ masking on (the default; hyperparameter document_masking=0 turns it off), its ba
 `positions` (RoPE positions restarting at each document) and `documents` (each token's document
 in the row, for the attention mask), and the last token of a document predicts nothing: a packed
 row then trains exactly as its documents alone. Every field of a record is used, refused or
-ignored by name (`USED_FIELDS`, `REFUSED_FIELDS`): one that would change how a record trains is
-never skipped quietly.
+ignored by name (launcher.wire.datafiles' `USED_FIELDS`, `REFUSED_FIELDS`): one that would
+change how a record trains is never skipped quietly.
 
 Data sets are made by container.data.packing (`pack`, the seed's `group_texts`), also as
 
@@ -44,27 +44,8 @@ from container.data.chat_source import ChatSource
 from container.data.indexed_source import Channel, IndexedSource
 from container.data.rows import IGNORE_INDEX, EndOfData, shift_labels, within_documents
 from launcher.wire.chat_records import chat_files
-from launcher.wire.datafiles import data_files, open_text
+from launcher.wire.datafiles import USED_FIELDS, data_files, open_text, refused_field
 from launcher.wire.token_shards import is_indexed
-
-# What a record's fields do. Used: read as described above. Refused: they change how a record
-# trains and are not read here (the message says what to give instead). Any other field is
-# metadata (text, id, source, ...): ignored, and listed once in the job log (`ignored_fields`).
-USED_FIELDS = ("input_ids", "labels", "attention_mask", "position_ids")
-_AS_POSITION_IDS = ("give position_ids restarting at 0 at each document (Hugging Face's "
-                    "DataCollatorWithFlattening convention) instead")
-_CHAT = ("chat and instruction records are tokenized with the model's chat template, which JSON Lines token "
-         "channels (dataset_type jsonl) do not do: set dataset_type: chat (docs/data.md), or give input_ids and "
-         "labels (-100 where no loss applies)")
-REFUSED_FIELDS = {
-    **{name: _AS_POSITION_IDS for name in ("cu_seqlens", "cu_seq_lens_q", "cu_seq_lens_k", "seq_lens",
-                                           "seq_idx", "document_ids", "segment_ids", "sequence_ids")},
-    "token_type_ids": "Llama models have no token types: drop the field",
-    **{name: "per-token loss weights are not read: give labels with -100 where no loss applies"
-       for name in ("loss_weight", "loss_weights", "loss_mask", "weight", "weights", "sample_weight",
-                    "completion_mask", "assistant_masks")},
-    **{name: _CHAT for name in ("messages", "prompt", "completion", "conversations")},
-}
 
 
 class JsonlSource:
@@ -148,12 +129,17 @@ class JsonlSource:
 
     def _parse(self, path: Path, lineno: int, line: str) -> dict[str, torch.Tensor]:
         where = f"{path}:{lineno}"
+        expected = f"{where}: expected a JSON object with an integer list 'input_ids'"
         try:
             record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{expected} ({e})") from e
+        if isinstance(record, dict):  # first: a refused field says what the record is (chat: dataset_type chat)
+            self._check_fields(record, where)
+        try:
             ids = torch.tensor(record["input_ids"], dtype=torch.long)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{where}: expected a JSON object with an integer list 'input_ids' ({e})") from e
-        self._check_fields(record, where)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{expected} ({e})") from e
         if ids.ndim != 1 or len(ids) != self.seq_len:
             raise ValueError(
                 f"{where}: input_ids has {len(ids) if ids.ndim == 1 else tuple(ids.shape)} tokens, "
@@ -185,13 +171,12 @@ class JsonlSource:
         return out
 
     def _check_fields(self, record: dict, where: str) -> None:
+        refused = refused_field(record, where)
+        if refused:
+            raise ValueError(": ".join(refused))
         for name in record:
-            if name in USED_FIELDS:
-                continue
-            if name in REFUSED_FIELDS:
-                raise ValueError(f"{where}: field {name!r} changes how the record trains and is not read: "
-                                 f"{REFUSED_FIELDS[name]}")
-            self.ignored_fields.setdefault(name, where)
+            if name not in USED_FIELDS:
+                self.ignored_fields.setdefault(name, where)
 
 
 def _positions(value, length: int, where: str) -> torch.Tensor:

@@ -12,9 +12,10 @@ it exactly.
   memory is a few integers, not an n-long array (Megatron's shuffle index of a 10^9-sample
   corpus is 8 GB).
 - `Mixture(weights)`: rounds of ROUND slots; data set d takes slots_d of each round (its weight's
-  share, rounded by largest remainder), spread through the round by smooth weighted round-robin
-  (each slot goes to the set furthest behind its share), the same layout every round. Global
-  sample g is then sample k of data set d, with d and k from g's round and slot: O(1).
+  share, rounded by largest remainder: launcher.config.data_order.round_slots), spread through
+  the round by smooth weighted round-robin (each slot goes to the set furthest behind its
+  share), the same layout every round. Global sample g is then sample k of data set d, with d
+  and k from g's round and slot: O(1).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from launcher.config.data_order import ROUND, round_slots
+
 _MASK64 = (1 << 64) - 1
-ROUND = 1000  # a mixture's proportions are exact over every ROUND consecutive samples
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -73,18 +75,11 @@ class Permutation:
 class Mixture:
     """Data sets mixed by weight: `locate(g)` -> (data set, its sample index) for global samples g."""
 
-    def __init__(self, weights: Sequence[float], round_size: int = ROUND):
+    def __init__(self, weights: Sequence[float], round_size: int = ROUND, names: Sequence[str] | None = None):
         weights = [float(w) for w in weights]
-        if not weights or any(not w > 0 for w in weights):
-            raise ValueError(f"mixture weights must be positive numbers, not {weights}")
-        shares = [w / sum(weights) * round_size for w in weights]
-        slots = [int(s) for s in shares]
-        for d in sorted(range(len(shares)), key=lambda d: shares[d] - slots[d], reverse=True)[:round_size - sum(slots)]:
-            slots[d] += 1  # largest remainder
-        if min(slots) == 0:
-            d = slots.index(0)
-            raise ValueError(f"weight {weights[d]} is less than 1/{round_size} of the mixture's total: a data set "
-                             f"that small gets no sample in a round of {round_size}; raise it or leave the set out")
+        if not weights or any(not (0 < w < float("inf")) for w in weights):
+            raise ValueError(f"mixture weights must be positive finite numbers, not {weights}")
+        slots = round_slots(weights, names, round_size)
         self.slots = np.array(slots, dtype=np.int64)
         self.round_size = round_size
         layout, credit = [], [0] * len(slots)

@@ -60,6 +60,17 @@ def _equivalent(name: str, why: str) -> Argument:
     return Argument(name, "equivalent", why)
 
 
+SEED_END = 2**63  # seeds are 0 <= seed < SEED_END
+
+
+def _seed(value: Any) -> bool:
+    try:
+        seed = int(str(value).strip())  # the toolkit passes it as text
+    except ValueError:
+        return True  # not a whole number: the typed field's error
+    return 0 <= seed < SEED_END
+
+
 _MODEL = "launcher/config/model_resolution.py (MODEL_TYPES) -> container/models"
 _GPT2_DROPOUT = ("AWS's script sets it on gpt2 only; its GPT-NeoX, Llama, Mistral and Mixtral configs train "
                  "without dropout, as smlaunch's models do")
@@ -73,7 +84,10 @@ ARGUMENTS: tuple[Argument, ...] = (
              "rename it max_steps"),
     _equivalent("epochs", "AWS's script declares it and never reads it: both train max_steps steps, starting "
                           "another pass over the data when one ends"),
-    _implemented("seed", "launcher/config/run_settings.py: initialisation, synthetic data, shuffles"),
+    Argument("seed", "values", "launcher/config/run_settings.py: initialisation, synthetic data, shuffles, with "
+                               "seeds 0 to 2^63 - 1 (torch holds a seed in a signed 64-bit integer, numpy's "
+                               "generators take none below 0)",
+             f"use a seed from 0 to {SEED_END - 1} (2^63 - 1)", _seed),
     _equivalent("same_seed", "AWS's script declares it and never reads it"),
     _implemented("bf16", "launcher/config/run_settings.py; FSDP2's mixed precision"),
     _implemented("fp8", "container/fp8.py"),

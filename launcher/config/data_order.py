@@ -8,13 +8,16 @@ runtime read the same rules; the order itself is container.data.order).
   `--format indexed` to shuffle).
 - `data_mixture: "web:0.7,code:0.2,books:0.1"`: train on several indexed channels (the job's
   input channels of those names) with these weights, normalised (Megatron's data blend,
-  torchtitan's dataset mix); without it, the `train` channel alone.
+  torchtitan's dataset mix); without it, the `train` channel alone. Every ROUND consecutive
+  samples hold each channel's share of them (`round_slots`, which container.data.order lays out),
+  so a channel whose share rounds to none is an error, at validation and in the job.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 INDEXED = "indexed"
 CHAT = "chat"
@@ -23,6 +26,7 @@ DATASET_TYPES = ("jsonl", INDEXED, CHAT, "synthetic")
 SHUFFLED = (INDEXED, CHAT)  # the formats whose rows are found from a sample's index alone, so may be shuffled
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # SageMaker's channel names
 _FORMAT = '"channel:weight,channel:weight", e.g. "web:0.7,code:0.3"'
+ROUND = 1000  # a mixture's proportions are exact over every ROUND consecutive samples
 
 
 class MixtureError(ValueError):
@@ -58,6 +62,33 @@ def parse_mixture(text: str | None) -> tuple[tuple[str, float], ...]:
     return tuple(pairs)
 
 
+def shares(weights: Sequence[float]) -> list[float]:
+    """Positive finite weights as fractions of their total. They are scaled by a power of two
+    first, so that weights near the float maximum (1e308) do not sum to inf and every share to
+    0; a power of two scales exactly, so other weights get the shares they always had."""
+    exponent = math.frexp(max(weights))[1]
+    scaled = [math.ldexp(w, -exponent) for w in weights]
+    total = sum(scaled)
+    return [w / total for w in scaled]
+
+
+def round_slots(weights: Sequence[float], names: Sequence[str] | None = None, round_size: int = ROUND) -> list[int]:
+    """Each data set's samples in every round of `round_size`: its share, rounded by largest
+    remainder (they sum to round_size). A set whose share rounds to no sample would never be
+    read: MixtureError naming it (`names`, else its position)."""
+    exact = [share * round_size for share in shares(weights)]
+    slots = [int(x) for x in exact]
+    for d in sorted(range(len(exact)), key=lambda d: exact[d] - slots[d], reverse=True)[:round_size - sum(slots)]:
+        slots[d] += 1  # largest remainder
+    if min(slots) == 0:
+        d = slots.index(0)
+        name = names[d] if names is not None else f"data set {d}"
+        raise MixtureError(f"the weight of {name}, {weights[d]:g}, is {exact[d] / round_size:.2g} of the mixture's "
+                           f"total, less than 1/{round_size}: it would get no sample in a round of {round_size}",
+                           "raise its weight or leave the channel out")
+    return slots
+
+
 def describe(dataset_type: str, shuffle: bool, seed: int, mixture: tuple[tuple[str, float], ...],
              truncation_mode: str = "keep_start") -> str:
     """The sample stream a data position indexes (a resume must keep it: launcher.config.resume).
@@ -69,6 +100,6 @@ def describe(dataset_type: str, shuffle: bool, seed: int, mixture: tuple[tuple[s
         return dataset_type
     text = f"indexed, shuffled with seed {seed}" if shuffle else "indexed, in order"
     if mixture:
-        total = sum(w for _, w in mixture)
-        text += ", mixture " + ",".join(f"{name}:{weight / total:.6g}" for name, weight in mixture)
+        fractions = shares([w for _, w in mixture])
+        text += ", mixture " + ",".join(f"{name}:{share:.6g}" for (name, _), share in zip(mixture, fractions))
     return text

@@ -2,13 +2,14 @@
 settings (shuffle, data_mixture: launcher.config.data_order) against the data's format and the
 job's channels, and the channels on this machine (local paths) against the run: a JSON Lines
 channel's block length, an indexed channel's shards (complete, of the model's vocabulary, at
-least one row), a chat channel's first record (its shape, and a chat template in the model's
-tokenizer where the records need one and the tokenizer is a local directory). S3 channels are the
-container's to check, before training.
+least one row), a chat channel's every record (its shape and roles, and a chat template in the
+model's tokenizer where the records need one and the tokenizer is a local directory). S3
+channels are the container's to check, before training.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from launcher.config import data_order
@@ -17,9 +18,29 @@ from launcher.config.job import JobConfig
 from launcher.config.job_rules import resolve_path
 from launcher.config.models import ModelSpec
 from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
-from launcher.wire.chat_records import TEXT, ChatRecordError, first_record, has_chat_template, record_shape
-from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS, first_block_length
-from launcher.wire.token_shards import ShardError, read_header, shard_indexes, tokenizer_identity
+from launcher.wire.chat_records import (
+    TEXT,
+    ChatRecordError,
+    chat_files,
+    has_chat_template,
+    read_records,
+    record_shape,
+)
+from launcher.wire.datafiles import (
+    TRAIN_CHANNELS,
+    VALIDATION_CHANNELS,
+    first_block_length,
+    first_record,
+    refused_field,
+)
+from launcher.wire.token_shards import (
+    ShardError,
+    read_header,
+    shard_indexes,
+    tokenizer_identity,
+    tokenizer_json_vocabulary,
+    unindexed_tokens,
+)
 
 HP = "hyperparameters"
 _INDEXED_FIX = "pack the data with python -m container.data pack --format indexed and set dataset_type: indexed"
@@ -47,6 +68,8 @@ def check_data_order(ctx) -> list[Issue]:
                             "set dataset_type: chat, or drop truncation_mode"))
     try:
         mixture = data_order.parse_mixture(hp.data_mixture)
+        if mixture:  # the job's rule (container.data.order.Mixture), before its instances start
+            data_order.round_slots([w for _, w in mixture], [name for name, _ in mixture])
     except data_order.MixtureError as exc:
         return [*issues, Issue(f"{HP}.data_mixture", hp.data_mixture, exc.problem, exc.fix)]
     if mixture and dataset_type != data_order.INDEXED:
@@ -89,11 +112,16 @@ def channel_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issu
 
 
 def _block_issues(name: str, path: Path, seq: int, seq_given: bool) -> list[Issue]:
-    """The first record's length against max_context_width (the runtime would stop at it after the
-    instances started); a channel of indexed shards read as JSON Lines."""
+    """The first record's fields (the job refuses some by name: chat records, per-token weights)
+    and length against max_context_width (the runtime would stop at either after the instances
+    started); a channel of indexed shards read as JSON Lines."""
     if shard_indexes(path) and not first_block_length(path):
         return [Issue(f"{HP}.dataset_type", "jsonl", f"channel {name!r} holds indexed token shards ({path})",
                       "set dataset_type: indexed")]
+    first = first_record(path)
+    refused = refused_field(first[1], first[0]) if first and isinstance(first[1], dict) else None
+    if refused:
+        return [Issue(f"inputs.{name}", str(path), *refused)]
     found = first_block_length(path)
     if found is None or found[1] == seq:
         return []
@@ -105,27 +133,50 @@ def _block_issues(name: str, path: Path, seq: int, seq_given: bool) -> list[Issu
 
 
 def _chat_issues(hp, name: str, path: Path, base_dir: Path) -> list[Issue]:
-    """A chat channel's first record: a fine-tuning example (launcher.wire.chat_records); and where
-    it is given as messages, a chat template in the model's tokenizer, when that is a local
-    directory (transformers is not imported here: the template is looked for in the files)."""
+    """Every record of a chat channel: a fine-tuning example (launcher.wire.chat_records, the
+    check the job applies to each record); and where some are given as messages, a chat template
+    in the model's tokenizer, when that is a local directory (transformers is not imported here:
+    the template is looked for in the files)."""
     field = f"inputs.{name}"
-    found = first_record(path)
-    if found is None:
-        return []  # no readable record: the container says what is wrong, by line
-    where, record = found
+    fix = "make every record one fine-tuning example (docs/data.md, \"Chat and instruction fine-tuning\")"
     try:
-        shape = record_shape(record, where)
-    except ChatRecordError as exc:
-        return [Issue(field, str(path), str(exc), "make every record one fine-tuning example (docs/data.md, "
-                                                  "\"Chat and instruction fine-tuning\")")]
+        files = [f for f in chat_files(path) if _readable_here(f)]
+    except FileNotFoundError:
+        return []  # the path rules report a missing channel
+    failures, records, templated = [], 0, None
+    try:
+        for where, record in read_records(files):
+            records += 1
+            try:
+                shape = record_shape(record, where)
+            except ChatRecordError as exc:
+                failures.append(exc)
+                continue
+            if shape != TEXT and templated is None:
+                templated = (shape, where)
+    except ChatRecordError as exc:  # a line that is not JSON: the file's later records are not read
+        failures.append(exc)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        return [Issue(field, str(path), f"cannot be read ({exc})", "give UTF-8 JSON Lines (gzipped or not) or "
+                                                                    "Parquet files")]
+    if failures:
+        more = f" ({len(failures):,} of its {records:,} records fail; the first is shown)" if len(failures) > 1 else ""
+        return [Issue(field, str(path), f"{failures[0]}{more}", fix)]
     directory = _local_tokenizer_dir(hp, base_dir)
-    if shape == TEXT or directory is None or has_chat_template(directory) is not False:
+    if templated is None or directory is None or has_chat_template(directory) is not False:
         return []
+    shape, where = templated
     return [Issue(field, str(path),
                   f"holds {shape} examples ({where}), which the chat template renders, and the tokenizer in "
                   f"{directory} has none (no chat_template in tokenizer_config.json, no chat_template.jinja)",
                   "use the tokenizer of a chat/instruct model (hyperparameters.tokenizer), or give plain-text prompt "
                   "and completion strings")]
+
+
+def _readable_here(file: Path) -> bool:
+    """Parquet files need pyarrow, which the job may have where this machine does not: those are
+    then the job's to check."""
+    return not file.name.endswith(".parquet") or importlib.util.find_spec("pyarrow") is not None
 
 
 def _local_tokenizer_dir(hp, base_dir: Path) -> Path | None:
@@ -138,6 +189,31 @@ def _local_tokenizer_dir(hp, base_dir: Path) -> Path | None:
         if value:
             return None  # the tokenizer is named, elsewhere (a Hub id, S3, a channel): the container checks it
     return None
+
+
+def tokenizer_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issue]:
+    """The job's tokenizer (`tokenizer`, else the pretrained model's), where it is a local
+    directory with a tokenizer.json, against the model's vocabulary: an id it gives that the model
+    has no row for fails the job at that token (chat examples), or ships a tokenizer the exported
+    model cannot take."""
+    hp = job.hyperparameters
+    key = next((k for k in ("tokenizer", "hf_pretrained_model_name_or_dir") if getattr(hp, k)), None)
+    if key is None or getattr(hp, key).startswith("s3://"):
+        return []
+    value = getattr(hp, key)
+    tokenizer_json = resolve_path(base_dir, value) / "tokenizer.json"
+    try:
+        ids = tokenizer_json_vocabulary(tokenizer_json).values() if tokenizer_json.is_file() else ()
+        size = max(map(int, ids), default=-1) + 1  # the ids it can give: its vocabulary and added tokens
+    except (OSError, ValueError, TypeError, AttributeError, KeyError, IndexError):
+        return []  # not a tokenizer.json this machine can read: the job loads it with transformers, and says
+    if size <= spec.vocab_size:
+        return []
+    return [Issue(f"{HP}.{key}", value,
+                  f"its tokenizer ({tokenizer_json}) has {size:,} tokens (its vocabulary and added tokens: ids 0 to "
+                  f"{size - 1:,}), more than {spec.name}'s vocabulary of {spec.vocab_size:,}: the job fails at the "
+                  "first token past it",
+                  f"use the model's own tokenizer, or a model whose vocabulary holds it (vocab_size: {size} or more)")]
 
 
 def _local_tokenizer(hp, base_dir: Path) -> dict | None:
@@ -155,16 +231,18 @@ def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dic
     """Every shard's header and sizes; its token ids against the model's vocabulary, its tokenizer
     against the model's (where this machine has it); one row at least."""
     field = f"inputs.{name}"
+    issues = [_shard_issue(field, error) for error in unindexed_tokens(path)]
     indexes = shard_indexes(path)
     if not indexes:
-        return [Issue(field, str(path), "holds no indexed token shards (*.idx and *.bin), and dataset_type is "
-                                        "indexed", "pack them with --format indexed, or set dataset_type: jsonl")]
-    tokens, issues = 0, []
+        return issues or [Issue(field, str(path), "holds no indexed token shards (*.idx and *.bin), and dataset_type "
+                                                  "is indexed", "pack them with --format indexed, or set dataset_type: "
+                                                  "jsonl")]
+    tokens = 0
     for idx in indexes:
         try:
             header = read_header(idx)
         except ShardError as exc:
-            issues.append(Issue(field, str(exc.path), f"{exc.path.name}: {exc.problem}", exc.fix))
+            issues.append(_shard_issue(field, exc))
             continue
         tokens += header.tokens
         packed = header.tokenizer.get("vocabulary_sha256")
@@ -181,3 +259,7 @@ def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dic
         issues.append(Issue(field, str(path), f"holds {tokens:,} tokens, fewer than one row of "
                                               f"max_context_width={seq}", "give it more data or a shorter row"))
     return issues
+
+
+def _shard_issue(field: str, error: ShardError) -> Issue:
+    return Issue(field, str(error.path), f"{error.path.name}: {error.problem}", error.fix)

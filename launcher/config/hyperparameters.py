@@ -31,6 +31,9 @@ SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_s
 # Long enough for rank 0 to load a large pretrained model while the others wait; short enough
 # that a rank left alone in a collective fails within minutes, not torch's 30 (gloo).
 COLLECTIVE_TIMEOUT_DEFAULT_S = 600
+# The directories smlaunch's train.py takes as arguments besides its hyperparameters (container/args.py).
+DIRECTORY_ARGUMENTS = ("model_dir", "output_data_dir", "checkpoint_dir", "training_dir", "test_dir",
+                       "tensorboard_dir")
 # Choices smlaunch's train.py makes; a user script may mean anything by these keys (job_kind.py).
 RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activation_checkpointing_mode",
                    "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",

@@ -12,7 +12,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from launcher.config import aws_arguments
-from launcher.config.hyperparameters import TrainingHyperparameters
+from launcher.config.hyperparameters import DIRECTORY_ARGUMENTS, TrainingHyperparameters
 from launcher.config.images import ImageResolutionError, ecr_region, job_image_choice
 from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
@@ -152,21 +152,24 @@ def entry_point_file(entry_point: str, source_dir: str | None, base: Path) -> Pa
 
 
 def check_hyperparameters(ctx: Context) -> list[Issue]:
-    """smlaunch's train.py: near-misses of its names, its presets, AWS's script's arguments it does
-    not do (aws_arguments.py). A user script's names are its own."""
+    """smlaunch's train.py: names it does not know (each does nothing there: a warning, with the
+    known name it is closest to), its presets, AWS's script's arguments it does not do
+    (aws_arguments.py). A user script's names are its own."""
     hp = ctx.hp
     if not ctx.runtime:
         return []
     issues = aws_arguments.runtime_issues(hp)
     known = TrainingHyperparameters.model_fields
     for key in hp.extra_keys:
-        if key in aws_arguments.BY_NAME:  # AWS's script's: done, or refused above
+        if key in aws_arguments.BY_NAME or key in DIRECTORY_ARGUMENTS:  # train.py's too (AWS's: done, or refused)
             continue
         hint = did_you_mean(key, known, n=1)
-        if hint.startswith("did you mean"):
-            issues.append(Issue(f"{HP}.{key}", (hp.model_extra or {})[key],
-                                "not a hyperparameter smlaunch knows; passed to the script as is",
-                                hint, "warning"))
+        issues.append(Issue(f"{HP}.{key}", (hp.model_extra or {})[key],
+                            "not a hyperparameter smlaunch's train.py knows: it is passed to the script, which "
+                            "does nothing with it",
+                            hint if hint.startswith("did you mean") else
+                            "remove it; `smlaunch schema` lists the hyperparameters train.py takes (a script of "
+                            "your own as entry_point reads its own)", "warning"))
     if hp.model_preset and hp.model_preset not in PRESETS:
         issues.append(Issue(f"{HP}.model_preset", hp.model_preset, "unknown model preset",
                             did_you_mean(hp.model_preset, PRESETS)))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 # Imports inside functions: huggingface_hub loads only for a model named on the Hub.
-from launcher.config.data_rules import channel_issues
+from launcher.config.data_rules import channel_issues, tokenizer_issues
 from launcher.config.hf_config import WEIGHT_FILES, hf_config
 from launcher.config.issues import Issue
 from launcher.config.job import JobConfig
@@ -117,4 +117,6 @@ def _hub_config(job: JobConfig, source: ModelSource, trainer: bool) -> _Config:
 
 def _trainer_issues(job: JobConfig, base_dir: Path, resolution: ModelResolution, deferred: bool) -> list[Issue]:
     issues = trainable_issues(job.hyperparameters, resolution, deferred)
-    return issues + channel_issues(job, base_dir, resolution.spec) if resolution.spec is not None else issues
+    if resolution.spec is None:
+        return issues
+    return issues + channel_issues(job, base_dir, resolution.spec) + tokenizer_issues(job, base_dir, resolution.spec)

@@ -174,7 +174,9 @@ def documents_attention(job: ValidatedJob, seq_len: int) -> tuple[float | None, 
         return None, None
     channels = job.config.channels()
     names = [name for name, _ in s.data_mixture] or [next((n for n in TRAIN_CHANNELS if n in channels), "train")]
-    weights = dict(s.data_mixture) or {names[0]: 1.0}
+    weights = {names[0]: 1.0}
+    if s.data_mixture:  # shares, not the weights: weights of 1e308 would sum to inf
+        weights = dict(zip(names, data_order.shares([w for _, w in s.data_mixture])))
     if documents_from.get() is not None:  # one local copy stands for the training data
         names, weights = [str(documents_from.get())], {str(documents_from.get()): 1.0}
     lengths = []

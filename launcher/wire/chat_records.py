@@ -102,15 +102,6 @@ def _without_nulls(value):
     return value
 
 
-def first_record(path: str | Path) -> tuple[str, object] | None:
-    """The first record of a channel, or None where it has none or cannot be read (the container
-    reports what is wrong with it, by line)."""
-    try:
-        return next(read_records(chat_files(path)[:1]), None)
-    except (OSError, ValueError, ImportError):
-        return None
-
-
 def record_shape(record: object, where: str) -> str:
     """MESSAGES, CONVERSATIONAL or TEXT; ChatRecordError naming the record when it is none of them
     or its turns cannot be trained (no assistant turn, an unknown role, content not a string)."""

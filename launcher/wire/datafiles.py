@@ -1,5 +1,6 @@
-"""Where a channel's training records are, and how long its blocks are (torch-free: the client
-checks local channels against max_context_width with it, the container reads the same files)."""
+"""Where a channel's training records are, what a JSON Lines record's fields do, and how long its
+blocks are (torch-free: the client checks local channels against the run with it, the container
+reads the same files by the same rules)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,26 @@ DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
 # The channels smlaunch's train.py reads, each under the names it accepts, first found wins.
 TRAIN_CHANNELS = ("train", "training")
 VALIDATION_CHANNELS = ("validation", "test")
+
+# What a JSON Lines record's fields do (docs/data.md). Used: read as container/data/loader.py
+# describes. Refused: they change how a record trains and are not read (the message says what to
+# give instead). Any other field is metadata (text, id, source, ...): ignored, and listed once in
+# the job log.
+USED_FIELDS = ("input_ids", "labels", "attention_mask", "position_ids")
+_AS_POSITION_IDS = ("give position_ids restarting at 0 at each document (Hugging Face's "
+                    "DataCollatorWithFlattening convention) instead")
+_CHAT = ("chat and instruction records are tokenized with the model's chat template, which JSON Lines token "
+         "channels (dataset_type jsonl) do not do: set dataset_type: chat (docs/data.md), or give input_ids and "
+         "labels (-100 where no loss applies)")
+REFUSED_FIELDS = {
+    **{name: _AS_POSITION_IDS for name in ("cu_seqlens", "cu_seq_lens_q", "cu_seq_lens_k", "seq_lens",
+                                           "seq_idx", "document_ids", "segment_ids", "sequence_ids")},
+    "token_type_ids": "Llama models have no token types: drop the field",
+    **{name: "per-token loss weights are not read: give labels with -100 where no loss applies"
+       for name in ("loss_weight", "loss_weights", "loss_mask", "weight", "weights", "sample_weight",
+                    "completion_mask", "assistant_masks")},
+    **{name: _CHAT for name in ("messages", "prompt", "completion", "conversations")},
+}
 
 
 def data_files(path: str | Path | Sequence[str | Path], suffixes: tuple[str, ...] = DATA_SUFFIXES) -> list[Path]:
@@ -40,14 +61,30 @@ def open_text(path: Path):
     return path.open(encoding="utf-8")
 
 
-def first_block_length(path: str | Path) -> tuple[Path, int] | None:
-    """(file, number of input_ids) of the first record under `path`; None when it has no
-    readable record (the container reports what is wrong with it, by line)."""
+def refused_field(record: dict, where: str) -> tuple[str, str] | None:
+    """(what is wrong, the fix) for a record's first refused field (REFUSED_FIELDS), naming the
+    record; None when it has none."""
+    name = next((name for name in record if name in REFUSED_FIELDS), None)
+    if name is None:
+        return None
+    return f"{where}: field {name!r} changes how the record trains and is not read", REFUSED_FIELDS[name]
+
+
+def first_record(path: str | Path) -> tuple[str, object] | None:
+    """(file:line, record) of the first record under `path`; None when it has no readable record
+    (the container reports what is wrong with it, by line)."""
     try:
         first = data_files(path)[0]
         with open_text(first) as f:
-            line = next((line for line in f if line.strip()), None)
-        ids = json.loads(line)["input_ids"] if line else None
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+            found = next(((n, line) for n, line in enumerate(f, 1) if line.strip()), None)
+        return (f"{first}:{found[0]}", json.loads(found[1])) if found else None
+    except (OSError, EOFError, ValueError, IndexError):
         return None
-    return (first, len(ids)) if isinstance(ids, list) else None
+
+
+def first_block_length(path: str | Path) -> tuple[str, int] | None:
+    """(file:line, number of input_ids) of the first record under `path`; None when it has no
+    readable record or that has no list of input_ids."""
+    found = first_record(path)
+    ids = found[1].get("input_ids") if found and isinstance(found[1], dict) else None
+    return (found[0], len(ids)) if isinstance(ids, list) else None

@@ -94,11 +94,15 @@ class ShardHeader:
 
 
 _REPACK = "pack the data again (python -m container.data pack --format indexed)"
+_REQUIRED = ("dtype", "documents", "tokens", "vocab_size", "max_token_id", "tokenizer")
+_COUNTS = ("documents", "tokens", "vocab_size", "max_token_id")  # whole numbers >= 0
+_SHA256_HEX = 64
 
 
 def read_header(idx: str | Path) -> ShardHeader:
-    """The header of one shard, checked against both files' sizes (a truncated or mismatched
-    shard is a ShardError naming the file), without reading the offsets or the tokens."""
+    """The header of one shard, every field of the type and range the format gives it and checked
+    against both files' sizes (a truncated, mismatched or hand-edited shard is a ShardError naming
+    the file and the field), without reading the offsets or the tokens."""
     idx = Path(idx)
     try:
         with idx.open("rb") as f:
@@ -113,11 +117,7 @@ def read_header(idx: str | Path) -> ShardHeader:
         fields = json.loads(raw) if len(raw) == length else None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ShardError(idx, f"the index header cannot be read ({exc})", _REPACK) from None
-    required = ("dtype", "documents", "tokens", "vocab_size", "max_token_id", "tokenizer")
-    if not isinstance(fields, dict) or any(key not in fields for key in required) or \
-            fields["dtype"] not in DTYPE_BYTES:
-        raise ShardError(idx, "the index header is truncated or incomplete", _REPACK)
-    header = ShardHeader(idx, _PREFIX.size + length, fields)
+    header = ShardHeader(idx, _PREFIX.size + length, _checked_fields(idx, fields))
     want_idx = header.offsets_at + 8 * (header.documents + 1)
     if os.path.getsize(idx) != want_idx:
         raise ShardError(idx, f"the index is {os.path.getsize(idx):,} bytes where its header's "
@@ -134,6 +134,55 @@ def read_header(idx: str | Path) -> ShardHeader:
     return header
 
 
+def _checked_fields(idx: Path, fields: object) -> dict:
+    """The header's fields as the module docstring gives them: every reader (validation, the
+    planner, the training job) may then use them without a type check of its own."""
+    if fields is None or (isinstance(fields, dict) and any(key not in fields for key in _REQUIRED)):
+        raise ShardError(idx, "the index header is truncated or incomplete", _REPACK)
+    if not isinstance(fields, dict):
+        raise ShardError(idx, f"the index header is a JSON {type(fields).__name__}, not an object", _REPACK)
+
+    def refuse(key: str, want: str, value: object = None) -> ShardError:
+        value = fields[key] if value is None else value
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return ShardError(idx, f"the index header's field {key!r} is {shown} ({_json_type(value)}), where the "
+                               f"format has {want}", _REPACK)
+
+    for key in _COUNTS:
+        if not _whole(fields[key]):
+            raise refuse(key, "a whole number >= 0")
+    if fields["dtype"] not in DTYPE_BYTES:
+        raise refuse("dtype", " or ".join(map(repr, DTYPE_BYTES)))
+    if not 1 <= fields["vocab_size"] <= 2 ** (8 * DTYPE_BYTES[fields["dtype"]]):
+        raise refuse("vocab_size", f"1 to {2 ** (8 * DTYPE_BYTES[fields['dtype']]):,} (the ids its dtype "
+                                   f"{fields['dtype']} holds)")
+    if fields["max_token_id"] >= fields["vocab_size"]:
+        raise refuse("max_token_id", f"an id below the header's vocab_size {fields['vocab_size']:,}")
+    tokenizer = fields["tokenizer"]
+    digest = tokenizer.get("vocabulary_sha256") if isinstance(tokenizer, dict) else None
+    if not isinstance(tokenizer, dict) or not isinstance(tokenizer.get("name"), str) or not (
+            digest is None or (isinstance(digest, str) and len(digest) == _SHA256_HEX)):
+        raise refuse("tokenizer", '{"name": a string, "vocabulary_sha256": 64 hex digits or null}')
+    lengths = fields.get("lengths", {"buckets": []})
+    buckets = lengths.get("buckets") if isinstance(lengths, dict) else None
+    if not isinstance(buckets, list) or not all(
+            isinstance(row, list) and len(row) == 4 and all(map(_whole, row)) and row[0] < 64 for row in buckets):
+        raise refuse("lengths", '{"buckets": [[b < 64, count, sum, sum of squares], ...]} of whole numbers >= 0',
+                     lengths)
+    return fields
+
+
+def _whole(value: object) -> bool:
+    """A JSON whole number >= 0 (true and false are not numbers here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _json_type(value: object) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object", type(None): "null"}.get(type(value), type(value).__name__)
+
+
 def shard_indexes(path: str | Path) -> list[Path]:
     """The `.idx` files of a channel (a directory, any depth, sorted by name) or a named .idx file."""
     path = Path(path)
@@ -142,6 +191,18 @@ def shard_indexes(path: str | Path) -> list[Path]:
     if not path.is_dir():
         return []
     return sorted(f for f in path.rglob(f"*{IDX_SUFFIX}") if f.is_file())
+
+
+def unindexed_tokens(path: str | Path) -> list[ShardError]:
+    """A channel's `.bin` files that have no `.idx` beside them (an interrupted copy): nothing lists
+    their documents, so a reader of the `.idx` files would train on fewer shards without a word.
+    (A `.idx` without its `.bin` is read_header's error.)"""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    return [ShardError(f, f"no index: {f.with_suffix(IDX_SUFFIX).name} is missing beside it (an interrupted "
+                          "copy?), so its tokens would not be read", "copy both files of the shard, or remove it")
+            for f in sorted(path.rglob(f"*{BIN_SUFFIX}")) if f.is_file() and not f.with_suffix(IDX_SUFFIX).is_file()]
 
 
 def is_indexed(path: str | Path) -> bool:

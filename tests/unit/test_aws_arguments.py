@@ -38,6 +38,7 @@ REFUSED = {  # argument: a value train.py does not do
     "checkpoint_type": "local", "data_type": "bert", "use_synthetic_data": 1, "moe_load_balancing": "sinkhorn",
     "global_token_shuffle": 1, "backward_fetch_policy": "backward_post", "fast_validation": 1,
     "distributed_backend": "smddp", "nccl_test_log": "nccl.log", "profile_nsys": 1, "framework": "megatron",
+    "seed": 2**63,  # torch: "Overflow when unpacking long long"
 }
 ACCEPTED = {  # as the seed and AWS's notebooks pass them
     "epochs": 100, "same_seed": 0, "plateau": 0.0, "patch_neox_rope": 0, "enable_memory_profiling": 1,
@@ -48,6 +49,7 @@ ACCEPTED = {  # as the seed and AWS's notebooks pass them
     "moe_fp8_checkpoint_moe": 1, "global_token_shuffle": 0, "limit_all_gathers": 1, "forward_prefetch": 1,
     "use_orig_params": 0, "backward_fetch_policy": "backward_pre", "preserve_np_state": 1, "fast_validation": 0,
     "distributed_backend": "gloo", "nccl_test_log": "", "profile_nsys": 0, "framework": "fsdp",
+    "seed": 2**63 - 1,
 }
 
 
@@ -96,6 +98,16 @@ def test_the_container_refuses_them_as_the_toolkit_passes_them():
     hp, _, _ = parse_args(["--model_preset", "llama3-tiny", "--profile_nsys", "0", "--plateau", "0.0",
                            "--fast_validation", "False", "--checkpoint_type", "sharded"])
     refuse_unimplemented(hp)
+
+
+def test_a_seed_outside_0_to_2_63_is_refused_as_the_toolkit_passes_it():
+    for seed in ("0", "9223372036854775807"):  # the control: the ends of the range
+        refuse_unimplemented(parse_args(["--model_preset", "llama3-tiny", "--seed", seed])[0])
+    for seed in ("9223372036854775808", "-1"):
+        hp, _, _ = parse_args(["--model_preset", "llama3-tiny", "--seed", seed])
+        with pytest.raises(ValueError, match=rf'hyperparameters.seed = "{seed}": .*; use a seed from 0 to '
+                                             r"9223372036854775807 \(2\^63 - 1\)"):
+            refuse_unimplemented(hp)
 
 
 def test_the_docs_table_is_the_code_table():

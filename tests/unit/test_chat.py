@@ -363,11 +363,20 @@ def test_chat_needs_a_tokenizer(tmp_path):
         loader(path, None)
 
 
-def test_a_json_lines_token_channel_refuses_chat_records_and_names_the_fix(tmp_path):
-    path = write_jsonl(tmp_path / "a.jsonl", [{"input_ids": [1, 2, 3, 4], "messages": [USER, ANSWER]}])
-    with pytest.raises(ValueError, match="field 'messages' changes how the record trains .* set dataset_type: chat"):
-        build_dataloader(dataset_type="jsonl", path=path, seq_len=4, micro_batch_size=1, dp_rank=0, dp_size=1,
-                         vocab_size=VOCAB).next_batch()
+@pytest.mark.parametrize("record", [{"input_ids": [1, 2, 3, 4], "messages": [USER, ANSWER]},
+                                    {"messages": [USER, ANSWER]}, {"prompt": "a", "completion": "b"}])
+def test_a_json_lines_token_channel_refuses_chat_records_and_names_the_fix(tmp_path, record):
+    """docs/data.md promises the error says to set dataset_type: chat, also for a chat record
+    without input_ids (which used to fail as 'expected ... an integer list input_ids')."""
+    def first_batch(path):
+        return build_dataloader(dataset_type="jsonl", path=path, seq_len=4, micro_batch_size=1, dp_rank=0,
+                                dp_size=1, vocab_size=VOCAB).next_batch()
+
+    assert first_batch(write_jsonl(tmp_path / "ok.jsonl", [{"input_ids": [1, 2, 3, 4]}]))["input_ids"].shape == (1, 4)
+    path = write_jsonl(tmp_path / "a.jsonl", [record])
+    with pytest.raises(ValueError, match="a.jsonl:1: field '(messages|prompt)' changes how the record trains .* set "
+                                         "dataset_type: chat"):
+        first_batch(path)
 
 
 def test_shapes_of_records():
@@ -397,7 +406,9 @@ def run_validate(tmp_path: Path, train: Path, **hyperparameters):
     from launcher.cli.app import main
     from tests.support.cli import ROOT
 
-    hp = {"model_preset": "llama3-tiny", "max_context_width": 64, "dataset_type": "chat", **hyperparameters}
+    # llama3-tiny with the tiny tokenizer's vocabulary (VOCAB: 315 tokens with the chat ones)
+    hp = {"model_preset": "llama3-tiny", "vocab_size": VOCAB, "max_context_width": 64, "dataset_type": "chat",
+          **hyperparameters}
     job = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
            "instance_count": 1, "processes_per_host": 1, "inputs": {"train": str(train)}, "hyperparameters": hp}
     path = tmp_path / "job.yaml"

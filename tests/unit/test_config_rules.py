@@ -330,7 +330,7 @@ def test_missing_entry_point_and_source_dir(runtime_dir):
     assert only_issue(make_job(runtime_dir, dependencies=["no/such/lib"]), "dependencies[0]")
 
 
-def test_hyperparameter_cross_checks(runtime_dir):
+def test_hyperparameter_cross_checks(runtime_dir, user_script_dir):
     assert only_issue(make_job(runtime_dir, params={"context_parallel_degree": 8},
                                hp={"context_parallel_degree": 4}), "hyperparameters.context_parallel_degree")
     assert only_issue(make_job(runtime_dir, params={"delayed_parameter_initialization": True},
@@ -339,8 +339,16 @@ def test_hyperparameter_cross_checks(runtime_dir):
     assert only_issue(make_job(runtime_dir, hp={"sharding_strategy": "ful_shard"}), "hyperparameters.sharding_strategy")
     warn = paths(make_job(runtime_dir, hp={"max_context_widht": 8192}), "warning")
     assert "hyperparameters.max_context_widht" in warn
-    # unrelated script arguments pass through silently
-    assert paths(make_job(runtime_dir, hp={"my_custom_flag": 3}), "warning") == []
+    # a name train.py does not know does nothing there: a warning naming it, close to a known name or not
+    assert paths(make_job(runtime_dir), "warning") == []  # the control
+    (unknown,) = issues_of(make_job(runtime_dir, hp={"torch_compile": 1}), "warning")
+    assert unknown.path == "hyperparameters.torch_compile" and "does nothing with it" in unknown.problem
+    # train.py's directory arguments and AWS's script's arguments are its own names
+    assert paths(make_job(runtime_dir, hp={"output_data_dir": "/opt/ml/output/data", "same_seed": 0}),
+                 "warning") == []
+    # a script of the user's own reads its own arguments: silently
+    assert paths(make_job(user_script_dir, hp={"torch_compile": 1, "my_custom_flag": 3}, **SCRIPT_IMAGE),
+                 "warning") == []
 
 
 def test_metric_regex_without_group_warns(runtime_dir):

@@ -19,6 +19,7 @@ from container.data.loader import build_dataloader, build_validation_loader
 from container.data.order import Mixture, Permutation
 from launcher.wire.token_shards import (
     ShardError,
+    encode_header,
     read_header,
     tokenizer_identity,
     tokenizer_json_vocabulary,
@@ -121,6 +122,40 @@ def test_a_damaged_shard_is_an_error_naming_its_file(tmp_path, how, message):
     with pytest.raises(ShardError, match=message) as failure:
         TokenStream(directory)
     assert failure.value.path.name.startswith("train-00000.") and failure.value.fix
+
+
+def rewrite_header(idx: Path, **fields) -> None:
+    """The shard's header with `fields` changed (as a hand edit or another tool would), its
+    offsets kept, or dropped where documents says -1 (so the index's size agrees with it)."""
+    header = read_header(idx)
+    offsets = idx.read_bytes()[header.offsets_at:]
+    changed = {**header.fields, **fields}
+    idx.write_bytes(encode_header(changed) + (b"" if changed["documents"] == -1 else offsets))
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("tokens", "12893"), ("documents", "3"), ("max_token_id", "5"), ("tokenizer", "bytes"), ("documents", -1),
+    ("vocab_size", True), ("dtype", 2), ("max_token_id", 256), ("vocab_size", 70_000),
+    ("tokenizer", {"name": "bytes", "vocabulary_sha256": 7}), ("lengths", {"buckets": [[99, 1, 1, 1]]}),
+])
+def test_a_header_field_of_the_wrong_type_or_range_is_an_error_naming_the_file_and_field(tmp_path, field, value):
+    directory = shards(tmp_path, [[1, 2, 3]] * 10)
+    rewrite_header(directory / "train-00000.idx", documents=10)  # the control: rewritten unchanged, it reads
+    assert TokenStream(directory).rows(3) == 10
+    rewrite_header(directory / "train-00000.idx", **{field: value})
+    with pytest.raises(ShardError, match=f"the index header's field '{field}' is ") as failure:
+        TokenStream(directory)
+    assert failure.value.path.name == "train-00000.idx"
+    assert "python -m container.data pack --format indexed" in failure.value.fix
+
+
+def test_tokens_without_their_index_are_an_error_naming_them(tmp_path):
+    directory = shards(tmp_path, random_documents(40), shard_tokens=300)
+    whole = TokenStream(directory).tokens  # the control: every shard with its index
+    (directory / "train-00001.idx").unlink()
+    with pytest.raises(ShardError, match="no index: train-00001.idx is missing beside it") as failure:
+        TokenStream(directory)
+    assert failure.value.path.name == "train-00001.bin" and whole > 600
 
 
 # --- rows as the loader gives them ------------------------------------------------------------
@@ -236,6 +271,18 @@ def test_a_mixture_keeps_its_proportions_and_each_sets_order():
         Mixture([1.0, 0.0001])
     with pytest.raises(ValueError, match="positive"):
         Mixture([1.0, 0.0])
+
+
+def test_weights_near_the_float_maximum_mix_as_small_ones_do():
+    """1e308 + 1e308 overflows a float: the shares must come out of the weights' ratios."""
+    control = Mixture([1.0, 1.0])
+    huge = Mixture([1e308, 1e308])
+    data_sets, ks = huge.locate(np.arange(5000))
+    assert np.bincount(data_sets).tolist() == [2500, 2500]
+    for d in range(2):  # every sample a new row of its set
+        assert ks[data_sets == d].tolist() == list(range(2500))
+    assert huge.layout.tolist() == control.layout.tolist()
+    assert Mixture([3e307, 1e308]).slots.tolist() == Mixture([0.3, 1.0]).slots.tolist() == [231, 769]
 
 
 def test_every_row_once_an_epoch_in_a_new_order_each_epoch(tmp_path):
