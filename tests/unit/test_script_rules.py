@@ -229,7 +229,7 @@ def test_the_seeds_mics_job_file_validates(instance_type):
     assert result.exit_code == 0, result.output
     assert "pytorch-training:1.13.1-gpu-py39" in result.output and "sharding_group       2" in result.output
     # the control: the same file on the SMP v2 image is refused for its SMP v1 import
-    v2 = CliRunner().invoke(main, ["validate", str(job), "--set", "framework_version=2.4.1", "--set", "py_version=py311",
-                                   "--set", "instance_type=ml.p4d.24xlarge", "--set", "distribution.mpi.enabled=false",
-                                   "--set", "distribution.torch_distributed.enabled=true"])
+    sets = ["framework_version=2.4.1", "py_version=py311", "instance_type=ml.p4d.24xlarge",
+            "distribution.mpi.enabled=false", "distribution.torch_distributed.enabled=true"]
+    v2 = CliRunner().invoke(main, ["validate", str(job), *(arg for s in sets for arg in ("--set", s))])
     assert v2.exit_code == 2 and "imports smdistributed.modelparallel.torch, which exists only in" in v2.stderr
