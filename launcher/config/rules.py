@@ -57,7 +57,7 @@ class Context:
 
     @property
     def smp_script(self) -> bool:
-        """A user script that uses AWS's SMP v2 library: it lives by SMP's documented rules."""
+        """A user script that uses AWS's SMP library (v2 or v1): it lives by SMP's documented rules."""
         return not self.runtime and uses_smp(self.imports)
 
     @property
