@@ -251,6 +251,8 @@ def describe_data(rt: Runtime, source, s: RunSettings) -> None:
         return
     if isinstance(source, (IndexedSource, ChatSource)):
         log.info("data: %s", source.describe())
+    if isinstance(source, ChatSource):  # fine-tuning is counted in epochs: say what max_steps makes
+        log.info("data: %s", source.epochs(s.max_steps, s.micro_batch * s.grad_accum * rt.dp_size))
     if isinstance(source, ChatSource) and (source.counts.truncated or source.counts.dropped_long
                                            or source.counts.dropped_untrained):
         log.warning("data: %d chat example(s) longer than max_context_width=%d were truncated, %d dropped "

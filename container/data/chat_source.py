@@ -157,6 +157,13 @@ class ChatSource:
                 f"{c.dropped_untrained:,} with nothing left to train); {c.tokens:,} tokens, {c.trained:,} trained, "
                 f"packed best-fit into {c.rows:,} rows of {self.seq_len} (padding {self.padding_share:.1%})")
 
+    def epochs(self, steps: int, rows_per_step: int) -> str:
+        """One line for the job log: how many passes over the rows `steps` steps of `rows_per_step`
+        rows (micro-batch x gradient accumulation x data-parallel ranks) make."""
+        read = steps * rows_per_step
+        return (f"{steps:,} step(s) of {rows_per_step:,} rows read {read:,} rows: {read / len(self.rows):.3g} "
+                f"epoch(s) of the {len(self.rows):,} rows of chat examples of {self.name}")
+
     @property
     def padding_share(self) -> float:
         return self.counts.padding / (self.counts.rows * self.seq_len)

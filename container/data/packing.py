@@ -160,6 +160,7 @@ class Summary:
     vocab_size: int
     vocabulary: str  # where vocab_size comes from
     outputs: list[Path]  # train, then validation when split
+    channels: bool = True  # outputs are the train (and validation) channels (--output-dir), not one file
     documents: int = 0
     tokens: int = 0
     blocks: list[int] = field(default_factory=lambda: [0, 0])  # train, validation
@@ -172,8 +173,9 @@ class Summary:
         return self.tokens - sum(self.blocks) * self.block_size
 
     def line(self) -> str:
-        where = ", ".join(f"{name} {count} in {path}" for name, count, path
-                             in zip(("train", "validation"), self.blocks, self.outputs))
+        # one --output file is no split: it is whichever channel the user makes it
+        names = ("train ", "validation ") if self.channels else ("",)
+        where = ", ".join(f"{name}{count} in {path}" for name, count, path in zip(names, self.blocks, self.outputs))
         why = "stopped at --max-blocks" if self.stopped else "the last incomplete block"
         return (f"wrote {sum(self.blocks)} blocks of {self.block_size} tokens ({where}) from "
                 f"{self.documents} documents, {self.tokens} tokens; {self.left_over} tokens left "
@@ -303,7 +305,8 @@ def run(args: argparse.Namespace):
         token_lists = _token_lists(limited, encode, update)
         if args.format == "indexed":
             return pack_indexed.pack(args, targets, token_lists, vocab_size, vocabulary, identity, is_validation)
-        return _pack(args, targets, token_lists, Summary(args.block_size, vocab_size, vocabulary, targets))
+        return _pack(args, targets, token_lists, Summary(args.block_size, vocab_size, vocabulary, targets,
+                                                         channels=args.output_dir is not None))
 
 
 @dataclass
@@ -419,8 +422,10 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_args(argv: Sequence[str] | None = None,
                prog: str = "python -m container.data.packing") -> argparse.Namespace:
-    p = _Parser(prog=prog, description="Pack documents into fixed-length token blocks (JSON Lines) for a "
-                                       "job's channels; see the module docstring of container.data.packing.")
+    p = _Parser(prog=prog, description="Pack documents for a job's channels: fixed-length token blocks as JSON "
+                                       "Lines (--format jsonl) or indexed token shards of whole documents "
+                                       "(--format indexed); see the module docstrings of container.data.packing "
+                                       "and container.data.pack_indexed.")
     source = p.add_argument_group("documents").add_mutually_exclusive_group(required=True)
     source.add_argument("--input", nargs="+", metavar="PATH",
                         help="files or directories; a directory gives its .txt/.md/.rst/.py files (one "
@@ -467,13 +472,15 @@ def parse_args(argv: Sequence[str] | None = None,
     o.add_argument("--shard-tokens", type=_positive, metavar="N",
                    help=f"tokens per shard (--format indexed; default {DEFAULT_SHARD_TOKENS:,})")
     out = o.add_mutually_exclusive_group(required=True)
-    out.add_argument("--output", metavar="FILE", help="one .jsonl or .jsonl.gz file")
+    out.add_argument("--output", metavar="FILE", help="one .jsonl or .jsonl.gz file (--format jsonl)")
     out.add_argument("--output-dir", metavar="DIR",
-                     help="write DIR/train/train.jsonl (and DIR/validation/validation.jsonl): "
-                          "the job's channels")
+                     help="the job's channels: --format jsonl writes DIR/train/train.jsonl (and "
+                          "DIR/validation/validation.jsonl); --format indexed writes the shards "
+                          "DIR/train/train-00000.{bin,idx}, ... (and DIR/validation/validation-00000.{bin,idx}, ...)")
     o.add_argument("--validation-fraction", type=_fraction, metavar="F",
-                   help="send about F (0 < F < 1) of the blocks to DIR/validation (with --output-dir)")
-    o.add_argument("--seed", type=int, metavar="N", help="which blocks validate (default: 0)")
+                   help="send about F (0 < F < 1) of the blocks (--format indexed: of the documents) to "
+                        "DIR/validation (with --output-dir)")
+    o.add_argument("--seed", type=int, metavar="N", help="which blocks (or documents) validate (default: 0)")
     o.add_argument("--overwrite", action="store_true", help="replace output files that exist")
     o.add_argument("--quiet", action="store_true",
                    help="no progress display (there is none off a terminal)")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.wire.masking import Masker, mask_secrets
+from launcher.wire.opt_ml import failure_headline
 
 if TYPE_CHECKING:
     from launcher.backends.sourcedir import SourceBundle
@@ -87,12 +88,18 @@ class BackendError(RuntimeError):
 
 
 class JobFailedError(RuntimeError):
-    """A job ended Failed or Stopped. Carries what the user needs to find out why."""
+    """A job ended Failed or Stopped. Carries what the user needs to find out why.
 
-    def __init__(self, job_name: str, status: str, reason: str = "", where: str = ""):
+    `shown`: the job's log, which holds the whole reason, was just printed (a followed local or
+    Slurm job): the message then gives a reason of several lines by its first line only, so the
+    failure report is printed once."""
+
+    def __init__(self, job_name: str, status: str, reason: str = "", where: str = "", shown: bool = False):
         self.job_name, self.status, self.reason, self.where = job_name, status, reason, where
         text = f"job {job_name} {status.lower()}"
-        if reason:
+        if reason and shown and failure_headline(reason) != reason.strip():
+            text += f": {failure_headline(reason)} (the whole report is in the job's output above)"
+        elif reason:
             text += f": {reason}"
         if where:
             text += f"\n  logs: {where}"

@@ -119,11 +119,12 @@ class JobDirBackend:
         return latest_local(directory, config.get("S3Uri") or None)
 
     # --- following -----------------------------------------------------------------------
-    def _completed(self, name: str, record: dict) -> dict:
-        """The record of a Completed job; JobFailedError (reason, log file) for any other end."""
+    def _completed(self, name: str, record: dict, shown: bool) -> dict:
+        """The record of a Completed job; JobFailedError (reason, log file) for any other end.
+        `shown`: the job's log was printed, the failure report with it (JobFailedError)."""
         if record["TrainingJobStatus"] != "Completed":
             raise JobFailedError(name, record["TrainingJobStatus"], record.get("FailureReason", ""),
-                                 str(self._dir(name) / "logs" / "job.log"))
+                                 str(self._dir(name) / "logs" / "job.log"), shown=shown)
         return record
 
     def _follow(self, name: str, logs: bool, poll: float) -> dict:
@@ -156,12 +157,12 @@ class JobDirBackend:
 
     def wait(self, name: str, logs: bool = True, poll: float = 1.0) -> dict:
         """Follow the job to its end; raise JobFailedError if it fails or is stopped."""
-        return self._completed(name, self._follow(name, logs, poll))
+        return self._completed(name, self._follow(name, logs, poll), shown=logs)
 
     def logs(self, name: str, follow: bool = False, poll: float = 1.0) -> None:
         self.describe(name)
         if follow:
-            self._completed(name, self._follow(name, True, poll))
+            self._completed(name, self._follow(name, True, poll), shown=True)
         else:
             self._print_log(name, 0)
 

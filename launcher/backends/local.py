@@ -104,7 +104,7 @@ class LocalBackend(JobDirBackend):
             return super().wait(name, logs, poll)
         record = Supervisor(spec, runner_named(spec.runner), printer=self.console if logs else None,
                             adopt_orphans=self.adopt_orphans).run()
-        return self._completed(name, record)
+        return self._completed(name, record, shown=logs)
 
     def stop(self, name: str) -> None:
         record = self.describe(name)

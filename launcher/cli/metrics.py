@@ -38,7 +38,8 @@ def _plot_path(ctx, param, value: str | None) -> Path | None:
 @click.option("--json", "as_json", is_flag=True, help="Print each job's records as JSON.")
 @click.option("--plot", "plot_path", default=None, callback=_plot_path, metavar="FILE",
               help="Draw loss and validation loss, tokens/s and grad norm against step into FILE (.png, .svg, "
-                   ".pdf); several jobs share the picture.")
+                   ".pdf); a script's own metrics (metric_definitions) one panel each; several jobs share the "
+                   "picture.")
 @click.option("--last", default=20, show_default=True, type=click.IntRange(min=1), help="Rows shown per job.")
 @click.option("--all", "show_all", is_flag=True, help="Show every row.")
 def metrics(jobs: tuple[str, ...], region: str | None, as_json: bool, plot_path: Path | None, last: int,

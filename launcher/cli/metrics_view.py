@@ -1,21 +1,27 @@
 """Jobs' metrics as a table (rich) and as a picture (matplotlib), both imported only when drawn.
 
-The picture has three panels sharing the x axis: training loss (solid) and validation loss
-(dots on a dashed line), tokens/s, and gradient norm; one colour per job, named in the legend.
+smlaunch's runtime's records (metrics.jsonl, CloudWatch) show its columns, and the picture has three
+panels sharing the x axis: training loss (solid) and validation loss (dots on a dashed line),
+tokens/s, and gradient norm; one colour per job, named in the legend. A script of the user's own
+has the metrics its metric_definitions name (x `point`, launcher.backends.log_metrics): one column
+and one panel each.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.backends.log_metrics import POINT
 from launcher.backends.metric_records import JobMetrics
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 # (record key, column heading, format)
 COLUMNS = (("loss", "loss", "{:.4f}"), ("val_loss", "val loss", "{:.4f}"), ("grad_norm", "grad norm", "{:.3f}"),
            ("lr", "lr", "{:.3g}"), ("tokens_per_s", "tokens/s", "{:,.0f}"))
-X_LABELS = {"step": "step", "elapsed_s": "seconds since the job started"}
+X_LABELS = {"step": "step", "elapsed_s": "seconds since the job started",
+            POINT: "value no. (per metric, in log order)"}
 PANELS = (("loss", "loss"), ("tokens_per_s", "tokens/s"), ("grad_norm", "grad norm"))
+SCRIPT_FORMAT = "{:.6g}"  # a script's own metric: its scale is not known
 
 
 def check_plot_path(value: str) -> Path:
@@ -40,6 +46,11 @@ def rows(job: JobMetrics) -> list[dict]:
     return [merged[x] for x in sorted(merged)]
 
 
+def _script_metrics(jobs: list[JobMetrics]) -> list[str]:
+    """The metrics of script jobs' records (metric_definitions' names), in the order first seen."""
+    return list(dict.fromkeys(key for job in jobs for record in job.records for key in record if key != job.x))
+
+
 def table(job: JobMetrics, last: int | None):
     """A rich Table of the job's last `last` rows (all of them for None)."""
     from rich.table import Table
@@ -49,8 +60,11 @@ def table(job: JobMetrics, last: int | None):
     shown = shown[hidden:]
     caption = f"{hidden} earlier row(s) not shown (--all shows them)" if hidden else None
     out = Table(title=f"{job.handle}  ({job.source})", caption=caption, title_justify="left")
-    out.add_column(X_LABELS[job.x] if job.x != "step" else "step", justify="right")
-    keys = [c for c in COLUMNS if any(c[0] in r for r in shown)]
+    out.add_column(X_LABELS[job.x], justify="right")
+    if job.x == POINT:
+        keys = [(name, name, SCRIPT_FORMAT) for name in _script_metrics([job])]
+    else:
+        keys = [c for c in COLUMNS if any(c[0] in r for r in shown)]
     for _, heading, _ in keys:
         out.add_column(heading, justify="right")
     for row in shown:
@@ -70,21 +84,26 @@ def plot(jobs: list[JobMetrics], path: Path | None = None):
         raise ValueError("these jobs' metrics cannot share an x axis: " + ", ".join(
             f"{j.handle} by {X_LABELS[j.x]}" for j in jobs) + "; plot them separately")
     x = xs.pop()
-    fig = Figure(figsize=(8, 8), layout="constrained")
-    axes = fig.subplots(len(PANELS), 1, sharex=True)
+    panels = [(name, name) for name in _script_metrics(jobs)] if x == POINT else PANELS
+    fig = Figure(figsize=(8, max(4.0, 8 / 3 * len(panels))), layout="constrained")
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     colors = [f"C{i % 10}" for i in range(len(jobs))]
     for job, color in zip(jobs, colors):
-        for ax, (key, _) in zip(axes, PANELS):
+        for ax, (key, _) in zip(axes, panels):
             steps, values = job.series(key)
             if steps:
                 ax.plot(steps, values, color=color, label=job.handle)
-        steps, values = job.series("val_loss")
+        steps, values = job.series("val_loss") if x != POINT else ([], [])
         if steps:
             axes[0].plot(steps, values, color=color, linestyle="--", marker="o", label=f"{job.handle} (validation)")
-    for ax, (_, label) in zip(axes, PANELS):
+    for ax, (_, label) in zip(axes, panels):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel(X_LABELS[x])
+    if x == POINT:
+        from matplotlib.ticker import MaxNLocator
+
+        axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))  # values are counted: no 2.5th
     axes[0].set_title(", ".join(job.handle for job in jobs))
     axes[0].legend(fontsize="small")
     if path is not None:

@@ -176,7 +176,7 @@ def _retrieve(framework: str, region: str, version: str, py_version: str | None,
         shown = f"for PyTorch {torch}" if torch == version else f"{version} for PyTorch {torch}"
         reason = f"SMP v2 image {shown} (model parallelism on, with torch_distributed)"
     else:
-        if family == "p2" and _key(version) >= (1, 13):
+        if family == "p2" and version_key(version) >= (1, 13):
             raise ImageResolutionError("instance_type", instance_type,
                                        "is a P2 instance, which the SageMaker SDK refuses from PyTorch 1.13",
                                        "pick a newer GPU family (ml.g5, ml.p3 or later)")
@@ -250,7 +250,7 @@ def _label(framework: str) -> str:
 
 def _accepted(framework: str) -> list[str]:
     table = _table()[framework]
-    return sorted(set(table["versions"]) | set(table["version_aliases"]), key=_key)
+    return sorted(set(table["versions"]) | set(table["version_aliases"]), key=version_key)
 
 
 def _py_versions(framework: str, version: str) -> list[str]:
@@ -259,7 +259,7 @@ def _py_versions(framework: str, version: str) -> list[str]:
 
 
 def _newest(framework: str) -> str:
-    return max(_table()[framework]["versions"], key=_key)
+    return max(_table()[framework]["versions"], key=version_key)
 
 
 @cache
@@ -268,7 +268,7 @@ def _smp_torch() -> dict[str, str]:
     itself (the first entries are named after PyTorch, the later ones after SMP releases)."""
     table = _table()[SMP]
     out = {entry: entry for entry in table["versions"]}
-    for alias, entry in sorted(table["version_aliases"].items(), key=lambda kv: _key(kv[0])):
+    for alias, entry in sorted(table["version_aliases"].items(), key=lambda kv: version_key(kv[0])):
         if alias.count(".") == 2:
             out[entry] = alias
     return out
@@ -280,8 +280,14 @@ def _torch_of(framework: str, version: str) -> str:
     return _smp_torch()[entry] if framework == SMP else entry
 
 
-def _key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
+    """A version's order: "1.13.1" -> (1, 13, 1)."""
     return tuple(int(part) for part in version.split("."))
+
+
+def dlc_version(version: str) -> str:
+    """The PyTorch DLC table's entry a version names: "2.0" is 2.0.1, as the SDK's aliases say."""
+    return _table()[DLC]["version_aliases"].get(version, version)
 
 
 # --- the SDK estimator's checks ---------------------------------------------------------------------
@@ -330,7 +336,7 @@ def _torch_in_uri(uri: str) -> str | None:
 
 
 def _check_runtime(choice: ImageChoice, field: str, value: str, region: str, instance_type: str) -> None:
-    if choice.torch is None or _key(choice.torch) >= _key(RUNTIME_MIN_TORCH):
+    if choice.torch is None or version_key(choice.torch) >= version_key(RUNTIME_MIN_TORCH):
         return
     default = runtime_default_image(region, instance_type)
     what = f"names an image with PyTorch {choice.torch}" if field == "image_uri" else f"gives the {choice.reason}"

@@ -57,7 +57,7 @@ class Context:
 
     @property
     def smp_script(self) -> bool:
-        """A user script that uses AWS's SMP v2 library: it lives by SMP's documented rules."""
+        """A user script that uses AWS's SMP library (v2 or v1): it lives by SMP's documented rules."""
         return not self.runtime and uses_smp(self.imports)
 
     @property
@@ -306,7 +306,8 @@ def check_precision(ctx: Context, fp8: FP8Config) -> list[Issue]:
                                         "make them equal"), smp_rule=True))
     acc = inst.accelerator if inst else None
     if bf16 and acc and acc.compute_capability and acc.compute_capability < (8, 0):
-        issues.append(_whose(ctx, Issue(f"{HP}.bf16", True, f"{acc.model} ({inst.name}) has no bfloat16 support",
+        where = f"{HP}.bf16" if hp.bf16 else f"{MP}.bf16"  # SMP v1 jobs switch it on in the parameters
+        issues.append(_whose(ctx, Issue(where, True, f"{acc.model} ({inst.name}) has no bfloat16 support",
                                         "use fp16, or an A100/H100 instance (p4d, p5)"), smp_rule=True))
     if not fp8.enabled:
         return issues

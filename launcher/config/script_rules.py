@@ -4,38 +4,47 @@ and which torch the job gets.
 
 Targets: this machine's Python (the local process runner, Slurm), a local container image, or a
 SageMaker image (the SMP v2 image, a PyTorch DLC, an image_uri of the user's). A module that
-exists only in images the job does not run on (AWS's SMP v2 library `torch.sagemaker` on a plain
-DLC or locally) is an error naming where it exists and how to run there; a module the target is
+exists only in images the job does not run on (launcher.config.image_libraries: SMP v2's
+`torch.sagemaker` on a plain DLC or locally, SMP v1's `smdistributed.modelparallel` on an SMP v2
+image or a DLC without it) is an error naming where it exists and how to run there; a module the target is
 not known to have and requirements.txt does not ask for is a warning; an import inside a `try:`
 that catches ImportError is the script's own fallback and passes.
 """
 
 from __future__ import annotations
 
-# Imports inside functions: the image table (launcher.config.images) and importlib.metadata load
-# only for the jobs that need them (CLI start-up).
+# Imports inside functions: importlib.metadata loads only for the jobs that need it (CLI start-up).
 import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.config.image_libraries import LIBRARIES, SMDDP, SMP_V1, SMP_V2, image_libraries
+from launcher.config.images import ImageResolutionError, job_image_choice
 from launcher.config.issues import Issue
 from launcher.config.script_imports import Import, script_imports
 
-SMP_IMAGE = "AWS's SMP v2 image (SageMaker's PyTorch estimator with distribution smdistributed.modelparallel enabled)"
-_RUN_ON_SMP = ("run it on SageMaker with distribution {torch_distributed: {enabled: true}, smdistributed: "
-               "{modelparallel: {enabled: true}}} on an instance with NVIDIA GPUs (ml.p4d, ml.p5), or train with "
-               "smlaunch's runtime (entrypoints/train.py), which needs no SMP")
-# Modules only some SageMaker images have, and where.
+_RUN_ON = {
+    SMP_V2: "run it on SageMaker with distribution {torch_distributed: {enabled: true}, smdistributed: "
+            "{modelparallel: {enabled: true}}} on an instance with NVIDIA GPUs (ml.p4d, ml.p5), or train with "
+            "smlaunch's runtime (entrypoints/train.py), which needs no SMP",
+    SMP_V1: "run it on SageMaker with framework_version 1.13.1 (py_version py39) or 2.0.0 (py310) on an instance "
+            "with NVIDIA GPUs and distribution {smdistributed: {modelparallel: {enabled: true, parameters: {...}}}, "
+            "mpi: {enabled: true, processes_per_host: 8}}, or port it to SMP v2 (torch.sagemaker)",
+    SMDDP: "run it on SageMaker on an instance with NVIDIA GPUs, on a PyTorch DLC that carries SMDDP "
+           "(framework_version 1.13.1 to 2.2.0 with distribution {smdistributed: {dataparallel: {enabled: true}}}) "
+           "or on the SMP v2 image",
+}
+# Modules only some SageMaker images have: the libraries (launcher.config.image_libraries) any of which
+# provides them, where those are, and how to run there.
 ONLY_IN = {
-    "torch.sagemaker": ({"smp"}, SMP_IMAGE, _RUN_ON_SMP),
-    "smdistributed.modelparallel": ({"smp"}, SMP_IMAGE, _RUN_ON_SMP),
-    "smdistributed": ({"smp", "dlc"}, "SageMaker's PyTorch GPU images (SMDDP, SMP)",
-                      "run it on SageMaker with a PyTorch DLC or the SMP v2 image on GPU instances"),
+    **{module: (frozenset({module}), LIBRARIES[module].where, _RUN_ON[module]) for module in LIBRARIES},
+    "smdistributed": (frozenset({SMP_V1, SMDDP}), "SageMaker's PyTorch GPU images that carry SMP v1 or SMDDP",
+                      "run it on SageMaker on an instance with NVIDIA GPUs, with a PyTorch DLC that carries them"),
 }
 
 
-def only_in(module: str) -> tuple[set[str], str, str] | None:
+def only_in(module: str) -> tuple[frozenset[str], str, str] | None:
     """ONLY_IN's entry for `module` or the package it is in (the longest that applies)."""
     parts = module.split(".")
     for i in range(len(parts), 0, -1):
@@ -43,12 +52,15 @@ def only_in(module: str) -> tuple[set[str], str, str] | None:
         if found is not None:
             return found
     return None
+
+
 # What the SageMaker images are known to hold beyond the standard library (their release notes'
-# package lists; a module missing here and in requirements.txt is a warning, not an error).
+# package lists; a module missing here and in requirements.txt is a warning, not an error). SageMaker's
+# distributed libraries are in some images only: ONLY_IN.
 DLC_MODULES = frozenset({"torch", "torchvision", "torchaudio", "torchdata", "numpy", "scipy", "pandas", "boto3",
                          "botocore", "sagemaker", "sagemaker_training", "smdebug", "PIL", "cv2", "requests",
                          "yaml", "packaging", "psutil", "tqdm", "urllib3", "awscli", "mpi4py", "h5py",
-                         "smdistributed", "triton", "sympy", "networkx", "jinja2", "fsspec", "filelock"})
+                         "triton", "sympy", "networkx", "jinja2", "fsspec", "filelock"})
 SMP_MODULES = DLC_MODULES | {"transformer_engine", "flash_attn", "apex", "megatron"}
 # requirements.txt names whose module is named otherwise
 _DISTRIBUTION_MODULES = {"pillow": "PIL", "opencv_python": "cv2", "opencv_python_headless": "cv2",
@@ -61,10 +73,12 @@ _DISTRIBUTION_MODULES = {"pillow": "PIL", "opencv_python": "cv2", "opencv_python
 @dataclass(frozen=True)
 class Target:
     """Where the script's Python runs: `kind` process (this machine), smp (the SMP v2 image), dlc (a
-    PyTorch DLC), smlaunch-image (smlaunch's own), image (the user's: its contents not known)."""
+    PyTorch DLC), smlaunch-image (smlaunch's own), image (the user's: its contents not known).
+    `libraries`: the modules of image_libraries.LIBRARIES it has."""
 
     kind: str
     label: str
+    libraries: frozenset[str] = frozenset()
 
 
 def target_of(job, instance_type: str | None, region: str) -> Target:
@@ -78,15 +92,14 @@ def target_of(job, instance_type: str | None, region: str) -> Target:
                       "the cluster's Python (Slurm)")
     if job.image_uri and not re.search(r"/(pytorch-training|smdistributed-modelparallel):", job.image_uri):
         return Target("image", f"the image {job.image_uri}")
-    from launcher.config.images import ImageResolutionError, job_image_choice
-
     try:
-        uri = job_image_choice(job, instance_type or "ml.p5.48xlarge", region, runtime=False).uri
+        choice = job_image_choice(job, instance_type or "ml.p5.48xlarge", region, runtime=False)
     except ImageResolutionError:
         return Target("image", "an image validation could not resolve")
-    if "smdistributed-modelparallel" in uri:
-        return Target("smp", f"the SMP v2 image {uri}")
-    return Target("dlc", f"the PyTorch DLC {uri}")
+    libraries = image_libraries(choice.uri, choice.torch)
+    if "smdistributed-modelparallel" in choice.uri:
+        return Target("smp", f"the SMP v2 image {choice.uri}", libraries)
+    return Target("dlc", f"the PyTorch DLC {choice.uri}", libraries)
 
 
 def requirement_modules(source_dir: Path | None) -> set[str]:
@@ -121,8 +134,8 @@ def import_issues(imports: list[Import], target: Target, source_dir: Path | None
     for imp in imports:
         special = only_in(imp.module)
         if special is not None:
-            kinds, where, fix = special
-            if target.kind not in kinds and target.kind != "image" and not imp.optional and \
+            libraries, where, fix = special
+            if not libraries & target.libraries and target.kind != "image" and not imp.optional and \
                     all(i.value != imp.where for i in issues):  # `from a.b import c` names a.b and a.b.c
                 issues.append(Issue("entry_point", imp.where, f"imports {imp.module}, which exists only in {where}; "
                                     f"this job runs on {target.label}", fix))
@@ -163,9 +176,8 @@ def entry_imports(entry: Path | None, source_dir: Path | None) -> list[Import] |
 
 
 def uses_smp(imports: list[Import] | None) -> bool:
-    """Whether the script uses AWS's SMP v2 library (and so lives by SMP's documented rules)."""
-    smp = ONLY_IN["torch.sagemaker"]
-    return any(only_in(i.module) == smp for i in imports or ())
+    """Whether the script uses AWS's SMP library, v2 or v1 (and so lives by SMP's documented rules)."""
+    return any(only_in(i.module) in (ONLY_IN[SMP_V2], ONLY_IN[SMP_V1]) for i in imports or ())
 
 
 def check_script_imports(ctx) -> list[Issue]:

@@ -56,7 +56,7 @@ class ValidatedJob:
     base_dir: Path
     kind: JobKind
     warnings: list[Issue] = field(default_factory=list)
-    # a user script that uses AWS's SMP v2 library (launcher.config.script_rules.uses_smp)
+    # a user script that uses AWS's SMP library, v2 or v1 (launcher.config.script_rules.uses_smp)
     smp_script: bool = False
     notes: list[Issue] = field(default_factory=list)  # info: what the user should know (resume_rules.py)
     # the job files it was read from (the extends chain, resolved): they hold its environment's

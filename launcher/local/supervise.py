@@ -40,7 +40,7 @@ from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.logfile import LogFile
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
 from launcher.local.watchdog import Watchdog
-from launcher.wire.opt_ml import FAILURE_LIMIT, process_ended
+from launcher.wire.opt_ml import FAILURE_LIMIT, failure_headline, process_ended
 from launcher.wire.terminal import printable
 
 STOP_GRACE_S = 120.0  # SageMaker's time between SIGTERM and SIGKILL when it stops a job
@@ -93,6 +93,7 @@ class Supervisor:
         self._lock = threading.Lock()
         self._merged: LogFile | None = None
         self.log_error: LogFile | None = None  # the first log that could not be written (a full disk)
+        self._host_report: tuple[str, str] | None = None  # (host, FailureReason) read from its output/failure
 
     # --- output ---------------------------------------------------------------------------
     def _pump(self, host: HostProcess, color: str) -> None:
@@ -342,7 +343,12 @@ class Supervisor:
                 fields["FailureReason"] = f"ClientError: could not store the artifacts: {exc}"[:FAILURE_LIMIT]
             self._note(f"could not store the artifacts: {exc}")
         if status == "Failed" and "FailureReason" in fields:
-            self._note(f"failed: {fields['FailureReason']}")
+            reason = fields["FailureReason"]
+            if self._host_report and self._host_report[1] == reason:
+                # the host's bootstrap printed that report when it wrote it: name it, do not repeat it
+                self._note(f"failed: {failure_headline(reason)} (the report of {self._host_report[0]} above)")
+            else:
+                self._note(f"failed: {reason}")
         outcome = dict(TrainingJobStatus=status, SecondaryStatus=secondary, StatusMessage=message,
                        TrainingEndTime=store.now(), **fields)
         try:
@@ -371,7 +377,9 @@ class Supervisor:
             failure = self.spec.job_dir / "hosts" / label / "output" / "failure"
             if failure.is_file() and failure.read_text(errors="replace").strip():
                 text = failure.read_text(errors="replace").strip()
-                return f"AlgorithmError: {label}: {text}"[:FAILURE_LIMIT]
+                reason = f"AlgorithmError: {label}: {text}"[:FAILURE_LIMIT]
+                self._host_report = (label, reason)
+                return reason
         what = f"{failed[0][0]} {process_ended(failed[0][1])} without a failure report" if failed else (
             "no host reported success")
         return f"AlgorithmError: {what}; see logs/job.log"[:FAILURE_LIMIT]

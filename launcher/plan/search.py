@@ -36,7 +36,7 @@ from launcher.config.jobfile import load_job_file
 from launcher.config.layout import divisors
 from launcher.config.limits import MAX_INSTANCE_COUNT
 from launcher.plan.sweep import PlanResult, plan_overrides, settings_of
-from launcher.plan.workload import workload_of
+from launcher.plan.workload import modeled_program, workload_of
 
 DEFAULT_MAX_INSTANCES = 4  # counts 1, 2, 4 unless --max-instances or --deadline says otherwise
 DEADLINE_MAX_INSTANCES = 64  # how far counts double looking for one that meets --deadline
@@ -76,6 +76,7 @@ class SearchResult:
     base: dict[str, Any] = field(default_factory=dict)  # the job's own settings (sweep.settings_of)
     front: list[PlanResult] = field(default_factory=list)  # Pareto front, cheapest first
     fastest_fitting: PlanResult | None = None  # over every fitting configuration, deadline or not
+    models: str | None = None  # what the plans model (launcher.plan.workload.modeled_program)
 
     @property
     def cheapest(self) -> PlanResult | None:
@@ -202,7 +203,7 @@ def search(job: ValidatedJob, data: dict, types: list[InstanceType], skipped: li
            deadline_h: float | None) -> SearchResult:
     """Plan the space of `types` (see the module docstring) and find its Pareto front."""
     out = SearchResult([], list(skipped), [t.name for t in types], [], tokens or PER_BILLION, deadline_h,
-                       base=settings_of(job))
+                       base=settings_of(job), models=modeled_program(job))
     cap = max_instances or (DEADLINE_MAX_INSTANCES if deadline_h is not None else DEFAULT_MAX_INSTANCES)
     counts = sorted({2**i for i in range(cap.bit_length()) if 2**i <= cap} | {cap}
                     | ({job.config.instance_count} if job.config.instance_count <= cap else set()))

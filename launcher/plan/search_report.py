@@ -10,7 +10,10 @@ from launcher.plan.sweep import PlanResult
 
 
 def print_search(console, found: SearchResult, title: str) -> None:
-    """The summary, the Pareto table and each row's --set lines; or, when nothing qualifies, why."""
+    """What the plans model (first, as a single plan says it), the summary, the Pareto table and
+    each row's --set lines; or, when nothing qualifies, why."""
+    if found.models:
+        console.print(f"models: {found.models}", highlight=False, markup=False)
     for line in summary_lines(found):
         console.print(line, markup=False)
     if found.front:
@@ -94,6 +97,7 @@ def search_to_dict(found: SearchResult) -> dict[str, Any]:
                      "cheapest": r is found.cheapest, "fastest": r is found.fastest})
     fastest = found.fastest_fitting
     return {
+        "models": found.models,
         "tried": len(found.results),
         "valid": sum(r.valid for r in found.results),
         "fit": sum(bool(r.fits) for r in found.results),

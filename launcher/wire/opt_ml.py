@@ -37,6 +37,12 @@ TENSORBOARD_CONFIG = "tensorboardoutputconfig.json"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 
 
+def failure_headline(reason: str) -> str:
+    """The first line of a failure report or FailureReason (`AlgorithmError: algo-2:
+    ExecuteUserScriptError`), for a line that points at the whole report instead of repeating it."""
+    return reason.strip().splitlines()[0].rstrip(":") if reason.strip() else ""
+
+
 def process_ended(returncode: int) -> str:
     """How a process ended, from its return code as Popen gives it (-N: killed by signal N)."""
     if returncode >= 0:

@@ -140,7 +140,7 @@ def test_a_failing_host_fails_the_job_and_stops_the_other(tmp_path, home, engine
     proc = smlaunch("submit", str(spec), "--job-name", "fails-docker", env=cli_env(home), timeout=300)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "submitted fails-docker (local, docker runner)" in proc.stdout
-    assert "ValueError: boom on rank 1" in proc.stderr
+    assert "ValueError: boom on rank 1" in proc.stdout  # in the host's lines; the error names the report
     status = smlaunch("status", "fails-docker", env=cli_env(home))
     assert "fails-docker: Failed\n" in status.stdout
     assert "failure reason: AlgorithmError: algo-2: ExecuteUserScriptError:\nExitCode 1\n" in status.stdout

@@ -129,6 +129,8 @@ def test_the_first_loss_is_transformers_loss_over_the_completions_alone(one_proc
     assert (f"data: chat examples of train, shuffled (seed 7): 12 examples in 1 file(s), tokenized with the "
             f"tokenizer of directory {model_dir}") in log
     assert f"packed best-fit into {setup[2]} rows of {SEQ}" in log
+    # one step of one global batch of every row: one epoch
+    assert f"data: 1 step(s) of {setup[2]} rows read {setup[2]} rows: 1 epoch(s) of the {setup[2]} rows" in log
     assert "data: every chat example is a document; document masking on" in log
     assert f"fields not used in training (metadata): source (first in {setup[1] / 'train.jsonl'}:1)" in log
 

@@ -199,7 +199,13 @@ def test_a_failing_host_fails_the_job_with_its_reason(tmp_path, home):
     spec = script_job(tmp_path, environment={"FAIL_RANK": "1"}, base_job_name="fails")
     proc = smlaunch("submit", str(spec), env=env, timeout=180)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "failed" in proc.stderr and "ValueError: boom on rank 1" in proc.stderr
+    # the failure report once, in the host's lines; the supervisor's line and the error name it
+    assert "ValueError: boom on rank 1" in proc.stdout
+    assert (proc.stdout + proc.stderr).count("ExitCode 1") == 1, proc.stdout[-3000:] + proc.stderr
+    assert "smlaunch | failed: AlgorithmError: algo-2: ExecuteUserScriptError (the report of algo-2 above)" \
+        in proc.stdout
+    assert "failed: AlgorithmError: algo-2: ExecuteUserScriptError (the whole report is in the job's output " \
+           "above)" in proc.stderr
     name = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("submitted "))
     status = smlaunch("status", name, env=env)
     assert f"{name}: Failed\n" in status.stdout

@@ -203,3 +203,17 @@ def test_a_v3_model_trainer_runs_on_the_same_backends(home):
     shown = trainer.dryrun()["SlurmJob"]
     assert shown["Nodes"] == 2 and "#SBATCH --partition=debug" in shown["BatchScript"]
     assert not home.exists()
+
+
+def test_a_followed_jobs_failure_report_is_named_not_repeated():
+    """The report a followed local job printed in its output (issue 38, item 8) is given by its first
+    line; not followed, the whole reason; a one-line reason stays whole either way (the control)."""
+    from launcher.backends.base import JobFailedError
+
+    report = 'AlgorithmError: algo-1: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "fit.py exited with code 1'
+    shown = str(JobFailedError("f1", "Failed", report, "/jobs/f1/logs/job.log", shown=True))
+    assert shown == ("job f1 failed: AlgorithmError: algo-1: ExecuteUserScriptError (the whole report is in the "
+                     "job's output above)\n  logs: /jobs/f1/logs/job.log")
+    assert "ExitCode 1" in str(JobFailedError("f1", "Failed", report, "/jobs/f1/logs/job.log"))
+    one_line = "MaxRuntimeExceeded: the job ran longer than max_run (60 s)"
+    assert str(JobFailedError("f1", "Stopped", one_line, shown=True)) == f"job f1 stopped: {one_line}"

@@ -243,6 +243,17 @@ def examples(chat, count: int, seed: int = 0) -> list[dict]:
     return out
 
 
+def test_the_log_says_how_many_epochs_the_rows_make(tmp_path, chat):
+    """A chat job's log says how many passes over its rows max_steps makes (issue 38, item 8)."""
+    path = write_jsonl(tmp_path / "train" / "a.jsonl", examples(chat, 40))
+    source = ChatSource([path], chat, 96, VOCAB, seed=0, shuffle=False)
+    n = len(source.rows)
+    assert n > 4  # the rows the examples fill, counted by the source itself
+    assert source.epochs(n, 2) == (f"{n:,} step(s) of 2 rows read {2 * n:,} rows: 2 epoch(s) of the {n:,} rows of "
+                                   f"chat examples of {source.name}")
+    assert source.epochs(1, n // 4 * 2).split(": ")[1].startswith(f"{n // 4 * 2 / n:.3g} epoch(s)")  # under one
+
+
 def test_examples_are_packed_whole_each_its_own_document(tmp_path, chat, hf):
     records = examples(chat, 40)
     path = write_jsonl(tmp_path / "train" / "a.jsonl", records)

@@ -34,6 +34,31 @@ def test_a_line_being_written_is_skipped_and_a_damaged_one_is_an_error():
     assert "m.jsonl: line 1 is not JSON" in str(exc.value)
 
 
+def test_a_scripts_own_metrics_get_a_column_and_a_panel_each():
+    """Records of metric_definitions (x `point`): their names are the columns and the panels; the
+    runtime's step records keep the runtime's columns (the control)."""
+    from rich.console import Console
+
+    script = metric_records.JobMetrics("local:own", "job.log", [
+        {"point": 1, "train:loss": 2.5}, {"point": 1, "acc": 0.25}, {"point": 2, "train:loss": 1.25}], x="point")
+    out = Console(width=200, record=True)
+    out.print(metrics_view.table(script, None))
+    text = out.export_text()
+    assert "value no. (per metric, in log order)" in text and "train:loss" in text and "acc" in text
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+    assert rows == [["1", "2.5", "0.25"], ["2", "1.25", ""]]
+    fig = metrics_view.plot([script])
+    assert [ax.get_ylabel() for ax in fig.axes] == ["train:loss", "acc"]
+    assert fig.axes[-1].get_xlabel() == "value no. (per metric, in log order)"
+    runtime = metric_records.JobMetrics("local:rt", "metrics.jsonl", [
+        {"step": 1, "loss": 2.5, "tokens_per_s": 100.0, "epoch": 0}])
+    out = Console(width=200, record=True)
+    out.print(metrics_view.table(runtime, None))
+    header = next(line for line in out.export_text().splitlines() if "step" in line)
+    assert "loss" in header and "tokens/s" in header and "epoch" not in header
+    assert [ax.get_ylabel() for ax in metrics_view.plot([runtime]).axes] == ["loss", "tokens/s", "grad norm"]
+
+
 def test_bad_plot_path_and_handles_are_refused_before_any_lookup(tmp_path, monkeypatch):
     monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
     runner = CliRunner()

@@ -82,7 +82,8 @@ def test_the_summary_counts_documents_tokens_and_the_dropped_remainder(tmp_path,
     assert run("--input", src, "--output", tmp_path / "a.jsonl", "--block-size", 3) == 0
     out, err = capsys.readouterr()
     assert err == ""  # no progress display off a terminal
-    assert summary(out) == {"blocks": 3, "block_size": 3, "where": f"train 3 in {tmp_path / 'a.jsonl'}",
+    # one --output file is no split: it may be a validation channel's file (issue 38, item 8)
+    assert summary(out) == {"blocks": 3, "block_size": 3, "where": f"3 in {tmp_path / 'a.jsonl'}",
                             "documents": 3, "tokens": 10, "left_over": 1, "why": "the last incomplete block",
                             "vocab_size": 256}
     assert run("--input", src, "--output", tmp_path / "b.jsonl", "--block-size", 3, "--max-blocks", 2) == 0
@@ -92,6 +93,27 @@ def test_the_summary_counts_documents_tokens_and_the_dropped_remainder(tmp_path,
     assert run("--input", src, "--output", tmp_path / "c.jsonl", "--block-size", 3, "--max-documents", 2) == 0
     s = summary(capsys.readouterr().out)
     assert (s["blocks"], s["documents"], s["tokens"], s["left_over"]) == (2, 2, 8, 2)
+
+
+def test_a_validation_file_is_not_called_train_and_the_channels_are_named(tmp_path, capsys):
+    src = write_docs(tmp_path / "src", ["abcdef" * 20])
+    assert run("--input", src, "--output", tmp_path / "validation.jsonl", "--block-size", 4) == 0
+    assert summary(capsys.readouterr().out)["where"] == f"30 in {tmp_path / 'validation.jsonl'}"
+    # the control: --output-dir writes the channels, each named
+    assert run("--input", src, "--output-dir", tmp_path / "d", "--block-size", 4, "--validation-fraction", 0.5) == 0
+    where = summary(capsys.readouterr().out)["where"]
+    assert where.startswith("train ") and f"in {tmp_path / 'd/train/train.jsonl'}, validation " in where
+    assert where.endswith(f"in {tmp_path / 'd/validation/validation.jsonl'}")
+
+
+def test_the_help_describes_each_formats_files(capsys):
+    """--format indexed writes shards, not JSON Lines (the help once said JSON Lines only)."""
+    assert run("--help") == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "indexed token shards of whole documents (--format indexed)" in text
+    assert "--format indexed writes the shards DIR/train/train-00000.{bin,idx}" in text
+    assert "--format jsonl writes DIR/train/train.jsonl" in text  # the control
+    assert "one .jsonl or .jsonl.gz file (--format jsonl)" in text
 
 
 # --- a model's tokenizer: every kind of input equals the reference --------------------------

@@ -238,3 +238,14 @@ def test_search_options_need_the_search():
     assert alone.exit_code == 2 and "--max-instances" in alone.output and "add --auto" in alone.output
     swept = run_cli("plan", P4D_NO_CP, "--auto", "--sweep", "context_parallel_degree=1,2", "--family", "p4d")
     assert swept.exit_code == 2 and "--family" in swept.output and "--sweep" in swept.output
+
+
+def test_auto_says_what_it_models_first_as_a_single_plan_does():
+    """plan's first line says what it models; --auto's did not (issue 38, item 8)."""
+    single = run_cli("plan", P4D_NO_CP).output.splitlines()[0]  # the control: a single plan
+    assert single.startswith("models: smlaunch's runtime (entrypoints/train.py)")
+    args = ("plan", P4D_NO_CP, "--auto", "--family", "p4d", "--max-instances", "1")
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == single
+    assert f"models: {json.loads(run_cli(*args, '--json').output)['models']}" == single

@@ -151,5 +151,85 @@ def test_validate_says_which_torch_a_local_job_gets(tmp_path):
 @pytest.mark.parametrize("script", ["import smdistributed.modelparallel.torch as smp\n",
                                     "from torch.sagemaker import state\n"])
 def test_both_spellings_of_smp_make_an_smp_script(tmp_path, script):
-    job = validate_job(aws_job(write_script(tmp_path / "src", script, requirements=None)))
+    """SMP v1 on the DLC that carries it (the seed's MiCS job below), SMP v2 on its own image."""
+    job_of = mics_job if script.startswith("import smdistributed") else aws_job
+    job = validate_job(job_of(write_script(tmp_path / "src", script, requirements=None)))
     assert job.smp_script
+
+
+# The seed's sharded data parallelism (MiCS) job: an SMP v1 script launched by mpi on the 1.13.1 DLC
+# (issue 38, item 2). SMP v1 ships in that DLC; which image carries which library:
+# tests/unit/test_image_libraries.py.
+SMP_V1_SCRIPT = "import torch\nimport smdistributed.modelparallel.torch as smp\n"
+SMP_V2_SCRIPT = "import torch\nimport torch.sagemaker as tsm\n"
+
+
+def mics_job(source_dir: Path, **fields) -> dict:
+    data = {"entry_point": "train.py", "source_dir": str(source_dir), "instance_type": "ml.p3.16xlarge",
+            "instance_count": 1, "framework_version": "1.13.1", "py_version": "py39",
+            "role": "arn:aws:iam::111122223333:role/x",
+            "distribution": {"smdistributed": {"modelparallel": {"enabled": True, "parameters": {
+                "ddp": True, "sharded_data_parallel_degree": 2}}}, "mpi": {"enabled": True, "processes_per_host": 8}}}
+    data.update(fields)
+    return data
+
+
+@pytest.mark.parametrize("instance_type", ["ml.p3.16xlarge", "ml.p4d.24xlarge"])
+def test_the_seeds_smp_v1_sharded_data_parallel_job_validates_on_its_dlc(tmp_path, instance_type):
+    job = validate_job(mics_job(write_script(tmp_path / "src", SMP_V1_SCRIPT, requirements=None),
+                                instance_type=instance_type))
+    assert job.smp_script and not job.kind.runtime
+    assert not [i for i in job.warnings if i.path == "entry_point"]
+
+
+def test_each_smp_library_is_refused_where_the_image_lacks_it(tmp_path):
+    v1 = write_script(tmp_path / "v1", SMP_V1_SCRIPT, requirements=None)
+    v2 = write_script(tmp_path / "v2", SMP_V2_SCRIPT, requirements=None)
+    # SMP v2 on the 1.13.1 DLC
+    found = errors(mics_job(v2))["entry_point"]
+    assert "imports torch.sagemaker, which exists only in AWS's SMP v2 image" in found
+    assert "pytorch-training:1.13.1-gpu-py39" in found
+    # SMP v1 on the SMP v2 image, on a 2.x DLC after SMP v1 ("2.0" is 2.0.1), and on a CPU DLC
+    where_v1 = ("imports smdistributed.modelparallel.torch, which exists only in the PyTorch DLCs 1.6.0 to 2.0.0 "
+                "for GPUs")
+    on_smp_v2 = errors(aws_job(v1))["entry_point"]
+    assert where_v1 in on_smp_v2 and "this job runs on the SMP v2 image" in on_smp_v2
+    for fields in ({"framework_version": "2.8.0", "py_version": "py312"},
+                   {"framework_version": "2.0", "py_version": "py310"},
+                   {"instance_type": "ml.m5.24xlarge"}):
+        assert where_v1 in errors(mics_job(v1, **fields)).get("entry_point", ""), fields
+    # the controls: SMP v1's last DLC has it; SMDDP is in the 1.13.1 DLC and in the SMP v2 image
+    assert "entry_point" not in errors(mics_job(v1, framework_version="2.0.0", py_version="py310"))
+    smddp = write_script(tmp_path / "smddp", "import smdistributed.dataparallel.torch.torch_smddp\n", requirements=None)
+    assert "entry_point" not in errors(mics_job(smddp))
+    assert "entry_point" not in errors(aws_job(smddp))
+    assert "exists only in the PyTorch DLCs 1.6.0 to 2.2.0" in errors(aws_job(smddp, **DLC))["entry_point"]
+
+
+def test_bf16_on_a_v100_names_the_field_that_asked_for_it(tmp_path):
+    """SMP v1 jobs ask for bf16 in the parameters (the seed's example); V100s have none."""
+    src = write_script(tmp_path / "src", SMP_V1_SCRIPT, requirements=None)
+    params = {"ddp": True, "sharded_data_parallel_degree": 2, "bf16": True}
+    dist = {**mics_job(src)["distribution"], "smdistributed": {"modelparallel": {"enabled": True,
+                                                                                "parameters": params}}}
+    found = errors(mics_job(src, distribution=dist))
+    assert "has no bfloat16 support" in found[f"{MP}.bf16"] and f"{HP}.bf16" not in found
+    assert "has no bfloat16 support" in errors(mics_job(src, hyperparameters={"bf16": 1}))[f"{HP}.bf16"]
+    assert not errors(mics_job(src, distribution=dist, instance_type="ml.p4d.24xlarge"))  # the control: an A100
+
+
+@pytest.mark.parametrize("instance_type", ["ml.p3.16xlarge", "ml.p4d.24xlarge"])
+def test_the_seeds_mics_job_file_validates(instance_type):
+    from click.testing import CliRunner
+
+    from launcher.cli.app import main
+
+    job = Path(__file__).resolve().parents[2] / "configs" / "seed" / "mics-sdp2.yaml"
+    result = CliRunner().invoke(main, ["validate", str(job), "--set", f"instance_type={instance_type}"])
+    assert result.exit_code == 0, result.output
+    assert "pytorch-training:1.13.1-gpu-py39" in result.output and "sharding_group       2" in result.output
+    # the control: the same file on the SMP v2 image is refused for its SMP v1 import
+    sets = ["framework_version=2.4.1", "py_version=py311", "instance_type=ml.p4d.24xlarge",
+            "distribution.mpi.enabled=false", "distribution.torch_distributed.enabled=true"]
+    v2 = CliRunner().invoke(main, ["validate", str(job), *(arg for s in sets for arg in ("--set", s))])
+    assert v2.exit_code == 2 and "imports smdistributed.modelparallel.torch, which exists only in" in v2.stderr
