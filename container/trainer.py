@@ -52,6 +52,7 @@ from container.trackers import open_trackers
 from container.trackers.sink import FAILED, FINISHED, STOPPED
 from launcher.config import TrainingHyperparameters, aws_arguments, flops
 from launcher.config.attention import DESCRIPTIONS
+from launcher.config.data_rules import mixture_issues
 from launcher.config.models import ModelSpec, vocab_rows
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
@@ -273,10 +274,10 @@ def describe_data(rt: Runtime, source, s: RunSettings) -> None:
 
 
 def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
-    """AWS's script's arguments that this runtime does not do, and trackers' settings that would do
-    nothing, fail the job before anything is built, with validation's words
-    (launcher.config.aws_arguments, launcher.config.tracker_rules)."""
-    problems = aws_arguments.runtime_issues(hp) + tracker_issues(hp)
+    """AWS's script's arguments that this runtime does not do, trackers' settings that would do
+    nothing, and a data_mixture the loader cannot read fail the job before anything is built, with
+    validation's words (launcher.config.aws_arguments, tracker_rules, data_rules)."""
+    problems = aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp)
     if problems:
         raise ValueError("; ".join(map(str, problems)) + " (run `smlaunch validate` on the job for the full list)")
 

@@ -6,6 +6,7 @@ something the job finds after its instances start."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,19 @@ def test_a_mixture_of_weights_near_the_float_maximum_is_shared_by_their_ratio(tm
         assert validate(tmp_path, inputs, data_mixture=mixture)[0] == 0
         result = CliRunner().invoke(main, ["validate", str(tmp_path / "job.yaml")])
         assert "indexed, shuffled with seed 12345, mixture train:0.4,web:0.6" in result.stdout, result.stdout
+
+
+def test_the_container_refuses_a_mixture_validate_would_refuse():
+    """A job built by hand skips validate: its malformed mixture used to be dropped by the run
+    settings, and the job trained on the train channel alone."""
+    from container.args import parse_args
+    from container.trainer import refuse_unimplemented
+    refuse_unimplemented(parse_args(["--model_preset", "llama3-tiny", "--data_mixture", "train:1,web:0.001"])[0])
+    for mixture, words in (("web=0.7", r"'web=0.7' is not channel:weight"),
+                           ("train:1,web:0.0001", r"the weight of web, 0.0001, .* less than 1/1000")):
+        hp = parse_args(["--model_preset", "llama3-tiny", "--data_mixture", mixture])[0]
+        with pytest.raises(ValueError, match=rf"hyperparameters.data_mixture = \"{re.escape(mixture)}\": {words}"):
+            refuse_unimplemented(hp)
 
 
 # --- chat channels --------------------------------------------------------------------------------
