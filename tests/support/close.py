@@ -72,3 +72,12 @@ def _as_tensor(value) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.detach().to(torch.float64)
     return torch.tensor(value, dtype=torch.float64)
+
+
+def llama_terms(spec, seq: int, tokens: int) -> int:
+    """The additions on the way to a Llama's logits, loss or gradients (`spec`: a
+    launcher.config.models.ModelSpec): per layer the products over hidden, attention's over `seq`
+    keys and the feed-forward's over intermediate; the head's over hidden, the softmax's over the
+    vocabulary; the sum over a batch's `tokens`."""
+    layer = spec.hidden_size + seq + spec.intermediate_size
+    return spec.num_layers * layer + spec.hidden_size + spec.vocab_size + tokens

@@ -10,17 +10,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from container.data.loader import IGNORE_INDEX, shift_labels
 from container.models.llama import build_model
 from launcher.config.models import PRESETS
-from tests.support.close import assert_close
+from tests.support.close import assert_close, llama_terms
 
 SEQ, BATCH = 64, 3  # 192 tokens: no dimension of the model is that long, nor the vocabulary's 256
 TINY = PRESETS["llama3-tiny"]
 
 
-# The additions on the way to a loss or a gradient, for tolerances (tests/support/close.py): each
-# layer's products over hidden, the keys and intermediate (split under tp), the head's over hidden,
-# the softmax's over the vocabulary, the sum over the tokens.
-TERMS = TINY.num_layers * (TINY.hidden_size + SEQ + TINY.intermediate_size) + TINY.hidden_size \
-    + TINY.vocab_size + BATCH * SEQ
+TERMS = llama_terms(TINY, SEQ, BATCH * SEQ)  # for tolerances: tests/support/close.py
 
 
 def _model(spec=TINY, seed: int = 0):
