@@ -12,7 +12,8 @@ import subprocess
 import pytest
 
 from launcher.wire.checkpoints import complete_steps
-from tests.support.train_runs import order_tolerance, run_train, series
+from tests.support.close import order_tolerance
+from tests.support.train_runs import run_train, series
 
 # 6 steps, a decay over all of them; checkpoints at 2 and 4: the save of step 2 is written while
 # steps 3 and 4 train (the one of step 4 at the end of the run, which waits for it).

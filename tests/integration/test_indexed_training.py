@@ -10,9 +10,10 @@ import shutil
 
 import pytest
 
+from tests.support.close import order_tolerance
 from tests.support.hf_models import llama_config, save_llama, save_tokenizer
 from tests.support.pack import DOCS, run, write_docs
-from tests.support.train_runs import order_tolerance, run_train, series
+from tests.support.train_runs import run_train, series
 
 SEQ = 64
 STEPS, SAVED_AT = 6, 3

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
@@ -11,12 +10,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from container.data.loader import IGNORE_INDEX, shift_labels
 from container.models.llama import build_model
 from launcher.config.models import PRESETS
+from tests.support.close import assert_close, llama_terms
 
 SEQ, BATCH = 64, 3  # 192 tokens: no dimension of the model is that long, nor the vocabulary's 256
 TINY = PRESETS["llama3-tiny"]
 
 
-REL = 1e-6
+TERMS = llama_terms(TINY, SEQ, BATCH * SEQ)  # for tolerances: tests/support/close.py
 
 
 def _model(spec=TINY, seed: int = 0):
@@ -52,11 +52,13 @@ def _grads(model) -> dict:
     return grads
 
 
-def _assert_equal(got_loss, got, want_loss, want) -> None:
-    assert got_loss.item() == pytest.approx(want_loss.item(), rel=REL)
+def _assert_close(got_loss, got, want_loss, want) -> None:
+    """The loss and every gradient, each at its whole tensor's scale: the chunks (and tp's shards)
+    add the same numbers in other orders."""
+    assert_close(got_loss, want_loss, terms=TERMS, what="loss")
     assert got.keys() == want.keys()
-    for name in want:  # relative to the tensor's scale: summation order moves each element by ~1e-7
-        assert (got[name] - want[name]).abs().max() <= REL * want[name].abs().max(), name
+    for name in want:
+        assert_close(got[name], want[name], terms=TERMS, what=name)
 
 
 class LargestLogits(TorchDispatchMode):

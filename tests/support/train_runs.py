@@ -106,18 +106,6 @@ def _tails(logs: Path, nproc: int) -> str:
     return "\n".join(parts)
 
 
-# fp32's unit roundoff. Two runs that add the same n numbers in another order (another layout, a
-# chunked loss) may differ by up to about n x u relative in each sum (Higham, "Accuracy and
-# Stability of Numerical Algorithms", 2002, section 4.2); the losses and norms of metrics.jsonl
-# are unrounded, so a comparison of them holds to that bound, not to luck of rounding.
-FP32_UNIT_ROUNDOFF = 2.0**-24
-
-
-def order_tolerance(terms: int) -> float:
-    """The relative tolerance of two fp32 sums of `terms` numbers added in different orders."""
-    return terms * FP32_UNIT_ROUNDOFF
-
-
 def series(records: list[dict], key: str) -> list[float]:
     return [r[key] for r in records if key in r and "val_loss" not in r]
 

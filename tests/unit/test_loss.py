@@ -15,7 +15,8 @@ from container.data.loader import IGNORE_INDEX
 from container.loss import token_loss_sum
 from launcher.config import TrainingHyperparameters
 from launcher.config.run_settings import DEFAULT_LOSS_CHUNK_TOKENS, run_settings
-from tests.support.loss import BATCH, REL, SEQ, TINY, LargestLogits, _assert_equal, _batch, _grads, _model, _reference
+from tests.support.close import assert_close
+from tests.support.loss import BATCH, SEQ, TERMS, TINY, LargestLogits, _assert_close, _batch, _grads, _model, _reference
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
@@ -26,7 +27,7 @@ def test_chunked_loss_and_gradients_equal_whole_logits(chunk, tied):
     loss, tokens = token_loss_sum(model, batch, chunk)
     loss.backward()
     assert tokens.item() == (batch["labels"] != IGNORE_INDEX).sum().item() == BATCH * (SEQ - 1) - 20
-    _assert_equal(loss.detach(), _grads(model), want_loss, want)
+    _assert_close(loss.detach(), _grads(model), want_loss, want)
 
 
 def test_no_tensor_of_the_whole_logits_exists():
@@ -46,7 +47,7 @@ def test_validation_without_grad_is_chunked_and_equal():
         want, _ = token_loss_sum(model, batch, 0)
         with LargestLogits() as seen:
             got, _ = token_loss_sum(model, batch, 16)
-    assert got.item() == pytest.approx(want.item(), rel=REL)
+    assert_close(got, want, terms=TERMS, what="loss")
     assert seen.most == 16
 
 
