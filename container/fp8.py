@@ -141,10 +141,12 @@ def precompute_fp8_scales(model: nn.Module, cfg: FP8Config) -> None:
 
 # --- torchao -----------------------------------------------------------------------------------
 
-# What torchao says while it is imported that is not the user's concern, by logger: its wheels
-# carry CUDA extensions built for another Python (`_C_mxfp8.cpython-310...so`), which it logs a
-# warning for on every import, and torch warns that torchao registers an Enum with pytree (a
-# deprecation in torchao's own code). Both are held below ERROR during the import only.
+# What torchao says while it is imported that is not the user's concern, by logger: that it skips
+# its C++ extensions, built for another torch (0.14, the project's pin: pyproject.toml), or that
+# they fail to load (newer wheels carry CUDA extensions built for another Python,
+# `_C_mxfp8.cpython-310...so`), that Triton is missing, and torch's warning that torchao registers
+# an Enum with pytree (a deprecation in newer torchao's own code). All are held below ERROR during
+# the import only.
 _TORCHAO_IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 
 

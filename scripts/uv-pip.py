@@ -28,7 +28,8 @@ this is plain uv on PyPI.
 
 --pip runs `python -m pip` with the same Python, passing its output through except pip's
 "WARNING: Location '...' is ignored: it is neither a file nor a directory." lines (one per
-package and missing local index); its errors and other warnings are kept, its exit status too.
+package and missing local index; the rule is launcher/wire/pip_output.py's, which a job's
+environment uses too); its errors and other warnings are kept, its exit status too.
 
 --check runs pip check and also checks PROJECT's requirements for the EXTRAs (pip check leaves
 extras out), printing what is missing or of an unfitting version: after an install from a lock
@@ -38,13 +39,15 @@ from __future__ import annotations
 
 import ast
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-IGNORED_LOCATION = re.compile(r"^WARNING: Location '.*' is ignored: it is neither a file nor a directory\.\s*$")
+# launcher.wire imports nothing, so the checkout's copy loads before anything is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from launcher.wire.pip_output import is_noise  # noqa: E402
+
 # The settings taken from pip, by name; the sections, strongest first, as pip install reads them.
 SECTIONS = (":env:", "install", "global")
 
@@ -116,7 +119,7 @@ def run_pip(args: list[str]) -> int:
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
     assert proc.stdout is not None
     for line in proc.stdout:
-        if not IGNORED_LOCATION.match(line):
+        if not is_noise(line):
             sys.stdout.write(line)
             sys.stdout.flush()
     return proc.wait()

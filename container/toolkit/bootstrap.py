@@ -58,6 +58,7 @@ from container.toolkit.failure_report import (
 )
 from container.toolkit.frozen_ranks import FrozenRanks
 from container.toolkit.rank_logs import RankLogs, rank_stderr
+from container.toolkit.stop_traceback import StopTraceback
 from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import masking
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
@@ -253,9 +254,12 @@ class Child:
         )
         for signum in self.signals:  # arrived while the process was being started
             self._forward(signum)
+        # torchrun's traceback of a stop we forwarded is no news (container.toolkit.stop_traceback)
+        quiet = StopTraceback(lambda: bool(self.signals)) if rank_logs else None
         self._pumps = [
             threading.Thread(target=self._copy, args=(self._proc.stdout, sys.stdout.buffer, False), daemon=True),
-            threading.Thread(target=self._copy, args=(self._proc.stderr, sys.stderr.buffer, True), daemon=True),
+            threading.Thread(target=self._copy, args=(self._proc.stderr, sys.stderr.buffer, True, quiet),
+                             daemon=True),
         ]
         for pump in self._pumps:
             pump.start()
@@ -274,18 +278,18 @@ class Child:
         except ProcessLookupError:  # already gone
             pass
 
-    def _copy(self, src, dst, keep_tail: bool) -> None:
+    def _copy(self, src, dst, keep_tail: bool, quiet: StopTraceback | None = None) -> None:
         # Chunks, not lines: progress bars that redraw with \r must show up as they happen. Only
         # a chunk's tail that may begin a secret waits for the next chunk, so a secret cut in two
         # by the pipe is still masked.
         fd = src.fileno()
         masked = masking.StreamMasker(masking.installed())
         while chunk := os.read(fd, 65536):
-            dst.write(masked.feed(chunk))
+            dst.write(masked.feed(quiet.feed(chunk) if quiet else chunk))
             dst.flush()
             if keep_tail:
                 self.stderr_tail = (self.stderr_tail + chunk)[-STDERR_TAIL_BYTES:]
-        dst.write(masked.feed(b"", final=True))
+        dst.write(masked.feed(quiet.feed(b"", final=True) if quiet else b"", final=True))
         dst.flush()
 
     def wait(self) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 from container.toolkit.console import log
 from container.toolkit.contract import ContractError, TrainingEnv
 from container.toolkit.failure_report import MESSAGE_LIMIT, fit, toolkit_error
-from launcher.wire import code_archive, masking
+from launcher.wire import code_archive, masking, pip_output
 from launcher.wire.opt_ml import REQUIREMENTS_INSTALLED_ENV
 
 
@@ -109,7 +109,7 @@ def install_requirements(env: TrainingEnv) -> None:
     log(f"installing the code's requirements.txt: {shlex.join(cmd)}")
     proc = subprocess.run(cmd, cwd=env.code_dir, stderr=subprocess.PIPE, check=False)
     # An index URL in requirements.txt may hold a password; masked before lines are cut to fit.
-    stderr = masking.installed()(proc.stderr.decode("utf-8", "replace"))
+    stderr = pip_output.without_noise(masking.installed()(proc.stderr.decode("utf-8", "replace")))
     sys.stderr.write(stderr)
     if proc.returncode:
         lines = [ln for ln in stderr.splitlines() if ln.strip()]

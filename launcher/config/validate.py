@@ -27,6 +27,7 @@ from launcher.config import (
     json_values,
     model_rules,
     request_limits,
+    requirement_paths,
     resume_rules,
     rules,
     script_rules,
@@ -174,7 +175,8 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   job_rules.check_job_fields, job_rules.check_hyperparameters, job_rules.check_image,
                   aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume,
                   checkpoint_rules.check_async_checkpoint,
-                  script_rules.check_script_imports, tracker_rules.check_trackers):
+                  script_rules.check_script_imports, requirement_paths.check_requirement_paths,
+                  tracker_rules.check_trackers):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

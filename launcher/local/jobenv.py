@@ -15,18 +15,22 @@ not copied or downloaded, and what the requirements pin (an older pydantic) shad
 copy for the job only; pip leaves the launching site directories alone ("outside environment").
 
 Where it lives: the process runner keeps environments in `$SMLAUNCH_HOME/envs/<key>/`, the key
-the sha256 of requirements.txt, of the local files it names (wheels, `--find-links`
-directories), of the launching interpreter (path, prefix, version, the listing of its site
+the sha256 of requirements.txt, of every local file it makes pip read (wheels, `--find-links`
+directories, `-e ./pkg` projects, `-r`/`-c` files: launcher.config.requirement_paths, which also
+refuses paths outside the code), of the launching interpreter (path, prefix, version, the listing of its site
 directories) and of the runtime's constraints; the next job with the same key reuses it. The
 Slurm runner builds one per job in the job's directory, on the file system every node sees.
 
 An environment is used only once its marker file exists, which is written last. It is built in
 place under a lock (`<key>.lock`), not in a temporary directory renamed at the end: pip writes
 the environment's path into the scripts it installs, which a rename would leave pointing at the
-temporary name. A build that died half-way (no marker) is removed by the next one.
+temporary name. A build that died half-way (no marker) is removed by the next one. pip runs in a
+copy of the code inside the environment (`code/`), so an editable install (`-e ./pkg`) points at
+files that live as long as the environment; the marker is written, and an environment reused, only
+while every path its installs point at exists.
 
 A pip failure fails the job before any rank starts, with the toolkit's failure text
-(`InstallRequirementsError`) naming the requirement pip stopped at. For a job that runs
+(`InstallRequirementsError`, launcher.local.pip_failure) naming the requirement pip stopped at. For a job that runs
 smlaunch's runtime, pip also gets the runtime's requirements as constraints, so a requirements.txt
 that pins, say, pydantic 1 fails with pip's own account of the conflict instead of a crash of
 every rank at import.
@@ -37,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -48,22 +51,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
+from launcher.config.requirement_paths import content_digest, local_paths
 from launcher.local import leftovers
-from launcher.wire import code_archive
+from launcher.local.pip_failure import failure, pip_failure
+from launcher.wire import code_archive, pip_output
 from launcher.wire.masking import Masker
-from launcher.wire.opt_ml import FAILURE_LIMIT
 
 REQUIREMENTS = "requirements.txt"
 MARKER = ".smlaunch-env.json"  # written last: an environment without it is not used
-FORMAT = "smlaunch-job-env-1"  # part of the key: a change of layout gives new environments
+FORMAT = "smlaunch-job-env-2"  # part of the key: a change of layout gives new environments
 PTH_FILE = "_smlaunch_launching_env.pth"
+CODE = "code"  # the environment's copy of the code pip ran in: what editable installs point at
 KEY_CHARS = 24  # of the sha256 in an environment's directory name
 TAIL_LINES = 60  # of pip's output kept for the failure text
 POLL_S = 0.1
 # Variables that would send pip's installs somewhere other than the job's environment.
 _PIP_REDIRECTS = ("PIP_TARGET", "PIP_PREFIX", "PIP_USER", "PIP_ROOT", "PIP_EDITABLE_MODE")
-_ERROR_HEAD = 'InstallRequirementsError:\nExitCode {code}\nErrorMessage "'
 
 # What the launching interpreter is: run in it, so that a Slurm node's Python answers for itself.
 _PROBE = r"""
@@ -130,7 +135,7 @@ def extract_code(archive: Path, dest: Path) -> None:
     try:
         code_archive.extract(archive, dest)
     except code_archive.UnsafeArchive as exc:
-        raise RequirementsFailed(_failure(1, str(exc))) from None
+        raise RequirementsFailed(failure(1, str(exc))) from None
 
 
 # --- the key -----------------------------------------------------------------------------------
@@ -140,11 +145,11 @@ def interpreter(python: str) -> dict:
     try:
         out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RequirementsFailed(_failure(1, f"could not run {python} to build the job's environment for "
-                                             f"requirements.txt: {exc}")) from None
+        raise RequirementsFailed(failure(1, f"could not run {python} to build the job's environment for "
+                                            f"requirements.txt: {exc}")) from None
     if out.returncode != 0:
-        raise RequirementsFailed(_failure(out.returncode, f"{python} failed to describe itself for the job's "
-                                                          f"environment: {out.stderr.strip()[-400:]}"))
+        raise RequirementsFailed(failure(out.returncode, f"{python} failed to describe itself for the job's "
+                                                         f"environment: {out.stderr.strip()[-400:]}"))
     return json.loads(out.stdout)
 
 
@@ -155,27 +160,17 @@ def environment_key(requirements: bytes, code_dir: Path, base: dict, constraints
                  *base["site_dirs"], "\n".join(constraints)):
         digest.update(part.encode() + b"\0")
     digest.update(requirements)
-    for name, content in _local_inputs(requirements.decode("utf-8", "replace"), code_dir):
+    for name, content in content_digest(local_paths(code_dir), code_dir):
         digest.update(b"\0" + name.encode() + b"\0" + content)
     return digest.hexdigest()
 
 
-def _local_inputs(text: str, code_dir: Path) -> list[tuple[str, bytes]]:
-    """(path, digest) of every file the requirements name that lies in the code directory (a
-    wheel, a project directory, a --find-links directory): their content is part of the key."""
-    found: dict[str, bytes] = {}
-    root = code_dir.resolve()
-    for token in re.split(r"[\s=]+", text):
-        token = token.removeprefix("file:").strip("'\"")
-        if not token or token.startswith("-") or "://" in token:
-            continue
-        path = (code_dir / token).resolve()
-        if not path.is_relative_to(root) or not path.exists() or path == root:
-            continue
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        for file in files:
-            found[file.relative_to(root).as_posix()] = hashlib.sha256(file.read_bytes()).digest()
-    return sorted(found.items())
+def check_local_paths(code_dir: Path) -> None:
+    """Refuse a requirements.txt that names paths outside the code (validate refuses it first): they
+    are in no job's code on SageMaker, and no environment's key could follow their content."""
+    outside = [local for local in local_paths(code_dir) if not local.inside]
+    if outside:
+        raise RequirementsFailed(failure(1, "; ".join(f"{p.problem()}: {p.fix()}" for p in outside)))
 
 
 # --- building it -------------------------------------------------------------------------------
@@ -196,7 +191,11 @@ def ensure_environment(env_dir: Path, *, key: str, requirements: bytes, code_dir
         found = _usable(env_dir, key)  # built by the job we waited for
         if found:
             return JobEnvironment(env_dir, found, True, sha)
-        shutil.rmtree(env_dir, ignore_errors=True)  # a build that died half-way
+        gone = dangling_paths(env_dir) if (env_dir / MARKER).is_file() else []
+        if gone:
+            log(f"requirements.txt: the job environment {env_dir} points at {', '.join(gone)}, which no longer "
+                "exist: building it again")
+        shutil.rmtree(env_dir, ignore_errors=True)  # a build that died half-way, or one whose paths are gone
         try:
             python = _build(env_dir, requirements, code_dir, base, constraints, environ or dict(os.environ),
                             log, masker or Masker(), should_stop)
@@ -216,12 +215,36 @@ def _python_in(env_dir: Path) -> Path:
 
 
 def _usable(env_dir: Path, key: str) -> Path | None:
+    """The environment's Python, when it is complete, built for `key` and every path it points at is there."""
     try:
         marker = json.loads((env_dir / MARKER).read_text())
     except (OSError, ValueError):
         return None
     python = _python_in(env_dir)
-    return python if marker.get("key") == key and python.exists() else None
+    return python if marker.get("key") == key and python.exists() and not dangling_paths(env_dir) else None
+
+
+def dangling_paths(env_dir: Path) -> list[str]:
+    """What the environment's installs point at outside their own files and is not there: the
+    project of an editable install (its direct_url.json) and the directories .pth files add."""
+    missing: set[str] = set()
+    for site in env_dir.glob("lib/python*/site-packages"):
+        for pth in site.glob("*.pth"):
+            if pth.name == PTH_FILE:  # the launching interpreter's directories: its own business
+                continue
+            for line in pth.read_text(encoding="utf-8", errors="replace").splitlines():
+                line = line.strip()
+                if line and not line.startswith(("#", "import ", "import\t")) and not (site / line).exists():
+                    missing.add(str(site / line))
+        for direct in site.glob("*.dist-info/direct_url.json"):
+            try:
+                url = json.loads(direct.read_text())
+            except (OSError, ValueError):
+                continue
+            path = Path(unquote(urlparse(url.get("url", "")).path))
+            if url.get("url", "").startswith("file:") and url.get("dir_info", {}).get("editable") and not path.exists():
+                missing.add(str(path))
+    return sorted(missing)
 
 
 class _locked:
@@ -264,7 +287,7 @@ def _build(env_dir: Path, requirements: bytes, code_dir: Path, base: dict, const
     if should_stop():
         raise SetupStopped
     if made.returncode != 0:
-        raise RequirementsFailed(_failure(made.returncode, (
+        raise RequirementsFailed(failure(made.returncode, (
             f"could not create the job's environment ({' '.join(venv)}): {made.stderr.strip()[-400:]}; "
             "install Python's venv module (Debian/Ubuntu: apt install python3-venv)")))
     python = _python_in(env_dir)
@@ -274,6 +297,10 @@ def _build(env_dir: Path, requirements: bytes, code_dir: Path, base: dict, const
     # processed too, as for any site directory): seen, never written to.
     adds = "; ".join(f"site.addsitedir({d!r})" for d in base["site_dirs"])
     Path(purelib, PTH_FILE).write_text(f"import site; {adds}\n" if adds else "\n")
+    # pip runs in a copy of the code that lives as long as the environment: an editable install
+    # (`-e ./pkg`) points into it, and the job's own copy of the code is gone when the job ends.
+    code = env_dir / CODE
+    shutil.copytree(code_dir, code, symlinks=True)
     with tempfile.TemporaryDirectory(prefix="smlaunch-constraints-") as tmp:
         cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-r", REQUIREMENTS]
         if constraints:
@@ -282,10 +309,14 @@ def _build(env_dir: Path, requirements: bytes, code_dir: Path, base: dict, const
             cmd += ["-c", str(path)]
         env = {k: v for k, v in environ.items() if k not in _PIP_REDIRECTS}
         env.pop("PYTHONHOME", None)
-        code, tail = _run_pip(cmd, code_dir, env, log, masker, should_stop)
-    if code != 0:
+        status, tail = _run_pip(cmd, code, env, log, masker, should_stop)
+    if status != 0:
         text = requirements.decode("utf-8", "replace")
-        raise RequirementsFailed(masker(_failure(code, pip_failure(tail, requirement_lines(text), constraints))))
+        raise RequirementsFailed(masker(failure(status, pip_failure(tail, requirement_lines(text), constraints))))
+    gone = dangling_paths(env_dir)
+    if gone:  # never marked usable: a job would fail at import, and every later one with it
+        raise RequirementsFailed(masker(failure(1, f"pip installed requirements.txt, but the environment points at "
+                                                   f"{', '.join(gone)}, which do not exist")))
     return python
 
 
@@ -293,7 +324,7 @@ def _run_pip(cmd: list[str], cwd: Path, env: dict[str, str], log: Callable[[str]
              should_stop: Callable[[], bool]) -> tuple[int, list[str]]:
     """Run pip with its output in the job's log (masked); (exit code, its last lines). A stop
     ends pip's process group and raises SetupStopped."""
-    log(f"requirements.txt: {' '.join(cmd)} (in the code directory)")
+    log(f"requirements.txt: {' '.join(cmd)} (in {cwd}, the environment's copy of the code)")
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     tail: list[str] = []
@@ -301,7 +332,7 @@ def _run_pip(cmd: list[str], cwd: Path, env: dict[str, str], log: Callable[[str]
     def pump():
         for raw in iter(proc.stdout.readline, b""):
             line = masker(raw.decode("utf-8", "replace").rstrip())
-            if line.strip():
+            if line.strip() and not pip_output.is_noise(line):
                 tail.append(line)
                 del tail[:-TAIL_LINES]
                 log(f"pip | {line}")
@@ -334,62 +365,6 @@ def _write_marker(env_dir: Path, fields: dict) -> None:
     os.replace(partial, env_dir / MARKER)
 
 
-# --- what failed -------------------------------------------------------------------------------
-
-def _name(line: str) -> str | None:
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
-    return re.sub(r"[-_.]+", "-", match.group(1)).lower() if match else None
-
-
-def failing_requirement(output: Sequence[str], lines: Sequence[str]) -> str | None:
-    """The requirements.txt line pip stopped at, as its ERROR lines (or the conflict it explains)
-    name it; None when they name none."""
-    errors = [ln for ln in output if ln.startswith("ERROR") or "requested" in ln or "requirement" in ln.lower()]
-    text = "\n".join(errors)
-    for line in lines:
-        if line.startswith("-") and not line.startswith(("-e ", "--editable")):
-            continue
-        requirement = line.split(" #", 1)[0].strip().removeprefix("-e ").removeprefix("--editable ").strip()
-        if requirement and requirement in text:
-            return requirement
-    normalised = re.sub(r"[-_.]+", "-", text.lower())
-    for line in lines:
-        name = _name(line) if not line.startswith("-") else None
-        if name and re.search(rf"(?<![a-z0-9-]){re.escape(name)}(?![a-z0-9])", normalised):
-            return line.split(" #", 1)[0].strip()
-    return None
-
-
-def pip_failure(output: Sequence[str], lines: Sequence[str], constraints: Sequence[str] = ()) -> str:
-    """The failure message: the requirement pip stopped at, why, and pip's last lines."""
-    requirement = failing_requirement(output, lines)
-    what = f"pip could not install {requirement!r} from requirements.txt" if requirement else (
-        "pip could not install requirements.txt")
-    conflict = [c for c in constraints if _name(c) and requirement and _name(c) == _name(requirement)]
-    if conflict or (constraints and any("constraint" in ln for ln in output)):
-        needs = ", ".join(conflict or constraints)
-        what += (f"; smlaunch's runtime (the job's entry point imports container.trainer) needs {needs}: "
-                 "drop or loosen that line, or run a script of your own")
-    errors = [ln for ln in output if ln.startswith("ERROR")]
-    head = [what + ("; " + errors[0].removeprefix("ERROR: ") if errors else "")]
-    limit = FAILURE_LIMIT - len(_ERROR_HEAD.format(code=255)) - 1
-    text = "\n".join(head)[:limit]
-    kept: list[str] = []
-    room = limit - len(text) - len("\nlast lines of pip's output:")
-    for line in reversed([ln for ln in output if ln not in errors[:1]]):
-        if len(line) + 1 > room:
-            break
-        kept.insert(0, line)
-        room -= len(line) + 1
-    return "\n".join([text, "last lines of pip's output:", *kept]) if kept else text
-
-
-def _failure(code: int, message: str) -> str:
-    """The toolkit's failure text for a requirements.txt pip could not install."""
-    head = _ERROR_HEAD.format(code=code)
-    return f'{head}{message[:FAILURE_LIMIT - len(head) - 1]}"'
-
-
 def pip_environment(job_dir: Path) -> dict[str, str]:
     """pip's environment: this one, with the job's mark (a stop or the watchdog ends it too)."""
     return {**os.environ, **leftovers.mark(job_dir), "PYTHONUNBUFFERED": "1"}
@@ -409,6 +384,7 @@ def job_environment(spec, *, python: str, place: Callable[[str], Path], log: Cal
     with tempfile.TemporaryDirectory(dir=spec.job_dir, prefix=".requirements-") as tmp:
         code_dir = Path(tmp) / "code"
         extract_code(spec.source_archive, code_dir)
+        check_local_paths(code_dir)
         base = interpreter(python)
         key = environment_key(requirements, code_dir, base, spec.runtime_constraints)
         env = ensure_environment(place(key), key=key, requirements=requirements, code_dir=code_dir, base=base,

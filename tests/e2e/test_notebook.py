@@ -48,3 +48,31 @@ def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     stamp = re.compile(r"-\d{4}(-\d\d){5}-\d{3}$")  # make_job_name's timestamp
     jobs = sorted(stamp.sub("", p.name) for p in (tmp_path / "home" / "jobs").iterdir())
     assert jobs == ["walkthrough-chat", "walkthrough-cp2", "walkthrough-finetune", "walkthrough-no-cp"]
+
+
+def test_outside_the_repository_the_first_cell_says_what_to_set(tmp_path):
+    """Started elsewhere, the notebook names SMLAUNCH_ROOT and SMLAUNCH_NOTEBOOK_WORK (it raised a bare
+    StopIteration); given them, it runs there (the control)."""
+    import os
+    import subprocess
+    import sys
+
+    nb = nbformat.read(ROOT / "notebooks" / "walkthrough.ipynb", as_version=4)
+    first = next(c.source for c in nb.cells if c.cell_type == "code")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMLAUNCH_")}
+
+    def run(**extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", first], cwd=tmp_path, env={**env, **extra}, capture_output=True,
+                              text=True, timeout=120, check=False)
+
+    outside = run()
+    assert outside.returncode == 1 and "StopIteration" not in outside.stderr
+    assert (f"RuntimeError: {tmp_path} (nor any directory above it) is not smlaunch's checkout (no "
+            "entrypoints/train.py): start the notebook in the repository or in notebooks/, or set SMLAUNCH_ROOT to "
+            "the repository (and SMLAUNCH_NOTEBOOK_WORK to where it may write; default "
+            "<repository>/build/notebook)") in outside.stderr
+    wrong = run(SMLAUNCH_ROOT=str(tmp_path))
+    assert f"RuntimeError: SMLAUNCH_ROOT={tmp_path} is not smlaunch's checkout" in wrong.stderr
+    given = run(SMLAUNCH_ROOT=str(ROOT), SMLAUNCH_NOTEBOOK_WORK=str(tmp_path / "work"))
+    assert given.returncode == 0, given.stderr
+    assert given.stdout == f"repository: {ROOT} \nwork directory: {tmp_path / 'work'}\n"

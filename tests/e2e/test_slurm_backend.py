@@ -163,14 +163,15 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], f"rank-{os.environ['RANK']}.j
 def test_requirements_go_into_one_environment_in_the_job_directory(tmp_path, home, slurm_cluster, own_wheels):
     """The supervisor builds the job's environment once, on the shared job directory, before any
     node starts; every node's ranks run in it; the Python the nodes were given is left as it was."""
-    from tests.support.own_scripts import PINNED, PROBE, installed, launching_environment, requirements
+    from tests.support.own_scripts import PINNED, PROBE, installed, launching_environment, requirements, ship_wheels
 
     python = launching_environment(tmp_path / "nodes-python")
     before = installed(python)
     src = tmp_path / "src"
     src.mkdir()
     (src / "job.py").write_text(IN_ITS_ENVIRONMENT)
-    (src / "requirements.txt").write_text(requirements(own_wheels, "==".join(PROBE), "==".join(PINNED)))
+    (src / "requirements.txt").write_text(requirements("==".join(PROBE), "==".join(PINNED)))
+    ship_wheels(src, own_wheels)
     job = write_job(tmp_path / "job.yaml", {
         "entry_point": "job.py", "source_dir": str(src), "instance_type": "local", "instance_count": 2,
         "backend": "slurm", "slurm": {"partition": slurm_cluster.partition, "python": str(python)},

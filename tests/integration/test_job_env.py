@@ -8,6 +8,7 @@ the rest are tests/unit/test_job_env.py."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from launcher.config import validate_job
 from launcher.local import jobenv, store
 from launcher.local.spec import LocalJobSpec
 from launcher.local.supervise import Supervisor
+from launcher.wire.masking import Masker
 from tests.support.local_jobs import cli_env
 from tests.support.own_scripts import (
     PINNED,
@@ -29,6 +31,7 @@ from tests.support.own_scripts import (
     launching_environment,
     requirements,
     script_job,
+    ship_wheels,
     submit,
 )
 from tests.support.train_runs import ROOT
@@ -54,8 +57,8 @@ def launching(tmp_path_factory) -> Path:
 
 def test_requirements_go_into_the_jobs_environment_never_the_launching_one(tmp_path, launching, own_wheels):
     home = tmp_path / "home"
-    reqs = requirements(own_wheels, f"{PROBE[0]}=={PROBE[1]}", f"{PINNED[0]}=={PINNED[1]}")
-    job = script_job(tmp_path, CHECK, reqs)
+    reqs = requirements(f"{PROBE[0]}=={PROBE[1]}", f"{PINNED[0]}=={PINNED[1]}")
+    job = script_job(tmp_path, CHECK, reqs, wheels=own_wheels)
     before = installed(launching)
     assert before["prefix"] == str(launching.parent.parent)
     assert (PINNED[0], PINNED[1]) not in {(n, v) for n, v, _ in before["distributions"]}
@@ -83,7 +86,7 @@ def test_requirements_go_into_the_jobs_environment_never_the_launching_one(tmp_p
     assert validated.returncode == 0, validated.stderr
 
     # the next job with the same requirements.txt reuses the environment
-    again = submit(launching, script_job(tmp_path, CHECK, reqs, name="again"), home)
+    again = submit(launching, script_job(tmp_path, CHECK, reqs, name="again", wheels=own_wheels), home)
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
     second = store.read(job_name(again), home / "jobs")["JobEnvironment"]
     assert second == {**env, "Reused": True}
@@ -97,7 +100,7 @@ def test_requirements_go_into_the_jobs_environment_never_the_launching_one(tmp_p
 def test_a_requirement_pip_cannot_install_fails_the_job_before_any_rank(tmp_path, launching, own_wheels):
     home = tmp_path / "home"
     job = script_job(tmp_path, "raise SystemExit('never runs')\n",
-                     requirements(own_wheels, f"{PROBE[0]}=={PROBE[1]}", "smlaunch-no-such-dist==9.9"))
+                     requirements(f"{PROBE[0]}=={PROBE[1]}", "smlaunch-no-such-dist==9.9"), wheels=own_wheels)
     proc = submit(launching, job, home)
     assert proc.returncode == 1
     record = store.read(job_name(proc), home / "jobs")
@@ -117,7 +120,8 @@ def test_a_pin_smlaunchs_runtime_cannot_run_with_is_a_clear_error(tmp_path, laun
     src = tmp_path / "rt"
     src.mkdir()
     (src / "train.py").write_bytes((ROOT / "entrypoints" / "train.py").read_bytes())
-    (src / "requirements.txt").write_text(requirements(own_wheels, f"{PINNED[0]}=={PINNED[1]}"))
+    (src / "requirements.txt").write_text(requirements(f"{PINNED[0]}=={PINNED[1]}"))
+    ship_wheels(src, own_wheels)
     job = tmp_path / "rt.yaml"
     job.write_text(yaml.safe_dump({"entry_point": "train.py", "source_dir": str(src), "instance_type": "local",
                                    "hyperparameters": {"model_preset": "llama3-tiny", "dataset_type": "synthetic",
@@ -136,7 +140,7 @@ def test_a_pin_smlaunchs_runtime_cannot_run_with_is_a_clear_error(tmp_path, laun
 def test_a_stop_while_the_environment_is_built_ends_the_build(tmp_path, own_wheels, monkeypatch):
     """A stop (here SIGTERM's record) during pip ends pip and the job, Stopped, with no host started."""
     home = tmp_path / "home"
-    job = validate_job(yaml.safe_load(script_job(tmp_path, CHECK, requirements(own_wheels, "smlaunch-slow==1"))
+    job = validate_job(yaml.safe_load(script_job(tmp_path, CHECK, requirements("smlaunch-slow==1"), wheels=own_wheels)
                                       .read_text()))
     from launcher.local.prepare import prepare
     from launcher.local.process import ProcessRunner
@@ -189,8 +193,9 @@ def test_two_jobs_building_one_environment_at_once_build_it_once(tmp_path, launc
     """The second waits on the first's lock, then reuses what the first built."""
     code = tmp_path / "code"
     code.mkdir()
-    reqs = requirements(own_wheels, f"{PROBE[0]}=={PROBE[1]}").encode()
+    reqs = requirements(f"{PROBE[0]}=={PROBE[1]}").encode()
     (code / "requirements.txt").write_bytes(reqs)
+    ship_wheels(code, own_wheels)
     base = jobenv.interpreter(str(launching))
     key = jobenv.environment_key(reqs, code, base)
     logs: list[list[str]] = [[], []]
@@ -213,3 +218,53 @@ def test_two_jobs_building_one_environment_at_once_build_it_once(tmp_path, launc
     probe = subprocess.run([str(built[0].python), "-c", f"import {PROBE[0]}, sys; print(sys.prefix)"],
                            capture_output=True, text=True, check=True)
     assert probe.stdout.strip() == str(built[0].path)
+
+
+EDITABLE = """
+import ownpkg
+print(f"ownpkg {ownpkg.VALUE} from {ownpkg.__file__}", flush=True)
+"""
+
+
+def test_an_editable_requirement_of_the_code_outlives_the_build(tmp_path, launching):
+    """`-e ./pkg` points into the environment's own copy of the code, not the build's temporary one:
+    the job imports it, the next job reuses the environment, and one whose copy is gone is rebuilt."""
+    home = tmp_path / "home"
+    job = script_job(tmp_path, EDITABLE, "--no-index\n-e ./pkgsrc\n", instance_count=1)
+    src = tmp_path / "job-src"
+    (src / "pkgsrc" / "ownpkg").mkdir(parents=True)
+    (src / "pkgsrc" / "ownpkg" / "__init__.py").write_text("VALUE = 7\n")
+    (src / "pkgsrc" / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=61"]\n'
+                                                   'build-backend = "setuptools.build_meta"\n'
+                                                   '[project]\nname = "ownpkg"\nversion = "0.1"\n')
+    offline = {"PIP_NO_BUILD_ISOLATION": "0"}  # setuptools from the launching environment: no index needed
+
+    first = submit(launching, job, home, env=offline)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    env = Path(store.read(job_name(first), home / "jobs")["JobEnvironment"]["Path"])
+    assert f"ownpkg 7 from {env / 'code' / 'pkgsrc' / 'ownpkg' / '__init__.py'}" in first.stdout
+
+    again = submit(launching, job, home, env=offline)
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
+    assert f"reusing the job environment {env}" in again.stdout and "ownpkg 7 from" in again.stdout
+
+    shutil.rmtree(env / "code" / "pkgsrc")  # what the editable install points at is gone: never reused so
+    third = submit(launching, job, home, env=offline)
+    assert third.returncode == 0, third.stdout[-4000:] + third.stderr[-4000:]
+    assert (f"requirements.txt: the job environment {env} points at {env / 'code' / 'pkgsrc'}, which no longer "
+            "exist: building it again") in third.stdout
+    assert "ownpkg 7 from" in third.stdout and "reusing" not in third.stdout
+
+
+def test_pips_ignored_location_warnings_stay_out_of_the_jobs_log(tmp_path):
+    """This machine's pip configuration names local indexes without most packages: pip says so per
+    package, which says nothing about the job (the Makefile's installs hide it the same way)."""
+    lines: list[str] = []
+    noise = ("WARNING: Location 'file:///opt/pypi-more/simple/tabulate/' is ignored: it is neither a file nor a "
+             "directory.")
+    other = "WARNING: Retrying after connection broken"  # a warning that says something: kept
+    say = f"print({noise!r}); print({other!r}); print('Successfully installed tabulate-0.10.0')"
+    code, tail = jobenv._run_pip([sys.executable, "-c", say], tmp_path, {}, lines.append, Masker(), lambda: False)
+    assert code == 0
+    assert lines[1:] == [f"pip | {other}", "pip | Successfully installed tabulate-0.10.0"]
+    assert noise not in tail

@@ -11,6 +11,7 @@ environment, not the suite's, and the snapshot would show it.
 from __future__ import annotations
 
 import json
+import shutil
 import site
 import subprocess
 import sys
@@ -47,9 +48,15 @@ def wheels(directory: Path) -> Path:
     return directory
 
 
-def requirements(wheel_dir: Path, *lines: str) -> str:
-    """A requirements.txt that installs from `wheel_dir` only (no index is asked)."""
-    return "\n".join(["--no-index", f"--find-links {wheel_dir}", *lines]) + "\n"
+def requirements(*lines: str) -> str:
+    """A requirements.txt that installs from the code's `wheels/` only (no index is asked): a path
+    outside source_dir is refused, as it would not exist on SageMaker (see `ship_wheels`)."""
+    return "\n".join(["--no-index", "--find-links ./wheels", *lines]) + "\n"
+
+
+def ship_wheels(code_dir: Path, wheel_dir: Path) -> None:
+    """The wheels of `wheel_dir` in `code_dir/wheels`, where `requirements` finds them."""
+    shutil.copytree(wheel_dir, code_dir / "wheels", dirs_exist_ok=True)
 
 
 def launching_environment(directory: Path) -> Path:
@@ -90,22 +97,29 @@ def own_wheels(tmp_path_factory) -> Path:
     return wheels(tmp_path_factory.mktemp("wheels"))
 
 
-def submit(python: Path, job: Path, home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`smlaunch submit JOB ARGS` run by `python` (the launching environment), with its own SMLAUNCH_HOME."""
+def submit(python: Path, job: Path, home: Path, *args: str, timeout: float = 300,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`smlaunch submit JOB ARGS` run by `python` (the launching environment), with its own SMLAUNCH_HOME
+    (and `env`'s variables)."""
     from tests.support.local_jobs import cli_env
     from tests.support.train_runs import ROOT
 
-    return subprocess.run([str(python), "-m", "launcher.cli", "submit", str(job), *args], env=cli_env(home),
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run([str(python), "-m", "launcher.cli", "submit", str(job), *args],
+                          env=cli_env(home, **(env or {})), cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, check=False)
 
 
-def script_job(tmp_path: Path, text: str, reqs: str | None = None, *, name: str = "job", **fields) -> Path:
-    """A job file for a user script `job.py` (and requirements.txt) of its own source_dir: 2 local hosts."""
+def script_job(tmp_path: Path, text: str, reqs: str | None = None, *, name: str = "job", wheels: Path | None = None,
+               **fields) -> Path:
+    """A job file for a user script `job.py` (and requirements.txt, and the `wheels` it installs from)
+    of its own source_dir: 2 local hosts."""
     src = tmp_path / f"{name}-src"
     src.mkdir()
     (src / "job.py").write_text(text)
     if reqs is not None:
         (src / "requirements.txt").write_text(reqs)
+    if wheels is not None:
+        ship_wheels(src, wheels)
     data = {"entry_point": "job.py", "source_dir": str(src), "instance_type": "local", "instance_count": 2,
             "distribution": {"torch_distributed": {"enabled": True}}, "base_job_name": name, **fields}
     path = tmp_path / f"{name}.yaml"

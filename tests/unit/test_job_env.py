@@ -6,12 +6,13 @@ process; the jobs themselves are tests/integration/test_job_env.py."""
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from pathlib import Path
 
 from launcher.backends.sourcedir import build_sourcedir
 from launcher.config.requirements import runtime_constraints
-from launcher.local import jobenv
+from launcher.local import jobenv, pip_failure
 from launcher.local.process import ProcessRunner
 from launcher.local.spec import LocalJobSpec
 from launcher.slurm.runner import SlurmRunner
@@ -35,29 +36,30 @@ CONFLICT = [
 
 def test_a_pip_failure_names_the_requirement_it_stopped_at():
     lines = ["--no-index", "smlaunch_own_probe==0.1", "smlaunch-no-such-dist==9.9  # the one"]
-    assert jobenv.failing_requirement(NOT_FOUND, lines) == "smlaunch-no-such-dist==9.9"
-    text = jobenv.pip_failure(NOT_FOUND, lines)
+    assert pip_failure.failing_requirement(NOT_FOUND, lines) == "smlaunch-no-such-dist==9.9"
+    text = pip_failure.pip_failure(NOT_FOUND, lines)
     assert text.startswith("pip could not install 'smlaunch-no-such-dist==9.9' from requirements.txt; Could not "
                            "find a version that satisfies the requirement")
     assert text.endswith("ERROR: No matching distribution found for smlaunch-no-such-dist==9.9")
     # a name written another way (pip normalises it) is still found
-    assert jobenv.failing_requirement(["ERROR: No matching distribution found for my-pkg"], ["My_Pkg"]) == "My_Pkg"
-    assert jobenv.failing_requirement(["ERROR: something else"], ["numpy"]) is None
-    failure = jobenv._failure(1, "pip could not install requirements.txt")
+    assert pip_failure.failing_requirement(["ERROR: No matching distribution found for my-pkg"], ["My_Pkg"]) == "My_Pkg"
+    assert pip_failure.failing_requirement(["ERROR: something else"], ["numpy"]) is None
+    failure = pip_failure.failure(1, "pip could not install requirements.txt")
     assert failure == 'InstallRequirementsError:\nExitCode 1\nErrorMessage "pip could not install requirements.txt"'
 
 
 def test_a_pin_against_the_runtime_says_what_the_runtime_needs():
-    text = jobenv.pip_failure(CONFLICT, ["pydantic==1.10.13"], ["pydantic>=2.6,<3", "numpy>=1.24"])
+    text = pip_failure.pip_failure(CONFLICT, ["pydantic==1.10.13"], ["pydantic>=2.6,<3", "numpy>=1.24"])
     assert text.startswith("pip could not install 'pydantic==1.10.13' from requirements.txt; smlaunch's runtime "
                            "(the job's entry point imports container.trainer) needs pydantic>=2.6,<3: drop or "
                            "loosen that line, or run a script of your own; Cannot install pydantic==1.10.13")
-    assert len(jobenv._failure(1, text * 5)) <= 1024
+    assert len(pip_failure.failure(1, text * 5)) <= 1024
 
 
 def test_the_runtimes_constraints_are_smlaunchs_own_requirements():
     constraints = runtime_constraints()
-    assert [jobenv._name(c) for c in constraints] == ["pydantic", "numpy", "safetensors", "huggingface-hub", "torch"]
+    assert [pip_failure.distribution_name(c) for c in constraints] == ["pydantic", "numpy", "safetensors",
+                                                                        "huggingface-hub", "torch"]
     assert "pydantic>=2.6,<3" in constraints
 
 
@@ -69,6 +71,7 @@ def test_the_key_follows_the_requirements_the_files_they_name_and_the_launching_
     code = tmp_path / "code"
     write(code / "wheels" / "a-0.1-py3-none-any.whl", "one")
     reqs = b"--find-links ./wheels\na==0.1\n"
+    write(code / "requirements.txt", reqs.decode())
     key = jobenv.environment_key(reqs, code, BASE)
     assert key == jobenv.environment_key(reqs, code, dict(BASE))  # the same inputs: the same environment
     assert key != jobenv.environment_key(reqs + b"b\n", code, BASE)
@@ -77,6 +80,59 @@ def test_the_key_follows_the_requirements_the_files_they_name_and_the_launching_
     assert key != jobenv.environment_key(reqs, code, BASE, ["pydantic>=2.6,<3"])
     write(code / "wheels" / "a-0.1-py3-none-any.whl", "two")  # a rebuilt wheel of the same name
     assert key != jobenv.environment_key(reqs, code, BASE)
+
+
+def test_the_key_follows_every_local_input_of_the_requirements(tmp_path):
+    """An editable project, -r and -c files and what they name in turn: a change of any gives a new
+    environment; a file the requirements do not name does not."""
+    code = tmp_path / "code"
+    write(code / "pkg" / "pyproject.toml", "[project]\nname = 'pkg'\n")
+    write(code / "pkg" / "pkg" / "__init__.py", "VALUE = 1\n")
+    write(code / "reqs" / "more.txt", "-c ../constraints.txt\n./local.whl\n")
+    write(code / "constraints.txt", "numpy<3\n")
+    write(code / "local.whl", "wheel one")
+    write(code / "train.py", "print(1)\n")
+    reqs = b"-e ./pkg\n-r reqs/more.txt\n"
+    write(code / "requirements.txt", reqs.decode())
+    key = jobenv.environment_key(reqs, code, BASE)
+    write(code / "train.py", "print(2)\n")  # the control: not an input of the environment
+    assert jobenv.environment_key(reqs, code, BASE) == key
+    for path, text in (("pkg/pkg/__init__.py", "VALUE = 2\n"),
+                       ("reqs/more.txt", "-c ../constraints.txt\n./local.whl\n\n"),
+                       ("constraints.txt", "numpy<2\n"), ("local.whl", "wheel two")):
+        write(code / path, text)
+        assert jobenv.environment_key(reqs, code, BASE) != key, path
+        key = jobenv.environment_key(reqs, code, BASE)
+
+
+def site_packages(env: Path) -> Path:
+    site = env / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    return site
+
+
+def test_an_environment_whose_paths_are_gone_is_not_usable(tmp_path):
+    """An editable install's project (direct_url.json) and a .pth file's directory must exist for an
+    environment to be used; the launching interpreter's .pth is not the environment's to check."""
+    env = tmp_path / "env"
+    site = site_packages(env)
+    project, added = tmp_path / "project", tmp_path / "added"
+    project.mkdir()
+    added.mkdir()
+    write(site / "pkg-0.1.dist-info" / "direct_url.json",
+          json.dumps({"url": project.as_uri(), "dir_info": {"editable": True}}))
+    write(site / "__editable__.pkg-0.1.pth", f"{added}\n")
+    write(site / "wheel-0.1.dist-info" / "direct_url.json",  # a wheel's origin: not needed once installed
+          json.dumps({"url": (tmp_path / "gone.whl").as_uri(), "archive_info": {}}))
+    write(site / jobenv.PTH_FILE, "import site; site.addsitedir('/nowhere')\n")
+    write(env / "bin" / "python", "")
+    write(env / jobenv.MARKER, json.dumps({"key": "k"}))
+    assert jobenv.dangling_paths(env) == []
+    assert jobenv._usable(env, "k") == env / "bin" / "python"
+    project.rmdir()
+    added.rmdir()
+    assert jobenv.dangling_paths(env) == sorted([str(project), str(site / added)])
+    assert jobenv._usable(env, "k") is None
 
 
 def test_only_a_requirements_txt_that_names_something_needs_an_environment(tmp_path):
