@@ -18,7 +18,7 @@ import yaml
 
 from launcher.wire.opt_ml import free_port
 from tests.support.local_jobs import cli_env, smlaunch
-from tests.support.trackers import wandb_records
+from tests.support.trackers import wandb_records, wandb_runs
 from tests.support.train_runs import ROOT, run_train
 
 JOB = "trackers-job-1"
@@ -130,6 +130,28 @@ def test_a_local_jobs_tracker_files_hold_no_secret_of_its_hyperparameters(tmp_pa
     config = next(r["run"] for r in wandb_records(wandb_dir) if r["type"] == "run")["config"]["update"]
     assert set(config) == {*hyperparameters, "smlaunch", "_wandb"}
     assert {name: config[name] for name in SECRETS} == dict.fromkeys(SECRETS, "****")
+
+
+def test_on_sagemaker_wandb_continues_the_run_id_smlaunch_recorded(tmp_path, tracker_env, monkeypatch):
+    """W&B's SageMaker integration (on where SM_TRAINING_ENV exists) replaced the id passed to
+    wandb.init with `<TRAINING_JOB_NAME>-<random>-<host>`: a restart could not continue its run."""
+    pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
+    from container.trackers import weights_and_biases
+    from container.trackers.continuity import RunIds
+    from container.trackers.run_info import run_info
+    from container.trackers.sink import FINISHED
+    from launcher.config import TrainingHyperparameters
+
+    monkeypatch.setenv("SM_TRAINING_ENV", json.dumps({"hosts": ["algo-1"], "hyperparameters": {"hf_token": SECRET}}))
+    hp = TrainingHyperparameters(wandb_project="smlaunch-tests", hf_token=SECRET)
+    ids = RunIds(tmp_path / "checkpoints")
+    first = weights_and_biases.WandbRun(hp, run_info(hp, 1, None), ids)  # control: a new run, its id recorded
+    first.close(FINISHED)
+    again = weights_and_biases.WandbRun(hp, run_info(hp, 1, None), ids)  # the restart
+    again.close(FINISHED)
+    assert again.run.id == first.run.id and not first.run.id.startswith(JOB)
+    config = next(r["run"] for r in wandb_runs(tmp_path / "wandb")[-1] if r["type"] == "run")["config"]["update"]
+    assert "hosts" not in config and config["hf_token"] == "****"
 
 
 def test_an_unreachable_tracking_server_warns_or_with_metrics_required_fails_before_training(
