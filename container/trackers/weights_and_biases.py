@@ -9,7 +9,8 @@ metadata: it sees it masked as smlaunch prints it (the value of `--hf_token` and
 W&B's SageMaker integration is off (`sagemaker_disable`): where SM_TRAINING_ENV or
 /opt/ml/input/config/hyperparameters.json exists (on SageMaker, and under smlaunch's bootstrap) it
 would merge the raw training environment and hyperparameters, secrets in clear, into the run's
-config, and name the run after the job itself; the config is the one given here.
+config, and replace the run id given here with its own (`<job>-<random>-<host>`), which a restart
+could not continue.
 """
 
 from __future__ import annotations
