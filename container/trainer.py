@@ -57,6 +57,7 @@ from launcher.config.models import ModelSpec, vocab_rows
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
 from launcher.config.tracker_rules import tracker_issues
+from launcher.wire import data_streams
 from launcher.wire.metric_lines import format_metric_line
 from launcher.wire.token_shards import tokenizer_identity
 
@@ -235,6 +236,16 @@ def check_tokenizer(source, sources: pretrained.Sources) -> None:
         source.check_tokenizer(tokenizer_identity(located.source.describe(), located.directory / "tokenizer.json"))
 
 
+def stream_record(source, s: RunSettings, dirs: Directories) -> dict | None:
+    """What each checkpoint records of the data its position indexes (launcher.wire.data_streams):
+    the channels the loader reads; None for synthetic data, made from the seed the checkpoint keeps."""
+    if isinstance(source, IndexedSource):
+        return data_streams.record(s.dataset_type, s.shuffle, {c.name: c.path for c in source.channels})
+    if isinstance(source, (data.JsonlSource, ChatSource)):
+        return data_streams.record(s.dataset_type, s.shuffle, {"train": dirs.train})
+    return None
+
+
 def chat_tokenizer(s: RunSettings, sources: pretrained.Sources) -> ChatTokenizer | None:
     """The tokenizer chat examples are tokenized with (the `tokenizer` hyperparameter's, else the
     pretrained model's); None for other data."""
@@ -337,7 +348,8 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     optimizer, scheduler = build_optimization(model, s)
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
                                      identity=RunIdentity(s, spec, rt.dp_size, rows),
-                                     async_mode=s.checkpoint_async_mode) if s.checkpoint_freq else None
+                                     async_mode=s.checkpoint_async_mode,
+                                     streams=stream_record(loader.source, s, dirs)) if s.checkpoint_freq else None
     start_step = 0
     if checkpointer is not None:
         restored = checkpointer.load_latest(model, optimizer, scheduler)

@@ -5,6 +5,7 @@ Layout of `<directory>/step-<N>/`:
     rng-<rank>.pt                  each rank's torch RNG state
     trainer.pt                     step, world size, scheduler, data position, extra, and what a
                                    resume must keep (launcher.config.resume) (rank 0)
+    data-streams.json              the data the position indexes, per channel (launcher.wire.data_streams)
     manifest-<rank>.json           size and sha256 of every file that rank wrote
     .complete                      written last by rank 0: the step and how many manifest parts
 
@@ -29,7 +30,9 @@ and other parallel degrees. The RNG states are then left alone, as they belong t
 longer exist; the runtime draws no random numbers while training (no dropout; synthetic data is
 a function of the sample index), so the resumed run is still the uninterrupted one. What may not
 change (global batch, sequence length, model, ...) is recorded in trainer.pt and checked before
-anything is loaded: launcher.config.resume decides it, and validation explains the same rule.
+anything is loaded: launcher.config.resume decides it, and validation explains the same rule. So is
+the data itself (data-streams.json): another tokenizer is refused, other shards or files are a
+warning saying what that does to the order (launcher.config.resume_data).
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ from container.checkpoint.background import BackgroundSaves, CheckpointWriteErro
 from container.checkpoint.collectives import barrier, distributed, first_of_all, from_rank0, together, world
 from launcher.config.async_checkpoint import DISABLED, is_async
 from launcher.config.resume import RunIdentity, may_change
-from launcher.wire import checkpoints
+from launcher.config.resume_data import compare
+from launcher.wire import checkpoints, data_streams
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
 
 log = logging.getLogger(__name__)
@@ -133,7 +137,8 @@ class Checkpointer:
 
     `rank` and `local_rank` default to the process group's rank and torchrun's `LOCAL_RANK`.
     `identity` (this run's values of what a resume must keep) is recorded in every save and
-    checked at resume; without it nothing is recorded or checked. `async_mode` (a
+    checked at resume; without it nothing is recorded or checked; so is `streams`, the record of
+    the data the run reads (launcher.wire.data_streams; None: synthetic data). `async_mode` (a
     checkpoint_async_mode) other than disabled writes in the background: `wait` or `close`
     before the process ends.
     """
@@ -146,6 +151,7 @@ class Checkpointer:
         local_rank: int | None = None,
         identity: RunIdentity | None = None,
         async_mode: str = DISABLED,
+        streams: dict | None = None,
     ):
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
@@ -155,7 +161,7 @@ class Checkpointer:
         if local_rank is None:
             local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
         self.local_rank = local_rank
-        self.identity = identity
+        self.identity, self.streams = identity, streams
         self._good: set[int] = set()  # steps this job saved or verified
         self._bad: set[int] = set()  # steps resume found unusable: never kept in place of good ones
         self._background = BackgroundSaves(async_mode, distributed()) if is_async(async_mode) else None
@@ -208,7 +214,11 @@ class Checkpointer:
                 "optimizer_layout": OPTIMIZER_LAYOUT,
             }
             torch.save(trainer, tmp / TRAINER_FILE)
-            written += [TRAINER_FILE, DCP_METADATA]  # DCP's coordinator writes the metadata; listed after it has
+            written.append(TRAINER_FILE)
+            if self.streams is not None:
+                data_streams.write(tmp, self.streams)
+                written.append(data_streams.FILE)
+            written.append(DCP_METADATA)  # DCP's coordinator writes the metadata; listed after it has
         writer = _RecordingWriter(tmp)
         state = _sharded_state(model, optimizer, OPTIMIZER_LAYOUT)
         if self._background is None:
@@ -359,6 +369,25 @@ class Checkpointer:
                 + "".join(f"\n  {line}" for line in conflicts)
                 + "\nTo start a new run instead, move or delete the checkpoints (on SageMaker: under "
                 "checkpoint_s3_uri) or point checkpoint_dir elsewhere.")
+        if self.streams is not None:
+            self._check_data(path)
+
+    def _check_data(self, path: Path) -> None:
+        """The data this run reads against the data the checkpoint was trained on; every rank
+        decides alike (the same files), rank 0 says it."""
+        saved = data_streams.read(path)
+        if saved is None:
+            if self.rank == 0:
+                log.info("checkpoint %s does not record its data (saved by an earlier smlaunch): the data this run "
+                         "reads is not compared with the data it was trained on", path)
+            return
+        changes = compare(saved, self.streams)
+        if changes.refusals:
+            raise CheckpointError(f"this run cannot continue checkpoint {path} (checkpoint_dir) on this data:"
+                                  + "".join(f"\n  {line}" for line in changes.refusals))
+        if self.rank == 0:
+            for line in changes.warnings:
+                log.warning("resuming from %s: %s", path, line)
 
     def _prune(self, newest: int, kept: list[int]) -> None:
         """Delete older checkpoints, complete or partial, except `kept`; leave later steps alone."""

@@ -6,6 +6,11 @@ written under WANDB_DIR only, for `wandb sync` later), WANDB_BASE_URL (a W&B ser
 Console capture is off: the job's logs already go to CloudWatch or the job directory, masked,
 and W&B would see them before the bootstrap masks them. W&B records the command line in its run's
 metadata: it sees it masked as smlaunch prints it (the value of `--hf_token` and the like hidden).
+W&B's SageMaker integration is off (`sagemaker_disable`): where SM_TRAINING_ENV or
+/opt/ml/input/config/hyperparameters.json exists (on SageMaker, and under smlaunch's bootstrap) it
+would merge the raw training environment and hyperparameters, secrets in clear, into the run's
+config, and replace the run id given here with its own (`<job>-<random>-<host>`), which a restart
+could not continue.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ class WandbRun:
                                   name=hp.wandb_run_name or info.job_name, tags=tags(hp.wandb_tags),
                                   config={**info.hyperparameters, "smlaunch": info.facts},
                                   id=continued or generate_id(), resume="allow",
-                                  settings=wandb.Settings(console="off"))
+                                  settings=wandb.Settings(console="off", sagemaker_disable=True))
         ids.put(KEY, where, self.run.id)
         # a resumed run's next step follows its history (offline, W&B cannot know it: `wandb sync` merges)
         self.sent = SentSteps(NAME, self.run.step - 1 if self.run.resumed and self.run.step > 0 else None)

@@ -1,14 +1,22 @@
 """The validator's note on a job that resumes from checkpoints: what a resume may change and what
-it must keep (launcher.config.resume decides both; the runtime enforces them at resume)."""
+it must keep (launcher.config.resume decides both; the runtime enforces them at resume); and where
+this machine has both the newest checkpoint and the channels (a local job's checkpoint_local_path,
+local inputs), what the resume would make of data that changed since (launcher.config.resume_data)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from launcher.config.issues import Issue
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH, JobConfig
+from launcher.config.job_rules import resolve_path
 from launcher.config.layout import ParallelLayout, layout_problems, with_sharding_strategy
 from launcher.config.resume import KEPT, batch_text, data_stream, global_batch, may_change
+from launcher.config.resume_data import compare
 from launcher.config.rules import Context
 from launcher.config.run_settings import run_settings
+from launcher.wire import checkpoints, data_streams
+from launcher.wire.datafiles import TRAIN_CHANNELS
 
 
 def check_resume(ctx: Context) -> list[Issue]:
@@ -35,6 +43,41 @@ def check_resume(ctx: Context) -> list[Issue]:
     return [Issue(*where, "this job resumes from the newest checkpoint there: a resume may change the world size "
                   "and the parallel degrees, and must keep the global batch, sequence length, data stream, model "
                   "and optimizer", "details: smlaunch validate --verbose, docs/spot.md", "info", detail)]
+
+
+def check_resume_data(ctx: Context) -> list[Issue]:
+    """The newest checkpoint of a local checkpoint directory against the local channels the run
+    would read: an error where the runtime would refuse to resume, a warning where it would warn."""
+    where = resume_place(ctx.job)
+    if where is None or where[0] != "checkpoint_local_path" or not ctx.runtime or not ctx.hp.checkpoint_freq:
+        return []
+    latest = checkpoints.latest_local(resolve_path(ctx.base_dir, where[1]))
+    s = run_settings(ctx.hp, ctx.params, ctx.world or 1)
+    inputs = _local_channels(ctx, [name for name, _ in s.data_mixture])
+    try:
+        saved = data_streams.read(Path(latest.where)) if latest is not None else None
+        now = (data_streams.record(s.dataset_type, s.shuffle, {key: path for key, (_, path) in inputs.items()})
+               if saved is not None and inputs else None)
+    except (OSError, ValueError):  # unreadable channels are the data rules' to report; a damaged record the runtime's
+        return []
+    if now is None:
+        return []
+    changes = compare(saved, now)
+    return [Issue(f"inputs.{inputs[change.channel][0]}", str(inputs[change.channel][1]),
+                  f"{change.problem} ({latest.where})", change.then, level)
+            for level, found in (("error", changes.refusals), ("warning", changes.warnings)) for change in found]
+
+
+def _local_channels(ctx: Context, mixture: list[str]) -> dict[str, tuple[str, Path]]:
+    """The inputs the run reads, as (input name, path) keyed as the runtime records the channels,
+    where all are on this machine (else none: the record could not be compared whole)."""
+    channels = ctx.job.channels()
+    train = next((name for name in TRAIN_CHANNELS if name in channels), None)
+    wanted = {name: name for name in mixture} if mixture else ({"train": train} if train else {})
+    if not wanted or any(name not in channels or channels[name].s3_data.startswith("s3://")
+                         for name in wanted.values()):
+        return {}
+    return {key: (name, resolve_path(ctx.base_dir, channels[name].s3_data)) for key, name in wanted.items()}
 
 
 def resume_place(job: JobConfig) -> tuple[str, str] | None:

@@ -174,7 +174,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   backend_rules.check_backend_choice,
                   job_rules.check_job_fields, job_rules.check_hyperparameters, job_rules.check_image,
                   aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume,
-                  checkpoint_rules.check_async_checkpoint,
+                  resume_rules.check_resume_data, checkpoint_rules.check_async_checkpoint,
                   script_rules.check_script_imports, requirement_paths.check_requirement_paths,
                   tracker_rules.check_trackers):
         issues += check(ctx)

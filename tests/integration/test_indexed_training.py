@@ -1,8 +1,9 @@
 """Training on indexed token shards through train.py: read in order they train exactly as the
 JSON Lines blocks of the same corpus; shuffled, a run resumed at a smaller and at a larger world
 size continues the uninterrupted run's losses (the same global order); shards of another tokenizer,
-or a checkpoint of another shuffle, are refused before training. The in-process half (format,
-order, rows): tests/unit/test_indexed.py."""
+or a checkpoint of another shuffle, are refused before training; a checkpoint resumed on shards of
+another tokenizer is refused, on appended shards warned of. The in-process half (format, order,
+rows): tests/unit/test_indexed.py; what a resume makes of changed data: tests/unit/test_resume_data.py."""
 
 from __future__ import annotations
 
@@ -77,6 +78,47 @@ def test_a_resume_with_another_seed_is_refused(tmp_path, corpus):
         train(tmp_path / "second", 1, corpus[1], seed=8)
     assert ("data stream (dataset_type, seed, shuffle, data_mixture and truncation_mode) was indexed, shuffled "
             "with seed 7") in str(failure.value)
+
+
+def test_a_resume_on_other_shards_is_refused_for_another_tokenizer_and_warned_of_for_appended_ones(
+        tmp_path, tokenizer_dir):
+    """Trained to a checkpoint on the first two of three shards, then resumed on each of: shards of
+    the same documents packed with another tokenizer (refused before a step), all three shards
+    (appended: a warning, and it trains on), the same two shards (the control: no warning)."""
+    docs = write_docs(tmp_path / "docs", DOCS * 8)
+    assert run("--input", docs, "--output-dir", tmp_path / "three", "--format", "indexed", "--shard-tokens",
+               15_000) == 0
+    three = tmp_path / "three" / "train"
+    two = tmp_path / "two"
+    two.mkdir()
+    for name in ("train-00000.bin", "train-00000.idx", "train-00001.bin", "train-00001.idx"):
+        shutil.copy(three / name, two / name)
+    assert run("--input", docs, "--output-dir", tmp_path / "bpe", "--format", "indexed", "--tokenizer",
+               tokenizer_dir) == 0
+    hp = {"vocab_size": 320}  # the byte tokens' 256 and the BPE's 300 both fit
+    train(tmp_path / "first", 1, two, max_steps=SAVED_AT, **hp)
+
+    def resume(name, channel) -> list[dict]:
+        shutil.copytree(tmp_path / "first" / "checkpoints", tmp_path / name / "checkpoints")
+        return train(tmp_path / name, 1, channel, **hp)
+
+    def log(name) -> str:
+        return (tmp_path / name / "rank-logs" / "rank0.log").read_text()
+
+    with pytest.raises(AssertionError) as refused:
+        resume("bpe", tmp_path / "bpe" / "train")
+    assert ("channel train was packed with UTF-8 bytes (vocab_size 256) when the checkpoint was saved, and is now "
+            f"packed with {tokenizer_dir} (vocab_size 300, vocabulary sha256") in str(refused.value)
+    assert not (tmp_path / "bpe" / "out" / "metrics.jsonl").exists()  # before the first step
+
+    assert series(resume("appended", three), "step") == list(range(SAVED_AT + 1, STEPS + 1))
+    warned = [line for line in log("appended").splitlines() if "changed since the checkpoint was saved" in line]
+    assert len(warned) == 1 and ("channel train changed since the checkpoint was saved: 1 shard(s) added "
+                                 "(train-00002.idx): 2 -> 3 shards") in warned[0]
+    assert "the shuffle is a permutation of the channel's rows that depends on how many there are" in warned[0]
+
+    assert series(resume("same", two), "step") == list(range(SAVED_AT + 1, STEPS + 1))
+    assert "changed since the checkpoint was saved" not in log("same")
 
 
 def test_shards_of_another_tokenizer_fail_before_training(tmp_path):

@@ -1,8 +1,9 @@
 """Metrics trackers, the multi-process half: train.py on two gloo ranks sends metrics.jsonl's
 records to Weights & Biases (offline: a local .wandb file, read back with W&B's own reader,
 `wandb leet inspect --json`) and to MLflow (a file store, read back with MlflowClient), from rank 0
-only, with the job's name and its hyperparameters (secrets masked) as the run's configuration; and
-an unreachable MLflow server is a warning, or with metrics_required the job's error before training.
+only, with the job's name and its hyperparameters (secrets masked) as the run's configuration; a
+local job's trackers write no secret of its hyperparameters in any file; and an unreachable MLflow
+server is a warning, or with metrics_required the job's error before training.
 The in-process half is tests/unit/test_trackers.py."""
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from launcher.wire.opt_ml import free_port
-from tests.support.trackers import wandb_records
-from tests.support.train_runs import run_train
+from tests.support.local_jobs import cli_env, smlaunch
+from tests.support.trackers import wandb_records, wandb_runs
+from tests.support.train_runs import ROOT, run_train
 
 JOB = "trackers-job-1"
 SECRET = "hf_notForTrackers123"
@@ -87,6 +90,68 @@ def test_wandb_offline_and_mlflow_file_store_get_the_records_of_metrics_jsonl(tm
             for name in found.data.metrics} == expected
     assert SECRET not in json.dumps(logged)  # neither in the config nor in the command line W&B records
     assert "****" in next(r["environment"]["args"] for r in logged if r["type"] == "environment")
+
+
+# hyperparameters whose names say they are secrets, and one whose name does not (the control)
+SECRETS = {"hf_token": "hf_notForTrackersAAA111", "api_key": "apiNotForTrackersBBB222",
+           "my_secret": "myNotForTrackersCCC333"}
+VISIBLE = "shownToTrackersDDD444"
+
+
+def files_holding(root: Path, value: str) -> list[str]:
+    """Every file under `root` (links followed) whose bytes hold `value`."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and value.encode() in p.read_bytes())
+
+
+def test_a_local_jobs_tracker_files_hold_no_secret_of_its_hyperparameters(tmp_path, home):
+    """Under the bootstrap (SM_TRAINING_ENV, /opt/ml/input/config/hyperparameters.json: what W&B's
+    SageMaker integration looks for) every file W&B and MLflow write is searched for each secret."""
+    pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
+    pytest.importorskip("mlflow", reason="MLflow (smlaunch[mlflow]) is not installed")
+    store, wandb_dir = tmp_path / "mlruns", tmp_path / "wandb"
+    wandb_dir.mkdir()
+    hyperparameters = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": 32,
+                       "train_batch_size": 2, "max_steps": 2, "wandb_project": "smlaunch-tests",
+                       "mlflow_tracking_uri": store.as_uri(), **SECRETS, "note_text": VISIBLE}
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({
+        "entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+        "instance_count": 1, "processes_per_host": 1, "hyperparameters": hyperparameters,
+        "environment": {"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir), "MLFLOW_ALLOW_FILE_STORE": "true"}}))
+    done = smlaunch("submit", str(spec), "--job-name", "tracker-secrets", env=cli_env(home), timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    for name, value in SECRETS.items():
+        assert (name, files_holding(wandb_dir, value), files_holding(store, value)) == (name, [], [])
+    # the control: the search finds a value that is no secret, in the W&B run and the MLflow parameter
+    assert any(p.endswith(".wandb") for p in files_holding(wandb_dir, VISIBLE))
+    assert [p.rsplit("/", 2)[-2:] for p in files_holding(store, VISIBLE)] == [["params", "note_text"]]
+    # the run's config is what docs/metrics.md says: the hyperparameters and smlaunch's facts (W&B adds _wandb)
+    config = next(r["run"] for r in wandb_records(wandb_dir) if r["type"] == "run")["config"]["update"]
+    assert set(config) == {*hyperparameters, "smlaunch", "_wandb"}
+    assert {name: config[name] for name in SECRETS} == dict.fromkeys(SECRETS, "****")
+
+
+def test_on_sagemaker_wandb_continues_the_run_id_smlaunch_recorded(tmp_path, tracker_env, monkeypatch):
+    """W&B's SageMaker integration (on where SM_TRAINING_ENV exists) replaced the id passed to
+    wandb.init with `<TRAINING_JOB_NAME>-<random>-<host>`: a restart could not continue its run."""
+    pytest.importorskip("wandb", reason="wandb (smlaunch[wandb]) is not installed")
+    from container.trackers import weights_and_biases
+    from container.trackers.continuity import RunIds
+    from container.trackers.run_info import run_info
+    from container.trackers.sink import FINISHED
+    from launcher.config import TrainingHyperparameters
+
+    monkeypatch.setenv("SM_TRAINING_ENV", json.dumps({"hosts": ["algo-1"], "hyperparameters": {"hf_token": SECRET}}))
+    hp = TrainingHyperparameters(wandb_project="smlaunch-tests", hf_token=SECRET)
+    ids = RunIds(tmp_path / "checkpoints")
+    first = weights_and_biases.WandbRun(hp, run_info(hp, 1, None), ids)  # control: a new run, its id recorded
+    first.close(FINISHED)
+    again = weights_and_biases.WandbRun(hp, run_info(hp, 1, None), ids)  # the restart
+    again.close(FINISHED)
+    assert again.run.id == first.run.id and not first.run.id.startswith(JOB)
+    config = next(r["run"] for r in wandb_runs(tmp_path / "wandb")[-1] if r["type"] == "run")["config"]["update"]
+    assert "hosts" not in config and config["hf_token"] == "****"
 
 
 def test_an_unreachable_tracking_server_warns_or_with_metrics_required_fails_before_training(

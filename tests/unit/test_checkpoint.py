@@ -3,6 +3,8 @@ Here the tests that run in one process; those that start processes are tests/int
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import signal
@@ -11,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from container.checkpoint.checkpointer import Checkpointer
+from container.checkpoint.checkpointer import Checkpointer, CheckpointError
 from container.checkpoint.sigterm import install_sigterm_flag, should_stop
 from tests.support.checkpoints import SEQ, SPEC, assert_states_close, full_state, make_model, train_step
 
@@ -95,6 +97,43 @@ def test_keep_and_partial_checkpoints(tmp_path):
     checkpointer.save(7, model, optimizer, scheduler, {"position": 7}, {})
     # Everything older than the newest two usable ones goes; the later partial save stays.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-3", "step-7", "step-9.tmp"]
+
+
+def streams(tokenizer: dict, vocab_size: int) -> dict:
+    """A record of the data read (launcher.wire.data_streams), as the runtime gives the checkpointer."""
+    shard = {"name": "web-00000.idx", "bytes": 2000, "documents": 10, "tokens": 1000}
+    return {"dataset_type": "indexed", "shuffled": True,
+            "channels": {"train": {"tokenizer": tokenizer, "vocab_size": vocab_size, "shards": [shard]}}}
+
+
+BYTES = streams({"name": "UTF-8 bytes", "vocabulary_sha256": None}, 256)
+BPE = streams({"name": "my-bpe", "vocabulary_sha256": "ab" * 32}, 300)
+
+
+def test_the_data_a_checkpoint_was_trained_on_is_recorded_and_another_tokenizer_refused_before_loading(tmp_path):
+    model, optimizer, scheduler = make_model(seed=0)
+    path = Checkpointer(tmp_path, keep=1, streams=BYTES).save(1, model, optimizer, scheduler, {"position": 8})
+    assert json.loads((path / "data-streams.json").read_text()) == BYTES
+    assert "data-streams.json" in json.loads((path / "manifest-0.json").read_text())["files"]  # verified at resume
+
+    fresh = make_model(seed=1)
+    before = full_state(fresh[0])
+    with pytest.raises(CheckpointError, match=r"cannot continue checkpoint \S*step-1 \(checkpoint_dir\) on this data:\n"
+                                              r"  channel train was packed with UTF-8 bytes \(vocab_size 256\) when"):
+        Checkpointer(tmp_path, keep=1, streams=BPE).load_latest(*fresh)
+    assert_states_close(full_state(fresh[0]), before, atol=0)  # refused before anything was loaded
+    # the control: the same data resumes
+    assert Checkpointer(tmp_path, keep=1, streams=BYTES).load_latest(*fresh)[:2] == (1, {"position": 8})
+
+
+def test_a_checkpoint_saved_before_the_data_was_recorded_resumes_with_a_note(tmp_path, caplog):
+    model, optimizer, scheduler = make_model(seed=0)
+    path = Checkpointer(tmp_path, keep=1).save(1, model, optimizer, scheduler, {"position": 8})  # as before
+    assert not (path / "data-streams.json").exists()
+    with caplog.at_level(logging.INFO, logger="container.checkpoint.checkpointer"):
+        resumed = Checkpointer(tmp_path, keep=1, streams=BPE).load_latest(*make_model(seed=1))
+    assert resumed[:2] == (1, {"position": 8})
+    assert f"checkpoint {path} does not record its data (saved by an earlier smlaunch)" in caplog.text
 
 
 def test_resaving_a_complete_step_keeps_it(tmp_path):
