@@ -24,6 +24,13 @@ def tracker_issues(hp: TrainingHyperparameters) -> list[Issue]:
             if getattr(hp, name) is not None:
                 issues.append(Issue(f"{HP}.{name}", getattr(hp, name), f"does nothing without {switch}",
                                     f"set {switch} to send the metrics there, or remove {name}"))
+    if hp.wandb_project and "wandb_api_key" in (hp.model_extra or {}):
+        # W&B's SageMaker integration, which read this hyperparameter, is off in smlaunch's runtime:
+        # it copied every hyperparameter and the training environment, secrets too, into the run.
+        issues.append(Issue(f"{HP}.wandb_api_key", hp.model_extra["wandb_api_key"],
+                            "is not read: smlaunch's runtime turns W&B's SageMaker integration off (it copied the "
+                            "job's secrets into the run), and a hyperparameter is sent and logged in clear",
+                            "give the key as WANDB_API_KEY in the job's environment (masked everywhere)"))
     if hp.metrics_required and not any(getattr(hp, switch) for switch in TRACKER_SETTINGS):
         issues.append(Issue(f"{HP}.metrics_required", hp.metrics_required,
                             f"requires the trackers the job names, and it names none ({', '.join(TRACKER_SETTINGS)})",

@@ -53,6 +53,19 @@ def test_validate_refuses_a_tracker_setting_that_would_do_nothing(tmp_path):
                    "--set", "hyperparameters.wandb_run_name=r1").exit_code == 0
 
 
+def test_a_wandb_api_key_hyperparameter_is_refused_naming_the_variable_and_masked(tmp_path):
+    """W&B's SageMaker integration read wandb_api_key from the hyperparameters; it is off in the
+    runtime (it copied every secret into the run), so the key would be silently unused."""
+    job = ROOT / "configs" / "seed" / "p4d-cp8.yaml"
+    result = run_cli("validate", job, "--set", "hyperparameters.wandb_project=p",
+                     "--set", "hyperparameters.wandb_api_key=k3y-s3cr3t-value")
+    assert result.exit_code == 2, result.output
+    assert "hyperparameters.wandb_api_key" in result.stderr and "WANDB_API_KEY" in result.stderr
+    assert "k3y-s3cr3t-value" not in result.output
+    # control: without W&B the name is a hyperparameter like another (a warning at most)
+    assert run_cli("validate", job, "--set", "hyperparameters.wandb_api_key=k3y-s3cr3t-value").exit_code == 0
+
+
 def test_the_container_refuses_them_before_anything_is_built():
     from container.trainer import refuse_unimplemented
 
