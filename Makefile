@@ -117,7 +117,7 @@ test: $(STAMP) $(SDK3_STAMP)
 # compared bitwise). ATEN_CPU_CAPABILITY=default or avx2 and one thread caught neither. ~2 minutes.
 NUMERICS := tests/unit/test_close.py tests/unit/test_vocab_padding.py tests/unit/test_loss.py \
 	tests/unit/test_document_masking.py tests/unit/test_document_kernels.py tests/unit/test_context_parallel.py \
-	tests/unit/test_moe.py tests/integration/test_context_parallel.py
+	tests/unit/test_moe.py tests/unit/test_model_types.py tests/integration/test_context_parallel.py
 
 # The inner loop: tests/unit starts no process and opens no socket (its conftest refuses both),
 # and runs in under 3 minutes. tests/integration and tests/e2e run in `make test`.

@@ -17,7 +17,7 @@ from container.models import attention
 from container.models.document_kernels import build
 from container.models.llama import build_model
 from launcher.config.models import PRESETS
-from tests.support.document_kernels import attend_as_cp_ranks, documents_alone, random_documents, relative_error
+from tests.support.document_kernels import attend_as_cp_ranks, documents_alone, random_documents
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the compiled kernels)")
 
@@ -29,6 +29,11 @@ CUDA = torch.device("cuda")
 # roundings (P rounded to bf16 before P.V, the output rounded): a few u; 4u = 2^-6 bounds it.
 BOUND = {torch.float32: 1e-5, torch.bfloat16: 2.0**-6}
 CASES = [("flex", torch.float32), ("flex", torch.bfloat16), ("varlen", torch.bfloat16), ("dense", torch.float32)]
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Norm-wise, over the whole output or gradient (against an fp64 reference of the same inputs)."""
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
 
 
 def qkv(dtype, batch=2, seq=2048, heads=8, kv_heads=2, dim=64, seed=0):

@@ -21,11 +21,13 @@ SEQ = 64
 # documents that straddle the middle of the row (where tensor parallelism's sequence cut falls).
 ROWS = ((7, 25, 32), (64,), (30, 34), (3, 13, 16, 32))
 # fp32, 4 x 64 tokens: the packed step and the documents alone add the same products in other
-# orders; 1e-5 relative is ~170 ulps of fp32 (train_runs' layouts use the same bound). Layouts
-# are compared on the first step, as later steps also carry the optimizer's amplification of
-# those ulps (over 3 steps: 1.5e-5 in grad_norm at tp 2).
-REL = 1e-5  # the model is tests/support/hf_models.save_sharp_llama's: cross-document attention moves
-# its loss ~180 x REL, so the controls can fail
+# orders; layouts are compared on the first step, as later steps also carry the optimizer's
+# amplification of those ulps (over 3 steps: 1.5e-5 in grad_norm at tp 2). The order tolerance of
+# this loss (tests/support/train_runs.layout_tolerance) is 7e-5, and the layouts here differ by at
+# most 2e-7 (here and under MKL_CBWR=COMPATIBLE); this module holds them to 1e-5 all the same, as
+# its controls are sized against it: unmasked, the MoE test's first loss moves by only 1.2e-4,
+# not a clear margin above 7e-5 (the sharp Llama's moves ~180 x 1e-5).
+REL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -94,14 +96,14 @@ def test_fsdp_tensor_parallel_checkpointing_and_the_chunked_loss_train_like_one_
     layout = "tensor_parallel_degree=2,hybrid_shard_degree=2"
     records = train(tmp_path, packed, 4, train_batch_size=2, mp_parameters=layout, activation_checkpointing=1,
                     loss_chunk_tokens=24)
-    assert_same_training(records, one_process)
+    assert_same_training(records, one_process, rel=REL)
 
 
 def test_context_parallelism_with_documents_across_its_chunks_trains_like_one_process(tmp_path, one_process, packed):
     # cp 2 cuts each row into 4 chunks of 16 tokens (ranks keep chunks 0+3 and 1+2): every row
     # but the one-document row has a document that spans chunks held by both ranks
     records = train(tmp_path, packed, 2, mp_parameters="context_parallel_degree=2")
-    assert_same_training(records, one_process)
+    assert_same_training(records, one_process, rel=REL)
 
 
 def test_pipeline_parallelism_passes_the_documents_to_every_stage(tmp_path, packed):
@@ -111,7 +113,7 @@ def test_pipeline_parallelism_passes_the_documents_to_every_stage(tmp_path, pack
     one = train(tmp_path / "one", packed, 1, init_from_scratch=1)
     piped = train(tmp_path / "pp2", packed, 2, init_from_scratch=1,
                   mp_parameters="pipeline_parallel_degree=2,microbatches=2")
-    assert_same_training(piped, one)
+    assert_same_training(piped, one, rel=REL)
     # the control: at these weights, a pipeline that dropped the documents would be this far off
     crossing = train(tmp_path / "crossing", packed, 1, init_from_scratch=1, document_masking=0)
     assert abs(series(crossing, "loss")[0] - series(one, "loss")[0]) > 100 * REL * series(one, "loss")[0]
@@ -135,7 +137,7 @@ def test_mixture_of_experts_with_hybrid_sharding_context_and_expert_parallelism(
     layout = "hybrid_shard_degree=2,context_parallel_degree=2,expert_parallel_degree=2"
     composite = run_train(tmp_path / "composite", 4, **{**hp, "train_batch_size": 2}, mp_parameters=layout,
                           delayed_param=1, activation_checkpointing=1)
-    assert_same_training(composite, one)
+    assert_same_training(composite, one, rel=REL)
     assert series(composite, "aux_loss") == pytest.approx(series(one, "aux_loss"), rel=REL)
     # the control: unmasked, the first loss moves by 1.2e-4 relative (these weights and rows are
     # fixed, so the figure is too): 12 x REL, so a layout that dropped the documents would fail

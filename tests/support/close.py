@@ -74,10 +74,14 @@ def _as_tensor(value) -> torch.Tensor:
     return torch.tensor(value, dtype=torch.float64)
 
 
+def logits_terms(spec, seq: int) -> int:
+    """The additions on the way to a Llama's logits (`spec`: a launcher.config.models.ModelSpec):
+    per layer the products over hidden, attention's over `seq` keys and the feed-forward's over
+    intermediate; then the head's over hidden."""
+    return spec.num_layers * (spec.hidden_size + seq + spec.intermediate_size) + spec.hidden_size
+
+
 def llama_terms(spec, seq: int, tokens: int) -> int:
-    """The additions on the way to a Llama's logits, loss or gradients (`spec`: a
-    launcher.config.models.ModelSpec): per layer the products over hidden, attention's over `seq`
-    keys and the feed-forward's over intermediate; the head's over hidden, the softmax's over the
-    vocabulary; the sum over a batch's `tokens`."""
-    layer = spec.hidden_size + seq + spec.intermediate_size
-    return spec.num_layers * layer + spec.hidden_size + spec.vocab_size + tokens
+    """The additions on the way to a Llama's loss or gradients: its logits' (logits_terms), the
+    softmax's over the vocabulary, the sum over a batch's `tokens`."""
+    return logits_terms(spec, seq) + spec.vocab_size + tokens

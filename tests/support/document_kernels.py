@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from container.distributed import context_parallel as cpl
+from tests.support.close import assert_close, order_tolerance
 
 
 def random_documents(batch: int, seq: int, per_row: int, seed: int = 0) -> torch.Tensor:
@@ -55,5 +56,25 @@ def attend_as_cp_ranks(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return cpl.unsplit(parts, dim=2)
 
 
-def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+def attention_tolerance(inputs, power: int = 1) -> float:
+    """How far two attentions of the same `inputs` (q, k, v[, the output's gradient]) may be apart
+    when they add their terms in other orders: q.k over head_dim, the softmax's sum over the keys,
+    then the sum over keys (out, dq) or queries (dk, dv), at a scale from the inputs (out and dv
+    sum one input weighted by probabilities: power 1; dq and dk products of three: power 3). Not
+    the reference's own size: where a document or window leaves a query one key, dq's and dk's
+    terms cancel and the reference is rounding noise (tests/support/close.py)."""
+    return order_tolerance(_terms(inputs), inputs[0].dtype) * _scale(inputs, power)
+
+
+def assert_attention_close(got: torch.Tensor, want: torch.Tensor, inputs, power: int = 1, what: str = "") -> None:
+    """`got` within attention_tolerance of `want`, element by element."""
+    assert_close(got, want, terms=_terms(inputs), scale=_scale(inputs, power), dtype=inputs[0].dtype, what=what)
+
+
+def _terms(inputs) -> int:
+    keys = inputs[1]
+    return keys.shape[-1] + 2 * keys.shape[-2]
+
+
+def _scale(inputs, power: int) -> float:
+    return max(t.abs().max().item() for t in inputs) ** power
