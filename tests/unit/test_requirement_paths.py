@@ -55,16 +55,16 @@ def test_validate_refuses_paths_outside_source_dir_naming_line_and_fix(tmp_path)
     src = code(tmp_path, *INSIDE, "../shared/ownpkg-0.1-py3-none-any.whl", "-r /etc/reqs.txt")
     with pytest.raises(ConfigError) as err:
         validate_job(job(src), base_dir=tmp_path)
-    problems = [str(i) for i in err.value.issues]
-    assert problems == [
-        f"source_dir = \"{src}\": requirements.txt:8: '../shared/ownpkg-0.1-py3-none-any.whl' is outside source_dir; "
-        "pip runs in the job's copy of source_dir (as the SageMaker toolkit does, in /opt/ml/code), where only "
-        "source_dir's files exist, relative to it; copy it into source_dir and name it relative to it (e.g. "
-        "./wheels/, -e ./pkg), or install it from a package index",
-        f"source_dir = \"{src}\": requirements.txt:9: '/etc/reqs.txt' is outside source_dir; pip runs in the job's "
-        "copy of source_dir (as the SageMaker toolkit does, in /opt/ml/code), where only source_dir's files exist, "
-        "relative to it; copy it into source_dir and name it relative to it (e.g. ./wheels/, -e ./pkg), or install "
-        "it from a package index",
+    fix = ("copy it into source_dir and name it relative to it (e.g. ./wheels/, -e ./pkg), or install it from a "
+           "package index")
+    # fields, not str(issue): the value printed is cut at 80 characters, as a tmp_path may be
+    assert [(i.path, i.value, i.problem, i.fix) for i in err.value.issues] == [
+        ("source_dir", str(src), "requirements.txt:8: '../shared/ownpkg-0.1-py3-none-any.whl' is outside "
+         "source_dir; pip runs in the job's copy of source_dir (as the SageMaker toolkit does, in /opt/ml/code), "
+         "where only source_dir's files exist, relative to it", fix),
+        ("source_dir", str(src), "requirements.txt:9: '/etc/reqs.txt' is outside source_dir; pip runs in the "
+         "job's copy of source_dir (as the SageMaker toolkit does, in /opt/ml/code), where only source_dir's "
+         "files exist, relative to it", fix),
     ]
 
 
