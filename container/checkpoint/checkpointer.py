@@ -44,7 +44,7 @@ import re
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -59,7 +59,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.optim.lr_scheduler import LRScheduler
 
-from container.checkpoint import manifest
+from container.checkpoint import manifest, write_errors
 from container.checkpoint.background import BackgroundSaves, CheckpointWriteError
 from container.checkpoint.collectives import barrier, distributed, first_of_all, from_rank0, together, world
 from launcher.config.async_checkpoint import DISABLED, is_async
@@ -91,6 +91,10 @@ class _RecordingWriter(dcp.FileSystemWriter):
     """DCP's file writer that remembers the files this rank wrote, for its manifest part."""
 
     written: list[str]
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.fs = write_errors.NamingFileSystem()  # a failed write says which file and why
 
     def write_data(self, plan, planner):
         future = super().write_data(plan, planner)
@@ -199,38 +203,56 @@ class Checkpointer:
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.rmtree(final, ignore_errors=True)
         barrier()
-        tmp.mkdir(parents=True, exist_ok=True)
-        rng_file = f"rng-{self.rank}.pt"
-        torch.save(_rng_state(), tmp / rng_file)
-        written = [rng_file]
-        if self.rank == 0:
-            trainer = {
-                "step": step,
-                "world_size": world(),
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "dataloader": dataloader_state,
-                "extra": extra or {},
-                "keeps": self.identity.record() if self.identity is not None else None,
-                "optimizer_layout": OPTIMIZER_LAYOUT,
-            }
-            torch.save(trainer, tmp / TRAINER_FILE)
-            written.append(TRAINER_FILE)
-            if self.streams is not None:
-                data_streams.write(tmp, self.streams)
-                written.append(data_streams.FILE)
-            written.append(DCP_METADATA)  # DCP's coordinator writes the metadata; listed after it has
+        written: list[str] = []
+        # Every rank agrees that its own files are written before any enters DCP's collectives:
+        # a rank whose disk filled up here would otherwise leave the others waiting there.
+        reason = together(lambda: written.extend(self._write_own_files(tmp, step, scheduler, dataloader_state, extra)))
+        if reason is not None:
+            self._give_up(step, reason)
         writer = _RecordingWriter(tmp)
         state = _sharded_state(model, optimizer, OPTIMIZER_LAYOUT)
+
+        def write_part():
+            manifest.write_part(tmp, self.rank, [*written, *writer.written])
+
         if self._background is None:
-            with _quiet_no_dist():
-                dcp.save(state, storage_writer=writer, no_dist=not distributed())
-            self._commit(step, lambda: manifest.write_part(tmp, self.rank, [*written, *writer.written]))
+            def write():
+                with _quiet_no_dist():
+                    dcp.save(state, storage_writer=writer, no_dist=not distributed())
+
+            self._commit(step, write, write_part)
         else:
             group = self._background.group
             with _quiet_no_dist():
-                self._background.start(state, writer, lambda write: self._commit(
-                    step, lambda: manifest.write_part(tmp, self.rank, [*written, *writer.written]), write, group))
+                self._background.start(state, writer, lambda write: self._commit(step, write.result, write_part, group,
+                                                                                 background=True))
         return final
+
+    def _write_own_files(self, tmp: Path, step: int, scheduler: LRScheduler | None, dataloader_state: dict,
+                         extra: dict | None) -> list[str]:
+        """This rank's files beside DCP's shards: its RNG state; on rank 0 trainer.pt and the data
+        record. Returns their names, and the DCP metadata's on rank 0 (its coordinator writes it)."""
+        tmp.mkdir(parents=True, exist_ok=True)
+        rng_file = f"rng-{self.rank}.pt"
+        write_errors.save(_rng_state(), tmp / rng_file)
+        if self.rank != 0:
+            return [rng_file]
+        trainer = {
+            "step": step,
+            "world_size": world(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "dataloader": dataloader_state,
+            "extra": extra or {},
+            "keeps": self.identity.record() if self.identity is not None else None,
+            "optimizer_layout": OPTIMIZER_LAYOUT,
+        }
+        write_errors.save(trainer, tmp / TRAINER_FILE)
+        written = [rng_file, TRAINER_FILE]
+        if self.streams is not None:
+            with write_errors.writing(tmp / data_streams.FILE):
+                data_streams.write(tmp, self.streams)
+            written.append(data_streams.FILE)
+        return [*written, DCP_METADATA]
 
     def wait(self) -> None:
         """Collective: return once the save in flight (asynchronous mode) is committed; raise
@@ -244,23 +266,17 @@ class Checkpointer:
             background, self._background = self._background, None
             background.close()
 
-    def _commit(self, step: int, write_part, write=None, group=None) -> None:
-        """After DCP's write (`write`: its future, for a background save): each rank's manifest
-        part, then rank 0's marker, the rename, the pruning. Each stage fails on every rank
-        together, before the checkpoint is marked complete."""
+    def _commit(self, step: int, write, write_part, group=None, background: bool = False) -> None:
+        """`write` finishes DCP's write (the save itself, or the wait for a background one); then
+        each rank's manifest part, rank 0's marker, the rename, the pruning. Each stage fails on
+        every rank together, before the checkpoint is marked complete."""
         tmp, final = self.directory / f"step-{step}.tmp", self.path(step)
-        reason = together(write.result, group) if write is not None else None
+        reason = together(write, group)
         reason = reason or together(write_part, group)  # every rank's part is written: only now may the marker say so
         reason = reason or together(lambda: manifest.write_marker(tmp, step, parts=world()) if self.rank == 0 else None,
                                     group)
         if reason is not None:
-            if self.local_rank == 0:  # a disk that filled up gets its space back
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise CheckpointWriteError(
-                f"checkpoint {final} (checkpoint_dir) could not be written: {reason}. The checkpoints saved before "
-                f"it are untouched ({self._newest_kept()}); training stops here rather than go on without "
-                f"checkpoints. Free space in checkpoint_dir (or lower num_kept_checkpoints) and run the job "
-                f"again: it resumes from the newest complete checkpoint.")
+            self._give_up(step, reason)
         if self.local_rank == 0:
             try:
                 tmp.rename(final)
@@ -276,7 +292,17 @@ class Checkpointer:
             self._prune(step, kept)
         barrier(group)
         if self.local_rank == 0:  # once per host: every rank saying it said nothing more (hosts may differ in disks)
-            log.info("saved checkpoint %s%s", final, "" if write is None else " (written in the background)")
+            log.info("saved checkpoint %s%s", final, " (written in the background)" if background else "")
+
+    def _give_up(self, step: int, reason: str) -> NoReturn:
+        """Every rank, together: remove the save's .tmp and say why it failed."""
+        if self.local_rank == 0:  # a disk that filled up gets its space back
+            shutil.rmtree(self.directory / f"step-{step}.tmp", ignore_errors=True)
+        raise CheckpointWriteError(
+            f"checkpoint {self.path(step)} (checkpoint_dir) could not be written: {reason}. The checkpoints saved "
+            f"before it are untouched ({self._newest_kept()}); training stops here rather than go on without "
+            f"checkpoints. Free space in checkpoint_dir (or lower num_kept_checkpoints) and run the job "
+            f"again: it resumes from the newest complete checkpoint.")
 
     def _newest_kept(self) -> str:
         steps = [s for s in self.complete_steps() if s not in self._bad]

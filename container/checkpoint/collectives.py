@@ -13,6 +13,8 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
+from container.checkpoint.write_errors import describe
+
 
 def distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -47,13 +49,14 @@ def first_of_all(value: Any, group=None) -> Any:
 
 def together(action, group=None) -> str | None:
     """Run `action` on this rank; why it failed on the first rank where it did (None: on none),
-    the same on every rank, so that no rank waits alone in a collective the others left."""
+    the same on every rank, so that no rank waits alone in a collective the others left. A failed
+    write is told by its cause and file (container.checkpoint.write_errors), not by how torch
+    reported it on that rank."""
     try:
         action()
         reason = None
     except CheckpointException as exc:  # DCP's: a BaseException, whose text is every rank's traceback
-        reason = "; ".join(f"rank {rank}: {type(error).__name__}: {error}"
-                           for rank, (error, _) in sorted(exc.failures.items()))
+        reason = "; ".join(f"rank {rank}: {describe(error)}" for rank, (error, _) in sorted(exc.failures.items()))
     except Exception as exc:  # noqa: BLE001 - any failure must reach the other ranks as a reason
-        reason = f"rank {dist.get_rank() if distributed() else 0}: {type(exc).__name__}: {exc}"
+        reason = f"rank {dist.get_rank() if distributed() else 0}: {describe(exc)}"
     return first_of_all(reason, group)

@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from container.checkpoint.write_errors import writing
 from launcher.wire.checkpoints import MARKER
 
 FORMAT = 2  # 1: the marker alone (before manifests), never usable for resume
@@ -50,12 +51,14 @@ def write_part(directory: Path, rank: int, names: list[str]) -> None:
     """This rank's files, hashed after they were written (the manifest sees what the disk holds)."""
     files = {name: {"size": (directory / name).stat().st_size, "sha256": sha256_of(directory / name)}
              for name in sorted(set(names))}
-    (directory / part_name(rank)).write_text(json.dumps({"rank": rank, "files": files}, indent=1) + "\n")
+    with writing(directory / part_name(rank)):
+        (directory / part_name(rank)).write_text(json.dumps({"rank": rank, "files": files}, indent=1) + "\n")
 
 
 def write_marker(directory: Path, step: int, parts: int) -> None:
     """Rank 0, after every rank's part is written: the checkpoint is complete."""
-    (directory / MARKER).write_text(json.dumps({"format": FORMAT, "step": step, "parts": parts}) + "\n")
+    with writing(directory / MARKER):
+        (directory / MARKER).write_text(json.dumps({"format": FORMAT, "step": step, "parts": parts}) + "\n")
 
 
 def has_marker(directory: Path) -> bool:

@@ -1,11 +1,14 @@
-"""`python -m container.data pack ...`: the name the Makefile and the docs have long used."""
+"""`python -m container.data pack ...`: the name the Makefile and the docs have long used;
+`python -m container.data tiny-chat --output DIR`: a tiny chat model and data to try chat fine-tuning offline."""
 
 import sys
 
-from container.data.packing import main
+COMMANDS = {"pack": "container.data.packing", "tiny-chat": "container.data.tiny_chat"}
 
-if sys.argv[1:2] != ["pack"]:
-    print("usage: python -m container.data pack ... (see python -m container.data.packing --help)",
-          file=sys.stderr)
+command = sys.argv[1] if len(sys.argv) > 1 else None
+if command not in COMMANDS:
+    print("usage: python -m container.data {pack,tiny-chat} ... (see python -m container.data.packing --help, "
+          "python -m container.data.tiny_chat --help)", file=sys.stderr)
     raise SystemExit(2)
-raise SystemExit(main(sys.argv[2:], prog="python -m container.data pack"))
+module = __import__(COMMANDS[command], fromlist=["main"])
+raise SystemExit(module.main(sys.argv[2:], prog=f"python -m container.data {command}"))

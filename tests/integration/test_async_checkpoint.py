@@ -6,6 +6,7 @@ background write fails the job with the reason and leaves the previous checkpoin
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -72,9 +73,14 @@ def test_a_full_disk_during_a_background_write_fails_the_job_and_keeps_the_previ
     with pytest.raises(AssertionError) as failure:  # run_train's report of a failed train.py
         run_train(run, 2, max_steps=6, checkpoint_async_mode="async", num_kept_checkpoints=1, **COMMON)
     output = str(failure.value)
-    assert f"CheckpointWriteError: checkpoint {small_disk / 'step-4'} (checkpoint_dir) could not be written" \
-        in output
-    assert "No space left on device" in output and f"newest complete: {small_disk / 'step-2'}" in output
+    # every rank says the same: which rank's file could not be written, and why (not how torch's
+    # writer of that rank reported it, e.g. `unexpected pos 704 vs 598`)
+    errors = re.findall(r"^\S*CheckpointWriteError: (.*)$", output, re.MULTILINE)
+    assert len(errors) == 2 and errors[0] == errors[1], output
+    assert errors[0].startswith(f"checkpoint {small_disk / 'step-4'} (checkpoint_dir) could not be written: rank ")
+    failed_file = rf"{re.escape(str(small_disk))}/step-4\.tmp/\S+"
+    assert re.search(rf"rank [01]: No space left on device \(ENOSPC\) writing {failed_file}", errors[0]), errors[0]
+    assert f"newest complete: {small_disk / 'step-2'}" in errors[0]
     assert [p.name for p in small_disk.iterdir()] == ["step-2"]
     trained = [json.loads(line)["step"] for line in (run / "out" / "metrics.jsonl").read_text().splitlines()]
     # step 4's save failed in the background while steps 5 and 6 trained; the save of step 6 waited

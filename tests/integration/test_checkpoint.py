@@ -72,7 +72,7 @@ def _one_rank_fails_in_the_background(root: str) -> None:
     checkpointer.save(2, model, optimizer, scheduler, {})  # staged; the write goes on in the background
     # the stop path: the ranks agree to stop, and wait for the save in flight before they leave
     assert not should_stop(StopFlag())
-    with pytest.raises(CheckpointWriteError, match=r"step-2 .*rank 1: OSError: \[Errno 28\] No space left"):
+    with pytest.raises(CheckpointWriteError, match=r"step-2 .*rank 1: No space left on device \(ENOSPC\)"):
         checkpointer.close()
     dist.barrier()  # the host's first rank removes the failed .tmp
     left = sorted(p.name for p in Path(root).glob("step-*"))  # the root also holds the rendezvous file
@@ -81,3 +81,42 @@ def _one_rank_fails_in_the_background(root: str) -> None:
 
 def test_a_background_write_that_fails_on_one_rank_fails_on_every_rank(tmp_path):
     spawn(2, _one_rank_fails_in_the_background, str(tmp_path))
+
+
+def _one_rank_cannot_write_its_own_files(root: str) -> None:
+    """Rank 1 cannot write its RNG state of step 2 (its disk filled up), before DCP's shards; rank 0
+    could. Before, rank 1 raised torch's error alone while rank 0 waited for it in DCP's collective;
+    now both give the save up with the same reason, naming the cause and the file."""
+    import errno
+    import os
+    import re
+
+    import pytest
+
+    from container.checkpoint.background import CheckpointWriteError
+
+    model, optimizer, scheduler = make_model(seed=1, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+    checkpointer = Checkpointer(Path(root), keep=2)
+    train_step(model, optimizer, scheduler, 0)
+    checkpointer.save(1, model, optimizer, scheduler, {})  # the control: the same files with room for them
+    if dist.get_rank() == 1:
+        real = torch.save
+
+        def full(value, f, *args, **kwargs):
+            target = f if isinstance(f, (str, os.PathLike)) else f.name  # a path, or the file opened for it
+            if str(target).endswith(os.path.join("step-2.tmp", "rng-1.pt")):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(value, f, *args, **kwargs)
+
+        torch.save = full
+    train_step(model, optimizer, scheduler, 1)
+    rng_file = Path(root) / "step-2.tmp" / "rng-1.pt"
+    cause = rf"rank 1: No space left on device \(ENOSPC\) writing {re.escape(str(rng_file))}\. "
+    with pytest.raises(CheckpointWriteError, match=rf"step-2 .*: {cause}"):
+        checkpointer.save(2, model, optimizer, scheduler, {})
+    dist.barrier()  # the host's first rank removes the failed .tmp
+    assert sorted(p.name for p in Path(root).glob("step-*")) == ["step-1"]
+
+
+def test_a_rank_that_cannot_write_its_own_files_fails_every_rank_with_the_cause(tmp_path):
+    spawn(2, _one_rank_cannot_write_its_own_files, str(tmp_path))

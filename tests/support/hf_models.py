@@ -1,6 +1,8 @@
 """Tiny pretrained Llama and Mixtral models and tokenizers, made here with transformers and tokenizers (the
 Hub cannot be reached), saved as users find them: transformers 5 or 4 config.json, safetensors or
-PyTorch .bin, single or sharded, in a directory or in a real huggingface_hub cache."""
+PyTorch .bin, single or sharded, in a directory or in a real huggingface_hub cache. The Llama's
+shapes, the tokenizers and the chat template are those of `python -m container.data tiny-chat`
+(container.data.tiny_chat), which users try chat fine-tuning offline with."""
 
 from __future__ import annotations
 
@@ -10,24 +12,21 @@ from pathlib import Path
 
 import torch
 
+from container.data import tiny_chat
+
 VOCAB = 320  # the tokenizer's 256 byte symbols, its merges and special tokens fit
 SEQ = 128
-# Llama 3.1's RoPE scaling, with an original context small enough that SEQ positions feel it.
-LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 64}
+# Llama 3.1's RoPE scaling, with an original context small enough that SEQ positions feel it (rope_theta apart).
+LLAMA3_ROPE = {k: v for k, v in tiny_chat.LLAMA3_ROPE.items() if k != "rope_theta"}
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CORPUS = ("Long documents are cut into blocks. The model learns from every token of every block. "
           "Context parallelism splits each sequence over ranks; the loss stays the same. ") * 8
 
 
 def llama_config(rope: dict | None = LLAMA3_ROPE, tied: bool = False, **overrides):
-    from transformers import LlamaConfig
-
-    fields = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "intermediate_size": 176, "vocab_size": VOCAB, "max_position_embeddings": 512, "rms_norm_eps": 1e-5,
-              "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": tied}
+    fields = {"vocab_size": VOCAB, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": tied}
     rope_parameters = {"rope_theta": 500000.0, **(rope or {"rope_type": "default"})}
-    return LlamaConfig(**{**fields, **overrides}, rope_parameters=rope_parameters)
+    return tiny_chat.tiny_llama_config(**{**fields, **overrides, "rope_parameters": rope_parameters})
 
 
 def mixtral_config(**overrides):
@@ -126,18 +125,8 @@ def v4_config(config: dict) -> dict:
 
 
 def save_tokenizer(directory: Path):
-    """A byte-level BPE fast tokenizer trained on CORPUS, with <s> (1) and </s> (2); returns it."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB - 8, special_tokens=["<pad>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([CORPUS], trainer)
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    """A byte-level BPE fast tokenizer trained on CORPUS, with <pad> (0), <s> (1) and </s> (2); returns it."""
+    fast = tiny_chat.bpe_tokenizer([CORPUS], VOCAB - 8, bos="<s>", eos="</s>", pad="<pad>", prepend_bos=True)
     fast.save_pretrained(directory)
     return fast
 
@@ -158,24 +147,11 @@ def hub_cache(cache: Path, repo_id: str, files: Path, commit: str = COMMIT) -> P
     return snapshot
 
 
-# Llama 3's chat template's shape, on the tiny tokenizer: `<|start_header_id|>role<|end_header_id|>\n\n
-# content<|eot_id|>` per turn after the BOS, the assistant header as the generation prompt. The
-# {% generation %} markers render nothing: they let transformers' return_assistant_tokens_mask say,
-# independently of smlaunch, which tokens are the assistant's (the tests' reference).
-CHAT_TOKENS = ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
-    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}<|eot_id|>{% endgeneration %}"
-    "{% else %}{{ m['content'] }}<|eot_id|>{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
-
-
-def save_chat_tokenizer(directory: Path, template: str | None = CHAT_TEMPLATE):
+def save_chat_tokenizer(directory: Path, template: str | None = tiny_chat.CHAT_TEMPLATE):
     """save_tokenizer's tokenizer with Llama 3's header and end-of-turn tokens (ids 312-314, inside
-    llama_config's vocabulary) and `template` as its chat template (None: no template); returns it."""
-    fast = save_tokenizer(directory)
-    fast.add_special_tokens({"additional_special_tokens": list(CHAT_TOKENS)})
-    if template is not None:
-        fast.chat_template = template
+    llama_config's vocabulary) and `template` as its chat template (None: no template); returns it.
+    The template's {% generation %} markers let transformers' return_assistant_tokens_mask say,
+    independently of smlaunch, which tokens are the assistant's (the tests' reference)."""
+    fast = tiny_chat.chat_tokenizer([CORPUS], VOCAB - 8, template)
     fast.save_pretrained(directory)
     return fast

@@ -5,11 +5,14 @@ Through train.py on gloo ranks: tests/integration/test_async_checkpoint.py."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import threading
 
 import pytest
 import torch
+from torch.distributed.checkpoint.filesystem import FileSystem
 
 from container.checkpoint import checkpointer as ckpt
 from container.checkpoint.background import BackgroundSaves, CheckpointWriteError
@@ -131,6 +134,52 @@ def test_a_synchronous_save_that_fails_says_the_same(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt.manifest, "write_part", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
     with pytest.raises(CheckpointWriteError, match="step-2.*full"):
         checkpointer.save(2, model, optimizer, scheduler, {})
+    assert [p.name for p in tmp_path.iterdir()] == ["step-1"]
+
+
+class _FullDisk:
+    """A file on a disk that has room for small writes, not for a tensor's data: that write raises
+    ENOSPC, as a full disk's does, inside torch's zip writer (which then fails on its own)."""
+
+    ROOM = 4096  # bytes: more than DCP's pickled non-tensor items (1.3 KB) and torch.save's headers need, less
+    # than the data of any tensor of the test's model (8 KiB and more)
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, data):
+        if memoryview(data).nbytes > self.ROOM:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self._stream.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@pytest.mark.parametrize("mode", ["async", "disabled"])
+def test_a_full_disk_under_torchs_writer_is_named_by_its_cause_and_file(tmp_path, monkeypatch, mode):
+    """torch.save into a file whose write fails with ENOSPC raises `RuntimeError: ... unexpected pos
+    704 vs 598` (the OSError only its __context__), and that was the save's reason on the rank whose
+    shard torch was writing. The reason is now the cause and the file, in both modes."""
+    model, optimizer, scheduler = _trained(1)
+    checkpointer = Checkpointer(tmp_path, keep=1, async_mode=mode)
+    checkpointer.save(1, model, optimizer, scheduler, {})  # the control: the same save on a disk with room
+    checkpointer.wait()
+    real = FileSystem.create_stream
+
+    @contextlib.contextmanager
+    def full_disk(self, path, open_mode):
+        with real(self, path, open_mode) as stream:
+            yield _FullDisk(stream) if "step-2.tmp" in str(path) and str(path).endswith(".distcp") else stream
+
+    monkeypatch.setattr(FileSystem, "create_stream", full_disk)
+    with pytest.raises(CheckpointWriteError) as failure:
+        checkpointer.save(2, model, optimizer, scheduler, {})
+        checkpointer.close()
+    message = str(failure.value)
+    assert f"rank 0: No space left on device (ENOSPC) writing {tmp_path / 'step-2.tmp' / '__0_0.distcp'}." \
+        in message, message
+    assert "unexpected pos" not in message and f"newest complete: {tmp_path / 'step-1'}" in message
     assert [p.name for p in tmp_path.iterdir()] == ["step-1"]
 
 
