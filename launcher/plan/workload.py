@@ -41,7 +41,13 @@ SCRIPT_PROGRAM = ("AWS's SMP v2 reference program for your script: FSDP over the
 
 def modeled_program(job: ValidatedJob) -> str:
     """What the plan models, for its first line (docs/own-scripts.md)."""
-    return RUNTIME_PROGRAM if job.kind.runtime else SCRIPT_PROGRAM
+    if job.kind.runtime:
+        return RUNTIME_PROGRAM
+    sdp = job.config.distribution.parameters.sharded_data_parallel_degree if job.config.distribution else None
+    if sdp:  # an SMP v1 job: its sharding group is the layout's shard degree (config.layout)
+        return (f"{SCRIPT_PROGRAM}; SMP v1's sharded data parallelism (MiCS) as SMP v2's hybrid sharding, "
+                f"parameters sharded over groups of sharded_data_parallel_degree = {sdp} GPUs")
+    return SCRIPT_PROGRAM
 
 
 @dataclass(frozen=True)

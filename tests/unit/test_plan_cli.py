@@ -186,6 +186,26 @@ def test_a_script_of_ones_own_is_planned_as_awss_smp_program_and_the_plan_says_s
     assert rows[0]["models"].startswith("AWS's SMP v2 reference program") and rows[0]["fits"] is False
 
 
+def test_an_smp_v1_script_says_its_sharded_data_parallel_degree_is_planned_as_the_sharding_group():
+    """The seed's MiCS job (SMP v1) is planned with AWS's program too; its first line says how SMP v1's
+    sharding is taken, and the figures follow it: sharded over 2 GPUs, each holds 4x the model state it
+    holds sharded over 8 (tens of GiB more for a 7B model)."""
+    model = ["--set", "hyperparameters.model_type=llama_v2", "--set", "hyperparameters.hidden_width=4096",
+             "--set", "hyperparameters.num_layers=32", "--set", "hyperparameters.num_heads=32",
+             "--set", "hyperparameters.intermediate_size=11008", "--set", "hyperparameters.vocab_size=32000",
+             "--set", "hyperparameters.max_context_width=2048"]
+    plans = {}
+    for sdp in (2, 8):
+        result = run_cli("plan", SEED / "mics-sdp2.yaml", *model, "--json",
+                         "--set", f"sharded_data_parallel_degree={sdp}")
+        assert result.exit_code in (0, 1), result.output
+        plans[sdp] = json.loads(result.output)[0]
+        assert plans[sdp]["models"].startswith("AWS's SMP v2 reference program for your script")
+        assert plans[sdp]["models"].endswith(f"sharded over groups of sharded_data_parallel_degree = {sdp} GPUs")
+        assert plans[sdp]["sharding_group"] == sdp
+    assert plans[2]["peak_gib"] - plans[8]["peak_gib"] > 20  # the control: the degree counts
+
+
 def test_a_script_that_does_not_say_its_model_has_nothing_to_plan_and_that_is_no_error(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
