@@ -61,7 +61,15 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from container.checkpoint import manifest, write_errors
 from container.checkpoint.background import BackgroundSaves, CheckpointWriteError
-from container.checkpoint.collectives import barrier, distributed, first_of_all, from_rank0, together, world
+from container.checkpoint.collectives import (
+    barrier,
+    dcp_agreed,
+    distributed,
+    first_of_all,
+    from_rank0,
+    together,
+    world,
+)
 from launcher.config.async_checkpoint import DISABLED, is_async
 from launcher.config.resume import RunIdentity, may_change
 from launcher.config.resume_data import compare
@@ -269,9 +277,10 @@ class Checkpointer:
     def _commit(self, step: int, write, write_part, group=None, background: bool = False) -> None:
         """`write` finishes DCP's write (the save itself, or the wait for a background one); then
         each rank's manifest part, rank 0's marker, the rename, the pruning. Each stage fails on
-        every rank together, before the checkpoint is marked complete."""
+        every rank together, before the checkpoint is marked complete (a synchronous save through
+        DCP's own agreement: collectives.dcp_agreed)."""
         tmp, final = self.directory / f"step-{step}.tmp", self.path(step)
-        reason = together(write, group)
+        reason = together(write, group) if background else dcp_agreed(write)
         reason = reason or together(write_part, group)  # every rank's part is written: only now may the marker say so
         reason = reason or together(lambda: manifest.write_marker(tmp, step, parts=world()) if self.rank == 0 else None,
                                     group)

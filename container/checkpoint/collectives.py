@@ -55,8 +55,25 @@ def together(action, group=None) -> str | None:
     try:
         action()
         reason = None
-    except CheckpointException as exc:  # DCP's: a BaseException, whose text is every rank's traceback
-        reason = "; ".join(f"rank {rank}: {describe(error)}" for rank, (error, _) in sorted(exc.failures.items()))
+    except CheckpointException as exc:
+        reason = _failures(exc)
     except Exception as exc:  # noqa: BLE001 - any failure must reach the other ranks as a reason
         reason = f"rank {dist.get_rank() if distributed() else 0}: {describe(exc)}"
     return first_of_all(reason, group)
+
+
+def dcp_agreed(action) -> str | None:
+    """Run DCP's save (`action`), whose own collectives already agree: a failure inside them reaches
+    every rank as the same CheckpointException, told here by each failed rank's cause. No collective
+    of ours may follow it: a rank that failed outside DCP's steps would wait in ours while the others
+    wait in DCP's. Such a failure is that rank's crash, raised; the launcher ends the job with it."""
+    try:
+        action()
+    except CheckpointException as exc:
+        return _failures(exc)
+    return None
+
+
+def _failures(exc: CheckpointException) -> str:
+    # DCP's exception is a BaseException whose text is every rank's traceback: each rank's cause instead
+    return "; ".join(f"rank {rank}: {describe(error)}" for rank, (error, _) in sorted(exc.failures.items()))
