@@ -47,6 +47,7 @@ from container.models import attention, document_kernels
 from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
 from container.progress import ProgressWriter
+from container.resilience import attempt, inject
 from container.tensorboard import TensorBoardScalars
 from container.trackers import open_trackers
 from container.trackers.sink import FAILED, FINISHED, STOPPED
@@ -359,6 +360,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             if rt.is_main:
                 log.info("resumed from step %d in %s", start_step, dirs.checkpoints)
     stop_flag = sigterm.install_sigterm_flag()
+    attempt.started(start_step)
     progress = ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, start_step)
     seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
     timed_flops = 0.0  # useful FLOPs of the timed steps: attention over what the documents span
@@ -369,6 +371,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     timed_tokens, timed_seconds, last = 0, 0.0, {}
     for step in range(start_step + 1, s.max_steps + 1):
         _sync(rt)
+        inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
         t0 = time.perf_counter()
         batches = [loader.next_batch() for _ in range(s.grad_accum)]
         if step == start_step + 1:
@@ -382,7 +385,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         micro = [_to(cp_shard(batch), rt.device) for batch in batches]
         loss_sum, aux_sum, total_tokens, grad_norm = train_step(
             rt, model, pipe, optimizer, scheduler, micro, s, spec, global_sequences)
-        step_loss = (_all_sum(loss_sum, rt.loss_group) / total_tokens).item()
+        step_loss = (_all_sum(inject.poison(step, loss_sum), rt.loss_group) / total_tokens).item()
         _sync(rt)
         if s.clean_cache and rt.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -404,6 +407,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             progress.write(last)
         if validation is not None and step % s.validation_freq == 0:
             metrics.write({"step": step, "val_loss": validate(rt, model, validation, s, cp_shard)})
+        attempt.completed(step)
         stopping = sigterm.should_stop(stop_flag)
         if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
             checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.distributed_c10d import _set_pg_timeout
 
+from container.resilience.attempt import record_failure
 from launcher.config import ModelParallelParameters, ParallelLayout
 from launcher.config.hyperparameters import COLLECTIVE_TIMEOUT_DEFAULT_S
 from launcher.config.layout import layout_problems, with_sharding_strategy
@@ -219,6 +220,7 @@ def run_rank(main: Callable[[list[str]], int], argv: list[str]) -> NoReturn:
 
 def _report_failure(exc: BaseException) -> int:
     in_collective = _collective_failure(exc)
+    record_failure(exc, in_collective)  # for the bootstrap's restart decision (launcher.wire.faults)
     log.error("rank %s failed%s; leaving now, without further collectives, so the job stops",
               os.environ.get("RANK", "0"),
               " in a collective (a peer that failed first, or stopped answering, is the likely cause)"

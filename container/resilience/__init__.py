@@ -1,0 +1,2 @@
+"""What keeps a long run going: the attempt's state for the bootstrap's restart decisions
+(`attempt`), fault injection for tests (`inject`)."""

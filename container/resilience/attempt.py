@@ -1,0 +1,34 @@
+"""This attempt's progress, as the bootstrap needs it to classify a failure (launcher.wire.faults).
+
+The trainer says where the loop started and each step it completes; a rank that fails writes
+that with its exception (`record_failure`, from `container.distributed.runtime.run_rank`), so the
+bootstrap can tell an error before any progress (a job error, never retried) from one after it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from launcher.wire.faults import RankFailure, write_rank_failure
+
+_state: dict[str, int | None] = {"start_step": None, "step": None}
+
+
+def started(start_step: int) -> None:
+    """The loop begins after `start_step` (0, or the checkpoint it resumed)."""
+    _state.update(start_step=start_step, step=start_step)
+
+
+def completed(step: int) -> None:
+    _state["step"] = step
+
+
+def last_step() -> int | None:
+    return _state["step"]
+
+
+def record_failure(exc: BaseException, in_collective: bool) -> None:
+    first_line = (str(exc).strip().splitlines() or [""])[0][:500]
+    write_rank_failure(RankFailure(
+        rank=int(os.environ.get("RANK", "0")), exception=type(exc).__name__, message=first_line,
+        step=_state["step"], start_step=_state["start_step"], collective=in_collective))

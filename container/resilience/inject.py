@@ -1,0 +1,75 @@
+"""Fault injection for tests only (launcher.wire.faults: SMLAUNCH_FAULT_INJECTION with its arming
+prefix). The trainer calls `at_step` before each step's work and `poison` on each step's loss;
+with the variable unset both do nothing.
+
+- exit: raise InjectedFault (the rank exits 1 with a traceback, as any error does)
+- signal: SIGKILL this rank (a crash: no traceback, no record)
+- hang: sleep for ever before the step's collectives, so the peers wait in them
+- stop: SIGSTOP this rank (frozen: it answers nothing, not even SIGTERM)
+- nonfinite: this rank's loss of the step is NaN
+- host: SIGKILL this host: the bootstrap (SMLAUNCH_BOOTSTRAP_PID), torchrun and this rank; the
+  host's other ranks die with torchrun (PR_SET_PDEATHSIG)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+from launcher.wire.faults import FAULT_ENV, Fault, attempt, parse_faults
+
+log = logging.getLogger("smlaunch")
+BOOTSTRAP_PID_ENV = "SMLAUNCH_BOOTSTRAP_PID"
+
+
+class InjectedFault(RuntimeError):
+    pass
+
+
+def _faults() -> list[Fault]:
+    rank, current = int(os.environ.get("RANK", "0")), attempt()
+    return [f for f in parse_faults(os.environ.get(FAULT_ENV)) if f.rank == rank
+            and (f.attempt is None or f.attempt == current)]
+
+
+def _due(step: int, kinds: tuple[str, ...]) -> Fault | None:
+    return next((f for f in _faults() if f.step == step and f.kind in kinds), None)
+
+
+def at_step(step: int) -> None:
+    fault = _due(step, ("exit", "signal", "hang", "stop", "host"))
+    if fault is None:
+        return
+    log.warning("fault injection (%s): %s on rank %d at step %d", FAULT_ENV, fault.kind, fault.rank, step)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    if fault.kind == "exit":
+        raise InjectedFault(f"injected fault at step {step} ({FAULT_ENV})")
+    if fault.kind == "signal":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fault.kind == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    if fault.kind == "host":
+        _kill_host()
+    while True:  # hang
+        time.sleep(3600)
+
+
+def _kill_host() -> None:
+    bootstrap = os.environ.get(BOOTSTRAP_PID_ENV)
+    if bootstrap:
+        os.kill(int(bootstrap), signal.SIGKILL)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        os.kill(os.getppid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def poison(step: int, loss):
+    """`loss` times NaN where a nonfinite fault is due at `step` on this rank, else `loss`."""
+    if _due(step, ("nonfinite",)) is None:
+        return loss
+    log.warning("fault injection (%s): non-finite loss on rank %s at step %d", FAULT_ENV,
+                os.environ.get("RANK", "0"), step)
+    return loss * float("nan")

@@ -1,0 +1,181 @@
+"""What the bootstrap, the runtime and the launcher agree on about faults and restarts (docs/faults.md).
+
+- The job's restart budget reaches the container as `SMLAUNCH_MAX_RESTARTS` (the job field
+  `max_restarts`), and each attempt's number as `SMLAUNCH_ATTEMPT` (0 for the first run).
+- A rank of smlaunch's runtime that fails leaves a failure record (`rank-<rank>.json`) in
+  `SMLAUNCH_FAULT_DIR`, so the bootstrap can classify the failure: its exception, the last step
+  it completed in this attempt and the step it started from.
+- The bootstrap appends one line per restart (and one for the failure that ended the job) to
+  `restarts.jsonl` in the output data directory, where the local supervisor, `status` and
+  output.tar.gz read it.
+- Exit codes the runtime leaves with on purpose: a hung step (`EXIT_HUNG`) and a non-finite loss
+  the job asked to roll back (`EXIT_NONFINITE_ROLLBACK`).
+- Fault injection, for tests only (`SMLAUNCH_FAULT_INJECTION`): the value must begin with
+  `ARMING`, so no ordinary setting can trigger it by accident.
+
+No torch here: the container writes with this module and the launcher reads with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+MAX_RESTARTS_ENV = "SMLAUNCH_MAX_RESTARTS"
+ATTEMPT_ENV = "SMLAUNCH_ATTEMPT"
+FAULT_DIR_ENV = "SMLAUNCH_FAULT_DIR"
+RESTARTS_FILE = "restarts.jsonl"
+DIAGNOSTICS_DIR = "diagnostics"  # in the output data directory: stacks and logs of a hang
+
+EXIT_HUNG = 86  # a rank's step watchdog found no progress within the step timeout
+EXIT_NONFINITE_ROLLBACK = 87  # a non-finite loss under nonfinite_policy=rollback
+
+# Failure classes: what the bootstrap does with a failure.
+FAULT = "fault"  # restarted while restarts remain: a signal, a hang, a lost host, a peer's failure
+JOB_ERROR = "job error"  # never restarted: the job's configuration, code or data is wrong
+REPEATED = "repeated"  # a fault that came back at the same place without progress: stop
+
+FAULT_ENV = "SMLAUNCH_FAULT_INJECTION"
+ARMING = "test-only, kills this job:"
+FAULT_KINDS = ("exit", "signal", "hang", "stop", "nonfinite", "host")
+
+
+def attempt() -> int:
+    """This attempt's number (0: the job's first run; 1 after the first restart)."""
+    try:
+        return max(int(os.environ.get(ATTEMPT_ENV, "0")), 0)
+    except ValueError:
+        return 0
+
+
+# --- failure records (rank -> bootstrap) ------------------------------------------------------
+
+@dataclass(frozen=True)
+class RankFailure:
+    rank: int
+    exception: str  # the exception's type name
+    message: str  # its first line
+    step: int | None  # the last step completed in this attempt (None: before the loop began)
+    start_step: int | None  # the step this attempt started from (0, or the checkpoint's)
+    collective: bool = False  # raised by a collective (a peer failed or stopped answering)
+
+    @property
+    def progressed(self) -> bool:
+        return self.step is not None and self.start_step is not None and self.step > self.start_step
+
+
+def write_rank_failure(failure: RankFailure) -> None:
+    """Into SMLAUNCH_FAULT_DIR, when the bootstrap set it (else nowhere: torchrun alone)."""
+    directory = os.environ.get(FAULT_DIR_ENV)
+    if not directory:
+        return
+    path = Path(directory) / f"rank-{failure.rank}.json"
+    try:
+        path.write_text(json.dumps(asdict(failure)), encoding="utf-8")
+    except OSError:  # the failure itself is reported on stderr; this record only classifies it
+        pass
+
+
+def read_rank_failures(directory: Path) -> dict[int, RankFailure]:
+    out = {}
+    for path in sorted(Path(directory).glob("rank-*.json")):
+        try:
+            values = json.loads(path.read_text(encoding="utf-8"))
+            out[int(values["rank"])] = RankFailure(**values)
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return out
+
+
+# --- restart records (bootstrap -> launcher) ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Restart:
+    """One failure the bootstrap saw, and what it did: `restarted` true for a restart."""
+    attempt: int  # the attempt that failed
+    at: str  # when it failed (ISO 8601, UTC)
+    failure_class: str  # FAULT, JOB_ERROR or REPEATED
+    reason: str  # the failure's first line: rank, host, how it ended
+    host: str
+    restarted: bool
+    rank: int | None = None
+    step: int | None = None  # the last step completed before the failure (None: unknown)
+    resumed_from: int | None = None  # the step the failed attempt had started from
+    detail: str = ""  # the exception or signal
+    seconds: float | None = None  # the failed attempt's wall time
+    extra: dict = field(default_factory=dict)
+
+    def text(self) -> str:
+        what = "restarted" if self.restarted else "not restarted"
+        step = f" at step {self.step}" if self.step is not None else ""
+        return f"attempt {self.attempt} failed{step} ({self.failure_class}, {what}): {self.reason}"
+
+
+def append_restart(output_data: Path, record: Restart) -> None:
+    output_data.mkdir(parents=True, exist_ok=True)
+    with (output_data / RESTARTS_FILE).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+
+
+def read_restarts(output_data: Path) -> list[Restart]:
+    """The records of `output_data`, oldest first; lines that are not records are skipped."""
+    try:
+        lines = (Path(output_data) / RESTARTS_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(Restart(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+# --- fault injection (tests only) -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    rank: int
+    step: int
+    attempt: int | None = None  # None: in every attempt (a fault that repeats)
+
+
+class FaultSpecError(ValueError):
+    pass
+
+
+def parse_faults(value: str | None) -> list[Fault]:
+    """`test-only, kills this job: rank=1 step=5 fault=exit attempt=0; rank=0 step=9 fault=hang`.
+
+    Empty or unset: no faults. A value without the arming prefix, or one that does not parse,
+    is an error (never ignored: a test that meant to inject a fault must not pass without one)."""
+    if not value:
+        return []
+    if not value.startswith(ARMING):
+        raise FaultSpecError(f"{FAULT_ENV} must begin with {ARMING!r} (tests only); unset it for a real job")
+    faults = []
+    for part in filter(None, (p.strip() for p in value[len(ARMING):].split(";"))):
+        try:
+            fields = dict(item.split("=", 1) for item in part.split())
+            kind = fields.pop("fault")
+            fault = Fault(kind, int(fields.pop("rank")), int(fields.pop("step")),
+                          int(fields.pop("attempt")) if "attempt" in fields else None)
+        except (ValueError, KeyError) as exc:
+            raise FaultSpecError(f"{FAULT_ENV}: cannot read {part!r} ({exc}); write "
+                                 "'rank=R step=S fault=KIND [attempt=A]'") from exc
+        if fields or kind not in FAULT_KINDS:
+            raise FaultSpecError(f"{FAULT_ENV}: {part!r}: fault is one of {', '.join(FAULT_KINDS)}, "
+                                 "fields are rank, step, fault and attempt")
+        faults.append(fault)
+    return faults
+
+
+def fault_spec(*faults: Fault) -> str:
+    """The variable's value for `faults` (tests build theirs with this)."""
+    parts = [f"rank={f.rank} step={f.step} fault={f.kind}" + (f" attempt={f.attempt}" if f.attempt is not None else "")
+             for f in faults]
+    return f"{ARMING} " + "; ".join(parts)
