@@ -360,7 +360,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             if rt.is_main:
                 log.info("resumed from step %d in %s", start_step, dirs.checkpoints)
     stop_flag = sigterm.install_sigterm_flag()
-    attempt.started(start_step)
+    attempt.started(start_step, dirs.output_data if rt.is_main else None)
     progress = ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, start_step)
     seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
     timed_flops = 0.0  # useful FLOPs of the timed steps: attention over what the documents span

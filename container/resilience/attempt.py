@@ -8,15 +8,20 @@ bootstrap can tell an error before any progress (a job error, never retried) fro
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from launcher.wire.faults import RankFailure, write_rank_failure
+from launcher.wire.faults import AttemptStart, RankFailure, append_attempt_start, attempt, write_rank_failure
+from launcher.wire.progress import now
 
 _state: dict[str, int | None] = {"start_step": None, "step": None}
 
 
-def started(start_step: int) -> None:
-    """The loop begins after `start_step` (0, or the checkpoint it resumed)."""
+def started(start_step: int, output_data: Path | None) -> None:
+    """The loop begins after `start_step` (0, or the checkpoint it resumed); rank 0 (the one given
+    `output_data`) records it for the launcher (launcher.wire.faults.AttemptStart)."""
     _state.update(start_step=start_step, step=start_step)
+    if output_data is not None:
+        append_attempt_start(output_data, AttemptStart(attempt(), start_step, now()))
 
 
 def completed(step: int) -> None:
@@ -31,4 +36,5 @@ def record_failure(exc: BaseException, in_collective: bool) -> None:
     first_line = (str(exc).strip().splitlines() or [""])[0][:500]
     write_rank_failure(RankFailure(
         rank=int(os.environ.get("RANK", "0")), exception=type(exc).__name__, message=first_line,
-        step=_state["step"], start_step=_state["start_step"], collective=in_collective))
+        step=_state["step"], start_step=_state["start_step"], collective=in_collective,
+        bases=tuple(c.__name__ for c in type(exc).__mro__)))

@@ -28,19 +28,17 @@ stderr and the ranks' output, including what the script itself prints.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from container.toolkit.child import Child
 from container.toolkit.code import RequirementsError, fetch_code, install_requirements
 from container.toolkit.console import log
 from container.toolkit.contract import (
@@ -56,23 +54,17 @@ from container.toolkit.failure_report import (
     failure_text,
     toolkit_error,
 )
-from container.toolkit.frozen_ranks import FrozenRanks
-from container.toolkit.rank_logs import RankLogs, rank_stderr
-from container.toolkit.stop_traceback import StopTraceback
+from container.toolkit.rank_logs import rank_stderr
+from container.toolkit.restarts import Failure, backoff_s, classify
 from container.toolkit.torchrun_env import torchrun_variables
-from launcher.wire import masking
+from launcher.wire import faults, masking
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
 from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, process_ended
+from launcher.wire.progress import now
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
 EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
-STDERR_TAIL_BYTES = 64 * 1024  # enough for torchrun's failure summary of a full host
-# Once the entry process (or torchrun) has exited, its last output may still be in the pipes: read
-# for this long; a process it left running that still holds them (a TensorBoard, `nvidia-smi dmon &`)
-# is then ended, so a finished job finishes.
-DRAIN_GRACE_S = 5.0
-LEFTOVER_GRACE_S = 2.0  # SIGTERM to SIGKILL for those leftovers
 _UNSUPPORTED = {
     "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
     "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel (smddp)",
@@ -89,21 +81,75 @@ def train(base_dir: Path | None = None) -> int:
     output_dir = (Path(base_dir) if base_dir else base_dir_from_env()) / "output"
     for marker in ("success", "failure"):
         (output_dir / marker).unlink(missing_ok=True)
-    log_dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-"))
     masking.install(masking.Masker.of(dict(os.environ)))  # until the hyperparameters are read
     try:
+        env = read_training_env(base_dir)
+        masking.install(masking.Masker.of(dict(os.environ), env.hyperparameters))
+        budget = restart_budget()
+        fetch_code(env)
+        install_requirements(env)
+    except RequirementsError as exc:
+        return _report(output_dir, exc.code, str(exc))
+    except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
+        code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
+        return _report(output_dir, code, f"{type(exc).__name__}: {exc}")
+    return _attempts(env, output_dir, budget)
+
+
+def restart_budget() -> int:
+    """The job's `max_restarts` (SMLAUNCH_MAX_RESTARTS; 0 when unset: fail at the first failure)."""
+    value = os.environ.get(faults.MAX_RESTARTS_ENV, "0")
+    if not value.isdigit():
+        raise ContractError(f"{faults.MAX_RESTARTS_ENV}={value!r} is not a number of restarts (an integer >= 0)")
+    return int(value)
+
+
+def _attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
+    """Run the script; after a failure the classes of container.toolkit.restarts allow, run it
+    again (torchrun's rendezvous on the next port, so no agent of the failed attempt is joined),
+    up to `budget` restarts counted over the whole job (SMLAUNCH_ATTEMPT: the attempts before
+    this bootstrap's first, when the supervisor restarted the job)."""
+    number = faults.attempt()
+    earlier = faults.read_restarts(env.output_data_dir)
+    while True:
+        outcome = _attempt(env, output_dir, number)
+        if isinstance(outcome, int):
+            return outcome
+        failure, shown, fault_dir, seconds = outcome
+        decision = classify(failure, faults.read_rank_failures(fault_dir), earlier)
+        shutil.rmtree(fault_dir, ignore_errors=True)
+        record = faults.Restart(
+            attempt=number, at=now(), failure_class=decision.failure_class, reason=failure.header,
+            host=env.current_host, restarted=decision.restart and number < budget, rank=failure.rank,
+            step=decision.step, resumed_from=decision.start_step, detail=decision.detail, seconds=round(seconds, 1))
+        faults.append_restart(env.output_data_dir, record)
+        earlier.append(record)
+        if not record.restarted:
+            header = failure.header + _give_up(decision, number, budget, earlier)
+            message = failure_text(header, failure.stderr_tail)
+            return _report(output_dir, failure.exit_code,
+                           toolkit_error("ExecuteUserScriptError", failure.exit_code, message, shown))
+        pause = backoff_s(number + 1)
+        log(f"restart {number + 1} of {budget} (max_restarts) in {pause:.0f} s: {record.text()} "
+            f"[{decision.why}]; the run resumes from its newest verified checkpoint")
+        time.sleep(pause)
+        number += 1
+
+
+def _attempt(env: TrainingEnv, output_dir: Path, number: int):
+    """One run of the command: its exit code where the job ends here (success, a stop, a start
+    that failed), else (Failure, the command as shown, fault dir, seconds)."""
+    log_dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-"))
+    fault_dir = Path(tempfile.mkdtemp(prefix="smlaunch-faults-"))
+    started = time.monotonic()
+    try:
         try:
-            env = read_training_env(base_dir)
-            masking.install(masking.Masker.of(dict(os.environ), env.hyperparameters))
-            fetch_code(env)
-            install_requirements(env)
-            cmd = launch_command(env, log_dir)
+            cmd = launch_command(env, log_dir, number)
             shown = masking.mask_command(cmd, masking.installed())
-            log(f"{env.current_host}: {shlex.join(shown)} (in {env.code_dir})")
-            child = Child(cmd, cwd=env.code_dir, env=child_environment(env),
+            attempt_note = f" (attempt {number})" if number else ""
+            log(f"{env.current_host}{attempt_note}: {shlex.join(shown)} (in {env.code_dir})")
+            child = Child(cmd, cwd=env.code_dir, env=child_environment(env, number, fault_dir),
                           rank_logs=log_dir if uses_torchrun(env) else None)
-        except RequirementsError as exc:
-            return _report(output_dir, exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
             code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
             return _report(output_dir, code, f"{type(exc).__name__}: {exc}")
@@ -112,10 +158,23 @@ def train(base_dir: Path | None = None) -> int:
             return _report(output_dir, 0, "")
         if child.signals:
             return _stopped(env, child, returncode)
-        code, message = _diagnose(env, child, returncode, log_dir)
-        return _report(output_dir, code, toolkit_error("ExecuteUserScriptError", code, message, shown))
+        return _diagnose(env, child, returncode, log_dir), shown, fault_dir, time.monotonic() - started
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _give_up(decision, number: int, budget: int, earlier: list[faults.Restart]) -> str:
+    """What the failure report's first line adds: why this failure was not restarted, and every
+    earlier failure of the job, so FailureReason has all of its reasons. Nothing for a job
+    without restarts (max_restarts 0), whose report stays the toolkit's."""
+    if not budget:
+        return ""
+    if decision.restart:
+        why = f"not restarted: all {budget} restarts (max_restarts) used"
+    else:
+        why = f"not restarted ({decision.failure_class}: {decision.why})"
+    before = [r.text() for r in earlier[:-1]]
+    return f"; {why}" + (f"; earlier failures: {'; '.join(before)}" if before else "")
 
 
 def _report(output_dir: Path, code: int, failure: str) -> int:
@@ -132,8 +191,10 @@ def _report(output_dir: Path, code: int, failure: str) -> int:
 
 # --- the command ----------------------------------------------------------------------------
 
-def launch_command(env: TrainingEnv, log_dir: Path) -> list[str]:
-    """torchrun where `uses_torchrun`, else `python <program> <args>` (run in code_dir)."""
+def launch_command(env: TrainingEnv, log_dir: Path, attempt: int = 0) -> list[str]:
+    """torchrun where `uses_torchrun`, else `python <program> <args>` (run in code_dir). Attempt N
+    (a restart) meets at the master port + N: a host still leaving the attempt before is never
+    mistaken for one of this attempt's."""
     for flag, name in _UNSUPPORTED.items():
         if env.hyperparameters.get(flag):
             raise ContractError(
@@ -145,6 +206,7 @@ def launch_command(env: TrainingEnv, log_dir: Path) -> list[str]:
     if not uses_torchrun(env):
         return [sys.executable, program, *args]
     addr, port = master_address(env)
+    port += attempt if len(env.distribution_hosts) > 1 else 0  # one host: a free port each time
     hosts = env.distribution_hosts  # the toolkit's torchrun hosts: those of the distribution groups
     return [
         sys.executable, "-m", "torch.distributed.run",
@@ -208,9 +270,14 @@ def master_address(env: TrainingEnv) -> tuple[str, int]:
     return addr or env.master_hostname, int(port) if port else MASTER_PORT
 
 
-def child_environment(env: TrainingEnv) -> dict[str, str]:
-    """This process's environment plus the SM_* variables, PYTHONPATH and the NCCL/EFA settings."""
+def child_environment(env: TrainingEnv, attempt: int = 0, fault_dir: Path | None = None) -> dict[str, str]:
+    """This process's environment plus the SM_* variables, PYTHONPATH, the NCCL/EFA settings and
+    the attempt's (launcher.wire.faults: its number, where failing ranks leave their records)."""
     child = dict(os.environ)
+    child[faults.ATTEMPT_ENV] = str(attempt)
+    child["SMLAUNCH_BOOTSTRAP_PID"] = str(os.getpid())  # the host a `host` fault injection ends
+    if fault_dir is not None:
+        child[faults.FAULT_DIR_ENV] = str(fault_dir)
     child.update(sm_environment(env))
     # The toolkit exports these three into its own environment, so scripts inherit them.
     child["CURRENT_HOST"] = env.current_host
@@ -230,119 +297,6 @@ def child_environment(env: TrainingEnv) -> dict[str, str]:
 
 # --- running it ------------------------------------------------------------------------------
 
-class Child:
-    """The launched command: SIGTERM/SIGINT forwarded to it, its stdout and stderr streamed
-    (masked) and the end of its stderr kept, and with `rank_logs` (torchrun's --log-dir) the
-    ranks' output streamed from their files.
-
-    It runs in its own session, so a terminal's Ctrl-C reaches it once (through us), and signals
-    go to its whole process group. torchrun forwards them to every rank (each rank runs in a
-    session of its own) and stops the ranks; a single-process script gets them directly.
-    """
-
-    def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str], rank_logs: Path | None = None):
-        self.signals: list[int] = []
-        self.stderr_tail = b""
-        self._proc: subprocess.Popen | None = None
-        self._previous = {
-            s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)
-        }
-        # preexec_fn is safe here: this process runs no other thread yet (the pumps start below).
-        self._proc = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            preexec_fn=_die_with_parent(),  # noqa: PLW1509
-        )
-        for signum in self.signals:  # arrived while the process was being started
-            self._forward(signum)
-        # torchrun's traceback of a stop we forwarded is no news (container.toolkit.stop_traceback)
-        quiet = StopTraceback(lambda: bool(self.signals)) if rank_logs else None
-        self._pumps = [
-            threading.Thread(target=self._copy, args=(self._proc.stdout, sys.stdout.buffer, False), daemon=True),
-            threading.Thread(target=self._copy, args=(self._proc.stderr, sys.stderr.buffer, True, quiet),
-                             daemon=True),
-        ]
-        for pump in self._pumps:
-            pump.start()
-        self._ranks = RankLogs(rank_logs).start() if rank_logs else None
-        # Under torchrun (rank_logs): a rank stopped while its peers end is continued, then killed.
-        self.frozen = FrozenRanks(self._proc.pid, log).start() if rank_logs else None
-
-    def _on_signal(self, signum: int, _frame) -> None:
-        self.signals.append(signum)
-        if self._proc is not None:
-            self._forward(signum)
-
-    def _forward(self, signum: int) -> None:
-        try:
-            os.killpg(self._proc.pid, signum)
-        except ProcessLookupError:  # already gone
-            pass
-
-    def _copy(self, src, dst, keep_tail: bool, quiet: StopTraceback | None = None) -> None:
-        # Chunks, not lines: progress bars that redraw with \r must show up as they happen. Only
-        # a chunk's tail that may begin a secret waits for the next chunk, so a secret cut in two
-        # by the pipe is still masked.
-        fd = src.fileno()
-        masked = masking.StreamMasker(masking.installed())
-        while chunk := os.read(fd, 65536):
-            dst.write(masked.feed(quiet.feed(chunk) if quiet else chunk))
-            dst.flush()
-            if keep_tail:
-                self.stderr_tail = (self.stderr_tail + chunk)[-STDERR_TAIL_BYTES:]
-        dst.write(masked.feed(quiet.feed(b"", final=True) if quiet else b"", final=True))
-        dst.flush()
-
-    def wait(self) -> int:
-        """The entry process's exit code, once it has exited and its output is read (see DRAIN_GRACE_S)."""
-        returncode = self._proc.wait()
-        if self.frozen:
-            self.frozen.stop()
-        self._drain()
-        if self._ranks:
-            self._ranks.stop()
-        for pump, pipe in zip(self._pumps, (self._proc.stdout, self._proc.stderr)):
-            if not pump.is_alive():  # a pipe still being read is left to the process's exit
-                pipe.close()
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        return returncode
-
-
-    def _drain(self) -> None:
-        """Read the pipes to their end; what still holds them after DRAIN_GRACE_S (processes the
-        entry process started and left running) is ended: SIGTERM, then SIGKILL, to its process
-        group. One that left the group (a session of its own) is no longer read; the job's
-        supervisor ends it with the job's other leftovers."""
-        if self._joined(DRAIN_GRACE_S):
-            return
-        log(f"the entry process exited, but processes it started still hold its output open: ending them "
-            f"(process group {self._proc.pid})")
-        for signum, grace in ((signal.SIGTERM, LEFTOVER_GRACE_S), (signal.SIGKILL, LEFTOVER_GRACE_S)):
-            try:
-                # The group outlives its leader while any member runs, so its id names no other process.
-                os.killpg(self._proc.pid, signum)
-            except ProcessLookupError:
-                pass
-            if self._joined(grace):
-                return
-        log("their output is no longer read: a process outside the entry process's group holds it")
-
-    def _joined(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        for pump in self._pumps:
-            pump.join(max(deadline - time.monotonic(), 0))
-        return not any(pump.is_alive() for pump in self._pumps)
-
-
-def _die_with_parent():
-    """Linux: should the bootstrap be SIGKILLed, the child gets SIGTERM (PR_SET_PDEATHSIG), so
-    torchrun stops every rank rather than living on without a parent."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None).prctl  # looked up here: the forked child only makes the call
-    return lambda: prctl(1, signal.SIGTERM)
-
-
 def _stopped(env: TrainingEnv, child: Child, returncode: int) -> int:
     """A stop (StopTrainingJob, a spot interruption, `smlaunch stop`) is no failure: the exit code
     says which signal, and no output/failure is written, so nothing reports the job as failed."""
@@ -352,19 +306,20 @@ def _stopped(env: TrainingEnv, child: Child, returncode: int) -> int:
     return code
 
 
-def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) -> tuple[int, str]:
-    """(exit code, failure text) for a child that failed on its own."""
+def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) -> Failure:
+    """The failure of a child that failed on its own, with the stderr its report quotes."""
     tail = child.stderr_tail.decode("utf-8", "replace")
     if not uses_torchrun(env):
-        return exit_code(returncode), failure_text(
-            f"{env.user_entry_point} {process_ended(returncode)}", tail
-        )
+        return Failure(f"{env.user_entry_point} {process_ended(returncode)}", exit_code(returncode),
+                       returncode < 0, stderr_tail=tail)
     causes = _ROOT_CAUSE.findall(tail)
     if not causes:  # no summary: torchrun itself failed (bad arguments, rendezvous timeout)
-        return exit_code(returncode), failure_text(f"torchrun {process_ended(returncode)}", tail)
+        return Failure(f"torchrun {process_ended(returncode)}", exit_code(returncode), returncode < 0,
+                       stderr_tail=tail)
     rank, local_rank, exitcode = (int(x) for x in causes[-1])
     header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {process_ended(exitcode)}"
-    if child.frozen and child.frozen.frozen:  # they never answered: the collective that failed waited on them
+    frozen = bool(child.frozen and child.frozen.frozen)
+    if frozen:  # they never answered: the collective that failed waited on them
         header = (f"{', '.join(child.frozen.frozen.values())} on host {env.current_host} did not report: stopped "
                   f"(SIGSTOP?) while its peers ran, so their collectives failed; first failure: {header}")
-    return exit_code(exitcode), failure_text(header, rank_stderr(log_dir, local_rank))
+    return Failure(header, exit_code(exitcode), exitcode < 0, rank, frozen, rank_stderr(log_dir, local_rank))

@@ -14,6 +14,7 @@ from launcher.wire.opt_ml import failure_headline
 if TYPE_CHECKING:
     from launcher.backends.sourcedir import SourceBundle
     from launcher.wire.checkpoints import Checkpoint
+    from launcher.wire.faults import Restart
     from launcher.wire.progress import Progress
 
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
@@ -63,6 +64,11 @@ class Backend(Protocol):
 
     def checkpoint(self, name: str) -> Checkpoint | None:
         """The job's newest complete checkpoint (launcher.wire.checkpoints); None if it has none."""
+
+    def restarts(self, name: str) -> list[Restart]:
+        """The job's failed attempts, one record each, oldest first (launcher.wire.faults); the
+        backends whose jobs restart by themselves read them, the others have none."""
+        return []
 
 
 @dataclass

@@ -20,8 +20,10 @@ from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, J
 from launcher.backends.metric_records import JOBDIR_METRICS, jobdir_metrics, read_records
 from launcher.config import ValidatedJob
 from launcher.local import store
+from launcher.local.restarts import job_restarts
 from launcher.local.spec import LocalJobSpec, Runner, RunnerError
 from launcher.wire.checkpoints import Checkpoint, latest_local
+from launcher.wire.faults import Restart
 from launcher.wire.progress import Progress, read_progress
 from launcher.wire.terminal import printable
 
@@ -117,6 +119,13 @@ class JobDirBackend:
         config = self._record(name).get("CheckpointConfig") or {}
         directory = Path(config.get("LocalPath") or self._dir(name) / "checkpoints")
         return latest_local(directory, config.get("S3Uri") or None)
+
+    def restarts(self, name: str) -> list[Restart]:
+        """The job's failed attempts: its hosts' bootstraps' records and its supervisor's."""
+        name = self.resolve(name)
+        self._record(name)
+        job_dir = self._dir(name)
+        return job_restarts(job_dir, sorted((job_dir / "hosts").glob("*/output/data")))
 
     # --- following -----------------------------------------------------------------------
     def _completed(self, name: str, record: dict, shown: bool) -> dict:

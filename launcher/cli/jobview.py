@@ -8,6 +8,8 @@ status, when it was created and how long it ran.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 # Imports inside functions: a job's metrics load only for `status` of a job without progress.
 from launcher.backends.base import TERMINAL_STATUSES
 from launcher.backends.registry import as_datetime
@@ -26,6 +28,9 @@ def describe(backend, name: str) -> dict:
     checkpoint = backend.checkpoint(name)
     if checkpoint is not None:
         desc["LastCheckpoint"] = checkpoint.to_dict()
+    restarts = backend.restarts(name)
+    if restarts:
+        desc["Restarts"] = [asdict(r) for r in restarts]
     if current is None and backend.name != "sagemaker":  # a user script: its metric_definitions over the log
         last = _last_log_metrics(backend, name)
         if last:
@@ -75,6 +80,7 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
         lines.append(f"last checkpoint: step {checkpoint['Step']}, {checkpoint['Location']}{copy}{verified}")
     elif status == "Stopped":
         lines.append("last checkpoint: none")
+    lines += restart_lines(desc)
     if desc.get("FailureReason"):  # the job's own output: no terminal control but colour
         lines.append(f"failure reason: {printable(desc['FailureReason'])}")
     artifacts = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
@@ -82,6 +88,32 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
         lines.append(f"model artifacts: {artifacts}")
     if desc.get("RecordNotUpdated"):  # a local record that a read could not rewrite (a full disk)
         lines.append(f"note: {desc['RecordNotUpdated']}")
+    return lines
+
+
+def restart_lines(desc: dict) -> list[str]:
+    """'restarts: 1 of 2 (max_restarts)' and a line for each failed attempt: when, the step, the
+    class, the reason, and for a restart the steps replayed and the time until training again."""
+    failures = desc.get("Restarts") or []
+    allowed = desc.get("MaxRestarts")
+    if not failures and not allowed:
+        return []
+    used = sum(1 for f in failures if f.get("restarted"))
+    lines = [f"restarts: {used} of {allowed or 0} (max_restarts)"]
+    for f in failures:
+        step = f" at step {f['step']}" if f.get("step") is not None else ""
+        action = "restarted" if f.get("restarted") else "not restarted"
+        cost = f.get("extra") or {}
+        spent = []
+        if "replayed_steps" in cost:
+            spent.append(f"{cost['replayed_steps']} step(s) replayed from step {cost['resumed_from']}")
+        elif "resumed_from" in cost:
+            spent.append(f"resumed from step {cost['resumed_from']}")
+        if "down_s" in cost:
+            spent.append(f"training again after {clock(cost['down_s'])}")
+        tail = f"; {', '.join(spent)}" if spent else ""
+        lines.append(f"  attempt {f['attempt']} failed{step} at {f['at']} ({f['failure_class']}, {action}): "
+                     f"{printable(f['reason'])}{tail}")
     return lines
 
 

@@ -36,6 +36,7 @@ from launcher.config.limits import (
     TAGS_MAX,
 )
 from launcher.config.paths import LocalPathText
+from launcher.config.restarts import MAX_RESTARTS
 from launcher.config.slurm_settings import SlurmSettings
 
 DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path
@@ -148,6 +149,11 @@ class JobConfig(Strict):
     )
     max_wait: WholeNumber | None = Field(
         None, ge=1, description="Spot only: seconds to wait for capacity plus run time (>= max_run)."
+    )
+    max_restarts: WholeNumber = Field(
+        0, ge=0, le=MAX_RESTARTS,
+        description="Automatic restarts after a failure (torchrun's name), from the newest verified checkpoint "
+                    "(docs/faults.md).",
     )
     use_spot_instances: bool = Field(False, description="Managed spot training.")
     checkpoint_s3_uri: str | None = Field(

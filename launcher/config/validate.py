@@ -28,6 +28,7 @@ from launcher.config import (
     model_rules,
     request_limits,
     requirement_paths,
+    restarts,
     resume_rules,
     rules,
     script_rules,
@@ -176,7 +177,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume,
                   resume_rules.check_resume_data, checkpoint_rules.check_async_checkpoint,
                   script_rules.check_script_imports, requirement_paths.check_requirement_paths,
-                  tracker_rules.check_trackers):
+                  tracker_rules.check_trackers, restarts.check_restarts):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

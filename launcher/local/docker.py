@@ -32,7 +32,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
+from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, attempt_environment, signal_process_groups
 from launcher.wire.opt_ml import write_private
 
 ENGINE_ENV = "SMLAUNCH_CONTAINER_ENGINE"
@@ -98,7 +98,7 @@ def compose_file(spec: LocalJobSpec, engine: str = "docker") -> dict:
             f"gpus_per_host {spec.gpus_per_host}"
         )
     project = project_name(spec)
-    environment = {k: str(v) for k, v in sorted(spec.environment.items())}
+    environment = {k: str(v) for k, v in sorted({**spec.environment, **attempt_environment(spec)}.items())}
     environment["TRAINING_JOB_NAME"] = spec.name  # set by the SageMaker platform in every container
     services = {}
     for index, host in enumerate(spec.hosts):

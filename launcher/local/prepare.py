@@ -26,6 +26,7 @@ from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.config.job_rules import resolve_path
 from launcher.config.requirements import runtime_constraints
+from launcher.config.restarts import restart_environment
 from launcher.config.sent_hyperparameters import job_hyperparameters
 from launcher.local import s3io, store
 from launcher.local.spec import LocalJobSpec, Runner
@@ -97,8 +98,10 @@ def checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: 
         output_path = str(_resolve(job, output_path))
     spec = LocalJobSpec(
         name=name, job_dir=directory, hosts=hosts, instance_type=cfg.instance_type,
-        processes_per_host=per_host, hyperparameters={}, channels={}, environment=dict(cfg.environment),
-        checkpoint_dir=checkpoint_dir, max_run=cfg.max_run, image=cfg.image_uri, gpus_per_host=gpus_per_host,
+        processes_per_host=per_host, hyperparameters={}, channels={},
+        environment={**cfg.environment, **restart_environment(cfg.max_restarts)},
+        checkpoint_dir=checkpoint_dir, max_run=cfg.max_run, max_restarts=cfg.max_restarts, image=cfg.image_uri,
+        gpus_per_host=gpus_per_host,
         runner=runner.name, output_path=output_path, checkpoint_s3_uri=cfg.checkpoint_s3_uri,
         region=cfg.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
         runner_settings=dict(getattr(runner, "settings", {})), tensorboard=tensorboard_config(cfg),
@@ -273,6 +276,8 @@ def _record(job: ValidatedJob, spec: LocalJobSpec, runner: Runner) -> dict:
     }
     if cfg.environment:
         record["Environment"] = dict(cfg.environment)
+    if cfg.max_restarts:
+        record["MaxRestarts"] = cfg.max_restarts
     if cfg.checkpoint_s3_uri or cfg.checkpoint_local_path not in (None, DEFAULT_CHECKPOINT_PATH):
         record["CheckpointConfig"] = {"S3Uri": cfg.checkpoint_s3_uri or "", "LocalPath": str(spec.checkpoint_dir)}
     return record

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher.local import jobenv, leftovers, store
-from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
+from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, attempt_environment, signal_process_groups
 from launcher.wire.opt_ml import REQUIREMENTS_INSTALLED_ENV, free_port
 
 # Variables of the caller's shell that would point a bootstrap at another job.
@@ -72,6 +72,7 @@ class ProcessRunner:
     def environment(self, spec: LocalJobSpec, host: str, port: int) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
         env.update(spec.environment)
+        env.update(attempt_environment(spec))
         env.update(leftovers.mark(spec.job_dir))  # every process of the job can be found and ended
         env.update(SAGEMAKER_BASE_DIR=str(spec.host_dir(host)), SMLAUNCH_MASTER_ADDR="127.0.0.1",
                    SMLAUNCH_MASTER_PORT=str(port), SMLAUNCH_CHECKPOINT_DIR=str(spec.checkpoint_dir),

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from launcher.wire.faults import ATTEMPT_ENV
 from launcher.wire.opt_ml import TENSORBOARD_LOCAL_PATH, write_private
 
 SPEC_FILE = "spec.json"
@@ -45,6 +46,8 @@ class LocalJobSpec:
     environment: dict[str, str]  # the job's `environment`
     checkpoint_dir: Path  # shared by all hosts
     max_run: int  # seconds
+    max_restarts: int = 0  # the job's (launcher.config.restarts); the hosts get it in `environment`
+    attempt: int = 0  # the attempt the hosts start at: after the supervisor restarted the job, > 0
     image: str | None = None  # docker runner only
     gpus_per_host: list[list[int]] = field(default_factory=list)  # local_gpu: device indices per host
     runner: str = "process"
@@ -133,6 +136,11 @@ class Runner(Protocol):
 
     def cleanup(self, spec: LocalJobSpec) -> None:
         """After every process ended (or was killed): release what start() created."""
+
+
+def attempt_environment(spec: LocalJobSpec) -> dict[str, str]:
+    """The attempt the hosts start at, after the supervisor restarted the job (launcher.wire.faults)."""
+    return {ATTEMPT_ENV: str(spec.attempt)} if spec.attempt else {}
 
 
 def signal_process_groups(hosts: list[HostProcess], signum: int) -> None:

@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 # Imports inside functions: a runner's module (docker, Slurm) loads when a job uses it.
-from launcher.local import identity, leftovers, s3io, store
+from launcher.local import identity, leftovers, restarts, s3io, store
 from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.logfile import LogFile
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
@@ -176,6 +176,7 @@ class Supervisor:
                      StatusMessage=f"{len(spec.hosts)} host(s) x {spec.processes_per_host} process(es), "
                                    f"{spec.runner} runner")
         hosts: list[HostProcess] = []
+        every: list[HostProcess] = []
         pumps: list[threading.Thread] = []
         reason, exits = None, []  # why we stopped the hosts; (label, code) in the order they ended
         try:
@@ -191,52 +192,18 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - a job that cannot start must still end in its record
                 self._note(f"could not start the hosts: {exc}")
                 reason, self.start_error = "start_failed", f"{type(exc).__name__}: {exc}"
-            for i, host in enumerate(hosts):
-                pumps.append(threading.Thread(target=self._pump, args=(host, COLORS[i % len(COLORS)]), daemon=True))
-                pumps[-1].start()
-            kill_at = None
+            every = list(hosts)  # each host process this run started (a restart starts them again)
             while True:
-                for host in hosts:
-                    code = host.proc.poll()
-                    if code is not None and host.label not in dict(exits):
-                        exits.append((host.label, code))
-                if len(exits) == len(hosts):
+                pumps += self._start_pumps(hosts)
+                reason, exits = self._follow(hosts, started, reason)
+                if not self._restart_after_loss(reason, exits):
                     break
-                now = time.monotonic()
-                if reason is None:
-                    failed = [label for label, code in exits if code != 0]
-                    if not self.signals and self._stop_requested():
-                        self.signals.append(signal.SIGTERM)
-                    if self.signals:
-                        reason = "interrupted" if self.signals[0] == signal.SIGINT else "stopped"
-                        self._note(f"{signal.Signals(self.signals[0]).name}: stopping every host "
-                                   f"(SIGKILL in {self.stop_grace_s:.0f} s; again to kill now)")
-                        self._signal_all(hosts, signal.SIGTERM)
-                        kill_at = now + self.stop_grace_s
-                    elif self.log_error is not None:
-                        reason = "disk_full"
-                        self._signal_all(hosts, signal.SIGTERM)
-                        kill_at = now + self.stop_grace_s
-                    elif now - started > spec.max_run:
-                        reason = "max_run"
-                        self._note(f"max_run ({spec.max_run} s) exceeded: stopping every host")
-                        self._signal_all(hosts, signal.SIGTERM)
-                        kill_at = now + self.stop_grace_s
-                    elif failed:
-                        reason = "host_failed"
-                        kill_at = now + FAILED_HOST_GRACE_S
-                        self._failed_early(exits)
-                elif reason == "host_failed" and kill_at is not None and now >= kill_at:
-                    self._note(f"{exits[0][0]} failed: stopping the other hosts")
-                    self._signal_all(hosts, signal.SIGTERM)
-                    reason, kill_at = "host_failed_stopping", now + self.stop_grace_s
-                elif kill_at is not None and (now >= kill_at or len(self.signals) > 1):
-                    self._signal_all(hosts, signal.SIGKILL)
-                    kill_at = None
-                time.sleep(0.1)
+                hosts = self.runner.start(spec)
+                every += hosts
+                reason = None
         finally:
-            self._signal_all(hosts, signal.SIGKILL)  # only if something above raised
-            for host in hosts:
+            self._signal_all(every, signal.SIGKILL)  # only if something above raised
+            for host in every:
                 host.proc.wait()
             for pump in pumps:
                 pump.join(timeout=5)
@@ -247,6 +214,90 @@ class Supervisor:
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
         return reason, self._finish(reason, exits, time.monotonic() - started)
+
+    def _start_pumps(self, hosts: list[HostProcess]) -> list[threading.Thread]:
+        pumps = [threading.Thread(target=self._pump, args=(host, COLORS[i % len(COLORS)]), daemon=True)
+                 for i, host in enumerate(hosts)]
+        for pump in pumps:
+            pump.start()
+        return pumps
+
+    def _follow(self, hosts: list[HostProcess], started: float, reason: str | None) -> tuple[str | None, list]:
+        """Until every host has ended: stop them all on a signal, a stop request, a full disk,
+        max_run or the first failed host. Returns (why they were stopped, (label, code) in the
+        order they ended)."""
+        spec = self.spec
+        exits: list[tuple[str, int]] = []
+        kill_at = None
+        while True:
+            for host in hosts:
+                code = host.proc.poll()
+                if code is not None and host.label not in dict(exits):
+                    exits.append((host.label, code))
+            if len(exits) == len(hosts):
+                break
+            now = time.monotonic()
+            if reason is None:
+                failed = [label for label, code in exits if code != 0]
+                if not self.signals and self._stop_requested():
+                    self.signals.append(signal.SIGTERM)
+                if self.signals:
+                    reason = "interrupted" if self.signals[0] == signal.SIGINT else "stopped"
+                    self._note(f"{signal.Signals(self.signals[0]).name}: stopping every host "
+                               f"(SIGKILL in {self.stop_grace_s:.0f} s; again to kill now)")
+                    self._signal_all(hosts, signal.SIGTERM)
+                    kill_at = now + self.stop_grace_s
+                elif self.log_error is not None:
+                    reason = "disk_full"
+                    self._signal_all(hosts, signal.SIGTERM)
+                    kill_at = now + self.stop_grace_s
+                elif now - started > spec.max_run:
+                    reason = "max_run"
+                    self._note(f"max_run ({spec.max_run} s) exceeded: stopping every host")
+                    self._signal_all(hosts, signal.SIGTERM)
+                    kill_at = now + self.stop_grace_s
+                elif failed:
+                    reason = "host_failed"
+                    if self._restartable(exits):  # its peers wait for it in vain: stop them now
+                        kill_at = now
+                    else:
+                        kill_at = now + FAILED_HOST_GRACE_S
+                        self._failed_early(exits)
+            elif reason == "host_failed" and kill_at is not None and now >= kill_at:
+                self._note(f"{exits[0][0]} failed: stopping the other hosts")
+                self._signal_all(hosts, signal.SIGTERM)
+                reason, kill_at = "host_failed_stopping", now + self.stop_grace_s
+            elif kill_at is not None and (now >= kill_at or len(self.signals) > 1):
+                self._signal_all(hosts, signal.SIGKILL)
+                kill_at = None
+            time.sleep(0.1)
+        return reason, exits
+
+    def _restartable(self, exits: list[tuple[str, int]]) -> bool:
+        return (bool(self.spec.max_restarts) and restarts.lost_host(self.spec, exits) is not None
+                and restarts.next_attempt(self.spec) <= self.spec.max_restarts)
+
+    def _restart_after_loss(self, reason: str | None, exits: list[tuple[str, int]]) -> bool:
+        """A host whose processes are gone (launcher.local.restarts.lost_host) is what its own
+        bootstrap cannot restart: with restarts left (max_restarts, counted over the whole job),
+        start every host again at the next attempt; they resume from the newest verified checkpoint."""
+        if reason not in ("host_failed", "host_failed_stopping") or not self.spec.max_restarts:
+            return False
+        lost = restarts.lost_host(self.spec, exits)
+        if lost is None:
+            return False
+        attempt = restarts.next_attempt(self.spec)
+        allowed = attempt <= self.spec.max_restarts
+        record = restarts.record_loss(self.spec, *lost, attempt=attempt - 1, restarted=allowed)
+        if not allowed:
+            self._note(f"{record.reason}; not restarted: all {self.spec.max_restarts} restarts (max_restarts) used")
+            return False
+        self._note(f"{record.reason}: restarting the job on every host (restart {attempt} of "
+                   f"{self.spec.max_restarts}, max_restarts); it resumes from its newest verified checkpoint")
+        self.spec.attempt = attempt
+        self._update(TrainingJobStatus="InProgress", SecondaryStatus="Training",
+                     StatusMessage=f"restart {attempt} of {self.spec.max_restarts}: {record.reason}")
+        return True
 
     def _failed_early(self, exits: list[tuple[str, int]]) -> None:
         """The job has failed once its first host has: say so now, not after the other hosts are

@@ -149,7 +149,7 @@ class ModelTrainer:
                  training_input_mode: str | None = "File", environment: dict | None = None,
                  hyperparameters: dict | str | None = None, tags: list | None = None,
                  local_runner: str = "process", backend: str | None = None, slurm: dict | None = None,
-                 **kwargs: Any):
+                 max_restarts: int = 0, **kwargs: Any):
         given = {"source_code": source_code, "distributed": distributed, "compute": compute,
                  "networking": networking, "stopping_condition": stopping_condition,
                  "training_image_config": training_image_config, "output_data_config": output_data_config,
@@ -167,7 +167,7 @@ class ModelTrainer:
         issues += found
         self.training_image, self.role, self.environment = training_image, role, environment
         self.training_input_mode, self.local_runner = training_input_mode, local_runner
-        self.backend, self.slurm = backend, slurm
+        self.backend, self.slurm, self.max_restarts = backend, slurm, max_restarts
         self.local = _local_mode(training_mode, self.compute, issues)
         self.base_job_name = base_job_name or (
             f"{v3_configs.repository(training_image)}-job" if training_image else None)
@@ -198,7 +198,7 @@ class ModelTrainer:
             "debugger_hook_config": False, "disable_profiler": True,
         }
         args.update(_compute_args(compute, self.local), local_runner=self.local_runner, backend=self.backend,
-                    slurm=self.slurm)
+                    slurm=self.slurm, max_restarts=self.max_restarts or None)
         args.update(_distribution_args(self.distributed))
         args.update(_aws_args(self))
         return {k: v for k, v in args.items() if v is not None}

@@ -5,6 +5,8 @@
 - A rank of smlaunch's runtime that fails leaves a failure record (`rank-<rank>.json`) in
   `SMLAUNCH_FAULT_DIR`, so the bootstrap can classify the failure: its exception, the last step
   it completed in this attempt and the step it started from.
+- Rank 0 of smlaunch's runtime appends one line per attempt to `attempts.jsonl` (the step its
+  loop began from and when), so the launcher knows the steps a restart replayed.
 - The bootstrap appends one line per restart (and one for the failure that ended the job) to
   `restarts.jsonl` in the output data directory, where the local supervisor, `status` and
   output.tar.gz read it.
@@ -27,6 +29,7 @@ MAX_RESTARTS_ENV = "SMLAUNCH_MAX_RESTARTS"
 ATTEMPT_ENV = "SMLAUNCH_ATTEMPT"
 FAULT_DIR_ENV = "SMLAUNCH_FAULT_DIR"
 RESTARTS_FILE = "restarts.jsonl"
+ATTEMPTS_FILE = "attempts.jsonl"  # rank 0: where each attempt's training loop began
 DIAGNOSTICS_DIR = "diagnostics"  # in the output data directory: stacks and logs of a hang
 
 EXIT_HUNG = 86  # a rank's step watchdog found no progress within the step timeout
@@ -60,6 +63,7 @@ class RankFailure:
     step: int | None  # the last step completed in this attempt (None: before the loop began)
     start_step: int | None  # the step this attempt started from (0, or the checkpoint's)
     collective: bool = False  # raised by a collective (a peer failed or stopped answering)
+    bases: tuple[str, ...] = ()  # the names of the exception's classes, its own first (its __mro__)
 
     @property
     def progressed(self) -> bool:
@@ -83,6 +87,7 @@ def read_rank_failures(directory: Path) -> dict[int, RankFailure]:
     for path in sorted(Path(directory).glob("rank-*.json")):
         try:
             values = json.loads(path.read_text(encoding="utf-8"))
+            values["bases"] = tuple(values.get("bases", ()))
             out[int(values["rank"])] = RankFailure(**values)
         except (OSError, ValueError, TypeError, KeyError):
             continue
@@ -129,6 +134,35 @@ def read_restarts(output_data: Path) -> list[Restart]:
     for line in lines:
         try:
             out.append(Restart(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+# --- attempt starts (rank 0 -> launcher) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class AttemptStart:
+    attempt: int
+    start_step: int  # the step it resumed from (0: from the start)
+    at: str  # when its loop began (ISO 8601, UTC)
+
+
+def append_attempt_start(output_data: Path, record: AttemptStart) -> None:
+    output_data.mkdir(parents=True, exist_ok=True)
+    with (output_data / ATTEMPTS_FILE).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+
+
+def read_attempt_starts(output_data: Path) -> list[AttemptStart]:
+    try:
+        lines = (Path(output_data) / ATTEMPTS_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(AttemptStart(**json.loads(line)))
         except (ValueError, TypeError):
             continue
     return out

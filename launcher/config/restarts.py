@@ -1,0 +1,57 @@
+"""`max_restarts`: what it means where the job runs, and how it reaches the container (docs/faults.md).
+
+The container's bootstrap restarts torchrun after a fault (launcher.wire.faults carries the
+budget as SMLAUNCH_MAX_RESTARTS); the local and Slurm supervisors restart what the bootstrap
+cannot, a host that is gone. The variables of launcher.wire.faults are smlaunch's to set: a job
+that sets them itself is refused, and an armed fault injection is pointed out (it kills the job
+on purpose).
+"""
+
+from __future__ import annotations
+
+from launcher.config.issues import Issue
+from launcher.wire import faults
+
+MAX_RESTARTS = 100  # a job that fails more often than this is not running, it is failing
+_OWN = (faults.MAX_RESTARTS_ENV, faults.ATTEMPT_ENV, faults.FAULT_DIR_ENV)
+
+MEANING = {
+    "local": "the bootstrap of each simulated host restarts torchrun on every host together after a fault "
+             "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
+             "killed; each restart resumes from the newest verified checkpoint",
+    "slurm": "the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
+             "killed, hung or frozen rank), inside the allocation; each restart resumes from the newest "
+             "verified checkpoint",
+}
+
+
+def restart_environment(max_restarts: int) -> dict[str, str]:
+    """What the job's environment gains for `max_restarts` (nothing for 0: the request stays the SDK's)."""
+    return {faults.MAX_RESTARTS_ENV: str(max_restarts)} if max_restarts else {}
+
+
+def check_restarts(ctx) -> list[Issue]:
+    job = ctx.job
+    issues = [Issue(f"environment.{name}", job.environment[name], "is set by smlaunch for each attempt",
+                    "remove it; set max_restarts for automatic restarts") for name in _OWN if name in job.environment]
+    if faults.FAULT_ENV in job.environment:
+        issues.append(Issue(f"environment.{faults.FAULT_ENV}", "(set)", "arms fault injection: the job's ranks "
+                            "will be killed, hung or stopped on purpose (tests only)",
+                            f"remove {faults.FAULT_ENV} for a real job", "warning"))
+    if not job.max_restarts:
+        return issues
+    if job.backend_name == "sagemaker":
+        issues.append(Issue("max_restarts", job.max_restarts, "is not done on SageMaker yet: AWS's training "
+                            "toolkit starts torchrun itself, and SageMaker's max_retry_attempts retries only "
+                            "SageMaker's internal errors", "run on backend local or slurm, or remove max_restarts "
+                            "(docs/faults.md)"))
+        return issues
+    issues.append(Issue("max_restarts", job.max_restarts, MEANING[job.backend_name], level="info"))
+    if ctx.runtime and not job.hyperparameters.checkpoint_freq:
+        issues.append(Issue("max_restarts", job.max_restarts, "each restart starts training again from step 1: "
+                            "the job saves no checkpoints", "set hyperparameters.checkpoint_freq", "warning"))
+    if not ctx.runtime:
+        issues.append(Issue("max_restarts", job.max_restarts, "a restart runs your script again from its start: "
+                            "it resumes only from checkpoints it writes and reads itself (SM_CHECKPOINT_DIR or "
+                            "checkpoint_local_path)", level="info"))
+    return issues

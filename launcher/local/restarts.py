@@ -1,0 +1,98 @@
+"""The restarts of a local or Slurm job: the ones its hosts' bootstraps made, and the ones the
+supervisor makes when a host is gone (docs/faults.md, "Automatic restarts").
+
+Each host's bootstrap appends its failures to `output/data/restarts.jsonl` in its /opt/ml tree
+(launcher.wire.faults); the supervisor appends a lost host's to `restarts.jsonl` in the job
+directory. One failure is seen by every host (the host where it happened, and the peers whose
+collectives broke), so the job's list has one entry per attempt: the supervisor's if it has one,
+else the one that names the cause rather than a peer's broken collective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from launcher.local.spec import LocalJobSpec
+from launcher.wire import faults
+from launcher.wire.opt_ml import process_ended
+from launcher.wire.progress import now
+
+LOST = "host lost"
+
+
+def host_records(spec: LocalJobSpec) -> list[faults.Restart]:
+    out = []
+    for host in spec.hosts:
+        out += faults.read_restarts(spec.host_dir(host) / "output" / "data")
+    return out
+
+
+def job_restarts(job_dir: Path, hosts: list[Path]) -> list[faults.Restart]:
+    """One record per failed attempt, oldest first (`hosts`: the hosts' output data directories)."""
+    records = faults.read_restarts(job_dir)
+    for directory in hosts:
+        records += faults.read_restarts(directory)
+    by_attempt: dict[int, faults.Restart] = {}
+    for record in records:
+        kept = by_attempt.get(record.attempt)
+        if kept is None or _rank(record) < _rank(kept):
+            by_attempt[record.attempt] = record
+    starts = {s.attempt: s for d in hosts for s in faults.read_attempt_starts(d)}
+    return [_with_cost(by_attempt[a], starts) for a in sorted(by_attempt)]
+
+
+def _with_cost(record: faults.Restart, starts: dict[int, faults.AttemptStart]) -> faults.Restart:
+    """`record` with what its restart cost, once the next attempt's loop has begun: the steps it
+    ran again (those after the checkpoint it resumed from) and the seconds from the failure to
+    training again."""
+    after = next((starts[a] for a in sorted(starts) if a > record.attempt), None) if record.restarted else None
+    if after is None:
+        return record
+    extra = dict(record.extra, resumed_from=after.start_step, training_again_at=after.at,
+                 down_s=round(_seconds(record.at, after.at), 1))
+    if record.step is not None:
+        extra["replayed_steps"] = max(record.step - after.start_step, 0)
+    return replace(record, extra=extra)
+
+
+def _seconds(start: str, end: str) -> float:
+    try:
+        return max((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 0.0)
+    except ValueError:
+        return 0.0
+
+
+def _rank(record: faults.Restart) -> int:
+    """Which of an attempt's records tells most: a lost host, then a cause, then a peer's failure."""
+    if record.detail == LOST:
+        return 0
+    return 2 if record.detail == "collective" else 1
+
+
+def lost_host(spec: LocalJobSpec, exits: list[tuple[str, int]]) -> tuple[str, int] | None:
+    """The first host that failed, if it was killed by a signal without leaving a failure report:
+    its processes are gone (a lost node, a killed container), which its own bootstrap cannot
+    restart."""
+    failed = [(label, code) for label, code in exits if code != 0]
+    if not failed:
+        return None
+    label, code = failed[0]
+    report = spec.host_dir(label) / "output" / "failure"
+    return (label, code) if code < 0 and not report.is_file() else None
+
+
+def next_attempt(spec: LocalJobSpec) -> int:
+    """The attempt after the newest any host or the supervisor recorded (hosts whose bootstrap had
+    begun a restart of their own have used that number: the supervisor's restart replaces it)."""
+    records = host_records(spec) + faults.read_restarts(spec.job_dir)
+    return max([spec.attempt, *(r.attempt for r in records)]) + 1
+
+
+def record_loss(spec: LocalJobSpec, label: str, code: int, attempt: int, restarted: bool) -> faults.Restart:
+    record = faults.Restart(
+        attempt=attempt, at=now(), failure_class=faults.FAULT, host=label, restarted=restarted, detail=LOST,
+        reason=f"{label} {process_ended(code)} without a failure report: the host's processes are gone")
+    faults.append_restart(spec.job_dir, record)
+    return record
