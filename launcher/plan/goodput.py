@@ -77,6 +77,7 @@ class GoodputPlan:
     state_gib: float  # what one rank's checkpoint holds
     state: str  # what that is
     ranks_per_host: int
+    replicas: int  # dp_replicate: DCP writes each replicated shard once, spread over its replicas
     write_gb_s: float  # per host
     asynchronous: bool
     max_steps: int | None
@@ -89,14 +90,25 @@ class GoodputPlan:
         return mtbf_hours(self.failure_rate, self.gpus) * 3600.0
 
     @property
+    def written_gib(self) -> float:
+        """What one rank writes: its state, less the replicas' share DCP's deduplication gives them."""
+        return self.state_gib / self.replicas
+
+    @property
     def write_s(self) -> float:
-        """A host's ranks write their shards to one disk at once: the host's bytes over its bandwidth."""
+        """A host's ranks write to one disk at once: the host's bytes over its bandwidth."""
+        return self.written_gib * 2**30 * self.ranks_per_host / (self.write_gb_s * 1e9)
+
+    @property
+    def load_s(self) -> float:
+        """At a restart every rank reads its whole state, replicas too."""
         return self.state_gib * 2**30 * self.ranks_per_host / (self.write_gb_s * 1e9)
 
     @property
     def hash_s(self) -> float:
-        """Each rank hashes its own files, the ranks at once."""
-        return self.state_gib * HASH_S_PER_GIB
+        """Each rank hashes what it wrote, the ranks at once; a resume spreads the same hashing
+        over the ranks."""
+        return self.written_gib * HASH_S_PER_GIB
 
     @property
     def checkpoint_s(self) -> float:
@@ -112,7 +124,7 @@ class GoodputPlan:
     def restart_s(self) -> float:
         """R: start-up, reading the checkpoint back at the write bandwidth, and its verification
         (the hashing is spread over the ranks: each hashes about its own share)."""
-        return STARTUP_S + self.write_s + self.hash_s
+        return STARTUP_S + self.load_s + self.hash_s
 
     # --- the answers ------------------------------------------------------------------------
     @property
@@ -148,15 +160,16 @@ class GoodputPlan:
         lines = [f"goodput: {self.gpus:,} GPUs at {self.failure_rate:.3g} interruptions per GPU-hour "
                  f"({FAILURE_RATE_SOURCE if self.failure_rate == DEFAULT_FAILURE_RATE else '--failure-rate'}): "
                  f"MTBF {_hours(mtbf_h)}"]
-        held = (f"{self.state_gib:.2f} GiB per rank ({self.state}) x {self.ranks_per_host} ranks per host at "
-                f"{self.write_gb_s:g} GB/s per host")
+        replicas = f", written once over {self.replicas} replicas" if self.replicas > 1 else ""
+        held = (f"{self.state_gib:.2f} GiB per rank ({self.state}{replicas}) x {self.ranks_per_host} ranks per host "
+                f"at {self.write_gb_s:g} GB/s per host")
         if self.asynchronous:
             lines.append(f"  checkpoint save (asynchronous): {held}: stalls training {self.checkpoint_s:.1f} s "
                          f"(the copy into host memory), committed {self.lag_s:.1f} s later")
         else:
             lines.append(f"  checkpoint save: {held} = {self.write_s:.1f} s write + {self.hash_s:.1f} s hashing = "
                          f"{self.checkpoint_s:.1f} s")
-        restart = (f"  restart: {STARTUP_S:.0f} s start-up + {self.write_s:.1f} s load + {self.hash_s:.1f} s "
+        restart = (f"  restart: {STARTUP_S:.0f} s start-up + {self.load_s:.1f} s load + {self.hash_s:.1f} s "
                    f"verification = {self.restart_s:.1f} s")
         if not self.script and not self.checkpoint_freq:
             restart += f" (with checkpoints; without: {STARTUP_S:.0f} s start-up, from step 0)"
@@ -190,6 +203,9 @@ class GoodputPlan:
             "mtbf_hours": self.mtbf_s / 3600,
             "checkpoint_gib_per_rank": round(self.state_gib, 4),
             "write_gb_s_per_host": self.write_gb_s,
+            "replicas": self.replicas,
+            "write_s": round(self.write_s, 3),
+            "load_s": round(self.load_s, 3),
             "checkpoint_s": round(self.checkpoint_s, 3),
             "checkpoint_lag_s": round(self.lag_s, 3),
             "restart_s": round(self.restart_s, 3),
@@ -217,7 +233,7 @@ def plan_goodput(result: PlanResult, failure_rate: float = DEFAULT_FAILURE_RATE,
     return GoodputPlan(
         failure_rate=failure_rate, gpus=job.layout.world, step_s=speed.step_s,
         state_gib=sum(memory.gib(key) for key in STAGED_TERMS), state=_STATE.get(s.optimizer, s.optimizer),
-        ranks_per_host=job.processes_per_host, write_gb_s=write_gb_s,
+        ranks_per_host=job.processes_per_host, replicas=job.layout.dp_replicate, write_gb_s=write_gb_s,
         asynchronous=not script and is_async(hp.checkpoint_async_mode),
         # a script's max_steps is its own argument: a run length only where the job sets it
         max_steps=hp.max_steps if script else s.max_steps,

@@ -114,6 +114,16 @@ def test_the_options_move_the_figures_as_the_model_says():
     assert default["mtbf_hours"] == pytest.approx(2048 * 1296 / 419, rel=1e-9)
 
 
+def test_replicas_write_each_shard_once_and_all_read_theirs_back():
+    one, two = _goodput_row()["goodput"], _goodput_row("--set", "instance_count=2")["goodput"]
+    # two p4d hosts with hybrid_shard_degree 8: each shard has 2 replicas; DCP writes it once, its
+    # replicas sharing the bytes, and at a restart each replica reads the whole shard
+    assert two["replicas"] == 2 and one["replicas"] == 1
+    assert two["write_s"] == pytest.approx(one["write_s"] / 2, abs=0.002)
+    assert two["load_s"] == pytest.approx(one["load_s"], abs=0.002)
+    assert one["write_s"] == pytest.approx(STATE_GIB * GIB * 8 / 1e9, abs=0.01) == one["load_s"]
+
+
 def test_an_asynchronous_save_stalls_for_the_copy_and_commits_after_the_write():
     g = _goodput_row(*_sets(checkpoint_async_mode="async"))["goodput"]
     assert g["checkpoint_s"] == pytest.approx(STATE_GIB * STAGING_S_PER_GIB, abs=0.01)
