@@ -48,6 +48,7 @@ from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
 from container.progress import ProgressWriter
 from container.resilience import attempt, inject
+from container.resilience.ledger import CHECKPOINT, DATA, VALIDATION, TimeLedger
 from container.tensorboard import TensorBoardScalars
 from container.trackers import open_trackers
 from container.trackers.sink import FAILED, FINISHED, STOPPED
@@ -362,6 +363,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     stop_flag = sigterm.install_sigterm_flag()
     attempt.started(start_step, dirs.output_data if rt.is_main else None)
     progress = ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, start_step)
+    ledger = TimeLedger(start_step)  # where the loop's time goes, for goodput
     seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
     timed_flops = 0.0  # useful FLOPs of the timed steps: attention over what the documents span
     peak = flops.peak_tflops(instance_type, "fp8" if s.fp8.enabled else "bf16",
@@ -373,7 +375,8 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         _sync(rt)
         inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
         t0 = time.perf_counter()
-        batches = [loader.next_batch() for _ in range(s.grad_accum)]
+        with ledger.timing(DATA):
+            batches = [loader.next_batch() for _ in range(s.grad_accum)]
         if step == start_step + 1:
             describe_data(rt, loader.source, s)
             if rt.is_main and validation is not None and isinstance(validation.source, ChatSource):
@@ -390,6 +393,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         if s.clean_cache and rt.device.type == "cuda":
             torch.cuda.empty_cache()
         elapsed = time.perf_counter() - t0
+        ledger.step(elapsed)
         if step > start_step + 2:  # leave out warm-up (allocator, first all-gathers)
             timed_tokens += global_tokens_per_step
             timed_seconds += elapsed
@@ -402,15 +406,17 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
                 last["aux_loss"] = (_all_sum(aux_sum, rt.loss_group) / global_sequences).item()
-            last.update(progress.fields(step))
+            last.update(progress.fields(step), **ledger.fields())
             metrics.write(last)
             progress.write(last)
         if validation is not None and step % s.validation_freq == 0:
-            metrics.write({"step": step, "val_loss": validate(rt, model, validation, s, cp_shard)})
+            with ledger.timing(VALIDATION):
+                metrics.write({"step": step, "val_loss": validate(rt, model, validation, s, cp_shard)})
         attempt.completed(step)
         stopping = sigterm.should_stop(stop_flag)
         if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
-            checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})
+            with ledger.timing(CHECKPOINT):
+                checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})
         if stopping:
             if checkpointer:  # an asynchronous save is on disk and committed before the process ends
                 checkpointer.close()

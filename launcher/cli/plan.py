@@ -22,10 +22,13 @@ from launcher.cli.support import (
 from launcher.config.issues import ConfigError
 
 
-class TokenCount(click.ParamType):
-    """--tokens: a finite number above 0 (float() takes 'nan', 'inf' and '-5')."""
+class PositiveNumber(click.ParamType):
+    """A finite number above 0 (float() takes 'nan', 'inf' and '-5')."""
 
-    name = "tokens"
+    name = "number"
+
+    def __init__(self, what: str, example: str):
+        self.what, self.example = what, example
 
     def convert(self, value, param, ctx) -> float:
         try:
@@ -34,7 +37,7 @@ class TokenCount(click.ParamType):
             number = math.nan
         if not (math.isfinite(number) and number > 0):
             # the project's error line (field = value: problem; fix), as every other refusal of plan
-            fail(f"--tokens = {value}: not a number of tokens above 0; give a positive number, e.g. 1e9",
+            fail(f"{param.opts[0]} = {value}: not {self.what} above 0; give a positive number, e.g. {self.example}",
                  EXIT_INVALID)
         return number
 
@@ -56,8 +59,13 @@ class TokenCount(click.ParamType):
                    "until the deadline is met, up to 64).")
 @click.option("--deadline", default=None, metavar="DURATION",
               help="--auto with --tokens: only configurations that train the tokens within it, e.g. 48h, 2d.")
-@click.option("--tokens", type=TokenCount(), default=None,
+@click.option("--tokens", type=PositiveNumber("a number of tokens", "1e9"), default=None,
               help="Also give hours and dollars for this many tokens (e.g. 1e9).")
+@click.option("--failure-rate", type=PositiveNumber("a rate of interruptions per GPU-hour", "2e-5"), default=None,
+              help="Interruptions per GPU-hour for the goodput plan (default: Llama 3's 419 in 54 days on "
+                   "16,384 GPUs, 1.97e-5).")
+@click.option("--checkpoint-write-gb-s", "write_gb_s", type=PositiveNumber("a bandwidth in GB/s", "2"), default=None,
+              help="One host's checkpoint write and read bandwidth, GB/s, for the goodput plan (default 1).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per configuration, in a list "
               "(--auto's search: one object with the Pareto rows).")
 @click.option("--data", "data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
@@ -66,7 +74,8 @@ class TokenCount(click.ParamType):
                    "document masking on). A job's local channels are read without it.")
 def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...], auto_pick: bool,
              instance_types: str | None, families: str | None, max_instances: int | None, deadline: str | None,
-             tokens: float | None, as_json: bool, data: Path | None) -> None:
+             tokens: float | None, failure_rate: float | None, write_gb_s: float | None, as_json: bool,
+             data: Path | None) -> None:
     """Predict memory per GPU, speed and cost before launch; explain a predicted OOM.
 
     Exit codes: 0 the (picked) configuration fits, 1 it does not (or none does, or none meets
@@ -80,6 +89,9 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
     search_options = {"--instance-types": instance_types, "--family": families,
                       "--max-instances": max_instances, "--deadline": deadline}
     _check_search_options(search_options, auto_pick, sweeps)
+    _check_goodput_options({"--failure-rate": failure_rate, "--checkpoint-write-gb-s": write_gb_s},
+                           auto_pick, sweeps)
+    goodput_of = _goodput_planner(failure_rate, write_gb_s)
     if auto_pick and not sweeps:
         _plan_search(job_file, overrides, instance_types, families, max_instances, tokens, deadline, as_json)
     try:
@@ -105,6 +117,8 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
             if tokens and r.throughput:
                 hours, usd = r.throughput.cost_for(tokens=tokens)
                 row.update(hours_for_tokens=round(hours, 3), usd_for_tokens=None if usd is None else round(usd, 2))
+            goodput = goodput_of(r)
+            row["goodput"] = goodput.to_dict() if goodput else None
             rows.append(row)
         click.echo(json.dumps(rows, indent=2, default=str))
     else:
@@ -121,6 +135,8 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
                 console.print(f"{speed.formula}: {speed.tflops_per_gpu:.0f} TFLOPS/GPU "
                               f"({speed.tflops_per_gpu_seed_formula:.0f} by the seed's formula)")
                 console.print(planner.explain_step(speed), highlight=False, markup=False)
+                if goodput := goodput_of(chosen):
+                    console.print(goodput.text(), highlight=False, markup=False)
                 if tokens:
                     hours, usd = speed.cost_for(tokens=tokens)
                     cost = f", ${usd:,.0f}" if usd is not None else ""
@@ -152,6 +168,23 @@ def _check_search_options(options: dict, auto_pick: bool, sweeps: tuple[str, ...
         fix = "drop --sweep to search, or drop them" if sweeps else "add --auto"
         fail(f"{', '.join(given)}: only for `plan --auto` (the search), not for "
               f"{'--sweep' if sweeps else 'a single plan'}; {fix}", EXIT_INVALID)
+
+
+def _check_goodput_options(options: dict, auto_pick: bool, sweeps: tuple[str, ...]) -> None:
+    """--auto's search ranks by time and dollars and plans no goodput: its options would do nothing."""
+    given = [name for name, value in options.items() if value is not None]
+    if given and auto_pick and not sweeps:
+        fail(f"{', '.join(given)}: for a single plan or --sweep, not for `plan --auto`'s search; plan the picked "
+             "configuration with them", EXIT_INVALID)
+
+
+def _goodput_planner(failure_rate: float | None, write_gb_s: float | None):
+    """PlanResult -> its GoodputPlan (or None), at the options' values or the documented defaults."""
+    from launcher.plan import goodput
+
+    rate = goodput.DEFAULT_FAILURE_RATE if failure_rate is None else failure_rate
+    bandwidth = goodput.DEFAULT_WRITE_GB_S if write_gb_s is None else write_gb_s
+    return lambda result: goodput.plan_goodput(result, rate, bandwidth)
 
 
 def _plan_search(job_file: Path, overrides, instance_types, families, max_instances, tokens, deadline,

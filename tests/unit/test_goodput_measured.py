@@ -1,0 +1,110 @@
+"""Goodput measured (launcher/wire/goodput.py): hand-built metrics and restart records with known
+times give known shares; the time ledger's fields (container/resilience/ledger.py). A real run's
+records are checked in tests/integration/test_goodput_ledger.py."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from container.resilience.ledger import DATA, TimeLedger
+from launcher.wire import goodput as gw
+from launcher.wire.faults import FAULT, Restart, append_restart
+
+T0 = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def record(attempt: int, start_step: int, loop_start: float, step: int, steps: float, data: float = 0.0,
+           checkpoint: float = 0.0, validation: float = 0.0) -> dict:
+    """A metrics record as rank 0 writes it, with the loss fields a record has besides."""
+    return {"step": step, "loss": 2.5, "tokens_per_s": 100.0,
+            **gw.ledger_fields(attempt, start_step, at(loop_start), {gw.STEPS: steps, gw.DATA: data,
+                                                                     gw.CHECKPOINT: checkpoint,
+                                                                     gw.VALIDATION: validation})}
+
+
+def failure(attempt: int, when: float, step: int, resumed_from: int = 0, host: str = "algo-1") -> Restart:
+    return Restart(attempt=attempt, at=at(when).isoformat(), failure_class=FAULT, reason="rank 1 exited",
+                   host=host, restarted=True, rank=1, step=step, resumed_from=resumed_from, seconds=None)
+
+
+# A 200 s job, one failure. Attempt 0: loop from 10 s, 1 s per step, logged at step 20 (20 s of steps,
+# 2 s of batches, 4 s of saves); it fails at 50 s having completed step 25. Attempt 1 resumes the
+# checkpoint of step 20 at 70 s and logs step 100 (80 s of steps, 8 s batches, 16 s saves, 4 s
+# validation). So: productive 20 + 80 = 100 s; replayed steps 21..25 = 5 s; start-up 10 s; restarts
+# 20 s (50 -> 70) and 9 s of attempt 0's loop its ledger does not explain (40 s, of which 25 steps,
+# 2 s batches and 4 s saves); checkpoints 20, input waits 10, validation 4; other 200 - 178 = 22 s.
+RECORDS = [record(0, 0, 10, 10, 10.0, 1.0, 0.0), record(0, 0, 10, 20, 20.0, 2.0, 4.0),
+           record(1, 20, 70, 60, 40.0, 4.0, 8.0, 2.0), record(1, 20, 70, 100, 80.0, 8.0, 16.0, 4.0)]
+
+
+def test_a_job_with_one_restart_splits_its_wall_time_as_computed_by_hand():
+    g = gw.goodput(T0, at(200), [failure(0, 50, 25)], RECORDS)
+    assert g.wall_s == pytest.approx(200.0, abs=1e-9)
+    assert g.productive_s == pytest.approx(100.0, abs=1e-9)
+    expected = {"start-up": 10, "restarts": 29, "replayed": 5, "checkpoints": 20, "input waits": 10,
+                "validation": 4, "other": 22}
+    assert g.lost_s == pytest.approx(expected, abs=1e-9)
+    assert g.fraction == pytest.approx(0.5, abs=1e-12)
+    shares = ", ".join(f"{name} {seconds / 200:.0%}" for name, seconds in expected.items())
+    assert g.text() == f"goodput 50% ({shares})"
+    assert g.productive_s + sum(g.lost_s.values()) == pytest.approx(g.wall_s, abs=1e-9)
+
+
+def test_control_the_same_run_without_a_failure():
+    g = gw.goodput(T0, at(130), [], [record(0, 0, 10, 100, 100.0, 10.0, 5.0)])
+    assert g.productive_s == pytest.approx(100.0, abs=1e-9)
+    assert g.lost_s == pytest.approx({"start-up": 10, "restarts": 0, "replayed": 0, "checkpoints": 5,
+                                      "input waits": 10, "validation": 0, "other": 5}, abs=1e-9)
+    assert g.text() == "goodput 77% (start-up 8%, checkpoints 4%, input waits 8%, other 4%)"
+
+
+def test_a_restart_that_resumes_the_step_it_failed_after_replays_nothing():
+    records = [record(0, 0, 0, 20, 20.0), record(1, 20, 30, 40, 20.0)]
+    g = gw.goodput(T0, at(50), [failure(0, 25, 20)], records)
+    assert g.lost_s["replayed"] == 0 and g.productive_s == pytest.approx(40.0, abs=1e-9)
+    # attempt 0's loop ran 25 s for 20 s of steps: 5 s lost to the failure, then 5 s to the restart
+    assert g.lost_s["restarts"] == pytest.approx(10.0, abs=1e-9)
+
+
+def test_a_failure_before_any_logged_step_counts_in_start_up_and_hosts_reports_are_merged(tmp_path):
+    hosts = [tmp_path / "algo-1", tmp_path / "algo-2"]
+    for host in hosts:
+        host.mkdir()
+    (hosts[0] / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS) + '{"step": 1, "lo')
+    append_restart(hosts[0], failure(0, 50, 25))
+    append_restart(hosts[1], failure(0, 51, 25, host="algo-2"))  # the same failure, seen a second later
+    g = gw.measure(hosts, T0, at(200))
+    assert g.lost_s["restarts"] == pytest.approx(29.0, abs=1e-9)  # the earliest report counts
+    # control: attempt 0 left no ledger (it failed before logging a step): all before attempt 1's loop is start-up
+    g = gw.goodput(T0, at(200), [failure(0, 50, 3)], RECORDS[2:])
+    assert g.lost_s["start-up"] == pytest.approx(70.0, abs=1e-9) and g.lost_s["restarts"] == 0
+
+
+def test_without_ledger_records_there_is_nothing_to_measure(tmp_path):
+    assert gw.measure([tmp_path], T0, at(10)) is None
+    assert gw.goodput(T0, at(10), [], [{"step": 3, "loss": 1.0}, {"step": 3, "val_loss": 1.0}]) is None
+
+
+def test_the_ledger_counts_a_steps_batches_apart_from_its_work(monkeypatch):
+    clock = iter([0.0, 0.25, 10.0, 10.5])  # two timings: 0.25 s and 0.5 s of batches
+    monkeypatch.setattr("container.resilience.ledger.time.perf_counter", lambda: next(clock))
+    monkeypatch.setenv("SMLAUNCH_ATTEMPT", "2")
+    ledger = TimeLedger(start_step=40)
+    with ledger.timing(DATA):
+        pass
+    ledger.step(1.25)  # the step took 1.25 s with its 0.25 s of batches
+    with ledger.timing(DATA):
+        pass
+    ledger.step(0.75)
+    fields = ledger.fields()
+    assert fields["time_steps_s"] == pytest.approx(1.25, abs=1e-9) and fields["time_data_s"] == pytest.approx(0.75)
+    assert fields["attempt"] == 2 and fields["start_step"] == 40
+    assert fields["time_checkpoint_s"] == 0 and fields["time_validation_s"] == 0
+    assert datetime.fromisoformat(fields["loop_start"]).tzinfo is not None
