@@ -118,6 +118,12 @@ class JobDirBackend:
         directory = Path(config.get("LocalPath") or self._dir(name) / "checkpoints")
         return latest_local(directory, config.get("S3Uri") or None)
 
+    def output_data_dirs(self, name: str) -> dict[str, Path]:
+        """{host: its output data directory} (`hosts/<host>/output/data`, where diagnostics/ is)."""
+        name = self.resolve(name)
+        self._record(name)  # this backend's job, or BackendError
+        return {d.parents[1].name: d for d in sorted((self._dir(name) / "hosts").glob("*/output/data"))}
+
     # --- following -----------------------------------------------------------------------
     def _completed(self, name: str, record: dict, shown: bool) -> dict:
         """The record of a Completed job; JobFailedError (reason, log file) for any other end.
