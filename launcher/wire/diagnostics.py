@@ -96,7 +96,7 @@ class RankStacks:
     def where(self) -> str:
         """The innermost frame, and the innermost of the job's or smlaunch's code where that differs."""
         if not self.main:
-            return "main thread not found in the stacks"
+            return "no stacks"
         own = next((f for f in self.main if f.ours), None)
         return str(self.main[0]) if own in (None, self.main[0]) else f"{own}, inside {self.main[0]}"
 
@@ -159,12 +159,15 @@ def read_ranks(directories: list[Path]) -> list[RankStacks]:
 
 def diagnose(ranks: list[RankStacks]) -> str:
     """One line: which rank(s) hung and where, from their main threads."""
+    world = max((r.world for r in ranks if r.world), default=None)
+    unasked = [r.rank for r in ranks if not r.main]  # a rank that could not be asked (stopped, no handler)
+    ranks = [r for r in ranks if r.main]
     if not ranks:
-        return "no rank's stacks were recorded"
+        asked = f" (rank(s) {_names(unasked)} could not be asked)" if unasked else ""
+        return "no rank's stacks were recorded" + asked
     waiting = [r for r in ranks if r.waiting]
     others = [r for r in ranks if not r.waiting]
-    world = max((r.world for r in ranks if r.world), default=None)
-    missing = sorted(set(range(world)) - {r.rank for r in ranks}) if world else []
+    missing = sorted((set(range(world)) - {r.rank for r in ranks}) | set(unasked) if world else unasked)
     absent = f"; no stacks from rank(s) {_names(missing)}" if missing else ""
     if waiting and others:
         where = "; ".join(f"rank {r.rank} (host {r.host}) in {r.where}" for r in others)
