@@ -168,3 +168,18 @@ def test_logs_diagnostics_of_a_local_job(home):
 def test_logs_diagnostics_with_follow_is_refused():
     result = CliRunner().invoke(main, ["logs", "any-1", "--diagnostics", "--follow"])
     assert result.exit_code == 2 and "--diagnostics and --follow" in result.stderr
+
+
+def test_logs_diagnostics_of_a_sagemaker_job_says_where_they_are():
+    from launcher.cli import diagnostics_view
+
+    class SageMaker:
+        name = "sagemaker"
+
+        def artifacts(self, job):
+            return {"output.tar.gz": f"s3://b/{job}/output/output.tar.gz"}
+
+    said = []
+    diagnostics_view.show("sm-1", SageMaker(), said.append)
+    assert said == ["job sm-1 runs on SageMaker: its diagnostics are in s3://b/sm-1/output/output.tar.gz, under "
+                    "diagnostics/ (one directory per host's archive); download and extract it to read them"]
