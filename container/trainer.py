@@ -47,7 +47,7 @@ from container.models import attention, document_kernels
 from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
 from container.progress import ProgressWriter
-from container.resilience import attempt, inject
+from container.resilience import attempt, inject, step_watch
 from container.resilience.ledger import CHECKPOINT, DATA, VALIDATION, TimeLedger
 from container.tensorboard import TensorBoardScalars
 from container.trackers import open_trackers
@@ -323,6 +323,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
     try:
         return _train(rt, hp, dirs, s, metrics, instance_type)
     except BaseException:
+        step_watch.stop()  # a failing rank leaves with its own error, not the watchdog's
         metrics.fail()  # the trackers' runs say the job failed, not running for ever
         raise
 
@@ -330,6 +331,7 @@ def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_
 def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSettings, metrics: MetricsWriter,
            instance_type: str | None) -> dict:
     sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
+    step_watch.start(hp, dirs.output_data)  # after a Hub download, which has its own bound
     spec = pretrained.model_spec(hp, sources)
     # the data before the model: a bad record or tokenizer fails the job before weights are loaded
     tokenizer = chat_tokenizer(s, sources)
@@ -410,25 +412,31 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             metrics.write(last)
             progress.write(last)
         if validation is not None and step % s.validation_freq == 0:
-            with ledger.timing(VALIDATION):
+            # timed on its own, not as part of the step
+            with ledger.timing(VALIDATION), step_watch.section("validation"):
                 metrics.write({"step": step, "val_loss": validate(rt, model, validation, s, cp_shard)})
         attempt.completed(step)
+        step_watch.step_done(step)
         stopping = sigterm.should_stop(stop_flag)
         if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
-            with ledger.timing(CHECKPOINT):
+            with ledger.timing(CHECKPOINT), step_watch.section("checkpoint save"):
                 checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})
+                if stopping:  # an asynchronous save is on disk and committed before the process ends
+                    checkpointer.close()
         if stopping:
-            if checkpointer:  # an asynchronous save is on disk and committed before the process ends
-                checkpointer.close()
             if rt.is_main:
                 log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
+            step_watch.stop()
             metrics.close(STOPPED)
             return last
-    if checkpointer:
-        checkpointer.close()
-    hf.export_hf(model, spec, dirs.model, dtype=torch.bfloat16 if s.bf16 else torch.float32, pp_group=rt.pp_group)
-    if rt.is_main:
-        _complete_artifact(sources, dirs.model)
+    with step_watch.section("the last checkpoint and the model export"):
+        if checkpointer:
+            checkpointer.close()
+        hf.export_hf(model, spec, dirs.model, dtype=torch.bfloat16 if s.bf16 else torch.float32,
+                     pp_group=rt.pp_group)
+        if rt.is_main:
+            _complete_artifact(sources, dirs.model)
+    step_watch.stop()
     metrics.close()
     return last
 

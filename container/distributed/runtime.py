@@ -33,6 +33,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.distributed_c10d import _set_pg_timeout
 
 from container.resilience.attempt import record_failure
+from container.resilience.step_watch import stacks_on_signal
 from launcher.config import ModelParallelParameters, ParallelLayout
 from launcher.config.hyperparameters import COLLECTIVE_TIMEOUT_DEFAULT_S
 from launcher.config.layout import layout_problems, with_sharding_strategy
@@ -198,7 +199,9 @@ def shutdown() -> None:
 def run_rank(main: Callable[[list[str]], int], argv: list[str]) -> NoReturn:
     """Run a rank's `main(argv)` and leave the process at once with its exit code; on an
     exception, print its traceback (the bootstrap's failure report reads it) and exit 1, with no
-    collective in between, so that torchrun sees the failure and stops the other ranks."""
+    collective in between, so that torchrun sees the failure and stops the other ranks.
+    From the start, SIGUSR1 writes the rank's stacks to its stderr (container.resilience.step_watch)."""
+    stacks_on_signal()
     try:
         code = main(argv)
     except SystemExit as exc:  # sys.exit(...) inside main: what Python would have done

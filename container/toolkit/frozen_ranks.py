@@ -46,7 +46,7 @@ class FrozenRanks:
         seen: set[int] = set()
         stopped_since: dict[int, float] = {}
         while not self._stopping.wait(POLL_S):
-            ranks = _children(self.launcher_pid)
+            ranks = children(self.launcher_pid)
             seen |= set(ranks)
             if not seen - set(ranks):  # no rank has ended yet: a stop may be a user's pause
                 continue
@@ -64,7 +64,7 @@ class FrozenRanks:
                     threading.Timer(FROZEN_GRACE_S, _send, (pid, self.launcher_pid, signal.SIGKILL)).start()
 
 
-def _children(pid: int) -> dict[int, str]:
+def children(pid: int) -> dict[int, str]:
     """{pid: state} of the process's live children."""
     found: dict[int, str] = {}
     try:
@@ -83,12 +83,17 @@ def _children(pid: int) -> dict[int, str]:
     return found
 
 
-def _rank_of(pid: int) -> str:
+def rank_environ(pid: int) -> dict[str, str]:
+    """The process's environment as it started (torchrun's RANK, LOCAL_RANK ...); {} if unreadable."""
     try:
-        environ = dict(item.split("=", 1) for item in (PROC / str(pid) / "environ").read_text(
+        return dict(item.split("=", 1) for item in (PROC / str(pid) / "environ").read_text(
             errors="replace").split("\0") if "=" in item)
     except OSError:
-        environ = {}
+        return {}
+
+
+def _rank_of(pid: int) -> str:
+    environ = rank_environ(pid)
     return f"rank {environ.get('RANK', '?')} (local rank {environ.get('LOCAL_RANK', '?')}, pid {pid})"
 
 

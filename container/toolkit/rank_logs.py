@@ -30,12 +30,18 @@ def _files(log_dir: Path, local_rank: int | str = "*", stream: str = "*") -> lis
     return glob.glob(str(Path(log_dir) / "*" / "attempt_*" / str(local_rank) / f"{stream}.log"))
 
 
+def stderr_file(log_dir: Path, local_rank: int) -> Path | None:
+    """`local_rank`'s stderr file of its latest attempt; None before it has one."""
+    files = _files(log_dir, local_rank, "stderr")
+    return Path(max(files, key=os.path.getmtime)) if files else None
+
+
 def rank_stderr(log_dir: Path, local_rank: int) -> str:
     """The last TAIL_BYTES of what `local_rank` wrote to stderr (its latest attempt); "" if none."""
-    files = _files(log_dir, local_rank, "stderr")
-    if not files:
+    path = stderr_file(log_dir, local_rank)
+    if path is None:
         return ""
-    with open(max(files, key=os.path.getmtime), "rb") as f:
+    with open(path, "rb") as f:
         f.seek(max(0, os.fstat(f.fileno()).st_size - TAIL_BYTES))
         return f.read().decode("utf-8", "replace")
 

@@ -122,10 +122,13 @@ class JobDirBackend:
 
     def restarts(self, name: str) -> list[Restart]:
         """The job's failed attempts: its hosts' bootstraps' records and its supervisor's."""
+        return job_restarts(self._dir(self.resolve(name)), list(self.output_data_dirs(name).values()))
+
+    def output_data_dirs(self, name: str) -> dict[str, Path]:
+        """{host: its output data directory} (`hosts/<host>/output/data`, where diagnostics/ is)."""
         name = self.resolve(name)
-        self._record(name)
-        job_dir = self._dir(name)
-        return job_restarts(job_dir, sorted((job_dir / "hosts").glob("*/output/data")))
+        self._record(name)  # this backend's job, or BackendError
+        return {d.parents[1].name: d for d in sorted((self._dir(name) / "hosts").glob("*/output/data"))}
 
     # --- following -----------------------------------------------------------------------
     def _completed(self, name: str, record: dict, shown: bool) -> dict:

@@ -9,7 +9,17 @@ import click
 
 # Imports inside functions: each command imports what it uses when it runs (CLI start-up,
 # bench/cli_startup.py).
-from launcher.cli.support import EXIT_FAILED, JOB_HELP, aws_call, echo, find, make_console, region_option
+from launcher.cli.support import (
+    EXIT_FAILED,
+    EXIT_INVALID,
+    JOB_HELP,
+    aws_call,
+    echo,
+    fail,
+    find,
+    make_console,
+    region_option,
+)
 
 
 @click.command(epilog=JOB_HELP)
@@ -41,15 +51,24 @@ def status(job: str, region: str | None, as_json: bool) -> None:
 @region_option
 @click.option("--follow", "-f", is_flag=True, help="Keep following until the job ends.")
 @click.option("--poll", default=5.0, show_default=True, help="Seconds between polls when following.")
-def logs(job: str, region: str | None, follow: bool, poll: float) -> None:
+@click.option("--diagnostics", is_flag=True,
+              help="Print what a hang left instead: which rank hung and where, then every rank's stacks.")
+def logs(job: str, region: str | None, follow: bool, poll: float, diagnostics: bool) -> None:
     """Print a job's logs from every host, merged (SageMaker: CloudWatch; local and Slurm: logs/job.log).
     Following on a terminal shows a progress bar below them."""
+    if diagnostics and follow:
+        fail("--diagnostics and --follow: choose one (diagnostics are written when a rank hangs)", EXIT_INVALID)
 
     def run():
         from launcher.backends.live import LiveProgress
 
         view = LiveProgress(plain=echo)
         backend, name = find(job, region, printer=view.line)
+        if diagnostics:
+            from launcher.cli import diagnostics_view
+
+            diagnostics_view.show(name, backend, echo)
+            return
         if not follow:
             backend.logs(name)
             return

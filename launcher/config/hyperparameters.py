@@ -31,6 +31,17 @@ SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_s
 # Long enough for rank 0 to load a large pretrained model while the others wait; short enough
 # that a rank left alone in a collective fails within minutes, not torch's 30 (gloo).
 COLLECTIVE_TIMEOUT_DEFAULT_S = 600
+# The step watchdog (container/resilience/step_watch.py, docs/faults.md "Hangs"). Initialization
+# (after a Hub download, which has its own bound) must cover loading a large model and resuming its
+# checkpoint: a 70B model is ~140 GB of bf16 weights read by rank 0 and broadcast, and at resume
+# each rank's share of the checkpoint hashed and read; at 0.2-1 GB/s that is 3 to 12 minutes, and
+# the first step compiles. 30 minutes leaves room for slow file systems; torchtitan's 300 s does not.
+INIT_TIMEOUT_DEFAULT_S = 1800
+# Without a step_timeout, a step may take max(floor, multiple x the median step so far): ten times
+# the median is no straggler or GC pause, and the floor keeps sub-second steps from tripping on a
+# slow data read or a tracker's network call (torchtitan's fixed 100 s is about 10 x a 10 s step).
+STEP_TIMEOUT_FLOOR_S = 60
+STEP_TIMEOUT_MEDIANS = 10
 # The directories smlaunch's train.py takes as arguments besides its hyperparameters (container/args.py).
 DIRECTORY_ARGUMENTS = ("model_dir", "output_data_dir", "checkpoint_dir", "training_dir", "test_dir",
                        "tensorboard_dir")
@@ -269,6 +280,18 @@ class TrainingHyperparameters(_SeedDegrees):
         None, ge=1, le=86400,
         description="Seconds any collective may wait for the other ranks before the job fails "
                     f"(default {COLLECTIVE_TIMEOUT_DEFAULT_S}).")
+    init_timeout: int | None = Field(
+        None, ge=0, le=86400,
+        description="smlaunch: seconds a rank may take from the start of training (after a Hub download) to its "
+                    "first completed step, and for each checkpoint save or validation pass, before its step "
+                    "watchdog writes its stacks and ends it with exit code 86 (default "
+                    f"{INIT_TIMEOUT_DEFAULT_S}; 0: not watched; docs/faults.md).")
+    step_timeout: int | None = Field(
+        None, ge=0, le=86400,
+        description="smlaunch: seconds a training step may take before the rank's step watchdog writes its stacks "
+                    f"and ends it with exit code 86 (default: max({STEP_TIMEOUT_FLOOR_S}, "
+                    f"{STEP_TIMEOUT_MEDIANS} x the median step so far); 0: not watched; keep it below "
+                    "collective_timeout; docs/faults.md).")
 
     def known(self) -> dict:
         return {k: v for k, v in self.model_dump(exclude_none=True).items() if k in type(self).model_fields}

@@ -1,0 +1,163 @@
+"""What the bootstrap collects from a host's ranks before they are killed (docs/faults.md, "Hangs").
+
+- `flight_recorder_environment`: the variables that make torch's Flight Recorder record every
+  process group's collectives and dump them into the job's diagnostics on a collective timeout
+  (the step watchdog dumps it too: container/resilience/step_watch.py).
+- `collect_stacks`: every live rank of one torchrun writes its Python stacks (SIGUSR1, which
+  smlaunch's runtime hands to faulthandler), and they are copied with the end of each rank's
+  stderr, and py-spy's native view where py-spy is installed, into `rank-<R>.txt`.
+- `summarize`: which rank hung and where (launcher.wire.diagnostics), into summary.txt.
+
+Only ranks that catch SIGUSR1 are signalled (/proc/<pid>/status, SigCgt): its default action
+ends a process, and a user's own script, or a rank still importing torch, has no handler.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from container.toolkit.frozen_ranks import children, rank_environ
+from container.toolkit.rank_logs import stderr_file
+from launcher.wire import diagnostics
+from launcher.wire.proc_stat import PROC
+
+STACKS_WAIT_S = 2.0  # faulthandler writes within milliseconds; a loaded host gets more
+LOG_TAIL_LINES = 50
+PY_SPY_TIMEOUT_S = 30.0
+FLIGHT_RECORDER_ENTRIES = "2000"  # torch's own default since 2.6; older images recorded nothing
+_BUFFER_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # torch reads the first set
+_FILE_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")  # the newer name first
+
+
+def flight_recorder_environment(diag_dir: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The Flight Recorder's variables to add to the ranks' environment: a trace buffer, a dump on a
+    collective timeout, and the dump files' prefix in `diag_dir`/flight_recorder (created here:
+    torch writes into it but creates nothing). A variable the job set (`environ`, default this
+    process's) is left out, so the job's own value wins; both names of a renamed variable are set,
+    for the torch of older images."""
+    environ = os.environ if environ is None else environ
+    out = {}
+    if not any(name in environ for name in _BUFFER_VARIABLES):
+        out["TORCH_NCCL_TRACE_BUFFER_SIZE"] = FLIGHT_RECORDER_ENTRIES
+    if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in environ:
+        out["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+    if not any(name in environ for name in _FILE_VARIABLES):
+        directory = Path(diag_dir) / diagnostics.FLIGHT_RECORDER_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        out.update(dict.fromkeys(_FILE_VARIABLES, str(directory / diagnostics.FLIGHT_RECORDER_PREFIX)))
+    return out
+
+
+@dataclass
+class _Rank:
+    pid: int
+    rank: int
+    local_rank: int
+    state: str
+    stderr: Path | None
+    offset: int = 0  # the stderr file's size before the signal: the stacks follow it
+    signalled: bool = False
+
+
+def collect_stacks(torchrun_pid: int, log_dir: Path, diag_dir: Path, log: Callable[[str], None],
+                   host: str, reason: str = "on the bootstrap's request", wait_s: float = STACKS_WAIT_S) -> list[Path]:
+    """Ask every live rank (child) of `torchrun_pid` for its stacks and write, per rank,
+    `diag_dir`/rank-<R>.txt: a header, the stacks, py-spy's dump (or why there is none) and the last
+    LOG_TAIL_LINES of its stderr (torchrun's `--log-dir` layout under `log_dir`). Returns the files."""
+    ranks = []
+    for pid, state in sorted(children(torchrun_pid).items()):
+        environ = rank_environ(pid)
+        if "RANK" not in environ:  # not a rank torchrun started (or it is already gone)
+            continue
+        local_rank = int(environ.get("LOCAL_RANK", "0"))
+        path = stderr_file(log_dir, local_rank)
+        ranks.append(_Rank(pid, int(environ["RANK"]), local_rank, state, path,
+                           path.stat().st_size if path and path.exists() else 0))
+    for rank in ranks:
+        if rank.state != "T" and _catches(rank.pid, signal.SIGUSR1):
+            try:
+                os.kill(rank.pid, signal.SIGUSR1)
+                rank.signalled = True
+            except ProcessLookupError:
+                pass
+    if any(r.signalled for r in ranks):
+        time.sleep(wait_s)
+    py_spy = shutil.which("py-spy")
+    written = [_write_rank(rank, diag_dir, host, reason, py_spy) for rank in ranks]
+    log(f"{host}: the stacks of {len(written)} rank(s) are in {diag_dir}" if written
+        else f"{host}: no live rank to collect stacks from")
+    return written
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """The process has a handler for `signum` (SigCgt of /proc/<pid>/status)."""
+    try:
+        for line in (PROC / str(pid) / "status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def _write_rank(rank: _Rank, diag_dir: Path, host: str, reason: str, py_spy: str | None) -> Path:
+    if rank.signalled:
+        stacks = _read_from(rank.stderr, rank.offset) or "(no stacks were written within the wait)\n"
+        how = "SIGUSR1"
+    else:
+        why = "stopped (SIGSTOP?): it runs no handler" if rank.state == "T" else (
+            "it does not catch SIGUSR1 (not smlaunch's runtime, or still starting)")
+        stacks, how = f"(not asked: {why})\n", "none"
+    header = diagnostics.stacks_header(rank.rank, None, host, rank.pid, reason=reason, stacks=how,
+                                       local_rank=str(rank.local_rank))
+    before = _read_from(rank.stderr, 0, end=rank.offset).splitlines()[-LOG_TAIL_LINES:]
+    text = (header + stacks + _py_spy(rank.pid, py_spy)
+            + f"--- the last {len(before)} lines of its stderr ({rank.stderr or 'no stderr file'}) ---\n"
+            + "".join(line + "\n" for line in before))
+    path = diagnostics.rank_file(diag_dir, rank.rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def _read_from(path: Path | None, start: int, end: int | None = None) -> str:
+    if path is None:
+        return ""
+    try:
+        with path.open("rb") as f:
+            f.seek(start)
+            data = f.read() if end is None else f.read(max(end - start, 0))
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace")
+
+
+def _py_spy(pid: int, py_spy: str | None) -> str:
+    if py_spy is None:
+        return ("--- py-spy: not found on PATH, so no native frames (C++, CUDA, NCCL); install py-spy in the "
+                "image to have them ---\n")
+    try:
+        done = subprocess.run([py_spy, "dump", "--native", "--pid", str(pid)], capture_output=True, text=True,
+                              timeout=PY_SPY_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"--- py-spy dump --native --pid {pid} failed: {exc} ---\n"
+    status = "" if done.returncode == 0 else f" (exit code {done.returncode})"
+    return f"--- py-spy dump --native --pid {pid}{status} ---\n{done.stdout}{done.stderr}"
+
+
+def summarize(diag_dir: Path, log: Callable[[str], None]) -> str | None:
+    """Which rank hung and where, from the rank files of `diag_dir`, into its summary.txt, and
+    logged; None when the directory holds no rank's stacks."""
+    if not any(Path(diag_dir).glob("rank-*.txt")):
+        return None
+    line = diagnostics.write_summary(Path(diag_dir))
+    log(f"hang diagnosis: {line} ({Path(diag_dir) / diagnostics.SUMMARY_FILE})")
+    return line
