@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -49,6 +48,7 @@ from container.models.moe import load_balancing_sum
 from container.progress import ProgressWriter
 from container.resilience import attempt, inject, step_watch
 from container.resilience.ledger import CHECKPOINT, DATA, VALIDATION, TimeLedger
+from container.resilience.nonfinite import nonfinite_guard
 from container.tensorboard import TensorBoardScalars
 from container.trackers import open_trackers
 from container.trackers.sink import FAILED, FINISHED, STOPPED
@@ -56,6 +56,7 @@ from launcher.config import TrainingHyperparameters, aws_arguments, flops
 from launcher.config.attention import DESCRIPTIONS
 from launcher.config.data_rules import mixture_issues
 from launcher.config.models import ModelSpec, vocab_rows
+from launcher.config.nonfinite_rules import nonfinite_issues
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
 from launcher.config.tracker_rules import tracker_issues
@@ -116,7 +117,8 @@ def parallelize(rt: Runtime, model: Transformer, s: RunSettings) -> None:
 
 
 def forward_backward(rt: Runtime, model: Transformer, micro: list[dict], s: RunSettings, spec: ModelSpec,
-                     total_tokens: torch.Tensor, global_sequences: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     total_tokens: torch.Tensor, global_sequences: int,
+                     step: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Forward and backward of this rank's micro-batches, gradients accumulating; returns the
     summed token loss and, for an MoE model, the summed per-sequence load-balancing loss, which
     joins the objective as a mean over the step's sequences (docs/moe.md)."""
@@ -126,6 +128,7 @@ def forward_backward(rt: Runtime, model: Transformer, micro: list[dict], s: RunS
     for batch in micro:
         with loss_context(rt.layout.tp):
             loss, _ = token_loss_sum(model, batch, s.loss_chunk_tokens)
+            loss = inject.poison(step, loss)  # tests only: before backward, so the gradients are non-finite too
             objective = loss / total_tokens
             if aux_sum is not None:
                 aux = load_balancing_sum(model, cp_group)
@@ -145,23 +148,27 @@ def build_optimization(model: Transformer, s: RunSettings):
 
 
 def train_step(rt: Runtime, model: Transformer, pipe, optimizer, scheduler, micro: list[dict], s: RunSettings,
-               spec: ModelSpec, global_sequences: int):
+               spec: ModelSpec, global_sequences: int, step: int = 0, guard=None):
     """One optimizer step over this rank's micro-batches (already on the device): forward and
     backward (or the pipeline schedule), clipping, the update, FP8 scales, the schedule.
-    Returns (summed token loss, MoE load-balancing sum or None, the step's global label
-    tokens, gradient norm), all tensors."""
+    `guard(step, loss, grad_norm)` says whether the update applies (a non-finite step's may not:
+    container.resilience.nonfinite); without one it always does. Returns (the step's loss over the
+    global tokens, MoE load-balancing sum or None, the step's global label tokens, gradient norm),
+    all tensors."""
     local_tokens = sum(label_tokens(b["labels"]) for b in micro)
     total_tokens = _all_sum(local_tokens.to(torch.float32), rt.loss_group)
     if pipe is not None:  # the schedule runs every micro-batch's forward and backward
-        loss_sum, aux_sum = pipe.step(micro, total_tokens), None
+        loss_sum, aux_sum = pipe.step(micro, inject.poison(step, total_tokens)), None
     else:
-        loss_sum, aux_sum = forward_backward(rt, model, micro, s, spec, total_tokens, global_sequences)
+        loss_sum, aux_sum = forward_backward(rt, model, micro, s, spec, total_tokens, global_sequences, step)
     grad_norm = optim.clip_grad_norm_(model.parameters(), s.grad_clip, pp_group=rt.pp_group)
-    optimizer.step()
-    precompute_fp8_scales(model, s.fp8)
-    scheduler.step()
+    loss = _all_sum(loss_sum, rt.loss_group) / total_tokens
+    if guard is None or guard(step, loss, grad_norm):
+        optimizer.step()
+        precompute_fp8_scales(model, s.fp8)
+        scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss_sum, aux_sum, total_tokens, grad_norm
+    return loss, aux_sum, total_tokens, grad_norm
 
 
 def _all_sum(value: torch.Tensor, group) -> torch.Tensor:
@@ -290,7 +297,7 @@ def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
     """AWS's script's arguments that this runtime does not do, trackers' settings that would do
     nothing, and a data_mixture the loader cannot read fail the job before anything is built, with
     validation's words (launcher.config.aws_arguments, tracker_rules, data_rules)."""
-    problems = aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp)
+    problems = aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
     if problems:
         raise ValueError("; ".join(map(str, problems)) + " (run `smlaunch validate` on the job for the full list)")
 
@@ -354,14 +361,15 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
                                      identity=RunIdentity(s, spec, rt.dp_size, rows),
                                      async_mode=s.checkpoint_async_mode,
                                      streams=stream_record(loader.source, s, dirs)) if s.checkpoint_freq else None
-    start_step = 0
+    start_step, extra = 0, None
     if checkpointer is not None:
         restored = checkpointer.load_latest(model, optimizer, scheduler)
         if restored is not None:
-            start_step, loader_state, _ = restored
+            start_step, loader_state, extra = restored
             loader.load_state_dict(loader_state)
             if rt.is_main:
                 log.info("resumed from step %d in %s", start_step, dirs.checkpoints)
+    guard = nonfinite_guard(s, rt.rank, rt.local_rank, rt.device, dirs.checkpoints if checkpointer else None, extra)
     stop_flag = sigterm.install_sigterm_flag()
     attempt.started(start_step, dirs.output_data if rt.is_main else None)
     progress = ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, start_step)
@@ -377,6 +385,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         _sync(rt)
         inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
         t0 = time.perf_counter()
+        guard.before_step(loader)  # past the batches a rollback skips
         with ledger.timing(DATA):
             batches = [loader.next_batch() for _ in range(s.grad_accum)]
         if step == start_step + 1:
@@ -388,9 +397,9 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         step_flops_token = flops.flops_per_token(spec, sum(attended_length(b, s.seq_len) for b in batches)
                                                  / len(batches))
         micro = [_to(cp_shard(batch), rt.device) for batch in batches]
-        loss_sum, aux_sum, total_tokens, grad_norm = train_step(
-            rt, model, pipe, optimizer, scheduler, micro, s, spec, global_sequences)
-        step_loss = (_all_sum(inject.poison(step, loss_sum), rt.loss_group) / total_tokens).item()
+        loss, aux_sum, total_tokens, grad_norm = train_step(
+            rt, model, pipe, optimizer, scheduler, micro, s, spec, global_sequences, step, guard)
+        step_loss = loss.item()
         _sync(rt)
         if s.clean_cache and rt.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -400,15 +409,15 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             timed_tokens += global_tokens_per_step
             timed_seconds += elapsed
             timed_flops += global_tokens_per_step * step_flops_token
-        if not math.isfinite(step_loss):
-            raise FloatingPointError(f"loss is {step_loss} at step {step}: lower lr or check the data")
-        if step % s.logging_freq == 0 or step == s.max_steps:
+        if guard.skipped_now(step):  # its loss is not a record's: the count is
+            metrics.write({"step": step, **guard.fields()})
+        elif step % s.logging_freq == 0 or step == s.max_steps:
             flops_token = timed_flops / timed_tokens if timed_tokens else step_flops_token
             last = _record(rt, step, step_loss, float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
                 last["aux_loss"] = (_all_sum(aux_sum, rt.loss_group) / global_sequences).item()
-            last.update(progress.fields(step), **ledger.fields())
+            last.update(progress.fields(step), **ledger.fields(), **guard.fields())
             metrics.write(last)
             progress.write(last)
         if validation is not None and step % s.validation_freq == 0:
@@ -420,7 +429,8 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         stopping = sigterm.should_stop(stop_flag)
         if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
             with ledger.timing(CHECKPOINT), step_watch.section("checkpoint save"):
-                checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(), {"loss": step_loss})
+                checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(),
+                                  {"loss": step_loss, **guard.checkpoint_extra()})
                 if stopping:  # an asynchronous save is on disk and committed before the process ends
                     checkpointer.close()
         if stopping:

@@ -1,12 +1,14 @@
 """Fault injection for tests only (launcher.wire.faults: SMLAUNCH_FAULT_INJECTION with its arming
-prefix). The trainer calls `at_step` before each step's work and `poison` on each step's loss;
-with the variable unset both do nothing.
+prefix). The trainer calls `at_step` before each step's work and `poison` on each micro-batch's
+token loss before its backward; with the variable unset both do nothing.
 
 - exit: raise InjectedFault (the rank exits 1 with a traceback, as any error does)
 - signal: SIGKILL this rank (a crash: no traceback, no record)
 - hang: sleep for ever before the step's collectives, so the peers wait in them
 - stop: SIGSTOP this rank (frozen: it answers nothing, not even SIGTERM)
-- nonfinite: this rank's loss of the step is NaN
+- nonfinite: this rank's loss of the step is NaN, and so are the gradients of its backward (as
+  with a real overflow), so the whole model's gradient norm is too. Under pipeline parallelism
+  it poisons the loss normalisation of a rank that holds the last stage: the gradients only.
 - host: SIGKILL this host: the bootstrap (SMLAUNCH_BOOTSTRAP_PID), torchrun and this rank; the
   host's other ranks die with torchrun (PR_SET_PDEATHSIG)
 """
@@ -67,7 +69,8 @@ def _kill_host() -> None:
 
 
 def poison(step: int, loss):
-    """`loss` times NaN where a nonfinite fault is due at `step` on this rank, else `loss`."""
+    """`loss` times NaN where a nonfinite fault is due at `step` on this rank, else `loss`: given
+    before backward, the gradients that flow from it are NaN too."""
     if _due(step, ("nonfinite",)) is None:
         return loss
     log.warning("fault injection (%s): non-finite loss on rank %s at step %d", FAULT_ENV,

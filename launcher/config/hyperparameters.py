@@ -26,6 +26,7 @@ from launcher.config.base import HyperparameterName, JsonValue, Strict, reject_b
 from launcher.config.data_order import DATASET_TYPES
 from launcher.config.degrees import model_with_degrees
 from launcher.config.limits import MAX_DIMENSION
+from launcher.config.nonfinite import DEFAULT_NONFINITE_MAX, NONFINITE_POLICIES
 
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_shard_zero2", "no_shard")
 # Long enough for rank 0 to load a large pretrained model while the others wait; short enough
@@ -50,7 +51,7 @@ RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activa
                    "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",
                    "cp_comm_type", "distributed_backend", "lr_decay_style", "attention_kernel", "shuffle",
                    "data_mixture", "truncation_mode", "rope_scaling_type", "moe_load_balancing",
-                   "checkpoint_async_mode")
+                   "checkpoint_async_mode", "nonfinite_policy")
 
 
 # The degrees the seed's script also accepts as arguments (launcher.config.degrees); they must
@@ -292,6 +293,14 @@ class TrainingHyperparameters(_SeedDegrees):
                     f"and ends it with exit code 86 (default: max({STEP_TIMEOUT_FLOOR_S}, "
                     f"{STEP_TIMEOUT_MEDIANS} x the median step so far); 0: not watched; keep it below "
                     "collective_timeout; docs/faults.md).")
+    nonfinite_policy: Literal[NONFINITE_POLICIES] | None = Field(
+        None, description="smlaunch: what a step whose loss or gradient norm is not finite does: fail (default: the "
+                          "job fails at that step), skip (the step applies no update and its batch is spent), "
+                          "rollback (the job restarts from its newest checkpoint and skips that step's batches; "
+                          "needs checkpoint_freq). docs/faults.md")
+    nonfinite_max: int | None = Field(
+        None, ge=1, description="smlaunch: how many non-finite steps nonfinite_policy skip or rollback tolerates in "
+                                f"the whole run before the job fails (default {DEFAULT_NONFINITE_MAX}).")
 
     def known(self) -> dict:
         return {k: v for k, v in self.model_dump(exclude_none=True).items() if k in type(self).model_fields}

@@ -15,6 +15,7 @@ from launcher.config.async_checkpoint import DISABLED
 from launcher.config.attention import DEFAULT_ATTENTION_KERNEL
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.config.nonfinite import DEFAULT_NONFINITE_MAX, FAIL
 
 DEFAULT_SEQ_LEN = 2048
 DEFAULT_DATASET_TYPE = "jsonl"
@@ -58,6 +59,8 @@ class RunSettings:
     checkpoint_freq: int  # 0: no checkpoints
     keep_checkpoints: int  # num_kept_checkpoints
     checkpoint_async_mode: str  # checkpoint_async_mode: disabled, async, async_with_pinned_mem
+    nonfinite_policy: str  # nonfinite_policy: fail, skip or rollback (launcher.config.nonfinite)
+    nonfinite_max: int  # nonfinite_max: the non-finite steps skip or rollback tolerate in the run
     # optimizer and schedule
     optimizer: str  # "adamw" (fp32 moments) or "anyprecision" (bf16 moments, Kahan buffer)
     lr: float
@@ -120,6 +123,8 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         checkpoint_freq=hp.checkpoint_freq or 0,
         keep_checkpoints=hp.num_kept_checkpoints or DEFAULT_KEPT_CHECKPOINTS,
         checkpoint_async_mode=hp.checkpoint_async_mode or DISABLED,
+        nonfinite_policy=hp.nonfinite_policy or FAIL,
+        nonfinite_max=hp.nonfinite_max or DEFAULT_NONFINITE_MAX,
         optimizer=hp.optimizer or "adamw",
         lr=hp.lr or DEFAULT_LR,
         min_lr=hp.min_lr if hp.min_lr is not None else DEFAULT_MIN_LR,

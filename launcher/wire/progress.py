@@ -32,6 +32,7 @@ class Progress:
     elapsed_s: float | None = None  # since this run's training loop began (a resumed run starts again)
     eta_s: float | None = None
     updated: str | None = None  # when rank 0 wrote it (ISO 8601, UTC); None when read from a log line
+    nonfinite_steps: int | None = None  # steps skipped or rolled back so far (nonfinite_policy skip, rollback)
 
     @classmethod
     def of(cls, values: Mapping) -> Progress | None:
@@ -42,8 +43,9 @@ class Progress:
             return None
         optional = {k: float(values[k]) for k in ("loss", "tokens_per_s", "elapsed_s", "eta_s")
                     if _number(values.get(k))}
-        updated = values.get("updated")
-        return cls(int(step), int(max_steps), updated=updated if isinstance(updated, str) else None, **optional)
+        updated, nonfinite = values.get("updated"), values.get("nonfinite_steps")
+        return cls(int(step), int(max_steps), updated=updated if isinstance(updated, str) else None,
+                   nonfinite_steps=int(nonfinite) if _number(nonfinite) else None, **optional)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -53,12 +55,15 @@ class Progress:
         return 100.0 * min(self.step, self.max_steps) / self.max_steps
 
     def text(self, eta: bool = True) -> str:
-        """'step 40/200 (20%), loss 2.71, 12,300 tokens/s, ETA 0:03:12' (`eta=False`: a job that has ended)."""
+        """'step 40/200 (20%), loss 2.71, 12,300 tokens/s, 1 non-finite step, ETA 0:03:12' (`eta=False`: a job
+        that has ended; the non-finite steps only where there were some)."""
         parts = [f"step {self.step}/{self.max_steps} ({self.percent:.0f}%)"]
         if self.loss is not None:
             parts.append(f"loss {self.loss:.4g}")
         if self.tokens_per_s is not None:
             parts.append(f"{self.tokens_per_s:,.0f} tokens/s")
+        if self.nonfinite_steps:
+            parts.append(f"{self.nonfinite_steps} non-finite step{'s' if self.nonfinite_steps > 1 else ''}")
         if eta and self.eta_s is not None and self.step < self.max_steps:
             parts.append(f"ETA {clock(self.eta_s)}")
         return ", ".join(parts)

@@ -1,0 +1,29 @@
+"""What `nonfinite_policy` and `nonfinite_max` ask of the job (launcher.config.nonfinite): a rollback
+needs checkpoints to go back to, and a bound means something only under skip or rollback.
+Validation runs these for smlaunch's train.py; the container runs them again before anything is built."""
+
+from __future__ import annotations
+
+from launcher.config.hyperparameters import TrainingHyperparameters
+from launcher.config.issues import Issue
+from launcher.config.nonfinite import FAIL, ROLLBACK
+
+HP = "hyperparameters"
+
+
+def nonfinite_issues(hp: TrainingHyperparameters) -> list[Issue]:
+    issues = []
+    if hp.nonfinite_policy == ROLLBACK and not hp.checkpoint_freq:
+        issues.append(Issue(f"{HP}.nonfinite_policy", ROLLBACK, "goes back to the newest checkpoint at a non-finite "
+                            "step, but checkpoint_freq is unset, so no checkpoint is written",
+                            "set checkpoint_freq: N (steps between saves), or use nonfinite_policy: skip"))
+    if hp.nonfinite_max is not None and (hp.nonfinite_policy or FAIL) == FAIL:
+        issues.append(Issue(f"{HP}.nonfinite_max", hp.nonfinite_max, "bounds the non-finite steps that "
+                            "nonfinite_policy skip or rollback tolerate; under fail (the default) the first one "
+                            "fails the job", "set nonfinite_policy: skip or rollback, or remove nonfinite_max"))
+    return issues
+
+
+def check_nonfinite(ctx) -> list[Issue]:
+    """nonfinite_issues for smlaunch's runtime (rules.Context); a user's own script reads these keys as it likes."""
+    return nonfinite_issues(ctx.hp) if ctx.runtime else []
