@@ -49,6 +49,7 @@ from container.toolkit.contract import (
     sm_environment,
     to_cmd_args,
 )
+from container.toolkit.diagnostics import flight_recorder_environment, summarize
 from container.toolkit.failure_report import (
     exit_code,
     failure_text,
@@ -58,6 +59,7 @@ from container.toolkit.rank_logs import rank_stderr
 from container.toolkit.restarts import Failure, backoff_s, classify
 from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import faults, masking
+from launcher.wire.diagnostics import attempt_dir
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
 from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, process_ended
 from launcher.wire.progress import now
@@ -118,14 +120,17 @@ def _attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
         failure, shown, fault_dir, seconds = outcome
         decision = classify(failure, faults.read_rank_failures(fault_dir), earlier)
         shutil.rmtree(fault_dir, ignore_errors=True)
+        hang = summarize(attempt_dir(env.output_data_dir, number), log)  # which rank hung, where
         record = faults.Restart(
             attempt=number, at=now(), failure_class=decision.failure_class, reason=failure.header,
             host=env.current_host, restarted=decision.restart and number < budget, rank=failure.rank,
-            step=decision.step, resumed_from=decision.start_step, detail=decision.detail, seconds=round(seconds, 1))
+            step=decision.step, resumed_from=decision.start_step, detail=decision.detail, seconds=round(seconds, 1),
+            extra={"diagnosis": hang} if hang else {})
         faults.append_restart(env.output_data_dir, record)
         earlier.append(record)
         if not record.restarted:
-            header = failure.header + _give_up(decision, number, budget, earlier)
+            header = failure.header + (f"; hang diagnosis: {hang}" if hang else "") + _give_up(
+                decision, number, budget, earlier)
             message = failure_text(header, failure.stderr_tail)
             return _report(output_dir, failure.exit_code,
                            toolkit_error("ExecuteUserScriptError", failure.exit_code, message, shown))
@@ -292,6 +297,8 @@ def child_environment(env: TrainingEnv, attempt: int = 0, fault_dir: Path | None
     child["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     if uses_torchrun(env):  # over the job's own values, as the toolkit assigns them
         child.update(torchrun_variables(env.current_instance_type, env.network_interface_name))
+        # the Flight Recorder dumps into this attempt's diagnostics (a variable the job set wins)
+        child.update(flight_recorder_environment(attempt_dir(env.output_data_dir, attempt), child))
     return child
 
 

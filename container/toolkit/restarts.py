@@ -52,7 +52,11 @@ JOB_ERRORS = frozenset({
     "CheckpointWriteError",  # a full or read-only disk stays full
     "ContractError", "RequirementsError",  # the job cannot start as described
     "TrackerUnavailable", "PackError", "EndOfData",
+    # subclasses by their own names: a script's traceback gives only the name
+    "ModuleNotFoundError", "IndentationError", "TabError", "KeyError", "IndexError", "ZeroDivisionError",
+    "UnicodeDecodeError", "UnicodeEncodeError", "JSONDecodeError", "UnboundLocalError",
 })
+NONFINITE = "non-finite loss"
 _TRACEBACK_LAST = re.compile(r"^(?:\[rank\d+\]: )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Fault|Interrupt))\b",
                              re.MULTILINE)
 
@@ -86,7 +90,8 @@ def classify(failure: Failure, records: dict[int, RankFailure], previous: list[R
     attempts' records (launcher.wire.faults.read_restarts)."""
     step, start = _progress(records)
     decision = _first_class(failure, records, step, start)
-    if decision.failure_class == FAULT and _repeats(failure, decision, previous):
+    # a rollback trains past the batch it skips: the next attempt differs, and nonfinite_max bounds them
+    if decision.failure_class == FAULT and decision.detail != NONFINITE and _repeats(failure, decision, previous):
         return Decision(REPEATED, "the same failure as the attempt before, with no step completed beyond it",
                         decision.detail, step, start)
     return decision
@@ -99,7 +104,7 @@ def _first_class(failure: Failure, records: dict[int, RankFailure], step, start)
         return Decision(FAULT, "a rank was stopped (frozen) while its peers ran", "frozen", step, start)
     if failure.exit_code == EXIT_NONFINITE_ROLLBACK:
         return Decision(FAULT, "a non-finite loss, rolled back as nonfinite_policy=rollback asks",
-                        "non-finite loss", step, start)
+                        NONFINITE, step, start)
     if failure.signal:
         return Decision(FAULT, "a process was killed by a signal (a crash, the OOM killer, a lost device)",
                         failure.header.rsplit(" ", 1)[-1], step, start)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from launcher.backends.sourcedir import SourceBundle
     from launcher.wire.checkpoints import Checkpoint
     from launcher.wire.faults import Restart
+    from launcher.wire.goodput import Goodput
     from launcher.wire.progress import Progress
 
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
@@ -64,6 +65,11 @@ class Backend(Protocol):
 
     def checkpoint(self, name: str) -> Checkpoint | None:
         """The job's newest complete checkpoint (launcher.wire.checkpoints); None if it has none."""
+
+    def goodput(self, name: str) -> Goodput | None:
+        """The job's measured goodput (launcher.wire.goodput); None where its records are not here
+        (SageMaker: in output.tar.gz) or it wrote none (a script of the user's own)."""
+        return None
 
     def restarts(self, name: str) -> list[Restart]:
         """The job's failed attempts, one record each, oldest first (launcher.wire.faults); the

@@ -24,7 +24,8 @@ from launcher.local.restarts import job_restarts
 from launcher.local.spec import LocalJobSpec, Runner, RunnerError
 from launcher.wire.checkpoints import Checkpoint, latest_local
 from launcher.wire.faults import Restart
-from launcher.wire.progress import Progress, read_progress
+from launcher.wire.goodput import Goodput, measure
+from launcher.wire.progress import Progress, as_datetime, read_progress
 from launcher.wire.terminal import printable
 
 # How long a follower waits, after a job is recorded Failed while its other hosts are stopped, for
@@ -119,6 +120,14 @@ class JobDirBackend:
         config = self._record(name).get("CheckpointConfig") or {}
         directory = Path(config.get("LocalPath") or self._dir(name) / "checkpoints")
         return latest_local(directory, config.get("S3Uri") or None)
+
+    def goodput(self, name: str) -> Goodput | None:
+        """From the hosts' records, over the job's training time so far (to its end once it has one)."""
+        record = self._record(self.resolve(name))
+        started = as_datetime(record.get("TrainingStartTime"))
+        if started is None:
+            return None
+        return measure(list(self.output_data_dirs(name).values()), started, as_datetime(record.get("TrainingEndTime")))
 
     def restarts(self, name: str) -> list[Restart]:
         """The job's failed attempts: its hosts' bootstraps' records and its supervisor's."""

@@ -16,6 +16,7 @@ from typing import Any
 from launcher.backends.base import Backend, BackendError
 from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name
+from launcher.wire.progress import as_datetime
 
 BACKENDS = ("sagemaker", "local", "slurm")
 HANDLE_FIX = "name a job as NAME, sagemaker:NAME, local:NAME or slurm:JOBID"
@@ -138,15 +139,6 @@ def _why(exc: Exception) -> str:
     if type(exc).__name__ == "NoCredentialsError":
         return "no AWS credentials found (aws configure, AWS_PROFILE, or an instance role)"
     return str(exc)
-
-
-def as_datetime(value: Any) -> datetime | None:
-    """A record's time (boto3 gives datetimes, job.json ISO text) as an aware datetime."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    if isinstance(value, str) and value:
-        return as_datetime(datetime.fromisoformat(value))
-    return None
 
 
 def _duration(job: dict) -> int | None:

@@ -12,10 +12,9 @@ from dataclasses import asdict
 
 # Imports inside functions: a job's metrics load only for `status` of a job without progress.
 from launcher.backends.base import TERMINAL_STATUSES
-from launcher.backends.registry import as_datetime
 from launcher.wire.checkpoints import UNVERIFIED
 from launcher.wire.masking import mask_secrets
-from launcher.wire.progress import Progress, clock
+from launcher.wire.progress import Progress, as_datetime, clock
 from launcher.wire.terminal import printable
 
 
@@ -31,6 +30,9 @@ def describe(backend, name: str) -> dict:
     restarts = backend.restarts(name)
     if restarts:
         desc["Restarts"] = [asdict(r) for r in restarts]
+    measured = backend.goodput(name)
+    if measured is not None:
+        desc["Goodput"] = {**measured.to_dict(), "text": measured.text()}
     if current is None and backend.name != "sagemaker":  # a user script: its metric_definitions over the log
         last = _last_log_metrics(backend, name)
         if last:
@@ -81,6 +83,8 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
     elif status == "Stopped":
         lines.append("last checkpoint: none")
     lines += restart_lines(desc)
+    if desc.get("Goodput"):
+        lines.append(desc["Goodput"]["text"])
     if desc.get("FailureReason"):  # the job's own output: no terminal control but colour
         lines.append(f"failure reason: {printable(desc['FailureReason'])}")
     artifacts = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")

@@ -39,6 +39,11 @@ def job_restarts(job_dir: Path, hosts: list[Path]) -> list[faults.Restart]:
         kept = by_attempt.get(record.attempt)
         if kept is None or _rank(record) < _rank(kept):
             by_attempt[record.attempt] = record
+    for attempt, kept in by_attempt.items():
+        if kept.step is None:  # a killed rank records nothing: its peers know the step
+            steps = [r.step for r in records if r.attempt == attempt and r.step is not None]
+            if steps:
+                by_attempt[attempt] = replace(kept, step=min(steps))
     starts = {s.attempt: s for d in hosts for s in faults.read_attempt_starts(d)}
     return [_with_cost(by_attempt[a], starts) for a in sorted(by_attempt)]
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from launcher.wire.metric_lines import parse_metric_line
 
@@ -92,6 +93,15 @@ def clock(seconds: float) -> str:
     total = max(round(seconds), 0)
     hours, rest = divmod(total, 3600)
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def as_datetime(value: Any) -> datetime | None:
+    """A record's time (boto3 gives datetimes, job.json ISO text) as an aware datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if isinstance(value, str) and value:
+        return as_datetime(datetime.fromisoformat(value))
+    return None
 
 
 def now() -> str:

@@ -1,0 +1,110 @@
+"""Which failures are restarted (container/toolkit/restarts.py), the records the bootstrap and the
+launcher share (launcher/wire/faults.py), the armed fault injection, and max_restarts in
+validate, the estimator and ModelTrainer. The restarts themselves run in
+tests/integration/test_restarts.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from container.toolkit.restarts import Failure, backoff_s, classify
+from launcher.wire import faults
+from launcher.wire.faults import FAULT, JOB_ERROR, REPEATED, Fault, RankFailure, Restart
+
+KILLED = Failure("rank 1 (host algo-1, local rank 1) was killed by SIGKILL", 137, signal=True, rank=1)
+
+
+def _record(rank=1, exception="RuntimeError", bases=("RuntimeError", "Exception"), step=7, start=4,
+            collective=False) -> RankFailure:
+    return RankFailure(rank, exception, "boom", step, start, collective, bases)
+
+
+def _exited(rank=1, code=1, tail="") -> Failure:
+    return Failure(f"rank {rank} (host algo-1, local rank {rank}) exited with code {code}", code, rank=rank,
+                   stderr_tail=tail)
+
+
+def _earlier(decision, failure: Failure) -> Restart:
+    return Restart(attempt=0, at="2026-11-27T00:00:00+00:00", failure_class=decision.failure_class,
+                   reason=failure.header, host="algo-1", restarted=True, rank=failure.rank, step=decision.step,
+                   detail=decision.detail)
+
+
+def test_a_killed_hung_or_frozen_rank_and_a_peers_failure_are_faults():
+    assert classify(KILLED, {}, []).failure_class == FAULT
+    hung = Failure("rank 0 ... exited with code 86", faults.EXIT_HUNG, rank=0)
+    assert classify(hung, {}, []).detail == "hung"
+    frozen = Failure("rank 1 ... did not report: stopped", 1, rank=0, frozen=True)
+    assert classify(frozen, {}, []).failure_class == FAULT
+    peers = {0: _record(0, collective=True), 1: _record(1, collective=True)}
+    assert classify(_exited(0), peers, []).detail == "collective"
+    assert classify(_exited(), {1: _record()}, []).failure_class == FAULT  # an error after progress
+
+
+def test_errors_of_the_job_are_not_restarted():
+    # a ValueError's subclass (PretrainedError) is a job error by its base, at any step
+    value = _record(exception="PretrainedError", bases=("PretrainedError", "ValueError", "Exception"))
+    decision = classify(_exited(), {1: value}, [])
+    assert decision.failure_class == JOB_ERROR and decision.detail == "PretrainedError"
+    # any error before the attempt's first step: a shape error at step 0 comes back on a restart
+    before = _record(step=4, start=4)
+    assert classify(_exited(), {1: before}, []).failure_class == JOB_ERROR
+    # one rank's own error decides, even where its peers failed in the collective it left
+    mixed = {0: _record(0, collective=True), 1: value}
+    assert classify(_exited(0), mixed, []).failure_class == JOB_ERROR
+    # a non-finite loss under nonfinite_policy=fail, an out-of-memory
+    for name in ("FloatingPointError", "OutOfMemoryError"):
+        rec = _record(exception=name, bases=(name, "Exception"))
+        assert classify(_exited(), {1: rec}, []).failure_class == JOB_ERROR, name
+
+
+def test_a_scripts_exception_is_read_from_its_traceback():
+    tail = "Traceback (most recent call last):\n  File \"job.py\", line 3\nModuleNotFoundError: No module named 'x'\n"
+    assert classify(_exited(tail=tail), {}, []).failure_class == JOB_ERROR
+    other = "Traceback (most recent call last):\n  File \"job.py\", line 3\nRuntimeError: CUDA error\n"
+    assert classify(_exited(tail=other), {}, []).failure_class == FAULT  # control: not a job error's kind
+
+
+def test_a_fault_that_comes_back_without_progress_stops():
+    first = classify(KILLED, {1: _record(step=7)}, [])
+    earlier = [_earlier(first, KILLED)]
+    again = classify(KILLED, {1: _record(step=7)}, earlier)
+    assert again.failure_class == REPEATED
+    # control: the same fault after steps beyond the last is restarted again
+    assert classify(KILLED, {1: _record(step=9)}, earlier).failure_class == FAULT
+    # control: another rank's crash is another failure
+    other = Failure("rank 0 (host algo-1, local rank 0) was killed by SIGKILL", 137, signal=True, rank=0)
+    assert classify(other, {0: _record(0, step=7)}, earlier).failure_class == FAULT
+
+
+def test_a_rollback_is_never_a_repeat():
+    rollback = Failure("rank 0 ... exited with code 87", faults.EXIT_NONFINITE_ROLLBACK, rank=0)
+    first = classify(rollback, {}, [])
+    assert first.failure_class == FAULT
+    assert classify(rollback, {}, [_earlier(first, rollback)]).failure_class == FAULT
+
+
+def test_backoff_is_bounded():
+    assert [backoff_s(n) for n in (1, 2, 3)] == [1, 2, 4]
+    assert backoff_s(50) == 30
+
+
+def test_fault_injection_is_armed_or_refused():
+    assert faults.parse_faults(None) == [] and faults.parse_faults("") == []
+    spec = faults.fault_spec(Fault("hang", 1, 5, attempt=0), Fault("exit", 0, 9))
+    assert faults.parse_faults(spec) == [Fault("hang", 1, 5, 0), Fault("exit", 0, 9, None)]
+    with pytest.raises(faults.FaultSpecError, match="must begin with"):
+        faults.parse_faults("rank=1 step=5 fault=exit")  # no arming prefix: never a quiet no-op
+    for bad in ("rank=1 step=5 fault=melt", "rank=x step=5 fault=exit", "rank=1 fault=exit", "rank=1 step=2 "
+                "fault=exit color=red"):
+        with pytest.raises(faults.FaultSpecError):
+            faults.parse_faults(f"{faults.ARMING} {bad}")
+
+
+def test_records_round_trip(tmp_path):
+    record = Restart(attempt=1, at="2026-11-27T00:00:00+00:00", failure_class=FAULT, reason="r", host="algo-1",
+                     restarted=True, rank=0, step=3, detail="SIGKILL")
+    faults.append_restart(tmp_path, record)
+    (tmp_path / faults.RESTARTS_FILE).open("a").write("not json\n")
+    assert faults.read_restarts(tmp_path) == [record]
+    assert faults.read_restarts(tmp_path / "none") == []
