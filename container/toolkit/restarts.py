@@ -57,6 +57,7 @@ JOB_ERRORS = frozenset({
     "UnicodeDecodeError", "UnicodeEncodeError", "JSONDecodeError", "UnboundLocalError",
 })
 NONFINITE = "non-finite loss"
+BEFORE_FIRST_STEP = "before the attempt's first step: a restart would fail the same way"
 _TRACEBACK_LAST = re.compile(r"^(?:\[rank\d+\]: )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Fault|Interrupt))\b",
                              re.MULTILINE)
 
@@ -90,8 +91,10 @@ def classify(failure: Failure, records: dict[int, RankFailure], previous: list[R
     attempts' records (launcher.wire.faults.read_restarts)."""
     step, start = _progress(records)
     decision = _first_class(failure, records, step, start)
-    # a rollback trains past the batch it skips: the next attempt differs, and nonfinite_max bounds them
-    if decision.failure_class == FAULT and decision.detail != NONFINITE and _repeats(failure, decision, previous):
+    # a rollback trains past the batch it skips: the next attempt differs, and nonfinite_max bounds them.
+    # An error before the attempt's first step that the attempt before met too is that fault, back.
+    again = decision.failure_class == FAULT or decision.why.endswith(BEFORE_FIRST_STEP)
+    if again and decision.detail != NONFINITE and _repeats(failure, decision, previous):
         return Decision(REPEATED, "the same failure as the attempt before, with no step completed beyond it",
                         decision.detail, step, start)
     return decision
@@ -117,8 +120,7 @@ def _first_class(failure: Failure, records: dict[int, RankFailure], step, start)
     if JOB_ERRORS.intersection(names):
         return Decision(JOB_ERROR, f"{name} is an error of the job's code, configuration or data", name, step, start)
     if own and not own[0].progressed:
-        return Decision(JOB_ERROR, f"{name} before the attempt's first step: a restart would fail the same way",
-                        name, step, start)
+        return Decision(JOB_ERROR, f"{name} {BEFORE_FIRST_STEP}", name, step, start)
     return Decision(FAULT, f"{name} after the attempt made progress" if own else
                     f"{name} (a script that reports no progress: restarted unless it repeats)", name, step, start)
 

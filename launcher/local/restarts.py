@@ -17,16 +17,9 @@ from pathlib import Path
 from launcher.local.spec import LocalJobSpec
 from launcher.wire import faults
 from launcher.wire.opt_ml import process_ended
-from launcher.wire.progress import now
+from launcher.wire.progress import now, read_progress
 
 LOST = "host lost"
-
-
-def host_records(spec: LocalJobSpec) -> list[faults.Restart]:
-    out = []
-    for host in spec.hosts:
-        out += faults.read_restarts(spec.host_dir(host) / "output" / "data")
-    return out
 
 
 def job_restarts(job_dir: Path, hosts: list[Path]) -> list[faults.Restart]:
@@ -88,16 +81,19 @@ def lost_host(spec: LocalJobSpec, exits: list[tuple[str, int]]) -> tuple[str, in
     return (label, code) if code < 0 and not report.is_file() else None
 
 
-def next_attempt(spec: LocalJobSpec) -> int:
-    """The attempt after the newest any host or the supervisor recorded (hosts whose bootstrap had
-    begun a restart of their own have used that number: the supervisor's restart replaces it)."""
-    records = host_records(spec) + faults.read_restarts(spec.job_dir)
-    return max([spec.attempt, *(r.attempt for r in records)]) + 1
+def current_attempt(spec: LocalJobSpec, host: str) -> int:
+    """The attempt `host` was running: the one the hosts started at, or the one a restart of its
+    bootstrap moved on to. Its own records only: a peer whose collectives broke when it was lost
+    may have begun a restart of its own, which the supervisor's restart replaces."""
+    records = faults.read_restarts(spec.host_dir(host) / "output" / "data") + faults.read_restarts(spec.job_dir)
+    return max([spec.attempt, *(r.attempt + 1 for r in records if r.restarted)])
 
 
 def record_loss(spec: LocalJobSpec, label: str, code: int, attempt: int, restarted: bool) -> faults.Restart:
+    progress = read_progress(spec.host_dir(spec.hosts[0]) / "output" / "data")  # rank 0's last logged step
     record = faults.Restart(
         attempt=attempt, at=now(), failure_class=faults.FAULT, host=label, restarted=restarted, detail=LOST,
+        step=progress.step if progress else None,
         reason=f"{label} {process_ended(code)} without a failure report: the host's processes are gone")
     faults.append_restart(spec.job_dir, record)
     return record

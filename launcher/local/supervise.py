@@ -274,8 +274,8 @@ class Supervisor:
         return reason, exits
 
     def _restartable(self, exits: list[tuple[str, int]]) -> bool:
-        return (bool(self.spec.max_restarts) and restarts.lost_host(self.spec, exits) is not None
-                and restarts.next_attempt(self.spec) <= self.spec.max_restarts)
+        lost = restarts.lost_host(self.spec, exits) if self.spec.max_restarts else None
+        return lost is not None and restarts.current_attempt(self.spec, lost[0]) < self.spec.max_restarts
 
     def _restart_after_loss(self, reason: str | None, exits: list[tuple[str, int]]) -> bool:
         """A host whose processes are gone (launcher.local.restarts.lost_host) is what its own
@@ -286,7 +286,7 @@ class Supervisor:
         lost = restarts.lost_host(self.spec, exits)
         if lost is None:
             return False
-        attempt = restarts.next_attempt(self.spec)
+        attempt = restarts.current_attempt(self.spec, lost[0]) + 1  # the restart's: attempt N is restart N
         allowed = attempt <= self.spec.max_restarts
         record = restarts.record_loss(self.spec, *lost, attempt=attempt - 1, restarted=allowed)
         if not allowed:

@@ -70,6 +70,10 @@ def test_a_fault_that_comes_back_without_progress_stops():
     earlier = [_earlier(first, KILLED)]
     again = classify(KILLED, {1: _record(step=7)}, earlier)
     assert again.failure_class == REPEATED
+    # resumed from a checkpoint at that step, it fails again before completing one: that fault, back
+    exited = _exited()
+    first_exit = classify(exited, {1: _record(step=4, start=2)}, [])
+    assert classify(exited, {1: _record(step=4, start=4)}, [_earlier(first_exit, exited)]).failure_class == REPEATED
     # control: the same fault after steps beyond the last is restarted again
     assert classify(KILLED, {1: _record(step=9)}, earlier).failure_class == FAULT
     # control: another rank's crash is another failure

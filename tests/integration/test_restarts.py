@@ -1,0 +1,113 @@
+"""Automatic restarts of a local job as a user runs it (`smlaunch submit`, two simulated hosts, the
+process runner): a job with max_restarts that meets a killed rank, a hung rank and a lost host ends
+Completed by itself with the uninterrupted run's losses; without restarts the same fault fails it
+fast; a fault that comes back at the same step stops; an error of the job is never retried.
+Faults are injected through launcher.wire.faults (SMLAUNCH_FAULT_INJECTION)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
+from tests.support.local_jobs import cli_env, script_job, smlaunch
+from tests.support.train_runs import ROOT
+
+# fp32 on CPU, synthetic data: a resume is exact, so the steps after a restart equal the
+# uninterrupted run's bit for bit (tests/integration/test_train_resume.py holds the resume itself)
+HP = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": 64, "max_steps": 10,
+      "train_batch_size": 2, "lr": 0.03, "warmup": 0.0, "seed": 7, "logging_freq": 1, "checkpoint_freq": 2,
+      "step_timeout": 5, "collective_timeout": 120}
+
+
+def _job(tmp_path: Path, *faults: Fault, max_restarts: int = 0) -> Path:
+    data = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+            "instance_count": 2, "processes_per_host": 1, "distribution": {"torch_distributed": {"enabled": True}},
+            "hyperparameters": HP, "max_restarts": max_restarts, "max_run": 600}
+    if faults:
+        data["environment"] = {FAULT_ENV: fault_spec(*faults)}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _submit(tmp_path: Path, job: Path) -> tuple[object, dict, Path]:
+    env = cli_env(tmp_path / "home")
+    done = smlaunch("submit", str(job), env=env, timeout=600)
+    name = next((tmp_path / "home" / "jobs").iterdir()).name
+    status = smlaunch("status", name, "--json", env=env)
+    assert status.returncode in (0, 1), status.stderr  # 1: the job failed
+    return done, json.loads(status.stdout), tmp_path / "home" / "jobs" / name
+
+
+def _losses(job_dir: Path) -> dict[int, float]:
+    """Each step's loss as the job's last attempt to run it logged it (rank 0's metrics.jsonl)."""
+    out = {}
+    for line in (job_dir / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "loss" in record:
+            out[record["step"]] = record["loss"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[int, float]:
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    done, desc, job_dir = _submit(tmp, _job(tmp))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Restarts" not in desc  # control: a run without faults has none
+    return _losses(job_dir)
+
+
+def test_a_killed_rank_a_hung_rank_and_a_lost_host_restart_and_the_run_ends_as_uninterrupted(tmp_path, uninterrupted):
+    job = _job(tmp_path, Fault("signal", 1, 3, attempt=0), Fault("hang", 0, 6, attempt=1),
+               Fault("host", 1, 8, attempt=2), max_restarts=3)
+    done, desc, job_dir = _submit(tmp_path, job)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert desc["TrainingJobStatus"] == "Completed"
+    restarts = desc["Restarts"]
+    assert [r["attempt"] for r in restarts] == [0, 1, 2]
+    assert all(r["restarted"] and r["failure_class"] == "fault" for r in restarts)
+    assert "SIGKILL" in restarts[0]["reason"]
+    assert restarts[1]["detail"] == "hung" and "exited with code 86" in restarts[1]["reason"]
+    assert restarts[2]["detail"] == "host lost" and restarts[2]["host"] == "algo-2"
+    # each restart resumed from a checkpoint at or before the failure, and trained again
+    for r in restarts:
+        assert r["extra"]["resumed_from"] <= r["step"] and "down_s" in r["extra"]
+    assert _losses(job_dir) == uninterrupted  # every step, the replayed ones as the uninterrupted run's
+    text = smlaunch("status", desc["TrainingJobName"], env=cli_env(tmp_path / "home")).stdout
+    assert "restarts: 3 of 3 (max_restarts)" in text and "goodput" in text
+    # the hang left every rank's stacks, and the diagnosis names the rank that hung
+    diag = smlaunch("logs", desc["TrainingJobName"], "--diagnostics", env=cli_env(tmp_path / "home")).stdout
+    assert "attempt 1" in diag and "rank 0" in diag and "at_step" in diag
+
+
+def test_without_restarts_a_killed_rank_fails_the_job_as_before(tmp_path):
+    done, desc, job_dir = _submit(tmp_path, _job(tmp_path, Fault("signal", 1, 3)))
+    assert done.returncode != 0
+    assert desc["TrainingJobStatus"] == "Failed" and "killed by SIGKILL" in desc["FailureReason"]
+    assert [r["restarted"] for r in desc["Restarts"]] == [False]
+    assert "restart 1" not in (job_dir / "logs" / "job.log").read_text()
+
+
+def test_a_fault_that_comes_back_at_the_same_step_stops(tmp_path):
+    done, desc, _ = _submit(tmp_path, _job(tmp_path, Fault("exit", 1, 5), max_restarts=3))
+    assert desc["TrainingJobStatus"] == "Failed"
+    classes = [(r["attempt"], r["failure_class"], r["restarted"]) for r in desc["Restarts"]]
+    assert classes == [(0, "fault", True), (1, "repeated", False)]  # one restart, not three
+    assert "not restarted (repeated" in desc["FailureReason"]
+    assert "earlier failures: attempt 0 failed at step 4" in desc["FailureReason"]
+
+
+def test_an_error_of_the_job_is_not_restarted(tmp_path):
+    job = script_job(tmp_path, max_restarts=2, environment={"FAIL_RANK": "1", "SLEEP": "30"})
+    env = cli_env(tmp_path / "home")
+    done = smlaunch("submit", str(job), env=env, timeout=300)
+    assert done.returncode != 0
+    name = next((tmp_path / "home" / "jobs").iterdir()).name
+    desc = json.loads(smlaunch("status", name, "--json", env=env).stdout)
+    assert [(r["failure_class"], r["restarted"]) for r in desc["Restarts"]] == [("job error", False)]
+    assert "ValueError is an error of the job" in desc["FailureReason"]
