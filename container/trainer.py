@@ -372,6 +372,8 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     guard = nonfinite_guard(s, rt.rank, rt.local_rank, rt.device, dirs.checkpoints if checkpointer else None, extra)
     stop_flag = sigterm.install_sigterm_flag()
     attempt.started(start_step, dirs.output_data if rt.is_main else None)
+    if rt.is_main and (event := attempt.restart_event(dirs.output_data, start_step)):
+        metrics.write(event)  # the trackers see the restart at the step it resumed from
     progress = ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, start_step)
     ledger = TimeLedger(start_step)  # where the loop's time goes, for goodput
     seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
@@ -417,7 +419,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
                 last["aux_loss"] = (_all_sum(aux_sum, rt.loss_group) / global_sequences).item()
-            last.update(progress.fields(step), **ledger.fields(), **guard.fields())
+            last.update(progress.fields(step), **ledger.fields(), **guard.fields(), **attempt.fields())
             metrics.write(last)
             progress.write(last)
         if validation is not None and step % s.validation_freq == 0:

@@ -10,10 +10,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from launcher.wire.faults import AttemptStart, RankFailure, append_attempt_start, attempt, write_rank_failure
+from launcher.wire.faults import (
+    AttemptStart,
+    RankFailure,
+    append_attempt_start,
+    attempt,
+    read_restarts,
+    write_rank_failure,
+)
 from launcher.wire.progress import now
 
-_state: dict[str, int | None] = {"start_step": None, "step": None}
+_state: dict[str, int | None] = {"start_step": None, "step": None, "restarts": None}
 
 
 def started(start_step: int, output_data: Path | None) -> None:
@@ -22,6 +29,24 @@ def started(start_step: int, output_data: Path | None) -> None:
     _state.update(start_step=start_step, step=start_step)
     if output_data is not None:
         append_attempt_start(output_data, AttemptStart(attempt(), start_step, now()))
+
+
+def restart_event(output_data: Path, start_step: int) -> dict | None:
+    """The record that tells the trackers (and metrics.jsonl) that this attempt is a restart: at
+    the step it resumed from, the job's restarts so far and the last one's reason, as this host's
+    bootstrap recorded it (launcher.wire.faults); None for a job's first attempt."""
+    restarted = [r for r in read_restarts(output_data) if r.restarted]
+    if not attempt() or not restarted:
+        return None
+    _state["restarts"] = len(restarted)
+    return {"step": start_step, "restarts": len(restarted), "restart_reason": restarted[-1].text()}
+
+
+def fields() -> dict:
+    """What each training record of a restarted attempt carries: the job's restarts so far, so
+    every tracker has a `train/restarts` series (a continued run drops the replayed steps'
+    records, the resume step's event with them: the series steps up at the first new step)."""
+    return {"restarts": _state["restarts"]} if _state.get("restarts") else {}
 
 
 def completed(step: int) -> None:

@@ -131,7 +131,7 @@ class JobDirBackend:
 
     def restarts(self, name: str) -> list[Restart]:
         """The job's failed attempts: its hosts' bootstraps' records and its supervisor's."""
-        return job_restarts(self._dir(self.resolve(name)), list(self.output_data_dirs(name).values()))
+        return job_restarts(list(self.output_data_dirs(name).values()))
 
     def output_data_dirs(self, name: str) -> dict[str, Path]:
         """{host: its output data directory} (`hosts/<host>/output/data`, where diagnostics/ is)."""
@@ -206,8 +206,10 @@ class JobDirBackend:
                 continue
             if status and record["TrainingJobStatus"] != status:
                 continue
-            rows.append({k: record.get(k) for k in ("TrainingJobName", "TrainingJobStatus", "CreationTime",
-                                                     "TrainingEndTime", "TrainingStartTime")})
+            row = {k: record.get(k) for k in ("TrainingJobName", "TrainingJobStatus", "CreationTime",
+                                                "TrainingEndTime", "TrainingStartTime")}
+            restarted = sum(1 for r in self.restarts(record["TrainingJobName"]) if r.restarted)
+            rows.append({**row, "Restarts": restarted} if restarted else row)
         self.unlisted = [f"{len(damaged)} damaged job record(s) not listed: {', '.join(damaged)}"] if damaged else []
         if vanished:
             self.unlisted.append(f"{vanished} job(s) deleted while listing, not listed")

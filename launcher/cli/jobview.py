@@ -142,11 +142,14 @@ def jobs_table(jobs: list[dict], width: int = 80):
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("job", no_wrap=True)
     shown = [name for name in ORDER if name in shown]
+    if any(j.get("Restarts") for j in jobs):  # a column only where a job restarted by itself
+        shown.insert(1, "restarts")
     for name in shown:
         table.add_column(name, justify="right" if name == "duration" else "left", overflow="fold")
     for j in jobs:
         seconds = j.get("DurationSeconds")
-        cells = {"status": j["TrainingJobStatus"], "created": created_text(j.get("CreationTime")),
+        cells = {"status": j["TrainingJobStatus"], "restarts": str(j.get("Restarts") or ""),
+                 "created": created_text(j.get("CreationTime")),
                  "duration": "" if seconds is None else clock(seconds)}
         table.add_row(j["Handle"], *(cells[name] for name in shown))
     return table

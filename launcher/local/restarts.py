@@ -2,8 +2,8 @@
 supervisor makes when a host is gone (docs/faults.md, "Automatic restarts").
 
 Each host's bootstrap appends its failures to `output/data/restarts.jsonl` in its /opt/ml tree
-(launcher.wire.faults); the supervisor appends a lost host's to `restarts.jsonl` in the job
-directory. One failure is seen by every host (the host where it happened, and the peers whose
+(launcher.wire.faults); the supervisor appends a lost host's to every host's, where the next
+attempt's rank 0 finds it. One failure is seen by every host (the host where it happened, and the peers whose
 collectives broke), so the job's list has one entry per attempt: the supervisor's if it has one,
 else the one that names the cause rather than a peer's broken collective.
 """
@@ -22,9 +22,9 @@ from launcher.wire.progress import now, read_progress
 LOST = "host lost"
 
 
-def job_restarts(job_dir: Path, hosts: list[Path]) -> list[faults.Restart]:
+def job_restarts(hosts: list[Path]) -> list[faults.Restart]:
     """One record per failed attempt, oldest first (`hosts`: the hosts' output data directories)."""
-    records = faults.read_restarts(job_dir)
+    records = []
     for directory in hosts:
         records += faults.read_restarts(directory)
     by_attempt: dict[int, faults.Restart] = {}
@@ -85,7 +85,7 @@ def current_attempt(spec: LocalJobSpec, host: str) -> int:
     """The attempt `host` was running: the one the hosts started at, or the one a restart of its
     bootstrap moved on to. Its own records only: a peer whose collectives broke when it was lost
     may have begun a restart of its own, which the supervisor's restart replaces."""
-    records = faults.read_restarts(spec.host_dir(host) / "output" / "data") + faults.read_restarts(spec.job_dir)
+    records = faults.read_restarts(spec.host_dir(host) / "output" / "data")
     return max([spec.attempt, *(r.attempt + 1 for r in records if r.restarted)])
 
 
@@ -95,5 +95,6 @@ def record_loss(spec: LocalJobSpec, label: str, code: int, attempt: int, restart
         attempt=attempt, at=now(), failure_class=faults.FAULT, host=label, restarted=restarted, detail=LOST,
         step=progress.step if progress else None,
         reason=f"{label} {process_ended(code)} without a failure report: the host's processes are gone")
-    faults.append_restart(spec.job_dir, record)
+    for host in spec.hosts:  # where each host's next attempt reads the job's restarts (its trackers' event)
+        faults.append_restart(spec.host_dir(host) / "output" / "data", record)
     return record

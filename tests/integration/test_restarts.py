@@ -78,6 +78,11 @@ def test_a_killed_rank_a_hung_rank_and_a_lost_host_restart_and_the_run_ends_as_u
     for r in restarts:
         assert r["extra"]["resumed_from"] <= r["step"] and "down_s" in r["extra"]
     assert _losses(job_dir) == uninterrupted  # every step, the replayed ones as the uninterrupted run's
+    # rank 0 told its trackers: an event at each resumed step, and a restarts series in the records
+    records = [json.loads(line) for line in (job_dir / "hosts" / "algo-1" / "output" / "data"
+                                              / "metrics.jsonl").read_text().splitlines()]
+    assert [r["restarts"] for r in records if "restart_reason" in r] == [1, 2, 3]
+    assert records[-1]["restarts"] == 3 and "restarts" not in records[0]
     text = smlaunch("status", desc["TrainingJobName"], env=cli_env(tmp_path / "home")).stdout
     assert "restarts: 3 of 3 (max_restarts)" in text and "goodput" in text
     # the hang left every rank's stacks, and the diagnosis names the rank that hung
