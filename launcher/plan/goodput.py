@@ -83,6 +83,7 @@ class GoodputPlan:
     max_steps: int | None
     checkpoint_freq: int | None  # the job's; None: it saves none (or, for a script, unknown)
     script: bool  # a user's script: its checkpoints are its own
+    max_restarts: int = 0  # the job's automatic restarts (docs/faults.md, "Automatic restarts")
 
     # --- the costs --------------------------------------------------------------------------
     @property
@@ -179,7 +180,32 @@ class GoodputPlan:
         lines.append(f"  optimum checkpoint interval (Young: sqrt(2 x {self.checkpoint_s:.1f} s x MTBF)): "
                      f"{_duration(self.optimum_s)} = {self.optimum_steps:,} steps of {self.step_s:.3g} s{longer}")
         lines.append("  expected goodput (first order: lost = C/interval + (interval/2 + R)/MTBF): " + self._verdict())
+        if self.max_steps:
+            lines.append("  " + self._restarts_text())
         return "\n".join(lines)
+
+    @property
+    def expected_failures(self) -> float | None:
+        """Interruptions expected over the run's training time (failures a Poisson process)."""
+        return self.max_steps * self.step_s / self.mtbf_s if self.max_steps else None
+
+    @property
+    def unattended(self) -> float | None:
+        """The probability that the run meets at most max_restarts interruptions: that it ends
+        without a person (Poisson: sum of e^-L L^k / k! for k <= max_restarts)."""
+        expected = self.expected_failures
+        if expected is None:
+            return None
+        return sum(math.exp(-expected) * expected ** k / math.factorial(k) for k in range(self.max_restarts + 1))
+
+    def _restarts_text(self) -> str:
+        head = (f"interruptions over the run ({_duration(self.max_steps * self.step_s)} of training): "
+                f"{self.expected_failures:.3g} expected; ")
+        if not self.max_restarts:
+            return head + (f"max_restarts 0: the first one ends the job (none comes with probability "
+                           f"{_pct(self.unattended)}; set max_restarts to restart from the newest checkpoint)")
+        return head + (f"max_restarts {self.max_restarts}: the job ends without a person's help with probability "
+                       f"{_pct(self.unattended)} (at most {self.max_restarts} interruptions)")
 
     def _verdict(self) -> str:
         best = f"{_pct(self.goodput_every(self.optimum_steps))} at the optimum"
@@ -216,6 +242,9 @@ class GoodputPlan:
             "goodput_at_checkpoint_freq": self.goodput_every(self.checkpoint_freq) if self.checkpoint_freq else None,
             "goodput_without_checkpoints": self.goodput_without_checkpoints,
             "goodput_of_job": self.goodput_of_job,
+            "max_restarts": self.max_restarts,
+            "expected_interruptions": self.expected_failures,
+            "probability_unattended": self.unattended,
             "formula": "Young (1974), first order",
             "models": "a script's own checkpoints are unknown" if self.script else "smlaunch's runtime checkpoints",
         }
@@ -237,7 +266,8 @@ def plan_goodput(result: PlanResult, failure_rate: float = DEFAULT_FAILURE_RATE,
         asynchronous=not script and is_async(hp.checkpoint_async_mode),
         # a script's max_steps is its own argument: a run length only where the job sets it
         max_steps=hp.max_steps if script else s.max_steps,
-        checkpoint_freq=None if script else (s.checkpoint_freq or None), script=script)
+        checkpoint_freq=None if script else (s.checkpoint_freq or None), script=script,
+        max_restarts=job.config.max_restarts)
 
 
 def _pct(x: float) -> str:

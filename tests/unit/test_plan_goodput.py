@@ -186,3 +186,20 @@ def test_goodput_options_are_refused_by_autos_search():
     swept = _plan("--sweep", "context_parallel_degree=1,2", "--failure-rate", "1e-3", "--json")  # control
     assert swept.exit_code == 0
     assert all(r["goodput"]["mtbf_hours"] == pytest.approx(125.0) for r in json.loads(swept.output))
+
+
+def test_how_likely_a_run_ends_without_a_person_at_its_max_restarts():
+    # 8 GPUs at 0.25 interruptions per GPU-hour: MTBF 1,800 s; 720 steps of 10 s: 4 expected
+    plan = gp.GoodputPlan(failure_rate=0.25, gpus=8, step_s=10.0, state_gib=1.0, state="fp32", ranks_per_host=8,
+                          replicas=1, write_gb_s=1.0, asynchronous=False, max_steps=720, checkpoint_freq=10,
+                          script=False, max_restarts=2)
+    assert plan.expected_failures == pytest.approx(4.0, rel=1e-12)
+    assert plan.unattended == pytest.approx(math.exp(-4) * (1 + 4 + 16 / 2), rel=1e-12)  # Poisson, k <= 2
+    assert "max_restarts 2: the job ends without a person's help with probability 23.8%" in plan.text()
+    none = gp.GoodputPlan(**{**plan.__dict__, "max_restarts": 0})  # control: the first interruption ends it
+    assert none.unattended == pytest.approx(math.exp(-4), rel=1e-12)
+    assert "max_restarts 0: the first one ends the job" in none.text()
+    row = _goodput_row(*_sets(max_steps=100_000, checkpoint_freq=500), "--failure-rate", "1e-3")
+    expected = 100_000 * row["step_s"] / (3600 / (1e-3 * 8))
+    assert row["goodput"]["max_restarts"] == 0
+    assert row["goodput"]["expected_interruptions"] == pytest.approx(expected, rel=1e-3)  # step_s is rounded
