@@ -288,6 +288,15 @@ class SageMakerBackend:
         uri = (self.describe(name).get("CheckpointConfig") or {}).get("S3Uri")
         return latest_in_s3(self.client("s3"), uri) if uri else None
 
+    def restarts(self, name: str) -> list:
+        """None read back: a SageMaker job's restart records are in its output.tar.gz
+        (restarts.jsonl) and its log's `[smlaunch] restart` lines (docs/faults.md)."""
+        return []
+
+    def goodput(self, name: str) -> None:
+        """Not measured from here: the ledger's records are in the job's output.tar.gz."""
+        return None
+
     def stop(self, name: str) -> None:
         self.describe(name)
         self.client("sagemaker").stop_training_job(TrainingJobName=name)

@@ -306,6 +306,12 @@ def _report_completed(backend, name: str, record: dict) -> None:
         if "tokens_per_s" in summary:
             line += f", {summary['tokens_per_s']:,.0f} tokens/s"
         click.echo(line)
+    restarted = [r for r in backend.restarts(name) if r.restarted]
+    if restarted:
+        click.echo(f"  restarts: {len(restarted)} (`smlaunch status {name}` lists them)")
+    measured = backend.goodput(name)
+    if measured is not None:  # productive training time / wall time, and where the rest went
+        click.echo(f"  {measured.text()}")
 
 
 def _check_memory(job, force: bool, dry_run: bool) -> None:

@@ -21,13 +21,10 @@ job and records why.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import shutil
 import signal
 import sys
-import tarfile
 import threading
 import time
 from collections.abc import Callable
@@ -35,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 # Imports inside functions: a runner's module (docker, Slurm) loads when a job uses it.
-from launcher.local import identity, leftovers, restarts, s3io, store
+from launcher.local import artifacts, identity, leftovers, restarts, store
 from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.logfile import LogFile
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
@@ -387,7 +384,7 @@ class Supervisor:
             fields["FailureReason"] = self._failure_reason(exits)
         self._update(SecondaryStatus="Uploading", StatusMessage="Packing the artifacts")
         try:
-            fields.update(self._artifacts(with_model=status != "Failed"))
+            fields.update(artifacts.store(spec, with_model=status != "Failed", note=self._note))
         except Exception as exc:  # noqa: BLE001 - an upload failure must end in the record
             if reason != "disk_full":  # a full disk is the cause, the artifacts only one more victim
                 status, secondary, message = "Failed", "Failed", "Uploading the artifacts failed"
@@ -435,84 +432,11 @@ class Supervisor:
             "no host reported success")
         return f"AlgorithmError: {what}; see logs/job.log"[:FAILURE_LIMIT]
 
-    def _artifacts(self, with_model: bool) -> dict:
-        spec = self.spec
-        staging = spec.job_dir / "artifacts"
-        staging.mkdir(exist_ok=True)
-        try:
-            where = self._store_artifacts(staging, with_model)
-        finally:  # the archives live on in output_path only, or nowhere when they could not be stored
-            shutil.rmtree(staging, ignore_errors=True)
-        out = {"OutputArtifacts": where}
-        if "model.tar.gz" in where:
-            out["ModelArtifacts"] = {"S3ModelArtifacts": where["model.tar.gz"]}
-        if spec.checkpoint_s3_uri:
-            count = s3io.upload_tree(spec.checkpoint_dir, spec.checkpoint_s3_uri, spec.region)
-            self._note(f"checkpoints: {count} file(s) to {spec.checkpoint_s3_uri}")
-        tensorboard = spec.tensorboard_output()
-        if tensorboard:  # SageMaker uploads while the job runs; here once, at its end
-            count = s3io.upload_tree(*tensorboard, spec.region)
-            self._note(f"TensorBoard: {count} file(s) from {tensorboard[0]} to {tensorboard[1]}")
-        return out
-
-    def _store_artifacts(self, staging: Path, with_model: bool) -> dict[str, str]:
-        """Pack the hosts' output (and model) in `staging`, then put them in output_path."""
-        spec = self.spec
-        hosts = [spec.host_dir(h) for h in spec.hosts]
-        packed = {"output.tar.gz": pack([h / "output" / "data" for h in hosts], staging / "output.tar.gz")}
-        models = [h / "model" for h in hosts] + [spec.job_dir / "model"]
-        # An empty model directory (a job stopped before its export) is no model: no archive claims one.
-        if with_model and any(_files(d) for d in models):
-            packed["model.tar.gz"] = pack(models, staging / "model.tar.gz")
-        if spec.output_path and spec.output_path.startswith("s3://"):
-            base = f"{spec.output_path.rstrip('/')}/{spec.name}/output"
-            for name, path in packed.items():
-                s3io.upload_file(path, f"{base}/{name}", spec.region)
-            return {name: f"{base}/{name}" for name in packed}
-        dest = Path(spec.output_path) / spec.name / "output" if spec.output_path else spec.job_dir / "output"
-        dest.mkdir(parents=True, exist_ok=True)
-        for name, path in packed.items():
-            with _whole(dest / name) as partial:
-                shutil.move(path, partial)  # a rename on the same file system, else a copy
-        return {name: str(dest / name) for name in packed}
-
 
 def _seconds_since(iso: str | None) -> float:
     if not iso:
         return 0.0
     return max((datetime.now(timezone.utc) - datetime.fromisoformat(iso)).total_seconds(), 0.0)
-
-
-def _files(directory: Path) -> list[Path]:
-    return [p for p in directory.rglob("*") if not p.is_dir()] if directory.is_dir() else []
-
-
-def pack(directories: list[Path], dest: Path) -> Path:
-    """SageMaker's merge of the hosts' directories into one archive: a file that several hosts
-    wrote at the same path is taken from the first host (rank 0's host) that has it."""
-    seen: set[str] = set()
-    with _whole(dest) as partial, tarfile.open(partial, "w:gz") as tar:
-        for directory in directories:
-            for path in sorted(_files(directory)):
-                name = path.relative_to(directory).as_posix()
-                if name in seen:
-                    continue
-                seen.add(name)
-                tar.add(path, arcname=name, recursive=False)
-    return dest
-
-
-@contextlib.contextmanager
-def _whole(dest: Path):
-    """A temporary name next to `dest`, renamed to `dest` only once written completely; removed
-    if writing fails (a full disk), so no truncated artifact is ever left under its real name."""
-    partial = dest.with_name(f".{dest.name}.partial")
-    try:
-        yield partial
-        os.replace(partial, dest)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:

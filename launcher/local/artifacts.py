@@ -1,0 +1,89 @@
+"""A local job's artifacts, as SageMaker makes them: the hosts' output data packed into
+output.tar.gz and their model directories into model.tar.gz, put in output_path (a directory, or
+S3), and the checkpoints and TensorBoard files uploaded to their S3 prefixes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher.local import s3io
+from launcher.local.spec import LocalJobSpec
+
+
+def store(spec: LocalJobSpec, with_model: bool, note: Callable[[str], None]) -> dict:
+    """The record's OutputArtifacts (and ModelArtifacts) once they are stored."""
+    staging = spec.job_dir / "artifacts"
+    staging.mkdir(exist_ok=True)
+    try:
+        where = _store_archives(spec, staging, with_model)
+    finally:  # the archives live on in output_path only, or nowhere when they could not be stored
+        shutil.rmtree(staging, ignore_errors=True)
+    out = {"OutputArtifacts": where}
+    if "model.tar.gz" in where:
+        out["ModelArtifacts"] = {"S3ModelArtifacts": where["model.tar.gz"]}
+    if spec.checkpoint_s3_uri:
+        count = s3io.upload_tree(spec.checkpoint_dir, spec.checkpoint_s3_uri, spec.region)
+        note(f"checkpoints: {count} file(s) to {spec.checkpoint_s3_uri}")
+    tensorboard = spec.tensorboard_output()
+    if tensorboard:  # SageMaker uploads while the job runs; here once, at its end
+        count = s3io.upload_tree(*tensorboard, spec.region)
+        note(f"TensorBoard: {count} file(s) from {tensorboard[0]} to {tensorboard[1]}")
+    return out
+
+
+def _store_archives(spec: LocalJobSpec, staging: Path, with_model: bool) -> dict[str, str]:
+    """Pack the hosts' output (and model) in `staging`, then put them in output_path."""
+    hosts = [spec.host_dir(h) for h in spec.hosts]
+    packed = {"output.tar.gz": pack([h / "output" / "data" for h in hosts], staging / "output.tar.gz")}
+    models = [h / "model" for h in hosts] + [spec.job_dir / "model"]
+    # An empty model directory (a job stopped before its export) is no model: no archive claims one.
+    if with_model and any(_files(d) for d in models):
+        packed["model.tar.gz"] = pack(models, staging / "model.tar.gz")
+    if spec.output_path and spec.output_path.startswith("s3://"):
+        base = f"{spec.output_path.rstrip('/')}/{spec.name}/output"
+        for name, path in packed.items():
+            s3io.upload_file(path, f"{base}/{name}", spec.region)
+        return {name: f"{base}/{name}" for name in packed}
+    dest = Path(spec.output_path) / spec.name / "output" if spec.output_path else spec.job_dir / "output"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, path in packed.items():
+        with _whole(dest / name) as partial:
+            shutil.move(path, partial)  # a rename on the same file system, else a copy
+    return {name: str(dest / name) for name in packed}
+
+
+def _files(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*") if not p.is_dir()] if directory.is_dir() else []
+
+
+def pack(directories: list[Path], dest: Path) -> Path:
+    """SageMaker's merge of the hosts' directories into one archive: a file that several hosts
+    wrote at the same path is taken from the first host (rank 0's host) that has it."""
+    seen: set[str] = set()
+    with _whole(dest) as partial, tarfile.open(partial, "w:gz") as tar:
+        for directory in directories:
+            for path in sorted(_files(directory)):
+                name = path.relative_to(directory).as_posix()
+                if name in seen:
+                    continue
+                seen.add(name)
+                tar.add(path, arcname=name, recursive=False)
+    return dest
+
+
+@contextlib.contextmanager
+def _whole(dest: Path):
+    """A temporary name next to `dest`, renamed to `dest` only once written completely; removed
+    if writing fails (a full disk), so no truncated artifact is ever left under its real name."""
+    partial = dest.with_name(f".{dest.name}.partial")
+    try:
+        yield partial
+        os.replace(partial, dest)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
