@@ -93,6 +93,20 @@ def test_a_killed_rank_is_restarted_under_the_toolkit(tmp_path):
     assert (base / "checkpoints" / f"step-{HP['max_steps']}" / ".complete").is_file(), output
 
 
+def test_a_fault_that_repeats_fails_with_every_reason(tmp_path):
+    """The toolkit writes its failure file only where none exists: FailureReason is the loop's."""
+    every_attempt = fault_spec(Fault("signal", rank=0, step=3))
+    base, request = _tree(tmp_path, _job(2, {FAULT_ENV: every_attempt}))
+    proc = _train(base, request)
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-6000:]
+    failure = (base / "output" / "failure").read_text()
+    assert failure.startswith('ExecuteUserScriptError:\nExitCode 137\nErrorMessage "rank 0 (host algo-1, local rank 0) '
+                              'was killed by SIGKILL; not restarted (repeated: '), failure
+    assert "earlier failures: attempt 0 failed (fault, restarted)" in failure, failure
+    records = faults.read_restarts(base / "output" / "data")
+    assert [(r.attempt, r.restarted) for r in records] == [(0, True), (1, False)]
+
+
 def test_without_restarts_the_toolkits_launch_fails(tmp_path):
     """Control: max_restarts 0 leaves the request the SDK's; the toolkit's torchrun runs train.py, the
     killed rank fails the job and the failure file is the toolkit's."""
