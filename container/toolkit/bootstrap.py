@@ -91,11 +91,11 @@ def train(base_dir: Path | None = None) -> int:
         fetch_code(env)
         install_requirements(env)
     except RequirementsError as exc:
-        return _report(output_dir, exc.code, str(exc))
+        return report(output_dir, exc.code, str(exc))
     except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
         code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
-        return _report(output_dir, code, f"{type(exc).__name__}: {exc}")
-    return _attempts(env, output_dir, budget)
+        return report(output_dir, code, f"{type(exc).__name__}: {exc}")
+    return run_attempts(env, output_dir, budget)
 
 
 def restart_budget() -> int:
@@ -106,11 +106,12 @@ def restart_budget() -> int:
     return int(value)
 
 
-def _attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
+def run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
     """Run the script; after a failure the classes of container.toolkit.restarts allow, run it
     again (torchrun's rendezvous on the next port, so no agent of the failed attempt is joined),
     up to `budget` restarts counted over the whole job (SMLAUNCH_ATTEMPT: the attempts before
-    this bootstrap's first, when the supervisor restarted the job)."""
+    this bootstrap's first, when the supervisor restarted the job). The code is in place: `train`
+    fetched it, or AWS's toolkit did (container.toolkit.restart_loop)."""
     number = faults.attempt()
     earlier = faults.read_restarts(env.output_data_dir)
     while True:
@@ -132,7 +133,7 @@ def _attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
             header = failure.header + (f"; hang diagnosis: {hang}" if hang else "") + _give_up(
                 decision, number, budget, earlier)
             message = failure_text(header, failure.stderr_tail)
-            return _report(output_dir, failure.exit_code,
+            return report(output_dir, failure.exit_code,
                            toolkit_error("ExecuteUserScriptError", failure.exit_code, message, shown))
         pause = backoff_s(number + 1)
         log(f"restart {number + 1} of {budget} (max_restarts) in {pause:.0f} s: {record.text()} "
@@ -157,10 +158,10 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int):
                           rank_logs=log_dir if uses_torchrun(env) else None)
         except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
             code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
-            return _report(output_dir, code, f"{type(exc).__name__}: {exc}")
+            return report(output_dir, code, f"{type(exc).__name__}: {exc}")
         returncode = child.wait()
         if returncode == 0:
-            return _report(output_dir, 0, "")
+            return report(output_dir, 0, "")
         if child.signals:
             return _stopped(env, child, returncode)
         return _diagnose(env, child, returncode, log_dir), shown, fault_dir, time.monotonic() - started
@@ -182,7 +183,8 @@ def _give_up(decision, number: int, budget: int, earlier: list[faults.Restart]) 
     return f"; {why}" + (f"; earlier failures: {'; '.join(before)}" if before else "")
 
 
-def _report(output_dir: Path, code: int, failure: str) -> int:
+def report(output_dir: Path, code: int, failure: str) -> int:
+    """The job's outcome in `output/success` or `output/failure` (masked, cut to what SageMaker shows)."""
     output_dir.mkdir(parents=True, exist_ok=True)
     if code == 0:
         (output_dir / "success").write_text("")

@@ -4,19 +4,21 @@ Sources (SageMaker Python SDK 2.257.7): `sagemaker.session.Session._get_train_re
 `sagemaker.job._Job._load_config` (output, resource, stopping, VPC, model and code channels),
 `sagemaker.estimator._TrainingJob._get_train_args` and `sagemaker.pytorch.PyTorch` (metrics time
 series on for PyTorch >= 1.3). tests/integration/test_sdk_parity.py compares the two requests field by field;
-the differences are intended and listed in docs/sagemaker-request.md.
+the differences are intended and listed in docs/sagemaker-request.md. `max_restarts`, which the SDK
+lacks, changes three hyperparameters (launcher.wire.restart_loop) and nothing else.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from launcher.backends.sourcedir import program_name
+from launcher.backends.sourcedir import RESTART_LOOP_PROGRAM, program_name, uses_restart_loop
 from launcher.config import ValidatedJob
 from launcher.config.debugger import debugger_fields, profiler_fields
 from launcher.config.images import job_image
 from launcher.config.sent_hyperparameters import job_hyperparameters
 from launcher.wire import hyperparameters as wire
+from launcher.wire import restart_loop
 from launcher.wire.metric_lines import DEFAULT_METRIC_DEFINITIONS
 
 # Where the container finds the code when network isolation delivers it as the `code` channel
@@ -33,6 +35,8 @@ def build_request(job: ValidatedJob, *, job_name: str, region: str, source_uri: 
     hyperparameters = job_hyperparameters(cfg, instance_type=instance_type, program=program_name(cfg),
                                                submit_directory=submit_directory, job_name=job_name,
                                                region=region)
+    if uses_restart_loop(cfg):  # the one difference max_restarts makes (launcher.wire.restart_loop)
+        hyperparameters = restart_loop.loop_hyperparameters(hyperparameters, cfg.max_restarts, RESTART_LOOP_PROGRAM)
     request: dict[str, Any] = {
         "TrainingJobName": job_name,
         "AlgorithmSpecification": _algorithm(job, instance_type, region),

@@ -12,7 +12,10 @@ Layout follows the SageMaker Python SDK v2 (``sagemaker.fw_utils.tar_and_upload_
   ``config`` and ``wire`` (``build_job_sourcedir``), and its ``train.py`` puts
   ``_smlaunch/`` first on its path. A user script's bundle holds its own code and nothing of
   smlaunch: AWS's images run it with their own toolkit, smlaunch's image and the local and
-  Slurm runners with the bootstrap they have, and the script imports none of it. (With
+  Slurm runners with the bootstrap they have, and the script imports none of it. The one
+  exception: a SageMaker job with ``max_restarts`` ships the restart loop that AWS's toolkit runs
+  in place of torchrun (``_smlaunch/restart_loop.py`` and what it imports, ``RESTART_LOOP_PACKAGES``;
+  launcher.wire.restart_loop), for a user script too. (With
   ``packages_dir=""`` the packages sit at the root, and one the job already ships is left out.)
 
 A job that runs smlaunch's runtime on SageMaker also gets a ``requirements.txt`` at the archive
@@ -63,7 +66,7 @@ from launcher.config.job_rules import outside_source_dir, resolve_path
 from launcher.config.requirements import REQUIREMENTS, runtime_requirements, with_requirements
 from launcher.local import store
 from launcher.plan.prediction import prediction
-from launcher.wire import job_plan
+from launcher.wire import job_plan, restart_loop
 from launcher.wire.masking import MIN_SECRET_LENGTH, credential_pattern, secret_values
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,10 @@ PACKAGES_DIR = "_smlaunch"
 # The training container imports of the launcher only config/ and wire/ (docs/architecture.md; the
 # import tests hold it): the client's backends, CLI, SDK and planner stay home.
 RUNTIME_PACKAGES = ("container", "launcher.config", "launcher.wire")
+# A SageMaker job with max_restarts: AWS's toolkit runs RESTART_LOOP_PROGRAM in place of torchrun
+# (launcher.wire.restart_loop), which imports these (the bootstrap: the standard library and wire).
+RESTART_LOOP_PACKAGES = ("container.toolkit", "launcher.wire")
+RESTART_LOOP_PROGRAM = f"{PACKAGES_DIR}/{restart_loop.SCRIPT}"
 
 # 2020-09-13. Not 0: ZIP cannot store dates before 1980, so a user re-zipping the extracted
 # code directory would fail on epoch-0 files.
@@ -562,18 +569,35 @@ def build_job_sourcedir(job, dest: Path) -> SourceBundle:
     source_dir = None if cfg.source_dir is None else base / cfg.source_dir
     entry = cfg.entry_point if source_dir else str(base / cfg.entry_point)
     requirements = runtime_requirements() if job.kind.runtime and cfg.on_sagemaker else ()
-    packages = RUNTIME_PACKAGES if job.kind.runtime else ()
-    # the runtime's trackers show the plan's prediction beside the measured figures (launcher.wire.job_plan)
-    generated = {f"{PACKAGES_DIR}/{job_plan.FILE}": job_plan.encode(prediction(job))} if job.kind.runtime else None
+    loop = uses_restart_loop(cfg)
+    packages = RUNTIME_PACKAGES if job.kind.runtime else RESTART_LOOP_PACKAGES if loop else ()
+    generated = {}
+    if job.kind.runtime:  # the trackers show the plan's prediction beside the measured figures (wire.job_plan)
+        generated[f"{PACKAGES_DIR}/{job_plan.FILE}"] = job_plan.encode(prediction(job))
+    if loop:
+        generated[RESTART_LOOP_PROGRAM] = restart_loop.STUB
     bundle = build_sourcedir(dest, entry_point=entry, source_dir=source_dir,
                              dependencies=[base / d for d in cfg.dependencies], include_packages=packages,
                              ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore), requirements=requirements,
                              never_ship=never_shipped(job), secrets=job_secrets(cfg), generated=generated)
     shipped = sum(name.startswith(f"{PACKAGES_DIR}/") for name in bundle.files)
-    bundle.smlaunch = (f"smlaunch's runtime in {PACKAGES_DIR}/ ({shipped} files: {', '.join(packages)}), which "
-                       f"{PurePosixPath(cfg.entry_point).name} imports" if packages else
-                       "nothing of smlaunch (a user script: what runs it is in the image or on the machine)")
+    if job.kind.runtime:
+        bundle.smlaunch = (f"smlaunch's runtime in {PACKAGES_DIR}/ ({shipped} files: {', '.join(packages)}), which "
+                           f"{PurePosixPath(cfg.entry_point).name} imports")
+    elif loop:
+        bundle.smlaunch = (f"smlaunch's restart loop in {PACKAGES_DIR}/ ({shipped} files: {', '.join(packages)}), "
+                           "which the image's toolkit runs in place of torchrun (max_restarts)")
+    else:
+        bundle.smlaunch = "nothing of smlaunch (a user script: what runs it is in the image or on the machine)"
+    if loop and job.kind.runtime:
+        bundle.smlaunch += f", and its restart loop {RESTART_LOOP_PROGRAM}, which the toolkit runs (max_restarts)"
     return bundle
+
+
+def uses_restart_loop(cfg) -> bool:
+    """A SageMaker job with max_restarts: its image's toolkit runs smlaunch's restart loop
+    (launcher.wire.restart_loop); local and Slurm jobs run the bootstrap, which has it."""
+    return bool(cfg.max_restarts) and cfg.on_sagemaker
 
 
 def never_shipped(job) -> list[Path]:

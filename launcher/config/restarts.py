@@ -2,9 +2,10 @@
 
 The container's bootstrap restarts torchrun after a fault (launcher.wire.faults carries the
 budget as SMLAUNCH_MAX_RESTARTS); the local and Slurm supervisors restart what the bootstrap
-cannot, a host that is gone. The variables of launcher.wire.faults are smlaunch's to set: a job
-that sets them itself is refused, and an armed fault injection is pointed out (it kills the job
-on purpose).
+cannot, a host that is gone. On SageMaker, AWS's toolkit runs the bootstrap's restart loop in
+place of torchrun (launcher.wire.restart_loop: the budget is a hyperparameter there). The
+variables of launcher.wire.faults are smlaunch's to set: a job that sets them itself is refused,
+and an armed fault injection is pointed out (it kills the job on purpose).
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ MEANING = {
     "slurm": "the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
              "killed, hung or frozen rank), inside the allocation; each restart resumes from the newest "
              "verified checkpoint",
+    "sagemaker": "the image's toolkit runs smlaunch's restart loop (shipped in the code, _smlaunch/restart_loop.py) "
+                 "in place of torchrun on each instance, and the loop restarts torchrun on every instance together "
+                 "after a fault (a failed, killed, hung or frozen rank); each restart resumes from the newest "
+                 "verified checkpoint. A lost instance is SageMaker's: the job fails (max_retry_attempts retries "
+                 "only SageMaker's internal errors), and a resubmission with the same checkpoint_s3_uri resumes",
 }
+# What the request then has that the SDK's has not (launcher.wire.restart_loop, docs/sagemaker-request.md).
+REQUEST_NOTE = ("the request differs from the SageMaker SDK's in three hyperparameters only: sagemaker_program "
+                "names _smlaunch/restart_loop.py, sagemaker_torch_distributed_enabled is left out, and "
+                "sagemaker_smlaunch_restart_loop holds the budget and the two values they replace")
 
 
 def restart_environment(max_restarts: int) -> dict[str, str]:
@@ -41,12 +51,12 @@ def check_restarts(ctx) -> list[Issue]:
     if not job.max_restarts:
         return issues
     if job.backend_name == "sagemaker":
-        issues.append(Issue("max_restarts", job.max_restarts, "is not done on SageMaker yet: AWS's training "
-                            "toolkit starts torchrun itself, and SageMaker's max_retry_attempts retries only "
-                            "SageMaker's internal errors", "run on backend local or slurm, or remove max_restarts "
-                            "(docs/faults.md)"))
-        return issues
+        refused = _sagemaker_refusals(job)
+        if refused:
+            return issues + refused
     issues.append(Issue("max_restarts", job.max_restarts, MEANING[job.backend_name], level="info"))
+    if job.backend_name == "sagemaker":
+        issues.append(Issue("max_restarts", job.max_restarts, REQUEST_NOTE, level="info"))
     if ctx.runtime and not job.hyperparameters.checkpoint_freq:
         issues.append(Issue("max_restarts", job.max_restarts, "each restart starts training again from step 1: "
                             "the job saves no checkpoints", "set hyperparameters.checkpoint_freq", "warning"))
@@ -54,4 +64,21 @@ def check_restarts(ctx) -> list[Issue]:
         issues.append(Issue("max_restarts", job.max_restarts, "a restart runs your script again from its start: "
                             "it resumes only from checkpoints it writes and reads itself (SM_CHECKPOINT_DIR or "
                             "checkpoint_local_path)", level="info"))
+    return issues
+
+
+def _sagemaker_refusals(job) -> list[Issue]:
+    """What the restart loop cannot run on SageMaker: it takes the toolkit's place as the job's
+    program and launches torchrun or python, so a ContainerEntrypoint (no toolkit) or an MPI or
+    smdistributed-dataparallel launch (mpirun) leaves it nothing to do."""
+    issues = []
+    if job.container_entry_point is not None:
+        issues.append(Issue("max_restarts", job.max_restarts, "runs through the image's toolkit, which "
+                            "container_entry_point replaces", "remove container_entry_point or max_restarts"))
+    dist = job.distribution
+    for used, launch in ((dist is not None and dist.mpi_enabled, "distribution.mpi"),
+                         (dist is not None and dist.dataparallel_enabled, "distribution.smdistributed.dataparallel")):
+        if used:
+            issues.append(Issue("max_restarts", job.max_restarts, f"restarts torchrun, not the mpirun launch of "
+                                f"{launch}", "use distribution torch_distributed, or remove max_restarts"))
     return issues

@@ -19,6 +19,7 @@ from launcher.config.issues import ConfigError, Issue, did_you_mean
 from launcher.config.sent_hyperparameters import distribution_from_hyperparameters
 from launcher.sdk import sdk_objects
 from launcher.wire import hyperparameters as wire
+from launcher.wire import restart_loop
 
 _RECIPES = ("SageMaker HyperPod recipes are launched by the SageMaker SDK's recipe machinery",
             "submit recipes with the SageMaker SDK, or give entry_point a training script")
@@ -251,7 +252,8 @@ class PyTorch:
         backend = registry.backend_named(kind, region=region, session=sagemaker_session or session)
         desc = backend.describe(name)
         training_job_name = desc.get("TrainingJobName", name)
-        decoded = wire.decode(desc.get("HyperParameters", {}))
+        # a SageMaker job with max_restarts names smlaunch's restart loop as its program: the job's own is kept
+        decoded, max_restarts = restart_loop.sdk_hyperparameters(wire.decode(desc.get("HyperParameters", {})))
         user, reserved = wire.split_reserved(decoded)
         resource, stopping = desc["ResourceConfig"], desc.get("StoppingCondition", {})
         args: dict[str, Any] = {
@@ -271,6 +273,7 @@ class PyTorch:
             "output_path": desc.get("OutputDataConfig", {}).get("S3OutputPath"),
             "image_uri": desc.get("AlgorithmSpecification", {}).get("TrainingImage"),
             "environment": desc.get("Environment") or None,
+            "max_restarts": max_restarts or desc.get("MaxRestarts") or None,  # SageMaker's, or a local job's
         }
         if args["use_spot_instances"]:
             args["max_wait"] = stopping.get("MaxWaitTimeInSeconds")

@@ -214,3 +214,29 @@ def comparable(request: dict) -> dict:
 
 # smlaunch's metric definitions for its own runtime (the seed's runs); nothing else.
 INTENDED = ("AlgorithmSpecification.MetricDefinitions: extra in ours",)
+
+
+# max_restarts, which the SDK lacks: smlaunch's request names its restart loop as the program, leaves
+# torch_distributed out and carries the budget (launcher.wire.restart_loop, docs/sagemaker-request.md).
+RESTART_LOOP_DIFFERENCES = [
+    "HyperParameters.sagemaker_program: '_smlaunch/restart_loop.py' != SDK {program!r}",
+    "HyperParameters.sagemaker_smlaunch_restart_loop: extra in ours ({{'max_restarts': 2, 'replaced': "
+    "{{'sagemaker_program': {program!r}, 'sagemaker_torch_distributed_enabled': True}}}})",
+    "HyperParameters.sagemaker_torch_distributed_enabled: missing in ours (SDK: True)",
+]
+
+
+@pytest.mark.parametrize("name, program", [("seed-p5-cp8-bf16", "train.py"), ("user-script-torchrun", "cifar.py")])
+def test_max_restarts_differs_only_in_the_restart_loop(name, program, tmp_path, monkeypatch):
+    with aws(monkeypatch):
+        s3 = boto3.client("s3", region_name="us-east-1")
+        for bucket in ("parity-bucket", "sagemaker-us-east-1-111122223333"):
+            s3.create_bucket(Bucket=bucket)
+        args, inputs, fit = CONFIGS[name](sdk_objects(), tmp_path)
+        args = {k: v for k, v in args.items() if v is not None}
+        theirs = sdk_submit(copy.deepcopy(args), inputs, **fit)
+        ours = ours_submit({**args, "max_restarts": 2}, inputs, **fit)
+    diffs = [d for d in differences(comparable(ours.request), comparable(theirs.request))
+             if not d.startswith(INTENDED)]
+    assert diffs == [line.format(program=program) for line in RESTART_LOOP_DIFFERENCES]
+    assert ours.upload == theirs.upload

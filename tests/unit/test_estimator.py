@@ -243,6 +243,27 @@ def test_attach_round_trip(session) -> None:
     assert a.image_uri == original.describe()["AlgorithmSpecification"]["TrainingImage"]
 
 
+def test_attach_restores_max_restarts_and_the_program(fake_credentials, monkeypatch) -> None:
+    """A SageMaker job with max_restarts names smlaunch's restart loop as its program
+    (launcher.wire.restart_loop): attach gives back the job's own program, torchrun and the budget."""
+    est = seed_estimator(SimpleNamespace(boto_session=boto3.Session(region_name=REGION)), max_restarts=2)
+    request = SageMakerBackend(boto3.Session(region_name=REGION)).dryrun(est.job, job_name="rs-1", build=False).request
+    assert json.loads(request["HyperParameters"]["sagemaker_program"]) == "_smlaunch/restart_loop.py"
+    monkeypatch.setattr(SageMakerBackend, "describe", lambda self, name: {**request, "TrainingJobStatus": "InProgress"})
+
+    attached = PyTorch.attach("rs-1", session=boto3.Session(region_name=REGION))
+    assert attached.config.max_restarts == 2
+    assert attached.config.entry_point == "train.py"
+    assert attached.config.distribution == est.config.distribution
+    assert attached.config.hyperparameters.raw() == est.config.hyperparameters.raw()
+    # control: a job without restarts attaches with none
+    plain = SageMakerBackend(boto3.Session(region_name=REGION)).dryrun(
+        seed_estimator(SimpleNamespace(boto_session=boto3.Session(region_name=REGION))).job, job_name="rs-2",
+        build=False).request
+    monkeypatch.setattr(SageMakerBackend, "describe", lambda self, name: {**plain, "TrainingJobStatus": "InProgress"})
+    assert PyTorch.attach("rs-2", session=boto3.Session(region_name=REGION)).config.max_restarts == 0
+
+
 def test_attach_restores_environment_and_spot(fake_credentials, monkeypatch) -> None:
     """moto drops Environment; build DescribeTrainingJob as AWS echoes it from the request."""
     est = seed_estimator(SimpleNamespace(boto_session=boto3.Session(region_name=REGION)),
