@@ -172,3 +172,10 @@ def test_plan_is_the_estimators_plan_of_the_same_job():
     assert ours.tokens_per_s == reference.tokens_per_s > 0
 
 
+
+
+def test_max_restarts_is_a_model_trainer_keyword_that_reaches_the_job():
+    trainer = smp_trainer(SMP(hybrid_shard_degree=8), max_restarts=2)
+    assert trainer._args["max_restarts"] == 2
+    assert trainer.estimator.job.config.max_restarts == 2
+    assert "max_restarts" not in smp_trainer(SMP(hybrid_shard_degree=8))._args  # control: the SDK's request

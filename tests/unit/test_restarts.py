@@ -112,3 +112,30 @@ def test_records_round_trip(tmp_path):
     (tmp_path / faults.RESTARTS_FILE).open("a").write("not json\n")
     assert faults.read_restarts(tmp_path) == [record]
     assert faults.read_restarts(tmp_path / "none") == []
+
+
+def _local(**fields) -> dict:
+    return {"entry_point": "train.py", "source_dir": "entrypoints", "instance_type": "local",
+            "hyperparameters": {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_steps": 4,
+                                "checkpoint_freq": 2}, **fields}
+
+
+def test_validate_says_what_max_restarts_means_and_refuses_smlaunchs_own_variables():
+    from launcher.config import validate_job
+    from launcher.config.issues import ConfigError
+    from tests.support.train_runs import ROOT
+
+    job = validate_job(_local(max_restarts=2), base_dir=ROOT)
+    assert any(n.path == "max_restarts" and "restarts torchrun" in n.problem for n in job.notes)
+    assert not any(n.path == "max_restarts" for n in validate_job(_local(), base_dir=ROOT).notes)  # control
+    without = _local(max_restarts=1)
+    without["hyperparameters"] = {k: v for k, v in without["hyperparameters"].items() if k != "checkpoint_freq"}
+    assert any("starts training again from step 1" in w.problem for w in validate_job(without, base_dir=ROOT).warnings)
+    armed = validate_job(_local(environment={faults.FAULT_ENV: faults.fault_spec(Fault("exit", 0, 2))}),
+                         base_dir=ROOT)
+    assert any("arms fault injection" in w.problem for w in armed.warnings)
+    with pytest.raises(ConfigError) as err:
+        validate_job(_local(environment={faults.ATTEMPT_ENV: "3"}), base_dir=ROOT)
+    assert "environment.SMLAUNCH_ATTEMPT" in str(err.value) and "set max_restarts" in str(err.value)
+    with pytest.raises(ConfigError):
+        validate_job(_local(max_restarts=-1), base_dir=ROOT)
