@@ -7,7 +7,6 @@ the step (all micro-batches, all data-parallel and context-parallel ranks); grad
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -25,9 +24,8 @@ from container.checkpoint import hf_export as hf
 from container.checkpoint import pretrained, sigterm
 from container.checkpoint.saved_shape import saved_vocab_rows
 from container.data import loader as data
-from container.data.chat import ChatTokenizer, load_tokenizer
+from container.data.chat import ChatTokenizer
 from container.data.chat_source import ChatSource
-from container.data.indexed_source import IndexedSource
 from container.data.rows import attended_length
 from container.distributed.context_parallel import apply_context_parallel
 from container.distributed.expert_parallel import apply_expert_parallel, check_moe_layout, expert_meshes
@@ -42,6 +40,7 @@ from container.distributed.runtime import Runtime
 from container.distributed.tensor_parallel import apply_tp, loss_context
 from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
 from container.loss import label_tokens, token_loss_sum
+from container.metrics import MetricsWriter, step_record
 from container.models import attention, document_kernels
 from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
@@ -49,20 +48,16 @@ from container.progress import ProgressWriter
 from container.resilience import attempt, inject, step_watch
 from container.resilience.ledger import CHECKPOINT, DATA, VALIDATION, TimeLedger
 from container.resilience.nonfinite import nonfinite_guard
-from container.tensorboard import TensorBoardScalars
+from container.run_data import chat_tokenizer, check_tokenizer, describe_data, stream_record
 from container.trackers import open_trackers
-from container.trackers.sink import FAILED, FINISHED, STOPPED
+from container.trackers.sink import STOPPED
 from launcher.config import TrainingHyperparameters, aws_arguments, flops
-from launcher.config.attention import DESCRIPTIONS
 from launcher.config.data_rules import mixture_issues
 from launcher.config.models import ModelSpec, vocab_rows
 from launcher.config.nonfinite_rules import nonfinite_issues
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
 from launcher.config.tracker_rules import tracker_issues
-from launcher.wire import data_streams
-from launcher.wire.metric_lines import format_metric_line
-from launcher.wire.token_shards import tokenizer_identity
 
 log = logging.getLogger("smlaunch")
 
@@ -181,43 +176,6 @@ def _to(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-class MetricsWriter:
-    """Rank 0's records: the [metrics] line, metrics.jsonl, then TensorBoard and the trackers
-    (container/trackers), each fed the same record here and nowhere else."""
-
-    def __init__(self, rt: Runtime, directory: Path, tensorboard_dir: Path | None = None, trackers: list = ()):
-        self.enabled = rt.is_main
-        self.path = directory / "metrics.jsonl"
-        self.sinks = [TensorBoardScalars(tensorboard_dir)] if self.enabled and tensorboard_dir else []
-        self.sinks += trackers if self.enabled else []
-        if self.enabled:
-            directory.mkdir(parents=True, exist_ok=True)
-
-    def write(self, record: dict) -> None:
-        if not self.enabled:
-            return
-        print(format_metric_line(record["step"], **{k: v for k, v in record.items() if k != "step"}), flush=True)
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        for sink in self.sinks:
-            sink.log(record)
-
-    def close(self, outcome: str = FINISHED) -> None:
-        """Finish the trackers' runs with how training ended (the ranks leave with os._exit:
-        nothing would at exit). Once: a failure after a close finds nothing left to mark."""
-        sinks, self.sinks = self.sinks, []
-        for sink in sinks:
-            sink.close(outcome)
-
-    def fail(self) -> None:
-        """Mark the runs failed, on the way out of a failing rank: a tracker's own error here is a
-        warning, never the error the job reports."""
-        try:
-            self.close(FAILED)
-        except Exception as exc:  # noqa: BLE001 - the job's own error is already on its way up
-            log.warning("metrics: marking the trackers' runs failed did not work (%s: %s)", type(exc).__name__, exc)
-
-
 def check_writable(directories: dict[str, Path]) -> None:
     """Create (if need be) each directory and a probe file in it, then delete the probe: a
     directory training cannot write fails the job now, not after hours of training.
@@ -235,62 +193,6 @@ def check_writable(directories: dict[str, Path]) -> None:
             raise PermissionError(
                 f"{label} {directory} is not writable ({exc.strerror or exc}): make it writable, "
                 f"or point {label} at a directory this job can write") from exc
-
-
-def check_tokenizer(source, sources: pretrained.Sources) -> None:
-    """Indexed shards record the tokenizer they were packed with: it must be the model's (where
-    the job has the model's tokenizer.json), or every id means another token."""
-    if isinstance(source, IndexedSource) and sources.tokenizer is not None:
-        located = sources.tokenizer
-        source.check_tokenizer(tokenizer_identity(located.source.describe(), located.directory / "tokenizer.json"))
-
-
-def stream_record(source, s: RunSettings, dirs: Directories) -> dict | None:
-    """What each checkpoint records of the data its position indexes (launcher.wire.data_streams):
-    the channels the loader reads; None for synthetic data, made from the seed the checkpoint keeps."""
-    if isinstance(source, IndexedSource):
-        return data_streams.record(s.dataset_type, s.shuffle, {c.name: c.path for c in source.channels})
-    if isinstance(source, (data.JsonlSource, ChatSource)):
-        return data_streams.record(s.dataset_type, s.shuffle, {"train": dirs.train})
-    return None
-
-
-def chat_tokenizer(s: RunSettings, sources: pretrained.Sources) -> ChatTokenizer | None:
-    """The tokenizer chat examples are tokenized with (the `tokenizer` hyperparameter's, else the
-    pretrained model's); None for other data."""
-    if s.dataset_type != "chat":
-        return None
-    if sources.tokenizer is None:
-        raise pretrained.PretrainedError("dataset_type chat needs the model's tokenizer: set "
-                                         "hf_pretrained_model_name_or_dir or tokenizer")
-    return load_tokenizer(sources.tokenizer.directory, sources.tokenizer.source.describe())
-
-
-def describe_data(rt: Runtime, source, s: RunSettings) -> None:
-    """Once, in the job log: what is read, whether documents are masked, the record fields left unread."""
-    if not rt.is_main or not isinstance(source, (data.JsonlSource, IndexedSource, ChatSource)):
-        return
-    if isinstance(source, (IndexedSource, ChatSource)):
-        log.info("data: %s", source.describe())
-    if isinstance(source, ChatSource):  # fine-tuning is counted in epochs: say what max_steps makes
-        log.info("data: %s", source.epochs(s.max_steps, s.micro_batch * s.grad_accum * rt.dp_size))
-    if isinstance(source, ChatSource) and (source.counts.truncated or source.counts.dropped_long
-                                           or source.counts.dropped_untrained):
-        log.warning("data: %d chat example(s) longer than max_context_width=%d were truncated, %d dropped "
-                    "(truncation_mode %s)", source.counts.truncated, s.seq_len,
-                    source.counts.dropped_long + source.counts.dropped_untrained, source.truncation_mode)
-    if source.marks_documents:
-        kernel = attention.kernel().name
-        marks = {IndexedSource: "the index marks documents", ChatSource: "every chat example is a document"}
-        log.info("data: %s; document masking %s", marks.get(type(source), "records mark documents (position_ids)"),
-                 f"on: attention stays within each document ({kernel} kernel: {DESCRIPTIONS[kernel]}), "
-                 "positions restart" if s.document_masking else
-                 "off (document_masking=0): packed documents see each other")
-    else:
-        log.info("data: records mark no documents (no position_ids): each row is one sequence")
-    if source.ignored_fields:
-        log.info("data: fields not used in training (metadata): %s",
-                 ", ".join(f"{name} (first in {where})" for name, where in source.ignored_fields.items()))
 
 
 def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
@@ -415,7 +317,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             metrics.write({"step": step, **guard.fields()})
         elif step % s.logging_freq == 0 or step == s.max_steps:
             flops_token = timed_flops / timed_tokens if timed_tokens else step_flops_token
-            last = _record(rt, step, step_loss, float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
+            last = step_record(rt, step, step_loss, float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
                 last["aux_loss"] = (_all_sum(aux_sum, rt.loss_group) / global_sequences).item()
@@ -463,31 +365,6 @@ def _complete_artifact(sources: pretrained.Sources, model_dir: Path) -> None:
         log.info("tokenizer of %s: %s", sources.tokenizer.source.describe(), ", ".join(copied))
 
 
-def _record(rt, step, loss, grad_norm, lr, timed_tokens, timed_seconds, tokens_per_step, elapsed, s,
-            flops_token, seed_flops_token, peak) -> dict:
-    tokens_per_s = timed_tokens / timed_seconds if timed_seconds else tokens_per_step / elapsed
-    per_device = tokens_per_s / rt.world_size
-    tflops = per_device * flops_token / 1e12
-    # The losses and the norm stay unrounded in metrics.jsonl: runs are compared on them (layouts
-    # against one process), and 6 decimals would cost more than fp32's own error. The printed
-    # [metrics] line rounds for reading (format_metric_line).
-    record = {
-        "step": step,
-        "loss": loss,
-        "grad_norm": grad_norm,
-        "lr": lr,
-        "samples_per_s": round(tokens_per_s / s.seq_len, 4),
-        "tokens_per_s": round(tokens_per_s, 1),
-        "tokens_per_s_per_gpu": round(per_device, 2),
-        "tflops_per_gpu": round(tflops, 4),
-        "tflops_per_gpu_seed_formula": round(per_device * seed_flops_token / 1e12, 4),
-        "peak_memory_gib": round(_peak_memory_gib(rt), 3),
-    }
-    if peak:
-        record["mfu"] = round(flops.mfu(tflops, peak), 4)
-    return record
-
-
 def validation_loader(rt: Runtime, dirs: Directories, s: RunSettings, spec: ModelSpec,
                       tokenizer: ChatTokenizer | None) -> data.ValidationLoader | None:
     """The validation channel's loader, when the job validates; built once, before training (each
@@ -519,9 +396,3 @@ def _sync(rt: Runtime) -> None:
         torch.cuda.synchronize(rt.device)
 
 
-def _peak_memory_gib(rt: Runtime) -> float:
-    if rt.device.type == "cuda":
-        return torch.cuda.max_memory_allocated(rt.device) / 2**30
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

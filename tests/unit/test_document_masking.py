@@ -16,7 +16,7 @@ import torch
 from container.data.loader import IGNORE_INDEX, JsonlSource, build_dataloader, shift_labels
 from container.loss import token_loss_sum
 from container.models.llama import build_model
-from container.trainer import describe_data
+from container.run_data import describe_data
 from launcher.config.models import PRESETS
 from tests.support.close import assert_close, llama_terms, order_tolerance
 

@@ -166,7 +166,7 @@ def test_sagemaker_experiments_gets_the_records_of_metrics_jsonl(aws, monkeypatc
     from sagemaker.experiments.run import Run
     from sagemaker.session import Session
 
-    from container.trainer import MetricsWriter
+    from container.metrics import MetricsWriter
 
     monkeypatch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
     sm = aws.client("sagemaker")

@@ -1,0 +1,78 @@
+"""What the training loop knows of its data before it starts: the tokenizer checks, the record of
+the channels a checkpoint's position indexes, the chat tokenizer, and the job log's description
+of what is read and how documents are masked."""
+
+from __future__ import annotations
+
+import logging
+
+from container.args import Directories
+from container.checkpoint import pretrained
+from container.data import loader as data
+from container.data.chat import ChatTokenizer, load_tokenizer
+from container.data.chat_source import ChatSource
+from container.data.indexed_source import IndexedSource
+from container.distributed.runtime import Runtime
+from container.models import attention
+from launcher.config.attention import DESCRIPTIONS
+from launcher.config.run_settings import RunSettings
+from launcher.wire import data_streams
+from launcher.wire.token_shards import tokenizer_identity
+
+log = logging.getLogger("smlaunch")
+
+
+def check_tokenizer(source, sources: pretrained.Sources) -> None:
+    """Indexed shards record the tokenizer they were packed with: it must be the model's (where
+    the job has the model's tokenizer.json), or every id means another token."""
+    if isinstance(source, IndexedSource) and sources.tokenizer is not None:
+        located = sources.tokenizer
+        source.check_tokenizer(tokenizer_identity(located.source.describe(), located.directory / "tokenizer.json"))
+
+
+def stream_record(source, s: RunSettings, dirs: Directories) -> dict | None:
+    """What each checkpoint records of the data its position indexes (launcher.wire.data_streams):
+    the channels the loader reads; None for synthetic data, made from the seed the checkpoint keeps."""
+    if isinstance(source, IndexedSource):
+        return data_streams.record(s.dataset_type, s.shuffle, {c.name: c.path for c in source.channels})
+    if isinstance(source, (data.JsonlSource, ChatSource)):
+        return data_streams.record(s.dataset_type, s.shuffle, {"train": dirs.train})
+    return None
+
+
+def chat_tokenizer(s: RunSettings, sources: pretrained.Sources) -> ChatTokenizer | None:
+    """The tokenizer chat examples are tokenized with (the `tokenizer` hyperparameter's, else the
+    pretrained model's); None for other data."""
+    if s.dataset_type != "chat":
+        return None
+    if sources.tokenizer is None:
+        raise pretrained.PretrainedError("dataset_type chat needs the model's tokenizer: set "
+                                         "hf_pretrained_model_name_or_dir or tokenizer")
+    return load_tokenizer(sources.tokenizer.directory, sources.tokenizer.source.describe())
+
+
+def describe_data(rt: Runtime, source, s: RunSettings) -> None:
+    """Once, in the job log: what is read, whether documents are masked, the record fields left unread."""
+    if not rt.is_main or not isinstance(source, (data.JsonlSource, IndexedSource, ChatSource)):
+        return
+    if isinstance(source, (IndexedSource, ChatSource)):
+        log.info("data: %s", source.describe())
+    if isinstance(source, ChatSource):  # fine-tuning is counted in epochs: say what max_steps makes
+        log.info("data: %s", source.epochs(s.max_steps, s.micro_batch * s.grad_accum * rt.dp_size))
+    if isinstance(source, ChatSource) and (source.counts.truncated or source.counts.dropped_long
+                                           or source.counts.dropped_untrained):
+        log.warning("data: %d chat example(s) longer than max_context_width=%d were truncated, %d dropped "
+                    "(truncation_mode %s)", source.counts.truncated, s.seq_len,
+                    source.counts.dropped_long + source.counts.dropped_untrained, source.truncation_mode)
+    if source.marks_documents:
+        kernel = attention.kernel().name
+        marks = {IndexedSource: "the index marks documents", ChatSource: "every chat example is a document"}
+        log.info("data: %s; document masking %s", marks.get(type(source), "records mark documents (position_ids)"),
+                 f"on: attention stays within each document ({kernel} kernel: {DESCRIPTIONS[kernel]}), "
+                 "positions restart" if s.document_masking else
+                 "off (document_masking=0): packed documents see each other")
+    else:
+        log.info("data: records mark no documents (no position_ids): each row is one sequence")
+    if source.ignored_fields:
+        log.info("data: fields not used in training (metadata): %s",
+                 ", ".join(f"{name} (first in {where})" for name, where in source.ignored_fields.items()))
