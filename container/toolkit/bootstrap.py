@@ -49,7 +49,7 @@ from container.toolkit.contract import (
     sm_environment,
     to_cmd_args,
 )
-from container.toolkit.diagnostics import flight_recorder_environment, summarize
+from container.toolkit.diagnostics import collect_stacks, flight_recorder_environment, summarize
 from container.toolkit.failure_report import (
     exit_code,
     failure_text,
@@ -66,6 +66,7 @@ from launcher.wire.progress import now
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
+FROZEN_ALONE_S = 60.0  # a stopped rank with restarts on, where the job sets no step_timeout
 EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
 _UNSUPPORTED = {
     "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
@@ -115,7 +116,7 @@ def run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
     number = faults.attempt()
     earlier = faults.read_restarts(env.output_data_dir)
     while True:
-        outcome = _attempt(env, output_dir, number)
+        outcome = _attempt(env, output_dir, number, frozen_alone_s(env) if budget else None)
         if isinstance(outcome, int):
             return outcome
         failure, shown, fault_dir, seconds = outcome
@@ -142,7 +143,7 @@ def run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
         number += 1
 
 
-def _attempt(env: TrainingEnv, output_dir: Path, number: int):
+def _attempt(env: TrainingEnv, output_dir: Path, number: int, alone_s: float | None):
     """One run of the command: its exit code where the job ends here (success, a stop, a start
     that failed), else (Failure, the command as shown, fault dir, seconds)."""
     log_dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-"))
@@ -155,7 +156,9 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int):
             attempt_note = f" (attempt {number})" if number else ""
             log(f"{env.current_host}{attempt_note}: {shlex.join(shown)} (in {env.code_dir})")
             child = Child(cmd, cwd=env.code_dir, env=child_environment(env, number, fault_dir),
-                          rank_logs=log_dir if uses_torchrun(env) else None)
+                          rank_logs=log_dir if uses_torchrun(env) else None,
+                          on_rank_end=lambda pid: _stacks_of_a_hang(env, number, log_dir, pid),
+                          frozen_alone_s=alone_s)
         except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
             code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
             return report(output_dir, code, f"{type(exc).__name__}: {exc}")
@@ -167,6 +170,29 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int):
         return _diagnose(env, child, returncode, log_dir), shown, fault_dir, time.monotonic() - started
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def frozen_alone_s(env: TrainingEnv) -> float:
+    """How long a rank of a job with restarts may be stopped (SIGSTOP) before it is frozen, while no
+    rank of its host has ended: its peers on other hosts fail at their step timeout and restart
+    without it, so after the job's `step_timeout` (FROZEN_ALONE_S without one) it is ended and its
+    host restarts with them."""
+    value = env.hyperparameters.get("step_timeout")
+    try:
+        seconds = float(value) if value is not None and not isinstance(value, bool) else 0.0
+    except (TypeError, ValueError):
+        seconds = 0.0
+    return seconds if seconds > 0 else FROZEN_ALONE_S
+
+
+def _stacks_of_a_hang(env: TrainingEnv, number: int, log_dir: Path, torchrun_pid: int) -> None:
+    """A rank of this host has ended while others live: where a step watchdog found a hang (its
+    stacks are in this attempt's diagnostics), ask the live ranks for theirs before torchrun stops
+    them. A rank whose own watchdog cannot run (a hang that holds the GIL) still answers SIGUSR1."""
+    directory = attempt_dir(env.output_data_dir, number)
+    if any(directory.glob("rank-*.txt")):
+        collect_stacks(torchrun_pid, log_dir, directory, log, env.current_host,
+                       reason="a step watchdog found a hang; asked before torchrun stops the ranks")
 
 
 def _give_up(decision, number: int, budget: int, earlier: list[faults.Restart]) -> str:

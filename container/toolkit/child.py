@@ -38,7 +38,10 @@ class Child:
     session of its own) and stops the ranks; a single-process script gets them directly.
     """
 
-    def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str], rank_logs: Path | None = None):
+    def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str], rank_logs: Path | None = None,
+                 on_rank_end=None, frozen_alone_s: float | None = None):
+        """`on_rank_end(pid)`: under torchrun, called once with torchrun's pid when its first rank has
+        ended while others still run; `frozen_alone_s`: see container.toolkit.frozen_ranks."""
         self.signals: list[int] = []
         self.stderr_tail = b""
         self._proc: subprocess.Popen | None = None
@@ -63,7 +66,8 @@ class Child:
             pump.start()
         self._ranks = RankLogs(rank_logs).start() if rank_logs else None
         # Under torchrun (rank_logs): a rank stopped while its peers end is continued, then killed.
-        self.frozen = FrozenRanks(self._proc.pid, log).start() if rank_logs else None
+        first_end = (lambda: on_rank_end(self._proc.pid)) if on_rank_end else None
+        self.frozen = FrozenRanks(self._proc.pid, log, first_end, frozen_alone_s).start() if rank_logs else None
 
     def _on_signal(self, signum: int, _frame) -> None:
         self.signals.append(signum)

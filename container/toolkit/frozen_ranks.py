@@ -25,9 +25,16 @@ FROZEN_GRACE_S = 5.0
 
 
 class FrozenRanks:
-    def __init__(self, launcher_pid: int, log):
+    def __init__(self, launcher_pid: int, log, on_first_end=None, alone_s: float | None = None):
+        """`on_first_end()`: run (in a thread of its own) once, when the first rank has ended while
+        others live: the moment to ask them for their stacks, before torchrun stops them.
+        `alone_s`: a rank stopped this long is frozen even while no rank of this host has ended (its
+        peers may be on other hosts, which a job with restarts restarts without this one: set only
+        then, so a person's pause of a job that cannot restart is not ended)."""
         self.launcher_pid = launcher_pid
         self.log = log
+        self.on_first_end = on_first_end
+        self.alone_s = alone_s
         self.frozen: dict[int, str] = {}  # pid: "rank R (local rank L)" of each rank found frozen
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -48,7 +55,11 @@ class FrozenRanks:
         while not self._stopping.wait(POLL_S):
             ranks = children(self.launcher_pid)
             seen |= set(ranks)
-            if not seen - set(ranks):  # no rank has ended yet: a stop may be a user's pause
+            ended = bool(seen - set(ranks))
+            if ended and self.on_first_end is not None and ranks:
+                threading.Thread(target=self.on_first_end, daemon=True).start()
+                self.on_first_end = None
+            if not ended and self.alone_s is None:  # no rank has ended yet: a stop may be a user's pause
                 continue
             now = time.monotonic()
             for pid, state in ranks.items():
@@ -56,9 +67,11 @@ class FrozenRanks:
                     stopped_since.pop(pid, None)
                     continue
                 since = stopped_since.setdefault(pid, now)
-                if now - since >= FROZEN_GRACE_S and pid not in self.frozen:
+                grace = FROZEN_GRACE_S if ended else self.alone_s
+                if now - since >= grace and pid not in self.frozen:
                     self.frozen[pid] = _rank_of(pid)
-                    self.log(f"{self.frozen[pid]} is stopped while a peer has ended: sending it SIGCONT, "
+                    why = "while a peer has ended" if ended else f"for {grace:.0f} s (its peers on other hosts go on)"
+                    self.log(f"{self.frozen[pid]} is stopped {why}: sending it SIGCONT, "
                              f"SIGKILL in {FROZEN_GRACE_S:.0f} s if it does not end")
                     _send(pid, self.launcher_pid, signal.SIGCONT)
                     threading.Timer(FROZEN_GRACE_S, _send, (pid, self.launcher_pid, signal.SIGKILL)).start()

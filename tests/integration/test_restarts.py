@@ -1,5 +1,5 @@
 """Automatic restarts of a local job as a user runs it (`smlaunch submit`, two simulated hosts, the
-process runner): a job with max_restarts that meets a killed rank, a hung rank and a lost host ends
+process runner): a job with max_restarts that meets a killed, a hung and a frozen rank and a lost host ends
 Completed by itself with the uninterrupted run's losses; without restarts the same fault fails it
 fast; a fault that comes back at the same step stops; an error of the job is never retried.
 Faults are injected through launcher.wire.faults (SMLAUNCH_FAULT_INJECTION)."""
@@ -62,18 +62,20 @@ def uninterrupted(tmp_path_factory) -> dict[int, float]:
     return _losses(job_dir)
 
 
-def test_a_killed_rank_a_hung_rank_and_a_lost_host_restart_and_the_run_ends_as_uninterrupted(tmp_path, uninterrupted):
+def test_a_killed_hung_frozen_rank_and_a_lost_host_restart_and_the_run_ends_as_uninterrupted(tmp_path,
+                                                                                           uninterrupted):
     job = _job(tmp_path, Fault("signal", 1, 3, attempt=0), Fault("hang", 0, 6, attempt=1),
-               Fault("host", 1, 8, attempt=2), max_restarts=3)
+               Fault("host", 1, 8, attempt=2), Fault("stop", 1, 9, attempt=3), max_restarts=4)
     done, desc, job_dir = _submit(tmp_path, job)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert desc["TrainingJobStatus"] == "Completed"
     restarts = desc["Restarts"]
-    assert [r["attempt"] for r in restarts] == [0, 1, 2]
+    assert [r["attempt"] for r in restarts] == [0, 1, 2, 3]
     assert all(r["restarted"] and r["failure_class"] == "fault" for r in restarts)
     assert "SIGKILL" in restarts[0]["reason"]
     assert restarts[1]["detail"] == "hung" and "exited with code 86" in restarts[1]["reason"]
     assert restarts[2]["detail"] == "host lost" and restarts[2]["host"] == "algo-2"
+    assert restarts[3]["detail"] == "frozen" and "stopped (SIGSTOP?)" in restarts[3]["reason"]
     # each restart resumed from a checkpoint at or before the failure, and trained again
     for r in restarts:
         assert r["extra"]["resumed_from"] <= r["step"] and "down_s" in r["extra"]
@@ -81,10 +83,10 @@ def test_a_killed_rank_a_hung_rank_and_a_lost_host_restart_and_the_run_ends_as_u
     # rank 0 told its trackers: an event at each resumed step, and a restarts series in the records
     records = [json.loads(line) for line in (job_dir / "hosts" / "algo-1" / "output" / "data"
                                               / "metrics.jsonl").read_text().splitlines()]
-    assert [r["restarts"] for r in records if "restart_reason" in r] == [1, 2, 3]
-    assert records[-1]["restarts"] == 3 and "restarts" not in records[0]
+    assert [r["restarts"] for r in records if "restart_reason" in r] == [1, 2, 3, 4]
+    assert records[-1]["restarts"] == 4 and "restarts" not in records[0]
     text = smlaunch("status", desc["TrainingJobName"], env=cli_env(tmp_path / "home")).stdout
-    assert "restarts: 3 of 3 (max_restarts)" in text and "goodput" in text
+    assert "restarts: 4 of 4 (max_restarts)" in text and "goodput" in text
     # the hang left every rank's stacks, and the diagnosis names the rank that hung
     diag = smlaunch("logs", desc["TrainingJobName"], "--diagnostics", env=cli_env(tmp_path / "home")).stdout
     assert "attempt 1" in diag and "rank 0" in diag and "at_step" in diag
