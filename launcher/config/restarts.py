@@ -20,8 +20,9 @@ MEANING = {
              "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
              "killed; each restart resumes from the newest verified checkpoint",
     "slurm": "the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
-             "killed, hung or frozen rank), inside the allocation; each restart resumes from the newest "
-             "verified checkpoint",
+             "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
+             "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
+             "gives one; each restart resumes from the newest verified checkpoint",
 }
 
 

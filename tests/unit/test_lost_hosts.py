@@ -1,0 +1,73 @@
+"""A lost host (its processes killed, no failure report) as the supervisor sees it through each
+runner's host process (launcher.local.restarts), and where the Slurm runner starts it again
+(launcher.slurm.runner: a spare node of the allocation, else its own node, else no restart).
+The restarts themselves run on a real Slurm in tests/e2e/test_slurm_restarts.py."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from launcher.local import restarts
+from launcher.local.spec import LocalJobSpec, RunnerError
+from launcher.slurm import commands
+from launcher.slurm.runner import SlurmRunner
+
+
+def spec(tmp_path, hosts=("algo-1", "algo-2")) -> LocalJobSpec:
+    return LocalJobSpec(name="j", job_dir=tmp_path, hosts=list(hosts), instance_type="local", processes_per_host=1,
+                        hyperparameters={}, channels={}, environment={}, checkpoint_dir=tmp_path / "ck",
+                        max_run=60, max_restarts=2)
+
+
+@pytest.mark.parametrize(("code", "signum"), [
+    (-9, signal.SIGKILL),  # the process runner's bootstrap, a child of the supervisor
+    (137, signal.SIGKILL),  # srun's or `podman start --attach`'s report of their task killed
+    (143, signal.SIGTERM),
+    (1, None), (2, None), (125, None), (127, None), (128, None),  # errors, the wrappers' own included
+])
+def test_a_signal_is_read_from_the_host_process_or_its_wrapper(code, signum):
+    assert restarts.killed_by(code) == signum
+
+
+def test_a_host_killed_without_a_report_is_lost_and_one_with_a_report_is_not(tmp_path):
+    job = spec(tmp_path)
+    assert restarts.lost_host(job, [("algo-1", 0), ("algo-2", 137)]) == ("algo-2", 137)
+    assert "algo-2 was killed by SIGKILL without a failure report" in restarts.record_loss(
+        job, "algo-2", 137, attempt=0, restarted=True).reason
+    assert restarts.lost_host(job, [("algo-2", 1)]) is None  # an error: its bootstrap's to classify
+    report = tmp_path / "hosts" / "algo-2" / "output" / "failure"
+    report.parent.mkdir(parents=True)
+    report.write_text("ExecuteUserScriptError")
+    assert restarts.lost_host(job, [("algo-2", 137)]) is None  # its bootstrap saw it and reported
+
+
+@pytest.fixture
+def allocation(monkeypatch):
+    """The job's allocation as scontrol would give it: n1..n3 at the start; `held` now."""
+    held = ["n1", "n2", "n3"]
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-3]")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setattr(commands, "hostnames", lambda nodelist: {"n[1-3]": ["n1", "n2", "n3"]}[nodelist])
+    monkeypatch.setattr(commands, "job_nodes", lambda job_id: list(held))
+    return held
+
+
+def test_a_lost_host_moves_to_a_spare_node_then_stays_on_its_own(tmp_path, allocation):
+    job, runner = spec(tmp_path), SlurmRunner()
+    assert [runner.srun_command(job, h)[3] for h in job.hosts] == ["--nodelist=n1", "--nodelist=n2"]
+    assert runner.host_lost(job, "algo-2") == "algo-2 moves from node n2 to spare node n3"
+    assert runner.srun_command(job, "algo-2")[3] == "--nodelist=n3"
+    assert runner.srun_command(job, "algo-1")[3] == "--nodelist=n1"  # the others stay where they ran
+    # no spare left (n2 was lost on): the host starts again on its node, which the allocation still holds
+    assert runner.host_lost(job, "algo-1") == "no spare node is left (slurm.spare_nodes): algo-1 runs on node n1 again"
+    assert runner.srun_command(job, "algo-1")[3] == "--nodelist=n1"
+
+
+def test_a_host_whose_node_left_the_allocation_is_not_restarted_without_a_spare(tmp_path, allocation):
+    job, runner = spec(tmp_path, hosts=("algo-1", "algo-2", "algo-3")), SlurmRunner()
+    runner.srun_command(job, "algo-1")  # placed: n1, n2, n3, no spare
+    allocation.remove("n3")  # failed under --no-kill: Slurm took it out of the job
+    with pytest.raises(RunnerError, match="node n3 of algo-3 has left the allocation and no spare node is left"):
+        runner.host_lost(job, "algo-3")
