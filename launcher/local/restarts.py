@@ -106,10 +106,14 @@ def lost_host(spec: LocalJobSpec, exits: list[tuple[str, int]]) -> tuple[str, in
 
 
 def next_attempt(spec: LocalJobSpec) -> int:
-    """The attempt after the newest any host or the supervisor recorded (hosts whose bootstrap had
-    begun a restart of their own have used that number: the supervisor's restart replaces it)."""
+    """The attempt after the newest any host or the supervisor recorded a failure of, or whose
+    training began (attempts.jsonl): a host lost in an attempt its bootstraps had restarted into
+    is lost in that attempt. One whose bootstraps had only begun a restart, their ranks not yet
+    training, has not run: the supervisor's restart takes its number."""
     records = host_records(spec) + faults.read_restarts(spec.job_dir)
-    return max([spec.attempt, *(r.attempt for r in records)]) + 1
+    begun = [s.attempt for host in spec.hosts
+             for s in faults.read_attempt_starts(spec.host_dir(host) / "output" / "data")]
+    return max([spec.attempt, *(r.attempt for r in records), *begun]) + 1
 
 
 def record_loss(spec: LocalJobSpec, label: str, code: int, attempt: int, restarted: bool) -> faults.Restart:

@@ -71,3 +71,19 @@ def test_a_host_whose_node_left_the_allocation_is_not_restarted_without_a_spare(
     allocation.remove("n3")  # failed under --no-kill: Slurm took it out of the job
     with pytest.raises(RunnerError, match="node n3 of algo-3 has left the allocation and no spare node is left"):
         runner.host_lost(job, "algo-3")
+
+
+def test_a_host_lost_in_an_attempt_the_bootstraps_restarted_into_counts_from_that_attempt(tmp_path):
+    """Attempt 0 failed and the bootstraps restarted into attempt 1; a host lost there makes attempt 2
+    (else the new hosts would run as attempt 1 again). Control: while attempt 1 had not begun
+    training (its ranks never started), the supervisor's restart takes its number."""
+    from launcher.wire import faults
+
+    job = spec(tmp_path)
+    data = tmp_path / "hosts" / "algo-1" / "output" / "data"
+    faults.append_restart(data, faults.Restart(attempt=0, at="2026-01-01T00:00:00+00:00", failure_class=faults.FAULT,
+                                               reason="rank 1 was killed by SIGKILL", host="algo-1", restarted=True))
+    faults.append_attempt_start(data, faults.AttemptStart(attempt=0, start_step=0, at="2026-01-01T00:00:00+00:00"))
+    assert restarts.next_attempt(job) == 1  # the control
+    faults.append_attempt_start(data, faults.AttemptStart(attempt=1, start_step=2, at="2026-01-01T00:00:09+00:00"))
+    assert restarts.next_attempt(job) == 2
