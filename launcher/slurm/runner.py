@@ -101,8 +101,12 @@ class SlurmRunner(ProcessRunner):
 
     def srun_command(self, spec: LocalJobSpec, host: str) -> list[str]:
         s = self.settings
-        command = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={self._place(spec)[host]}", "--unbuffered",
-                   "--kill-on-bad-exit=1", f"--job-name={spec.name}-{host}", f"--chdir={spec.host_dir(host)}"]
+        # --no-kill=off: where the job keeps its allocation when a node fails (spare nodes: sbatch
+        # --no-kill), the failed node's step still ends, srun reporting its task killed (exit 137)
+        # rather than exit 0 after "Node failure", so the supervisor sees the host as lost.
+        command = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={self._place(spec)[host]}", "--no-kill=off",
+                   "--unbuffered", "--kill-on-bad-exit=1", f"--job-name={spec.name}-{host}",
+                   f"--chdir={spec.host_dir(host)}"]
         cpus = os.environ.get("SLURM_CPUS_ON_NODE")
         if cpus:  # the whole node for torchrun and its ranks, not the step's default of one CPU
             command.append(f"--cpus-per-task={cpus}")

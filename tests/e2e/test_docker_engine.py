@@ -205,16 +205,21 @@ def test_a_killed_rank_and_a_killed_container_restart_the_job_in_containers(tmp_
     submitted = smlaunch("submit", str(spec), "--no-wait", "--job-name", "restarts-docker", env=env, timeout=120)
     assert submitted.returncode == 0, submitted.stderr
     log = home / "jobs" / "restarts-docker" / "logs" / "job.log"
-    wait_for(lambda: log.is_file() and "hang on rank 1 at step 6" in log.read_text(), timeout=240)
-    subprocess.run([*engine.cli, "kill", docker.container_name(store_spec("restarts-docker", home), "algo-2")],
-                   check=True, capture_output=True, timeout=60)
-    wait_for(lambda: store.read("restarts-docker")["TrainingJobStatus"] != "InProgress", timeout=300)
+    try:
+        wait_for(lambda: log.is_file() and "hang on rank 1 at step 6" in log.read_text(), timeout=240)
+        subprocess.run([*engine.cli, "kill", docker.container_name(store_spec("restarts-docker", home), "algo-2")],
+                       check=True, capture_output=True, timeout=60)
+        wait_for(lambda: store.read("restarts-docker")["TrainingJobStatus"] != "InProgress", timeout=300)
+    finally:  # a job that did not end (a hang not ended by the kill) is stopped, not left running
+        if store.read("restarts-docker")["TrainingJobStatus"] == "InProgress":
+            smlaunch("stop", "restarts-docker", env=env)
 
     text = log.read_text()
     status = smlaunch("status", "restarts-docker", env=env).stdout
     assert "restarts-docker: Completed\n" in status and "restarts: 2 of 2 (max_restarts)" in status, text[-4000:]
     assert "attempt 0 failed at step 2" in status and "SIGKILL" in status.split("attempt 0 failed")[1]
-    assert "algo-2 was killed by SIGKILL without a failure report: restarting the job on every host" in text
+    assert ("algo-2 was killed by SIGKILL without a failure report: the host's processes are gone: restarting "
+            "the job on every host (restart 2 of 2, max_restarts)") in text
     assert "(fault, restarted): algo-2 was killed by SIGKILL without a failure report" in status
     with tarfile.open(home / "jobs" / "restarts-docker" / "output" / "output.tar.gz") as tar:
         records = [json.loads(x) for x in tar.extractfile("metrics.jsonl").read().decode().splitlines()]

@@ -6,22 +6,28 @@ and two slurmd on 127.0.0.1), with the test-only fault injection (launcher.wire.
   last loss of every step equals an uninterrupted run's; with max_restarts 0 the same kill fails
   the job at once;
 - a node's processes killed (its srun step's task dies by SIGKILL): the supervisor starts every
-  node's step again, on a spare node of the allocation where the job has one (slurm.spare_nodes).
+  node's step again, on a spare node of the allocation where the job has one (slurm.spare_nodes);
+- a node that fails (Slurm takes it DOWN, out of the job's allocation; its processes die with it),
+  on a cluster of three nodes: the host moves to the spare node and the job completes.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from launcher.local import store
 from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
-from tests.support.local_jobs import cli_env, members, processes_in
+from tests.support.local_jobs import cli_env, members, processes_in, wait_for
+from tests.support.slurm_cluster import ClusterUnavailable, SlurmCluster
 from tests.support.train_runs import ROOT, run_train, series
 
 # 2 nodes x 1 rank (data parallel 2), a checkpoint every 2 steps, a hang found within 5 s.
@@ -37,21 +43,46 @@ def smlaunch(*args: str, env: dict[str, str], timeout: float = 300) -> subproces
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def submit(tmp_path: Path, cluster, home: Path, faults: list[Fault], max_restarts: int, instance_count: int = 2,
-           **slurm) -> tuple:
-    """Run the job to its end with `smlaunch submit`: (process, job name, Slurm job id, seconds)."""
+@pytest.fixture(scope="module")
+def three_nodes(tmp_path_factory):
+    """A cluster of its own with a third node, for a job of two nodes and a spare."""
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm3"), nodes=("n1", "n2", "n3"))
+    try:
+        cluster.start()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"no local Slurm cluster: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def job_file(tmp_path: Path, cluster, faults: list[Fault], max_restarts: int, instance_count: int = 2,
+             hyperparameters: dict | None = None, **slurm) -> Path:
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({
         "entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
-        "instance_count": instance_count, "processes_per_host": 1, "backend": "slurm", "base_job_name": "slurm-restarts",
+        "instance_count": instance_count, "processes_per_host": 1, "backend": "slurm",
+        "base_job_name": "slurm-restarts",
         "slurm": {"partition": cluster.partition, "time": "15:00", **slurm},
         "distribution": {"torch_distributed": {"enabled": True}}, "max_restarts": max_restarts,
-        "output_path": str(tmp_path / "artifacts"), "hyperparameters": HP,
+        "output_path": str(tmp_path / "artifacts"), "hyperparameters": {**HP, **(hyperparameters or {})},
         "environment": {FAULT_ENV: fault_spec(*faults)}}))
+    return job
+
+
+def submitted(proc: subprocess.CompletedProcess) -> tuple[str, str]:
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("submitted "))
+    return line.split()[1], line.split("Slurm job ")[1].split(")")[0]
+
+
+def submit(tmp_path: Path, cluster, home: Path, faults: list[Fault], max_restarts: int, instance_count: int = 2,
+           **slurm) -> tuple:
+    """Run the job to its end with `smlaunch submit`: (process, job name, Slurm job id, seconds)."""
+    job = job_file(tmp_path, cluster, faults, max_restarts, instance_count, **slurm)
     started = time.monotonic()
     proc = smlaunch("submit", str(job), env={**cli_env(home), **cluster.env}, timeout=500)
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("submitted "))
-    return proc, line.split()[1], line.split("Slurm job ")[1].split(")")[0], time.monotonic() - started
+    return (proc, *submitted(proc), time.monotonic() - started)
 
 
 def last_per_step(records: list[dict]) -> dict[int, float]:
@@ -131,3 +162,37 @@ def test_a_nodes_lost_processes_restart_its_host_on_a_spare_node(tmp_path, slurm
     assert sorted(last_per_step(records)) == list(range(1, HP["max_steps"] + 1))
     assert last_per_step(records) == last_per_step(reference)
     assert processes_in(home / "jobs" / name) == []
+
+
+def test_a_failed_node_leaves_the_allocation_and_its_host_moves_to_the_spare(tmp_path, three_nodes):
+    """Two hosts and a spare on n1..n3: while rank 1 (on n2) is held at step 4, n2 fails: Slurm
+    takes it DOWN (out of the job's allocation, which --no-kill keeps) and its processes die with
+    it. The supervisor restarts the job with algo-2 on n3; it ends COMPLETED on n1 and n3."""
+    home, env = tmp_path / "home", {**cli_env(tmp_path / "home"), **three_nodes.env}
+    held = Fault("hang", rank=1, step=4, attempt=0)  # keeps the job at step 4 until the node fails
+    job = job_file(tmp_path, three_nodes, [held], max_restarts=1, spare_nodes=1,
+                   hyperparameters={"step_timeout": 300})  # the node fails long before a hang is declared
+    proc = smlaunch("submit", str(job), "--no-wait", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    name, job_id = submitted(proc)
+    job_dir = home / "jobs" / name
+    log = job_dir / "logs" / "job.log"
+    try:
+        wait_for(lambda: log.is_file() and "hang on rank 1 at step 4" in log.read_text(), timeout=240)
+        three_nodes.run("scontrol", "update", "nodename=n2", "state=down", "reason=smlaunch-test")
+        for pid in processes_in(job_dir / "hosts" / "algo-2"):  # the node's processes die with it
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: store.read(name, home / "jobs")["TrainingJobStatus"] != "InProgress", timeout=300)
+    finally:
+        if store.read(name, home / "jobs")["TrainingJobStatus"] == "InProgress":
+            smlaunch("stop", name, env=env)
+        three_nodes.run("scontrol", "update", "nodename=n2", "state=resume", check=False)
+    text = log.read_text()
+    assert store.read(name, home / "jobs")["TrainingJobStatus"] == "Completed", text[-4000:]
+    assert three_nodes.wait_ended(job_id, timeout=60) == "COMPLETED"
+    assert "algo-2 moves from node n2 to spare node n3" in text
+    shown = three_nodes.run("scontrol", "show", "job", "-o", job_id).stdout
+    assert "NodeList=n[1,3]" in shown, shown  # n2 left the allocation
+    status = smlaunch("status", name, env=env).stdout
+    assert "restarts: 1 of 1 (max_restarts)" in status and "algo-2 was killed by SIGKILL" in status, status
+    assert processes_in(job_dir) == []
