@@ -234,7 +234,7 @@ class Supervisor:
             for host in hosts:
                 code = host.proc.poll()
                 if code is not None and host.label not in dict(exits):
-                    exits.append((host.label, code))
+                    exits.append((host.label, self._exit_code(host.label, code)))
             if len(exits) == len(hosts):
                 break
             now = time.monotonic()
@@ -273,6 +273,11 @@ class Supervisor:
                 kill_at = None
             time.sleep(0.1)
         return reason, exits
+
+    def _exit_code(self, label: str, code: int) -> int:
+        """The host's exit code as its runner reads it (Slurm: srun's 0 for a step whose node failed)."""
+        read = getattr(self.runner, "exit_code", None)
+        return read(self.spec, label, code) if read else code
 
     def _restartable(self, exits: list[tuple[str, int]]) -> bool:
         return (bool(self.spec.max_restarts) and restarts.lost_host(self.spec, exits) is not None

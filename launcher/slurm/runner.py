@@ -99,12 +99,26 @@ class SlurmRunner(ProcessRunner):
                           "spare nodes, or with a smaller instance_count, which resumes exactly from its "
                           "newest checkpoint at the new world size (docs/spot.md)")
 
+    def exit_code(self, spec: LocalJobSpec, label: str, code: int) -> int:
+        """`label`'s exit code as the supervisor should read it. srun of a step whose node failed
+        may exit 0 after "Node failure on n2" although its task never finished: a step that ended
+        0 without its bootstrap's success report, on a node the allocation no longer holds, ended
+        as if killed (128 + SIGKILL), so the supervisor takes its host as lost."""
+        node, job_id = self.placement.get(label), os.environ.get("SLURM_JOB_ID")
+        if code != 0 or not node or not job_id or (spec.host_dir(label) / "output" / "success").exists():
+            return code
+        try:
+            held = commands.job_nodes(job_id)
+        except BackendError:
+            return code  # slurmctld does not answer: the host's own report decides, as without Slurm
+        return code if node in held else 128 + signal.SIGKILL
+
     def srun_command(self, spec: LocalJobSpec, host: str) -> list[str]:
         s = self.settings
-        # --no-kill=off: where the job keeps its allocation when a node fails (spare nodes: sbatch
-        # --no-kill), the failed node's step still ends, srun reporting its task killed (exit 137)
-        # rather than exit 0 after "Node failure", so the supervisor sees the host as lost.
-        command = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={self._place(spec)[host]}", "--no-kill=off",
+        # --overlap: a node runs one step of the job at a time, and a restart's step must not wait
+        # for the CPUs of the step it replaces, which Slurm may keep counted after the job lost a
+        # node ("Requested nodes are busy", measured with Slurm 22.05 on the test cluster).
+        command = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={self._place(spec)[host]}", "--overlap",
                    "--unbuffered", "--kill-on-bad-exit=1", f"--job-name={spec.name}-{host}",
                    f"--chdir={spec.host_dir(host)}"]
         cpus = os.environ.get("SLURM_CPUS_ON_NODE")

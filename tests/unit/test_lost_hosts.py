@@ -87,3 +87,17 @@ def test_a_host_lost_in_an_attempt_the_bootstraps_restarted_into_counts_from_tha
     assert restarts.next_attempt(job) == 1  # the control
     faults.append_attempt_start(data, faults.AttemptStart(attempt=1, start_step=2, at="2026-01-01T00:00:09+00:00"))
     assert restarts.next_attempt(job) == 2
+
+
+def test_a_step_that_srun_ended_0_on_a_node_gone_from_the_allocation_is_a_killed_one(tmp_path, allocation):
+    """srun may exit 0 after "Node failure on n2" although the task never finished (measured)."""
+    job, runner = spec(tmp_path), SlurmRunner()
+    runner.srun_command(job, "algo-1")  # placed: algo-1 on n1, algo-2 on n2
+    assert runner.exit_code(job, "algo-2", 0) == 0  # n2 still held: a host that ended (its report decides)
+    allocation.remove("n2")
+    assert runner.exit_code(job, "algo-2", 0) == 128 + signal.SIGKILL
+    assert runner.exit_code(job, "algo-2", 1) == 1  # an error is its bootstrap's to report
+    success = tmp_path / "hosts" / "algo-2" / "output" / "success"
+    success.parent.mkdir(parents=True)
+    success.write_text("")
+    assert runner.exit_code(job, "algo-2", 0) == 0  # it finished before the node went
