@@ -55,6 +55,7 @@ class SlurmBackend(JobDirBackend):
         text = self._script(job, spec, runner)
         return JobDryRun(self.name, {"SlurmJob": {
             "TrainingJobName": spec.name, "JobDir": str(spec.job_dir), "Nodes": len(spec.hosts),
+            "SpareNodes": _settings(job).spare_nodes,
             "ProcessesPerNode": spec.processes_per_host, "BatchScript": text,
             "HyperParameters": spec.hyperparameters, "Environment": spec.environment}}, text=text)
 

@@ -45,6 +45,10 @@ def _slurm(ctx: Context) -> list[Issue]:
         issues.append(Issue("slurm.time", settings.time, f"is shorter than max_run ({job.max_run} s), so Slurm "
                             "ends the job first, with less warning than a max_run stop",
                             "raise slurm.time, or lower max_run", "warning"))
+    if settings and settings.spare_nodes and not job.max_restarts:
+        issues.append(Issue("slurm.spare_nodes", settings.spare_nodes, "are allocated (and billed) for the whole job "
+                            "but only a restart uses them, and max_restarts is 0",
+                            "set max_restarts (e.g. 2), or remove slurm.spare_nodes"))
     if job.image_uri and not (settings and settings.container_image):
         issues.append(Issue("image_uri", job.image_uri, "is not used by backend slurm: the nodes run the "
                             "bootstrap with their own Python", "set slurm.container_image to run in an image "

@@ -21,8 +21,9 @@ MEANING = {
              "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
              "killed; each restart resumes from the newest verified checkpoint",
     "slurm": "the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
-             "killed, hung or frozen rank), inside the allocation; each restart resumes from the newest "
-             "verified checkpoint",
+             "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
+             "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
+             "gives one; each restart resumes from the newest verified checkpoint",
     "sagemaker": "the image's toolkit runs smlaunch's restart loop (shipped in the code, _smlaunch/restart_loop.py) "
                  "in place of torchrun on each instance, and the loop restarts torchrun on every instance together "
                  "after a fault (a failed, killed, hung or frozen rank); each restart resumes from the newest "

@@ -21,7 +21,7 @@ _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 _SBATCH_OPTION = re.compile(r"--[a-z][a-z0-9-]*(=[^\n]*)?")
 # Options the backend writes itself from the job; set them through the job's own fields.
 OWN_OPTIONS = {
-    "--nodes": "instance_count", "--ntasks-per-node": "processes_per_host / the instance type",
+    "--nodes": "instance_count and slurm.spare_nodes", "--ntasks-per-node": "processes_per_host / the instance type",
     "--job-name": "base_job_name / --job-name", "--output": "(the job directory's logs/)",
     "--error": "(the job directory's logs/)", "--chdir": "(the job directory)", "--time": "slurm.time",
     "--partition": "slurm.partition", "--account": "slurm.account", "--gpus-per-node": "slurm.gpus_per_node",
@@ -71,6 +71,10 @@ class SlurmSettings(Strict):
     python: LocalPathText | None = Field(
         None, description="Python that runs the supervisor and, without container_image, the nodes' bootstraps "
         "(default: the one running smlaunch; it must exist on every node)."
+    )
+    spare_nodes: WholeNumber = Field(
+        0, ge=0, le=64, description="Nodes allocated beyond instance_count, idle until a node's processes are "
+        "lost: the restart (max_restarts) runs that node's host on a spare instead."
     )
     network_interface: str | None = Field(
         None, pattern=r"^[A-Za-z0-9_.:-]{1,15}$", description="The nodes' interface between each other "

@@ -8,7 +8,9 @@ mode does), the shared checkpoints, and the channels, each mounted read-only at 
 `/opt/ml/input/data/`. The channels are mounted from their sources, not through the host's
 tree, because that tree links big files to their host paths, which dangle inside a container.
 
-`start` creates the containers with `compose up --no-start`, then attaches to each one with
+`start` creates the containers with `compose up --no-start --force-recreate` (afresh: a restart
+after a lost host starts them again with the next attempt's environment, which podman-compose would
+not put into containers that exist already), then attaches to each one with
 `<engine> start --attach`: one process per host, as the process runner gives the supervisor, so
 per-host logs, exit codes and the stop-the-others-on-failure policy are the same for both
 runners. (`compose up --abort-on-container-exit`, SageMaker's choice, stops every host as soon as
@@ -315,7 +317,7 @@ class DockerRunner:
                           *(spec.host_dir(h) / "output" for h in spec.hosts)):
             directory.mkdir(parents=True, exist_ok=True)
         path = write_compose_file(spec, engine.name)
-        create = [*self._compose(spec, path), "up", "--no-start"]
+        create = [*self._compose(spec, path), "up", "--no-start", "--force-recreate"]
         try:
             out = subprocess.run(create, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, timeout=CREATE_TIMEOUT_S, check=False)

@@ -10,6 +10,7 @@ else the one that names the cause rather than a peer's broken collective.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -69,6 +70,22 @@ def _rank(record: faults.Restart) -> int:
     return 2 if record.detail == "collective" else 1
 
 
+def killed_by(code: int) -> int | None:
+    """The signal that ended a host's process, if one did: -N from Popen for the bootstrap the
+    process runner starts; 128+N where the host's process is a wrapper that reports its task's
+    death the shell's way (srun for a Slurm step's task, `podman/docker start --attach` for a
+    container's main process), which they do only for a signal (their own errors are below 128)."""
+    if code < 0:
+        return -code
+    return code - 128 if 128 < code <= 128 + signal.SIGRTMAX else None
+
+
+def ended(code: int) -> str:
+    """How a host's process ended, naming the signal a wrapper reported as 128+N."""
+    signum = killed_by(code)
+    return process_ended(-signum if signum else code)
+
+
 def lost_host(spec: LocalJobSpec, exits: list[tuple[str, int]]) -> tuple[str, int] | None:
     """The first host that failed, if it was killed by a signal without leaving a failure report:
     its processes are gone (a lost node, a killed container), which its own bootstrap cannot
@@ -78,15 +95,18 @@ def lost_host(spec: LocalJobSpec, exits: list[tuple[str, int]]) -> tuple[str, in
         return None
     label, code = failed[0]
     report = spec.host_dir(label) / "output" / "failure"
-    return (label, code) if code < 0 and not report.is_file() else None
+    return (label, code) if killed_by(code) and not report.is_file() else None
 
 
-def current_attempt(spec: LocalJobSpec, host: str) -> int:
-    """The attempt `host` was running: the one the hosts started at, or the one a restart of its
-    bootstrap moved on to. Its own records only: a peer whose collectives broke when it was lost
-    may have begun a restart of its own, which the supervisor's restart replaces."""
-    records = faults.read_restarts(spec.host_dir(host) / "output" / "data")
-    return max([spec.attempt, *(r.attempt + 1 for r in records if r.restarted)])
+def next_attempt(spec: LocalJobSpec) -> int:
+    """The attempt after the newest any host or the supervisor recorded a failure of, or whose
+    training began (attempts.jsonl): a host lost in an attempt its bootstraps had restarted into
+    is lost in that attempt. One whose bootstraps had only begun a restart, their ranks not yet
+    training, has not run: the supervisor's restart takes its number."""
+    records = [r for host in spec.hosts for r in faults.read_restarts(spec.host_dir(host) / "output" / "data")]
+    begun = [s.attempt for host in spec.hosts
+             for s in faults.read_attempt_starts(spec.host_dir(host) / "output" / "data")]
+    return max([spec.attempt, *(r.attempt for r in records), *begun]) + 1
 
 
 def record_loss(spec: LocalJobSpec, label: str, code: int, attempt: int, restarted: bool) -> faults.Restart:
@@ -94,7 +114,7 @@ def record_loss(spec: LocalJobSpec, label: str, code: int, attempt: int, restart
     record = faults.Restart(
         attempt=attempt, at=now(), failure_class=faults.FAULT, host=label, restarted=restarted, detail=LOST,
         step=progress.step if progress else None,
-        reason=f"{label} {process_ended(code)} without a failure report: the host's processes are gone")
+        reason=f"{label} {ended(code)} without a failure report: the host's processes are gone")
     for host in spec.hosts:  # where each host's next attempt reads the job's restarts (its trackers' event)
         faults.append_restart(spec.host_dir(host) / "output" / "data", record)
     return record

@@ -37,7 +37,7 @@ from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.logfile import LogFile
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
 from launcher.local.watchdog import Watchdog
-from launcher.wire.opt_ml import FAILURE_LIMIT, failure_headline, process_ended
+from launcher.wire.opt_ml import FAILURE_LIMIT, failure_headline
 from launcher.wire.terminal import printable
 
 STOP_GRACE_S = 120.0  # SageMaker's time between SIGTERM and SIGKILL when it stops a job
@@ -86,6 +86,7 @@ class Supervisor:
         self.stop_grace_s = stop_grace_s
         self.signals: list[int] = []
         self.start_error = ""
+        self.no_place = ""  # why the runner had no place to restart a lost host (Slurm: no node left)
         self.abandoned_by: int | None = None  # the supervisor whose job the watchdog finishes
         self._lock = threading.Lock()
         self._merged: LogFile | None = None
@@ -230,7 +231,7 @@ class Supervisor:
             for host in hosts:
                 code = host.proc.poll()
                 if code is not None and host.label not in dict(exits):
-                    exits.append((host.label, code))
+                    exits.append((host.label, self._exit_code(host.label, code)))
             if len(exits) == len(hosts):
                 break
             now = time.monotonic()
@@ -270,27 +271,41 @@ class Supervisor:
             time.sleep(0.1)
         return reason, exits
 
+    def _exit_code(self, label: str, code: int) -> int:
+        """The host's exit code as its runner reads it (Slurm: srun's 0 for a step whose node failed)."""
+        read = getattr(self.runner, "exit_code", None)
+        return read(self.spec, label, code) if read else code
+
     def _restartable(self, exits: list[tuple[str, int]]) -> bool:
         lost = restarts.lost_host(self.spec, exits) if self.spec.max_restarts else None
-        return lost is not None and restarts.current_attempt(self.spec, lost[0]) < self.spec.max_restarts
+        return lost is not None and restarts.next_attempt(self.spec) <= self.spec.max_restarts
 
     def _restart_after_loss(self, reason: str | None, exits: list[tuple[str, int]]) -> bool:
         """A host whose processes are gone (launcher.local.restarts.lost_host) is what its own
         bootstrap cannot restart: with restarts left (max_restarts, counted over the whole job),
-        start every host again at the next attempt; they resume from the newest verified checkpoint."""
-        if reason not in ("host_failed", "host_failed_stopping") or not self.spec.max_restarts:
+        start every host again at the next attempt; they resume from the newest verified checkpoint.
+        The runner first says where the lost host runs now (Slurm: a spare node) or why it cannot run."""
+        # None: every host ended before the supervisor stopped any (a job of one host)
+        if reason not in (None, "host_failed", "host_failed_stopping") or not self.spec.max_restarts:
             return False
         lost = restarts.lost_host(self.spec, exits)
         if lost is None:
             return False
-        attempt = restarts.current_attempt(self.spec, lost[0]) + 1  # the restart's: attempt N is restart N
-        allowed = attempt <= self.spec.max_restarts
+        attempt = restarts.next_attempt(self.spec)
+        allowed, where = attempt <= self.spec.max_restarts, ""
+        if allowed and hasattr(self.runner, "host_lost"):
+            try:
+                where = self.runner.host_lost(self.spec, lost[0])
+            except Exception as exc:  # noqa: BLE001 - no place to run the host: the job ends with the reason
+                allowed, self.no_place = False, str(exc)
         record = restarts.record_loss(self.spec, *lost, attempt=attempt - 1, restarted=allowed)
         if not allowed:
-            self._note(f"{record.reason}; not restarted: all {self.spec.max_restarts} restarts (max_restarts) used")
+            why = self.no_place or f"all {self.spec.max_restarts} restarts (max_restarts) used"
+            self._note(f"{record.reason}; not restarted: {why}")
             return False
         self._note(f"{record.reason}: restarting the job on every host (restart {attempt} of "
-                   f"{self.spec.max_restarts}, max_restarts); it resumes from its newest verified checkpoint")
+                   f"{self.spec.max_restarts}, max_restarts){'; ' + where if where else ''}; it resumes from "
+                   "its newest verified checkpoint")
         self.spec.attempt = attempt
         self._update(TrainingJobStatus="InProgress", SecondaryStatus="Training",
                      StatusMessage=f"restart {attempt} of {self.spec.max_restarts}: {record.reason}")
@@ -428,8 +443,10 @@ class Supervisor:
                 reason = f"AlgorithmError: {label}: {text}"[:FAILURE_LIMIT]
                 self._host_report = (label, reason)
                 return reason
-        what = f"{failed[0][0]} {process_ended(failed[0][1])} without a failure report" if failed else (
+        what = f"{failed[0][0]} {restarts.ended(failed[0][1])} without a failure report" if failed else (
             "no host reported success")
+        if self.no_place:
+            return f"AlgorithmError: {what}; not restarted: {self.no_place}"[:FAILURE_LIMIT]
         return f"AlgorithmError: {what}; see logs/job.log"[:FAILURE_LIMIT]
 
 

@@ -74,6 +74,14 @@ def job_state(job_id: str) -> JobState | None:
                     fields.get("StartTime", ""), fields.get("EndTime", ""))
 
 
+def job_nodes(job_id: str) -> list[str]:
+    """The nodes the job holds now, in Slurm's order: a node that failed under --no-kill has left
+    the allocation (sbatch(1), --no-kill)."""
+    out = run(["scontrol", "show", "job", "-o", job_id]).strip()
+    nodelist = parse_record(out.splitlines()[0]).get("NodeList", "") if out else ""
+    return hostnames(nodelist) if nodelist and nodelist != "(null)" else []
+
+
 def node_address(node: str) -> str:
     """The address slurmd of `node` listens on (NodeAddr), which the other nodes reach it at."""
     fields = parse_record(run(["scontrol", "show", "node", "-o", node]).strip())

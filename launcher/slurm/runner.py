@@ -40,6 +40,8 @@ class SlurmRunner(ProcessRunner):
     def __init__(self, settings: dict | None = None):
         self.settings = settings or {}
         self.network_interface_name = self.settings.get("network_interface") or DEFAULT_INTERFACE
+        self.placement: dict[str, str] = {}  # host -> the node its step runs on
+        self.lost_nodes: set[str] = set()  # nodes a host's processes were lost on: no host goes back there
 
     def check(self, spec: LocalJobSpec) -> None:
         python = self.settings.get("python") or sys.executable
@@ -62,18 +64,63 @@ class SlurmRunner(ProcessRunner):
     def python(self) -> str:
         return str(self.job_env.python) if self.job_env else (self.settings.get("python") or sys.executable)
 
-    def _master(self) -> str:
-        nodelist = os.environ.get("SLURM_JOB_NODELIST")
-        if not nodelist:
-            raise RunnerError("SLURM_JOB_NODELIST is not set: the Slurm runner runs inside a Slurm allocation "
-                              "(the job's batch script)")
-        return commands.node_address(commands.hostnames(nodelist)[0])
+    def _place(self, spec: LocalJobSpec) -> dict[str, str]:
+        """host -> node: the allocation's first nodes in Slurm's order; the others (slurm.spare_nodes)
+        wait for a lost host (`host_lost`)."""
+        if not self.placement:
+            nodelist = os.environ.get("SLURM_JOB_NODELIST")
+            if not nodelist:
+                raise RunnerError("SLURM_JOB_NODELIST is not set: the Slurm runner runs inside a Slurm allocation "
+                                  "(the job's batch script)")
+            nodes = commands.hostnames(nodelist)
+            if len(nodes) < len(spec.hosts):
+                raise RunnerError(f"the allocation holds {len(nodes)} node(s) ({', '.join(nodes)}) for "
+                                  f"{len(spec.hosts)} hosts (instance_count)")
+            self.placement = dict(zip(spec.hosts, nodes))
+        return self.placement
 
-    def srun_command(self, spec: LocalJobSpec, index: int) -> list[str]:
+    def host_lost(self, spec: LocalJobSpec, label: str) -> str:
+        """Where `label` runs once its processes were lost (its step's task killed): on a spare node
+        of the allocation, one no host runs on and none was lost on; else on its own node, while the
+        allocation still holds it. What is done, for the log; RunnerError where neither is left (the
+        job is not shrunk to fewer nodes: docs/slurm.md, "Restarts")."""
+        node = self._place(spec)[label]
+        self.lost_nodes.add(node)
+        job_id = os.environ.get("SLURM_JOB_ID", "")
+        held = commands.job_nodes(job_id) if job_id else list(self.placement.values())
+        spares = [n for n in held if n not in self.placement.values() and n not in self.lost_nodes]
+        if spares:
+            self.placement[label] = spares[0]
+            return f"{label} moves from node {node} to spare node {spares[0]}"
+        if node in held:
+            return f"no spare node is left (slurm.spare_nodes): {label} runs on node {node} again"
+        raise RunnerError(f"node {node} of {label} has left the allocation and no spare node is left "
+                          "(slurm.spare_nodes): the job is not shrunk to fewer nodes; submit it again with "
+                          "spare nodes, or with a smaller instance_count, which resumes exactly from its "
+                          "newest checkpoint at the new world size (docs/spot.md)")
+
+    def exit_code(self, spec: LocalJobSpec, label: str, code: int) -> int:
+        """`label`'s exit code as the supervisor should read it. srun of a step whose node failed
+        may exit 0 after "Node failure on n2" although its task never finished: a step that ended
+        0 without its bootstrap's success report, on a node the allocation no longer holds, ended
+        as if killed (128 + SIGKILL), so the supervisor takes its host as lost."""
+        node, job_id = self.placement.get(label), os.environ.get("SLURM_JOB_ID")
+        if code != 0 or not node or not job_id or (spec.host_dir(label) / "output" / "success").exists():
+            return code
+        try:
+            held = commands.job_nodes(job_id)
+        except BackendError:
+            return code  # slurmctld does not answer: the host's own report decides, as without Slurm
+        return code if node in held else 128 + signal.SIGKILL
+
+    def srun_command(self, spec: LocalJobSpec, host: str) -> list[str]:
         s = self.settings
-        command = ["srun", "--nodes=1", "--ntasks=1", f"--relative={index}", "--unbuffered",
-                   "--kill-on-bad-exit=1", f"--job-name={spec.name}-{spec.hosts[index]}",
-                   f"--chdir={spec.host_dir(spec.hosts[index])}"]
+        # --overlap: a node runs one step of the job at a time, and a restart's step must not wait
+        # for the CPUs of the step it replaces, which Slurm may keep counted after the job lost a
+        # node ("Requested nodes are busy", measured with Slurm 22.05 on the test cluster).
+        command = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={self._place(spec)[host]}", "--overlap",
+                   "--unbuffered", "--kill-on-bad-exit=1", f"--job-name={spec.name}-{host}",
+                   f"--chdir={spec.host_dir(host)}"]
         cpus = os.environ.get("SLURM_CPUS_ON_NODE")
         if cpus:  # the whole node for torchrun and its ranks, not the step's default of one CPU
             command.append(f"--cpus-per-task={cpus}")
@@ -84,7 +131,7 @@ class SlurmRunner(ProcessRunner):
             command += [f"--container-image={s['container_image']}",
                         "--container-mounts=" + ",".join(dict.fromkeys(f"{m}:{m}" if ":" not in m else m
                                                                       for m in mounts)),
-                        "--container-workdir=" + str(spec.host_dir(spec.hosts[index])), "python"]
+                        "--container-workdir=" + str(spec.host_dir(host)), "python"]
         else:
             command.append(self.python())
         return command + ["-m", "container", "train"]
@@ -109,11 +156,13 @@ class SlurmRunner(ProcessRunner):
     def start(self, spec: LocalJobSpec) -> list[HostProcess]:
         if shutil.which("srun") is None:
             raise RunnerError("srun is not on PATH on the job's first node")
-        self._master_addr = self._master()
-        port = free_port()  # this is the first node: the rendezvous listens here
+        # The rendezvous listens on the first host's node. The port is free on this node, the
+        # allocation's first, which that host runs on unless it moved to a spare (host_lost).
+        self._master_addr = commands.node_address(self._place(spec)[spec.hosts[0]])
+        port = free_port()
         started = []
-        for index, host in enumerate(spec.hosts):
-            proc = subprocess.Popen(self.srun_command(spec, index), env=self.environment(spec, host, port),
+        for host in spec.hosts:
+            proc = subprocess.Popen(self.srun_command(spec, host), env=self.environment(spec, host, port),
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             started.append(HostProcess(host, proc))

@@ -25,9 +25,11 @@ def time_limit(settings: SlurmSettings, max_run: int) -> str:
 
 def sbatch_options(spec: LocalJobSpec, settings: SlurmSettings, gpus_per_node: int) -> list[str]:
     logs = spec.job_dir / "logs"
-    options = [f"--job-name={spec.name}", f"--nodes={len(spec.hosts)}", "--ntasks-per-node=1",
+    options = [f"--job-name={spec.name}", f"--nodes={len(spec.hosts) + settings.spare_nodes}", "--ntasks-per-node=1",
                "--exclusive",  # a node is the job's alone, as a SageMaker instance is
                f"--output={logs}/slurm-%j.out", f"--time={time_limit(settings, spec.max_run)}"]
+    if settings.spare_nodes:  # a node that fails leaves the allocation instead of ending the job
+        options.append("--no-kill")
     for name in ("partition", "account", "qos"):
         if getattr(settings, name):
             options.append(f"--{name}={getattr(settings, name)}")
@@ -40,7 +42,8 @@ def render(spec: LocalJobSpec, settings: SlurmSettings, gpus_per_node: int, pyth
     lines = ["#!/bin/bash"]
     lines += [f"#SBATCH {option}" for option in sbatch_options(spec, settings, gpus_per_node)]
     lines += [
-        f"# smlaunch job {spec.name}: {len(spec.hosts)} node(s) x {spec.processes_per_host} process(es).",
+        f"# smlaunch job {spec.name}: {len(spec.hosts)} node(s) x {spec.processes_per_host} process(es)"
+        + (f", {settings.spare_nodes} spare node(s) for a lost node's host." if settings.spare_nodes else "."),
         "# The supervisor runs here, on the first node: it starts one bootstrap per node with srun,",
         "# merges their logs into logs/job.log, passes a stop's SIGTERM on to them, packs the",
         "# artifacts and records the outcome in job.json (status: smlaunch status slurm:$SLURM_JOB_ID).",

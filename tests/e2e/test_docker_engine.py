@@ -26,9 +26,11 @@ import yaml
 from launcher.local import docker, store
 from launcher.local.docker import DockerRunner, Engine, find_engine
 from launcher.local.spec import LocalJobSpec, RunnerError
+from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
 from launcher.wire.hyperparameters import encode
 from launcher.wire.opt_ml import write_opt_ml
 from tests.support.local_jobs import HP, cli_env, job_file, script_job, smlaunch, wait_for
+from tests.support.train_runs import run_train
 
 IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"
 
@@ -180,6 +182,56 @@ def test_stop_reaches_the_ranks_in_the_containers_which_save_a_checkpoint(tmp_pa
     assert {p.name for p in (job / "checkpoints" / f"step-{saved}").glob("*.distcp")} == {
         "__0_0.distcp", "__1_0.distcp"}  # both hosts' ranks saved before leaving
     assert left_behind(engine, "stop-docker") == []
+
+
+def test_a_killed_rank_and_a_killed_container_restart_the_job_in_containers(tmp_path, home, engine_image):  # noqa: F811
+    """max_restarts 2: rank 1 is SIGKILLed before step 3 (its container's bootstrap restarts
+    torchrun, as do the others'); in the next attempt rank 1 hangs before step 6 and the test kills
+    its whole container (`<engine> kill`), which the supervisor restarts with every host. The job
+    ends Completed with the losses of an uninterrupted run."""
+    engine, image = engine_image
+    faults = fault_spec(Fault("signal", rank=1, step=3, attempt=0), Fault("hang", rank=1, step=6, attempt=1))
+    hyperparameters = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": 64,
+                       "max_steps": 8, "train_batch_size": 2, "lr": 0.03, "warmup": 0.0, "min_lr": 0.003,
+                       "logging_freq": 1, "seed": 7, "checkpoint_freq": 2,
+                       "checkpoint_dir": "/opt/ml/checkpoints", "step_timeout": 300}  # the test ends the hang
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({
+        "entry_point": "train.py", "source_dir": str(Path(__file__).parents[2] / "entrypoints"),
+        "instance_type": "local", "instance_count": 2, "local_runner": "docker", "image_uri": image,
+        "distribution": {"torch_distributed": {"enabled": True}}, "max_restarts": 2,
+        "hyperparameters": hyperparameters, "environment": {FAULT_ENV: faults}}))
+    env = cli_env(home)
+    submitted = smlaunch("submit", str(spec), "--no-wait", "--job-name", "restarts-docker", env=env, timeout=120)
+    assert submitted.returncode == 0, submitted.stderr
+    log = home / "jobs" / "restarts-docker" / "logs" / "job.log"
+    try:
+        wait_for(lambda: log.is_file() and "hang on rank 1 at step 6" in log.read_text(), timeout=240)
+        subprocess.run([*engine.cli, "kill", docker.container_name(store_spec("restarts-docker", home), "algo-2")],
+                       check=True, capture_output=True, timeout=60)
+        wait_for(lambda: store.read("restarts-docker")["TrainingJobStatus"] != "InProgress", timeout=300)
+    finally:  # a job that did not end (a hang not ended by the kill) is stopped, not left running
+        if store.read("restarts-docker")["TrainingJobStatus"] == "InProgress":
+            smlaunch("stop", "restarts-docker", env=env)
+
+    text = log.read_text()
+    status = smlaunch("status", "restarts-docker", env=env).stdout
+    assert "restarts-docker: Completed\n" in status and "restarts: 2 of 2 (max_restarts)" in status, text[-4000:]
+    assert "attempt 0 failed at step 2" in status and "SIGKILL" in status.split("attempt 0 failed")[1]
+    assert ("algo-2 was killed by SIGKILL without a failure report: the host's processes are gone: restarting "
+            "the job on every host (restart 2 of 2, max_restarts)") in text
+    assert "(fault, restarted): algo-2 was killed by SIGKILL without a failure report" in status
+    with tarfile.open(home / "jobs" / "restarts-docker" / "output" / "output.tar.gz") as tar:
+        records = [json.loads(x) for x in tar.extractfile("metrics.jsonl").read().decode().splitlines()]
+    last = {r["step"]: r["loss"] for r in records if "loss" in r}
+    reference = run_train(tmp_path / "ref", 2, **{**hyperparameters, "checkpoint_dir": None, "step_timeout": None})
+    assert last == {r["step"]: r["loss"] for r in reference if "loss" in r}
+    assert len([r for r in records if "loss" in r]) > len(last)  # control: steps were replayed
+    assert left_behind(engine, "restarts-docker") == []
+
+
+def store_spec(name: str, home: Path) -> LocalJobSpec:
+    return LocalJobSpec.load(home / "jobs" / name)
 
 
 # --- the runner, driven directly ---------------------------------------------------------------

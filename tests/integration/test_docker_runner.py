@@ -159,7 +159,8 @@ def test_start_writes_the_compose_file_creates_then_attaches_one_process_per_hos
     compose_path = job.job_dir / "docker-compose.yaml"
     assert yaml.safe_load(compose_path.read_text()) == compose_file(job)
     assert (job.job_dir / "model").is_dir() and job.checkpoint_dir.is_dir()
-    assert calls(log)[0] == ["-f", str(compose_path), "-p", JOB, "up", "--no-start"]
+    # afresh: containers of an earlier attempt keep that attempt's environment (SMLAUNCH_ATTEMPT)
+    assert calls(log)[0] == ["-f", str(compose_path), "-p", JOB, "up", "--no-start", "--force-recreate"]
     assert sorted(calls(log)[1:]) == [["start", "--attach", f"{JOB}-{h}"] for h in job.hosts]
     assert [h.label for h in hosts] == ["algo-1", "algo-2"]
     assert f"[{JOB}-algo-1] hello" in outputs["algo-1"]

@@ -1,7 +1,7 @@
 """A real two-node Slurm cluster on 127.0.0.1 for the tests (Debian 12's slurm-wlm 22.05, munge).
 
 `SlurmCluster(root)` starts munged, slurmctld and two slurmd (`-N n1`, `-N n2`, each on its own
-port) from a generated slurm.conf, all in the private directory `root`, and stops everything it
+port; `nodes=` names others) from a generated slurm.conf, all in the private directory `root`, and stops everything it
 started: jobs, daemons, step daemons and job tasks. `slurm_cluster` is the session fixture; it
 skips, saying why and with the daemons' log tails, where the cluster cannot start here.
 
@@ -48,7 +48,7 @@ class ClusterUnavailable(RuntimeError):
 class SlurmCluster:
     """munged + slurmctld + slurmd n1/n2 on 127.0.0.1, everything under `root`."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, nodes: tuple[str, ...] = NODES):
         self.root = Path(root).resolve()
         if len(str(self.root)) > MAX_ROOT:
             raise ValueError(f"SlurmCluster root {self.root} is longer than {MAX_ROOT} characters: "
@@ -56,7 +56,7 @@ class SlurmCluster:
         self.conf = self.root / "slurm.conf"
         self.shared_dir = self.root / "shared"
         self.partition = PARTITION
-        self.nodes = NODES
+        self.nodes = nodes
         self.logs = self.root / "log"
         self.env = {"SLURM_CONF": str(self.conf), "PATH": os.environ.get("PATH", "")}
         self._daemons: dict[str, subprocess.Popen] = {}
@@ -74,10 +74,10 @@ class SlurmCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             self._start_munge()
-            ports = _free_ports(1 + len(NODES))
-            self.conf.write_text(slurm_conf(self.root, ports, socket.gethostname().split(".")[0]))
+            ports = _free_ports(1 + len(self.nodes))
+            self.conf.write_text(slurm_conf(self.root, ports, socket.gethostname().split(".")[0], self.nodes))
             self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)])
-            for node in NODES:
+            for node in self.nodes:
                 (self.root / node).mkdir(exist_ok=True)
                 self._spawn(f"slurmd-{node}", ["slurmd", "-D", "-f", str(self.conf), "-N", node])
             self._wait_nodes_idle()
@@ -175,9 +175,9 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 return False  # slurmctld not answering yet
             states = dict(line.split() for line in out.stdout.splitlines())
-            return out.returncode == 0 and states == {node: "idle" for node in NODES}
+            return out.returncode == 0 and states == {node: "idle" for node in self.nodes}
 
-        self._wait(idle, START_TIMEOUT, "nodes n1 and n2 did not become idle")
+        self._wait(idle, START_TIMEOUT, f"nodes {', '.join(self.nodes)} did not become idle")
 
     def _wait(self, ready, timeout: float, failure: str) -> None:
         deadline = time.monotonic() + timeout
@@ -223,7 +223,7 @@ class SlurmCluster:
                                f"daemons and were killed: {left}")
 
 
-def slurm_conf(root: Path, ports: list[int], hostname: str) -> str:
+def slurm_conf(root: Path, ports: list[int], hostname: str, nodes: tuple[str, ...] = NODES) -> str:
     """slurm.conf for controller and nodes on 127.0.0.1; `ports`: slurmctld's, then each node's."""
     lines = [
         "ClusterName=smlaunch",
@@ -258,8 +258,8 @@ def slurm_conf(root: Path, ports: list[int], hostname: str) -> str:
         "SlurmdParameters=config_overrides",
     ]
     lines += [f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname={hostname} Port={port} "
-              f"CPUs={CPUS_PER_NODE} State=UNKNOWN" for node, port in zip(NODES, ports[1:])]
-    lines.append(f"PartitionName={PARTITION} Nodes={','.join(NODES)} Default=YES "
+              f"CPUs={CPUS_PER_NODE} State=UNKNOWN" for node, port in zip(nodes, ports[1:])]
+    lines.append(f"PartitionName={PARTITION} Nodes={','.join(nodes)} Default=YES "
                  "MaxTime=INFINITE State=UP OverSubscribe=FORCE:4")
     return "\n".join(lines) + "\n"
 

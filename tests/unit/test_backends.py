@@ -111,6 +111,19 @@ def test_slurm_script_takes_the_section_and_the_time_from_max_run(tmp_path, home
     assert not any("--gpus-per-node" in x for x in lines)  # CPU nodes
 
 
+def test_slurm_spare_nodes_are_allocated_beyond_instance_count(tmp_path, home):
+    path = job_file(tmp_path, backend="slurm", max_restarts=2, slurm={"spare_nodes": 1})
+    result = CliRunner().invoke(main, ["submit", str(path), "--dry-run", "--job-name", "dry-4"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    # a failed node leaves the allocation instead of ending the job (--no-kill), for the spare to take over
+    assert "#SBATCH --nodes=3" in lines and "#SBATCH --no-kill" in lines
+    assert "1 spare node(s) for a lost node's host" in result.stdout
+    control = CliRunner().invoke(main, ["submit", str(job_file(tmp_path, backend="slurm", max_restarts=2)),
+                                        "--dry-run", "--job-name", "dry-5"])
+    assert "#SBATCH --nodes=2" in control.stdout.splitlines() and "--no-kill" not in control.stdout
+
+
 def test_slurm_gpus_come_from_the_instance_type(tmp_path, home):
     path = job_file(tmp_path, backend="slurm", instance_type="ml.p5.48xlarge", processes_per_host=None,
                     hyperparameters={"model_preset": "llama3-tiny", "distributed_backend": "nccl"})
@@ -121,7 +134,9 @@ def test_slurm_gpus_come_from_the_instance_type(tmp_path, home):
 
 
 @pytest.mark.parametrize(("fields", "words"), [
-    ({"backend": "slurm", "slurm": {"sbatch": ["--nodes=4"]}}, "--nodes is written from the job (instance_count)"),
+    ({"backend": "slurm", "slurm": {"sbatch": ["--nodes=4"]}}, "--nodes is written from the job (instance_count and"),
+    ({"backend": "slurm", "slurm": {"spare_nodes": 1}}, "slurm.spare_nodes = 1: are allocated (and billed) for "
+     "the whole job but only a restart uses them, and max_restarts is 0"),
     ({"backend": "slurm", "slurm": {"sbatch": ["--x\n#SBATCH --y"]}}, "is not one long sbatch option"),
     ({"backend": "slurm", "slurm": {"time": "soon"}}, "is not an sbatch time"),
     ({"slurm": {"partition": "debug"}}, "is only read by backend slurm, and the job runs on local"),

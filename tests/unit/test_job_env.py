@@ -172,9 +172,10 @@ def test_the_hosts_run_the_jobs_environment_and_do_not_install_again(tmp_path, m
 def test_slurm_nodes_run_the_jobs_environment_unless_an_image_brings_python(tmp_path):
     job = spec(tmp_path)
     runner = SlurmRunner({"python": "/shared/py/bin/python"})
-    assert runner.srun_command(job, 0)[-4:] == ["/shared/py/bin/python", "-m", "container", "train"]
+    runner.placement = {"algo-1": "n1", "algo-2": "n2"}  # as the allocation would give them
+    assert runner.srun_command(job, "algo-1")[-4:] == ["/shared/py/bin/python", "-m", "container", "train"]
     runner.job_env = jobenv.JobEnvironment(job.job_dir / "env", job.job_dir / "env" / "bin" / "python", False, "x")
-    assert runner.srun_command(job, 1)[-4:] == [str(job.job_dir / "env" / "bin" / "python"), "-m", "container",
+    assert runner.srun_command(job, "algo-2")[-4:] == [str(job.job_dir / "env" / "bin" / "python"), "-m", "container",
                                                 "train"]
     in_image = SlurmRunner({"container_image": "smlaunch.sqsh"})
     # the image's bootstraps install requirements.txt into the image's Python, as on SageMaker
