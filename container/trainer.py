@@ -265,12 +265,14 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
                                      streams=stream_record(loader.source, s, dirs)) if s.checkpoint_freq else None
     start_step, extra = 0, None
     if checkpointer is not None:
+        loading = time.perf_counter()
         restored = checkpointer.load_latest(model, optimizer, scheduler)
         if restored is not None:
             start_step, loader_state, extra = restored
             loader.load_state_dict(loader_state)
-            if rt.is_main:
-                log.info("resumed from step %d in %s", start_step, dirs.checkpoints)
+            if rt.is_main:  # the load's share of a restart (bench/recovery.py reads it)
+                log.info("resumed from step %d in %s (verified and loaded in %.2f s)", start_step, dirs.checkpoints,
+                         time.perf_counter() - loading)
     guard = nonfinite_guard(s, rt.rank, rt.local_rank, rt.device, dirs.checkpoints if checkpointer else None, extra)
     stop_flag = sigterm.install_sigterm_flag()
     attempt.started(start_step, dirs.output_data if rt.is_main else None)

@@ -149,6 +149,7 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int, alone_s: float | N
     log_dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-"))
     fault_dir = Path(tempfile.mkdtemp(prefix="smlaunch-faults-"))
     started = time.monotonic()
+    failed = False  # a failure to classify: the caller reads fault_dir's records, then removes it
     try:
         try:
             cmd = launch_command(env, log_dir, number)
@@ -167,9 +168,13 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int, alone_s: float | N
             return report(output_dir, 0, "")
         if child.signals:
             return _stopped(env, child, returncode)
-        return _diagnose(env, child, returncode, log_dir), shown, fault_dir, time.monotonic() - started
+        failure = _diagnose(env, child, returncode, log_dir)
+        failed = True
+        return failure, shown, fault_dir, time.monotonic() - started
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
+        if not failed:  # the job ends here: nothing of the attempt stays in TMPDIR
+            shutil.rmtree(fault_dir, ignore_errors=True)
 
 
 def frozen_alone_s(env: TrainingEnv) -> float:

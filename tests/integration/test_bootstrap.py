@@ -172,6 +172,25 @@ def test_single_process_exit_code_passes_through(tmp_path: Path):
         'about to give up"']
 
 
+@pytest.mark.parametrize("code", [0, 3])
+def test_an_attempt_leaves_no_temporary_directory_behind(tmp_path: Path, code: int):
+    """The attempt's fault directory (SMLAUNCH_FAULT_DIR, in TMPDIR: the test's directory here) is
+    the script's while it runs and is gone once the job has ended, whether it succeeded or failed."""
+    src = source_dir(tmp_path, "train.py", f"""
+        import os, sys
+        assert os.path.isdir(os.environ["SMLAUNCH_FAULT_DIR"])
+        print("fault dir", os.environ["SMLAUNCH_FAULT_DIR"])
+        sys.exit({code})
+    """)
+    base = host_tree(tmp_path, "algo-1", ["algo-1"],
+                     {"sagemaker_program": "train.py", "sagemaker_submit_directory": str(src)})
+    returned, out = run(base)
+    assert returned == code, out
+    used = Path(re.search(r"fault dir (\S+)", out).group(1))
+    assert used.parent == base.parent and not used.exists(), out
+    assert list(base.parent.glob("smlaunch-*")) == []
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
 def test_stopping_the_bootstrap_stops_every_rank(tmp_path: Path, signum: int):
     """SIGTERM is forwarded; on SIGKILL the bootstrap cannot act, and torchrun's parent-death

@@ -72,7 +72,8 @@ def test_resume_skips_a_garbage_rng_file_then_all_corrupt_fails_fast(tmp_path):
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert re.search(r"checkpoint \S+/step-4 is not usable, trying the one before it: rng-1\.pt does not match",
                      second.stdout)
-    assert "resumed from step 2" in second.stdout
+    # the load is timed: its time includes the verification that rejected step 4
+    assert re.search(r"resumed from step 2 in \S+ \(verified and loaded in \d+\.\d\d s\)", second.stdout)
     assert sorted(resumed) == [3, 4, 5, 6]
     # from step 2's state, steps 3 and 4 are trained again exactly as the first time
     assert [resumed[3], resumed[4]] == pytest.approx([losses[3], losses[4]], rel=1e-6)

@@ -5,6 +5,7 @@ records are checked in tests/integration/test_goodput_ledger.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -108,3 +109,36 @@ def test_the_ledger_counts_a_steps_batches_apart_from_its_work(monkeypatch):
     assert fields["attempt"] == 2 and fields["start_step"] == 40
     assert fields["time_checkpoint_s"] == 0 and fields["time_validation_s"] == 0
     assert datetime.fromisoformat(fields["loop_start"]).tzinfo is not None
+
+
+def _local_job(root, supervisor_restarts: list[Restart], host_restarts: list[Restart]) -> None:
+    """A 200 s local job of RECORDS (attempt 1 resumed step 20 at 70 s) as `status` finds it."""
+    job = root / "lost"
+    data = job / "hosts" / "algo-1" / "output" / "data"
+    data.mkdir(parents=True)
+    (job / "job.json").write_text(json.dumps({"TrainingJobName": "lost", "TrainingJobStatus": "Completed",
+                                              "TrainingStartTime": T0.isoformat(),
+                                              "TrainingEndTime": at(200).isoformat()}))
+    (data / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    for record in supervisor_restarts:
+        append_restart(job, record)
+    for record in host_restarts:
+        append_restart(data, record)
+
+
+def test_a_lost_hosts_restart_counts_in_restarts_where_the_supervisor_recorded_it(tmp_path):
+    """A host lost at 50 s: its own bootstrap was killed, so only the supervisor's record (in the job
+    directory) knows the failure. Attempt 0's loop ran 10 -> 50 s for 26 s its ledger explains (20 s
+    of steps to step 20, its last logged, 2 s batches, 4 s saves), then 50 -> 70 s down: 34 s."""
+    from launcher.backends.local import LocalBackend
+    from launcher.local.restarts import LOST
+
+    lost = Restart(attempt=0, at=at(50).isoformat(), failure_class=FAULT, host="algo-2", restarted=True,
+                   detail=LOST, reason="algo-2 was killed by SIGKILL without a failure report")
+    _local_job(tmp_path / "supervisor", [lost], [])
+    g = LocalBackend(root=tmp_path / "supervisor").goodput("lost")
+    assert g.lost_s["restarts"] == pytest.approx(34.0, abs=1e-9)
+    assert g.lost_s["other"] == pytest.approx(22.0, abs=1e-9)  # as in the bootstrap's case: the same 22 s
+    # control: the same failure recorded by a host's bootstrap splits the same way
+    _local_job(tmp_path / "bootstrap", [], [replace(lost, host="algo-1")])
+    assert LocalBackend(root=tmp_path / "bootstrap").goodput("lost").lost_s == pytest.approx(g.lost_s, abs=1e-9)
