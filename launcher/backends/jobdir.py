@@ -122,15 +122,14 @@ class JobDirBackend:
         return latest_local(directory, config.get("S3Uri") or None)
 
     def goodput(self, name: str) -> Goodput | None:
-        """From the hosts' records and the supervisor's (a lost host's failure: launcher.local.restarts),
+        """From the hosts' records (the supervisor's of a lost host among them: launcher.local.restarts),
         over the job's training time so far (to its end once it has one)."""
         name = self.resolve(name)
         record = self._record(name)
         started = as_datetime(record.get("TrainingStartTime"))
         if started is None:
             return None
-        return measure([self._dir(name), *self.output_data_dirs(name).values()], started,
-                       as_datetime(record.get("TrainingEndTime")))
+        return measure(list(self.output_data_dirs(name).values()), started, as_datetime(record.get("TrainingEndTime")))
 
     def restarts(self, name: str) -> list[Restart]:
         """The job's failed attempts: its hosts' bootstraps' records and its supervisor's."""

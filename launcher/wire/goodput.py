@@ -128,9 +128,8 @@ def goodput(started: datetime, ended: datetime, restarts: Sequence[Restart],
 
 def measure(output_data_dirs: Sequence[Path], started: datetime, ended: datetime | None = None) -> Goodput | None:
     """The goodput of a job from its output data directories (one per host: rank 0's holds the
-    metrics, every host's bootstrap may write restart records) and any other directory holding
-    restart records (a local or Slurm job's own: its supervisor's, of a lost host); `ended` None:
-    now (a running job)."""
+    metrics, every host's bootstrap writes its restart records, and a local or Slurm supervisor its
+    record of a lost host); `ended` None: now (a running job)."""
     records, restarts = [], []
     for directory in output_data_dirs:
         records += read_records(Path(directory))

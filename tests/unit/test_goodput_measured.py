@@ -120,15 +120,16 @@ def _local_job(root, supervisor_restarts: list[Restart], host_restarts: list[Res
                                               "TrainingStartTime": T0.isoformat(),
                                               "TrainingEndTime": at(200).isoformat()}))
     (data / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
-    for record in supervisor_restarts:
-        append_restart(job, record)
+    for record in supervisor_restarts:  # as launcher.local.restarts.record_loss: into every host's
+        for host in ("algo-1", "algo-2"):
+            append_restart(job / "hosts" / host / "output" / "data", record)
     for record in host_restarts:
         append_restart(data, record)
 
 
 def test_a_lost_hosts_restart_counts_in_restarts_where_the_supervisor_recorded_it(tmp_path):
-    """A host lost at 50 s: its own bootstrap was killed, so only the supervisor's record (in the job
-    directory) knows the failure. Attempt 0's loop ran 10 -> 50 s for 26 s its ledger explains (20 s
+    """A host lost at 50 s: its own bootstrap was killed, so only the supervisor's record (which it
+    writes into every host's output data) knows the failure. Attempt 0's loop ran 10 -> 50 s for 26 s its ledger explains (20 s
     of steps to step 20, its last logged, 2 s batches, 4 s saves), then 50 -> 70 s down: 34 s."""
     from launcher.backends.local import LocalBackend
     from launcher.local.restarts import LOST
