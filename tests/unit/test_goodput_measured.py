@@ -129,8 +129,9 @@ def _local_job(root, supervisor_restarts: list[Restart], host_restarts: list[Res
 
 def test_a_lost_hosts_restart_counts_in_restarts_where_the_supervisor_recorded_it(tmp_path):
     """A host lost at 50 s: its own bootstrap was killed, so only the supervisor's record (which it
-    writes into every host's output data) knows the failure. Attempt 0's loop ran 10 -> 50 s for 26 s its ledger explains (20 s
-    of steps to step 20, its last logged, 2 s batches, 4 s saves), then 50 -> 70 s down: 34 s."""
+    writes into every host's output data) knows the failure. Attempt 0's loop ran 10 -> 50 s for 26 s
+    its ledger explains (20 s of steps to step 20, its last logged, 2 s batches, 4 s saves), then
+    50 -> 70 s down: 34 s."""
     from launcher.backends.local import LocalBackend
     from launcher.local.restarts import LOST
 
