@@ -64,10 +64,17 @@ def _seconds(start: str, end: str) -> float:
 
 
 def _rank(record: faults.Restart) -> int:
-    """Which of an attempt's records tells most: a lost host, then a cause, then a peer's failure."""
+    """Which of an attempt's records tells most: a lost host; a frozen rank (its peers hung waiting
+    for it); a crash or an error; a hang on the host whose diagnosis found a rank outside the
+    collective (the others only waited in it); any other hang; last a peer's broken collective."""
     if record.detail == LOST:
         return 0
-    return 2 if record.detail == "collective" else 1
+    if record.detail == "frozen":
+        return 1
+    if record.detail == "hung":
+        diagnosis = str(record.extra.get("diagnosis", ""))  # launcher.wire.diagnostics.diagnose's line
+        return 3 if diagnosis and not diagnosis.startswith(("every rank", "no rank's")) else 4
+    return 5 if record.detail == "collective" else 2
 
 
 def killed_by(code: int) -> int | None:

@@ -101,3 +101,30 @@ def test_a_step_that_srun_ended_0_on_a_node_gone_from_the_allocation_is_a_killed
     success.parent.mkdir(parents=True)
     success.write_text("")
     assert runner.exit_code(job, "algo-2", 0) == 0  # it finished before the node went
+
+
+def test_the_job_lists_the_record_that_names_the_cause_of_each_attempt(tmp_path):
+    """Every host records an attempt's failure; the cause outranks its victims: a frozen rank its
+    peers' hang, the host whose hang diagnosis found the rank outside the collective the host whose
+    ranks only waited, a crash a peer's broken collective."""
+    from launcher.local.restarts import job_restarts
+    from launcher.wire import faults
+
+    one, two = (tmp_path / h for h in ("algo-1", "algo-2"))
+
+    def record(attempt, host, detail, diagnosis=None):
+        return faults.Restart(attempt=attempt, at="2026-01-01T00:00:00+00:00", failure_class=faults.FAULT,
+                              reason=f"{detail} on {host}", host=host, restarted=True, detail=detail,
+                              extra={"diagnosis": diagnosis} if diagnosis else {})
+
+    for directory, records in ((one, [record(0, "algo-1", "collective"), record(1, "algo-1", "hung",
+                                      "every rank with stacks (0) waited in a collective: ..."),
+                                      record(2, "algo-1", "hung")]),
+                               (two, [record(0, "algo-2", "SIGKILL"), record(1, "algo-2", "hung",
+                                      "no rank waited in a collective: rank 1 (host algo-2) in at_step"),
+                                      record(2, "algo-2", "frozen")])):
+        for r in records:
+            faults.append_restart(directory, r)
+    assert [(r.attempt, r.host) for r in job_restarts([one, two])] == [(0, "algo-2"), (1, "algo-2"), (2, "algo-2")]
+    # control: read in the other order, the same records are chosen
+    assert [(r.attempt, r.host) for r in job_restarts([two, one])] == [(0, "algo-2"), (1, "algo-2"), (2, "algo-2")]
