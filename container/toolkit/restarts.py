@@ -101,10 +101,11 @@ def classify(failure: Failure, records: dict[int, RankFailure], previous: list[R
 
 
 def _first_class(failure: Failure, records: dict[int, RankFailure], step, start) -> Decision:
-    if failure.exit_code == EXIT_HUNG:
-        return Decision(FAULT, "a rank made no progress within its step timeout (hung)", "hung", step, start)
+    # first: a frozen rank, once continued, may itself leave through its step watchdog (exit 86)
     if failure.frozen:
         return Decision(FAULT, "a rank was stopped (frozen) while its peers ran", "frozen", step, start)
+    if failure.exit_code == EXIT_HUNG:
+        return Decision(FAULT, "a rank made no progress within its step timeout (hung)", "hung", step, start)
     if failure.exit_code == EXIT_NONFINITE_ROLLBACK:
         return Decision(FAULT, "a non-finite loss, rolled back as nonfinite_policy=rollback asks",
                         NONFINITE, step, start)

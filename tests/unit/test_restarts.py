@@ -36,6 +36,10 @@ def test_a_killed_hung_or_frozen_rank_and_a_peers_failure_are_faults():
     assert classify(hung, {}, []).detail == "hung"
     frozen = Failure("rank 1 ... did not report: stopped", 1, rank=0, frozen=True)
     assert classify(frozen, {}, []).failure_class == FAULT
+    # a frozen rank, continued, may leave through its own watchdog: still the frozen one
+    continued = Failure("rank 1 ... did not report: stopped ...; first failure: ... code 86", faults.EXIT_HUNG,
+                        rank=1, frozen=True)
+    assert classify(continued, {}, []).detail == "frozen"
     peers = {0: _record(0, collective=True), 1: _record(1, collective=True)}
     assert classify(_exited(0), peers, []).detail == "collective"
     assert classify(_exited(), {1: _record()}, []).failure_class == FAULT  # an error after progress
