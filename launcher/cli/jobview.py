@@ -109,10 +109,9 @@ def restart_lines(desc: dict) -> list[str]:
         action = "restarted" if f.get("restarted") else "not restarted"
         cost = f.get("extra") or {}
         spent = []
-        if "replayed_steps" in cost:
-            spent.append(f"{cost['replayed_steps']} step(s) replayed from step {cost['resumed_from']}")
-        elif "resumed_from" in cost:
-            spent.append(f"resumed from step {cost['resumed_from']}")
+        if "resumed_from" in cost:
+            replayed = f" ({cost['replayed_steps']} step(s) replayed)" if "replayed_steps" in cost else ""
+            spent.append(f"resumed from step {cost['resumed_from']}{replayed}")
         if "down_s" in cost:
             spent.append(f"training again after {clock(cost['down_s'])}")
         tail = f"; {', '.join(spent)}" if spent else ""

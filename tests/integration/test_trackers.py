@@ -26,11 +26,12 @@ SECRET = "hf_notForTrackers123"
 
 
 def series(records: list[dict]) -> dict[str, list[tuple[int, float]]]:
-    """metrics.jsonl as the trackers name its series: train/<key>, validation/loss."""
+    """metrics.jsonl as the trackers name its series: train/<key>, validation/loss; numbers only
+    (a record's text, such as the ledger's loop_start, is no series)."""
     out: dict[str, list[tuple[int, float]]] = {}
     for record in records:
         for key, value in record.items():
-            if key != "step":
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 out.setdefault("validation/loss" if key == "val_loss" else f"train/{key}", []).append(
                     (record["step"], value))
     return out
