@@ -119,24 +119,12 @@ class Restart:
 
 
 def append_restart(output_data: Path, record: Restart) -> None:
-    output_data.mkdir(parents=True, exist_ok=True)
-    with (output_data / RESTARTS_FILE).open("a", encoding="utf-8") as f:
-        f.write(json.dumps(asdict(record)) + "\n")
+    _append(output_data / RESTARTS_FILE, record)
 
 
 def read_restarts(output_data: Path) -> list[Restart]:
     """The records of `output_data`, oldest first; lines that are not records are skipped."""
-    try:
-        lines = (Path(output_data) / RESTARTS_FILE).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            out.append(Restart(**json.loads(line)))
-        except (ValueError, TypeError):
-            continue
-    return out
+    return _read(Path(output_data) / RESTARTS_FILE, Restart)
 
 
 # --- attempt starts (rank 0 -> launcher) -------------------------------------------------------
@@ -149,20 +137,31 @@ class AttemptStart:
 
 
 def append_attempt_start(output_data: Path, record: AttemptStart) -> None:
-    output_data.mkdir(parents=True, exist_ok=True)
-    with (output_data / ATTEMPTS_FILE).open("a", encoding="utf-8") as f:
-        f.write(json.dumps(asdict(record)) + "\n")
+    _append(output_data / ATTEMPTS_FILE, record)
 
 
 def read_attempt_starts(output_data: Path) -> list[AttemptStart]:
+    return _read(Path(output_data) / ATTEMPTS_FILE, AttemptStart)
+
+
+def _append(path: Path, record) -> None:
+    """One JSON line per record: appended by whichever process saw the event, read whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+
+
+def _read(path: Path, kind: type) -> list:
+    """The records of a JSON-lines file, oldest first; a line that is no record (one cut by a
+    kill) is skipped, and a missing file has none."""
     try:
-        lines = (Path(output_data) / ATTEMPTS_FILE).read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:
         return []
     out = []
     for line in lines:
         try:
-            out.append(AttemptStart(**json.loads(line)))
+            out.append(kind(**json.loads(line)))
         except (ValueError, TypeError):
             continue
     return out

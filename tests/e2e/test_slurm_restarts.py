@@ -28,7 +28,7 @@ import yaml
 from launcher.local import store
 from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
 from tests.support.local_jobs import cli_env, members, processes_in, wait_for
-from tests.support.slurm_cluster import ClusterUnavailable, SlurmCluster
+from tests.support.slurm_cluster import running_cluster
 from tests.support.train_runs import ROOT, run_train, series
 
 # 2 nodes x 1 rank (data parallel 2), a checkpoint every 2 steps, a hang found within 5 s.
@@ -47,15 +47,7 @@ def smlaunch(*args: str, env: dict[str, str], timeout: float = 300) -> subproces
 @pytest.fixture(scope="module")
 def three_nodes(tmp_path_factory):
     """A cluster of its own with a third node, for a job of two nodes and a spare."""
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm3"), nodes=("n1", "n2", "n3"))
-    try:
-        cluster.start()
-    except ClusterUnavailable as exc:
-        pytest.skip(f"no local Slurm cluster: {exc}")
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("slurm3"), nodes=("n1", "n2", "n3"))
 
 
 def job_file(tmp_path: Path, cluster, faults: list[Fault], max_restarts: int, instance_count: int = 2,

@@ -275,10 +275,9 @@ def short_tmp_path() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
-    """The session's Slurm cluster; the test skips where it cannot start here."""
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+def running_cluster(directory: Path, **options) -> Iterator[SlurmCluster]:
+    """A started cluster for a fixture to yield, stopped after; the test skips where it cannot start."""
+    cluster = SlurmCluster(directory, **options)
     try:
         cluster.start()
     except ClusterUnavailable as exc:
@@ -287,6 +286,12 @@ def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
+    """The session's Slurm cluster; the test skips where it cannot start here."""
+    yield from running_cluster(tmp_path_factory.mktemp("slurm"))
 
 
 def check_can_run() -> None:
