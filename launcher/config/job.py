@@ -38,6 +38,7 @@ from launcher.config.limits import (
 from launcher.config.paths import LocalPathText
 from launcher.config.restarts import MAX_RESTARTS
 from launcher.config.slurm_settings import SlurmSettings
+from launcher.config.tuning import TuningConfig
 
 DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path
 
@@ -136,6 +137,10 @@ class JobConfig(Strict):
         None, description="Where the job runs (default: local for instance_type local/local_gpu, else sagemaker)."
     )
     slurm: SlurmSettings | None = Field(None, description="backend: slurm: partition, account, time, ...")
+    tuning: TuningConfig | None = Field(
+        None, description="A hyperparameter sweep of this job (`smlaunch tune`): ranges, objective, strategy, "
+                          "limits; docs/tuning.md."
+    )
     local_runner: Literal["process", "docker"] = Field(
         "process", description="Local mode: simulated hosts as processes here, or as containers (compose)."
     )

@@ -1,0 +1,184 @@
+"""What a hyperparameter tuning job is: the ranges, the objective, the strategy and the limits.
+
+One model for every face: the job file's `tuning:` section is this model, and both SDK shapes'
+`HyperparameterTuner` (v2 `estimator=`, v3 `model_trainer=`) build it, so the SageMaker request,
+the local and Slurm sweeps, `validate` and `plan` all read one description of a sweep. Field
+names are the SDK's (`objective_metric_name` becomes `objective.metric`, the rest keep theirs);
+the value rules are those of SageMaker's `CreateHyperParameterTuningJob` (botocore's service
+model and the API reference), checked here so that a sweep is refused before any trial runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from launcher.config.base import FiniteNumber, Strict, WholeNumber
+
+STRATEGIES = ("Bayesian", "Random", "Hyperband", "Grid")
+SCALINGS = ("Auto", "Linear", "Logarithmic", "ReverseLogarithmic")
+OBJECTIVE_TYPES = ("Minimize", "Maximize")
+WARM_START_TYPES = ("IdenticalDataAndAlgorithm", "TransferLearning")
+
+# SageMaker's limits (service model: each range list and a categorical's Values hold at most 30;
+# the developer guide: at most 30 hyperparameters searched in one tuning job; ResourceLimits'
+# MaxRuntimeInSeconds 120..15,768,000; at most 5 parent tuning jobs for a warm start).
+MAX_TUNED = 30
+MAX_CATEGORICAL_VALUES = 30
+MIN_TUNING_RUNTIME = 120
+MAX_TUNING_RUNTIME = 15_768_000
+MAX_WARM_START_PARENTS = 5
+TUNING_JOB_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,31}$"  # 1-32 characters
+
+Scaling = Literal["Auto", "Linear", "Logarithmic", "ReverseLogarithmic"]
+CategoryValue = str | WholeNumber | FiniteNumber | bool
+
+
+class _Bounded(Strict):
+    """min_value..max_value with a scaling; the scaling's own bounds are checked by its range."""
+
+    scaling_type: Scaling = Field("Auto", description="How the search spreads values over the range.")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        lo, hi = self.min_value, self.max_value  # type: ignore[attr-defined]
+        if lo > hi:
+            raise ValueError(f"min_value {lo} is above max_value {hi}; swap them")
+        if self.scaling_type == "Logarithmic" and lo <= 0:
+            raise ValueError(f"Logarithmic scaling needs min_value > 0, not {lo}; use Linear or a positive minimum")
+        return self
+
+
+class ContinuousRange(_Bounded):
+    """A real-valued hyperparameter (SDK: `ContinuousParameter(min_value, max_value, scaling_type)`)."""
+
+    kind: Literal["continuous"] = "continuous"
+    min_value: FiniteNumber
+    max_value: FiniteNumber
+
+    @model_validator(mode="after")
+    def _reverse_log(self):
+        if self.scaling_type == "ReverseLogarithmic" and not 0 <= self.min_value < self.max_value < 1:
+            raise ValueError(f"ReverseLogarithmic scaling needs 0 <= min_value < max_value < 1, not "
+                             f"{self.min_value}..{self.max_value}; use Linear or Logarithmic")
+        return self
+
+
+class IntegerRange(_Bounded):
+    """A whole-number hyperparameter (SDK: `IntegerParameter(min_value, max_value, scaling_type)`)."""
+
+    kind: Literal["integer"] = "integer"
+    min_value: WholeNumber
+    max_value: WholeNumber
+
+    @model_validator(mode="after")
+    def _no_reverse_log(self):
+        if self.scaling_type == "ReverseLogarithmic":
+            raise ValueError("ReverseLogarithmic scaling is for continuous ranges only (SageMaker); "
+                             "use Linear or Logarithmic")
+        return self
+
+
+class CategoricalRange(Strict):
+    """One of listed values (SDK: `CategoricalParameter(values)`)."""
+
+    kind: Literal["categorical"] = "categorical"
+    values: list[CategoryValue] = Field(min_length=1, max_length=MAX_CATEGORICAL_VALUES)
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        texts = [json.dumps(v) for v in self.values]
+        repeated = sorted({t for t in texts if texts.count(t) > 1})
+        if repeated:
+            raise ValueError(f"values repeat {repeated}; list each value once")
+        return self
+
+
+ParameterRange = Annotated[ContinuousRange | IntegerRange | CategoricalRange, Field(discriminator="kind")]
+
+
+class Objective(Strict):
+    metric: str = Field(min_length=1, max_length=255,
+                        description="The metric the sweep optimizes: smlaunch's (train:loss, validation:loss, ...) "
+                                    "or one of the job's metric_definitions.")
+    type: Literal["Minimize", "Maximize"] = Field(description="Minimize (a loss) or Maximize (an accuracy).")
+
+
+class WarmStart(Strict):
+    parents: list[str] = Field(min_length=1, max_length=MAX_WARM_START_PARENTS,
+                               description="Names of earlier tuning jobs whose trials seed this one.")
+    type: Literal["IdenticalDataAndAlgorithm", "TransferLearning"] = Field(
+        description="IdenticalDataAndAlgorithm (same data and script) or TransferLearning.")
+
+
+class Hyperband(Strict):
+    min_resource: WholeNumber | None = Field(None, ge=1, description="Fewest epochs a trial gets.")
+    max_resource: WholeNumber | None = Field(None, ge=1, description="Most epochs a trial gets.")
+
+
+class CompletionCriteria(Strict):
+    target_objective_value: FiniteNumber | None = Field(
+        None, description="Stop the sweep once a trial reaches this objective value.")
+    max_jobs_not_improving: WholeNumber | None = Field(
+        None, ge=3, description="Stop after this many trials without a better objective (SageMaker: >= 3).")
+    complete_on_convergence: bool | None = Field(
+        None, description="Let SageMaker stop the sweep when it detects convergence.")
+
+
+class TuningConfig(Strict):
+    """A sweep over one job: its trials are that job with the tuned hyperparameters set."""
+
+    objective: Objective
+    ranges: dict[Annotated[str, Field(min_length=1, max_length=256)], ParameterRange] = Field(
+        min_length=1, max_length=MAX_TUNED, description="Hyperparameter name -> its range.")
+    strategy: Literal["Bayesian", "Random", "Hyperband", "Grid"] = Field(
+        "Bayesian", description="How trials are chosen (Grid: every combination of categorical values).")
+    max_jobs: WholeNumber | None = Field(
+        None, ge=1, description="Trials in all (required except for Grid, where it is the grid's size).")
+    max_parallel_jobs: WholeNumber = Field(1, ge=1, description="Trials running at once.")
+    early_stopping: Literal["Off", "Auto"] = Field(
+        "Off", description="Auto: stop trials whose objective is worse than the median of earlier trials "
+                           "at the same epoch (SageMaker's median rule).")
+    max_runtime_in_seconds: WholeNumber | None = Field(
+        None, ge=MIN_TUNING_RUNTIME, le=MAX_TUNING_RUNTIME, description="Time limit of the whole sweep.")
+    random_seed: WholeNumber | None = Field(None, ge=0, description="Seed of the search's choices.")
+    hyperband: Hyperband | None = Field(None, description="Hyperband strategy only: its resource bounds.")
+    completion_criteria: CompletionCriteria | None = Field(None, description="When the sweep may stop early.")
+    warm_start: WarmStart | None = Field(None, description="Start from earlier tuning jobs.")
+    base_tuning_job_name: str | None = Field(
+        None, max_length=32, pattern=TUNING_JOB_NAME_PATTERN, description="Tuning job name prefix.")
+
+    @model_validator(mode="after")
+    def _strategy_rules(self):
+        if self.strategy == "Grid":
+            ranged = sorted(n for n, r in self.ranges.items() if not isinstance(r, CategoricalRange))
+            if ranged:
+                raise ValueError(f"strategy Grid takes categorical ranges only; {ranged} are not: list their "
+                                 "values as categorical, or use strategy Random or Bayesian")
+            if self.max_jobs is not None and self.max_jobs > grid_size(self):
+                raise ValueError(f"max_jobs {self.max_jobs} is above the grid's {grid_size(self)} combinations; "
+                                 "leave max_jobs out for Grid")
+        elif self.max_jobs is None:
+            raise ValueError(f"max_jobs is required for strategy {self.strategy}: the number of trials in all")
+        if self.hyperband is not None and self.strategy != "Hyperband":
+            raise ValueError(f"hyperband settings apply to strategy Hyperband only, not {self.strategy}; "
+                             "remove them or set strategy: Hyperband")
+        if self.strategy == "Hyperband" and self.early_stopping != "Off":
+            raise ValueError("Hyperband stops trials itself: early_stopping must be Off with it (SageMaker)")
+        band = self.hyperband
+        if band and band.min_resource and band.max_resource and band.min_resource > band.max_resource:
+            raise ValueError(f"hyperband.min_resource {band.min_resource} is above max_resource "
+                             f"{band.max_resource}; swap them")
+        return self
+
+    def trial_count(self) -> int:
+        """How many trials the sweep starts at most."""
+        return self.max_jobs if self.max_jobs is not None else grid_size(self)
+
+
+def grid_size(config: TuningConfig) -> int:
+    return math.prod(len(r.values) for r in config.ranges.values() if isinstance(r, CategoricalRange))
+
