@@ -22,6 +22,7 @@ from launcher.backends.cwlogs import LOG_GROUP, LogTailer, newest
 from launcher.backends.live import active
 from launcher.backends.request import build_request
 from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
+from launcher.backends.warm_pools import WarmPool, reusable, updatable, update_request
 from launcher.config import ValidatedJob
 from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
@@ -155,6 +156,7 @@ class SageMakerBackend:
         bucket, key = _s3_split(plan.source_uri)
         output_bucket = _s3_split(plan.request["OutputDataConfig"]["S3OutputPath"])[0]
         default = getattr(self, "_default_bucket_name", None)
+        self._note_warm_pool(plan.request)
         for needed in dict.fromkeys((bucket, output_bucket)):  # both exist before anything is written
             self._ensure_bucket(needed, created_ok=needed == default)
         with tempfile.TemporaryDirectory() as tmp:
@@ -214,11 +216,41 @@ class SageMakerBackend:
         from botocore.exceptions import ClientError
 
         try:
-            return self.client("sagemaker").describe_training_job(TrainingJobName=name)
+            desc = self.client("sagemaker").describe_training_job(TrainingJobName=name)
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ValidationException":
                 raise BackendError(f"no training job named {name!r} in {self.region}") from None
             raise
+        pool = WarmPool.of(desc)
+        if pool is not None:  # WarmPoolStatus with its time left (launcher.backends.warm_pools)
+            desc["WarmPool"] = pool.to_dict()
+        return desc
+
+    def update_keep_alive(self, name: str, seconds: int) -> WarmPool:
+        """Change the keep-alive period of a job's Available warm pool; 0 ends the pool. The value
+        and the pool's status are checked before UpdateTrainingJob is sent."""
+        request = update_request(name, seconds)
+        pool = updatable(self.describe(name))
+        self.client("sagemaker").update_training_job(**request)
+        return pool
+
+    def _note_warm_pool(self, request: dict) -> None:
+        """Which Available warm pool the job will start on, if one matches (AWS's rule,
+        launcher.config.warm_pools), and what keeps the others from matching."""
+        from botocore.exceptions import ClientError
+
+        try:
+            reused, others = reusable(self.client("sagemaker"), request)
+        except ClientError as exc:  # a role without ListTrainingJobs: the job is still submitted
+            self.print(f"note: the Available warm pools could not be listed ({exc}); the job starts on one "
+                       "only if it matches")
+            return
+        if reused:
+            self.print(f"note: {request['TrainingJobName']} will start on the Available warm pool of {reused}")
+            return
+        for job, differ in others[:3]:
+            fields = "; ".join(f"{name} {theirs!r} there, {ours!r} here" for name, theirs, ours in differ)
+            self.print(f"note: the Available warm pool of {job} does not match: {fields}")
 
     def wait(self, name: str, logs: bool = True, poll: float = 5.0) -> dict:
         """Follow a job to its end; raise JobFailedError if it fails or is stopped."""

@@ -1,7 +1,8 @@
 """`smlaunch`: validate, plan, submit and follow training jobs, on SageMaker or locally.
 
 This module holds the group and the commands that take a job file (validate, submit, schema);
-the job commands are launcher.cli.jobs, `plan` launcher.cli.plan, `metrics` launcher.cli.metrics.
+the job commands are launcher.cli.jobs, `plan` launcher.cli.plan, `metrics` launcher.cli.metrics,
+`warm-pool` launcher.cli.warm_pool.
 
 Start-up stays light: `--help`, `validate`, `plan` and `schema` import neither boto3 nor torch,
 and neither do `status`/`logs`/`stop` of a local job. Exit codes: 0 ok, 1 job failed (or AWS
@@ -42,7 +43,7 @@ def _load_local(job_file: Path, overrides: tuple[str, ...]):
 
 
 # The commands defined in the other modules of launcher.cli, by name.
-ELSEWHERE = ("list", "logs", "metrics", "plan", "status", "stop")
+ELSEWHERE = ("list", "logs", "metrics", "plan", "status", "stop", "warm-pool")
 
 
 def _command_elsewhere(name: str) -> click.Command:
@@ -54,6 +55,10 @@ def _command_elsewhere(name: str) -> click.Command:
         from launcher.cli.metrics import metrics
 
         return metrics
+    if name == "warm-pool":
+        from launcher.cli.warm_pool import warm_pool
+
+        return warm_pool
     from launcher.cli import jobs
 
     return {"list": jobs.list_jobs, "logs": jobs.logs, "status": jobs.status, "stop": jobs.stop}[name]

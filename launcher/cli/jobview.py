@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 # Imports inside functions: a job's metrics load only for `status` of a job without progress.
+from launcher.backends import warm_pools
 from launcher.backends.base import TERMINAL_STATUSES
 from launcher.wire.checkpoints import UNVERIFIED
 from launcher.wire.masking import mask_secrets
@@ -90,6 +91,8 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
     artifacts = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
     if artifacts:
         lines.append(f"model artifacts: {artifacts}")
+    if desc.get("WarmPool"):  # a SageMaker job's warm pool (launcher.backends.warm_pools)
+        lines.append(warm_pools.status_line(desc["WarmPool"]))
     if desc.get("RecordNotUpdated"):  # a local record that a read could not rewrite (a full disk)
         lines.append(f"note: {desc['RecordNotUpdated']}")
     return lines
@@ -143,13 +146,16 @@ def jobs_table(jobs: list[dict], width: int = 80):
     shown = [name for name in ORDER if name in shown]
     if any(j.get("Restarts") for j in jobs):  # a column only where a job restarted by itself
         shown.insert(1, "restarts")
+    if any(j.get("WarmPoolStatus") for j in jobs):  # only where a SageMaker job has a warm pool
+        shown.append("warm pool")
     for name in shown:
         table.add_column(name, justify="right" if name == "duration" else "left", overflow="fold")
     for j in jobs:
         seconds = j.get("DurationSeconds")
         cells = {"status": j["TrainingJobStatus"], "restarts": str(j.get("Restarts") or ""),
                  "created": created_text(j.get("CreationTime")),
-                 "duration": "" if seconds is None else clock(seconds)}
+                 "duration": "" if seconds is None else clock(seconds),
+                 "warm pool": (j.get("WarmPoolStatus") or {}).get("Status", "")}
         table.add_row(j["Handle"], *(cells[name] for name in shown))
     return table
 

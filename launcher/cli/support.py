@@ -53,6 +53,7 @@ def aws_call(fn):
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     from launcher.backends.base import BackendError, JobFailedError
+    from launcher.backends.warm_pools import WarmPoolError
     from launcher.config.images import ImageResolutionError
     from launcher.config.issues import SourceDirError
     from launcher.local.store import DamagedRecord
@@ -62,7 +63,7 @@ def aws_call(fn):
     except ConfigError as exc:
         report_invalid(exc)
         sys.exit(EXIT_INVALID)
-    except (SourceDirError, ImageResolutionError, DamagedRecord) as exc:
+    except (SourceDirError, ImageResolutionError, DamagedRecord, WarmPoolError) as exc:
         fail(str(exc), EXIT_INVALID)
     except JobFailedError as exc:
         fail(str(exc), EXIT_FAILED)

@@ -28,6 +28,7 @@ from launcher.config.limits import (
     ENVIRONMENT_KEY_MAX,
     ENVIRONMENT_MAX,
     ENVIRONMENT_VALUE_MAX,
+    KEEP_ALIVE_MAX,
     MAX_INSTANCE_COUNT,
     MAX_PROCESSES_PER_HOST,
     TAG_KEY_MAX,
@@ -191,7 +192,8 @@ class JobConfig(Strict):
     )
     py_version: str | None = Field(None, pattern=r"^py3\d*$", description="Python of the AWS image (py311).")
     keep_alive_period_in_seconds: WholeNumber | None = Field(
-        None, ge=0, le=3600, description="Warm pool keep-alive (0-3600 s)."
+        None, ge=0, le=KEEP_ALIVE_MAX,
+        description=f"Seconds SageMaker keeps the instances as a warm pool after the job (0-{KEEP_ALIVE_MAX}).",
     )
     metric_definitions: list[MetricDefinition] | None = Field(
         None, description="Metrics parsed from the logs (default: the smlaunch script's metrics)."

@@ -36,10 +36,6 @@ def check_job_fields(ctx: Context) -> list[Issue]:
             issues.append(Issue("checkpoint_s3_uri", None,
                                 "spot instances can be interrupted and the job restarts from scratch",
                                 "set checkpoint_s3_uri so training resumes", "warning"))
-        if job.keep_alive_period_in_seconds:
-            issues.append(Issue("keep_alive_period_in_seconds", job.keep_alive_period_in_seconds,
-                                "warm pools do not work with managed spot training",
-                                "remove it or set use_spot_instances: false"))
     elif job.max_wait is not None:
         issues.append(Issue("max_wait", job.max_wait, "only applies to spot training",
                             "set use_spot_instances: true or remove max_wait"))

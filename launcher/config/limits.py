@@ -23,6 +23,10 @@ TAG_KEY_MAX = 128
 TAG_VALUE_MAX = 256
 # TagKey and TagValue's pattern: letters, separators, digits and _.:/=+-@
 TAG_PATTERN = r"^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$"
+# KeepAlivePeriodInSeconds (ResourceConfig and UpdateTrainingJob's ResourceConfigForUpdate): min 0,
+# max 21600 (6 hours) in botocore's model and AWS's API reference; the developer guide's warm-pool
+# page still says 3600 (docs/sagemaker-warm-pools.md). tests/unit/test_warm_pools.py reads the model.
+KEEP_ALIVE_MAX = 21600
 
 # CreateTrainingJob's InstanceCount has no maximum in the API (botocore: TrainingInstanceCount,
 # min 0); accounts' service quotas set the real one. 4096 hosts (32768 GPUs of p5) is beyond any

@@ -34,6 +34,7 @@ from launcher.config import (
     rules,
     script_rules,
     tracker_rules,
+    warm_pools,
 )
 from launcher.config.base import BOOLEAN_NOT_NUMBER
 from launcher.config.hyperparameters import FP8Config
@@ -179,7 +180,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   resume_rules.check_resume_data, checkpoint_rules.check_async_checkpoint,
                   nonfinite_rules.check_nonfinite,
                   script_rules.check_script_imports, requirement_paths.check_requirement_paths,
-                  tracker_rules.check_trackers, restarts.check_restarts):
+                  tracker_rules.check_trackers, restarts.check_restarts, warm_pools.check_warm_pool):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

@@ -122,6 +122,32 @@ class TrainingJob:
     def __repr__(self) -> str:
         return f"TrainingJob({self.name!r})"
 
+    def describe(self) -> dict:
+        """DescribeTrainingJob (the SDK v2's `latest_training_job.describe()`); a SageMaker job's
+        `WarmPool` entry adds its pool's time left (docs/sagemaker-warm-pools.md)."""
+        return self.backend.describe(self.name)
+
+    def update(self, resource_config: Any) -> TrainingJob:
+        """The SDK v3's `TrainingJob.update(resource_config=ResourceConfigForUpdate(keep_alive_period_in_seconds=N))`,
+        or the dict `{"KeepAlivePeriodInSeconds": N}` of the SDK v2's `Session.update_training_job`: the
+        job's Available warm pool is kept N s from the job's end; 0 ends it. Nothing else may change."""
+        from launcher.backends.warm_pools import WarmPoolError
+
+        if isinstance(resource_config, dict):  # ResourceConfigForUpdate has this one member
+            only = set(resource_config) == {"KeepAlivePeriodInSeconds"}
+            seconds = resource_config["KeepAlivePeriodInSeconds"] if only else None
+        else:
+            seconds = getattr(resource_config, "keep_alive_period_in_seconds", None)
+        if seconds is None:
+            raise WarmPoolError(f"resource_config = {resource_config!r}: only KeepAlivePeriodInSeconds may be updated; "
+                                "pass {'KeepAlivePeriodInSeconds': N} (or ResourceConfigForUpdate("
+                                "keep_alive_period_in_seconds=N))")
+        if self.backend.name != "sagemaker":
+            raise WarmPoolError(f"job {self.name} runs on {self.backend.name}: warm pools are SageMaker's, so there "
+                                "is no pool to update; run the job on SageMaker to keep one")
+        self.backend.update_keep_alive(self.name, seconds)
+        return self
+
 
 class PyTorch:
     """SageMaker SDK v2 `PyTorch` estimator arguments; validation runs in the constructor."""

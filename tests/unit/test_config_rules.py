@@ -299,7 +299,7 @@ def test_processes_per_host(runtime_dir):
     ("volume_size", 0, 16384),
     ("volume_size", 16385, 1),
     ("max_run", 28 * 24 * 3600 + 1, 28 * 24 * 3600),
-    ("keep_alive_period_in_seconds", 3601, 3600),
+    ("keep_alive_period_in_seconds", 21601, 21600),  # KEEP_ALIVE_MAX: botocore's model (test_warm_pools)
     ("base_job_name", "has_underscore", "has-dash"),
     ("role", "SageMakerRole", "arn:aws:iam::111122223333:role/SageMakerRole"),
     ("checkpoint_s3_uri", "/local/path", "s3://bucket/ckpt/"),
