@@ -27,12 +27,19 @@ def trials_table(desc: dict):
     for column in ("trial", "status", *names, f"{objective['MetricName']} ({objective['Type']})", "note"):
         table.add_column(column)
     for trial in trials:
-        metric = trial.get("FinalHyperParameterTuningJobObjectiveMetric")
         mark = " *" if trial["TrainingJobName"] == best else ""
         table.add_row(trial["TrainingJobName"] + mark, trial["TrainingJobStatus"],
                       *(trial["TunedHyperParameters"].get(n, "") for n in names),
-                      _value(metric["Value"]) if metric else "-", printable(_note(trial)))
+                      _objective(trial), printable(_note(trial)))
     return table
+
+
+def _objective(trial: dict) -> str:
+    metric = trial.get("FinalHyperParameterTuningJobObjectiveMetric")
+    if metric:
+        return _value(metric["Value"])
+    latest = trial.get("LatestObjective")
+    return f"{_value(latest['Value'])} (step {latest['Step']:g}, running)" if latest else "-"
 
 
 def _note(trial: dict) -> str:

@@ -26,6 +26,9 @@ def trial_summary(state: dict, trial: dict) -> dict[str, Any]:
         summary["FinalHyperParameterTuningJobObjectiveMetric"] = {
             "Type": tuning["objective"]["type"], "MetricName": tuning["objective"]["metric"],
             "Value": trial["FinalObjective"]}
+    elif trial["TrainingJobStatus"] == "InProgress" and trial.get("Objective"):
+        step, value = trial["Objective"][-1]  # a running trial's latest value: what the median rule compares
+        summary["LatestObjective"] = {"Step": step, "Value": value}
     if trial.get("FailureReason"):
         summary["FailureReason"] = trial["FailureReason"]
     if trial.get("EarlyStopped"):
