@@ -150,12 +150,15 @@ def _sweep(handle: str):
     names of no tuning job are jobs'."""
     from launcher.config.issues import ConfigError
     from launcher.tune import state
-    from launcher.tune.sweep import SweepHandle
 
     try:
-        return SweepHandle(handle) if ":" not in handle and state.exists(handle) else None
+        if ":" in handle or not state.exists(handle):
+            return None
     except ConfigError:  # not a valid name: the job commands say why
         return None
+    from launcher.tune.sweep import SweepHandle  # the engine loads for a sweep only
+
+    return SweepHandle(handle)
 
 
 def _sweep_status(sweep, as_json: bool) -> str:

@@ -78,7 +78,8 @@ def test_a_failed_trial_is_recorded_and_the_sweep_goes_on(home, monkeypatch):
     trials = {t["TunedHyperParameters"]["lr"]: t for t in desc["TrainingJobs"]}
     assert trials["0.02"]["TrainingJobStatus"] == "Failed"
     assert trials["0.02"]["FailureReason"] == "AlgorithmError: out of memory"
-    assert trials["0.02"]["ObjectiveStatus"] == "Failed" and "FinalHyperParameterTuningJobObjectiveMetric" not in trials["0.02"]
+    assert trials["0.02"]["ObjectiveStatus"] == "Failed"
+    assert "FinalHyperParameterTuningJobObjectiveMetric" not in trials["0.02"]
     assert trials["0.01"]["FinalHyperParameterTuningJobObjectiveMetric"]["Value"] == 4.0  # the last value
     assert desc["BestTrainingJob"]["TrainingJobName"] == trials["0.03"]["TrainingJobName"]
     assert desc["TrainingJobStatusCounters"] == {"Completed": 2, "InProgress": 0, "RetryableError": 0,
