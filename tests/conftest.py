@@ -31,6 +31,7 @@ SHARED_GROUPS = {
     "tests/e2e/test_slurm_backend.py": "slurm",
     "tests/e2e/test_slurm_cluster.py": "slurm",
     "tests/e2e/test_slurm_restarts.py": "slurm",
+    "tests/e2e/test_slurm_tune.py": "slurm",
     "tests/e2e/test_docker_engine.py": "container-engine",
     "tests/integration/test_docker_runner.py": "container-engine",
 }

@@ -2,7 +2,7 @@
 
 This module holds the group and the commands that take a job file (validate, submit, schema);
 the job commands are launcher.cli.jobs, `plan` launcher.cli.plan, `metrics` launcher.cli.metrics,
-`warm-pool` launcher.cli.warm_pool.
+`tune` launcher.cli.tune, `warm-pool` launcher.cli.warm_pool.
 
 Start-up stays light: `--help`, `validate`, `plan` and `schema` import neither boto3 nor torch,
 and neither do `status`/`logs`/`stop` of a local job. Exit codes: 0 ok, 1 job failed (or AWS
@@ -24,26 +24,17 @@ from launcher.cli.support import (
     EXIT_INVALID,
     aws_call,
     echo,
+    fail,
     job_file_arg,
+    local_overrides,
     report_invalid,
     set_option,
 )
 from launcher.config import attention, data_order
 from launcher.config.issues import ConfigError
 
-
-def _load_local(job_file: Path, overrides: tuple[str, ...]):
-    """`--local`: the job file's instance type becomes `local`, unless it already is local or local_gpu."""
-    from launcher.config.jobfile import load_job_file
-
-    data, _ = load_job_file(job_file, overrides)
-    if data.get("instance_type") in ("local", "local_gpu"):
-        return overrides
-    return (*overrides, "instance_type=local")
-
-
 # The commands defined in the other modules of launcher.cli, by name.
-ELSEWHERE = ("list", "logs", "metrics", "plan", "status", "stop", "warm-pool")
+ELSEWHERE = ("list", "logs", "metrics", "plan", "status", "stop", "tune", "warm-pool")
 
 
 def _command_elsewhere(name: str) -> click.Command:
@@ -59,6 +50,10 @@ def _command_elsewhere(name: str) -> click.Command:
         from launcher.cli.warm_pool import warm_pool
 
         return warm_pool
+    if name == "tune":
+        from launcher.cli.tune import tune
+
+        return tune
     from launcher.cli import jobs
 
     return {"list": jobs.list_jobs, "logs": jobs.logs, "status": jobs.status, "stop": jobs.stop}[name]
@@ -242,13 +237,16 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
         if job_name is not None:
             check_job_name(job_name, field="--job-name")
         if local:
-            overrides = _load_local(job_file, overrides)
+            overrides = local_overrides(job_file, overrides)
         if backend_name:
             overrides = (*overrides, f"backend={backend_name}")
         job = validate_job_file(job_file, overrides)
     except ConfigError as exc:
         report_invalid(exc)
         sys.exit(EXIT_INVALID)
+    if job.config.tuning is not None:  # a sweep is many jobs: never one of them silently
+        fail(f"{job_file} has a tuning: section, which describes a sweep of this job: run it with "
+             f"`smlaunch tune {job_file}`, or remove the section to submit the job once", EXIT_INVALID)
     for issue in job.warnings:
         click.echo(click.style("warning ", fg="yellow") + str(issue), err=True)
     for issue in job.notes:

@@ -25,14 +25,19 @@ from launcher.cli.support import (
 @click.command(epilog=JOB_HELP)
 @click.argument("job")
 @region_option
-@click.option("--json", "as_json", is_flag=True, help="Print DescribeTrainingJob as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print DescribeTrainingJob (a tuning job: DescribeHyperParameterTuningJob) as JSON.")
 def status(job: str, region: str | None, as_json: bool) -> None:
-    """Show a job's status, progress (step, loss, tokens/s, ETA), last checkpoint and failure reason.
+    """Show a job's status, progress (step, loss, tokens/s, ETA), last checkpoint and failure reason;
+    of a tuning job (`smlaunch tune`), its trials as a table and the best one.
     Exit code 1 when the job failed."""
 
     def run():
         from launcher.cli import jobview
 
+        sweep = _sweep(job)
+        if sweep is not None:
+            return _sweep_status(sweep, as_json)
         backend, name = find(job, region)
         desc = jobview.describe(backend, name)
         if as_json:
@@ -82,9 +87,15 @@ def logs(job: str, region: str | None, follow: bool, poll: float, diagnostics: b
 @click.argument("job")
 @region_option
 def stop(job: str, region: str | None) -> None:
-    """Stop a running job: SIGTERM first, so the ranks save a checkpoint."""
+    """Stop a running job: SIGTERM first, so the ranks save a checkpoint. A tuning job: its running
+    trials are stopped so, and the sweep starts no more."""
 
     def run():
+        sweep = _sweep(job)
+        if sweep is not None:
+            sweep.stop()
+            click.echo(f"stopping tuning job {sweep.name}: its controller stops the running trials")
+            return
         backend, name = find(job, region)
         backend.stop(name)
         click.echo(f"stopping {name} ({backend.name})")
@@ -103,9 +114,13 @@ def stop(job: str, region: str | None) -> None:
               help="Only this backend's jobs (repeatable; default: all of them).")
 @click.option("--local", "local", is_flag=True, help="Only local jobs (as --backend local).")
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
+@click.option("--tuning", is_flag=True, help="List the tuning jobs (`smlaunch tune`) instead, with their best trial.")
 def list_jobs(region: str | None, status_filter: str | None, name_contains: str | None, max_results: int,
-              backends: tuple[str, ...], local: bool, as_json: bool) -> None:
+              backends: tuple[str, ...], local: bool, as_json: bool, tuning: bool) -> None:
     """List recent training jobs of every backend (local, Slurm, SageMaker), newest first."""
+    if tuning:
+        aws_call(lambda: _list_sweeps(status_filter, name_contains, max_results, as_json))
+        return
 
     def run():
         from launcher.backends import registry
@@ -128,3 +143,48 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
 
     if aws_call(run):
         sys.exit(EXIT_FAILED)
+
+
+def _sweep(handle: str):
+    """The tuning job a bare name names (launcher.tune), or None: job handles (backend:NAME) and
+    names of no tuning job are jobs'."""
+    from launcher.config.issues import ConfigError
+    from launcher.tune import state
+
+    try:
+        if ":" in handle or not state.exists(handle):
+            return None
+    except ConfigError:  # not a valid name: the job commands say why
+        return None
+    from launcher.tune.sweep import SweepHandle  # the engine loads for a sweep only
+
+    return SweepHandle(handle)
+
+
+def _sweep_status(sweep, as_json: bool) -> str:
+    from launcher.cli import tuneview
+
+    desc = sweep.describe()
+    if as_json:
+        click.echo(json.dumps(desc, indent=2, default=str))
+    else:
+        tuneview.print_status(desc)
+    return desc["HyperParameterTuningJobStatus"]
+
+
+def _list_sweeps(status_filter: str | None, name_contains: str | None, max_results: int, as_json: bool) -> None:
+    from launcher.cli import tuneview
+    from launcher.tune import state
+    from launcher.tune.sweep import SweepHandle
+
+    records, damaged = state.list_sweeps()
+    found = [SweepHandle(r["HyperParameterTuningJobName"]).describe() for r in records
+             if not name_contains or name_contains in r["HyperParameterTuningJobName"]]
+    found = [d for d in found if not status_filter or d["HyperParameterTuningJobStatus"] == status_filter]
+    found = found[:max_results]
+    if as_json:
+        click.echo(json.dumps({"tuning_jobs": found, "damaged": damaged}, indent=2, default=str))
+    else:
+        make_console().print(tuneview.sweeps_table(found))
+    for path in damaged:
+        click.echo(f"not listed: {path} is damaged", err=True)

@@ -86,6 +86,8 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
     lines += restart_lines(desc)
     if desc.get("Goodput"):
         lines.append(desc["Goodput"]["text"])
+    if desc.get("StopReason"):  # who stopped it: the user, or a sweep's early stopping
+        lines.append(f"stopped: {printable(desc['StopReason'])}")
     if desc.get("FailureReason"):  # the job's own output: no terminal control but colour
         lines.append(f"failure reason: {printable(desc['FailureReason'])}")
     artifacts = (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts")

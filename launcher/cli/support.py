@@ -24,6 +24,16 @@ region_option = click.option("--region", default=None, help="AWS region (default
 job_file_arg = click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
 
 
+def local_overrides(job_file: Path, overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """`--local`: the job file's instance type becomes `local`, unless it already is local or local_gpu."""
+    from launcher.config.jobfile import load_job_file
+
+    data, _ = load_job_file(job_file, overrides)
+    if data.get("instance_type") in ("local", "local_gpu"):
+        return overrides
+    return (*overrides, "instance_type=local")
+
+
 def make_console(stderr: bool = False):
     from rich.console import Console
 

@@ -32,6 +32,16 @@ SPEC_FILE = "spec.json"
 # Written in the job directory to ask its supervisor to stop the job, as SIGTERM to it does: for a
 # supervisor on another machine (a Slurm job's), which a signal from here cannot reach.
 STOP_REQUEST = "stop-requested"
+# Written beside it by whoever stops the job for a reason of its own (a sweep's early stopping):
+# the supervisor records that text as the stopped job's StopReason, instead of "Stopped by the user".
+STOP_REASON = "stop-reason"
+
+
+def stop_reason(job_dir: Path) -> str | None:
+    try:
+        return (job_dir / STOP_REASON).read_text(encoding="utf-8").strip()[:1024] or None
+    except OSError:
+        return None
 
 
 @dataclass

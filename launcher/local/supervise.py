@@ -35,7 +35,7 @@ from pathlib import Path
 from launcher.local import artifacts, identity, leftovers, restarts, store
 from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.logfile import LogFile
-from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner
+from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner, stop_reason
 from launcher.local.watchdog import Watchdog
 from launcher.wire.opt_ml import FAILURE_LIMIT, failure_headline
 from launcher.wire.terminal import printable
@@ -374,6 +374,8 @@ class Supervisor:
         fields: dict = {"HostExitCodes": dict(exits), "TrainingTimeInSeconds": round(seconds)}
         if reason in ("interrupted", "stopped"):
             status, secondary, message = "Stopped", "Stopped", "Stopped by the user"
+            if why := stop_reason(spec.job_dir):  # stopped by a sweep's early stopping, say
+                message = fields["StopReason"] = why
         elif reason == "start_failed":
             status, secondary, message = "Failed", "Failed", "The hosts could not be started"
             fields["FailureReason"] = f"ClientError: {self.start_error}"[:FAILURE_LIMIT]

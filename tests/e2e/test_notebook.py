@@ -2,7 +2,8 @@
 for the p4d run without CP, the CP 8 run fits, FP8 refused on A100 and planned on p5), the
 no-CP and CP 2 layouts trained locally, a pretrained model fine-tuned on text packed with its
 tokenizer (first loss = transformers', artifact loaded back), and that model chat fine-tuned
-(dataset_type chat: it answers a question it was taught, through the artifact's chat template).
+(dataset_type chat: it answers a question it was taught, through the artifact's chat template),
+and a short local sweep of two trials over lr (the best is the lower validation loss of their own metrics).
 The notebook asserts its own key results as it goes."""
 
 from __future__ import annotations
@@ -47,7 +48,10 @@ def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     assert len(plotted) == 1 and any("image/png" in o.get("data", {}) for o in plotted[0].outputs)
     stamp = re.compile(r"-\d{4}(-\d\d){5}-\d{3}$")  # make_job_name's timestamp
     jobs = sorted(stamp.sub("", p.name) for p in (tmp_path / "home" / "jobs").iterdir())
-    assert jobs == ["walkthrough-chat", "walkthrough-cp2", "walkthrough-finetune", "walkthrough-no-cp"]
+    assert jobs == ["walkthrough-chat", "walkthrough-cp2", "walkthrough-finetune", "walkthrough-lr-001",
+                    "walkthrough-lr-002", "walkthrough-no-cp"]
+    # the short local sweep: its two trials, the best checked against their own metrics in the notebook
+    assert re.search(r"best trial: walkthrough-lr-00[12] lr = ", out)
 
 
 def test_outside_the_repository_the_first_cell_says_what_to_set(tmp_path):

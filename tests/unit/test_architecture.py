@@ -18,8 +18,10 @@ ALLOWED = {
     "config": {"wire", "config"},
     "plan": {"wire", "config", "plan"},
     "backends": {"wire", "config", "plan", "backends"},
-    "sdk": {"wire", "config", "plan", "backends", "sdk"},
-    "cli": {"wire", "config", "plan", "backends", "sdk", "cli"},
+    # sweeps run their trials through the backends, beside them in the "run it" row, never below them
+    "tune": {"wire", "config", "plan", "backends", "tune"},
+    "sdk": {"wire", "config", "plan", "backends", "tune", "sdk"},
+    "cli": {"wire", "config", "plan", "backends", "tune", "sdk", "cli"},
     "container": {"wire", "config", "container"},
     "launcher": {"wire", "config", "sdk", "launcher"},
 }
@@ -100,6 +102,7 @@ def test_the_layer_rule_would_catch_a_config_module_importing_a_backend():
     # the control: the rule is not vacuous
     assert "backends" not in ALLOWED[_layer("launcher.config.job")]
     assert _layer("launcher.local.prepare") == "backends" and "backends" not in ALLOWED["container"]
+    assert _layer("launcher.tune.sweep") == "tune" and "tune" not in ALLOWED["backends"]
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -1,0 +1,150 @@
+"""Start, follow and stop a sweep run here or on Slurm: `start_sweep` and the `SweepHandle` it returns
+(what the SDK tuner and `smlaunch tune` call for backend local or slurm).
+
+A sweep's description has the shape of SageMaker's DescribeHyperParameterTuningJob (status,
+counters, BestTrainingJob, ...), built from its state file (launcher.tune.state) by
+launcher.tune.describe; its trials are ordinary jobs of the backend (`smlaunch status/logs/metrics`).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher.backends.base import BackendError
+from launcher.config import JobConfig, validate_job
+from launcher.config.issues import ConfigError, Issue
+from launcher.config.tuning import TuningConfig
+from launcher.local import identity, store
+from launcher.tune import state as sweep_state
+from launcher.tune.controller import Controller
+from launcher.tune.describe import best_summary, describe_state
+from launcher.tune.objective import objective_issue
+from launcher.tune.strategies import local_refusals
+from launcher.tune.trials import base_job_data, check_sweep_name, sweep_name
+
+BACKENDS = ("local", "slurm")
+CONTROLLER_START_S = 30.0  # how long a detached start waits for its controller to record itself
+
+
+def start_sweep(job: JobConfig, tuning: TuningConfig, *, name: str | None = None, wait: bool = True,
+                base_dir: str | Path | None = None,
+                printer: Callable[[str], None] | None = None, poll: float = 2.0) -> SweepHandle:
+    """Start a sweep of `job` (local or Slurm backend) and return its handle. `wait`: run it in this
+    process to its end (Ctrl-C stops it and its trials); else a detached controller runs it.
+    `base_dir`: what the job's relative paths are relative to (default: the working directory).
+    ConfigError (nothing started, nothing written) for a sweep that cannot run as asked."""
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    data = base_job_data(job)
+    validated = validate_job(data, base_dir=base)  # the base job's own rules; ConfigError lists them all
+    backend = validated.config.backend_name
+    issues = check_sweep(tuning, backend, [d.name for d in validated.config.metric_definitions or []])
+    if issues:
+        raise ConfigError(issues)
+    name = check_sweep_name(name, "name") if name else sweep_name(tuning.base_tuning_job_name, job)
+    directory = sweep_state.sweep_dir(name)
+    if directory.exists():
+        raise ConfigError([Issue("name", name, f"is taken: a tuning job of that name exists ({directory})",
+                                 "choose another name, or leave it out for a generated one")])
+    seed = tuning.random_seed if tuning.random_seed is not None else random.SystemRandom().randrange(2**31)
+    sweep_state.write(directory, {
+        "HyperParameterTuningJobName": name, "Status": "InProgress", "Backend": backend,
+        "Runner": validated.config.local_runner, "CreationTime": store.now(), "RandomSeed": seed,
+        "Tuning": tuning.model_dump(mode="json", exclude_none=True), "Job": data, "BaseDir": str(base.resolve()),
+        "Trials": []})
+    handle = SweepHandle(name)
+    if wait:
+        Controller(directory, printer=printer, poll=poll).run()
+    else:
+        _start_detached(directory)
+    return handle
+
+
+def check_sweep(tuning: TuningConfig, backend: str, definitions: list[str]) -> list[Issue]:
+    """What stops this sweep from running on `backend` here (the ranges' own rules are the tuner's)."""
+    if backend not in BACKENDS:
+        return [Issue("backend", backend, "runs its sweeps as SageMaker tuning jobs, which `start_sweep` does not "
+                      "start (local and Slurm sweeps only)", "use the HyperparameterTuner, or backend local or slurm")]
+    issues = local_refusals(tuning)
+    if problem := objective_issue(tuning.objective.metric, definitions):
+        issues.append(problem)
+    return issues
+
+
+def _start_detached(directory: Path) -> None:
+    """`python -m launcher.tune.controller DIR` in a session of its own (as a local job's supervisor),
+    waiting until it has recorded itself, so that `stop` can find it at once."""
+    with open(directory / sweep_state.LOG, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "launcher.tune.controller", str(directory)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    deadline = time.monotonic() + CONTROLLER_START_S
+    while time.monotonic() < deadline:
+        if sweep_state.load(directory / sweep_state.STATE).get("ControllerProcess"):
+            return
+        if proc.poll() is not None:
+            raise BackendError(f"the sweep's controller ended at once (exit code {proc.returncode}); see "
+                               f"{directory / sweep_state.LOG}")
+        time.sleep(0.1)
+    raise BackendError(f"the sweep's controller (pid {proc.pid}) did not start within {CONTROLLER_START_S:.0f} s; "
+                       f"see {directory / sweep_state.LOG}")
+
+
+class SweepHandle:
+    """A sweep run here or on Slurm, by name: what `smlaunch status/stop` and the SDK tuner call."""
+
+    def __init__(self, name: str):
+        self.name = check_sweep_name(name)
+
+    @property
+    def directory(self) -> Path:
+        return sweep_state.sweep_dir(self.name)
+
+    def state(self) -> dict:
+        """The state file, reconciled: a sweep whose controller died without an outcome is Failed."""
+        current = sweep_state.read(self.name)
+        controller = current.get("ControllerProcess")
+        if current["Status"] == "InProgress" and controller and not identity.is_running(controller):
+            # re-read: the controller may have written its end just before it exited
+            current = sweep_state.read(self.name)
+            if current["Status"] == "InProgress":
+                log = self.directory / sweep_state.LOG
+                current.update(Status="Failed", EndTime=store.now(),
+                               FailureReason=f"the sweep's controller ended without an outcome (killed?): "
+                                             f"{identity.gone_because(controller)}; see {log}")
+                sweep_state.write(self.directory, current)
+        return current
+
+    def describe(self) -> dict:
+        return describe_state(self.state())
+
+    def best_trial(self) -> dict | None:
+        """The best trial's summary (TrainingJobName, TunedHyperParameters, its final objective), or None."""
+        return best_summary(self.state())
+
+    def stop(self) -> None:
+        """Stop the sweep: its controller stops the running trials and records it Stopped."""
+        current = self.state()
+        if current["Status"] in sweep_state.TERMINAL:
+            raise BackendError(f"tuning job {self.name} has already ended ({current['Status']})")
+        controller = current.get("ControllerProcess")
+        if not controller or not identity.send(controller, signal.SIGTERM):
+            raise BackendError(f"tuning job {self.name}: its controller is gone; `smlaunch status {self.name}` "
+                               "records the outcome")
+
+    def wait(self, poll: float = 2.0) -> dict:
+        """Until the sweep ends; its description."""
+        while self.state()["Status"] not in sweep_state.TERMINAL:
+            time.sleep(poll)
+        return self.describe()
+
+
+def attach(name: str) -> SweepHandle:
+    """The handle of an existing sweep; LookupError if there is none."""
+    handle = SweepHandle(name)
+    sweep_state.read(name)
+    return handle

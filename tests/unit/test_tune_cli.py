@@ -1,0 +1,83 @@
+"""`smlaunch tune` and what the other commands do with a sweep, in one process: the errors (exit 2,
+nothing started), the dry run, `status` of a damaged sweep. Real sweeps: tests/integration/test_tune.py."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from launcher.cli.app import main
+from launcher.tune import state
+from tests.support.local_jobs import HP
+from tests.support.train_runs import ROOT
+
+JOB = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+       "instance_count": 1, "processes_per_host": 1, "distribution": {"torch_distributed": {"enabled": True}},
+       "hyperparameters": HP}
+TUNING = {"objective": {"metric": "validation:loss", "type": "Minimize"}, "strategy": "Grid",
+          "ranges": {"lr": {"kind": "categorical", "values": [0.001, 0.01, 0.1]}}}
+
+
+def write(tmp_path, **fields):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({**JOB, **fields}))
+    return path
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_tune_needs_a_tuning_section(tmp_path, home):
+    result = cli("tune", write(tmp_path))
+    assert result.exit_code == 2 and "has no tuning: section" in result.stderr
+    assert not state.sweeps_root().exists()  # nothing written
+
+
+def test_submit_refuses_a_job_file_with_a_tuning_section(tmp_path, home):
+    result = cli("submit", write(tmp_path, tuning=TUNING))
+    assert result.exit_code == 2 and "smlaunch tune" in result.stderr
+    assert not (home / "jobs").exists()
+    # control: the same file without it passes validation and submits as far as a dry run
+    assert cli("submit", write(tmp_path), "--dry-run").exit_code == 0
+
+
+@pytest.mark.parametrize(("tuning", "args", "said"), [
+    ({**TUNING, "strategy": "Hyperband", "max_jobs": 3}, (), 'tuning.strategy = "Hyperband"'),
+    ({**TUNING, "objective": {"metric": "val:acc", "type": "Maximize"}}, (), 'tuning.objective.metric = "val:acc"'),
+    (TUNING, ("--set", "instance_type=ml.p4d.24xlarge", "--set", "role=arn:aws:iam::111122223333:role/x"),
+     "backend sagemaker"),
+    ({**TUNING, "ranges": {"lr": {"kind": "continuous", "min_value": 0.1, "max_value": 0.01}}}, (), "min_value"),
+])
+def test_what_a_local_sweep_cannot_run_is_an_exit_2_error_naming_the_field(tmp_path, home, tuning, args, said):
+    result = cli("tune", write(tmp_path, tuning=tuning), *args, "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert said in result.stderr and "Traceback" not in result.output
+    assert not state.sweeps_root().exists()
+
+
+def test_dry_run_lists_grid_trials_and_says_what_bayesian_does(tmp_path, home):
+    result = cli("tune", write(tmp_path, tuning=TUNING), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert [line.split(": ", 1)[1] for line in result.stdout.splitlines() if line.startswith("  trial")] == [
+        "lr=0.001", "lr=0.01", "lr=0.1"]
+    bayesian = {**TUNING, "strategy": "Bayesian", "max_jobs": 4, "random_seed": 3}
+    result = cli("tune", write(tmp_path, tuning=bayesian), "--dry-run")
+    assert result.exit_code == 0 and "chosen as the earlier trials' results arrive" in result.stdout
+    assert "  trial" not in result.stdout
+    assert not state.sweeps_root().exists()
+
+
+def test_a_trial_the_jobs_rules_refuse_fails_the_dry_run(tmp_path, home):
+    tuning = {**TUNING, "ranges": {"max_steps": {"kind": "categorical", "values": [4, -1]}}}
+    result = cli("tune", write(tmp_path, tuning=tuning), "--dry-run")
+    assert result.exit_code == 2 and "hyperparameters.max_steps" in result.stderr
+
+
+def test_status_of_a_damaged_sweep_is_an_exit_2_error(home):
+    directory = state.sweep_dir("broken")
+    directory.mkdir(parents=True)
+    (directory / state.STATE).write_text("{not json")
+    result = cli("status", "broken")
+    assert result.exit_code == 2 and "is damaged" in result.stderr and "Traceback" not in result.output
