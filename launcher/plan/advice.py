@@ -48,7 +48,7 @@ def candidates(w: Workload) -> list[tuple[str, ...]]:
             out.append((f"context_parallel_degree={cp}", f"hybrid_shard_degree={group}"))
     if w.ac_mode is None:
         out.append(("hyperparameters.activation_checkpointing=1",))
-    elif w.ac_mode == "selective":
+    elif w.ac_mode in ("selective", "selective_op") or w.ac_freq > 1:
         out.append(("hyperparameters.activation_checkpointing_mode=full",))
     if w.ac_mode is not None and not w.offload:
         out.append(("hyperparameters.offload_activations=1",))
