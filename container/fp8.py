@@ -21,10 +21,14 @@ Backends (the client's `fp8_*` hyperparameters, `launcher.config.FP8Config`):
   activation checkpointing uses `te.distributed.checkpoint` (recompute with the forward's scales,
   no second amax update). TE's FP8 scaling state is not checkpointed: after a resume the amax
   history starts again, as at step 1.
-- torchao: `convert_to_float8_training`, dynamic tensorwise scaling (the client's "current";
-  torchao has no delayed scaling). Where FSDP2 shards, weights are all-gathered in FP8 (half of
-  bf16's traffic) and one all-reduce after each optimizer step computes every weight's scale.
-  Activation scales are per rank (torchao computes them locally).
+- torchao: `convert_to_float8_training` with torchao's recipe (`Float8LinearConfig.from_recipe_name`):
+  "tensorwise" (the client's "current" with torchao means it too), dynamic scaling with one scale
+  per tensor, or "rowwise", one scale per row of each operand (rounded to powers of two), more
+  accurate, the recipe torchtitan defaults to; its per-row-scaled GEMM needs Hopper (compute
+  capability 9.0). torchao has no delayed scaling. Tensorwise only: where FSDP2 shards, weights are
+  all-gathered in FP8 (half of bf16's traffic) and one all-reduce after each optimizer step computes
+  every weight's scale; torchao gathers rowwise weights in bf16 (its FP8 all-gather is tensorwise
+  only), as torchtitan does. Activation scales are per rank (torchao computes them locally).
 
 `fp8_emulate` (tests on CPU, or a GPU without FP8) is torchao's emulation: Transformer Engine
 cannot run without FP8 hardware. Where the hardware has FP8, real FP8 runs whatever the flag.
@@ -32,6 +36,7 @@ cannot run without FP8 hardware. Where the hardware has FP8, real FP8 runs whate
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -41,6 +46,7 @@ import torch.distributed as dist
 from torch import nn
 
 from launcher.config import FP8Config
+from launcher.config.speed import TORCHAO, fp8_recipe_problem, rowwise_capability_problem, torchao_recipe
 
 log = logging.getLogger("smlaunch")
 
@@ -70,9 +76,14 @@ def describe_device(device: torch.device) -> tuple[bool, str]:
 
 
 def needs_emulation(cfg: FP8Config, device: torch.device) -> bool:
-    """Whether FP8 must be emulated here; refuses hardware without FP8 unless emulation is allowed
-    and the backend can emulate."""
+    """Whether FP8 must be emulated here; refuses hardware without FP8 (or, for rowwise, without
+    its per-row-scaled GEMM) unless emulation is allowed and the backend can emulate."""
     has_fp8, what = describe_device(device)
+    if has_fp8 and cfg.recipe == "rowwise":
+        if problem := rowwise_capability_problem(torch.cuda.get_device_capability(device), what):
+            if not cfg.emulate:
+                raise RuntimeError(str(problem))
+            return True
     if has_fp8:
         return False
     need = ".".join(map(str, MIN_CAPABILITY))
@@ -91,6 +102,8 @@ def apply_fp8(model: nn.Module, cfg: FP8Config, rt) -> None:
 
     `rt` is the container Runtime: its device, world size and layout decide emulation, the TE
     amax group and torchao's FP8 all-gather."""
+    if problem := fp8_recipe_problem(cfg.backend, cfg.recipe):
+        raise ValueError(str(problem))
     emulate = needs_emulation(cfg, rt.device)
     names, skipped = fp8_projections(model)
     if cfg.backend == "transformer_engine":
@@ -107,12 +120,10 @@ def apply_fp8(model: nn.Module, cfg: FP8Config, rt) -> None:
         if cfg.recipe == "delayed":
             what += f" (history {cfg.amax_history_len}, {cfg.amax_compute_algo}, margin {cfg.margin})"
     else:
-        if cfg.recipe != "current":
-            raise ValueError("fp8_backend=torchao scales dynamically (per step); fp8_recipe=delayed "
-                             "needs fp8_backend=transformer_engine, or set fp8_recipe=current")
-        all_gather = rt.world_size > 1 and rt.layout.sharding_group > 1
-        _convert_torchao(model, names, emulate=emulate, fsdp_float8_all_gather=all_gather)
-        what = "torchao, dynamic tensorwise scaling" + (", FP8 all-gather" if all_gather else "")
+        recipe = torchao_recipe(cfg.recipe)
+        all_gather = fp8_all_gather(cfg, rt.world_size > 1 and rt.layout.sharding_group > 1)
+        _convert_torchao(model, names, recipe, emulate=emulate, fsdp_float8_all_gather=all_gather)
+        what = f"torchao, dynamic {recipe} scaling" + (", FP8 all-gather" if all_gather else "")
         what += ", emulated" if emulate else ""
     if rt.rank == 0:
         log.info("applied FP8 (%s) to %d projections%s", what, len(names),
@@ -126,16 +137,23 @@ def activation_checkpoint_fn(cfg: FP8Config, mode: str) -> Callable | None:
         return None
     if mode != "full":
         # selective keeps aten matmul outputs; TE's FP8 GEMMs are its own ops, never kept
-        raise ValueError("activation_checkpointing_mode=selective does not apply to Transformer Engine's "
+        raise ValueError(f"activation_checkpointing_mode={mode} does not apply to Transformer Engine's "
                          "FP8 GEMMs; use activation_checkpointing_mode=full with fp8_backend=transformer_engine")
     return functools.partial(_te().distributed.checkpoint, use_reentrant=False)
 
 
+def fp8_all_gather(cfg: FP8Config, sharded: bool) -> bool:
+    """Whether FSDP2 all-gathers the weights in FP8: torchao's tensorwise recipe where weights are
+    sharded. Rowwise weights are gathered in bf16 (torchao's FP8 all-gather has one scale per tensor)."""
+    return sharded and cfg.backend == TORCHAO and torchao_recipe(cfg.recipe) == "tensorwise"
+
+
 def precompute_fp8_scales(model: nn.Module, cfg: FP8Config) -> None:
-    """Call after each optimizer step. torchao with FP8 all-gather: one all-reduce computes every
-    weight's scale, instead of one per weight inside each all-gather. Not an optimizer hook: DCP's
-    optimizer-state load runs a step before the weights load, which would leave stale scales."""
-    if cfg.enabled and cfg.backend == "torchao":
+    """Call after each optimizer step. torchao tensorwise with FP8 all-gather: one all-reduce
+    computes every weight's scale, instead of one per weight inside each all-gather. Not an optimizer
+    hook: DCP's optimizer-state load runs a step before the weights load, which would leave stale
+    scales. Rowwise has no FP8 all-gather, hence nothing to precompute (torchtitan skips it too)."""
+    if cfg.enabled and cfg.backend == TORCHAO and torchao_recipe(cfg.recipe) == "tensorwise":
         _torchao_float8().precompute_float8_dynamic_scale_for_fsdp(model)  # a no-op without FP8 all-gather weights
 
 
@@ -164,9 +182,11 @@ def _torchao_float8():
     return torchao.float8
 
 
-def _convert_torchao(model: nn.Module, names: list[str], *, emulate: bool, fsdp_float8_all_gather: bool) -> None:
+def _convert_torchao(model: nn.Module, names: list[str], recipe: str, *, emulate: bool,
+                     fsdp_float8_all_gather: bool) -> None:
     float8 = _torchao_float8()
-    config = float8.Float8LinearConfig(enable_fsdp_float8_all_gather=fsdp_float8_all_gather, emulate=emulate)
+    config = dataclasses.replace(float8.Float8LinearConfig.from_recipe_name(recipe),
+                                 enable_fsdp_float8_all_gather=fsdp_float8_all_gather, emulate=emulate)
     wanted = set(names)
     float8.convert_to_float8_training(model, config=config, module_filter_fn=lambda _, fqn: fqn in wanted)
 

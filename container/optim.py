@@ -16,6 +16,14 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 
+from launcher.config.speed import (
+    FOREACH,
+    FUSED,
+    OPTIMIZER_CAN_RUN,
+    default_optimizer_implementation,
+    optimizer_implementation_problem,
+)
+
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Weight matrices (ndim >= 2, embeddings included) decay; norm weights and biases do not:
@@ -29,15 +37,36 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 def build_optimizer(model: torch.nn.Module, *, lr: float, weight_decay: float,
                     betas: tuple[float, float] = (0.9, 0.95), eps: float = 1e-8,
-                    kind: str = "adamw") -> torch.optim.Optimizer:
-    """torch's AdamW ("adamw"; states in the parameters' dtype; its foreach path runs on DTensor
-    parameters, even on several meshes) or "anyprecision" (bf16 states, Kahan summation)."""
+                    kind: str = "adamw", implementation: str | None = None) -> torch.optim.Optimizer:
+    """torch's AdamW ("adamw"; states in the parameters' dtype; its fused and foreach paths run on
+    DTensor parameters, even on several meshes) or "anyprecision" (bf16 states, Kahan summation).
+    `implementation`: fused, foreach or for-loop (launcher.config.speed); None: the default for
+    the parameters' device."""
+    if kind not in OPTIMIZER_CAN_RUN:
+        raise ValueError(f"optimizer kind must be 'adamw' or 'anyprecision', not {kind!r}")
     groups = param_groups(model, weight_decay)
-    if kind == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    device = next((p.device for group in groups for p in group["params"]), torch.device("cpu"))
+    implementation = implementation or default_optimizer_implementation(kind, device.type)
+    if problem := optimizer_implementation_problem(kind, implementation):
+        raise ValueError(str(problem))
     if kind == "anyprecision":
         return AnyPrecisionAdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-    raise ValueError(f"optimizer kind must be 'adamw' or 'anyprecision', not {kind!r}")
+    if implementation == FUSED:
+        _check_fused_device(device)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                             fused=implementation == FUSED, foreach=implementation == FOREACH)
+
+
+def _check_fused_device(device: torch.device) -> None:
+    """torch's fused AdamW has kernels for some devices only; asked for elsewhere, it is refused here
+    with the fix rather than in torch's words."""
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    supported = _get_fused_kernels_supported_devices()
+    if device.type not in supported:
+        raise ValueError(f"optimizer_implementation=fused: torch {torch.__version__} has no fused AdamW for "
+                         f"{device.type} parameters (it has for {', '.join(supported)}); use "
+                         "optimizer_implementation=foreach")
 
 
 class AnyPrecisionAdamW(torch.optim.Optimizer):

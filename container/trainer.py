@@ -57,6 +57,7 @@ from launcher.config.models import ModelSpec, vocab_rows
 from launcher.config.nonfinite_rules import nonfinite_issues
 from launcher.config.resume import RunIdentity
 from launcher.config.run_settings import RunSettings, run_settings
+from launcher.config.speed_rules import speed_issues
 from launcher.config.tracker_rules import tracker_issues
 
 log = logging.getLogger("smlaunch")
@@ -103,7 +104,7 @@ def parallelize(rt: Runtime, model: Transformer, s: RunSettings) -> None:
     if s.ac_mode:
         offloader = ActivationOffloader(s.offload_horizon, rt.device) if s.offload else None
         apply_activation_checkpointing(model, s.ac_mode, offloader,
-                                       checkpoint_fn=activation_checkpoint_fn(s.fp8, s.ac_mode))
+                                       checkpoint_fn=activation_checkpoint_fn(s.fp8, s.ac_mode), freq=s.ac_freq)
     if s.fsdp:
         apply_fsdp(model, rt.fsdp_mesh, param_dtype=torch.bfloat16 if s.bf16 else None,
                    reshard_after_forward=s.reshard_after_forward, wrap_policy=s.wrap_policy,
@@ -136,7 +137,8 @@ def forward_backward(rt: Runtime, model: Transformer, micro: list[dict], s: RunS
 
 def build_optimization(model: Transformer, s: RunSettings):
     """The optimizer and its learning-rate schedule, as the run's settings say."""
-    optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer)
+    optimizer = optim.build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, betas=s.betas, kind=s.optimizer,
+                                      implementation=s.optimizer_implementation)
     scheduler = optim.lr_schedule(optimizer, warmup_steps=s.warmup_steps, total_steps=s.decay_steps,
                                   min_lr=s.min_lr, style=s.lr_style)
     return optimizer, scheduler
@@ -199,7 +201,8 @@ def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
     """AWS's script's arguments that this runtime does not do, trackers' settings that would do
     nothing, and a data_mixture the loader cannot read fail the job before anything is built, with
     validation's words (launcher.config.aws_arguments, tracker_rules, data_rules)."""
-    problems = aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
+    problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
+                + speed_issues(hp))
     if problems:
         raise ValueError("; ".join(map(str, problems)) + " (run `smlaunch validate` on the job for the full list)")
 
@@ -305,7 +308,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         micro = [_to(cp_shard(batch), rt.device) for batch in batches]
         loss, aux_sum, total_tokens, grad_norm = train_step(
             rt, model, pipe, optimizer, scheduler, micro, s, spec, global_sequences, step, guard)
-        step_loss = loss.item()
+        # the loss is read (a host sync) only where a record or a checkpoint takes it
         _sync(rt)
         if s.clean_cache and rt.device.type == "cuda":
             torch.cuda.empty_cache()
@@ -319,7 +322,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             metrics.write({"step": step, **guard.fields()})
         elif step % s.logging_freq == 0 or step == s.max_steps:
             flops_token = timed_flops / timed_tokens if timed_tokens else step_flops_token
-            last = step_record(rt, step, step_loss, float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
+            last = step_record(rt, step, loss.item(), float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
                 last["aux_loss"] = (_all_sum(aux_sum, rt.loss_group) / global_sequences).item()
@@ -336,7 +339,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
             with ledger.timing(CHECKPOINT), step_watch.section("checkpoint save"):
                 checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(),
-                                  {"loss": step_loss, **guard.checkpoint_extra()})
+                                  {"loss": loss.item(), **guard.checkpoint_extra()})
                 if stopping:  # an asynchronous save is on disk and committed before the process ends
                     checkpointer.close()
         if stopping:

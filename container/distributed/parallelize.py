@@ -44,22 +44,67 @@ def _selective_policy(ctx, op, *args, **kwargs):
     return CheckpointPolicy.MUST_SAVE if op in _SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+# torchtitan's op-level selective checkpointing (its `_save_list` and `_get_custom_policy`): keep the
+# attention output, the reduce-scatters and max (FP8's amax, so recomputation scales alike), and
+# every other matmul's output; the even-numbered matmuls of a block are recomputed, which saves
+# their outputs' memory for a part of one block's forward. Here biased projections (addmm,
+# GPT-NeoX) count as matmuls too, and the CPU flash op as attention.
+_OP_SAVE = {
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
+    torch.ops.aten.max.default,
+    torch._higher_order_ops.flex_attention,
+}
+_OP_MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+
+
+def _op_policy_context():
+    """A fresh matmul count for each checkpointed call, kept apart for the forward and the
+    recomputation, so that both save the same matmuls."""
+    counts = {False: 0, True: 0}
+
+    def policy(ctx, op, *args, **kwargs):
+        if op in _OP_MATMULS:
+            counts[ctx.is_recompute] += 1
+            return CheckpointPolicy.MUST_SAVE if counts[ctx.is_recompute] % 2 else CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if op in _OP_SAVE else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+_CONTEXTS = {"selective": partial(create_selective_checkpoint_contexts, _selective_policy),
+             "selective_op": _op_policy_context}
+
+
+def checkpointed_blocks(layers: int, freq: int) -> list[int]:
+    """The indices of the blocks checkpointing wraps: every `freq`-th (the last of each group of
+    `freq`), as torchtitan's layer-selective checkpointing picks them; all of them for 1."""
+    return [index for index in range(layers) if (index + 1) % freq == 0]
+
+
 def apply_activation_checkpointing(model: Transformer, mode: str = "full",
                                    offloader: ActivationOffloader | None = None,
-                                   checkpoint_fn: Callable | None = None) -> None:
-    """Wrap every block: `full` recomputes it in backward, `selective` keeps matmul and attention
-    outputs. With an `offloader`, what the checkpoint keeps (block inputs) lives in host memory.
-    `checkpoint_fn` replaces torch's checkpoint (Transformer Engine's, for its FP8 state)."""
-    for index, (name, block) in enumerate(list(model.layers.named_children())):
+                                   checkpoint_fn: Callable | None = None, freq: int = 1) -> None:
+    """Wrap every `freq`-th block: `full` recomputes it in backward, `selective` keeps matmul and
+    attention outputs, `selective_op` torchtitan's op policy (above). With an `offloader`, what the
+    checkpoint keeps (block inputs) lives in host memory. `checkpoint_fn` replaces torch's
+    checkpoint (Transformer Engine's, for its FP8 state)."""
+    blocks = list(model.layers.named_children())
+    wrapped_blocks = checkpointed_blocks(len(blocks), freq)
+    for index in wrapped_blocks:
+        name, block = blocks[index]
         kwargs = {"checkpoint_fn": checkpoint_fn} if checkpoint_fn else {"preserve_rng_state": False}
-        if mode == "selective":
-            kwargs["context_fn"] = partial(create_selective_checkpoint_contexts, _selective_policy)
+        if mode in _CONTEXTS:
+            kwargs["context_fn"] = _CONTEXTS[mode]
         wrapped = checkpoint_wrapper(block, **kwargs)
         if offloader is not None:
             wrapped = offloader.wrap(wrapped, index)
         model.layers.register_module(name, wrapped)
-    log.info("applied %s activation checkpointing%s to %d blocks", mode,
-             f" with host offload (horizon {offloader.horizon})" if offloader else "", len(model.layers))
+    log.info("applied %s activation checkpointing%s to %d of %d blocks", mode,
+             f" with host offload (horizon {offloader.horizon})" if offloader else "", len(wrapped_blocks),
+             len(blocks))
 
 
 def fsdp_units(model: Transformer, wrap_policy: str, min_num_params: int) -> list[nn.Module]:

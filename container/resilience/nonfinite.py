@@ -78,12 +78,14 @@ class NonFiniteGuard:
     def __call__(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
         """Whether `step`'s update applies: True for a finite step, False for one skipped; raises
         under fail or past nonfinite_max, and leaves the process under rollback."""
-        loss_value, norm_value = loss.item(), float(grad_norm)
-        finite = torch.tensor(int(math.isfinite(loss_value) and math.isfinite(norm_value)), device=self.device)
+        # the flag is made on the device and read once: one host sync per step, and the values
+        # themselves only for a non-finite step's message
+        finite = (torch.isfinite(loss.to(self.device)) & torch.isfinite(grad_norm.to(self.device))).to(torch.int32)
         if dist.is_initialized() and dist.get_world_size() > 1:  # a stage without the loss agrees too
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)
         if finite.item():
             return True
+        loss_value, norm_value = loss.item(), float(grad_norm)
         what = (f"loss is {loss_value}" if not math.isfinite(loss_value)
                 else f"gradient norm is {norm_value} (loss {loss_value:.6g})")
         if self.policy == FAIL:

@@ -27,6 +27,7 @@ from launcher.config.data_order import DATASET_TYPES
 from launcher.config.degrees import model_with_degrees
 from launcher.config.limits import MAX_DIMENSION
 from launcher.config.nonfinite import DEFAULT_NONFINITE_MAX, NONFINITE_POLICIES
+from launcher.config.speed import AC_MODES, FP8_RECIPES, OPTIMIZER_IMPLEMENTATIONS, default_fp8_backend
 
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_shard_zero2", "no_shard")
 # Long enough for rank 0 to load a large pretrained model while the others wait; short enough
@@ -48,7 +49,8 @@ DIRECTORY_ARGUMENTS = ("model_dir", "output_data_dir", "checkpoint_dir", "traini
                        "tensorboard_dir")
 # Choices smlaunch's train.py makes; a user script may mean anything by these keys (job_kind.py).
 RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activation_checkpointing_mode",
-                   "optimizer", "dataset_type", "sharding_strategy", "auto_wrap_policy", "backward_fetch_policy",
+                   "optimizer", "optimizer_implementation", "dataset_type", "sharding_strategy", "auto_wrap_policy",
+                   "backward_fetch_policy",
                    "cp_comm_type", "distributed_backend", "lr_decay_style", "attention_kernel", "shuffle",
                    "data_mixture", "truncation_mode", "rope_scaling_type", "moe_load_balancing",
                    "checkpoint_async_mode", "nonfinite_policy")
@@ -93,7 +95,9 @@ class TrainingHyperparameters(_SeedDegrees):
     bf16: bool | None = Field(None, description="Train in bfloat16 mixed precision.")
     fp16: bool | None = Field(None, description="Train in float16 mixed precision.")
     fp8: bool | None = Field(None, description="FP8 matmuls (Transformer Engine or torchao).")
-    fp8_recipe: Literal["delayed", "current"] | None = Field(None, description="FP8 scaling recipe.")
+    fp8_recipe: Literal[FP8_RECIPES] | None = Field(
+        None, description="FP8 scaling recipe: delayed or current (Transformer Engine), tensorwise or rowwise "
+                          "(torchao; current means tensorwise there); docs/smp.md.")
     fp8_amax_history_len: int | None = Field(None, ge=1, description="Delayed scaling amax history length.")
     fp8_amax_compute_algo: Literal["max", "most_recent"] | None = Field(
         None, description="How the amax is taken from its history."
@@ -105,14 +109,26 @@ class TrainingHyperparameters(_SeedDegrees):
     )
     # memory
     activation_checkpointing: bool | None = Field(None, description="Recompute activations in backward.")
-    activation_checkpointing_mode: Literal["full", "selective"] | None = Field(
-        None, description="full: recompute whole blocks; selective: keep matmul/attention outputs."
+    activation_checkpointing_mode: Literal[AC_MODES] | None = Field(
+        None, description="full: recompute whole blocks; selective: keep matmul/attention outputs; selective_op: "
+                          "torchtitan's op policy (keep attention and every other matmul output)."
+    )
+    activation_checkpointing_freq: int | None = Field(
+        None, ge=1, le=MAX_DIMENSION,
+        description="smlaunch: checkpoint every N-th block only (torchtitan's layer-selective AC; default 1: "
+                    "every block); the others keep all their activations."
     )
     gradient_accumulation_steps: int | None = Field(
         None, ge=1, le=MAX_DIMENSION, description="Micro-batches per step."
     )
     optimizer: Literal["adamw", "anyprecision"] | None = Field(
         None, description="adamw, or anyprecision (pure-bf16 states with Kahan-compensated updates)."
+    )
+    optimizer_implementation: Literal[OPTIMIZER_IMPLEMENTATIONS] | None = Field(
+        None, description="smlaunch: how adamw runs (torchtitan's optimizer.implementation): fused (one kernel "
+                          "for every parameter; the default on CUDA), foreach (a few multi-tensor kernels) or "
+                          "for-loop (one parameter at a time; the default elsewhere, and anyprecision's only "
+                          "one); docs/smp.md."
     )
     dataset_type: Literal[DATASET_TYPES] | None = Field(
         None, description="Training data: jsonl (records, the default), indexed (token shards of pack "
@@ -314,7 +330,7 @@ class FP8Config(Strict):
     """FP8 training settings, read from the hyperparameters (the wire format the script sees)."""
 
     enabled: bool = Field(False, description="FP8 on.")
-    recipe: Literal["delayed", "current"] = Field("delayed", description="Scaling recipe.")
+    recipe: Literal[FP8_RECIPES] = Field("delayed", description="Scaling recipe.")
     amax_history_len: int = Field(1024, ge=1, description="Delayed scaling amax history length.")
     amax_compute_algo: Literal["max", "most_recent"] = Field("max", description="Amax from history.")
     margin: int = Field(0, ge=0, description="Scaling margin.")
@@ -335,5 +351,7 @@ class FP8Config(Strict):
             "emulate": hp.fp8_emulate,
         }
         if hp.fp8_backend == "torchao" and hp.fp8_recipe is None:
-            mapping["recipe"] = "current"  # torchao's float8 training scales dynamically
+            mapping["recipe"] = "current"  # torchao's float8 training scales dynamically (tensorwise)
+        if hp.fp8_backend is None and hp.fp8_recipe is not None:
+            mapping["backend"] = default_fp8_backend(hp.fp8_recipe)  # tensorwise and rowwise are torchao's
         return cls(**{k: v for k, v in mapping.items() if v is not None})

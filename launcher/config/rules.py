@@ -330,10 +330,7 @@ def check_precision(ctx: Context, fp8: FP8Config) -> list[Issue]:
     if fp8.backend == "transformer_engine" and ctx.model is not None and ctx.model.is_gpt_neox:
         issues.append(Issue(f"{HP}.fp8_backend", fp8.backend,
                             "smlaunch's Transformer Engine FP8 swaps in projections without biases, and GPT-NeoX's "
-                            "have biases", "use fp8_backend: torchao (fp8_recipe: current)"))
-    if fp8.backend == "torchao" and hp.fp8_recipe == "delayed":
-        issues.append(Issue(f"{HP}.fp8_recipe", "delayed", "torchao float8 training scales per step only",
-                            "use fp8_recipe: current, or fp8_backend: transformer_engine"))
+                            "have biases", "use fp8_backend: torchao (fp8_recipe: tensorwise or rowwise)"))
     return issues
 
 

@@ -63,6 +63,7 @@ class RunSettings:
     nonfinite_max: int  # nonfinite_max: the non-finite steps skip or rollback tolerate in the run
     # optimizer and schedule
     optimizer: str  # "adamw" (fp32 moments) or "anyprecision" (bf16 moments, Kahan buffer)
+    optimizer_implementation: str | None  # fused, foreach or for-loop; None: the device's default (speed.py)
     lr: float
     min_lr: float
     warmup_steps: int
@@ -74,7 +75,8 @@ class RunSettings:
     # precision and memory
     bf16: bool  # bf16, or SMP v1's parameters.bf16
     fp8: FP8Config
-    ac_mode: str | None  # activation_checkpointing(_mode): None, "full" or "selective"
+    ac_mode: str | None  # activation_checkpointing(_mode): None, "full", "selective" or "selective_op"
+    ac_freq: int  # activation_checkpointing_freq: every N-th block is checkpointed (1: all)
     offload: bool  # checkpointed block inputs to host memory (offload_activations, sm_activation_offloading)
     offload_horizon: int  # activation_loading_horizon
     delayed_init: bool  # delayed_param / delayed_parameter_initialization: meta-device init
@@ -126,6 +128,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         nonfinite_policy=hp.nonfinite_policy or FAIL,
         nonfinite_max=hp.nonfinite_max or DEFAULT_NONFINITE_MAX,
         optimizer=hp.optimizer or "adamw",
+        optimizer_implementation=hp.optimizer_implementation,
         lr=hp.lr or DEFAULT_LR,
         min_lr=hp.min_lr if hp.min_lr is not None else DEFAULT_MIN_LR,
         warmup_steps=int((hp.warmup if hp.warmup is not None else DEFAULT_WARMUP) * decay),
@@ -138,6 +141,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         bf16=bf16,
         fp8=FP8Config.from_hyperparameters(hp),
         ac_mode=ac_mode,
+        ac_freq=hp.activation_checkpointing_freq or 1,
         offload=ac_mode is not None and bool(hp.offload_activations or sm_offload),
         offload_horizon=max(1, params.activation_loading_horizon),
         delayed_init=bool(hp.delayed_param or params.delayed_parameter_initialization),

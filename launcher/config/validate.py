@@ -33,6 +33,7 @@ from launcher.config import (
     resume_rules,
     rules,
     script_rules,
+    speed_rules,
     tracker_rules,
     warm_pools,
 )
@@ -178,7 +179,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   job_rules.check_job_fields, job_rules.check_hyperparameters, job_rules.check_image,
                   aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume,
                   resume_rules.check_resume_data, checkpoint_rules.check_async_checkpoint,
-                  nonfinite_rules.check_nonfinite,
+                  nonfinite_rules.check_nonfinite, speed_rules.check_speed,
                   script_rules.check_script_imports, requirement_paths.check_requirement_paths,
                   tracker_rules.check_trackers, restarts.check_restarts, warm_pools.check_warm_pool):
         issues += check(ctx)

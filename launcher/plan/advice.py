@@ -46,12 +46,13 @@ def candidates(w: Workload) -> list[tuple[str, ...]]:
         else:  # cp ranks sit inside the sharding group: widen it to the next multiple of cp
             group = next(g for g in divisors(ranks) if g >= lay.sharding_group and g % cp == 0)
             out.append((f"context_parallel_degree={cp}", f"hybrid_shard_degree={group}"))
+    every_block = ("hyperparameters.activation_checkpointing_freq=1",) if w.ac_freq > 1 else ()
     if w.ac_mode is None:
         out.append(("hyperparameters.activation_checkpointing=1",))
-    elif w.ac_mode == "selective":
-        out.append(("hyperparameters.activation_checkpointing_mode=full",))
-    if w.ac_mode is not None and not w.offload:
-        out.append(("hyperparameters.offload_activations=1",))
+    elif w.ac_mode != "full" or every_block:
+        out.append(("hyperparameters.activation_checkpointing_mode=full",) + every_block)
+    if w.ac_mode is not None and not w.offload:  # offload needs every block checkpointed (speed_rules)
+        out.append(("hyperparameters.offload_activations=1",) + every_block)
     if lay.sharding_group < ranks:
         out.append(("hybrid_shard_degree=0",))
     for tp in divisors(w.processes_per_host):

@@ -13,9 +13,10 @@ What the runtime keeps, and so what is counted (B = bytes; a = compute bytes: 2 
   exist at a time, and the hidden states' gradient. With `loss_chunk_tokens: 0`, or a micro-batch
   of no more tokens, it runs on the whole [B, S/cp, V/tp] logits, whose fp32 copy is then the
   largest tensor of a long-context step (the seed's "Tried to allocate 7.83 GiB").
-- Activation checkpointing wraps each block (torch checkpoint, non-reentrant): `full` keeps the
-  block input, `selective` also keeps matmul and attention outputs; offload moves the kept block
-  inputs to host memory, `activation_loading_horizon` of them prefetched back.
+- Activation checkpointing wraps each block, or every activation_checkpointing_freq-th (torch
+  checkpoint, non-reentrant): `full` keeps the block input, `selective` also keeps matmul and
+  attention outputs, `selective_op` the attention output and every other matmul's; offload moves
+  the kept block inputs to host memory, `activation_loading_horizon` of them prefetched back.
 - Context parallelism cuts every sequence over cp ranks; tensor parallelism splits heads, MLP and
   vocabulary over tp with sequence-parallel norms (the projections' inputs are tp-gathered).
 

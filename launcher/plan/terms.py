@@ -85,6 +85,10 @@ def per_token_bytes(w: Workload) -> dict[str, float]:
     selective: the block input a·h/t, the outputs of wq, wk, wv (a·(q + 2kv)/t), of wo and w2
         (a·h each: before tp's reduce-scatter), of w1 and w3 (2·a·I/t), the attention output
         and log-sum-exp (a·q/t + 4·H/t): the matmul and attention outputs the runtime's policy saves.
+    selective_op (torchtitan's op policy): the block input, the attention output and log-sum-exp,
+        and every other matmul output in forward order: Llama's wq, wv, w1 and w2 outputs
+        (a·(q + kv + I)/t + a·h), GPT-NeoX's wqkv and w1 (a·(q + 2kv + I)/t); under tp also the
+        two reduce-scatters' outputs (2·a·h/t). MoE: counted as selective (an upper bound).
     checkpoint (full checkpointing): the block input, a·h/t.
     RoPE's cos/sin tables need no gradient: nothing of RoPE is kept.
     MoE (k = experts_per_token, E experts; no tp): the MLP terms count k expert visits per token
@@ -102,7 +106,15 @@ def per_token_bytes(w: Workload) -> dict[str, float]:
         k, experts = s.experts_per_token, s.num_experts
         full += (k - 1) * 4 * a * inter + 2 * k * a * h + 8 * experts
         selective += (k - 1) * (2 * a * inter + a * h) + a * experts
-    return {"full": full, "selective": selective, "checkpoint": a * h / t}
+    if s.is_moe:
+        op = selective
+    elif s.gated_mlp:  # wq, wk, wv, wo, w1, w3, w2: the 1st, 3rd, 5th and 7th kept
+        op = a * h / t + a * (q + kv + inter) / t + a * h + a * q / t + 4 * heads / t
+    else:  # wqkv, wo, w1, w2: the 1st and 3rd kept
+        op = a * h / t + a * (q + 2 * kv + inter) / t + a * q / t + 4 * heads / t
+    if t > 1:
+        op += 2 * a * h / t
+    return {"full": full, "selective": selective, "selective_op": op, "checkpoint": a * h / t}
 
 
 @dataclass(frozen=True)
@@ -140,8 +152,8 @@ class Ctx:
     @property
     def kept(self) -> float:
         """Bytes per token per layer kept between forward and backward."""
-        return {None: self.per["full"], "selective": self.per["selective"], "full": self.per["checkpoint"]}[
-            self.w.ac_mode]
+        return {None: self.per["full"], "selective": self.per["selective"], "selective_op": self.per["selective_op"],
+                "full": self.per["checkpoint"]}[self.w.ac_mode]
 
     @property
     def params(self) -> str:
@@ -309,7 +321,8 @@ def block_gradients(c: Ctx) -> MemoryTerm | None:
 # --- activations ------------------------------------------------------------------------------
 
 def activations(c: Ctx) -> MemoryTerm | None:
-    """L·kept·N, kept = per_token_bytes for the checkpointing mode. Offloaded: only
+    """L·kept·N, kept = per_token_bytes for the checkpointing mode; with activation_checkpointing_freq
+    f only L/f layers are checkpointed and the others keep `full`. Offloaded: only
     activation_loading_horizon + 1 block inputs on the GPU (selective's saved matmul outputs
     stay). Without checkpointing and with cp_comm_type all_gather, every layer keeps the whole
     sequence's K and V: + L·a·2kv·(N·cp − N)/t."""
@@ -325,12 +338,15 @@ def activations(c: Ctx) -> MemoryTerm | None:
             how += ", with all-gathered K/V"
     elif w.offload:
         resident = min(L, w.offload_horizon + 1)
-        extra = per["selective"] - per["checkpoint"] if w.ac_mode == "selective" else 0.0
+        extra = c.kept - per["checkpoint"]  # what a selective policy keeps beside the block input
         saved = resident * per["checkpoint"] * n + L * extra * n
         how = f"{w.ac_mode} checkpointing, block inputs offloaded ({resident} on the GPU)"
     else:
-        saved = L * c.kept * n
+        wrapped = w.checkpointed_layers
+        saved = (wrapped * c.kept + (L - wrapped) * per["full"]) * n
         how = f"{w.ac_mode} checkpointing keeps {c.kept:.0f} B/token/layer"
+        if wrapped < L:
+            how += f" in {wrapped} of the {L} layers (one in {w.ac_freq}), the others all {per['full']:.0f} B"
     tokens = (f"{w.in_flight} microbatches in flight x {c.n} tokens" if lay.pp > 1
               else f"{n} tokens (B {w.micro_batch} x S {w.seq_len} / cp {lay.cp})")
     return _term("activations", "activations", saved, f"{L} layers x {tokens}: {how}", ACTIVE)
@@ -403,7 +419,8 @@ def block_backward(c: Ctx) -> MemoryTerm | None:
     full checkpointing, what selective did not keep) and the gradients of its output and of
     the residual stream."""
     h = c.w.spec.hidden_size
-    recompute = c.per["full"] - c.kept
+    last_wrapped = c.w.ac_mode is not None and (c.w.spec.num_layers // c.w.layout.pp) % c.w.ac_freq == 0
+    recompute = c.per["full"] - c.kept if last_wrapped else 0.0
     return _term("block_backward", "block backward (recompute + grads)", (recompute + 2 * c.a * h / c.t) * c.n,
                  f"({recompute:.0f} B recomputed + 2 x {c.a} B x {h} / tp gradients) x {c.n} tokens", BACKWARD)
 

@@ -111,14 +111,24 @@ def width_factor(spec: ModelSpec) -> float:
     return spec.hidden_size / (spec.hidden_size + WIDTH_HALF)
 
 
-def recompute_factor(spec: ModelSpec, seq_len: float, ac_mode: str | None) -> float:
+def recompute_factor(spec: ModelSpec, seq_len: float, ac_mode: str | None, ac_freq: int = 1) -> float:
     """Hardware FLOPs over useful FLOPs: 1 + (2·N_blocks + 2·L·H·d_head·S) / F for full
-    activation checkpointing (the blocks' forward runs again in backward), else 1."""
-    if ac_mode != "full":
+    activation checkpointing (the blocks' forward runs again in backward); selective_op recomputes
+    every other matmul (Llama's wk, wo, w3; GPT-NeoX's wo, w2), 2·N_recomputed·L / F; selective
+    nothing of note, 1. With activation_checkpointing_freq f, 1/f of the layers recompute."""
+    h, d = spec.hidden_size, spec.head_dim
+    if ac_mode == "full":
+        blocks = matmul_params(spec) - spec.hidden_size * spec.vocab_size
+        forward = 2 * blocks + 2 * spec.num_layers * spec.num_heads * d * seq_len
+    elif ac_mode == "selective_op" and not spec.is_moe:
+        if spec.gated_mlp:
+            recomputed = h * spec.num_kv_heads * d + spec.num_heads * d * h + h * spec.intermediate_size
+        else:
+            recomputed = spec.num_heads * d * h + spec.intermediate_size * h
+        forward = 2 * recomputed * spec.num_layers
+    else:
         return 1.0
-    blocks = matmul_params(spec) - spec.hidden_size * spec.vocab_size
-    forward = 2 * blocks + 2 * spec.num_layers * spec.num_heads * spec.head_dim * seq_len
-    return 1 + forward / flops_per_token(spec, seq_len)
+    return 1 + forward * (spec.num_layers // ac_freq) / spec.num_layers / flops_per_token(spec, seq_len)
 
 
 @dataclass(frozen=True)
@@ -152,13 +162,13 @@ def step_time(w: Workload, eta: float, peak_tflops: float) -> StepTime:
     """Raises UnknownLink where a group crosses a link the catalog has no bandwidth for."""
     spec, lay = w.spec, w.layout
     flops = flops_per_token(spec, w.attention_len)
-    r = recompute_factor(spec, w.attention_len, w.ac_mode)
+    r = recompute_factor(spec, w.attention_len, w.ac_mode, w.ac_freq)
     rate = eta * peak_tflops * 1e12
     pass_s = w.tokens_per_rank * flops * r / (lay.tp * lay.pp) / rate  # one micro-batch's forward + backward
     layers = math.ceil(spec.num_layers / lay.pp)
     attention = (flops - 6 * matmul_params(spec)) / spec.num_layers  # per token per block, fwd + bwd
     attention_s = w.tokens_per_rank * attention / lay.tp / rate
-    recomputed = 1 / 3 if w.ac_mode == "full" else 0.0
+    recomputed = (spec.num_layers // w.ac_freq) / spec.num_layers / 3 if w.ac_mode == "full" else 0.0
     layer = LayerCompute(forward_s=pass_s / (3 * r) / layers, backward_s=pass_s * (1 - 1 / (3 * r)) / layers,
                          attention_forward_s=attention_s / 3, attention_backward_s=attention_s * (2 / 3 + recomputed))
     passes = w.microbatches if lay.pp > 1 else w.grad_accum
@@ -348,7 +358,7 @@ def estimate_workload(w: Workload) -> ThroughputEstimate | None:
         seed_flops_per_token=seed_flops_per_token(spec, seq),
         formula=formula,
         tokens_per_step=w.tokens_per_step,
-        recompute_factor=recompute_factor(spec, w.attention_len, w.ac_mode),
+        recompute_factor=recompute_factor(spec, w.attention_len, w.ac_mode, w.ac_freq),
         efficiency=eta,
         peak_tflops=peak,
         dtype=dtype,

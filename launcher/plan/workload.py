@@ -59,7 +59,7 @@ class Workload:
     layout: ParallelLayout
     compute_bytes: int  # 2 with bf16 (FSDP2 param_dtype bf16), 4 in fp32 (the runtime has no fp16 path)
     fsdp: bool  # the runtime applies FSDP2 when world > 1 or bf16
-    ac_mode: str | None  # None, "full" or "selective"
+    ac_mode: str | None  # None, "full", "selective" or "selective_op"
     offload: bool  # checkpointed block inputs live in host memory
     offload_horizon: int  # activation_loading_horizon
     reshard_after_forward: bool  # False for shard_grad_op / _hybrid_shard_zero2
@@ -79,6 +79,12 @@ class Workload:
     # (launcher.config.flops.attended_length) where the shards' headers say their lengths
     attended: float | None = None
     attended_basis: str | None = None  # where `attended` comes from, for the report
+    ac_freq: int = 1  # activation_checkpointing_freq: every ac_freq-th block is checkpointed
+
+    @property
+    def checkpointed_layers(self) -> int:
+        """How many of a stage's layers checkpointing wraps (container.distributed.parallelize.checkpointed_blocks)."""
+        return 0 if self.ac_mode is None else self.spec.num_layers // self.layout.pp // self.ac_freq
 
     @property
     def attention_len(self) -> float:
@@ -144,6 +150,7 @@ def workload_of(job: ValidatedJob) -> Workload:
         compute_bytes=s.compute_bytes,
         fsdp=s.fsdp,
         ac_mode=s.ac_mode,
+        ac_freq=s.ac_freq,
         offload=s.offload,
         offload_horizon=s.offload_horizon,
         reshard_after_forward=s.reshard_after_forward,

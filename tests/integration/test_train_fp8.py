@@ -41,6 +41,13 @@ def test_fp8_tracks_bf16(fp8, bf16):
     assert max(abs(a - b) / b for a, b in zip(ours, reference)) > 1e-6  # FP8 did run
 
 
+def test_rowwise_under_fsdp_tracks_bf16(tmp_path, bf16, fp8):
+    # weights gathered in bf16 (torchao's FP8 all-gather is tensorwise only), scaled per row
+    ours = series(run_train(tmp_path, 2, **FP8, fp8_recipe="rowwise"), "loss")
+    assert ours == pytest.approx(series(bf16, "loss"), rel=REL)
+    assert ours != series(fp8, "loss")  # not the tensorwise run
+
+
 def test_delayed_init_and_activation_checkpointing_keep_fp8_numerics(tmp_path, fp8):
     records = run_train(tmp_path, 2, **FP8, delayed_param=1, activation_checkpointing=1)
     assert series(records, "loss") == pytest.approx(series(fp8, "loss"), rel=1e-6)

@@ -49,6 +49,14 @@ def test_activation_checkpointing_keeps_numerics(tmp_path, reference):
                                    activation_checkpointing_mode="selective", offload_activations=1), reference)
 
 
+def test_torchtitan_checkpointing_policies_and_fused_adamw_keep_numerics(tmp_path, reference):
+    # FSDP2's DTensor parameters through torch's fused AdamW (the default on CUDA), the op policy on
+    # every second block (the tiny model's second); the reference runs torch's for-loop AdamW
+    assert_same_training(run_train(tmp_path, 2, train_batch_size=2, activation_checkpointing=1,
+                                   activation_checkpointing_mode="selective_op", activation_checkpointing_freq=2,
+                                   optimizer_implementation="fused"), reference)
+
+
 def test_smp_v1_sharded_data_parallel_settings_keep_numerics(tmp_path, reference):
     # sharded_data_parallel_degree 2 of 2 ranks, with a live-parameter limit (explicit prefetch
     # of one block) and a persistence threshold that keeps the small tiny-model blocks gathered

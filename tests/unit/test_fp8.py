@@ -143,7 +143,7 @@ def test_transformer_engine_cannot_emulate():
 
 def test_torchao_refuses_delayed_scaling():
     cfg = FP8Config(enabled=True, backend="torchao", recipe="delayed", emulate=True)
-    with pytest.raises(ValueError, match="fp8_recipe=current"):
+    with pytest.raises(ValueError, match="fp8_recipe=delayed is Transformer Engine.s.*tensorwise or rowwise"):
         fp8.apply_fp8(tiny(), cfg, runtime())
 
 

@@ -1,0 +1,65 @@
+"""What the speed choices (launcher.config.speed) ask of a job run by smlaunch's train.py: an FP8
+recipe its library runs, rowwise FP8 on a GPU that has its GEMM, an optimizer implementation the
+optimizer has, activation checkpointing settings that apply. Validation runs these; the container
+runs `speed_issues` again before anything is built (and checks the GPU it finds itself)."""
+
+from __future__ import annotations
+
+from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.config.issues import Issue
+from launcher.config.speed import (
+    Problem,
+    fp8_recipe_problem,
+    optimizer_implementation_problem,
+    rowwise_capability_problem,
+)
+
+HP = "hyperparameters"
+
+
+def speed_issues(hp: TrainingHyperparameters) -> list[Issue]:
+    issues = []
+    fp8 = FP8Config.from_hyperparameters(hp)
+    if fp8.enabled and (problem := fp8_recipe_problem(fp8.backend, fp8.recipe)):
+        where = "fp8_recipe" if hp.fp8_recipe is not None else "fp8_backend"
+        issues.append(_issue(where, getattr(hp, where), problem))
+    if fp8.enabled and fp8.backend == "transformer_engine" and hp.activation_checkpointing and (
+            hp.activation_checkpointing_mode or "full") != "full":
+        issues.append(Issue(f"{HP}.activation_checkpointing_mode", hp.activation_checkpointing_mode,
+                            "keeps aten matmul outputs, and Transformer Engine's FP8 GEMMs are its own ops",
+                            "use activation_checkpointing_mode: full with fp8_backend: transformer_engine, or "
+                            "fp8_backend: torchao"))
+    if hp.optimizer_implementation is not None and (
+            problem := optimizer_implementation_problem(hp.optimizer or "adamw", hp.optimizer_implementation)):
+        issues.append(_issue("optimizer_implementation", hp.optimizer_implementation, problem))
+    if hp.activation_checkpointing_freq is not None:
+        if not hp.activation_checkpointing:
+            issues.append(Issue(f"{HP}.activation_checkpointing_freq", hp.activation_checkpointing_freq,
+                                "says which blocks activation checkpointing wraps, but activation_checkpointing "
+                                "is off", "set activation_checkpointing: 1, or remove activation_checkpointing_freq"))
+        elif hp.activation_checkpointing_freq > 1 and hp.offload_activations:
+            issues.append(Issue(f"{HP}.activation_checkpointing_freq", hp.activation_checkpointing_freq,
+                                "offload_activations moves every block's checkpointed input to host memory, and "
+                                "with a frequency above 1 some blocks keep everything on the GPU",
+                                "use activation_checkpointing_freq: 1 with offload_activations, or turn offload off"))
+    return issues
+
+
+def _issue(key: str, value, problem: Problem) -> Issue:
+    return Issue(f"{HP}.{key}", value, problem.what, problem.fix)
+
+
+def check_speed(ctx) -> list[Issue]:
+    """speed_issues for smlaunch's runtime (rules.Context), and rowwise FP8 against the instance's GPU;
+    a user's own script reads these keys as it likes."""
+    if not ctx.runtime:
+        return []
+    issues = speed_issues(ctx.hp)
+    fp8 = FP8Config.from_hyperparameters(ctx.hp)
+    acc = ctx.instance.accelerator if ctx.instance else None
+    # an accelerator without FP8 at all is check_precision's issue; this one has FP8 but maybe not rowwise's GEMM
+    if fp8.enabled and fp8.recipe == "rowwise" and not fp8.emulate and acc is not None and acc.fp8:
+        where = f"{acc.model} ({ctx.instance.name})"
+        if problem := rowwise_capability_problem(acc.compute_capability, where):
+            issues.append(_issue("fp8_recipe", "rowwise", problem))
+    return issues
