@@ -33,17 +33,30 @@ def token_loss_sum(model: nn.Module, batch: dict, chunk_tokens: int = 0) -> tupl
                  documents=batch.get("documents"))
 
 
+_compiled_loss = None  # torch.compile of `_loss` while `compile` is on (use_compiled)
+
+
+def use_compiled(on: bool) -> None:
+    """Compute each chunk's loss with torch.compile of `_loss` (container.distributed.compile), or eagerly."""
+    global _compiled_loss
+    _compiled_loss = torch.compile(_loss, fullgraph=True) if on else None
+
+
+def _chunk_loss(head: nn.Module, h: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return (_compiled_loss or _loss)(head, h, labels)
+
+
 def head_loss(head: nn.Module, h: torch.Tensor, labels: torch.Tensor, chunk_tokens: int) -> torch.Tensor:
     """Summed cross-entropy of logits head(h) [B, S, V] against labels [B, S]; over chunks of
     `chunk_tokens` tokens when the micro-batch holds more (0: the whole logits at once)."""
     if not chunk_tokens or labels.numel() <= chunk_tokens:
-        return _loss(head, h, labels)
+        return _chunk_loss(head, h, labels)
     if isinstance(h, DTensor):  # one all-gather of the sequence, not one per chunk
         h = h.redistribute(placements=[Replicate()] * h.device_mesh.ndim)
     chunks = zip(h.flatten(0, 1).split(chunk_tokens), labels.flatten().split(chunk_tokens))
     if not torch.is_grad_enabled():  # validation: nothing to recompute, chunks free their logits
-        return sum(_loss(head, hc, lc) for hc, lc in chunks)
-    return sum(checkpoint(_loss, head, hc, lc, use_reentrant=False, preserve_rng_state=False)
+        return sum(_chunk_loss(head, hc, lc) for hc, lc in chunks)
+    return sum(checkpoint(_chunk_loss, head, hc, lc, use_reentrant=False, preserve_rng_state=False)
                for hc, lc in chunks)
 
 

@@ -27,6 +27,7 @@ from container.data import loader as data
 from container.data.chat import ChatTokenizer
 from container.data.chat_source import ChatSource
 from container.data.rows import attended_length
+from container.distributed.compile import CompileCount, apply_compile
 from container.distributed.context_parallel import apply_context_parallel
 from container.distributed.expert_parallel import apply_expert_parallel, check_moe_layout, expert_meshes
 from container.distributed.offload import ActivationOffloader
@@ -52,6 +53,7 @@ from container.run_data import chat_tokenizer, check_tokenizer, describe_data, s
 from container.trackers import open_trackers
 from container.trackers.sink import STOPPED
 from launcher.config import TrainingHyperparameters, aws_arguments, flops
+from launcher.config.compile_rules import compile_issues
 from launcher.config.data_rules import mixture_issues
 from launcher.config.models import ModelSpec, vocab_rows
 from launcher.config.nonfinite_rules import nonfinite_issues
@@ -70,7 +72,7 @@ def settings(rt: Runtime, hp: TrainingHyperparameters) -> RunSettings:
 
 def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings,
                          sources: pretrained.Sources | None = None, vocab_rows: int | None = None) -> Transformer:
-    """Model -> FP8 -> tensor parallel -> activation checkpointing -> FSDP -> weights (delayed init,
+    """Model -> FP8 -> tensor parallel -> activation checkpointing -> compile -> FSDP -> weights (delayed init,
     or eager init before sharding; then the pretrained weights, when the job names them)."""
     check_moe_layout(rt.params, spec.num_experts)
     model = build_model(spec, s.seq_len, device="meta" if s.delayed_init else rt.device, vocab_rows=vocab_rows)
@@ -91,7 +93,7 @@ def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings,
 
 
 def parallelize(rt: Runtime, model: Transformer, s: RunSettings) -> None:
-    """FP8 -> tensor parallel -> activation checkpointing -> FSDP, on the whole model or on one
+    """FP8 -> tensor parallel -> activation checkpointing -> compile -> FSDP, on the whole model or on one
     pipeline stage of it (container.distributed.pipeline)."""
     if s.fp8.enabled:  # first: tensor parallelism, checkpointing and FSDP wrap the swapped projections
         apply_fp8(model, s.fp8, rt)
@@ -105,6 +107,8 @@ def parallelize(rt: Runtime, model: Transformer, s: RunSettings) -> None:
         offloader = ActivationOffloader(s.offload_horizon, rt.device) if s.offload else None
         apply_activation_checkpointing(model, s.ac_mode, offloader,
                                        checkpoint_fn=activation_checkpoint_fn(s.fp8, s.ac_mode), freq=s.ac_freq)
+    if s.compile:  # after checkpointing, before FSDP (container.distributed.compile says why)
+        apply_compile(model)
     if s.fsdp:
         apply_fsdp(model, rt.fsdp_mesh, param_dtype=torch.bfloat16 if s.bf16 else None,
                    reshard_after_forward=s.reshard_after_forward, wrap_policy=s.wrap_policy,
@@ -197,12 +201,13 @@ def check_writable(directories: dict[str, Path]) -> None:
                 f"or point {label} at a directory this job can write") from exc
 
 
-def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
+def refuse_unimplemented(hp: TrainingHyperparameters, params=None) -> None:
     """AWS's script's arguments that this runtime does not do, trackers' settings that would do
-    nothing, and a data_mixture the loader cannot read fail the job before anything is built, with
-    validation's words (launcher.config.aws_arguments, tracker_rules, data_rules)."""
+    nothing, a data_mixture the loader cannot read, the speed settings this GPU or library cannot
+    run and what compile cannot compile fail the job before anything is built, with validation's
+    words (launcher.config.aws_arguments, tracker_rules, data_rules, speed_rules, compile_rules)."""
     problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
-                + speed_issues(hp))
+                + speed_issues(hp) + compile_issues(hp, params))
     if problems:
         raise ValueError("; ".join(map(str, problems)) + " (run `smlaunch validate` on the job for the full list)")
 
@@ -220,7 +225,7 @@ def model_vocab_rows(rt: Runtime, spec: ModelSpec, s: RunSettings, dirs: Directo
 
 
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
-    refuse_unimplemented(hp)
+    refuse_unimplemented(hp, rt.params)
     s = settings(rt, hp)
     # first: a kernel this device cannot run fails the job before anything is built or read
     attention.use_kernel(document_kernels.build(s.attention_kernel, rt.device, s.bf16))
@@ -290,6 +295,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     global_tokens_per_step = s.micro_batch * s.seq_len * s.grad_accum * rt.dp_size
     global_sequences = s.micro_batch * s.grad_accum * rt.dp_size
     timed_tokens, timed_seconds, last = 0, 0.0, {}
+    compiles = CompileCount(s.compile)
     for step in range(start_step + 1, s.max_steps + 1):
         _sync(rt)
         inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
@@ -314,6 +320,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             torch.cuda.empty_cache()
         elapsed = time.perf_counter() - t0
         ledger.step(elapsed)
+        compiles.step_done()
         if step > start_step + 2:  # leave out warm-up (allocator, first all-gathers)
             timed_tokens += global_tokens_per_step
             timed_seconds += elapsed
@@ -326,7 +333,8 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
                            timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
             if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
                 last["aux_loss"] = (_all_sum(aux_sum, rt.loss_group) / global_sequences).item()
-            last.update(progress.fields(step), **ledger.fields(), **guard.fields(), **attempt.fields())
+            last.update(progress.fields(step), **ledger.fields(), **guard.fields(), **attempt.fields(),
+                        **compiles.fields())
             metrics.write(last)
             progress.write(last)
         if validation is not None and step % s.validation_freq == 0:
@@ -348,6 +356,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             step_watch.stop()
             metrics.close(STOPPED)
             return last
+    compiles.log()
     with step_watch.section("the last checkpoint and the model export"):
         if checkpointer:
             checkpointer.close()

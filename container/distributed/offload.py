@@ -64,7 +64,7 @@ class ActivationOffloader:
         self.prefetched: list[int] = []  # block indices in the order their prefetch was asked (tests)
 
     def wrap(self, block: nn.Module, index: int) -> nn.Module:
-        return _Offloaded(block, self, index)
+        return Offloaded(block, self, index)
 
     def pack(self, index: int, tensor: torch.Tensor):
         if not self.enabled or not (tensor.requires_grad or tensor.grad_fn is not None):
@@ -84,7 +84,7 @@ class ActivationOffloader:
         return saved.take(self.stream)
 
 
-class _Offloaded(ActivationWrapper):
+class Offloaded(ActivationWrapper):
     """A block whose saved tensors go through the offloader. An ActivationWrapper, so state
     dicts keep the plain parameter names."""
 

@@ -190,6 +190,7 @@ def _summary(job) -> dict:
         out["sequence_length"] = settings.seq_len
         out["batch"] = f"{settings.micro_batch} sequence(s) per data-parallel rank x {settings.grad_accum} step(s)"
         out["activation_checkpointing"] = (settings.ac_mode or "off") + (" + offload" if settings.offload else "")
+        out["compile"] = "on: torch.compile of each transformer block and the loss" if settings.compile else "off"
         out["data"] = data_order.describe(settings.dataset_type, settings.shuffle, settings.seed,
                                           settings.data_mixture, settings.truncation_mode)
         out["document_masking"] = (f"on where the data marks documents (position_ids restarting at 0, "

@@ -159,6 +159,10 @@ class TrainingHyperparameters(_SeedDegrees):
                           "docs/data.md."
     )
     offload_activations: bool | None = Field(None, description="Offload checkpointed activations to host.")
+    compile: bool | None = Field(
+        None, description="smlaunch: torch.compile each transformer block and the loss (torchtitan's compile; "
+                          "default off); the first step compiles (~30 s to minutes); docs/smp.md."
+    )
     loss_chunk_tokens: int | None = Field(
         None, ge=0, le=MAX_DIMENSION,
         description="smlaunch: the cross-entropy runs over chunks of this many tokens, so a micro-batch's "

@@ -207,7 +207,7 @@ def check_degrees(ctx: Context) -> list[Issue]:
     model = ctx.model
     if tp > 1 and model is not None:
         issues += _tp_shape_issues(ctx, model, tp)
-    if ep > 1 and not _is_moe(ctx):
+    if ep > 1 and not is_moe(ctx):
         name = model.name if model else "this dense model"
         issues.append(Issue(f"{MP}.expert_parallel_degree", ep,
                             f"expert parallelism needs a mixture-of-experts model; {name} is dense",
@@ -258,7 +258,7 @@ def check_pipeline(ctx: Context) -> list[Issue]:
     hp, model = ctx.hp, ctx.model
     s = run_settings(hp, ctx.params, ctx.world or 1)
     job = PipelineJob(num_layers=model.num_layers if model else None, batch_per_rank=s.micro_batch * s.grad_accum,
-                      tied_embeddings=bool(model and model.tie_embeddings), moe=_is_moe(ctx), fp8=s.fp8.enabled,
+                      tied_embeddings=bool(model and model.tie_embeddings), moe=is_moe(ctx), fp8=s.fp8.enabled,
                       delayed_init=s.delayed_init, validation=bool(s.validation_freq),
                       pretrained_weights=bool(hp.hf_pretrained_model_name_or_dir) and not hp.init_from_scratch)
     return [Issue(f"{HP if found.hyperparameter else MP}.{found.key}", found.value, found.problem, found.fix)
@@ -390,7 +390,8 @@ def _fp8_families() -> str:
     return ", ".join(families) + "; e.g. ml.p5.48xlarge"
 
 
-def _is_moe(ctx: Context) -> bool:
+def is_moe(ctx: Context) -> bool:
+    """Whether the job trains a mixture-of-experts model (its hyperparameters or its resolved model say so)."""
     hp = ctx.hp
     return bool(hp.moe or hp.num_local_experts or (hp.model_type or "") in MOE_MODEL_TYPES
                 or (ctx.model and ctx.model.is_moe))

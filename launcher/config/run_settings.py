@@ -79,6 +79,7 @@ class RunSettings:
     ac_freq: int  # activation_checkpointing_freq: every N-th block is checkpointed (1: all)
     offload: bool  # checkpointed block inputs to host memory (offload_activations, sm_activation_offloading)
     offload_horizon: int  # activation_loading_horizon
+    compile: bool  # compile: torch.compile of each block and of the loss (container.distributed.compile)
     delayed_init: bool  # delayed_param / delayed_parameter_initialization: meta-device init
     loss_chunk_tokens: int  # loss_chunk_tokens: cross-entropy over chunks of this many tokens; 0: whole logits
     document_masking: bool  # document_masking: records' documents attend only within themselves (docs/data.md)
@@ -144,6 +145,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
         ac_freq=hp.activation_checkpointing_freq or 1,
         offload=ac_mode is not None and bool(hp.offload_activations or sm_offload),
         offload_horizon=max(1, params.activation_loading_horizon),
+        compile=bool(hp.compile),
         delayed_init=bool(hp.delayed_param or params.delayed_parameter_initialization),
         loss_chunk_tokens=hp.loss_chunk_tokens if hp.loss_chunk_tokens is not None else DEFAULT_LOSS_CHUNK_TOKENS,
         document_masking=hp.document_masking is not False,

@@ -1,0 +1,81 @@
+"""`compile: 1` through train.py (container.distributed.compile): inductor compiles each block and
+the loss on CPU as it does on GPUs, so a compiled run trains like the eager run (losses and
+gradient norms within the order tolerance of the sums: inductor fuses and reorders them), alone
+and under FSDP2 with the features it composes with; and packed documents whose boundaries move
+every step compile nothing new after the first step. (Compiled with tensor parallelism, MoE or
+Transformer Engine FP8 is refused: tests/unit/test_compile_rules.py.)
+
+The first compile costs ~30 s of an idle CPU core; the module's runs share one inductor cache
+(TORCHINDUCTOR_CACHE_DIR)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.support.train_runs import assert_same_training, run_train, series
+
+SEQ = 64
+VOCAB = 256  # llama3-tiny's
+
+
+@pytest.fixture(scope="module", autouse=True)
+def inductor_cache(tmp_path_factory):
+    """One inductor cache for the module's runs (their ranks inherit the environment)."""
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor"))
+    yield
+    if previous is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR")
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
+@pytest.fixture(scope="module")
+def eager(tmp_path_factory):
+    return run_train(tmp_path_factory.mktemp("eager"), 1, max_steps=3)
+
+
+def test_compiled_blocks_under_fsdp2_with_selective_offloaded_checkpointing_and_the_chunked_loss(tmp_path, eager):
+    # 2 ranks, FSDP2 over both; the selective policy inside each block's graph, the offloader's
+    # hooks eager around it; the loss over chunks of 48 tokens, so each micro-batch's last chunk
+    # (2 x 64 - 2 x 48 = 32 tokens) is a second shape
+    records = run_train(tmp_path, 2, max_steps=3, train_batch_size=2, compile=1, activation_checkpointing=1,
+                        activation_checkpointing_mode="selective", offload_activations=1, loss_chunk_tokens=48)
+    assert_same_training(records, eager)
+    assert "recompiles" in records[-1] and "recompiles" not in eager[-1]  # the control: eager counts nothing
+
+
+def _packed_rows(channel: Path, steps: int, rows_per_step: int) -> Path:
+    """Rows whose documents end at other places every step; the third step's rows are one
+    document each (no mask: another graph, once)."""
+    g = torch.Generator().manual_seed(11)
+    records = []
+    for step in range(steps):
+        for row in range(rows_per_step):
+            cut = 8 + 5 * step + 3 * row
+            lengths = (SEQ,) if step == 2 else (cut, SEQ - cut)
+            docs = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths]
+            records.append({"input_ids": [t for d in docs for t in d],
+                            "position_ids": [i for d in docs for i in range(len(d))]})
+    channel.mkdir()
+    (channel / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return channel
+
+
+def test_moving_document_boundaries_compile_nothing_new_after_the_first_step(tmp_path):
+    steps = 5
+    channel = _packed_rows(tmp_path / "train", steps, rows_per_step=2)
+    args = {"dataset_type": "jsonl", "training_dir": str(channel), "train_batch_size": 2, "max_steps": steps}
+    compiled = run_train(tmp_path / "compiled", 1, compile=1, **args)
+    # at most one recompilation: the block without a mask (step 3's rows); boundaries are values
+    assert [r["recompiles"] for r in compiled] == [0, 0, 1, 1, 1]
+    # compiled, the documents are masked as eagerly (the eager run of the same rows matches)
+    assert_same_training(compiled, run_train(tmp_path / "eager", 1, **args))
+    log = (tmp_path / "compiled" / "rank-logs" / "rank0.log").read_text()
+    assert "recompilation(s) after it" in log
+    assert series(compiled, "step") == list(range(1, steps + 1))
