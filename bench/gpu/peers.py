@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULT = "RESULT "
 
 
-def run_worker(module: str, run: Run, timeout_s: float, env: dict | None = None) -> Outcome:
+def run_worker(module: str, run: Run, timeout_s: float | None, env: dict | None = None) -> Outcome:
     cmd = [sys.executable, "-m", module, json.dumps({**run.hyperparameters, "name": run.name})]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
@@ -34,5 +34,5 @@ def run_worker(module: str, run: Run, timeout_s: float, env: dict | None = None)
                    peak_memory_gib=result.get("peak_memory_gib"), notes=result.get("notes", {}))
 
 
-def run_hf(run: Run, timeout_s: float, scratch: Path) -> Outcome:
+def run_hf(run: Run, timeout_s: float | None, scratch: Path) -> Outcome:
     return run_worker("bench.gpu.hf_loop", run, timeout_s)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -39,10 +40,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench/gpu/run.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help=f"parts to run, comma-separated ({', '.join(runs_table.PARTS)}); default all")
     parser.add_argument("--stacks", help=f"only these stacks' runs ({', '.join(runs_table.STACKS)}); default all")
+    parser.add_argument("--runs", help="only these runs, by name (e.g. 1b-hf-compiled); default all of the parts")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, every part end to end")
     parser.add_argument("--out", type=Path, help="the JSON (default $OUT/gpu_bench.json, else ./gpu_bench.json)")
-    parser.add_argument("--deadline-s", type=float, default=DEFAULT_DEADLINE_S,
-                        help="no run starts after this many seconds; a running one is stopped at it")
+    parser.add_argument("--deadline-s", type=float,
+                        help=f"no run starts after this many seconds, a running one is stopped at it (default "
+                             f"{DEFAULT_DEADLINE_S}; the dry run has none, nor part limits: a CPU is slower)")
     return parser.parse_args(argv)
 
 
@@ -111,7 +114,7 @@ def run_part(part: str, runs: list, report: Report, part_deadline: float, scratc
         else:
             print(f"[{part}] {run.name} ...", flush=True)
             try:
-                outcome = runner(run.stack)(run, left, scratch)
+                outcome = runner(run.stack)(run, _timeout(left), scratch)
             except Exception as exc:  # noqa: BLE001 - a runner's own bug is this run's failure, not the part's
                 outcome = Outcome.failed(f"{type(exc).__name__}: {exc}")
         record = figures(run, outcome, peak)
@@ -150,6 +153,11 @@ def summary(report: Report) -> str:
     return "\n".join(rows)
 
 
+def _timeout(seconds: float) -> float | None:
+    """subprocess's timeout: None where there is no limit (the dry run)."""
+    return None if math.isinf(seconds) else seconds
+
+
 def _ratio(x) -> str:
     return f"{x:.2f}" if x else "-"
 
@@ -159,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parts = runs_table.parse_list(args.only, runs_table.PARTS, "--only")
         runs_table.parse_list(args.stacks, runs_table.STACKS, "--stacks")
+        runs_table.parse_list(args.runs, runs_table.names(), "--runs")
     except ValueError as exc:
         print(f"bench/gpu/run.py: {exc}", file=sys.stderr)
         return 2
@@ -168,18 +177,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench/gpu/run.py: {NO_CUDA}", file=sys.stderr)
         return 2
     start = time.monotonic()
-    deadline = start + args.deadline_s
+    deadline = start + (args.deadline_s or (float("inf") if args.dry_run else DEFAULT_DEADLINE_S))
     out = args.out or Path(os.environ.get("OUT") or ".") / "gpu_bench.json"
     env = environment(args.dry_run)
     report = Report(out, env)
     peak = device_peak(env)
     plan = runs_table.table(args.dry_run, runs_table.parse_list(args.stacks, runs_table.STACKS, "--stacks"))
+    if args.runs:
+        plan = {part: [r for r in runs if r.name in args.runs.split(",")] for part, runs in plan.items()}
+        parts = parts if args.only else tuple(p for p in parts if plan[p])  # the named runs' parts alone
     print(f"device: {env['device']}; torch {env['torch']}; parts {', '.join(parts)}; JSON {out}", flush=True)
     with tempfile.TemporaryDirectory(prefix="gpu-bench-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None) \
             as scratch:
         for part in parts:
             began = time.monotonic()
-            part_deadline = min(deadline, began + runs_table.PART_LIMITS_S[part])
+            limit = float("inf") if args.dry_run else runs_table.PART_LIMITS_S[part]
+            part_deadline = min(deadline, began + limit)
             if part_deadline - began < MIN_PART_S:
                 report.data["parts"][part] = {"status": "not run", "reason": f"deadline (rerun with --only {part})"}
                 report.save()
@@ -187,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             if part == "tests":
                 from bench.gpu.gputests import run_tests
 
-                report.data["tests"] = run_tests(part_deadline - began, Path(scratch), args.dry_run)
+                report.data["tests"] = run_tests(_timeout(part_deadline - began), Path(scratch), args.dry_run)
             else:
                 run_part(part, plan[part], report, part_deadline, Path(scratch), peak)
             report.data["parts"][part] = {"status": "ran", "seconds": round(time.monotonic() - began, 1)}

@@ -109,6 +109,11 @@ def table(dry_run: bool, stacks: tuple[str, ...] = STACKS) -> dict[str, list[Run
     return {part: [r for r in runs if r.stack in stacks] for part, runs in every.items()}
 
 
+def names() -> tuple[str, ...]:
+    """Every run's name (the same in the full table and the dry run)."""
+    return tuple(r.name for runs in table(dry_run=False).values() for r in runs)
+
+
 def parse_list(text: str | None, choices: tuple[str, ...], option: str) -> tuple[str, ...]:
     """`--only 1b,fp8` -> ("1b", "fp8") in the table's order; an unknown name is an error naming it."""
     if not text:

@@ -55,7 +55,14 @@ def step_seconds(records: list[dict]) -> list[float]:
     return [b - a for a, b in zip([0.0, *totals], totals)]
 
 
-def run_trainpy(run: Run, timeout_s: float, scratch: Path) -> Outcome:
+def environment() -> dict:
+    """The repository's packages on the path (a checkout, not installed, on the GPU machine), ahead
+    of what PYTHONPATH already names (the carried wheels)."""
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+
+def run_trainpy(run: Run, timeout_s: float | None, scratch: Path) -> Outcome:
     reason = refusal(run)
     if reason:
         return Outcome.skipped(reason)
@@ -64,7 +71,7 @@ def run_trainpy(run: Run, timeout_s: float, scratch: Path) -> Outcome:
         out = Path(tmp)
         try:
             done = subprocess.run(command(run, out), capture_output=True, text=True, timeout=timeout_s,
-                                  cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                  cwd=ROOT, env=environment())
         except subprocess.TimeoutExpired as exc:
             return Outcome.failed(f"timed out after {timeout_s:.0f} s", tail(exc.stdout, exc.stderr))
         metrics = out / "data" / "metrics.jsonl"
