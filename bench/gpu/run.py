@@ -41,6 +41,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--only", help=f"parts to run, comma-separated ({', '.join(runs_table.PARTS)}); default all")
     parser.add_argument("--stacks", help=f"only these stacks' runs ({', '.join(runs_table.STACKS)}); default all")
     parser.add_argument("--runs", help="only these runs, by name (e.g. 1b-hf-compiled); default all of the parts")
+    parser.add_argument("--commit", help="the commit the tree is at, for the JSON (default: git rev-parse HEAD)")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes, every part end to end")
     parser.add_argument("--out", type=Path, help="the JSON (default $OUT/gpu_bench.json, else ./gpu_bench.json)")
     parser.add_argument("--deadline-s", type=float,
@@ -49,7 +50,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def environment(dry_run: bool) -> dict:
+def environment(dry_run: bool, commit_given: str | None = None) -> dict:
     import torch
 
     def version(name: str) -> str | None:
@@ -62,10 +63,13 @@ def environment(dry_run: bool) -> dict:
             return None
 
     cuda = torch.cuda.is_available()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    try:  # the device gets a copy of the working tree, perhaps without .git or git: then --commit says it
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    except OSError:
+        commit = ""
     return {"dry_run": dry_run, "device": torch.cuda.get_device_name() if cuda else f"CPU ({platform.processor()})",
             "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "commit": commit or None, "command": " ".join(sys.argv),
+            "commit": commit_given or commit or None, "command": " ".join(sys.argv),
             "packages": {n: version(n) for n in ("transformers", "torchao", "torchtitan", "pydantic", "triton")}}
 
 
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     deadline = start + (args.deadline_s or (float("inf") if args.dry_run else DEFAULT_DEADLINE_S))
     out = args.out or Path(os.environ.get("OUT") or ".") / "gpu_bench.json"
-    env = environment(args.dry_run)
+    env = environment(args.dry_run, args.commit)
     report = Report(out, env)
     peak = device_peak(env)
     plan = runs_table.table(args.dry_run, runs_table.parse_list(args.stacks, runs_table.STACKS, "--stacks"))

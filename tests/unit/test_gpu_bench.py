@@ -78,3 +78,14 @@ def test_the_planner_predicts_each_trainpy_run_as_smlaunch_plan_does():
     assert p3["step_s"] > 2 * p1["step_s"]
     out = against(p1, {"peak_memory_gib": p1["peak_gib"] * 1.1, "step_s_median": p1["step_s"] / 2})
     assert out["memory_ratio"] == pytest.approx(1.1) and out["step_ratio"] == pytest.approx(0.5)
+
+
+def test_every_module_that_asks_for_cuda_marks_its_gpu_tests():
+    """`pytest -m gpu` (bench/gpu/gputests.py) reaches every test that needs CUDA: a module that asks
+    torch for CUDA has tests carrying the mark. The control: a module without CUDA has none."""
+    from bench.gpu.gputests import ROOT, gpu_test_files
+
+    asks = "cuda." + "is_available()"  # spelt in two, so that this module is not one of them
+    needing = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py") if asks in p.read_text()}
+    assert needing and set(gpu_test_files()) == needing
+    assert "tests/unit/test_flops.py" not in gpu_test_files()
