@@ -166,12 +166,24 @@ def _ratio(x) -> str:
     return f"{x:.2f}" if x else "-"
 
 
+def select(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, list]]:
+    """The parts to run and each part's runs, as --only, --stacks and --runs say (ValueError naming
+    an unknown one)."""
+    parts = runs_table.parse_list(args.only, runs_table.PARTS, "--only")
+    plan = runs_table.table(args.dry_run, runs_table.parse_list(args.stacks, runs_table.STACKS, "--stacks"))
+    if "fp8" in parts and "1b" not in parts and not args.runs:  # the FP8 runs' bf16 baseline comes along
+        plan["fp8"] = [r for r in plan["1b"] if r.name == runs_table.FP8_BASELINE] + plan["fp8"]
+    if args.runs:
+        names = runs_table.parse_list(args.runs, runs_table.names(), "--runs")
+        plan = {part: [r for r in runs if r.name in names] for part, runs in plan.items()}
+        parts = parts if args.only else tuple(p for p in parts if plan[p])  # the named runs' parts alone
+    return parts, plan
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     try:
-        parts = runs_table.parse_list(args.only, runs_table.PARTS, "--only")
-        runs_table.parse_list(args.stacks, runs_table.STACKS, "--stacks")
-        runs_table.parse_list(args.runs, runs_table.names(), "--runs")
+        parts, plan = select(args)
     except ValueError as exc:
         print(f"bench/gpu/run.py: {exc}", file=sys.stderr)
         return 2
@@ -186,10 +198,6 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(args.dry_run, args.commit)
     report = Report(out, env)
     peak = device_peak(env)
-    plan = runs_table.table(args.dry_run, runs_table.parse_list(args.stacks, runs_table.STACKS, "--stacks"))
-    if args.runs:
-        plan = {part: [r for r in runs if r.name in args.runs.split(",")] for part, runs in plan.items()}
-        parts = parts if args.only else tuple(p for p in parts if plan[p])  # the named runs' parts alone
     print(f"device: {env['device']}; torch {env['torch']}; parts {', '.join(parts)}; JSON {out}", flush=True)
     with tempfile.TemporaryDirectory(prefix="gpu-bench-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None) \
             as scratch:
@@ -197,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             began = time.monotonic()
             limit = float("inf") if args.dry_run else runs_table.PART_LIMITS_S[part]
             part_deadline = min(deadline, began + limit)
-            if part_deadline - began < MIN_PART_S:
+            # a part with less than half its time left would be cut short: the rerun does it whole
+            if part_deadline - began < max(MIN_PART_S, limit / 2 if limit < float("inf") else 0):
                 report.data["parts"][part] = {"status": "not run", "reason": f"deadline (rerun with --only {part})"}
                 report.save()
                 continue
