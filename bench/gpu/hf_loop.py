@@ -32,7 +32,7 @@ def build(hp: dict, device: torch.device):
     spec = PRESETS[hp["model_preset"]]
     config = LlamaConfig(**{k: v for k, v in hf_config(spec).items() if k not in ("architectures", "model_type")})
     torch.manual_seed(hp["seed"])
-    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", torch_dtype=torch.float32).to(device)
+    model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.float32).to(device)
     if hp.get("activation_checkpointing"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hp.get("compile"):
