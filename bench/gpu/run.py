@@ -67,7 +67,7 @@ def environment(dry_run: bool, commit_given: str | None = None) -> dict:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     except OSError:
         commit = ""
-    return {"dry_run": dry_run, "device": torch.cuda.get_device_name() if cuda else f"CPU ({platform.processor()})",
+    return {"dry_run": dry_run, "device": torch.cuda.get_device_name() if cuda else f"CPU ({platform.machine()})",
             "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "commit": commit_given or commit or None, "command": " ".join(sys.argv),
             "packages": {n: version(n) for n in ("transformers", "torchao", "torchtitan", "pydantic", "triton")}}
@@ -152,7 +152,8 @@ def summary(report: Report) -> str:
                     f"{_ratio(plan.get('step_ratio')):>9}")
     tests = report.data["tests"]
     if tests:
-        rows.append(f"gpu tests: {tests['status']}, {tests.get('counts')}")
+        found = f"{len(tests['collected'])} collected (dry run)" if tests.get("collected") else tests.get("counts")
+        rows.append(f"gpu tests: {tests['status']}, {found}")
     rows.append("(vs base: tokens/s over the baseline's; plan: measured / predicted)")
     return "\n".join(rows)
 
