@@ -35,10 +35,14 @@ class Shape:
     warmup: int  # steps left out of the timing (allocator, first-step kernels)
     compile_warmup: int  # with compile=1: the first steps compile (and may recompile once)
     fp8_steps: int  # the FP8 loss comparison
+    activation_checkpointing: int = 0  # every stack alike
 
 
-FULL = {"1b": Shape("llama3.2-1b", 8192, 13, 3, 5, 200), "3b": Shape("llama3.2-3b", 8192, 10, 3, 5, 0)}
-DRY = {"1b": Shape("llama3-tiny", 128, 5, 2, 2, 6), "3b": Shape("llama3-tiny", 128, 4, 2, 2, 0)}
+# The 3B runs checkpoint activations (full) on every stack: without, the planner puts train.py at
+# 71.7 GiB of an H100's 80, and the Hugging Face loop's fp32 weights, gradients and AdamW state
+# (51 GB) with its whole fp32 logits and 28 blocks' activations do not fit at all.
+FULL = {"1b": Shape("llama3.2-1b", 8192, 13, 3, 5, 200), "3b": Shape("llama3.2-3b", 8192, 10, 3, 5, 0, 1)}
+DRY = {"1b": Shape("llama3-tiny", 128, 5, 2, 2, 6), "3b": Shape("llama3-tiny", 128, 4, 2, 2, 0, 1)}
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ def common_hyperparameters(shape: Shape, steps: int, dry_run: bool) -> dict:
     hp = {"model_preset": shape.model, "dataset_type": "synthetic", "max_context_width": shape.seq_len,
           "train_batch_size": 1, "bf16": 1, "max_steps": steps, "logging_freq": 1, "seed": SEED,
           "lr": 1e-4, "lr_decay_style": "constant", "warmup": 0, "weight_decay": 0.1, "grad_clip": 1.0}
+    if shape.activation_checkpointing:
+        hp["activation_checkpointing"] = 1
     if dry_run:
         hp["fp8_emulate"] = 1  # FP8 runs are torchao's emulation on the CPU; no-op for bf16 runs
     return hp
