@@ -8,8 +8,7 @@
 # Run from the repository root: bash bench/gpu/prepare.sh
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || grep -qx '/.whl/' "$(git rev-parse --git-common-dir)/info/exclude" \
-  || echo '/.whl/' >> "$(git rev-parse --git-common-dir)/info/exclude"
+git check-ignore -q .whl/ || { echo "prepare.sh: .whl/ is not ignored (.gitignore names /.whl/)" >&2; exit 2; }
 WHEELS=(
   pydantic==2.12.5 pydantic-core==2.41.5 annotated-types==0.7.0 typing-inspection==0.4.2
   torchao==0.16.0
