@@ -19,7 +19,8 @@ from container.models.llama import build_model
 from launcher.config.models import PRESETS
 from tests.support.document_kernels import attend_as_cp_ranks, documents_alone, random_documents
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the compiled kernels)")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the compiled kernels)")]
 
 CUDA = torch.device("cuda")
 # Norm-wise relative error bounds from the precision's unit roundoff u. fp32 (u = 2^-24): the

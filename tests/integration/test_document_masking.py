@@ -148,6 +148,7 @@ def test_mixture_of_experts_with_hybrid_sharding_context_and_expert_parallelism(
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the compiled document kernels)")
 
 
+@pytest.mark.gpu
 @GPU
 def test_flex_attention_on_a_gpu_trains_as_transformers_on_the_documents_alone(tmp_path, packed):
     """One process on the GPU, fp32, attention_kernel auto (FlexAttention's compiled kernel there):
@@ -159,6 +160,7 @@ def test_flex_attention_on_a_gpu_trains_as_transformers_on_the_documents_alone(t
     assert series(train(tmp_path / "auto", packed, 1), "loss")[0] == pytest.approx(alone, rel=REL)
 
 
+@pytest.mark.gpu
 @GPU
 def test_the_kernels_agree_in_bf16_on_a_gpu(tmp_path, packed):
     """bf16 on the GPU, where flash attention's varlen kernel runs: varlen, flex and the dense mask

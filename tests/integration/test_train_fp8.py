@@ -65,6 +65,7 @@ def test_cpu_without_emulation_is_refused(tmp_path):
         run_train(tmp_path, 1, max_steps=1, bf16=1, fp8=1, fp8_backend="torchao")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9)
                     or importlib.util.find_spec("transformer_engine") is None,
                     reason="needs an FP8 GPU (compute capability >= 8.9) and Transformer Engine")

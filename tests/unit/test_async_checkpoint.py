@@ -81,6 +81,7 @@ def test_one_save_in_flight_the_next_waits_for_it(tmp_path, held_writes):
     assert all((tmp_path / name / ".complete").is_file() for name in ("step-1", "step-2"))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: pinned (page-locked) staging")
 def test_pinned_staging_on_a_gpu_saves_the_state_of_its_step(tmp_path, held_writes):
     """async_with_pinned_mem: the GPU state is copied into page-locked host buffers before save()

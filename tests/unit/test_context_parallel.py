@@ -91,12 +91,14 @@ def _spawn_nccl(comm_type: str | None) -> None:
     torch.multiprocessing.spawn(_nccl_worker, args=(2, free_port(), comm_type), nprocs=2, join=True)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not TWO_GPUS or not TE, reason="needs 2 GPUs and Transformer Engine")
 @pytest.mark.parametrize("comm_type", ["p2p", "all_gather", "a2a"])
 def test_transformer_engine_cp_matches_full_attention(comm_type):
     _spawn_nccl(comm_type)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not TWO_GPUS, reason="needs 2 GPUs")
 def test_all_gather_attention_on_gpus():
     _spawn_nccl(None)

@@ -179,6 +179,7 @@ def _te_state():
     return FP8GlobalStateManager
 
 
+@pytest.mark.gpu
 @needs_te
 def test_te_delayed_scaling_recipe_reaches_the_forward():
     recipe = fp8.te_recipe(DELAYED)
@@ -194,6 +195,7 @@ def test_te_delayed_scaling_recipe_reaches_the_forward():
     assert enabled and (active.amax_history_len, active.amax_compute_algo, active.margin) == (16, "most_recent", 1)
 
 
+@pytest.mark.gpu
 @needs_te
 def test_te_linear_swap_keeps_the_forward_within_fp8_tolerance():
     import transformer_engine.pytorch as te
@@ -210,6 +212,7 @@ def test_te_linear_swap_keeps_the_forward_within_fp8_tolerance():
         assert relative_error(model(tokens).float(), reference(tokens).float()) < 0.02
 
 
+@pytest.mark.gpu
 @needs_te
 def test_te_current_scaling_recipe():
     from transformer_engine.common import recipe
@@ -225,6 +228,7 @@ def test_te_current_scaling_recipe():
         assert 0 < relative_error(model(tokens).float(), reference(tokens).float()) < 0.02
 
 
+@pytest.mark.gpu
 @needs_te
 def test_te_checkpoint_function_recomputes_under_fp8():
     """TE's checkpoint recomputes with the forward's FP8 scales: the gradients equal those of the

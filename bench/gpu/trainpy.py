@@ -1,0 +1,83 @@
+"""smlaunch's runtime, driven as a job drives it: `python entrypoints/train.py --key value ...` in
+its own process (one rank, no torchrun), its figures read back from the metrics.jsonl it writes.
+
+The step a job's records time is the trainer's own (container/trainer.py: synchronize, the data,
+forward, backward, clipping, the update, `loss.item()`, synchronize), so the per-step time here is
+the difference of the cumulative `time_steps_s` + `time_data_s` of consecutive records (1 ms
+resolution), and the peak memory is its `peak_memory_gib` (torch.cuda.max_memory_allocated).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.gpu.measure import Outcome, tail
+from bench.gpu.table import Run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def refusal(run: Run) -> str | None:
+    """Why this runtime cannot take the run's hyperparameters (a name it does not know, a value it
+    does not accept), or None. Checked with the runtime's own model, before a process starts."""
+    from pydantic import ValidationError
+
+    from launcher.config import TrainingHyperparameters
+
+    unknown = [k for k in run.hyperparameters if k not in TrainingHyperparameters.model_fields]
+    if unknown:
+        return "unknown hyperparameter " + ", ".join(unknown)
+    try:
+        TrainingHyperparameters.model_validate(run.hyperparameters)
+    except ValidationError as exc:
+        bad = "; ".join(f"{'.'.join(map(str, e['loc']))}={run.hyperparameters.get(e['loc'][0])!r}: {e['msg']}"
+                        for e in exc.errors())
+        return f"hyperparameter not accepted by this runtime: {bad}"
+    return None
+
+
+def command(run: Run, out: Path) -> list[str]:
+    args = [sys.executable, str(ROOT / "entrypoints" / "train.py")]
+    for key, value in run.hyperparameters.items():
+        args += [f"--{key}", str(value)]
+    return args + ["--output_data_dir", str(out / "data"), "--model_dir", str(out / "model"),
+                   "--checkpoint_dir", str(out / "checkpoints")]
+
+
+def step_seconds(records: list[dict]) -> list[float]:
+    """Each step's seconds from the cumulative ledger fields of consecutive records (logging_freq 1)."""
+    totals = [r["time_steps_s"] + r["time_data_s"] for r in records if "time_steps_s" in r]
+    return [b - a for a, b in zip([0.0, *totals], totals)]
+
+
+def environment() -> dict:
+    """The repository's packages on the path (a checkout, not installed, on the GPU machine), ahead
+    of what PYTHONPATH already names (the carried wheels)."""
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+
+def run_trainpy(run: Run, timeout_s: float | None, scratch: Path) -> Outcome:
+    reason = refusal(run)
+    if reason:
+        return Outcome.skipped(reason)
+    # the exported model (2.5 GB for 1B) goes where it costs least and is deleted with the run
+    with tempfile.TemporaryDirectory(dir=scratch, prefix=f"{run.name}-") as tmp:
+        out = Path(tmp)
+        try:
+            done = subprocess.run(command(run, out), capture_output=True, text=True, timeout=timeout_s,
+                                  cwd=ROOT, env=environment())
+        except subprocess.TimeoutExpired as exc:
+            return Outcome.failed(f"timed out after {timeout_s:.0f} s", tail(exc.stdout, exc.stderr))
+        metrics = out / "data" / "metrics.jsonl"
+        records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+    records = [r for r in records if "loss" in r]
+    if done.returncode != 0 or not records:
+        return Outcome.failed(f"train.py exited {done.returncode}", tail(done.stdout, done.stderr))
+    return Outcome(status="ok", step_s=step_seconds(records), losses=[r["loss"] for r in records],
+                   peak_memory_gib=records[-1]["peak_memory_gib"])

@@ -1,0 +1,35 @@
+"""bench/gpu/run.py --dry-run end to end on the CPU (tiny shapes): train.py as a job runs it, the
+Hugging Face loop, the planner's prediction and the JSON; the unit half is tests/unit/test_gpu_bench.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_dry_run_measures_train_py_and_the_hf_loop_and_plans_them(tmp_path):
+    out = tmp_path / "bench.json"
+    runs = "1b-trainpy-eager,1b-hf-eager,1b-torchtitan-eager"
+    done = subprocess.run([sys.executable, "bench/gpu/run.py", "--dry-run", "--runs", runs, "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(out.read_text())
+    assert data["environment"]["dry_run"] is True and list(data["parts"]) == ["1b"]
+    ours, hf = data["runs"]["1b-trainpy-eager"], data["runs"]["1b-hf-eager"]
+    for record in (ours, hf):
+        assert record["status"] == "ok", record
+        assert len(record["step_s"]) == len(record["losses"]) == record["hyperparameters"]["max_steps"]
+        assert record["timed_steps"] == record["hyperparameters"]["max_steps"] - record["warmup_steps"]
+        assert record["tokens_per_s"] > 0 and record["mfu"] is None  # a CPU has no peak to divide by
+    assert hf["vs_baseline"]["baseline"] == "1b-trainpy-eager"
+    plan = data["planner"]["1b-trainpy-eager"]
+    assert plan["instance_type"] == "ml.p5.4xlarge" and plan["measured_step_s"] == ours["step_s_median"]
+    assert plan["memory_ratio"] > 0 and plan["step_ratio"] > 0
+    # the control: a stack that cannot run here is a recorded skip with its reason, not a crash
+    titan = data["runs"]["1b-torchtitan-eager"]
+    assert titan["status"] == "skipped" and "torchtitan" in titan["reason"]
+    assert "1b-torchtitan-eager" in done.stdout and "skipped" in done.stdout
