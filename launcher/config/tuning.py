@@ -178,6 +178,12 @@ class TuningConfig(Strict):
         """How many trials the sweep starts at most."""
         return self.max_jobs if self.max_jobs is not None else grid_size(self)
 
+    def summary(self) -> str:
+        """The sweep's size in one line (`smlaunch validate`)."""
+        names = ", ".join(self.ranges)
+        return (f"{self.trial_count()} trial(s), {self.max_parallel_jobs} at a time, {self.strategy} over "
+                f"{len(self.ranges)} hyperparameter(s) ({names}); {self.objective.type} {self.objective.metric}")
+
 
 def grid_size(config: TuningConfig) -> int:
     return math.prod(len(r.values) for r in config.ranges.values() if isinstance(r, CategoricalRange))

@@ -119,7 +119,7 @@ def plan_sweep(job: ValidatedJob, tuning: TuningConfig) -> SweepPlan:
     """Plan every checked trial of a sweep over `job` (whose own tuning section, if any, is ignored)."""
     out = SweepPlan(tuning)
     for values in trial_variants(tuning):
-        trial = validate_job(trial_settings(job, values), base_dir=job.base_dir)
+        trial = validate_job(trial_settings(job, values), base_dir=job.base_dir, model=type(job.config))
         out.trials.append(TrialPlan(values, plan(trial, advise=False)))
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import datetime, timedelta, timezone
 
 import boto3
 import pytest
@@ -17,6 +18,7 @@ import pytest
 pytest.importorskip("sagemaker")
 pytest.importorskip("moto")
 
+from launcher.backends.sagemaker_tuning import trial_rows
 from tests.integration.test_sdk_parity import BUCKET, seed_run, user_job
 from tests.support.sdk_reference import aws, differences, ours_tune, sdk_tune
 
@@ -164,3 +166,24 @@ def test_a_setting_the_trials_cannot_have_is_refused_where_the_sdk_drops_it(tmp_
     assert "KeepAlive" not in json.dumps(theirs.request)
     resources = control.request["TrainingJobDefinition"]["HyperParameterTuningResourceConfig"]
     assert resources["InstanceType"] == "ml.g5.xlarge"
+
+
+def test_trial_rows_are_the_sdks_analytics_dataframe():
+    """The table `analytics().dataframe()` gives: the SDK's columns and values, from the same trials."""
+    pytest.importorskip("pandas")
+    from sagemaker.analytics import HyperparameterTuningJobAnalytics
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    summaries = [{"TrainingJobName": "a", "TrainingJobStatus": "Completed", "TunedHyperParameters": {
+        "lr": "0.01", "arch": '"resnet18"'}, "TrainingStartTime": start, "TrainingEndTime": start + timedelta(hours=1),
+        "FinalHyperParameterTuningJobObjectiveMetric": {"MetricName": "m", "Value": 0.5}},
+        {"TrainingJobName": "b", "TrainingJobStatus": "Failed", "TunedHyperParameters": {"lr": "0.1", "arch": '"x"'},
+         "TrainingJobDefinitionName": "d"}]
+    sdk = HyperparameterTuningJobAnalytics.__new__(HyperparameterTuningJobAnalytics)
+    sdk._training_job_summaries = summaries
+    sdk.training_job_summaries = lambda force_refresh=False: summaries
+    import pandas
+
+    # analytics().dataframe() is pandas.DataFrame(trial_rows(...)) where pandas is installed
+    pandas.testing.assert_frame_equal(pandas.DataFrame(trial_rows(summaries)), sdk._fetch_dataframe(),
+                                      check_like=True)
