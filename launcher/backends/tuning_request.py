@@ -134,6 +134,12 @@ def training_job_definition(job: ValidatedJob, tuning: TuningConfig, training: d
                  if k in ("TrainingImage", "TrainingInputMode", "MetricDefinitions")}
     resources = {k: v for k, v in training["ResourceConfig"].items()
                  if k in ("InstanceCount", "InstanceType", "VolumeSizeInGB", "VolumeKmsKeyId")}
+    if tuning.instance_configs:  # `_TuningJob._prepare_hp_resource_config`: the choices replace the job's
+        volume = resources.pop("VolumeSizeInGB")
+        resources = {k: v for k, v in resources.items() if k == "VolumeKmsKeyId"}
+        resources["InstanceConfigs"] = [{"InstanceCount": i.instance_count, "InstanceType": i.instance_type,
+                                         "VolumeSizeInGB": i.volume_size_in_gb or volume}
+                                        for i in tuning.instance_configs]
     definition: dict[str, Any] = {"StaticHyperParameters": static, "RoleArn": training["RoleArn"],
                                   "OutputDataConfig": training["OutputDataConfig"],
                                   "StoppingCondition": training["StoppingCondition"],

@@ -42,11 +42,21 @@ def trial_variants(tuning: TuningConfig) -> list[dict[str, Any]]:
     return variants
 
 
-def trial_settings(job, values: dict[str, Any]) -> dict:
-    """The trial's job as settings: the job's, with the tuned hyperparameters set and no sweep."""
+def trial_instances(tuning: TuningConfig) -> list[dict[str, Any]]:
+    """The job settings of each instance a trial may run on ({}: the job's own)."""
+    if not tuning.instance_configs:
+        return [{}]
+    return [{"instance_type": i.instance_type, "instance_count": i.instance_count,
+             **({"volume_size": i.volume_size_in_gb} if i.volume_size_in_gb else {})} for i in tuning.instance_configs]
+
+
+def trial_settings(job, values: dict[str, Any], instance: dict[str, Any] | None = None) -> dict:
+    """The trial's job as settings: the job's, with the tuned hyperparameters (and the instance) set
+    and no sweep."""
     raw = job.config.model_dump(exclude_unset=True)
     raw.pop("tuning", None)
     raw["hyperparameters"] = {**job.config.hyperparameters.raw(), **values}
+    raw.update(instance or {})
     return raw
 
 
@@ -121,14 +131,21 @@ def _objective_issues(job, tuning: TuningConfig) -> list[Issue]:
 
 def _trial_issues(job, tuning: TuningConfig, check_trial: TrialCheck) -> list[Issue]:
     failing: dict[str, list[tuple[dict, list[Issue]]]] = {}
-    for values in trial_variants(tuning):
-        errors = check_trial(trial_settings(job, values))
-        if errors:
-            key = ",".join(values) if len(values) == 1 else "combined"
-            failing.setdefault(key, []).append((values, errors))
+    issues = []
+    for index, instance in enumerate(trial_instances(tuning)):
+        errors = check_trial(trial_settings(job, {}, instance)) if instance else []
+        if errors:  # no trial can run there, whatever its tuned values
+            issues.append(Issue(f"tuning.instance_configs[{index}]", instance["instance_type"],
+                                "makes the job invalid: " + "; ".join(str(e) for e in errors[:2]),
+                                "choose an instance the job can run on"))
+            continue
+        for values in trial_variants(tuning):
+            errors = check_trial(trial_settings(job, values, instance))
+            if errors:
+                key = ",".join(values) if len(values) == 1 else "combined"
+                failing.setdefault(key, []).append(({**values, **instance}, errors))
     if len(failing) > 1:  # a combination fails anyway where one value alone does
         failing.pop("combined", None)
-    issues = []
     for key, cases in failing.items():
         where = f"tuning.ranges.{key}" if key != "combined" else "tuning.ranges"
         shown = "; ".join(f"{_values(v)} fails: " + "; ".join(str(e) for e in errs[:2]) for v, errs in cases)

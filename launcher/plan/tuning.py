@@ -15,14 +15,14 @@ from typing import Any
 
 from launcher.config import ValidatedJob, validate_job
 from launcher.config.tuning import TuningConfig
-from launcher.config.tuning_rules import trial_settings, trial_variants
+from launcher.config.tuning_rules import trial_instances, trial_settings, trial_variants
 from launcher.plan.report import PredictedOOMError
 from launcher.plan.sweep import PlanResult, plan
 
 
 @dataclass
 class TrialPlan:
-    values: dict[str, Any]  # the tuned values of this trial
+    values: dict[str, Any]  # the tuned values of this trial (and its instance, where the sweep chooses)
     result: PlanResult
 
     @property
@@ -118,9 +118,11 @@ def _hours(seconds: float | None) -> str:
 def plan_sweep(job: ValidatedJob, tuning: TuningConfig) -> SweepPlan:
     """Plan every checked trial of a sweep over `job` (whose own tuning section, if any, is ignored)."""
     out = SweepPlan(tuning)
-    for values in trial_variants(tuning):
-        trial = validate_job(trial_settings(job, values), base_dir=job.base_dir, model=type(job.config))
-        out.trials.append(TrialPlan(values, plan(trial, advise=False)))
+    for instance in trial_instances(tuning):
+        for values in trial_variants(tuning):
+            settings = trial_settings(job, values, instance)
+            trial = validate_job(settings, base_dir=job.base_dir, model=type(job.config))
+            out.trials.append(TrialPlan({**values, **instance}, plan(trial, advise=False)))
     return out
 
 

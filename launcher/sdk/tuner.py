@@ -90,6 +90,29 @@ class HyperparameterTuner:
 
         return parameter_ranges(self.tuning)
 
+    def override_resource_config(self, instance_configs: Any) -> None:
+        """Let SageMaker run each trial on one of these instances (SDK `InstanceConfig`s, v2 or v3);
+        every one is validated with the ranges, as the job's own instance is. None: the job's again."""
+        from pydantic import ValidationError
+
+        from launcher.sdk.tuner_objects import instance_configs as as_configs
+        from launcher.sdk.tuner_objects import validation_issue
+
+        if isinstance(instance_configs, dict):
+            raise ConfigError([Issue("instance_configs", sorted(instance_configs), "is per estimator, and several "
+                                     "estimators in one tuning job are not supported", "pass a list")])
+        data = {**self.tuning.model_dump(exclude_none=True), "instance_configs": as_configs(instance_configs)}
+        try:
+            tuning = TuningConfig.model_validate({k: v for k, v in data.items() if v is not None})
+        except ValidationError as exc:
+            raise ConfigError([validation_issue(e) for e in exc.errors()]) from None
+        previous, self.tuning = self.tuning, tuning
+        try:
+            self.job = self._validated()
+        except ConfigError:
+            self.tuning = previous
+            raise
+
     # --- before any trial -------------------------------------------------------------------
     def _validated(self, inputs: Any = None) -> ValidatedJob:
         args = dict(self._job_args)

@@ -35,6 +35,21 @@ class CategoricalParameter:
         self.values = list(values) if isinstance(values, (list, tuple)) else [values]
 
 
+class InstanceConfig:
+    def __init__(self, instance_count: int | None = None, instance_type: str | None = None,
+                 volume_size: int | None = 30):
+        self.instance_count, self.instance_type, self.volume_size = instance_count, instance_type, volume_size
+
+
+def instance_configs(configs: Any) -> list[dict] | None:
+    """SDK v2 `InstanceConfig`s or SDK v3 `HyperParameterTuningInstanceConfig`s as TuningConfig's."""
+    if configs is None:
+        return None
+    return [c if isinstance(c, dict) else {
+        "instance_type": _get(c, "instance_type"), "instance_count": _get(c, "instance_count"),
+        "volume_size_in_gb": _get(c, "volume_size_in_gb") or _get(c, "volume_size")} for c in configs]
+
+
 class WarmStartTypes(Enum):
     IDENTICAL_DATA_AND_ALGORITHM = "IdenticalDataAndAlgorithm"
     TRANSFER_LEARNING = "TransferLearning"
@@ -73,27 +88,46 @@ def _range(rng: Any) -> Any:
             "max_value": rng.max_value, "scaling_type": getattr(rng, "scaling_type", "Auto")}
 
 
+def _get(obj: Any, name: str) -> Any:
+    """An attribute of an SDK object, None where absent (SDK v3 shapes mark unset fields `Unassigned`)."""
+    value = getattr(obj, name, None)
+    return None if type(value).__name__ == "Unassigned" else value
+
+
 def _warm_start(config: Any) -> Any:
+    """SDK v2 `WarmStartConfig(type, parents)` or SDK v3 `HyperParameterTuningJobWarmStartConfig`."""
     if config is None or isinstance(config, dict):
         return config
-    kind = getattr(config.type, "value", config.type)
-    # The SDK keeps parents as a set (no order); sorted, the request is the same on every run.
-    return {"type": kind, "parents": sorted(config.parents)}
+    if _get(config, "parent_hyper_parameter_tuning_jobs") is not None:  # the v3 shape
+        kind = config.warm_start_type
+        parents = [_get(p, "hyper_parameter_tuning_job_name") for p in config.parent_hyper_parameter_tuning_jobs]
+    else:
+        kind, parents = config.type, config.parents
+    # The SDK v2 keeps parents as a set (no order); sorted, the request is the same on every run.
+    return {"type": getattr(kind, "value", kind), "parents": sorted(parents)}
 
 
 def _hyperband(strategy_config: Any) -> Any:
+    """`StrategyConfig` (v2) or `HyperParameterTuningJobStrategyConfig` (v3): the Hyperband bounds."""
     if strategy_config is None or isinstance(strategy_config, dict):
         return strategy_config
     band = strategy_config.hyperband_strategy_config
-    return {"min_resource": band.min_resource, "max_resource": band.max_resource}
+    return {"min_resource": _get(band, "min_resource"), "max_resource": _get(band, "max_resource")}
 
 
 def _completion(config: Any) -> Any:
+    """`TuningJobCompletionCriteriaConfig` (v2) or `TuningJobCompletionCriteria` (v3)."""
     if config is None or isinstance(config, dict):
         return config
-    return {"max_jobs_not_improving": config.max_number_of_training_jobs_not_improving,
-            "complete_on_convergence": config.complete_on_convergence,
-            "target_objective_value": config.target_objective_metric_value}
+    if hasattr(config, "max_number_of_training_jobs_not_improving"):  # the v2 shape
+        return {"max_jobs_not_improving": config.max_number_of_training_jobs_not_improving,
+                "complete_on_convergence": config.complete_on_convergence,
+                "target_objective_value": config.target_objective_metric_value}
+    improving, converged = _get(config, "best_objective_not_improving"), _get(config, "convergence_detected")
+    flag = _get(converged, "complete_on_convergence")
+    return {"max_jobs_not_improving": _get(improving, "max_number_of_training_jobs_not_improving"),
+            "complete_on_convergence": None if flag is None else flag == "Enabled",
+            "target_objective_value": _get(config, "target_objective_metric_value")}
 
 
 def tuning_config(*, objective_metric_name: str, hyperparameter_ranges: dict, strategy: str = "Bayesian",
@@ -114,16 +148,17 @@ def tuning_config(*, objective_metric_name: str, hyperparameter_ranges: dict, st
     try:
         return TuningConfig.model_validate({k: v for k, v in data.items() if v is not None})
     except ValidationError as exc:
-        raise ConfigError([_issue(e) for e in exc.errors()]) from None
+        raise ConfigError([validation_issue(e) for e in exc.errors()]) from None
 
 
 # TuningConfig's field -> the tuner argument a user wrote.
 _SDK_NAMES = {"objective.metric": "objective_metric_name", "objective.type": "objective_type",
               "ranges": "hyperparameter_ranges", "warm_start": "warm_start_config", "hyperband": "strategy_config",
-              "completion_criteria": "completion_criteria_config", "early_stopping": "early_stopping_type"}
+              "completion_criteria": "completion_criteria_config", "early_stopping": "early_stopping_type",
+              "instance_configs": "instance_configs"}
 
 
-def _issue(error: dict) -> Issue:
+def validation_issue(error: dict) -> Issue:
     path = ".".join(str(p) for p in error["loc"] if str(p) not in ("continuous", "integer", "categorical"))
     for ours, sdk in _SDK_NAMES.items():
         if path == ours or path.startswith(ours + "."):

@@ -32,16 +32,18 @@ def sdk_classes() -> dict:
     return {"Continuous": ContinuousParameter, "Integer": IntegerParameter, "Categorical": CategoricalParameter,
             "WarmStartConfig": tuner.WarmStartConfig, "WarmStartTypes": tuner.WarmStartTypes,
             "StrategyConfig": tuner.StrategyConfig, "Hyperband": tuner.HyperbandStrategyConfig,
-            "Completion": tuner.TuningJobCompletionCriteriaConfig}
+            "Completion": tuner.TuningJobCompletionCriteriaConfig, "InstanceConfig": tuner.InstanceConfig}
 
 
 def our_classes() -> dict:
     import launcher
+    from launcher.sdk import tuner_objects
 
     return {"Continuous": launcher.ContinuousParameter, "Integer": launcher.IntegerParameter,
             "Categorical": launcher.CategoricalParameter, "WarmStartConfig": launcher.WarmStartConfig,
             "WarmStartTypes": launcher.WarmStartTypes, "StrategyConfig": launcher.StrategyConfig,
-            "Hyperband": launcher.HyperbandStrategyConfig, "Completion": launcher.TuningJobCompletionCriteriaConfig}
+            "Hyperband": launcher.HyperbandStrategyConfig, "Completion": launcher.TuningJobCompletionCriteriaConfig,
+            "InstanceConfig": tuner_objects.InstanceConfig}
 
 
 def tuner(o: dict, ranges: dict | None = None, **changes) -> dict:
@@ -93,6 +95,11 @@ CASES = {
     "grid": lambda o, tmp: (user_job(tmp), tuner(o, {"arch": o["Categorical"](["resnet18", "resnet34", "resnet50"]),
                                                       "optimizer": o["Categorical"](["sgd", "adam"])},
                                                  strategy="Grid", max_jobs=None), None),
+    "override-resource-config": lambda o, tmp: (
+        user_job(tmp, volume_kms_key="arn:aws:kms:us-east-1:111122223333:key/v"),
+        tuner(o, instance_configs=[o["InstanceConfig"](1, "ml.g5.2xlarge", 50),
+                                   o["InstanceConfig"](2, "ml.g5.xlarge")]),
+        None),
     "smlaunch-runtime-seed": lambda o, tmp: (  # its warm pool is refused in a sweep (test below)
         {k: v for k, v in seed_run("p4d-no-cp")[0].items() if k != "keep_alive_period_in_seconds"},
         tuner(o, {"lr": o["Continuous"](1e-5, 1e-3, "Logarithmic")}, objective_metric_name="train:loss",

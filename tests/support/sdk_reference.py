@@ -89,7 +89,8 @@ def ours_submit(args: dict, inputs: Any = None, job_name: str = JOB, **fit: Any)
 
 
 def sdk_tune(args: dict, tuner: dict, inputs: Any = None, job_name: str = JOB) -> Submission:
-    """The SDK's HyperparameterTuner over its PyTorch estimator; `tuner` holds its other arguments."""
+    """The SDK's HyperparameterTuner over its PyTorch estimator; `tuner` holds its other arguments
+    (and `instance_configs`, given to override_resource_config)."""
     import sagemaker
     from sagemaker.pytorch import PyTorch
     from sagemaker.tuner import HyperparameterTuner
@@ -98,8 +99,13 @@ def sdk_tune(args: dict, tuner: dict, inputs: Any = None, job_name: str = JOB) -
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est = PyTorch(sagemaker_session=sagemaker.Session(boto_session=session), **args)
+        tuner = dict(tuner)
+        instances = tuner.pop("instance_configs", None)
+        made = HyperparameterTuner(est, **tuner)
+        if instances is not None:
+            made.override_resource_config(instances)
         try:
-            HyperparameterTuner(est, **tuner).fit(inputs, job_name=job_name, wait=False)
+            made.fit(inputs, job_name=job_name, wait=False)
         except Sent:
             pass
     return Submission(request, upload)
@@ -110,8 +116,13 @@ def ours_tune(args: dict, tuner: dict, inputs: Any = None, job_name: str = JOB) 
 
     session, request, upload = _session()
     est = PyTorch(session=session, **args)
+    tuner = dict(tuner)
+    instances = tuner.pop("instance_configs", None)
+    made = HyperparameterTuner(est, **tuner)
+    if instances is not None:
+        made.override_resource_config(instances)
     try:
-        HyperparameterTuner(est, **tuner).fit(inputs, job_name=job_name, wait=False, force=True)
+        made.fit(inputs, job_name=job_name, wait=False, force=True)
     except Sent:
         pass
     return Submission(request, upload)
