@@ -142,9 +142,14 @@ class HyperparameterTuner:
             estimator_kwargs: dict | None = None, wait: bool = True, force: bool = False, **kwargs: Any) -> None:
         """Start the sweep (SageMaker: a tuning job; local/Slurm: smlaunch's sweep). A sweep whose
         costliest trial the planner predicts to run out of memory is refused unless `force=True`."""
+        # include_cls_metadata changes nothing for a framework estimator in the SDK either: the class
+        # names are always sent (launcher.backends.tuning_request).
+        issues = [Issue(k, v, "is not a fit() argument of smlaunch's tuner", "remove it") for k, v in kwargs.items()]
         if estimator_kwargs:
-            raise ConfigError([Issue("estimator_kwargs", estimator_kwargs, "is for several estimators, which "
-                                     "smlaunch's tuner does not support", "leave it out")])
+            issues.append(Issue("estimator_kwargs", estimator_kwargs, "is for several estimators, which "
+                                "smlaunch's tuner does not support", "leave it out"))
+        if issues:
+            raise ConfigError(issues)
         job = self._validated(inputs)
         if not force:
             from launcher.plan.tuning import check_sweep_fits

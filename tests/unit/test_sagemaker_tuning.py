@@ -113,3 +113,54 @@ def test_stop_best_training_job_and_analytics(tmp_path, aws):
     assert rows[0]["TrainingElapsedTimeSeconds"] == 90.0 and rows[0]["FinalObjectiveValue"] == 0.7
     assert rows[1]["FinalObjectiveValue"] == 0.9
 
+
+
+class _OneClient:
+    """A boto3-Session stand-in whose SageMaker client is the one the Stubber holds."""
+
+    region_name = "us-east-1"
+
+    def __init__(self, client):
+        self._client = client
+
+    def client(self, name, region_name=None):
+        assert name == "sagemaker", name
+        return self._client
+
+
+def test_attach_rebuilds_the_tuner_from_the_tuning_job_and_its_best_trial(aws):
+    client = aws.client("sagemaker")
+    name = "cifar-sweep-9"
+    config = {"Strategy": "Random", "ResourceLimits": {"MaxNumberOfTrainingJobs": 5, "MaxParallelTrainingJobs": 2},
+              "HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "val:loss"},
+              "TrainingJobEarlyStoppingType": "Auto",
+              "ParameterRanges": {"ContinuousParameterRanges": [{"Name": "lr", "MinValue": "0.0001",
+                                                                  "MaxValue": "0.1", "ScalingType": "Logarithmic"}],
+                                  "IntegerParameterRanges": [], "CategoricalParameterRanges": [
+                                      {"Name": "arch", "Values": ['"resnet18"', '"resnet50"']}]}}
+    best = {"TrainingJobName": f"{name}-003-c", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/c",
+            "CreationTime": datetime(2026, 1, 1), "TrainingJobStatus": "Completed", "TunedHyperParameters": {}}
+    trial = {"TrainingJobName": best["TrainingJobName"], "TrainingJobArn": best["TrainingJobArn"],
+             "TrainingJobStatus": "Completed", "CreationTime": datetime(2026, 1, 1),
+             "AlgorithmSpecification": {"TrainingInputMode": "File", "TrainingImage":
+                                        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311",
+                                        "MetricDefinitions": [{"Name": "val:loss", "Regex": "loss=([0-9.]+)"}]},
+             "HyperParameters": {"sagemaker_program": '"cifar.py"', "epochs": "2", "lr": '"0.01"',
+                                 "sagemaker_submit_directory": '"s3://tune-bucket/cifar-sweep-9/source/sourcedir.tar.gz"'},
+             "RoleArn": ROLE, "OutputDataConfig": {"S3OutputPath": "s3://tune-bucket/out/"},
+             "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
+             "StoppingCondition": {"MaxRuntimeInSeconds": 86400}, "ModelArtifacts": {"S3ModelArtifacts": "s3://m"},
+             "SecondaryStatus": "Completed"}
+    with Stubber(client) as stub:
+        stub.add_response("describe_hyper_parameter_tuning_job", _describe(name, BestTrainingJob=best,
+                                                                          HyperParameterTuningJobConfig=config))
+        stub.add_response("describe_training_job", trial)
+        tuner = HyperparameterTuner.attach(name, session=_OneClient(client))
+        stub.assert_no_pending_responses()
+    assert tuner.latest_tuning_job == name
+    assert (tuner.tuning.strategy, tuner.tuning.early_stopping, tuner.max_jobs) == ("Random", "Auto", 5)
+    assert tuner.tuning.objective.metric == "val:loss" and tuner.tuning.objective.type == "Minimize"
+    assert tuner.tuning.ranges["arch"].values == ["resnet18", "resnet50"]
+    assert tuner.tuning.ranges["lr"].scaling_type == "Logarithmic" and tuner.tuning.ranges["lr"].max_value == 0.1
+    assert tuner.estimator.config.instance_type == "ml.g5.xlarge"
+    assert tuner.hyperparameter_ranges() == config["ParameterRanges"]  # what attach read, a new sweep sends
