@@ -185,6 +185,8 @@ def _summary(job) -> dict:
                                f"{p.schedule} schedule, {p.microbatches} microbatches")
     if job.model:
         out["model"] = job.model.name
+    if cfg.tuning is not None:  # every trial passed the job's rules (launcher.config.tuning_rules)
+        out["sweep"] = cfg.tuning.summary()
     settings = job.settings if job.kind.runtime else None  # what smlaunch's runtime will run, defaults included
     if settings:
         out["sequence_length"] = settings.seq_len

@@ -31,6 +31,7 @@ MAX_CATEGORICAL_VALUES = 30
 MIN_TUNING_RUNTIME = 120
 MAX_TUNING_RUNTIME = 15_768_000
 MAX_WARM_START_PARENTS = 5
+MAX_INSTANCE_CONFIGS = 6  # HyperParameterTuningResourceConfig.InstanceConfigs (botocore's service model)
 TUNING_JOB_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,31}$"  # 1-32 characters
 
 Scaling = Literal["Auto", "Linear", "Logarithmic", "ReverseLogarithmic"]
@@ -128,6 +129,14 @@ class CompletionCriteria(Strict):
         None, description="Let SageMaker stop the sweep when it detects convergence.")
 
 
+class TuningInstance(Strict):
+    """One instance choice for the trials (SDK: `InstanceConfig`, `override_resource_config`)."""
+
+    instance_type: str = Field(min_length=1, description="The trials' instance type, e.g. ml.g5.xlarge.")
+    instance_count: WholeNumber = Field(1, ge=1, description="Instances per trial.")
+    volume_size_in_gb: WholeNumber | None = Field(None, ge=1, description="Volume per instance (default: the job's).")
+
+
 class TuningConfig(Strict):
     """A sweep over one job: its trials are that job with the tuned hyperparameters set."""
 
@@ -148,6 +157,9 @@ class TuningConfig(Strict):
     hyperband: Hyperband | None = Field(None, description="Hyperband strategy only: its resource bounds.")
     completion_criteria: CompletionCriteria | None = Field(None, description="When the sweep may stop early.")
     warm_start: WarmStart | None = Field(None, description="Start from earlier tuning jobs.")
+    instance_configs: list[TuningInstance] | None = Field(
+        None, min_length=1, max_length=MAX_INSTANCE_CONFIGS,
+        description="Instances SageMaker may run each trial on, instead of the job's (every one is validated).")
     base_tuning_job_name: str | None = Field(
         None, max_length=32, pattern=TUNING_JOB_NAME_PATTERN, description="Tuning job name prefix.")
 
@@ -177,6 +189,12 @@ class TuningConfig(Strict):
     def trial_count(self) -> int:
         """How many trials the sweep starts at most."""
         return self.max_jobs if self.max_jobs is not None else grid_size(self)
+
+    def summary(self) -> str:
+        """The sweep's size in one line (`smlaunch validate`)."""
+        names = ", ".join(self.ranges)
+        return (f"{self.trial_count()} trial(s), {self.max_parallel_jobs} at a time, {self.strategy} over "
+                f"{len(self.ranges)} hyperparameter(s) ({names}); {self.objective.type} {self.objective.metric}")
 
 
 def grid_size(config: TuningConfig) -> int:

@@ -36,6 +36,7 @@ from launcher.config import (
     script_rules,
     speed_rules,
     tracker_rules,
+    tuning_rules,
     warm_pools,
 )
 from launcher.config.base import BOOLEAN_NOT_NUMBER
@@ -128,7 +129,7 @@ def validate_job(
     ctx = out["ctx"]
     layout = ParallelLayout.from_parameters(
         with_sharding_strategy(ctx.params, ctx.hp.sharding_strategy, ctx.processes_per_host), world) if world else None
-    return ValidatedJob(
+    validated = ValidatedJob(
         config=job,
         instance=out["ctx"].instance,
         processes_per_host=out["ctx"].processes_per_host,
@@ -141,6 +142,20 @@ def validate_job(
         notes=[i for i in issues if i.level == "info"],
         smp_script=ctx.smp_script,
     )
+    if job.tuning is not None:  # every trial is a job of this kind (tuning_rules.py)
+        sweep = tuning_rules.tuning_issues(validated, job.tuning, lambda raw: _trial_errors(raw, base, model))
+        if any(i.level == "error" for i in sweep):
+            raise ConfigError(issues + sweep, source)
+        validated.warnings += [i for i in sweep if i.level == "warning"]
+    return validated
+
+
+def _trial_errors(raw: dict, base: Path, model: type[JobConfig]) -> list[Issue]:
+    try:
+        validate_job(raw, base_dir=base, model=model)
+    except ConfigError as exc:
+        return exc.issues
+    return []
 
 
 def _kind_as_written(raw: dict, base: Path) -> JobKind | None:

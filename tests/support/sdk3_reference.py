@@ -105,8 +105,56 @@ def submit(spec: Mapping[str, Any], boto_session: Any, classes: Mapping[str, Any
     return {"request": dict(request), "sm_drivers": _driver_files(boto_session, request)}
 
 
+def _tuner_args(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The SDK v3 tuner's arguments from a JSON spec: ranges as {name: {"kind", ...}}, `warm_start`,
+    `hyperband` and `completion` as the fields of the SDK v3's shapes."""
+    from sagemaker.core import parameter, shapes
+
+    kinds = {"continuous": parameter.ContinuousParameter, "integer": parameter.IntegerParameter}
+    args = {k: v for k, v in spec.items() if k not in ("ranges", "warm_start", "hyperband", "completion")}
+    args["hyperparameter_ranges"] = {
+        name: parameter.CategoricalParameter(r["values"]) if r["kind"] == "categorical"
+        else kinds[r["kind"]](r["min_value"], r["max_value"], r.get("scaling_type", "Auto"))
+        for name, r in spec["ranges"].items()}
+    if "warm_start" in spec:
+        args["warm_start_config"] = shapes.HyperParameterTuningJobWarmStartConfig(
+            warm_start_type=spec["warm_start"]["type"], parent_hyper_parameter_tuning_jobs=[
+                shapes.ParentHyperParameterTuningJob(hyper_parameter_tuning_job_name=p)
+                for p in spec["warm_start"]["parents"]])
+    if "hyperband" in spec:
+        args["strategy_config"] = shapes.HyperParameterTuningJobStrategyConfig(
+            hyperband_strategy_config=shapes.HyperbandStrategyConfig(**spec["hyperband"]))
+    if "completion" in spec:
+        c = spec["completion"]
+        args["completion_criteria_config"] = shapes.TuningJobCompletionCriteria(
+            target_objective_metric_value=c["target"],
+            best_objective_not_improving=shapes.BestObjectiveNotImproving(
+                max_number_of_training_jobs_not_improving=c["not_improving"]),
+            convergence_detected=shapes.ConvergenceDetected(complete_on_convergence=c["convergence"]))
+    return args
+
+
+def tune(spec: Mapping[str, Any], boto_session: Any, classes: Mapping[str, Any], request: dict) -> dict[str, Any]:
+    """One sweep: HyperparameterTuner(model_trainer=ModelTrainer(**trainer), **tuner).tune(), caught at
+    CreateHyperParameterTuningJob into `request`."""
+    from sagemaker.core.helper.session_helper import Session
+    from sagemaker.train.model_trainer import ModelTrainer
+    from sagemaker.train.tuner import HyperparameterTuner
+
+    request.clear()
+    trainer = ModelTrainer(sagemaker_session=Session(boto_session=boto_session, default_bucket=DEFAULT_BUCKET),
+                           **build(spec["trainer"], classes))
+    tuner = HyperparameterTuner(model_trainer=trainer, **_tuner_args(spec["tuner"]))
+    try:
+        tuner.tune(job_name=spec.get("job_name"), wait=False)
+    except Sent:
+        pass
+    return {"request": dict(request)}
+
+
 def main() -> None:
-    """stdin: {name: {"trainer": spec, "train_inputs": [...]}}; stdout: {name: submit's answer}."""
+    """stdin: {name: {"trainer": spec, "train_inputs": [...]}} (with "tuner": a sweep); stdout:
+    {name: submit's (or tune's) answer}."""
     jobs = json.load(sys.stdin)
     import boto3
 
@@ -120,6 +168,7 @@ def main() -> None:
     # Before any client exists: a client copies the session's handlers when it is made, and the
     # SDK keeps its SageMaker client for the session's life.
     boto_session.events.register("provide-client-params.sagemaker.CreateTrainingJob", grab)
+    boto_session.events.register("provide-client-params.sagemaker.CreateHyperParameterTuningJob", grab)
     iam = boto_session.client("iam")
     if not any(r["RoleName"] == ROLE_NAME for r in iam.list_roles()["Roles"]):
         iam.create_role(RoleName=ROLE_NAME, AssumeRolePolicyDocument=json.dumps({
@@ -131,7 +180,8 @@ def main() -> None:
             f.write(TELEMETRY_OFF)
         os.environ["SAGEMAKER_USER_CONFIG_OVERRIDE"] = config
         classes = _sdk_classes()
-        out = {name: submit(spec, boto_session, classes, request) for name, spec in jobs.items()}
+        out = {name: (tune if "tuner" in spec else submit)(spec, boto_session, classes, request)
+               for name, spec in jobs.items()}
     print(json.dumps(out, default=str))
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ def _session() -> tuple[boto3.Session, dict, dict]:
             upload.update({k: v for k, v in params.items() if k not in ("Body", "ChecksumAlgorithm")})
 
     session.events.register("provide-client-params.sagemaker.CreateTrainingJob", grab)
+    session.events.register("provide-client-params.sagemaker.CreateHyperParameterTuningJob", grab)
     session.events.register("provide-client-params.s3.PutObject", grab_upload)
     return session, request, upload
 
@@ -82,6 +83,46 @@ def ours_submit(args: dict, inputs: Any = None, job_name: str = JOB, **fit: Any)
     est = PyTorch(session=session, **args)
     try:
         est.fit(inputs, wait=False, logs=False, job_name=job_name, force=True, **fit)
+    except Sent:
+        pass
+    return Submission(request, upload)
+
+
+def sdk_tune(args: dict, tuner: dict, inputs: Any = None, job_name: str = JOB) -> Submission:
+    """The SDK's HyperparameterTuner over its PyTorch estimator; `tuner` holds its other arguments
+    (and `instance_configs`, given to override_resource_config)."""
+    import sagemaker
+    from sagemaker.pytorch import PyTorch
+    from sagemaker.tuner import HyperparameterTuner
+
+    session, request, upload = _session()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = PyTorch(sagemaker_session=sagemaker.Session(boto_session=session), **args)
+        tuner = dict(tuner)
+        instances = tuner.pop("instance_configs", None)
+        made = HyperparameterTuner(est, **tuner)
+        if instances is not None:
+            made.override_resource_config(instances)
+        try:
+            made.fit(inputs, job_name=job_name, wait=False)
+        except Sent:
+            pass
+    return Submission(request, upload)
+
+
+def ours_tune(args: dict, tuner: dict, inputs: Any = None, job_name: str = JOB) -> Submission:
+    from launcher import HyperparameterTuner, PyTorch
+
+    session, request, upload = _session()
+    est = PyTorch(session=session, **args)
+    tuner = dict(tuner)
+    instances = tuner.pop("instance_configs", None)
+    made = HyperparameterTuner(est, **tuner)
+    if instances is not None:
+        made.override_resource_config(instances)
+    try:
+        made.fit(inputs, job_name=job_name, wait=False, force=True)
     except Sent:
         pass
     return Submission(request, upload)
