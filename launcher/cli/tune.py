@@ -4,6 +4,7 @@ print through launcher.cli.tuneview."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -35,13 +36,19 @@ from launcher.config.issues import ConfigError
 @click.option("--name", default=None, help="The tuning job's name (default: <base_tuning_job_name>-<timestamp>).")
 @click.option("--dry-run", is_flag=True,
               help="Print the trials' hyperparameters (Grid and Random know them up front) and start nothing.")
+@click.option("--plan", "plan_only", is_flag=True,
+              help="Print the sweep's predicted cost, time and memory (its trials planned at their ranges' extremes) "
+                   "and start nothing.")
+@click.option("--force", is_flag=True, help="Start even if the planner predicts a trial will not fit in memory.")
 @click.option("--wait/--detach", default=True, show_default=True,
               help="--detach: a controller process runs the sweep; follow it with `smlaunch status NAME`.")
 def tune(job_file: Path, overrides: tuple[str, ...], backend_name: str | None, local: bool, runner: str | None,
-         name: str | None, dry_run: bool, wait: bool) -> None:
+         name: str | None, dry_run: bool, plan_only: bool, force: bool, wait: bool) -> None:
     """Run a hyperparameter sweep of a job file with a `tuning:` section (docs/tuning.md): every
     trial is an ordinary job (`smlaunch status/logs/metrics TRIAL`), `max_parallel_jobs` at a time.
-    Exit code 1 when the sweep failed (every trial failed), 2 for an invalid job file."""
+    Backend sagemaker: a SageMaker tuning job, as the HyperparameterTuner creates one.
+    Exit code 1 when the sweep failed (every trial failed), 2 for an invalid job file or a sweep
+    whose trial is predicted not to fit in memory (--force starts it anyway)."""
     from launcher.cli import tuneview
     from launcher.config.jobfile import validate_job_file
 
@@ -60,18 +67,23 @@ def tune(job_file: Path, overrides: tuple[str, ...], backend_name: str | None, l
     if tuning is None:
         fail(f"{job_file} has no tuning: section, so there is nothing to sweep: add one (objective, ranges, "
              "strategy, max_jobs; docs/tuning.md), or run the job once with `smlaunch submit`", EXIT_INVALID)
-    # ISSUE 41 §2 (the tuner's helper wires these here): the ranges checked at their extremes against the
-    # job's rules (launcher.config.tuning_rules), and `--plan` printing launcher.plan.tuning's prediction.
-    if job.config.backend_name == "sagemaker":
-        fail("backend sagemaker: `smlaunch tune` does not create SageMaker tuning jobs yet; use the "
-             "HyperparameterTuner, or --local / --backend slurm", EXIT_INVALID)
+    # validate_job_file has checked every trial (launcher.config.tuning_rules): the ranges at their
+    # extremes and each categorical value against the job's own rules, and the objective.
+    if plan_only:
+        from launcher.plan.tuning import sweep_report
+
+        click.echo(sweep_report(job))
+        return
+    _check_memory(job, force=force, dry_run=dry_run)
     for issue in job.warnings:
         click.echo(click.style("warning ", fg="yellow") + str(issue), err=True)
 
     def run():
         from launcher.tune.sweep import SweepHandle, check_sweep, start_sweep
 
-        issues = check_sweep(tuning, job.config.backend_name, [d.name for d in job.config.metric_definitions or []])
+        if job.config.backend_name == "sagemaker":
+            return _on_sagemaker(job, name, dry_run, wait)
+        issues = check_sweep(tuning, job.config.backend_name)
         if issues:
             raise ConfigError(issues, str(job_file))
         if dry_run:
@@ -88,3 +100,43 @@ def tune(job_file: Path, overrides: tuple[str, ...], backend_name: str | None, l
 
     if aws_call(run) == "Failed":
         sys.exit(EXIT_FAILED)
+
+
+def _check_memory(job, force: bool, dry_run: bool) -> None:
+    """Refuse a sweep with a trial the planner predicts to run out of memory (exit 2), unless --force."""
+    from launcher.plan import PredictedOOMError
+    from launcher.plan.tuning import check_sweep_fits
+
+    try:
+        check_sweep_fits(job, job.config.tuning)
+    except PredictedOOMError as exc:
+        if force or dry_run:
+            click.echo(click.style("warning: ", fg="yellow", bold=True) + str(exc), err=True)
+            return
+        click.secho("refused: a trial of the sweep is predicted to run out of accelerator memory", fg="red",
+                    bold=True, err=True)
+        click.echo(f"{exc}\n(narrow the range, or --force to start it anyway)", err=True)
+        sys.exit(EXIT_INVALID)
+
+
+def _on_sagemaker(job, name: str | None, dry_run: bool, wait: bool) -> str | None:
+    """A SageMaker tuning job, created as the HyperparameterTuner creates one (its request is cut from
+    the training job's own: launcher.backends.tuning_request)."""
+    from launcher.backends import registry
+    from launcher.backends.sagemaker_tuning import SageMakerTuning
+
+    api = SageMakerTuning(registry.backend_named("sagemaker", region=job.config.region))
+    if dry_run:
+        click.echo(json.dumps(api.dryrun(job, job.config.tuning, name), indent=2, default=str))
+        return None
+    created = api.create(job, job.config.tuning, name)
+    click.echo(f"created SageMaker tuning job {created} in {api.backend.region}")
+    if not wait:
+        click.echo(f"  follow it: HyperparameterTuner.attach({created!r}).describe(), or the SageMaker console")
+        return None
+    desc = api.wait(created)
+    best = (desc.get("BestTrainingJob") or {})
+    metric = best.get("FinalHyperParameterTuningJobObjectiveMetric") or {}
+    found = f"; best {best['TrainingJobName']}, {metric.get('MetricName')} {metric.get('Value')}" if best else ""
+    click.echo(f"tuning job {created}: {desc['HyperParameterTuningJobStatus']}{found}")
+    return "Failed" if desc["HyperParameterTuningJobStatus"] == "Failed" else None

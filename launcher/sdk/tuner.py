@@ -161,13 +161,10 @@ class HyperparameterTuner:
             if wait:
                 self.wait()
             return
-        # The local/Slurm sweep engine (launcher.tune, written beside this in the sweep's own branch)
-        # loads only for such a sweep. By name until that package is merged: then a plain
-        # function-level `from launcher.tune.sweep import start_sweep`.
-        import importlib
+        # Function-level: the local/Slurm sweep engine loads only for such a sweep.
+        from launcher.tune.sweep import start_sweep
 
-        start_sweep = importlib.import_module("launcher.tune.sweep").start_sweep
-        self._sweep = start_sweep(job, self.tuning, name=job_name, wait=wait)
+        self._sweep = start_sweep(job.config, self.tuning, name=job_name, wait=wait)
         self.latest_tuning_job = self._sweep.name
 
     def _sagemaker(self, job: ValidatedJob | None = None):

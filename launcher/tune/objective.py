@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from launcher.backends.jobmetrics import NoMetricsError, load
 from launcher.backends.log_metrics import POINT
-from launcher.config.issues import Issue
 from launcher.wire.metric_lines import METRICS
 
 Series = list[tuple[float, float]]  # (step or position, value), oldest first
@@ -35,12 +34,3 @@ def final(series: Series) -> float | None:
 def better(a: float, b: float, minimize: bool) -> bool:
     return a < b if minimize else a > b
 
-
-def objective_issue(metric: str, definitions: list[str]) -> Issue | None:
-    """An objective no trial could report: neither smlaunch's metric nor one of the job's definitions."""
-    if metric in METRICS or metric in definitions:
-        return None
-    known = sorted(METRICS) + sorted(definitions)
-    return Issue("tuning.objective.metric", metric, "is neither a metric of smlaunch's runtime nor one of the "
-                 "job's metric_definitions, so no trial would report it",
-                 "use one of " + ", ".join(known) + ", or add a metric_definitions entry with this Name")

@@ -24,7 +24,6 @@ from launcher.local import identity, store
 from launcher.tune import state as sweep_state
 from launcher.tune.controller import Controller
 from launcher.tune.describe import best_summary, describe_state
-from launcher.tune.objective import objective_issue
 from launcher.tune.strategies import local_refusals
 from launcher.tune.trials import base_job_data, check_sweep_name, sweep_name
 
@@ -41,9 +40,11 @@ def start_sweep(job: JobConfig, tuning: TuningConfig, *, name: str | None = None
     ConfigError (nothing started, nothing written) for a sweep that cannot run as asked."""
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     data = base_job_data(job)
-    validated = validate_job(data, base_dir=base)  # the base job's own rules; ConfigError lists them all
+    # The base job's rules and the sweep's (launcher.config.tuning_rules: every trial's values, the
+    # objective against the job's metrics); ConfigError lists them all.
+    validated = validate_job({**data, "tuning": tuning.model_dump(mode="json", exclude_none=True)}, base_dir=base)
     backend = validated.config.backend_name
-    issues = check_sweep(tuning, backend, [d.name for d in validated.config.metric_definitions or []])
+    issues = check_sweep(tuning, backend)
     if issues:
         raise ConfigError(issues)
     name = check_sweep_name(name, "name") if name else sweep_name(tuning.base_tuning_job_name, job)
@@ -65,15 +66,13 @@ def start_sweep(job: JobConfig, tuning: TuningConfig, *, name: str | None = None
     return handle
 
 
-def check_sweep(tuning: TuningConfig, backend: str, definitions: list[str]) -> list[Issue]:
-    """What stops this sweep from running on `backend` here (the ranges' own rules are the tuner's)."""
+def check_sweep(tuning: TuningConfig, backend: str) -> list[Issue]:
+    """What stops this sweep from running on `backend` here (the ranges' and the objective's rules are
+    launcher.config.tuning_rules', which validation runs)."""
     if backend not in BACKENDS:
         return [Issue("backend", backend, "runs its sweeps as SageMaker tuning jobs, which `start_sweep` does not "
                       "start (local and Slurm sweeps only)", "use the HyperparameterTuner, or backend local or slurm")]
-    issues = local_refusals(tuning)
-    if problem := objective_issue(tuning.objective.metric, definitions):
-        issues.append(problem)
-    return issues
+    return local_refusals(tuning)
 
 
 def _start_detached(directory: Path) -> None:

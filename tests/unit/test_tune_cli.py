@@ -46,8 +46,6 @@ def test_submit_refuses_a_job_file_with_a_tuning_section(tmp_path, home):
 @pytest.mark.parametrize(("tuning", "args", "said"), [
     ({**TUNING, "strategy": "Hyperband", "max_jobs": 3}, (), 'tuning.strategy = "Hyperband"'),
     ({**TUNING, "objective": {"metric": "val:acc", "type": "Maximize"}}, (), 'tuning.objective.metric = "val:acc"'),
-    (TUNING, ("--set", "instance_type=ml.p4d.24xlarge", "--set", "role=arn:aws:iam::111122223333:role/x"),
-     "backend sagemaker"),
     ({**TUNING, "ranges": {"lr": {"kind": "continuous", "min_value": 0.1, "max_value": 0.01}}}, (), "min_value"),
 ])
 def test_what_a_local_sweep_cannot_run_is_an_exit_2_error_naming_the_field(tmp_path, home, tuning, args, said):
@@ -81,3 +79,56 @@ def test_status_of_a_damaged_sweep_is_an_exit_2_error(home):
     (directory / state.STATE).write_text("{not json")
     result = cli("status", "broken")
     assert result.exit_code == 2 and "is damaged" in result.stderr and "Traceback" not in result.output
+
+
+SEED = ROOT / "configs" / "seed" / "p4d-cp8.yaml"  # a 1B-class model on ml.p4d.24xlarge, 16K tokens
+SEED_TUNING = {"objective": {"metric": "train:loss", "type": "Minimize"}, "strategy": "Random", "max_jobs": 6,
+               "max_parallel_jobs": 2,
+               "ranges": {"lr": {"kind": "continuous", "min_value": 1e-5, "max_value": 1e-3,
+                                 "scaling_type": "Logarithmic"},
+                          "train_batch_size": {"kind": "integer", "min_value": 1, "max_value": 2}}}
+
+
+def seed_sweep(tmp_path, top: int):
+    tuning = {**SEED_TUNING, "ranges": {**SEED_TUNING["ranges"],
+                                        "train_batch_size": {"kind": "integer", "min_value": 1, "max_value": top}}}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"extends": str(SEED), "keep_alive_period_in_seconds": None, "tuning": tuning}))
+    return path
+
+
+def test_plan_prints_the_sweeps_cost_and_memory_and_starts_nothing(tmp_path, home):
+    fits, too_big = cli("tune", seed_sweep(tmp_path, 2), "--plan"), cli("tune", seed_sweep(tmp_path, 64), "--plan")
+    assert fits.exit_code == 0 and too_big.exit_code == 0, (fits.output, too_big.output)
+    assert "6 trial(s), 2 at a time -> 3 round(s)" in fits.stdout and "every checked trial fits" in fits.stdout
+    # the costliest trial is the largest batch, and only the 64-row one fails to fit
+    assert "costliest trial: train_batch_size=2" in fits.stdout
+    assert "costliest trial: train_batch_size=64" in too_big.stdout
+    assert "do not fit: train_batch_size=64" in too_big.stdout
+    assert not state.sweeps_root().exists()
+
+
+def test_a_trial_predicted_out_of_memory_is_refused_unless_forced(tmp_path, home, monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    refused = cli("tune", seed_sweep(tmp_path, 64))
+    assert refused.exit_code == 2 and "predicted to run out of accelerator memory" in refused.stderr
+    assert "train_batch_size=64" in refused.stderr
+    forced = cli("tune", seed_sweep(tmp_path, 64), "--force", "--dry-run")
+    assert forced.exit_code == 0, forced.output
+    fits = cli("tune", seed_sweep(tmp_path, 2), "--dry-run")  # control: nothing to refuse, no warning
+    assert fits.exit_code == 0 and "out of memory" not in fits.stderr
+
+
+def test_backend_sagemaker_dry_run_prints_the_tuning_request(tmp_path, home, monkeypatch):
+    import json
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    result = cli("tune", seed_sweep(tmp_path, 2), "--dry-run")
+    assert result.exit_code == 0, result.output
+    request = json.loads(result.stdout)
+    config = request["HyperParameterTuningJobConfig"]
+    assert config["ResourceLimits"] == {"MaxParallelTrainingJobs": 2, "MaxNumberOfTrainingJobs": 6}
+    assert [r["Name"] for r in config["ParameterRanges"]["IntegerParameterRanges"]] == ["train_batch_size"]
+    static = request["TrainingJobDefinition"]["StaticHyperParameters"]
+    assert "lr" not in static and "train_batch_size" not in static and "max_steps" in static
+    assert not state.sweeps_root().exists()
