@@ -153,6 +153,28 @@ class SageMakerTuning:
             time.sleep(poll)
 
 
+# `smlaunch status/stop sagemaker-tuning:NAME`: a SageMaker tuning job as the CLI shows a sweep.
+HANDLE_PREFIX = "sagemaker-tuning:"
+
+
+class SageMakerSweep:
+    """A SageMaker tuning job by name, with the face of launcher.tune's SweepHandle: describe() is
+    DescribeHyperParameterTuningJob with its trials (`TrainingJobs`) and `Backend`, as a local sweep's."""
+
+    def __init__(self, name: str, region: str | None = None, session: Any = None):
+        from launcher.backends import registry
+
+        self.name = name
+        self.api = SageMakerTuning(registry.backend_named("sagemaker", region=region, session=session))
+
+    def describe(self) -> dict:
+        desc = self.api.describe(self.name)
+        return {**desc, "Backend": "sagemaker", "TrainingJobs": self.api.trials(self.name)}
+
+    def stop(self) -> None:
+        self.api.stop(self.name)
+
+
 def trial_rows(summaries: list[dict]) -> list[dict]:
     """One row per trial, with the columns of the SDK's HyperparameterTuningJobAnalytics.dataframe()."""
     rows = []

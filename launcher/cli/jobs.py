@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import click
@@ -35,7 +36,7 @@ def status(job: str, region: str | None, as_json: bool) -> None:
     def run():
         from launcher.cli import jobview
 
-        sweep = _sweep(job)
+        sweep = _sweep(job, region)
         if sweep is not None:
             return _sweep_status(sweep, as_json)
         backend, name = find(job, region)
@@ -91,10 +92,10 @@ def stop(job: str, region: str | None) -> None:
     trials are stopped so, and the sweep starts no more."""
 
     def run():
-        sweep = _sweep(job)
+        sweep = _sweep(job, region)
         if sweep is not None:
             sweep.stop()
-            click.echo(f"stopping tuning job {sweep.name}: its controller stops the running trials")
+            click.echo(f"stopping tuning job {sweep.name}: its running trials are stopped and no more start")
             return
         backend, name = find(job, region)
         backend.stop(name)
@@ -145,11 +146,21 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
         sys.exit(EXIT_FAILED)
 
 
-def _sweep(handle: str):
-    """The tuning job a bare name names (launcher.tune), or None: job handles (backend:NAME) and
-    names of no tuning job are jobs'."""
-    from launcher.config.issues import ConfigError
+def _sweep(handle: str, region: str | None = None):
+    """The tuning job a handle names: `sagemaker-tuning:NAME` on SageMaker, a bare name of a local or
+    Slurm sweep (launcher.tune); None for job handles (backend:NAME) and names of no tuning job."""
+    from launcher.config.issues import ConfigError, Issue
     from launcher.tune import state
+
+    if handle.startswith("sagemaker-tuning:"):  # launcher.backends.sagemaker_tuning.HANDLE_PREFIX
+        from launcher.backends.sagemaker_tuning import SageMakerSweep
+        from launcher.config.tuning import TUNING_JOB_NAME_PATTERN
+
+        name = handle.partition(":")[2]
+        if not re.fullmatch(TUNING_JOB_NAME_PATTERN, name):
+            raise ConfigError([Issue("job", handle, "does not name a tuning job (1-32 of a-z, A-Z, 0-9 and -)",
+                                     "give sagemaker-tuning:NAME with the tuning job's name")])
+        return SageMakerSweep(name, region)
 
     try:
         if ":" in handle or not state.exists(handle):

@@ -97,4 +97,5 @@ def find(handle: str, region: str | None, printer=echo):
     return registry.find(handle, region=region, printer=printer)
 
 
-JOB_HELP = "JOB: a name, or backend:name (sagemaker:NAME, local:NAME, slurm:JOBID)."
+JOB_HELP = ("JOB: a name, or backend:name (sagemaker:NAME, local:NAME, slurm:JOBID); a tuning job: its name "
+            "(local, Slurm) or sagemaker-tuning:NAME.")

@@ -132,7 +132,8 @@ def _on_sagemaker(job, name: str | None, dry_run: bool, wait: bool) -> str | Non
     created = api.create(job, job.config.tuning, name)
     click.echo(f"created SageMaker tuning job {created} in {api.backend.region}")
     if not wait:
-        click.echo(f"  follow it: HyperparameterTuner.attach({created!r}).describe(), or the SageMaker console")
+        click.echo(f"  follow it: smlaunch status sagemaker-tuning:{created}\n"
+                   f"  stop it:   smlaunch stop sagemaker-tuning:{created}")
         return None
     desc = api.wait(created)
     best = (desc.get("BestTrainingJob") or {})

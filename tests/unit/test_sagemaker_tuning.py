@@ -164,3 +164,37 @@ def test_attach_rebuilds_the_tuner_from_the_tuning_job_and_its_best_trial(aws):
     assert tuner.tuning.ranges["lr"].scaling_type == "Logarithmic" and tuner.tuning.ranges["lr"].max_value == 0.1
     assert tuner.estimator.config.instance_type == "ml.g5.xlarge"
     assert tuner.hyperparameter_ranges() == config["ParameterRanges"]  # what attach read, a new sweep sends
+
+
+def test_status_and_stop_of_a_sagemaker_tuning_job_from_the_cli(aws, monkeypatch):
+    import boto3 as boto3_module
+    from click.testing import CliRunner
+
+    from launcher.cli.app import main
+
+    client = aws.client("sagemaker")
+    monkeypatch.setattr(boto3_module, "Session", lambda **_: _OneClient(client))
+    trial = {"TrainingJobName": "sweep-3-001-a", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:1:training-job/a",
+             "CreationTime": datetime(2026, 1, 1), "TrainingJobStatus": "Completed",
+             "TunedHyperParameters": {"lr": "0.01"},
+             "FinalHyperParameterTuningJobObjectiveMetric": {"MetricName": "val:acc", "Value": 0.875}}
+    config = {"Strategy": "Random", "ResourceLimits": {"MaxNumberOfTrainingJobs": 2, "MaxParallelTrainingJobs": 1},
+              "HyperParameterTuningJobObjective": {"Type": "Maximize", "MetricName": "val:acc"}}
+    counters = {"Completed": 1, "InProgress": 0, "RetryableError": 0, "NonRetryableError": 0, "Stopped": 0}
+    described = _describe("sweep-3", BestTrainingJob=trial, HyperParameterTuningJobConfig=config,
+                          TrainingJobStatusCounters=counters)
+    with Stubber(client) as stub:
+        stub.add_response("describe_hyper_parameter_tuning_job", described, {"HyperParameterTuningJobName": "sweep-3"})
+        stub.add_response("list_training_jobs_for_hyper_parameter_tuning_job", {"TrainingJobSummaries": [trial]},
+                          {"HyperParameterTuningJobName": "sweep-3"})
+        shown = CliRunner().invoke(main, ["status", "sagemaker-tuning:sweep-3"], catch_exceptions=False)
+        stub.add_response("describe_hyper_parameter_tuning_job", described, {"HyperParameterTuningJobName": "sweep-3"})
+        stub.add_response("stop_hyper_parameter_tuning_job", {}, {"HyperParameterTuningJobName": "sweep-3"})
+        stopped = CliRunner().invoke(main, ["stop", "sagemaker-tuning:sweep-3"], catch_exceptions=False)
+        stub.assert_no_pending_responses()
+    assert shown.exit_code == 0, shown.output
+    assert "sweep-3-001-a *" in shown.stdout and "0.875" in shown.stdout and "backend sagemaker" in shown.stdout
+    assert stopped.exit_code == 0 and "stopping tuning job sweep-3" in stopped.stdout
+    # control: a name that is no tuning job's is an exit-2 error before any call
+    bad = CliRunner().invoke(main, ["status", "sagemaker-tuning:no_such_name!"])
+    assert bad.exit_code == 2 and "sagemaker-tuning:NAME" in bad.stderr
