@@ -334,18 +334,25 @@ class SageMakerBackend:
         self.client("sagemaker").stop_training_job(TrainingJobName=name)
 
     def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
-        kwargs: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending"}
-        if status:
-            kwargs["StatusEquals"] = status
-        if name_contains:
-            kwargs["NameContains"] = name_contains
-        jobs: list[dict] = []
-        for page in self.client("sagemaker").get_paginator("list_training_jobs").paginate(**kwargs):
-            jobs += page["TrainingJobSummaries"]
-            if len(jobs) >= max_results:
-                break
-        return jobs[:max_results]
+        return newest_summaries(self.client("sagemaker"), "list_training_jobs", "TrainingJobSummaries", status,
+                                name_contains, max_results)
 
+
+def newest_summaries(client, operation: str, key: str, status: str | None, name_contains: str | None,
+           max_results: int) -> list[dict]:
+    """The newest `max_results` summaries a SageMaker List* operation pages through (training jobs,
+    tuning jobs), filtered by status and name as its StatusEquals and NameContains do."""
+    kwargs: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending"}
+    if status:
+        kwargs["StatusEquals"] = status
+    if name_contains:
+        kwargs["NameContains"] = name_contains
+    found: list[dict] = []
+    for page in client.get_paginator(operation).paginate(**kwargs):
+        found += page[key]
+        if len(found) >= max_results:
+            break
+    return found[:max_results]
 
 @contextmanager
 def _status_line(name: str):

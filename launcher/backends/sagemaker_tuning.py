@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.backends.base import BackendError
-from launcher.backends.sagemaker import SageMakerBackend, _s3_split
+from launcher.backends.sagemaker import SageMakerBackend, _s3_split, newest_summaries
 from launcher.backends.tuning_request import build_tuning_request
 from launcher.config import ValidatedJob
 from launcher.config.issues import ConfigError, Issue
@@ -117,17 +117,8 @@ class SageMakerTuning:
         self.client.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
 
     def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
-        kwargs: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Descending"}
-        if status:
-            kwargs["StatusEquals"] = status
-        if name_contains:
-            kwargs["NameContains"] = name_contains
-        jobs: list[dict] = []
-        for page in self.client.get_paginator("list_hyper_parameter_tuning_jobs").paginate(**kwargs):
-            jobs += page["HyperParameterTuningJobSummaries"]
-            if len(jobs) >= max_results:
-                break
-        return jobs[:max_results]
+        return newest_summaries(self.client, "list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries",
+                                status, name_contains, max_results)
 
     def trials(self, name: str) -> list[dict]:
         """Every trial's TrainingJobSummary (ListTrainingJobsForHyperParameterTuningJob)."""
