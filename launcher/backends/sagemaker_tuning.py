@@ -166,6 +166,18 @@ class SageMakerSweep:
         self.api.stop(self.name)
 
 
+def as_sweep_row(summary: dict) -> dict:
+    """A HyperParameterTuningJobSummary (ListHyperParameterTuningJobs) in the shape `list --tuning`
+    prints for every sweep (a describe's fields; a summary names no best trial)."""
+    created = summary.get("CreationTime")
+    return {"HyperParameterTuningJobName": summary["HyperParameterTuningJobName"],
+            "HyperParameterTuningJobStatus": summary["HyperParameterTuningJobStatus"], "Backend": "sagemaker",
+            "HyperParameterTuningJobConfig": {"Strategy": summary.get("Strategy"),
+                                              "ResourceLimits": summary.get("ResourceLimits") or {}},
+            "TrainingJobStatusCounters": summary.get("TrainingJobStatusCounters") or {},
+            "CreationTime": created.isoformat() if hasattr(created, "isoformat") else created}
+
+
 def trial_rows(summaries: list[dict]) -> list[dict]:
     """One row per trial, with the columns of the SDK's HyperparameterTuningJobAnalytics.dataframe()."""
     rows = []

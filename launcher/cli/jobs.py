@@ -115,12 +115,13 @@ def stop(job: str, region: str | None) -> None:
               help="Only this backend's jobs (repeatable; default: all of them).")
 @click.option("--local", "local", is_flag=True, help="Only local jobs (as --backend local).")
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
-@click.option("--tuning", is_flag=True, help="List the tuning jobs (`smlaunch tune`) instead, with their best trial.")
+@click.option("--tuning", is_flag=True, help="List the tuning jobs (`smlaunch tune`) instead, with their best trial "
+                                           "(SageMaker's with --backend sagemaker).")
 def list_jobs(region: str | None, status_filter: str | None, name_contains: str | None, max_results: int,
               backends: tuple[str, ...], local: bool, as_json: bool, tuning: bool) -> None:
     """List recent training jobs of every backend (local, Slurm, SageMaker), newest first."""
     if tuning:
-        aws_call(lambda: _list_sweeps(status_filter, name_contains, max_results, as_json))
+        aws_call(lambda: _list_sweeps(status_filter, name_contains, max_results, as_json, backends, region))
         return
 
     def run():
@@ -183,15 +184,26 @@ def _sweep_status(sweep, as_json: bool) -> str:
     return desc["HyperParameterTuningJobStatus"]
 
 
-def _list_sweeps(status_filter: str | None, name_contains: str | None, max_results: int, as_json: bool) -> None:
+def _list_sweeps(status_filter: str | None, name_contains: str | None, max_results: int, as_json: bool,
+                 backends: tuple[str, ...] = (), region: str | None = None) -> None:
+    """Local and Slurm sweeps (launcher.tune), and with --backend sagemaker SageMaker's tuning jobs."""
     from launcher.cli import tuneview
-    from launcher.tune import state
-    from launcher.tune.sweep import SweepHandle
 
-    records, damaged = state.list_sweeps()
-    found = [SweepHandle(r["HyperParameterTuningJobName"]).describe() for r in records
-             if not name_contains or name_contains in r["HyperParameterTuningJobName"]]
-    found = [d for d in found if not status_filter or d["HyperParameterTuningJobStatus"] == status_filter]
+    found, damaged = [], []
+    if not backends or set(backends) - {"sagemaker"}:
+        from launcher.tune import state
+        from launcher.tune.sweep import SweepHandle
+
+        records, damaged = state.list_sweeps()
+        found = [SweepHandle(r["HyperParameterTuningJobName"]).describe() for r in records
+                 if not name_contains or name_contains in r["HyperParameterTuningJobName"]]
+        found = [d for d in found if not status_filter or d["HyperParameterTuningJobStatus"] == status_filter]
+    if "sagemaker" in backends:
+        from launcher.backends import registry
+        from launcher.backends.sagemaker_tuning import SageMakerTuning, as_sweep_row
+
+        api = SageMakerTuning(registry.backend_named("sagemaker", region=region))
+        found += [as_sweep_row(s) for s in api.list(status_filter, name_contains, max_results)]
     found = found[:max_results]
     if as_json:
         click.echo(json.dumps({"tuning_jobs": found, "damaged": damaged}, indent=2, default=str))

@@ -74,10 +74,10 @@ def sweeps_table(sweeps: list[dict]):
         table.add_column(column)
     for desc in sweeps:
         counters = desc["TrainingJobStatusCounters"]
-        limit = desc["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxNumberOfTrainingJobs"]
+        limit = desc["HyperParameterTuningJobConfig"]["ResourceLimits"].get("MaxNumberOfTrainingJobs", "-")
         best = desc.get("BestTrainingJob") or {}
         metric = best.get("FinalHyperParameterTuningJobObjectiveMetric")
-        done = sum(counters[k] for k in ("Completed", "NonRetryableError", "Stopped"))
+        done = sum(counters.get(k, 0) for k in ("Completed", "NonRetryableError", "Stopped"))
         table.add_row(desc["HyperParameterTuningJobName"], desc["HyperParameterTuningJobStatus"], desc["Backend"],
                       f"{done}/{limit}", best.get("TrainingJobName", "-"),
                       f"{metric['MetricName']} {_value(metric['Value'])}" if metric else "-",

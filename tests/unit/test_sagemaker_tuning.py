@@ -4,6 +4,7 @@ neither StopHyperParameterTuningJob nor ListTrainingJobsForHyperParameterTuningJ
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import boto3
@@ -198,3 +199,21 @@ def test_status_and_stop_of_a_sagemaker_tuning_job_from_the_cli(aws, monkeypatch
     # control: a name that is no tuning job's is an exit-2 error before any call
     bad = CliRunner().invoke(main, ["status", "sagemaker-tuning:no_such_name!"])
     assert bad.exit_code == 2 and "sagemaker-tuning:NAME" in bad.stderr
+
+
+def test_list_tuning_with_backend_sagemaker_lists_its_tuning_jobs(tmp_path, aws, home):
+    from click.testing import CliRunner
+
+    from launcher.cli.app import main
+
+    make_tuner(tmp_path, aws).fit("s3://tune-bucket/train", job_name="cifar-sweep-4", wait=False)
+    listed = CliRunner().invoke(main, ["list", "--tuning", "--backend", "sagemaker", "--json"], catch_exceptions=False)
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)["tuning_jobs"]
+    assert [(r["HyperParameterTuningJobName"], r["Backend"]) for r in rows] == [("cifar-sweep-4", "sagemaker")]
+    assert rows[0]["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxNumberOfTrainingJobs"] == 4
+    table = CliRunner().invoke(main, ["list", "--tuning", "--backend", "sagemaker"], catch_exceptions=False)
+    assert table.exit_code == 0 and "cifar-sweep-4" in table.stdout
+    # control: without --backend sagemaker only this machine's sweeps are listed (none here)
+    local = CliRunner().invoke(main, ["list", "--tuning", "--json"], catch_exceptions=False)
+    assert json.loads(local.stdout)["tuning_jobs"] == []
