@@ -5,6 +5,7 @@ The job-name rule is launcher.config.job_names (the job file validates it too)."
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -13,6 +14,7 @@ from launcher.wire.opt_ml import failure_headline
 
 if TYPE_CHECKING:
     from launcher.backends.sourcedir import SourceBundle
+    from launcher.config.validate import ValidatedJob
     from launcher.wire.checkpoints import Checkpoint
     from launcher.wire.faults import Restart
     from launcher.wire.goodput import Goodput
@@ -28,16 +30,32 @@ class DryRunResult(Protocol):
         """What `smlaunch submit --dry-run` prints."""
 
 
+@dataclass(frozen=True)
+class Options:
+    """What a caller may say about how to reach or run a backend; each backend takes what it needs."""
+
+    region: str | None = None  # SageMaker: the AWS region (default: the boto3 chain)
+    session: Any = None  # SageMaker: a boto3.Session or a sagemaker.Session
+    runner: str = "process"  # local: how the simulated hosts run (process or docker)
+    printer: Callable[[str], None] | None = None  # where the backend's own messages go (default: print)
+    console: Callable[[str, str, str], None] | None = None  # a local job run in this process: its hosts' lines
+
+
 class Backend(Protocol):
     """What the estimator and the CLI call, whichever engine runs the job (torchx's scheduler
-    interface, with SageMaker's words: a job is described by a DescribeTrainingJob-shaped dict)."""
+    interface, with SageMaker's words: a job is described by a DescribeTrainingJob-shaped dict).
+    launcher.config.backend_table names each one's class; the registry makes it with `create`."""
 
-    name: str  # "sagemaker", "local" or "slurm": the prefix of the job's handle
+    name: str  # its name in the backend table: the prefix of the job's handle
 
-    def dryrun(self, job, job_name: str | None = None) -> DryRunResult:
+    @classmethod
+    def create(cls, options: Options) -> Backend:
+        """The backend as the caller's options make it."""
+
+    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> DryRunResult:
         """What submit would send or start; nothing is sent, uploaded or written."""
 
-    def submit(self, job, job_name: str | None = None, *, detach: bool = False) -> str:
+    def submit(self, job: ValidatedJob, job_name: str | None = None, *, detach: bool = False) -> str:
         """Start the job and return its name. `detach=False` promises that `wait` follows (local
         mode then runs the job in this process); jobs of remote engines run detached anyway."""
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 # Imports inside functions: preparing a job loads the code bundle and request builders, which
 # status, logs and list never need (CLI start-up).
-from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
 from launcher.backends.metric_records import JOBDIR_METRICS, jobdir_metrics, read_records
 from launcher.config import ValidatedJob
 from launcher.local import store
@@ -40,6 +40,10 @@ class JobDirBackend:
     def __init__(self, root: Path | None = None, printer: Callable[[str], None] | None = None):
         self.root = root
         self.print = printer or print
+
+    @classmethod
+    def create(cls, options: Options) -> JobDirBackend:
+        return cls(printer=options.printer)
 
     # --- submitting: a job directory prepared for this backend's runner --------------------
     def _runner_for(self, job: ValidatedJob) -> Runner:

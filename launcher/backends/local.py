@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, Options
 from launcher.backends.jobdir import JobDirBackend
 from launcher.config import ValidatedJob
 from launcher.local import identity, store
@@ -35,6 +35,11 @@ class LocalBackend(JobDirBackend):
         # Set by a caller whose process runs nothing but the job (`smlaunch submit`): its supervisor
         # may then adopt every orphaned descendant (launcher.local.leftovers). Never in a user's Python.
         self.adopt_orphans = False
+
+    @classmethod
+    def create(cls, options: Options) -> LocalBackend:
+        console = {"console": options.console} if options.console else {}  # else the default: print them
+        return cls(runner=options.runner, printer=options.printer, **console)
 
     # --- submitting ----------------------------------------------------------------------
     def _runner_for(self, job: ValidatedJob):

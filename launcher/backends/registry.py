@@ -1,47 +1,51 @@
 """Which backend runs a job, and which one has a job a user names.
 
-A job handle names its backend: `sagemaker:NAME`, `local:NAME`, `slurm:JOBID` (or `slurm:NAME`).
-A bare name is looked for as before: in smlaunch's job store (local and Slurm jobs, whose record
-says which), then on SageMaker. Backends are imported only when needed: boto3 only for SageMaker.
+The backends are the rows of launcher.config.backend_table. A job handle names its backend:
+`sagemaker:NAME`, `local:NAME`, `slurm:JOBID` (or `slurm:NAME`). A bare name is looked for as
+before: in smlaunch's job store (local and Slurm jobs, whose record says which), then on SageMaker.
+A backend's module is imported only when a job names it: boto3 only for SageMaker.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Imports inside functions: a backend's module loads when a job names it, so `smlaunch status
 # local:...` never imports the SageMaker backend's boto3.
-from launcher.backends.base import Backend, BackendError
+from launcher.backends.base import Backend, BackendError, Options
+from launcher.config import backend_table
 from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name
 from launcher.wire.progress import as_datetime
 
-BACKENDS = ("sagemaker", "local", "slurm")
-HANDLE_FIX = "name a job as NAME, sagemaker:NAME, local:NAME or slurm:JOBID"
+if TYPE_CHECKING:  # `status` and `list` load this module, and need none of validation's rules
+    from launcher.config.validate import ValidatedJob
+
+# The names when this module loaded; what is asked of the registry reads the table itself.
+BACKENDS = backend_table.names()
+
+
+def handle_fix() -> str:
+    """How a job may be named, every backend's prefix included."""
+    forms = [f"{b.name}:{'JOBID' if b.job_ids else 'NAME'}" for b in backend_table.BACKENDS]
+    return "name a job as " + ", ".join(["NAME", *forms[:-1]]) + " or " + forms[-1]
 
 
 def backend_named(name: str, *, region: str | None = None, session: Any = None, runner: str = "process",
                   printer: Callable[[str], None] | None = None,
                   console: Callable[[str, str, str], None] | None = None) -> Backend:
     """`console`: where a local job run in this process prints its hosts' lines (label, colour, line)."""
-    if name == "local":
-        from launcher.backends.local import LocalBackend
-
-        return LocalBackend(runner=runner, printer=printer, **({"console": console} if console else {}))
-    if name == "slurm":
-        from launcher.backends.slurm import SlurmBackend
-
-        return SlurmBackend(printer=printer)
-    if name == "sagemaker":
-        from launcher.backends.sagemaker import SageMakerBackend
-
-        return SageMakerBackend(session, region=region, printer=printer)
-    raise ConfigError([Issue("backend", name, "is not a backend of smlaunch", "use " + ", ".join(BACKENDS))])
+    row = backend_table.named(name)
+    if row is None:
+        raise ConfigError([Issue("backend", name, "is not a backend of smlaunch",
+                                 "use " + ", ".join(backend_table.names()))])
+    options = Options(region=region, session=session, runner=runner, printer=printer, console=console)
+    return backend_table.load(row.engine).create(options)
 
 
-def for_job(job, *, session: Any = None, printer: Callable[[str], None] | None = None,
+def for_job(job: ValidatedJob, *, session: Any = None, printer: Callable[[str], None] | None = None,
             runner: str | None = None, console: Callable[[str, str, str], None] | None = None) -> Backend:
     """The backend the validated job names (its `backend`, or what its instance type implies)."""
     cfg = job.config
@@ -54,10 +58,11 @@ def parse_handle(handle: str, field: str = "job_name") -> tuple[str | None, str]
     if not isinstance(handle, str) or ":" not in handle:
         return None, check_job_name(handle, field)
     prefix, _, rest = handle.partition(":")
-    if prefix not in BACKENDS:
+    row = backend_table.named(prefix)
+    if row is None:
         raise ConfigError([Issue(field, handle, f"names backend {prefix!r}, which smlaunch does not have",
-                                 HANDLE_FIX)])
-    if prefix == "slurm" and rest.isdigit():
+                                 handle_fix())])
+    if row.job_ids and rest.isdigit():
         return prefix, rest
     return prefix, check_job_name(rest, field)
 
@@ -71,7 +76,7 @@ def find(handle: str, *, region: str | None = None, session: Any = None,
     kind, job = parse_handle(handle)
     if kind is not None:
         backend = backend_named(kind, region=region, session=session, printer=printer)
-        if kind != "sagemaker":
+        if backend_table.named(kind).in_job_store:
             if not backend.exists(job):
                 raise BackendError(f"no {kind} job {job!r} (in {store.jobs_root()})")
             job = backend.resolve(job)
@@ -105,14 +110,14 @@ def _on_sagemaker(job: str, region: str | None, session: Any, printer, not_here:
     return backend
 
 
-def list_all(backends: tuple[str, ...] = BACKENDS, *, region: str | None = None, status: str | None = None,
+def list_all(backends: tuple[str, ...] | None = None, *, region: str | None = None, status: str | None = None,
              name_contains: str | None = None, max_results: int = 20) -> tuple[list[dict], list[str], dict[str, bool]]:
     """Jobs of every backend asked, newest first, with Backend, Handle and DurationSeconds; a note
     for each backend that could not be asked and for what a backend left out (damaged records);
     and the backends that could not be listed, each True when it failed rather than being
     unconfigured (SageMaker without a region or credentials)."""
     rows, notes, unlisted = [], [], {}
-    for name in backends:
+    for name in backends or backend_table.names():
         try:
             backend = backend_named(name, region=region)
             jobs = backend.list(status, name_contains, max_results)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobFailedError
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobFailedError, Options
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer, newest
 from launcher.backends.live import active
 from launcher.backends.request import build_request
@@ -82,6 +82,10 @@ class SageMakerBackend:
                                      "or AWS_DEFAULT_REGION")])
         self._clients: dict[str, Any] = {}
         self.print = printer or print
+
+    @classmethod
+    def create(cls, options: Options) -> SageMakerBackend:
+        return cls(options.session, region=options.region, printer=options.printer)
 
     def client(self, name: str):
         if name not in self._clients:

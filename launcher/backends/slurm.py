@@ -15,7 +15,7 @@ import sys
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun
 from launcher.backends.jobdir import JobDirBackend
 from launcher.config import ValidatedJob
-from launcher.config.slurm_settings import SlurmSettings, node_gpus
+from launcher.config.backends.slurm import SlurmSettings, node_gpus
 from launcher.local import store
 from launcher.local.spec import STOP_REQUEST
 from launcher.slurm import commands, script

@@ -22,6 +22,7 @@ import click
 # (jobs, plan, metrics) load only when named or listed (bench/cli_startup.py).
 from launcher.cli.support import (
     EXIT_INVALID,
+    BackendChoice,
     aws_call,
     echo,
     fail,
@@ -215,7 +216,7 @@ def _summary(job) -> dict:
                    "script; local: the job's hosts and settings); send, upload and write nothing.")
 @click.option("--no-wait", is_flag=True, help="Return once the job is submitted.")
 @click.option("--job-name", default=None, help="Exact job name (default: <base_job_name>-<timestamp>).")
-@click.option("--backend", "backend_name", type=click.Choice(["sagemaker", "local", "slurm"]), default=None,
+@click.option("--backend", "backend_name", type=BackendChoice(), default=None,
               help="Where the job runs (default: the job's backend; local for instance_type local/local_gpu, "
                    "else sagemaker).")
 @click.option("--local", "local", is_flag=True,

@@ -14,6 +14,7 @@ from launcher.cli.support import (
     EXIT_FAILED,
     EXIT_INVALID,
     JOB_HELP,
+    BackendChoice,
     aws_call,
     echo,
     fail,
@@ -111,7 +112,7 @@ def stop(job: str, region: str | None) -> None:
               help="Only jobs with this status.")
 @click.option("--name-contains", default=None, help="Only jobs whose name contains this text.")
 @click.option("--max", "max_results", default=20, show_default=True, help="At most this many jobs.")
-@click.option("--backend", "backends", multiple=True, type=click.Choice(["sagemaker", "local", "slurm"]),
+@click.option("--backend", "backends", multiple=True, type=BackendChoice(),
               help="Only this backend's jobs (repeatable; default: all of them).")
 @click.option("--local", "local", is_flag=True, help="Only local jobs (as --backend local).")
 @click.option("--json", "as_json", is_flag=True, help="Print the jobs as JSON.")
@@ -127,7 +128,7 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
     def run():
         from launcher.backends import registry
 
-        chosen = tuple(dict.fromkeys(backends + (("local",) if local else ()))) or registry.BACKENDS
+        chosen = tuple(dict.fromkeys(backends + (("local",) if local else ()))) or None  # None: every backend
         jobs, notes, unlisted = registry.list_all(chosen, region=region, status=status_filter,
                                                   name_contains=name_contains, max_results=max_results)
         if as_json:

@@ -11,6 +11,7 @@ import click
 
 # Imports inside functions: botocore and the backends' errors load only when a command reports an
 # error (CLI start-up).
+from launcher.config import backend_table
 from launcher.config.issues import ConfigError
 from launcher.wire.terminal import printable
 
@@ -22,6 +23,18 @@ set_option = click.option(
 )
 region_option = click.option("--region", default=None, help="AWS region (default: the boto3 chain).")
 job_file_arg = click.argument("job_file", type=click.Path(dir_okay=False, path_type=Path))
+
+
+class BackendChoice(click.Choice):
+    """One of the backend table's names (launcher.config.backend_table), read when the option is
+    parsed or shown, not when the command is defined: the table is the choices' one source."""
+
+    def __init__(self) -> None:  # click.Choice's would store a copy of the choices
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return backend_table.names()
 
 
 def local_overrides(job_file: Path, overrides: tuple[str, ...]) -> tuple[str, ...]:

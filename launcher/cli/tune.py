@@ -14,6 +14,7 @@ import click
 from launcher.cli.support import (
     EXIT_FAILED,
     EXIT_INVALID,
+    BackendChoice,
     aws_call,
     echo,
     fail,
@@ -28,7 +29,7 @@ from launcher.config.issues import ConfigError
 @click.command(name="tune")
 @job_file_arg
 @set_option
-@click.option("--backend", "backend_name", type=click.Choice(["sagemaker", "local", "slurm"]), default=None,
+@click.option("--backend", "backend_name", type=BackendChoice(), default=None,
               help="Where the trials run (default: the job's backend).")
 @click.option("--local", "local", is_flag=True, help="Run the trials on this machine (instance_type local).")
 @click.option("--runner", type=click.Choice(["process", "docker"]), default=None,

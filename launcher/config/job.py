@@ -20,6 +20,7 @@ from launcher.config.aws_settings import (
     ProfilerConfig,
     TensorBoardOutputConfig,
 )
+from launcher.config.backend_table import with_backends
 from launcher.config.base import JsonValue, Strict, WholeNumber
 from launcher.config.distribution import Distribution
 from launcher.config.hyperparameters import TrainingHyperparameters
@@ -38,7 +39,6 @@ from launcher.config.limits import (
 )
 from launcher.config.paths import LocalPathText
 from launcher.config.restarts import MAX_RESTARTS
-from launcher.config.slurm_settings import SlurmSettings
 from launcher.config.tuning import TuningConfig
 
 DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path
@@ -103,8 +103,8 @@ Tags = Annotated[
 ]
 
 
-class JobConfig(Strict):
-    """A training job, as estimator arguments (Python) or a job file (YAML)."""
+class _JobHead(Strict):
+    """JobConfig's fields before `backend` (the fields from the backend table follow them)."""
 
     # Built on first use: the CLI validates JobFile and its user-script variant, the SDK JobConfig
     # (launcher.config.base.Strict says why the inner models do not defer).
@@ -134,10 +134,15 @@ class JobConfig(Strict):
     instance_groups: list[InstanceGroup] | None = Field(
         None, description="Heterogeneous cluster: named groups instead of instance_type/instance_count."
     )
-    backend: Literal["sagemaker", "local", "slurm"] | None = Field(
-        None, description="Where the job runs (default: local for instance_type local/local_gpu, else sagemaker)."
-    )
-    slurm: SlurmSettings | None = Field(None, description="backend: slurm: partition, account, time, ...")
+
+
+# `backend` and each backend's own section (`slurm:`), from launcher.config.backend_table.
+_JobBackends = with_backends("_JobBackends", _JobHead)
+
+
+class JobConfig(_JobBackends):
+    """A training job, as estimator arguments (Python) or a job file (YAML)."""
+
     tuning: TuningConfig | None = Field(
         None, description="A hyperparameter sweep of this job (`smlaunch tune`): ranges, objective, strategy, "
                           "limits; docs/tuning.md."

@@ -10,26 +10,13 @@ and an armed fault injection is pointed out (it kills the job on purpose).
 
 from __future__ import annotations
 
+from launcher.config import backend_table
 from launcher.config.issues import Issue
 from launcher.wire import faults
 
 MAX_RESTARTS = 100  # a job that fails more often than this is not running, it is failing
 _OWN = (faults.MAX_RESTARTS_ENV, faults.ATTEMPT_ENV, faults.FAULT_DIR_ENV)
 
-MEANING = {
-    "local": "the bootstrap of each simulated host restarts torchrun on every host together after a fault "
-             "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
-             "killed; each restart resumes from the newest verified checkpoint",
-    "slurm": "the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
-             "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
-             "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
-             "gives one; each restart resumes from the newest verified checkpoint",
-    "sagemaker": "the image's toolkit runs smlaunch's restart loop (shipped in the code, _smlaunch/restart_loop.py) "
-                 "in place of torchrun on each instance, and the loop restarts torchrun on every instance together "
-                 "after a fault (a failed, killed, hung or frozen rank); each restart resumes from the newest "
-                 "verified checkpoint. A lost instance is SageMaker's: the job fails (max_retry_attempts retries "
-                 "only SageMaker's internal errors), and a resubmission with the same checkpoint_s3_uri resumes",
-}
 # What the request then has that the SDK's has not (launcher.wire.restart_loop, docs/sagemaker-request.md).
 REQUEST_NOTE = ("the request differs from the SageMaker SDK's in three hyperparameters only: sagemaker_program "
                 "names _smlaunch/restart_loop.py, sagemaker_torch_distributed_enabled is left out, and "
@@ -55,7 +42,7 @@ def check_restarts(ctx) -> list[Issue]:
         refused = _sagemaker_refusals(job)
         if refused:
             return issues + refused
-    issues.append(Issue("max_restarts", job.max_restarts, MEANING[job.backend_name], level="info"))
+    issues.append(Issue("max_restarts", job.max_restarts, backend_table.named(job.backend_name).restarts, level="info"))
     if job.backend_name == "sagemaker":
         issues.append(Issue("max_restarts", job.max_restarts, REQUEST_NOTE, level="info"))
     if ctx.runtime and not job.hyperparameters.checkpoint_freq:

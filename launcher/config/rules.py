@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launcher.config import attention, catalog
+from launcher.config.backends.slurm import node_gpus
 from launcher.config.degrees import script_arguments
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
@@ -25,7 +26,6 @@ from launcher.config.models import MOE_MODEL_TYPES, VOCAB_MULTIPLE, ModelSpec, v
 from launcher.config.pipeline import PipelineJob, pipeline_problems
 from launcher.config.run_settings import run_settings
 from launcher.config.script_rules import uses_smp
-from launcher.config.slurm_settings import node_gpus
 
 MP = "distribution.smdistributed.modelparallel.parameters"
 HP = "hyperparameters"

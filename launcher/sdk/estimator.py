@@ -105,7 +105,7 @@ def _argument_types(hyperparameters: Any, sagemaker_session: Any, session: Any) 
 
 def _slurm_settings(desc: dict) -> dict[str, Any]:
     """A Slurm job's slurm section and processes per node, as its spec.json kept them."""
-    from launcher.config.slurm_settings import SlurmSettings
+    from launcher.config.backends.slurm import SlurmSettings
     from launcher.local.spec import LocalJobSpec
 
     spec = LocalJobSpec.load(Path(desc["LocalJobDir"]))

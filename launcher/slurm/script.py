@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 
-from launcher.config.slurm_settings import SlurmSettings, time_text
+from launcher.config.backends.slurm import SlurmSettings, time_text
 from launcher.local.spec import LocalJobSpec
 from launcher.local.supervise import STOP_GRACE_S
 

@@ -25,7 +25,7 @@ ALLOWED = {
     "container": {"wire", "config", "container"},
     "launcher": {"wire", "config", "sdk", "launcher"},
 }
-ENGINES = {"local", "slurm", "backends"}  # the backends and their engines form one layer
+ENGINES = {"local", "slurm", "kubernetes", "backends"}  # the backends and their engines form one layer
 # Names users' code and the notebook have long imported, kept as re-exports of their new homes.
 PUBLIC_NAMES = {"model_trainer": "sdk", "jobmetrics": "backends", "metrics_view": "cli"}
 # A module that imports smlaunch's own code inside functions says why once, in a module-level

@@ -48,7 +48,7 @@ def job_file(tmp_path, **fields):
 
 @pytest.mark.parametrize("cls", [SageMakerBackend, LocalBackend, SlurmBackend])
 def test_every_backend_has_the_whole_interface(cls):
-    for method in ("dryrun", "submit", "describe", "wait", "logs", "stop", "list", "exists", "artifacts"):
+    for method in ("create", "dryrun", "submit", "describe", "wait", "logs", "stop", "list", "exists", "artifacts"):
         assert callable(getattr(cls, method)), method
     assert inspect.signature(cls.submit).parameters["detach"].kind is inspect.Parameter.KEYWORD_ONLY
     assert list(inspect.signature(cls.dryrun).parameters)[:3] == ["self", "job", "job_name"]

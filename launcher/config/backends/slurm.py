@@ -1,4 +1,5 @@
-"""The `slurm:` section of a job: what `sbatch` needs that a SageMaker job does not say.
+"""Backend slurm's part of a job: its `slurm:` section (what `sbatch` needs that a SageMaker job
+does not say) and the rules that relate the section to the rest of the job.
 
 The job's own fields still decide the rest: `instance_count` is the number of nodes,
 `processes_per_host` (or the instance type's accelerators) the processes per node, `max_run` the
@@ -8,11 +9,16 @@ time limit when `time` is not given. docs/slurm.md describes the backend.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
 from launcher.config.base import Strict, WholeNumber
+from launcher.config.issues import Issue
 from launcher.config.paths import LocalPathText
+
+if TYPE_CHECKING:  # the rules read a Context; launcher.config.rules imports the job, which imports this
+    from launcher.config.rules import Context
 
 # sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
 # days-hours:minutes, days-hours:minutes:seconds (sbatch(1)).
@@ -107,3 +113,35 @@ def node_gpus(settings: SlurmSettings | None, accelerators: int | None) -> int |
     if settings is not None and settings.gpus_per_node is not None:
         return settings.gpus_per_node
     return accelerators
+
+
+def check_slurm(ctx: Context) -> list[Issue]:
+    """The section's GPUs and time limit against the job's, and the job's settings Slurm does not read."""
+    job, inst = ctx.job, ctx.instance
+    settings = job.slurm
+    gpus = settings.gpus_per_node if settings else None
+    issues = []
+    if job.instance_type == "local_gpu" and gpus is None:
+        issues.append(Issue("slurm.gpus_per_node", None, "is needed with instance_type local_gpu: Slurm must "
+                            "know how many GPUs each node gives the job", "set slurm.gpus_per_node, e.g. 8"))
+    if gpus is not None and inst is not None and inst.accelerators and gpus != inst.accelerators:
+        issues.append(Issue("slurm.gpus_per_node", gpus, f"differs from {inst.name}'s {inst.accelerators} "
+                            "accelerators, which validation and the planner assume",
+                            f"remove it (the instance type says {inst.accelerators}), or pick the instance "
+                            "type whose accelerators the nodes have"))
+    if job.local_runner != "process":
+        issues.append(Issue("local_runner", job.local_runner, "is a local-mode setting; on Slurm the nodes run "
+                            "the bootstrap directly", "remove it; set slurm.container_image to run in a container"))
+    if settings and settings.time and time_seconds(settings.time) < job.max_run:
+        issues.append(Issue("slurm.time", settings.time, f"is shorter than max_run ({job.max_run} s), so Slurm "
+                            "ends the job first, with less warning than a max_run stop",
+                            "raise slurm.time, or lower max_run", "warning"))
+    if settings and settings.spare_nodes and not job.max_restarts:
+        issues.append(Issue("slurm.spare_nodes", settings.spare_nodes, "are allocated (and billed) for the whole job "
+                            "but only a restart uses them, and max_restarts is 0",
+                            "set max_restarts (e.g. 2), or remove slurm.spare_nodes"))
+    if job.image_uri and not (settings and settings.container_image):
+        issues.append(Issue("image_uri", job.image_uri, "is not used by backend slurm: the nodes run the "
+                            "bootstrap with their own Python", "set slurm.container_image to run in an image "
+                            "(pyxis/enroot), or remove image_uri", "warning"))
+    return issues

@@ -1,0 +1,93 @@
+"""The backends, declared once: each one's name, the class that runs its jobs, the instance types
+it runs, its own section of the job file with that section's rules, and how its job handles read.
+
+Everything that lists backends derives from `BACKENDS`: the job file's `backend` choices and
+sections (`with_backends`), the rules relating them to the job (backend_rules.py), what
+`max_restarts` means there (restarts.py), launcher.backends.registry (which imports a backend's
+class only when a job names it, so boto3 loads only for SageMaker), the CLI's `--backend`
+choices, `smlaunch list`'s backends and the handles `backend:job`. A new backend is one row here
+plus its modules (docs/architecture.md, "Where a new thing goes").
+
+The table lives in config/, the layer the job's schema is built in, and names what it points to as
+text ("module:name"), loaded when used: config never imports launcher.backends, and the CLI reads
+the names without loading pydantic or any backend (start-up time).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class BackendRow:
+    name: str  # the job file's `backend`, the CLI's `--backend`, the prefix of a job handle
+    engine: str  # "module:Class" of its launcher.backends.base.Backend, imported when a job names it
+    instance_types: Literal["ml", "local", "any"]  # SageMaker's ml.* fleet, this machine's (local, local_gpu), or both
+    restarts: str  # what `max_restarts` means there (validate says it)
+    settings: str | None = None  # "module:Class" of its section of the job file, a field named after the backend
+    settings_description: str = ""  # that field's description in the job schema
+    rules: str | None = None  # "module:function" of its rules (rules.Context -> Issues) for a job that runs there
+    job_ids: bool = False  # a handle may name a job by the engine's own number (slurm:1234)
+    in_job_store: bool = True  # its jobs have records in smlaunch's job store (launcher.local.store), not remote
+
+
+BACKENDS = (
+    BackendRow(
+        "sagemaker", "launcher.backends.sagemaker:SageMakerBackend", "ml", in_job_store=False,
+        restarts="the image's toolkit runs smlaunch's restart loop (shipped in the code, _smlaunch/restart_loop.py) "
+                 "in place of torchrun on each instance, and the loop restarts torchrun on every instance together "
+                 "after a fault (a failed, killed, hung or frozen rank); each restart resumes from the newest "
+                 "verified checkpoint. A lost instance is SageMaker's: the job fails (max_retry_attempts retries "
+                 "only SageMaker's internal errors), and a resubmission with the same checkpoint_s3_uri resumes"),
+    BackendRow(
+        "local", "launcher.backends.local:LocalBackend", "local",
+        restarts="the bootstrap of each simulated host restarts torchrun on every host together after a fault "
+                 "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
+                 "killed; each restart resumes from the newest verified checkpoint"),
+    BackendRow(
+        "slurm", "launcher.backends.slurm:SlurmBackend", "any", job_ids=True,
+        settings="launcher.config.backends.slurm:SlurmSettings",
+        settings_description="backend: slurm: partition, account, time, ...",
+        rules="launcher.config.backends.slurm:check_slurm",
+        restarts="the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
+                 "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
+                 "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
+                 "gives one; each restart resumes from the newest verified checkpoint"),
+)
+
+
+# Functions, not constants: they read the table when called, so a test that adds a row sees it everywhere.
+def names() -> tuple[str, ...]:
+    return tuple(b.name for b in BACKENDS)
+
+
+def named(name: str) -> BackendRow | None:
+    return next((b for b in BACKENDS if b.name == name), None)
+
+
+def with_sections() -> tuple[BackendRow, ...]:
+    """The backends that have a section of their own in the job file."""
+    return tuple(b for b in BACKENDS if b.settings is not None)
+
+
+def load(path: str) -> Any:
+    """What a "module:name" of the table names."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def with_backends(name: str, base: type) -> type:
+    """A pydantic class `name` deriving from `base` with the field `backend` (one of the table's names)
+    and each backend's section (`slurm:`, ...)."""
+    # pydantic loads here, with the job's models: the CLI reads the names without it (start-up time).
+    from pydantic import Field, create_model
+
+    sections = {b.name: (load(b.settings) | None, Field(None, description=b.settings_description))
+                for b in with_sections()}
+    return create_model(name, __base__=base, backend=(
+        Literal[names()] | None,
+        Field(None, description="Where the job runs (default: local for instance_type local/local_gpu, else "
+                                "sagemaker)."),
+    ), **sections)

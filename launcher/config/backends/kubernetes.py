@@ -1,0 +1,151 @@
+"""Backend kubernetes's part of a job (issue 42, section 2; not yet a row of the backend table): its
+`kubernetes:` section (the cluster, the namespace, the Kubeflow Trainer runtime the job's TrainJob
+references, Kueue's queue and priority, where the pods run, and the storage the job's data lives on)
+and the rules that relate the section to the rest of the job.
+
+The job's own fields still decide the rest, as for Slurm: `instance_count` is the TrainJob's
+numNodes, `processes_per_host` (or the instance type's accelerators) its numProcPerNode, the instance
+type's accelerators the GPUs each node asks for, `max_run` its activeDeadlineSeconds, `image_uri`
+the image every pod runs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from launcher.config.base import Strict, WholeNumber
+from launcher.config.issues import Issue
+from launcher.config.paths import LocalPathText
+
+if TYPE_CHECKING:  # the rules read a Context; launcher.config.rules imports the job, which imports the table
+    from launcher.config.rules import Context
+
+# Kubernetes' object names: a DNS-1123 label (namespaces, queues) or subdomain (most other objects).
+# (A subdomain's 253 characters at most are each field's max_length: pydantic's regex has no lookahead.)
+_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN = rf"^{_SUBDOMAIN}$"
+# A label's key ([prefix/]name) and value, as node selectors and tolerations take them.
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY = rf"^({_SUBDOMAIN}/)?{_LABEL_NAME}$"
+LABEL_VALUE = rf"^({_LABEL_NAME})?$"
+
+
+class Toleration(Strict):
+    """A taint the job's pods tolerate (core/v1 Toleration)."""
+
+    key: str | None = Field(None, pattern=LABEL_KEY, description="The taint's key (none: every taint, with Exists).")
+    operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal: the value must match; Exists: any.")
+    value: str | None = Field(None, pattern=LABEL_VALUE, description="The taint's value (with Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="The taint's effect (none: every effect).")
+    toleration_seconds: WholeNumber | None = Field(
+        None, ge=0, description="NoExecute: how long a pod stays on a node after the taint appears.")
+
+    @model_validator(mode="after")
+    def _operator(self) -> Toleration:
+        if self.operator == "Exists" and self.value is not None:
+            raise ValueError("a toleration with operator Exists takes no value; remove value, or use Equal")
+        if self.key is None and self.operator != "Exists":
+            raise ValueError("a toleration without a key tolerates every taint only with operator Exists")
+        return self
+
+
+class KubernetesStorage(Strict):
+    """Where the job's channels, checkpoints and outputs live for its pods: one PersistentVolumeClaim
+    every pod mounts, or an S3 prefix the pods read and write as a SageMaker job does."""
+
+    pvc: str | None = Field(None, pattern=DNS_SUBDOMAIN, max_length=253, description="A ReadWriteMany "
+                            "PersistentVolumeClaim in the job's namespace, mounted by every pod at mount_path.")
+    mount_path: LocalPathText = Field("/mnt/smlaunch", description="Where the claim is mounted in the pods; the "
+                                      "job's local paths (inputs, output_path) are paths under it.")
+    s3: str | None = Field(None, pattern=r"^s3://[^/]+(/.*)?$", description="An S3 prefix for the job's outputs "
+                           "and checkpoints (its inputs are s3:// channels).")
+
+    @model_validator(mode="after")
+    def _one(self) -> KubernetesStorage:
+        if (self.pvc is None) == (self.s3 is None):
+            raise ValueError("give one of pvc (a claim every pod mounts) or s3 (an s3:// prefix)")
+        return self
+
+
+class KubernetesSettings(Strict):
+    """Where and how the job runs on a Kubernetes cluster (backend: kubernetes), as a Kubeflow Trainer
+    TrainJob (trainer.kubeflow.org/v1alpha1) queued by Kueue."""
+
+    context: str | None = Field(None, min_length=1, description="The kubeconfig context (default: its current one).")
+    kubeconfig: LocalPathText | None = Field(None, description="The kubeconfig file (default: KUBECONFIG, then "
+                                             "~/.kube/config; in a pod, its service account).")
+    namespace: str = Field("default", pattern=DNS_LABEL, description="The namespace the TrainJob is created in.")
+    runtime_ref: str = Field("torch-distributed", pattern=DNS_SUBDOMAIN, max_length=253,
+                             description="The ClusterTrainingRuntime the TrainJob references (Kubeflow Trainer's "
+                             "torch-distributed by default).")
+    kind: Literal["TrainJob", "HyperPodPyTorchJob"] = Field(
+        "TrainJob", description="The object submitted: Kubeflow Trainer's TrainJob, or HyperPod's "
+        "HyperPodPyTorchJob on a SageMaker HyperPod EKS cluster.")
+    queue: str | None = Field(None, pattern=DNS_LABEL, description="Kueue's LocalQueue (the label "
+                              "kueue.x-k8s.io/queue-name); none: the job is not queued by Kueue.")
+    priority_class: str | None = Field(None, pattern=DNS_SUBDOMAIN, max_length=253, description="Kueue's "
+                                       "WorkloadPriorityClass (the label kueue.x-k8s.io/priority-class).")
+    service_account: str | None = Field(None, pattern=DNS_SUBDOMAIN, max_length=253, description="The pods' "
+                                        "service account (e.g. one with an IAM role for S3: IRSA or Pod Identity).")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pods need, e.g. "
+                                          "{'node.kubernetes.io/instance-type': 'p5.48xlarge'}.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Taints the pods tolerate, e.g. "
+                                          "nvidia.com/gpu (Exists, NoSchedule).")
+    image_pull_secrets: list[str] = Field(default_factory=list, description="Secrets (in the namespace) the "
+                                          "image is pulled with.")
+    storage: KubernetesStorage | None = Field(None, description="The volume or S3 prefix the job's data, "
+                                              "checkpoints and outputs live on.")
+
+    # The patterns above, for the keys and items a Field's pattern does not reach.
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k, v in value.items() if not re.fullmatch(LABEL_KEY, k) or not re.fullmatch(LABEL_VALUE, v)]
+        if bad:
+            raise ValueError(f"{bad} is not a Kubernetes label: a key is [prefix/]name of up to 63 letters, "
+                             "digits, '-', '_' or '.', and so is its value")
+        return value
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _secrets(cls, value: list[str]) -> list[str]:
+        bad = [s for s in value if len(s) > 253 or not re.fullmatch(DNS_SUBDOMAIN, s)]
+        if bad:
+            raise ValueError(f"{bad}: a Secret's name is lower-case letters, digits, '-' and '.'")
+        return value
+
+
+def check_kubernetes(ctx: Context) -> list[Issue]:
+    """The section against the job: what the pods need that a local job does not."""
+    job, inst = ctx.job, ctx.instance
+    settings = job.kubernetes or KubernetesSettings()
+    issues = []
+    if not job.image_uri:
+        issues.append(Issue("image_uri", None, "is needed with backend kubernetes: every pod runs the image",
+                            "set image_uri to an image with smlaunch (`python -m container`) in a registry "
+                            "the cluster pulls from"))
+    if inst is not None and inst.accelerators is None:
+        issues.append(Issue("instance_type", job.instance_type, "does not say how many GPUs a node has, which the "
+                            "TrainJob's resourcesPerNode must", "use the instance type of the cluster's GPU nodes "
+                            "(e.g. ml.p5.48xlarge), or local for CPU nodes"))
+    if job.local_runner != "process":
+        issues.append(Issue("local_runner", job.local_runner, "is a local-mode setting; on Kubernetes each pod "
+                            "runs the bootstrap", "remove it"))
+    if settings.kind == "HyperPodPyTorchJob":
+        issues.append(Issue("kubernetes.kind", settings.kind, "is not rendered yet: smlaunch renders Kubeflow "
+                            "Trainer's TrainJob", "remove kind (TrainJob)"))
+    paths = {f"inputs.{name}": channel.s3_data for name, channel in job.channels().items()}
+    paths["output_path"] = job.output_path
+    storage = settings.storage
+    for field, where in paths.items():
+        if where and not where.startswith("s3://") and not (storage and storage.pvc
+                                                                and where.startswith(storage.mount_path + "/")):
+            issues.append(Issue(field, where, "is a path the cluster's pods do not see",
+                                "give an s3:// URI, or a path under kubernetes.storage.mount_path on the "
+                                "claim kubernetes.storage.pvc"))
+    return issues
