@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from launcher.backends import registry
 from launcher.backends.base import BackendError
 from launcher.backends.sagemaker import SageMakerBackend, _s3_split, newest_summaries
 from launcher.backends.tuning_request import build_tuning_request
@@ -153,8 +154,6 @@ class SageMakerSweep:
     DescribeHyperParameterTuningJob with its trials (`TrainingJobs`) and `Backend`, as a local sweep's."""
 
     def __init__(self, name: str, region: str | None = None, session: Any = None):
-        from launcher.backends import registry
-
         self.name = name
         self.api = SageMakerTuning(registry.backend_named("sagemaker", region=region, session=session))
 

@@ -101,8 +101,11 @@ def test_the_watch_is_stopped_without_expiring(tmp_path):
     left = []
     watch = StepWatch(Limits(init_s=0.2, step_s=None), tmp_path, 0, 1, "h", leave=left.append, grace_s=0).start()
     watch.stop()
-    time.sleep(0.4)
+    time.sleep(0.4)  # past init_s: a watch still running would have expired by now
     assert left == [] and not any(tmp_path.iterdir())
+    for thread in threading.enumerate():  # the thread ends (a loaded machine may take it a moment)
+        if thread.name == "smlaunch-step-watch":
+            thread.join(timeout=10)
     assert not any(t.name == "smlaunch-step-watch" and t.is_alive() for t in threading.enumerate())
 
 
