@@ -102,7 +102,8 @@ def test_the_config_map_holds_what_each_pod_writes_its_opt_ml_tree_from(job):
     assert pod["checkpoint_dir"] == "/mnt/smlaunch/smlaunch-jobs/llama-1/checkpoints"
     assert pod["channels"] == {"train": "/mnt/smlaunch/data/train"} and pod["instance_type"] == "ml.p5.48xlarge"
     hyper = pod["hyperparameters"]
-    assert json.loads(hyper["sagemaker_program"]) == "train.py" and hyper["sagemaker_torch_distributed_enabled"] == "true"
+    assert json.loads(hyper["sagemaker_program"]) == "train.py"
+    assert hyper["sagemaker_torch_distributed_enabled"] == "true"
     assert json.loads(hyper["sagemaker_submit_directory"]) == "/etc/smlaunch/sourcedir.tar.gz"
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(config_map["binaryData"]["sourcedir.tar.gz"]))) as tar:
         assert tar.extractfile("train.py").read() == b"print(1)"
