@@ -10,7 +10,9 @@ functions: the CLI's start-up never loads it, and a machine without it fails her
 # Imports inside functions: the kubernetes client is optional and heavy, loaded when a cluster is asked.
 from __future__ import annotations
 
+import functools
 import json
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,8 +35,10 @@ def connect(kubeconfig: str | None, context: str | None) -> Any:
         raise BackendError("the kubernetes backend needs the kubernetes client: pip install "
                            "'smlaunch[kubernetes]'") from None
     configuration = client.Configuration()
+    # KUBECONFIG as it is now: the client's own default reads it once, when it is first imported
+    path = kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
-        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+        config.load_kube_config(config_file=path, context=context, client_configuration=configuration)
     except (config.ConfigException, OSError) as exc:
         if kubeconfig or context:
             raise BackendError(f"kubeconfig {kubeconfig or '(default)'} context {context or '(current)'}: {exc}; "
@@ -45,6 +49,20 @@ def connect(kubeconfig: str | None, context: str | None) -> Any:
             raise BackendError(f"no Kubernetes cluster configured ({exc}): set KUBECONFIG or "
                                "kubernetes.kubeconfig, or run in a pod with a service account") from None
     return client.ApiClient(configuration)
+
+
+def _reaching(call):
+    """The API server not reached (refused, timed out, a TLS failure) as a BackendError that says where."""
+    @functools.wraps(call)
+    def reached(api, *args, **kwargs):
+        from urllib3.exceptions import HTTPError  # the client's transport, loaded with it
+
+        try:
+            return call(api, *args, **kwargs)
+        except HTTPError as exc:
+            raise BackendError(f"the Kubernetes API server at {api.configuration.host} cannot be reached: "
+                               f"{exc}; check the kubeconfig's context (kubectl cluster-info)") from None
+    return reached
 
 
 def _apis(api: Any) -> tuple[Any, Any]:
@@ -67,6 +85,7 @@ def _refused(exc: Any, what: str) -> BackendError:
     return BackendError(f"{what}: the API server answered {exc.status} {exc.reason}: {message}")
 
 
+@_reaching
 def create(api: Any, obj: dict) -> None:
     from kubernetes.client.exceptions import ApiException
 
@@ -81,6 +100,7 @@ def create(api: Any, obj: dict) -> None:
         raise _refused(exc, f"creating {kind} {namespace}/{obj['metadata']['name']}") from None
 
 
+@_reaching
 def delete(api: Any, kind: str, namespace: str, name: str) -> None:
     """Delete one object; one already gone is no error. A TrainJob goes in the foreground: its JobSet
     and pods are deleted with it, each pod with SIGTERM and its grace period."""
@@ -98,6 +118,7 @@ def delete(api: Any, kind: str, namespace: str, name: str) -> None:
             raise _refused(exc, f"deleting {kind} {namespace}/{name}") from None
 
 
+@_reaching
 def get_train_job(api: Any, namespace: str, name: str) -> dict | None:
     from kubernetes.client.exceptions import ApiException
 
@@ -109,6 +130,7 @@ def get_train_job(api: Any, namespace: str, name: str) -> dict | None:
         raise _refused(exc, f"reading TrainJob {namespace}/{name}") from None
 
 
+@_reaching
 def list_pods(api: Any, namespace: str, name: str) -> list[dict]:
     from kubernetes.client.exceptions import ApiException
 
@@ -119,6 +141,7 @@ def list_pods(api: Any, namespace: str, name: str) -> list[dict]:
     return api.sanitize_for_serialization(pods).get("items", [])
 
 
+@_reaching
 def pod_log(api: Any, namespace: str, pod: str) -> str:
     """The trainer container's log so far ("" while it has not started)."""
     from kubernetes.client.exceptions import ApiException
