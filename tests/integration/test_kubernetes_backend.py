@@ -67,11 +67,13 @@ def test_submit_creates_the_secret_config_map_and_train_job_as_rendered(kube, tm
     settings = KubernetesSettings(**_job()["kubernetes"])
     created = kube.get("trainjobs", NS, "k-1")
     rendered = train_job(job, "k-1", settings)
-    assert {k: v for k, v in created.items() if k != "metadata"} == {k: v for k, v in rendered.items() if k != "metadata"}
+    assert {k: v for k, v in created.items() if k != "metadata"} == {
+        k: v for k, v in rendered.items() if k != "metadata"}
     assert created["metadata"]["labels"] == rendered["metadata"]["labels"]
     assert kube.get("secrets", NS, "k-1-env")["stringData"] == env_secret(job, "k-1", settings)["stringData"]
     pod = json.loads(kube.get("configmaps", NS, "k-1-smlaunch")["data"]["pod.json"])
-    assert pod["job_dir"] == "/mnt/smlaunch/smlaunch-jobs/k-1" and pod["channels"] == {"train": "/mnt/smlaunch/data/train"}
+    assert pod["job_dir"] == "/mnt/smlaunch/smlaunch-jobs/k-1"
+    assert pod["channels"] == {"train": "/mnt/smlaunch/data/train"}
     # the order: what the TrainJob's pods reference exists before the TrainJob
     assert [p.rsplit("/", 1)[-1] for m, p, _ in kube.requests if m == "POST"] == ["secrets", "configmaps", "trainjobs"]
     # the control: a job without secrets creates no Secret
@@ -153,7 +155,8 @@ def test_two_pods_logs_come_merged_and_followed(kube, tmp_path):
     kube.set_conditions(NS, "k-1", ("Complete", "JobSetCompleted", "jobset completed"))
     follower.join(30)
     assert not follower.is_alive()
-    assert [line for line in lines if line.startswith("algo-1")] == ["algo-1 | step 1 loss 4.2", "algo-1 | step 2 loss 3.9"]
+    assert [line for line in lines if line.startswith("algo-1")] == [
+        "algo-1 | step 1 loss 4.2", "algo-1 | step 2 loss 3.9"]
     assert [line for line in lines if line.startswith("algo-2")] == ["algo-2 | rank 1 ready"]
 
 

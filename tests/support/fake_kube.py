@@ -89,9 +89,9 @@ class FakeKube:
                 exit_code: int | None = None, reason: str | None = None) -> str:
         """A pod of the job's JobSet at node rank `index`; its name."""
         name = f"{job}-node-0-{index}-{uuid.uuid4().hex[:5]}"
-        state = ({"terminated": {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else
-                                                                              "Error")}}
-                 if exit_code is not None else {"running": {}} if started else {"waiting": {"reason": "PodInitializing"}})
+        ended = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error")}
+        state = ({"terminated": ended} if exit_code is not None else {"running": {}} if started
+                 else {"waiting": {"reason": "PodInitializing"}})
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
             "labels": {"jobset.sigs.k8s.io/jobset-name": job, "batch.kubernetes.io/job-completion-index": str(index)}},
