@@ -145,7 +145,8 @@ class KubernetesBackend:
         if logs:
             return self._completed(name, self._follow_logs(name, poll))
         while (record := self.describe(name))["TrainingJobStatus"] not in TERMINAL_STATUSES:
-            time.sleep(poll)
+            api, namespace = self._where(record)
+            cluster.wait_for_change(api, namespace, name, poll)
         return self._completed(name, record)
 
     def _completed(self, name: str, record: dict) -> dict:

@@ -131,6 +131,30 @@ def get_train_job(api: Any, namespace: str, name: str) -> dict | None:
 
 
 @_reaching
+def wait_for_change(api: Any, namespace: str, name: str, timeout_s: float) -> None:
+    """Return when the TrainJob changes (a watch event: its conditions, its deletion) or after
+    `timeout_s`: a follower polls no more often than the job changes, and hears of a change at once."""
+    from kubernetes import watch
+    from kubernetes.client.exceptions import ApiException
+
+    custom = _apis(api)[1]
+    found = get_train_job(api, namespace, name)
+    if found is None:
+        return
+    stream = watch.Watch()
+    try:
+        for _ in stream.stream(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
+                               field_selector=f"metadata.name={name}", timeout_seconds=max(int(timeout_s), 1),
+                               resource_version=found["metadata"].get("resourceVersion")):
+            return
+    except ApiException as exc:
+        if exc.status != 410:  # 410 Gone: the version is too old to watch from; the caller asks again
+            raise _refused(exc, f"watching TrainJob {namespace}/{name}") from None
+    finally:
+        stream.stop()
+
+
+@_reaching
 def list_pods(api: Any, namespace: str, name: str) -> list[dict]:
     from kubernetes.client.exceptions import ApiException
 

@@ -181,3 +181,17 @@ def test_list_shows_the_clusters_jobs(kube, tmp_path):
     assert result.exit_code == 0, result.output
     jobs = {j["Handle"]: j["TrainingJobStatus"] for j in json.loads(result.stdout)["jobs"]}
     assert jobs == {"kubernetes:k-1": "InProgress", "kubernetes:k-2": "Completed"}
+
+
+def test_waiting_hears_of_the_jobs_end_through_a_watch(kube, tmp_path):
+    _submitted(tmp_path)
+    ended: list[dict] = []
+    waiter = threading.Thread(target=lambda: ended.append(KubernetesBackend().wait("k-1", logs=False, poll=60)))
+    waiter.start()
+    time.sleep(1.0)
+    assert waiter.is_alive() and not ended  # the control: nothing has changed, it waits
+    kube.set_conditions(NS, "k-1", ("Complete", "JobSetCompleted", "jobset completed"))
+    waiter.join(15)  # well before the 60 s a poll would take: the watch's event ends the wait
+    assert not waiter.is_alive() and ended[0]["TrainingJobStatus"] == "Completed"
+    watches = [q for m, p, q in kube.requests if p.endswith("/trainjobs") and q.get("watch") in ("true", "True")]
+    assert watches and watches[0]["fieldSelector"] == "metadata.name=k-1"

@@ -198,7 +198,8 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                 self._watch(match["plural"], match["ns"], query)
             else:
                 items = [o for (p, ns, _), o in sorted(kube.objects.items())
-                         if p == match["plural"] and ns == match["ns"] and _selected(o, query.get("labelSelector"))]
+                         if p == match["plural"] and ns == match["ns"]
+                         and _selected(o, query.get("labelSelector"), query.get("fieldSelector"))]
                 self._json(200, {"kind": KINDS[match["plural"]] + "List", "apiVersion": "v1",
                                  "metadata": {"resourceVersion": str(len(kube.events))}, "items": items})
 
@@ -262,14 +263,17 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                     fresh, seen = kube.events[seen:], len(kube.events)
                 for p, kind, obj in fresh:
                     if p == plural and obj["metadata"].get("namespace") == namespace and \
-                            _selected(obj, query.get("labelSelector")):
+                            _selected(obj, query.get("labelSelector"), query.get("fieldSelector")):
                         self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
             self._chunk(b"")
 
     return Handler
 
 
-def _selected(obj: dict, selector: str | None) -> bool:
-    """`key=value[,key=value]`: the selectors the backend sends."""
-    labels = obj["metadata"].get("labels") or {}
-    return all(labels.get(k) == v for k, _, v in (term.partition("=") for term in (selector or "").split(",") if term))
+def _selected(obj: dict, labels: str | None, fields: str | None = None) -> bool:
+    """`key=value[,key=value]` of labels, and `metadata.name=NAME`: the selectors the backend sends."""
+    have = obj["metadata"].get("labels") or {}
+    if not all(have.get(k) == v for k, _, v in (term.partition("=") for term in (labels or "").split(",") if term)):
+        return False
+    return all(k == "metadata.name" and obj["metadata"]["name"] == v
+               for k, _, v in (term.partition("=") for term in (fields or "").split(",") if term))
