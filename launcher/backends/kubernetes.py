@@ -25,7 +25,14 @@ from launcher.config import ValidatedJob
 from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.kubernetes import cluster
-from launcher.kubernetes.manifest import config_map_name, env_secret, env_secret_name, pod_config_map, train_job
+from launcher.kubernetes.manifest import (
+    config_map_name,
+    env_secret,
+    env_secret_name,
+    job_dir,
+    pod_config_map,
+    train_job,
+)
 from launcher.kubernetes.status import host_of, job_status
 from launcher.local import store
 from launcher.wire.masking import MASK, Masker
@@ -96,7 +103,8 @@ class KubernetesBackend:
             "CreationTime": store.now(), "Backend": self.name,
             "ResourceConfig": {"InstanceType": job.config.instance_type, "InstanceCount": job.config.instance_count},
             "Kubernetes": {"namespace": settings.namespace, "context": settings.context,
-                           "kubeconfig": settings.kubeconfig}})
+                           "kubeconfig": settings.kubeconfig},
+            "JobFiles": f"{job_dir(job, name, settings)} on the claim {settings.storage.pvc}"})
         self.print(f"created TrainJob {settings.namespace}/{name} (with ConfigMap {config_map_name(name)}"
                    + (f" and Secret {env_secret_name(name)}" if objects[0]["kind"] == "Secret" else "") + ")")
         return name

@@ -195,3 +195,11 @@ def test_waiting_hears_of_the_jobs_end_through_a_watch(kube, tmp_path):
     assert not waiter.is_alive() and ended[0]["TrainingJobStatus"] == "Completed"
     watches = [q for m, p, q in kube.requests if p.endswith("/trainjobs") and q.get("watch") in ("true", "True")]
     assert watches and watches[0]["fieldSelector"] == "metadata.name=k-1"
+
+
+def test_metrics_say_where_the_jobs_files_are(kube, tmp_path):
+    _submitted(tmp_path)
+    result = _cli("metrics", "kubernetes:k-1")
+    assert result.exit_code != 0 and "Traceback" not in result.output and result.exception.__class__ is SystemExit
+    assert "/mnt/smlaunch/smlaunch-jobs/k-1 on the claim fsx-claim" in result.output
+    assert _cli("status", "kubernetes:k-1").exit_code == 0  # the control: the job itself is there
