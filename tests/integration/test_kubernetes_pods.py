@@ -10,9 +10,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -44,16 +47,13 @@ def _pod_env(trainer: dict, secret: dict | None, mount, rank: int, port: int) ->
     return env
 
 
-def test_two_pods_train_like_one_process(tmp_path, kube, corpus):
-    train, _ = corpus
-    claim = tmp_path / "claim"
+def _start_pods(tmp_path, kube, claim, train, hyperparameters: dict) -> list[subprocess.Popen]:
+    """Submit the job to the fake API server, then start its two pods as the kubelet would."""
     shutil.copytree(train, claim / "data" / "train")
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
                         "instance_count": 2, "processes_per_host": 1, "backend": "kubernetes",
-                        "image_uri": "smlaunch:1",
-                        "distribution": {"torch_distributed": {"enabled": True}},
-                        "hyperparameters": {**HP, "checkpoint_freq": 2},
-                        "inputs": {"train": str(claim / "data" / "train")},
+                        "image_uri": "smlaunch:1", "distribution": {"torch_distributed": {"enabled": True}},
+                        "hyperparameters": hyperparameters, "inputs": {"train": str(claim / "data" / "train")},
                         "environment": {"HF_TOKEN": "hf_secretvalue123"},
                         "kubernetes": {"namespace": "ml", "storage": {"pvc": "claim", "mount_path": str(claim)}}})
     KubernetesBackend(printer=lambda _: None).submit(job, "k-1")
@@ -68,8 +68,14 @@ def test_two_pods_train_like_one_process(tmp_path, kube, corpus):
     command = [sys.executable if part == "python" else part for part in trainer["command"]]
     assert command[1:] == ["-m", "container", "pod"]
     port = free_port()
-    pods = [subprocess.Popen(command, env=_pod_env(trainer, secret, mount, rank, port), cwd=tmp_path,
+    return [subprocess.Popen(command, env=_pod_env(trainer, secret, mount, rank, port), cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+
+
+def test_two_pods_train_like_one_process(tmp_path, kube, corpus):
+    train, _ = corpus
+    claim = tmp_path / "claim"
+    pods = _start_pods(tmp_path, kube, claim, train, {**HP, "checkpoint_freq": 2})
     outputs = [pod.communicate(timeout=400)[0] for pod in pods]
     assert [pod.returncode for pod in pods] == [0, 0], "\n".join(out[-3000:] for out in outputs)
 
@@ -86,3 +92,24 @@ def test_two_pods_train_like_one_process(tmp_path, kube, corpus):
     assert {p.name for p in (job_dir / "checkpoints" / "step-4").glob("__*_0.distcp")} == {
         "__0_0.distcp", "__1_0.distcp"}
     assert "algo-2" in (job_dir / "hosts" / "algo-2" / "input" / "config" / "resourceconfig.json").read_text()
+
+
+def test_a_stop_sigterms_the_pods_whose_ranks_save_a_checkpoint(tmp_path, kube, corpus):
+    """Deleting a TrainJob sends each pod's container SIGTERM, then SIGKILL after the grace period the
+    manifest gives (120 s): the bootstrap stops torchrun and every rank saves a checkpoint first."""
+    train, _ = corpus
+    claim = tmp_path / "claim"
+    pods = _start_pods(tmp_path, kube, claim, train, {**HP, "max_steps": 1_000_000, "checkpoint_freq": 1_000_000})
+    progress = claim / "smlaunch-jobs" / "k-1" / "hosts" / "algo-1" / "output" / "data" / "progress.json"
+    deadline = time.monotonic() + 240
+    while not (progress.is_file() and json.loads(progress.read_text())["step"] >= 5):
+        assert time.monotonic() < deadline and all(pod.poll() is None for pod in pods), "no step 5 in 240 s"
+        time.sleep(0.5)
+    for pod in pods:
+        pod.send_signal(signal.SIGTERM)
+    outputs = [pod.communicate(timeout=120)[0] for pod in pods]  # within the grace period: no SIGKILL needed
+    assert [pod.returncode for pod in pods] == [143, 143], "\n".join(out[-3000:] for out in outputs)  # 128 + 15
+    saved = int(re.search(r"SIGTERM: saved a checkpoint at step (\d+) and stopping", "".join(outputs)).group(1))
+    assert saved >= 5  # the control: at no checkpoint_freq step, so only the stop saved it
+    checkpoint = claim / "smlaunch-jobs" / "k-1" / "checkpoints" / f"step-{saved}"
+    assert {p.name for p in checkpoint.glob("*.distcp")} == {"__0_0.distcp", "__1_0.distcp"}  # both pods' ranks
