@@ -103,7 +103,7 @@ class KubernetesBackend:
             "CreationTime": store.now(), "Backend": self.name,
             "ResourceConfig": {"InstanceType": job.config.instance_type, "InstanceCount": job.config.instance_count},
             "Kubernetes": {"namespace": settings.namespace, "context": settings.context,
-                           "kubeconfig": settings.kubeconfig},
+                           "kubeconfig": settings.kubeconfig, "on_stop": settings.on_stop},
             "JobFiles": f"{job_dir(job, name, settings)} on the claim {settings.storage.pvc}"})
         self.print(f"created TrainJob {settings.namespace}/{name} (with ConfigMap {config_map_name(name)}"
                    + (f" and Secret {env_secret_name(name)}" if objects[0]["kind"] == "Secret" else "") + ")")
@@ -201,18 +201,26 @@ class KubernetesBackend:
                 return record
 
     def stop(self, name: str) -> None:
-        """Delete the TrainJob (foreground: its JobSet and pods with it). Each pod gets SIGTERM and the
-        grace period the manifest gives it (launcher.kubernetes.manifest.GRACE_PERIOD_S), in which the
-        bootstrap stops torchrun and the ranks save a checkpoint, as on SageMaker; then the ConfigMap
-        and the Secret go. The job is recorded Stopped."""
+        """Delete the TrainJob (foreground: its JobSet and pods with it), then its ConfigMap and Secret;
+        or, with kubernetes.on_stop: suspend, suspend it and keep them. Either way each pod gets SIGTERM
+        and the grace period the manifest gives it (launcher.kubernetes.manifest.GRACE_PERIOD_S), in
+        which the bootstrap stops torchrun and the ranks save a checkpoint, as on SageMaker. The job is
+        recorded Stopped."""
         record = self.describe(name)
         if record["TrainingJobStatus"] in TERMINAL_STATUSES:
             raise BackendError(f"kubernetes job {name} has already ended ({record['TrainingJobStatus']})")
         api, namespace = self._where(record)
-        for kind, obj in (("TrainJob", name), ("ConfigMap", config_map_name(name)), ("Secret", env_secret_name(name))):
-            cluster.delete(api, kind, namespace, obj)
+        if record["Kubernetes"].get("on_stop") == "suspend":
+            cluster.suspend(api, namespace, name)
+            how = f"suspended by smlaunch stop (resume: kubectl patch trainjob {name} -n {namespace} --type merge " \
+                  "-p '{\"spec\": {\"suspend\": false}}')"
+        else:
+            for kind, obj in (("TrainJob", name), ("ConfigMap", config_map_name(name)),
+                              ("Secret", env_secret_name(name))):
+                cluster.delete(api, kind, namespace, obj)
+            how = "deleted by smlaunch stop"
         store.update(store.job_dir(name, self.root), outcome=True, TrainingJobStatus="Stopped",
-                     SecondaryStatus="Stopped", StatusMessage="stopped by smlaunch stop", TrainingEndTime=store.now())
+                     SecondaryStatus="Stopped", StatusMessage=how, TrainingEndTime=store.now())
 
     def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
         rows, self.unlisted = [], []

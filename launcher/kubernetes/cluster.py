@@ -119,6 +119,19 @@ def delete(api: Any, kind: str, namespace: str, name: str) -> None:
 
 
 @_reaching
+def suspend(api: Any, namespace: str, name: str) -> None:
+    """Set the TrainJob's spec.suspend: the runtime deletes its pods (SIGTERM and their grace period) and
+    keeps the TrainJob, which resumes when spec.suspend is set back to false."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        _apis(api)[1].patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                     {"spec": {"suspend": True}})
+    except ApiException as exc:
+        raise _refused(exc, f"suspending TrainJob {namespace}/{name}") from None
+
+
+@_reaching
 def get_train_job(api: Any, namespace: str, name: str) -> dict | None:
     from kubernetes.client.exceptions import ApiException
 

@@ -203,3 +203,20 @@ def test_metrics_say_where_the_jobs_files_are(kube, tmp_path):
     assert result.exit_code != 0 and "Traceback" not in result.output and result.exception.__class__ is SystemExit
     assert "/mnt/smlaunch/smlaunch-jobs/k-1 on the claim fsx-claim" in result.output
     assert _cli("status", "kubernetes:k-1").exit_code == 0  # the control: the job itself is there
+
+
+def test_stop_suspends_where_the_section_says_so(kube, tmp_path):
+    job = _job()
+    job["kubernetes"] = {**job["kubernetes"], "on_stop": "suspend"}
+    (tmp_path / "suspend.json").write_text(json.dumps(job))
+    assert _cli("submit", str(tmp_path / "suspend.json"), "--job-name", "k-1", "--no-wait").exit_code == 0
+    result = _cli("stop", "kubernetes:k-1")
+    assert result.exit_code == 0, result.output
+    assert kube.deleted == []  # kept: the TrainJob, its ConfigMap and Secret
+    assert kube.get("trainjobs", NS, "k-1")["spec"]["suspend"] is True  # the runtime then SIGTERMs the pods
+    assert kube.patches[0][3] == "application/merge-patch+json"
+    assert kube.get("configmaps", NS, "k-1-smlaunch") is not None
+    assert kube.get("secrets", NS, "k-1-env") is not None
+    stopped = _status()
+    assert stopped["TrainingJobStatus"] == "Stopped"
+    assert "kubectl patch trainjob k-1 -n ml" in stopped["SecondaryStatusTransitions"][-1]["StatusMessage"]

@@ -43,6 +43,7 @@ class FakeKube:
         self.pods: dict[tuple[str, str], _Pod] = {}
         self.requests: list[tuple[str, str, dict]] = []  # (method, path, query) of every request
         self.deleted: list[tuple[str, str, str, str | None]] = []  # (plural, ns, name, propagationPolicy)
+        self.patches: list[tuple[str, str, str, str, dict]] = []  # (plural, ns, name, content type, patch)
         self.refuse: set[str] = set()  # plurals whose collection the server does not have (no CRD: 404)
         self.changed = threading.Condition()
         self.events: list[tuple[str, str, dict]] = []  # (plural, type, object) for watchers
@@ -203,6 +204,22 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                 self._json(200, {"kind": KINDS[match["plural"]] + "List", "apiVersion": "v1",
                                  "metadata": {"resourceVersion": str(len(kube.events))}, "items": items})
 
+        def do_PATCH(self):
+            """A JSON merge patch (RFC 7386), as the client sends a dict to a custom object."""
+            routed = self._route()
+            if routed is None:
+                return
+            match, _ = routed
+            obj = kube.get(match["plural"], match["ns"], match["name"])
+            if obj is None:
+                self._status(404, "NotFound", f'{match["plural"]} "{match["name"]}" not found')
+                return
+            kube.patches.append((match["plural"], match["ns"], match["name"], self.headers["Content-Type"],
+                                 self.body))
+            _merge(obj, self.body)
+            kube._event(match["plural"], "MODIFIED", obj)
+            self._json(200, obj)
+
         def do_DELETE(self):
             routed = self._route()
             if routed is None:
@@ -277,3 +294,13 @@ def _selected(obj: dict, labels: str | None, fields: str | None = None) -> bool:
         return False
     return all(k == "metadata.name" and obj["metadata"]["name"] == v
                for k, _, v in (term.partition("=") for term in (fields or "").split(",") if term))
+
+
+def _merge(target: dict, patch: dict) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value

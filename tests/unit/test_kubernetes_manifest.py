@@ -186,7 +186,7 @@ def test_hyperpods_kind_is_refused_not_rendered_as_a_train_job(job):
     ({"storage": {"pvc": "a", "s3": "s3://b/c"}}, "storage"), ({"storage": {}}, "storage"),
     ({"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}, "tolerations.0"),
     ({"tolerations": [{"value": "v"}]}, "tolerations.0"), ({"runtime_ref": "x" * 254}, "runtime_ref"),
-    ({"kind": "PyTorchJob"}, "kind"), ({"zone": "a"}, "zone"),
+    ({"kind": "PyTorchJob"}, "kind"), ({"zone": "a"}, "zone"), ({"on_stop": "pause"}, "on_stop"),
 ])
 def test_the_section_names_the_field_it_refuses(section, field):
     with pytest.raises(ValidationError) as info:
