@@ -12,6 +12,7 @@ name as they find a Slurm job. docs/kubernetes.md has the details.
 from __future__ import annotations
 
 import queue
+import re
 import tempfile
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
 from launcher.config import ValidatedJob
 from launcher.config.backends.kubernetes import KubernetesSettings
+from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.kubernetes import cluster
 from launcher.kubernetes.manifest import (
@@ -37,6 +39,8 @@ from launcher.kubernetes.status import host_of, job_status
 from launcher.local import store
 from launcher.wire.masking import MASK, Masker
 from launcher.wire.terminal import printable
+
+DNS_LABEL_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"  # a TrainJob's name: its JobSet, Jobs and Service take it
 
 
 class KubernetesBackend:
@@ -62,6 +66,10 @@ class KubernetesBackend:
                                "it names")
         settings = cfg.kubernetes or KubernetesSettings()
         name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
+        if not re.fullmatch(DNS_LABEL_NAME, name):  # SageMaker's names may hold capitals; Kubernetes' may not
+            raise ConfigError([Issue("job_name", name, "is not a name Kubernetes gives a TrainJob: lower-case "
+                                     "letters, digits and '-', starting with a letter, at most 63 characters",
+                                     "set --job-name, or base_job_name, to such a name")])
         with tempfile.TemporaryDirectory() as tmp:
             bundle = build_job_sourcedir(job, Path(tmp) / "sourcedir.tar.gz")
             archive = bundle.path.read_bytes()

@@ -220,3 +220,10 @@ def test_stop_suspends_where_the_section_says_so(kube, tmp_path):
     stopped = _status()
     assert stopped["TrainingJobStatus"] == "Stopped"
     assert "kubectl patch trainjob k-1 -n ml" in stopped["SecondaryStatusTransitions"][-1]["StatusMessage"]
+
+
+def test_a_job_name_kubernetes_refuses_is_a_usage_error_before_anything_is_sent(kube, tmp_path):
+    result = _cli("submit", str(_job_file(tmp_path)), "--job-name", "Llama-1", "--no-wait")
+    assert result.exit_code == 2 and "job_name" in result.output and "lower-case letters" in result.output
+    assert kube.requests == [] and "Traceback" not in result.output
+    assert _cli("submit", str(_job_file(tmp_path)), "--job-name", "llama-1", "--no-wait").exit_code == 0  # control
