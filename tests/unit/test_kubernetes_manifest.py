@@ -226,3 +226,25 @@ def test_the_rules_refuse_what_the_pods_cannot_run(tmp_path):
     assert [p for p, _ in _issues({}, {})] == ["kubernetes.storage", "inputs.train"]
     assert [p for p, _ in _issues({"instance_type": "local_gpu"})] == ["instance_type"]
     assert [p for p, _ in _issues({}, {**SECTION, "kind": "HyperPodPyTorchJob"})] == ["kubernetes.kind"]
+
+
+def _core(obj: dict, model: str) -> dict:
+    """`obj` read into the official client's model and written back: an unknown key is dropped, a value
+    of the wrong type or a missing required field raises."""
+    from kubernetes.client import ApiClient
+
+    api = ApiClient()
+    return api.sanitize_for_serialization(api._ApiClient__deserialize(copy.deepcopy(obj), model))
+
+
+def test_the_core_objects_are_kubernetes_own(job):
+    settings = KubernetesSettings(**SECTION)
+    for obj, model in ((env_secret(job, "llama-1", settings), "V1Secret"),
+                       (pod_config_map(job, "llama-1", settings, b"code"), "V1ConfigMap")):
+        assert _core(obj, model) == obj
+    patch = train_job(job, "llama-1", settings)["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]
+    pod = patch["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert _core(pod, "V1PodSpec") == pod
+    # the control: a misspelt key does not survive the round trip
+    misspelt = {**pod_config_map(job, "llama-1", settings, b"code"), "binarydata": {}}
+    assert _core(misspelt, "V1ConfigMap") != misspelt
