@@ -33,6 +33,7 @@ SHARED_GROUPS = {
     "tests/e2e/test_slurm_restarts.py": "slurm",
     "tests/e2e/test_slurm_tune.py": "slurm",
     "tests/e2e/test_docker_engine.py": "container-engine",
+    "tests/e2e/test_kubernetes_podman.py": "container-engine",
     "tests/integration/test_docker_runner.py": "container-engine",
 }
 

@@ -42,6 +42,10 @@ def load(backend, name: str) -> JobMetrics:
     if backend.name == "sagemaker":
         return _from_sagemaker(backend, name, handle)
     record = backend.describe(name)
+    if "LocalJobDir" not in record:  # a job whose files are on its cluster's storage (kubernetes), not here
+        raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) keeps its metrics where this machine "
+                             f"does not read them: {record.get('JobFiles', 'on the cluster')} (rank 0's "
+                             "hosts/algo-1/output/data/metrics.jsonl there)")
     path = jobdir_metrics(record)
     records = read_records(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
     if records:

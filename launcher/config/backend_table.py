@@ -31,6 +31,9 @@ class BackendRow:
     rules: str | None = None  # "module:function" of its rules (rules.Context -> Issues) for a job that runs there
     job_ids: bool = False  # a handle may name a job by the engine's own number (slurm:1234)
     in_job_store: bool = True  # its jobs have records in smlaunch's job store (launcher.local.store), not remote
+    # every host runs image_uri on the cluster's own storage: the job's paths are not on this machine (its
+    # rules check them) and its script's imports are the image's, not this machine's Python
+    cluster_image: bool = False
 
 
 BACKENDS = (
@@ -55,6 +58,14 @@ BACKENDS = (
                  "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
                  "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
                  "gives one; each restart resumes from the newest verified checkpoint"),
+    BackendRow(
+        "kubernetes", "launcher.backends.kubernetes:KubernetesBackend", "any", cluster_image=True,
+        settings="launcher.config.backends.kubernetes:KubernetesSettings",
+        settings_description="backend: kubernetes: namespace, Kueue queue, storage claim, ... (docs/kubernetes.md)",
+        rules="launcher.config.backends.kubernetes:check_kubernetes",
+        restarts="the bootstrap in each pod restarts torchrun on every pod together after a fault (a failed, "
+                 "killed, hung or frozen rank); a lost pod or node is the TrainJob's JobSet's (its failure "
+                 "policy), not smlaunch's; each restart resumes from the newest verified checkpoint"),
 )
 
 

@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from launcher.config import aws_arguments
+from launcher.config import aws_arguments, backend_table
 from launcher.config.hyperparameters import DIRECTORY_ARGUMENTS, TrainingHyperparameters
 from launcher.config.images import ImageResolutionError, ecr_region, job_image_choice
 from launcher.config.issues import Issue, did_you_mean
@@ -53,7 +53,9 @@ def check_job_fields(ctx: Context) -> list[Issue]:
                 issues.append(Issue(f"inputs.{name}", channel.s3_data, "SageMaker reads channels from S3",
                                     "upload the data and use s3://..., or run with instance_type: local"))
     else:
-        issues += _check_local_paths(ctx) + _secret_arguments(job)
+        row = backend_table.named(job.backend_name)
+        # on a cluster's own storage (kubernetes) the paths are not here: the backend's rules check them
+        issues += ([] if row is not None and row.cluster_image else _check_local_paths(ctx)) + _secret_arguments(job)
     return issues + _check_files(ctx)
 
 

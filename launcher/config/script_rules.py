@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.config import backend_table
 from launcher.config.image_libraries import LIBRARIES, SMDDP, SMP_V1, SMP_V2, image_libraries
 from launcher.config.images import ImageResolutionError, job_image_choice
 from launcher.config.issues import Issue
@@ -87,6 +88,9 @@ def target_of(job, instance_type: str | None, region: str) -> Target:
         if job.image_uri:
             return Target("image", f"the local container image {job.image_uri}")
         return Target("smlaunch-image", "smlaunch's training image (the local docker runner's default)")
+    row = backend_table.named(job.backend_name)
+    if row is not None and row.cluster_image:
+        return Target("image", f"the image {job.image_uri} on the cluster")
     if not job.on_sagemaker:
         return Target("process", "this machine's Python (the local process runner)" if job.is_local else
                       "the cluster's Python (Slurm)")

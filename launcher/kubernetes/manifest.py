@@ -9,17 +9,27 @@ Kueue's queue and priority (labels), and what the pods need from the cluster (se
 node selector, tolerations, image pull secrets, the storage claim), as smlaunch's runtimePatches
 entry for the runtime's trainer pods.
 
-The pods run the image's `python -m container train`. What each pod's /opt/ml tree then needs (the
-hosts and the pod's own from the JobSet's index, the hyperparameters, the channels) is the next
-part of the Kubernetes backend and is not rendered here yet.
+The pods run the image's `python -m container pod` (container.toolkit.pod), which writes the pod's
+/opt/ml tree on the job's storage claim from the job's ConfigMap (`pod_config_map`: its
+hyperparameters, channels and code archive; launcher.wire.pod_config) and the runtime's PET_*
+variables, then runs the bootstrap: the SageMaker contract every other backend gives. The job's
+secret-named hyperparameters and environment values are in its Secret only.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import TYPE_CHECKING
 
 from launcher.backends.base import BackendError
+from launcher.backends.sourcedir import program_name
 from launcher.config.backends.kubernetes import KubernetesSettings
+from launcher.config.job import DEFAULT_CHECKPOINT_PATH
+from launcher.config.restarts import restart_environment
+from launcher.config.sent_hyperparameters import job_hyperparameters
+from launcher.wire import hyperparameters as wire
+from launcher.wire import pod_config
 from launcher.wire.masking import is_secret_name
 
 if TYPE_CHECKING:
@@ -33,13 +43,67 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "smlaunch"}
 PATCH_MANAGER = "smlaunch"  # whose entry of the TrainJob's runtimePatches this is
 STORAGE_VOLUME = "smlaunch-storage"
-COMMAND = ["python", "-m", "container", "train"]
+CONFIG_VOLUME = "smlaunch-config"
+COMMAND = ["python", "-m", "container", "pod"]
 GPU_RESOURCE = "nvidia.com/gpu"
+JOBS_DIR = "smlaunch-jobs"  # under the claim's mount path: a job's hosts' trees when it has no output_path
+# A ConfigMap holds at most 1 MiB (etcd's object limit): its JSON and the code archive, base64 encoded.
+CONFIG_MAP_LIMIT = 1 << 20
+# What a stop gives the pods between SIGTERM and SIGKILL: the bootstrap's shutdown timeout (100 s,
+# container.toolkit.bootstrap) and time to write the outcome, as SageMaker's ~120 s.
+GRACE_PERIOD_S = 120
 
 
 def env_secret_name(name: str) -> str:
-    """The Secret that holds job `name`'s secret environment values."""
+    """The Secret that holds job `name`'s secret environment values and hyperparameters."""
     return f"{name}-env"
+
+
+def config_map_name(name: str) -> str:
+    """The ConfigMap that holds job `name`'s pod configuration and code archive."""
+    return f"{name}-smlaunch"
+
+
+def job_dir(job: ValidatedJob, name: str, settings: KubernetesSettings) -> str:
+    """Where the job's hosts' /opt/ml trees and checkpoints are on the claim: under output_path (a path
+    on the claim, check_kubernetes) as SageMaker's `<output_path>/<job>`, else the mount's smlaunch-jobs/."""
+    root = job.config.output_path or f"{settings.storage.mount_path}/{JOBS_DIR}"
+    return f"{root.rstrip('/')}/{name}"
+
+
+def hyperparameters(job: ValidatedJob, name: str) -> dict[str, str]:
+    """The job's hyperparameters.json (wire-encoded), the code archive at the pods' ConfigMap mount."""
+    cfg = job.config
+    return wire.encode(job_hyperparameters(
+        cfg, instance_type=cfg.instance_type, program=program_name(cfg), job_name=name, region=cfg.region,
+        submit_directory=f"{pod_config.CONFIG_DIR}/{pod_config.SOURCE_ARCHIVE}"))
+
+
+def pod_config_map(job: ValidatedJob, name: str, settings: KubernetesSettings, archive: bytes) -> dict:
+    """The ConfigMap every pod mounts at launcher.wire.pod_config.CONFIG_DIR: what its /opt/ml tree is
+    written from (no secret: those are in the Secret), and the code archive. BackendError past 1 MiB."""
+    cfg = job.config
+    directory = job_dir(job, name, settings)
+    checkpoints = f"{directory}/checkpoints"
+    if cfg.checkpoint_local_path not in (None, DEFAULT_CHECKPOINT_PATH):
+        if not cfg.checkpoint_local_path.startswith(settings.storage.mount_path + "/"):
+            raise BackendError(f"checkpoint_local_path {cfg.checkpoint_local_path} is a path the cluster's pods do "
+                               f"not see: give a path under kubernetes.storage.mount_path "
+                               f"({settings.storage.mount_path}), or leave it out (<job>/checkpoints there)")
+        checkpoints = cfg.checkpoint_local_path
+    config = {"job_dir": directory, "checkpoint_dir": checkpoints, "instance_type": cfg.instance_type,
+              "input_mode": cfg.input_mode,
+              "channels": {n: c.s3_data for n, c in cfg.channels().items()},
+              "distributions": {n: c.distribution for n, c in cfg.channels().items()},
+              "hyperparameters": {k: v for k, v in hyperparameters(job, name).items() if not is_secret_name(k)}}
+    text, encoded = json.dumps(config, indent=2, sort_keys=True), base64.b64encode(archive).decode()
+    if len(text) + len(encoded) > CONFIG_MAP_LIMIT:
+        raise BackendError(f"the job's code archive is {len(archive)} bytes, more than the pods' ConfigMap "
+                           f"holds (1 MiB with its configuration, base64 encoded): make source_dir smaller "
+                           "(leave data and checkpoints out of it; put them on the storage claim)")
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": config_map_name(name), "namespace": settings.namespace, "labels": dict(MANAGED_BY)},
+            "data": {pod_config.CONFIG_FILE: text}, "binaryData": {pod_config.SOURCE_ARCHIVE: encoded}}
 
 
 def train_job(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict:
@@ -51,17 +115,23 @@ def train_job(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dic
               **({PRIORITY_LABEL: settings.priority_class} if settings.priority_class else {})}
     spec = {"runtimeRef": {**RUNTIME_REF, "name": settings.runtime_ref},
             "activeDeadlineSeconds": job.config.max_run, "trainer": _trainer(job, name)}
-    pods = _pod_patch(settings)
-    if pods:
-        spec["runtimePatches"] = [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
-            "replicatedJobs": [{"name": TRAINER, "template": {"spec": {"template": {"spec": pods}}}}]}}}}]
+    spec["runtimePatches"] = [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": TRAINER, "template": {"spec": {"template": {
+            "spec": _pod_patch(name, settings)}}}}]}}}}]
     return {"apiVersion": API_VERSION, "kind": "TrainJob",
             "metadata": {"name": name, "namespace": settings.namespace, "labels": labels}, "spec": spec}
 
 
+def _secret_hyperparameters(job: ValidatedJob, name: str) -> dict[str, str]:
+    return {k: v for k, v in hyperparameters(job, name).items() if is_secret_name(k)}
+
+
 def env_secret(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict | None:
-    """The Secret of the job's secret environment values (None: it has none), created beside the TrainJob."""
+    """The Secret of the job's secret environment values and hyperparameters (None: it has none),
+    created beside the TrainJob."""
     secrets = {k: v for k, v in job.config.environment.items() if is_secret_name(k)}
+    if hidden := _secret_hyperparameters(job, name):
+        secrets[pod_config.SECRET_HYPERPARAMETERS_KEY] = json.dumps(hidden)
     if not secrets:
         return None
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "stringData": secrets,
@@ -71,7 +141,11 @@ def env_secret(job: ValidatedJob, name: str, settings: KubernetesSettings) -> di
 def _trainer(job: ValidatedJob, name: str) -> dict:
     cfg = job.config
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": env_secret_name(name), "key": k}}}
-           if is_secret_name(k) else {"name": k, "value": v} for k, v in cfg.environment.items()]
+           if is_secret_name(k) else {"name": k, "value": v}
+           for k, v in {**cfg.environment, **restart_environment(cfg.max_restarts)}.items()]
+    if _secret_hyperparameters(job, name):
+        env.append({"name": pod_config.SECRET_HYPERPARAMETERS_ENV, "valueFrom": {"secretKeyRef": {
+            "name": env_secret_name(name), "key": pod_config.SECRET_HYPERPARAMETERS_KEY}}})
     trainer = {"image": cfg.image_uri, "command": COMMAND, "numNodes": cfg.instance_count,
                "numProcPerNode": job.processes_per_host or 1}
     if env:
@@ -82,9 +156,10 @@ def _trainer(job: ValidatedJob, name: str) -> dict:
     return trainer
 
 
-def _pod_patch(settings: KubernetesSettings) -> dict:
-    """What the runtime's trainer pods get from the section; empty when it asks for nothing."""
-    pods: dict = {}
+def _pod_patch(name: str, settings: KubernetesSettings) -> dict:
+    """What the runtime's trainer pods get: the job's ConfigMap and storage claim mounted, a stop's
+    grace period, and what the section asks of the cluster."""
+    pods: dict = {"terminationGracePeriodSeconds": GRACE_PERIOD_S}
     if settings.service_account:
         pods["serviceAccountName"] = settings.service_account
     if settings.node_selector:
@@ -94,9 +169,11 @@ def _pod_patch(settings: KubernetesSettings) -> dict:
                                 for k, v in t.model_dump(exclude_none=True).items()} for t in settings.tolerations]
     if settings.image_pull_secrets:
         pods["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
+    pods["volumes"] = [{"name": CONFIG_VOLUME, "configMap": {"name": config_map_name(name)}}]
+    mounts = [{"name": CONFIG_VOLUME, "mountPath": pod_config.CONFIG_DIR, "readOnly": True}]
     storage = settings.storage
     if storage and storage.pvc:
-        pods["volumes"] = [{"name": STORAGE_VOLUME, "persistentVolumeClaim": {"claimName": storage.pvc}}]
-        pods["containers"] = [{"name": TRAINER, "volumeMounts": [{"name": STORAGE_VOLUME,
-                                                                   "mountPath": storage.mount_path}]}]
+        pods["volumes"].append({"name": STORAGE_VOLUME, "persistentVolumeClaim": {"claimName": storage.pvc}})
+        mounts.append({"name": STORAGE_VOLUME, "mountPath": storage.mount_path})
+    pods["containers"] = [{"name": TRAINER, "volumeMounts": mounts}]
     return pods

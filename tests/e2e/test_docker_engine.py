@@ -20,35 +20,17 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-import pytest
 import yaml
 
 from launcher.local import docker, store
-from launcher.local.docker import DockerRunner, Engine, find_engine
-from launcher.local.spec import LocalJobSpec, RunnerError
+from launcher.local.docker import DockerRunner, Engine
+from launcher.local.spec import LocalJobSpec
 from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
 from launcher.wire.hyperparameters import encode
 from launcher.wire.opt_ml import write_opt_ml
+from tests.support.docker_runner import engine_image  # noqa: F401 - the fixture
 from tests.support.local_jobs import HP, cli_env, job_file, script_job, smlaunch, wait_for
 from tests.support.train_runs import run_train
-
-IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"
-
-
-@pytest.fixture(scope="module")
-def engine_image() -> tuple[Engine, str]:
-    """The engine and the image; skip where no engine answers."""
-    image = os.environ.get(IMAGE_ENV) or docker.DEFAULT_IMAGE
-    try:
-        engine = find_engine()
-    except RunnerError as exc:
-        pytest.skip(f"no container engine answers: {exc}".replace("\n", " "))
-    inspect = subprocess.run([*engine.cli, "image", "inspect", image], capture_output=True, check=False)
-    if inspect.returncode != 0:
-        if os.environ.get(IMAGE_ENV):  # make test built it: its absence is a failure
-            pytest.fail(f"{IMAGE_ENV}={image}, but {engine.name} has no such image")
-        pytest.skip(f"{engine.name} has no image {image}: build it with `make image`")
-    return engine, image
 
 
 def left_behind(engine: Engine, project: str) -> list[str]:
@@ -284,7 +266,7 @@ def script_spec(tmp_path: Path, image: str, runner: DockerRunner) -> LocalJobSpe
 
 
 def test_a_two_host_script_job_finds_its_master_and_channels_and_gives_files_back(
-        tmp_path, engine_image, monkeypatch):
+        tmp_path, engine_image, monkeypatch):  # noqa: F811
     engine, image = engine_image
     runner = DockerRunner(engine)
     spec = script_spec(tmp_path, image, runner)

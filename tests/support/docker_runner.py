@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from launcher.local import docker
-from launcher.local.docker import Engine
-from launcher.local.spec import LocalJobSpec
+from launcher.local.docker import Engine, find_engine
+from launcher.local.spec import LocalJobSpec, RunnerError
 from launcher.wire.opt_ml import write_opt_ml
 
 JOB = "demo-2026-11-22-00-00-00-000"
+IMAGE_ENV = "SMLAUNCH_DOCKER_IMAGE"  # the image `make test` built (scripts/build-image.sh) for the engine tests
+
+
+@pytest.fixture(scope="module")
+def engine_image() -> tuple[Engine, str]:
+    """The engine and the image of the real-engine tests (tests/e2e); skip where no engine answers."""
+    image = os.environ.get(IMAGE_ENV) or docker.DEFAULT_IMAGE
+    try:
+        engine = find_engine()
+    except RunnerError as exc:
+        pytest.skip(f"no container engine answers: {exc}".replace("\n", " "))
+    inspect = subprocess.run([*engine.cli, "image", "inspect", image], capture_output=True, check=False)
+    if inspect.returncode != 0:
+        if os.environ.get(IMAGE_ENV):  # make test built it: its absence is a failure
+            pytest.fail(f"{IMAGE_ENV}={image}, but {engine.name} has no such image")
+        pytest.skip(f"{engine.name} has no image {image}: build it with `make image`")
+    return engine, image
 
 
 JOB_DIR = Path("/jobs") / JOB

@@ -71,14 +71,15 @@ def _backend_enum(model) -> list[str]:
 
 
 def test_the_job_file_takes_the_tables_backends_and_sections():
-    # the job file as built on import: the three backends, and the one section (slurm) among them
-    assert _backend_enum(JobFile) == ["sagemaker", "local", "slurm"]
-    assert {b.name for b in backend_table.with_sections()} == {"slurm"} and "slurm" in JobFile.model_fields
+    # the job file as built on import: the four backends, and the two sections (slurm, kubernetes) among them
+    assert _backend_enum(JobFile) == ["sagemaker", "local", "slurm", "kubernetes"]
+    assert {b.name for b in backend_table.with_sections()} == {"slurm", "kubernetes"}
+    assert "slurm" in JobFile.model_fields and "kubernetes" in JobFile.model_fields
 
 
 def test_a_new_backend_reaches_the_job_schema(fake):
     built = backend_table.with_backends("Probe", Strict)
-    assert _backend_enum(built) == ["sagemaker", "local", "slurm", "fake"]
+    assert _backend_enum(built) == ["sagemaker", "local", "slurm", "kubernetes", "fake"]
     assert built(backend="fake", fake={"zone": "b"}).fake.zone == "b"
     with pytest.raises(ValidationError, match="fake.zone"):
         built(fake={"zone": 3})
@@ -89,7 +90,7 @@ def test_a_new_backend_reaches_the_job_schema(fake):
 def _job(backend_name: str, fake: FakeSettings | None = None) -> SimpleNamespace:
     """The fields of a validated job the backend rules read (a local job, so local's own rules pass)."""
     return SimpleNamespace(backend=backend_name, backend_name=backend_name, is_local=True, instance_type="local",
-                           slurm=None, fake=fake)
+                           slurm=None, kubernetes=None, fake=fake)
 
 
 def test_a_new_backends_section_and_rules_are_checked(fake):
@@ -103,7 +104,7 @@ def test_a_new_backends_section_and_rules_are_checked(fake):
 
 
 def test_a_new_backend_is_a_cli_choice_and_is_listed(fake, home):
-    assert "sagemaker|local|slurm|fake" in CliRunner().invoke(main, ["submit", "--help"]).stdout
+    assert "sagemaker|local|slurm|kubernetes|fake" in CliRunner().invoke(main, ["submit", "--help"]).stdout
     result = CliRunner().invoke(main, ["list", "--backend", "fake", "--json"])
     assert result.exit_code == 0, result.output
     assert [(j["Handle"], j["DurationSeconds"]) for j in json.loads(result.stdout)["jobs"]] == [("fake:fake-1", 10)]
@@ -113,17 +114,17 @@ def test_a_new_backend_is_a_cli_choice_and_is_listed(fake, home):
 
 def test_without_the_row_the_cli_refuses_the_backend(home):
     result = CliRunner().invoke(main, ["list", "--backend", "fake"])
-    assert result.exit_code == 2 and "'fake' is not one of 'sagemaker', 'local', 'slurm'" in result.stderr
+    assert result.exit_code == 2 and "'fake' is not one of 'sagemaker', 'local', 'slurm', 'kubernetes'" in result.stderr
 
 
 def test_a_new_backend_names_its_jobs_in_handles(fake):
     assert registry.parse_handle("fake:1234") == ("fake", "1234")  # its engine's own job ids
     backend, job = registry.find("fake:fake-1", region="eu-west-1")
     assert isinstance(backend, FakeBackend) and backend.region == "eu-west-1" and job == "fake-1"
-    assert registry.handle_fix().endswith("slurm:JOBID or fake:JOBID")
+    assert registry.handle_fix().endswith("slurm:JOBID, kubernetes:NAME or fake:JOBID")
 
 
 def test_without_the_row_a_handle_of_the_backend_is_refused():
     with pytest.raises(ConfigError, match="names backend 'fake', which smlaunch does not have"):
         registry.parse_handle("fake:1234")
-    assert registry.handle_fix() == "name a job as NAME, sagemaker:NAME, local:NAME or slurm:JOBID"
+    assert registry.handle_fix() == "name a job as NAME, sagemaker:NAME, local:NAME, slurm:JOBID or kubernetes:NAME"

@@ -1,13 +1,15 @@
-"""The start of the Kubernetes backend (issue 42, section 2): the `kubernetes:` section's model and rules
-(launcher.config.backends.kubernetes) and the Kubeflow Trainer TrainJob a validated job renders to
-(launcher.kubernetes.manifest), validated against Kubeflow Trainer's own typed models
-(kubeflow-trainer-api). Not yet a backend: the table has no row for it, so the jobs here validate as
-Slurm jobs (the same path rules: no SageMaker request) and the section is given beside them."""
+"""The Kubernetes backend's job (issue 42, section 2): the `kubernetes:` section's model and rules
+(launcher.config.backends.kubernetes) and what a validated job renders to (launcher.kubernetes.manifest):
+the Kubeflow Trainer TrainJob, validated against Kubeflow Trainer's own typed models
+(kubeflow-trainer-api), its ConfigMap (the pods' configuration and code) and its Secret."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import io
 import json
+import tarfile
 from types import SimpleNamespace
 
 import pytest
@@ -15,21 +17,22 @@ from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
 from pydantic import ValidationError
 
 from launcher.backends.base import BackendError
-from launcher.config import ChannelInput, validate_job
+from launcher.config import validate_job
 from launcher.config.backends.kubernetes import KubernetesSettings, check_kubernetes
-from launcher.kubernetes.manifest import env_secret, train_job
+from launcher.config.issues import ConfigError
+from launcher.kubernetes.manifest import env_secret, pod_config_map, train_job
 from tests.support.train_runs import ROOT
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/smlaunch:latest"
-JOB = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "ml.p5.48xlarge",
-       "instance_count": 2, "backend": "slurm", "image_uri": IMAGE, "max_run": 7200,
-       "slurm": {"container_image": IMAGE},
-       "hyperparameters": {"model_preset": "llama3-tiny"}, "distribution": {"torch_distributed": {"enabled": True}},
-       "inputs": {"train": "s3://bucket/train"}, "environment": {"HF_TOKEN": "hf_secretvalue123", "LOG_LEVEL": "info"}}
 SECTION = {"namespace": "ml", "runtime_ref": "torch-distributed", "queue": "gpu-queue", "priority_class": "high",
            "service_account": "trainer", "node_selector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
            "image_pull_secrets": ["ecr-pull"], "storage": {"pvc": "fsx-claim"}}
+JOB = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "ml.p5.48xlarge",
+       "instance_count": 2, "backend": "kubernetes", "image_uri": IMAGE, "max_run": 7200, "kubernetes": SECTION,
+       "hyperparameters": {"model_preset": "llama3-tiny"}, "distribution": {"torch_distributed": {"enabled": True}},
+       "inputs": {"train": "/mnt/smlaunch/data/train"},  # on the claim: not on this machine, and not looked for
+       "environment": {"HF_TOKEN": "hf_secretvalue123", "LOG_LEVEL": "info"}}
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +62,13 @@ def test_the_train_job_is_kubeflow_trainers_and_takes_the_jobs_shape(job):
     pod = pods["template"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "trainer" and pod["imagePullSecrets"] == [{"name": "ecr-pull"}]
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "fsx-claim"}
-    assert pod["containers"] == [{"name": "node", "volumeMounts": [{"name": "smlaunch-storage",
-                                                                    "mountPath": "/mnt/smlaunch"}]}]
+    assert pod["volumes"] == [{"name": "smlaunch-config", "configMap": {"name": "llama-1-smlaunch"}},
+                              {"name": "smlaunch-storage", "persistentVolumeClaim": {"claimName": "fsx-claim"}}]
+    assert pod["containers"] == [{"name": "node", "volumeMounts": [
+        {"name": "smlaunch-config", "mountPath": "/etc/smlaunch", "readOnly": True},
+        {"name": "smlaunch-storage", "mountPath": "/mnt/smlaunch"}]}]
+    assert pod["terminationGracePeriodSeconds"] == 120  # a stop's SIGTERM leaves the ranks time to checkpoint
+    assert trainer["command"] == ["python", "-m", "container", "pod"]
 
 
 def test_the_round_trip_catches_a_key_kubeflow_does_not_have(job):
@@ -78,8 +85,56 @@ def test_the_round_trip_catches_a_key_kubeflow_does_not_have(job):
 def test_a_bare_section_asks_the_cluster_for_nothing_more(job):
     manifest = train_job(job, "llama-1", KubernetesSettings())
     assert _validated(manifest) == manifest
-    assert "runtimePatches" not in manifest["spec"] and manifest["metadata"]["namespace"] == "default"
+    assert manifest["metadata"]["namespace"] == "default"
     assert manifest["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "smlaunch"}
+    patch = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    pod = patch["template"]["spec"]["template"]["spec"]
+    assert set(pod) == {"terminationGracePeriodSeconds", "volumes", "containers"}  # only the job's own ConfigMap
+    assert [v["name"] for v in pod["volumes"]] == ["smlaunch-config"]
+
+
+def test_the_config_map_holds_what_each_pod_writes_its_opt_ml_tree_from(job):
+    config_map = pod_config_map(job, "llama-1", KubernetesSettings(**SECTION), _archive({"train.py": b"print(1)"}))
+    assert config_map["metadata"] == {"name": "llama-1-smlaunch", "namespace": "ml",
+                                      "labels": {"app.kubernetes.io/managed-by": "smlaunch"}}
+    pod = json.loads(config_map["data"]["pod.json"])
+    assert pod["job_dir"] == "/mnt/smlaunch/smlaunch-jobs/llama-1"  # on the claim, as <output_path>/<job> would be
+    assert pod["checkpoint_dir"] == "/mnt/smlaunch/smlaunch-jobs/llama-1/checkpoints"
+    assert pod["channels"] == {"train": "/mnt/smlaunch/data/train"} and pod["instance_type"] == "ml.p5.48xlarge"
+    hyper = pod["hyperparameters"]
+    assert json.loads(hyper["sagemaker_program"]) == "train.py"
+    assert hyper["sagemaker_torch_distributed_enabled"] == "true"
+    assert json.loads(hyper["sagemaker_submit_directory"]) == "/etc/smlaunch/sourcedir.tar.gz"
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(config_map["binaryData"]["sourcedir.tar.gz"]))) as tar:
+        assert tar.extractfile("train.py").read() == b"print(1)"
+    out = validate_job({**JOB, "output_path": "/mnt/smlaunch/runs"})
+    assert json.loads(pod_config_map(out, "llama-1", KubernetesSettings(**SECTION), b"")["data"]["pod.json"])[
+        "job_dir"] == "/mnt/smlaunch/runs/llama-1"
+
+
+def test_a_code_archive_past_what_a_config_map_holds_is_refused(job):
+    pod_config_map(job, "llama-1", KubernetesSettings(**SECTION), b"x" * 700_000)  # the control: it fits
+    with pytest.raises(BackendError, match="more than the pods' ConfigMap holds"):
+        pod_config_map(job, "llama-1", KubernetesSettings(**SECTION), b"x" * 800_000)  # 1.07 MB in base64
+
+
+def test_a_checkpoint_path_off_the_claim_is_refused():
+    on = validate_job({**JOB, "checkpoint_local_path": "/mnt/smlaunch/ckpt"})
+    assert json.loads(pod_config_map(on, "j-1", KubernetesSettings(**SECTION), b"")["data"]["pod.json"])[
+        "checkpoint_dir"] == "/mnt/smlaunch/ckpt"
+    off = validate_job({**JOB, "checkpoint_local_path": "/data/ckpt"})
+    with pytest.raises(BackendError, match="checkpoint_local_path /data/ckpt is a path the cluster's pods do not see"):
+        pod_config_map(off, "j-1", KubernetesSettings(**SECTION), b"")
+
+
+def _archive(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 def test_a_cpu_node_asks_for_no_gpu():
@@ -100,6 +155,20 @@ def test_secrets_go_in_a_secret_the_train_job_references(job):
     assert secret["stringData"] == {"HF_TOKEN": "hf_secretvalue123"}
 
 
+def test_secret_hyperparameters_go_in_the_secret_not_the_config_map():
+    hidden = validate_job({**JOB, "hyperparameters": {"model_preset": "llama3-tiny", "api_key": "sk-hidden12345"}})
+    settings = KubernetesSettings(**SECTION)
+    config_map = pod_config_map(hidden, "h-1", settings, b"")
+    assert "sk-hidden12345" not in json.dumps(config_map) and "sk-hidden12345" not in json.dumps(
+        train_job(hidden, "h-1", settings))
+    assert "model_preset" in json.loads(config_map["data"]["pod.json"])["hyperparameters"]  # the control
+    secret = env_secret(hidden, "h-1", settings)
+    assert json.loads(secret["stringData"]["hyperparameters.json"]) == {"api_key": '"sk-hidden12345"'}
+    env = {e["name"]: e for e in train_job(hidden, "h-1", settings)["spec"]["trainer"]["env"]}
+    assert env["SMLAUNCH_SECRET_HYPERPARAMETERS"]["valueFrom"] == {"secretKeyRef": {
+        "name": "h-1-env", "key": "hyperparameters.json"}}
+
+
 def test_a_job_without_secrets_has_no_secret():
     plain = validate_job({**JOB, "environment": {"LOG_LEVEL": "info"}})
     assert env_secret(plain, "p-1", KubernetesSettings()) is None
@@ -117,7 +186,7 @@ def test_hyperpods_kind_is_refused_not_rendered_as_a_train_job(job):
     ({"storage": {"pvc": "a", "s3": "s3://b/c"}}, "storage"), ({"storage": {}}, "storage"),
     ({"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}, "tolerations.0"),
     ({"tolerations": [{"value": "v"}]}, "tolerations.0"), ({"runtime_ref": "x" * 254}, "runtime_ref"),
-    ({"kind": "PyTorchJob"}, "kind"), ({"zone": "a"}, "zone"),
+    ({"kind": "PyTorchJob"}, "kind"), ({"zone": "a"}, "zone"), ({"on_stop": "pause"}, "on_stop"),
 ])
 def test_the_section_names_the_field_it_refuses(section, field):
     with pytest.raises(ValidationError) as info:
@@ -130,38 +199,52 @@ def test_a_full_section_is_accepted():
     assert settings.storage.pvc == "fsx-claim" and settings.tolerations[0].operator == "Exists"
 
 
-class _WithSection:
-    """A validated job's config with a `kubernetes:` section, as the job file will have it once the
-    backend is a row of the table (today the job model has no such field)."""
-
-    def __init__(self, config, section: dict | None, channels: dict | None):
-        self._config, self.kubernetes = config, KubernetesSettings(**section) if section is not None else None
-        if channels is not None:  # paths on the cluster's storage, which validation here cannot find
-            self.channels = lambda: {k: ChannelInput(s3_data=v) for k, v in channels.items()}
-
-    def __getattr__(self, name):
-        return getattr(self._config, name)
-
-
-def _issues(fields: dict, section: dict | None = None, channels: dict | None = None) -> list[tuple[str, str]]:
-    validated = validate_job({**JOB, **fields})
-    ctx = SimpleNamespace(job=_WithSection(validated.config, section, channels), instance=validated.instance)
-    return [(i.path, i.problem) for i in check_kubernetes(ctx)]
+def _issues(fields: dict, section: dict | None = None) -> list[tuple[str, str]]:
+    job = {**JOB, **fields, "kubernetes": SECTION if section is None else section}
+    try:
+        validated = validate_job(job)
+    except ConfigError as exc:  # the rules run in validation too: the same issues
+        return [(i.path, i.problem) for i in exc.issues if i.level == "error"]
+    return [(i.path, i.problem) for i in check_kubernetes(SimpleNamespace(job=validated.config,
+                                                                          instance=validated.instance))]
 
 
 def test_the_rules_accept_a_job_the_pods_can_run():
-    assert _issues({}) == []  # the control: s3 channels, an image, a GPU instance type
-    assert _issues({"output_path": "/mnt/smlaunch/out"}, {"storage": {"pvc": "fsx-claim"}},
-                   {"train": "/mnt/smlaunch/data/train"}) == []
+    assert _issues({}) == []  # the control: channels on the claim, an image, a GPU instance type
+    assert _issues({"output_path": "/mnt/smlaunch/out"}) == []
 
 
 def test_the_rules_refuse_what_the_pods_cannot_run(tmp_path):
-    assert ("image_uri", "is needed with backend kubernetes: every pod runs the image") in _issues(
-        {"image_uri": None, "slurm": None})
+    assert ("image_uri", "is needed with backend kubernetes: every pod runs the image") in _issues({"image_uri": None})
     assert ("inputs.train", "is a path the cluster's pods do not see") in _issues({"inputs": {"train": str(tmp_path)}})
-    assert ("inputs.train", "is a path the cluster's pods do not see") in _issues(
-        {}, {"storage": {"s3": "s3://bucket/jobs"}}, {"train": "/mnt/smlaunch/data/train"})  # no claim to be on
+    assert ("inputs.train", "is a path the cluster's pods do not see (the pods read no s3:// channel yet)") in _issues(
+        {"inputs": {"train": "s3://bucket/train"}})
     assert ("output_path", "is a path the cluster's pods do not see") in _issues(
-        {"output_path": str(tmp_path)}, {"storage": {"pvc": "fsx-claim"}})  # not under the claim's mount path
-    assert [p for p, _ in _issues({"instance_type": "local_gpu", "slurm": {"gpus_per_node": 8}})] == ["instance_type"]
-    assert [p for p, _ in _issues({}, {"kind": "HyperPodPyTorchJob"})] == ["kubernetes.kind"]
+        {"output_path": str(tmp_path)})  # not under the claim's mount path
+    assert [p for p, _ in _issues({}, {**SECTION, "storage": {"s3": "s3://bucket/jobs"}})] == [
+        "kubernetes.storage", "inputs.train"]  # no claim to be on
+    assert [p for p, _ in _issues({}, {})] == ["kubernetes.storage", "inputs.train"]
+    assert [p for p, _ in _issues({"instance_type": "local_gpu"})] == ["instance_type"]
+    assert [p for p, _ in _issues({}, {**SECTION, "kind": "HyperPodPyTorchJob"})] == ["kubernetes.kind"]
+
+
+def _core(obj: dict, model: str) -> dict:
+    """`obj` read into the official client's model and written back: an unknown key is dropped, a value
+    of the wrong type or a missing required field raises."""
+    from kubernetes.client import ApiClient
+
+    api = ApiClient()
+    return api.sanitize_for_serialization(api._ApiClient__deserialize(copy.deepcopy(obj), model))
+
+
+def test_the_core_objects_are_kubernetes_own(job):
+    settings = KubernetesSettings(**SECTION)
+    for obj, model in ((env_secret(job, "llama-1", settings), "V1Secret"),
+                       (pod_config_map(job, "llama-1", settings, b"code"), "V1ConfigMap")):
+        assert _core(obj, model) == obj
+    patch = train_job(job, "llama-1", settings)["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]
+    pod = patch["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert _core(pod, "V1PodSpec") == pod
+    # the control: a misspelt key does not survive the round trip
+    misspelt = {**pod_config_map(job, "llama-1", settings, b"code"), "binarydata": {}}
+    assert _core(misspelt, "V1ConfigMap") != misspelt

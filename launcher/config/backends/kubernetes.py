@@ -100,6 +100,10 @@ class KubernetesSettings(Strict):
                                           "image is pulled with.")
     storage: KubernetesStorage | None = Field(None, description="The volume or S3 prefix the job's data, "
                                               "checkpoints and outputs live on.")
+    on_stop: Literal["delete", "suspend"] = Field(
+        "delete", description="What `smlaunch stop` does: delete the TrainJob (with its pods, ConfigMap and "
+        "Secret), or suspend it (spec.suspend; its objects stay, and `kubectl patch` resumes it from its "
+        "checkpoint). Either way each pod gets SIGTERM and the grace period to save a checkpoint.")
 
     # The patterns above, for the keys and items a Field's pattern does not reach.
     @field_validator("node_selector")
@@ -139,13 +143,18 @@ def check_kubernetes(ctx: Context) -> list[Issue]:
     if settings.kind == "HyperPodPyTorchJob":
         issues.append(Issue("kubernetes.kind", settings.kind, "is not rendered yet: smlaunch renders Kubeflow "
                             "Trainer's TrainJob", "remove kind (TrainJob)"))
+    storage = settings.storage
+    if storage is None or storage.s3 is not None:
+        issues.append(Issue("kubernetes.storage", storage and storage.s3, "must be a claim every pod mounts: the "
+                            "pods' /opt/ml trees, checkpoints and outputs are written on it (an s3 prefix is not "
+                            "rendered yet)", "set kubernetes.storage.pvc to a ReadWriteMany "
+                            "PersistentVolumeClaim in the namespace"))
     paths = {f"inputs.{name}": channel.s3_data for name, channel in job.channels().items()}
     paths["output_path"] = job.output_path
-    storage = settings.storage
+    mount = storage.mount_path if storage and storage.pvc else None
     for field, where in paths.items():
-        if where and not where.startswith("s3://") and not (storage and storage.pvc
-                                                                and where.startswith(storage.mount_path + "/")):
-            issues.append(Issue(field, where, "is a path the cluster's pods do not see",
-                                "give an s3:// URI, or a path under kubernetes.storage.mount_path on the "
-                                "claim kubernetes.storage.pvc"))
+        if where and not (mount and where.startswith(mount + "/")):
+            issues.append(Issue(field, where, "is a path the cluster's pods do not see" + (
+                              " (the pods read no s3:// channel yet)" if where.startswith("s3://") else ""),
+                              "give a path under kubernetes.storage.mount_path on the claim kubernetes.storage.pvc"))
     return issues

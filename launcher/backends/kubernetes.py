@@ -1,0 +1,294 @@
+"""Kubernetes jobs: a Kubeflow Trainer v2 TrainJob, created with the official `kubernetes` client
+beside the job's ConfigMap (its pods' configuration and code) and Secret (launcher.kubernetes.manifest).
+
+The cluster says how the job is doing (the TrainJob's conditions, its pods and their logs); smlaunch's
+job store keeps a small record of each job submitted from here (the cluster, namespace and name it
+was created with, and how it ended once it has), so `status`, `logs`, `stop` and `list` find it by
+name as they find a Slurm job. docs/kubernetes.md has the details.
+"""
+
+# Imports inside functions: the code bundle and yaml load to submit or print a dry run only, which
+# status, logs and list never need (CLI start-up).
+from __future__ import annotations
+
+import queue
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
+from launcher.config import ValidatedJob
+from launcher.config.backends.kubernetes import KubernetesSettings
+from launcher.config.issues import ConfigError, Issue
+from launcher.config.job_names import check_job_name, default_base_name, make_job_name
+from launcher.kubernetes import cluster
+from launcher.kubernetes.manifest import (
+    config_map_name,
+    env_secret,
+    env_secret_name,
+    job_dir,
+    pod_config_map,
+    train_job,
+)
+from launcher.kubernetes.status import host_of, job_status
+from launcher.local import store
+from launcher.wire.masking import MASK, Masker
+from launcher.wire.terminal import printable
+
+DNS_LABEL_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"  # a TrainJob's name: its JobSet, Jobs and Service take it
+
+
+class KubernetesBackend:
+    name = "kubernetes"
+    unlisted: list[str] = []
+
+    def __init__(self, root: Path | None = None, printer: Callable[[str], None] | None = None):
+        self.root = root
+        self.print = printer or print
+
+    @classmethod
+    def create(cls, options: Options) -> KubernetesBackend:
+        return cls(printer=options.printer)
+
+    # --- submitting ----------------------------------------------------------------------
+    def _render(self, job: ValidatedJob, job_name: str | None) -> tuple[str, KubernetesSettings, list[dict], int]:
+        """(name, settings, [Secret?, ConfigMap, TrainJob], code archive bytes); nothing is sent."""
+        from launcher.backends.sourcedir import build_job_sourcedir  # only to submit: CLI start-up
+
+        cfg = job.config
+        if cfg.backend_name != self.name:
+            raise BackendError(f"backend {cfg.backend_name} is not kubernetes: submit the job with the backend "
+                               "it names")
+        settings = cfg.kubernetes or KubernetesSettings()
+        name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
+        if not re.fullmatch(DNS_LABEL_NAME, name):  # SageMaker's names may hold capitals; Kubernetes' may not
+            raise ConfigError([Issue("job_name", name, "is not a name Kubernetes gives a TrainJob: lower-case "
+                                     "letters, digits and '-', starting with a letter, at most 63 characters",
+                                     "set --job-name, or base_job_name, to such a name")])
+        with tempfile.TemporaryDirectory() as tmp:
+            bundle = build_job_sourcedir(job, Path(tmp) / "sourcedir.tar.gz")
+            archive = bundle.path.read_bytes()
+        objects = [env_secret(job, name, settings), pod_config_map(job, name, settings, archive),
+                   train_job(job, name, settings)]
+        return name, settings, [o for o in objects if o is not None], len(archive)
+
+    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> ManifestDryRun:
+        """The manifests submit would create, as YAML: the Secret's values masked, the code archive's
+        bytes shown by their size."""
+        import yaml  # the printing only: CLI start-up
+
+        name, _, objects, size = self._render(job, job_name)
+        shown = [_shown(o, size) for o in objects]
+        # URL passwords and secret values wherever else they are quoted (the Secret's are masked above)
+        mask = Masker.of(job.config.environment, job.config.hyperparameters.model_dump(mode="json"))
+        text = mask(yaml.safe_dump_all(shown, sort_keys=False))
+        return ManifestDryRun(self.name, {"KubernetesJob": {"TrainingJobName": name, "Manifests": shown}}, text=text)
+
+    def submit(self, job: ValidatedJob, job_name: str | None = None, *, detach: bool = False) -> str:
+        """Create the Secret, the ConfigMap and the TrainJob; the job runs in the cluster whether or not
+        it is followed. A TrainJob the cluster refuses leaves neither of the others behind."""
+        name, settings, objects, _ = self._render(job, job_name)
+        directory = store.job_dir(name, self.root)
+        if directory.exists():
+            raise BackendError(f"a job named {name} exists already ({directory}): choose another job name")
+        api = cluster.connect(settings.kubeconfig, settings.context)
+        created = []
+        try:
+            for obj in objects:
+                cluster.create(api, obj)
+                created.append(obj)
+        except BackendError:
+            for obj in created:
+                cluster.delete(api, obj["kind"], settings.namespace, obj["metadata"]["name"])
+            raise
+        store.write(directory, {
+            "TrainingJobName": name, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting",
+            "CreationTime": store.now(), "Backend": self.name,
+            "ResourceConfig": {"InstanceType": job.config.instance_type, "InstanceCount": job.config.instance_count},
+            "Kubernetes": {"namespace": settings.namespace, "context": settings.context,
+                           "kubeconfig": settings.kubeconfig, "on_stop": settings.on_stop},
+            "JobFiles": f"{job_dir(job, name, settings)} on the claim {settings.storage.pvc}"})
+        self.print(f"created TrainJob {settings.namespace}/{name} (with ConfigMap {config_map_name(name)}"
+                   + (f" and Secret {env_secret_name(name)}" if objects[0]["kind"] == "Secret" else "") + ")")
+        return name
+
+    # --- following -----------------------------------------------------------------------
+    def resolve(self, job: str) -> str:
+        return job
+
+    def exists(self, name: str) -> bool:
+        return store.exists(name, self.root) and store.backend_of(store.read(name, self.root)) == self.name
+
+    def _record(self, name: str) -> dict:
+        try:
+            record = store.read(name, self.root)
+        except store.DamagedRecord:
+            raise
+        except LookupError as exc:
+            raise BackendError(str(exc)) from None
+        if store.backend_of(record) != self.name:
+            raise BackendError(f"job {name} is a {store.backend_of(record)} job, not a kubernetes one: "
+                               f"use {store.backend_of(record)}:{name}")
+        return record
+
+    def _where(self, record: dict) -> tuple[Any, str]:
+        where = record["Kubernetes"]
+        return cluster.connect(where.get("kubeconfig"), where.get("context")), where["namespace"]
+
+    def describe(self, name: str) -> dict:
+        """The record with what the cluster says now; an ended job's outcome is recorded once."""
+        record = self._record(name)
+        if record["TrainingJobStatus"] in TERMINAL_STATUSES:
+            return record
+        api, namespace = self._where(record)
+        found = cluster.get_train_job(api, namespace, name)
+        if found is None:
+            status = {"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed",
+                      "FailureReason": f"the TrainJob {namespace}/{name} is gone from the cluster (deleted "
+                                       "without smlaunch)"}
+        else:
+            status = job_status(found, cluster.list_pods(api, namespace, name))
+        if status["TrainingJobStatus"] in TERMINAL_STATUSES:
+            return store.update(store.job_dir(name, self.root), outcome=True, TrainingEndTime=store.now(), **status)
+        return {**record, **status}
+
+    def wait(self, name: str, logs: bool = True, poll: float = 5.0) -> dict:
+        if logs:
+            return self._completed(name, self._follow_logs(name, poll))
+        while (record := self.describe(name))["TrainingJobStatus"] not in TERMINAL_STATUSES:
+            api, namespace = self._where(record)
+            cluster.wait_for_change(api, namespace, name, poll)
+        return self._completed(name, record)
+
+    def _completed(self, name: str, record: dict) -> dict:
+        if record["TrainingJobStatus"] != "Completed":
+            raise JobFailedError(name, record["TrainingJobStatus"], record.get("FailureReason", ""),
+                                 f"smlaunch logs kubernetes:{name}")
+        return record
+
+    def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None:
+        """Every pod's log, each line after its host (`algo-2 | ...`), as a local job's merged log;
+        followed, until the job ends."""
+        if follow:
+            self._completed(name, self._follow_logs(name, poll))
+            return
+        api, namespace = self._where(self._record(name))
+        for host, pod in _hosts(cluster.list_pods(api, namespace, name)):
+            for line in cluster.pod_log(api, namespace, pod).splitlines():
+                self.print(f"{host} | {printable(line)}")
+
+    def _follow_logs(self, name: str, poll: float) -> dict:
+        """Stream each pod's log from a thread of its own (pods appear as the job starts), print the
+        lines here as they come, and return the record once the job has ended and the streams closed."""
+        api, namespace = self._where(self._record(name))
+        lines: queue.Queue[str] = queue.Queue()
+        streams: dict[str, threading.Thread] = {}
+        while True:
+            record = self.describe(name)
+            for host, pod in _hosts(cluster.list_pods(api, namespace, name)):
+                if pod not in streams:
+                    streams[pod] = threading.Thread(target=_stream, args=(api, namespace, pod, host, lines),
+                                                    daemon=True)
+                    streams[pod].start()
+            ended = record["TrainingJobStatus"] in TERMINAL_STATUSES
+            deadline = time.monotonic() + poll
+            while time.monotonic() < deadline or (ended and any(t.is_alive() for t in streams.values())):
+                try:
+                    self.print(lines.get(timeout=0.1))
+                except queue.Empty:
+                    if ended and not any(t.is_alive() for t in streams.values()):
+                        break
+            if ended:
+                while not lines.empty():
+                    self.print(lines.get())
+                return record
+
+    def stop(self, name: str) -> None:
+        """Delete the TrainJob (foreground: its JobSet and pods with it), then its ConfigMap and Secret;
+        or, with kubernetes.on_stop: suspend, suspend it and keep them. Either way each pod gets SIGTERM
+        and the grace period the manifest gives it (launcher.kubernetes.manifest.GRACE_PERIOD_S), in
+        which the bootstrap stops torchrun and the ranks save a checkpoint, as on SageMaker. The job is
+        recorded Stopped."""
+        record = self.describe(name)
+        if record["TrainingJobStatus"] in TERMINAL_STATUSES:
+            raise BackendError(f"kubernetes job {name} has already ended ({record['TrainingJobStatus']})")
+        api, namespace = self._where(record)
+        if record["Kubernetes"].get("on_stop") == "suspend":
+            cluster.suspend(api, namespace, name)
+            how = f"suspended by smlaunch stop (resume: kubectl patch trainjob {name} -n {namespace} --type merge " \
+                  "-p '{\"spec\": {\"suspend\": false}}')"
+        else:
+            for kind, obj in (("TrainJob", name), ("ConfigMap", config_map_name(name)),
+                              ("Secret", env_secret_name(name))):
+                cluster.delete(api, kind, namespace, obj)
+            how = "deleted by smlaunch stop"
+        store.update(store.job_dir(name, self.root), outcome=True, TrainingJobStatus="Stopped",
+                     SecondaryStatus="Stopped", StatusMessage=how, TrainingEndTime=store.now())
+
+    def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
+        rows, self.unlisted = [], []
+        for record in store.list_jobs(self.root, None, name_contains, None):
+            if store.backend_of(record) != self.name:
+                continue
+            try:
+                record = self.describe(record["TrainingJobName"])
+            except BackendError as exc:  # one unreachable cluster hides no other job
+                self.unlisted.append(f"{record['TrainingJobName']}: {exc}")
+            if not status or record["TrainingJobStatus"] == status:
+                rows.append({k: record.get(k) for k in ("TrainingJobName", "TrainingJobStatus", "CreationTime",
+                                                        "TrainingEndTime", "TrainingStartTime")})
+        return rows[:max_results]
+
+    # --- what is on the job's storage claim: not readable from here -----------------------
+    def artifacts(self, name: str) -> dict[str, str]:
+        self._record(name)
+        return {}
+
+    def progress(self, name: str):
+        return None
+
+    def checkpoint(self, name: str):
+        return None
+
+    def goodput(self, name: str):
+        return None
+
+    def restarts(self, name: str) -> list:
+        return []
+
+
+def _hosts(pods: list[dict]) -> list[tuple[str, str]]:
+    """(host, pod name) of the job's pods, algo-1 first."""
+    return sorted((host_of(pod), pod["metadata"]["name"]) for pod in pods)
+
+
+def _stream(api: Any, namespace: str, pod: str, host: str, lines: queue.Queue) -> None:
+    for line in cluster.follow_pod_log(api, namespace, pod):
+        lines.put(f"{host} | {printable(line)}")
+
+
+@dataclass
+class ManifestDryRun(JobDryRun):
+    """The manifests, masked already: the generic masking would also hide the names of the Secret's
+    keys, which the TrainJob quotes as `secretKeyRef.key` (a secret-named field)."""
+
+    def to_dict(self, masked: bool = True) -> dict:
+        return self.request
+
+    def render(self) -> str:
+        return self.text or ""
+
+
+def _shown(obj: dict, size: int) -> dict:
+    """An object as a dry run shows it: a Secret's values masked, the code archive by its size."""
+    if obj["kind"] == "Secret":
+        return {**obj, "stringData": dict.fromkeys(obj["stringData"], MASK)}
+    if obj["kind"] == "ConfigMap":
+        return {**obj, "binaryData": dict.fromkeys(obj["binaryData"], f"<the code archive: {size} bytes, base64>")}
+    return obj
+

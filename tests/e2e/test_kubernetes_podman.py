@@ -1,0 +1,98 @@
+"""The pods of a smlaunch TrainJob as containers, as Kubernetes would start them: the job is submitted
+to the fake API server (tests/support/fake_kube.py); each of its two pods is then a container of the
+smlaunch image on one network (the engine of the docker runner's tests), started with the TrainJob's
+command and environment (its Secret's values resolved), the ConfigMap's files at /etc/smlaunch, the
+storage claim at /mnt/smlaunch and Kubeflow Trainer's PET_* variables, the master named by the first
+pod's name on the network as the JobSet's headless service names it. The job trains like one process.
+
+The image's smlaunch is the one it was built with: the checkout's packages are mounted over it
+(PYTHONPATH), as a fresh `make image` would hold them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from launcher.backends.kubernetes import KubernetesBackend
+from launcher.config import validate_job
+from launcher.local.docker import SHM_SIZE, ULIMITS
+from tests.support.docker_runner import engine_image  # noqa: F401 - the fixture
+from tests.support.fake_kube import FakeKube
+from tests.support.local_jobs import HP
+from tests.support.train_runs import ROOT, run_train, series
+
+CLAIM, CONFIG = "/mnt/smlaunch", "/etc/smlaunch"
+
+
+@pytest.fixture
+def kube(tmp_path, monkeypatch, home):
+    server = FakeKube().start()
+    monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig")))
+    yield server
+    server.stop()
+
+
+def _env(trainer: dict, secret: dict | None, rank: int, master: str) -> dict[str, str]:
+    env = {}
+    for var in trainer.get("env", []):
+        ref = var.get("valueFrom", {}).get("secretKeyRef")
+        env[var["name"]] = secret["stringData"][ref["key"]] if ref else var["value"]
+    return {**env, "PET_NNODES": str(trainer["numNodes"]), "PET_NODE_RANK": str(rank),
+            "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]), "PET_MASTER_ADDR": master,
+            "PET_MASTER_PORT": "29400", "JOB_COMPLETION_INDEX": str(rank), "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": "/src"}
+
+
+def test_two_pods_in_containers_train_like_one_process(tmp_path, kube, corpus, engine_image):  # noqa: F811
+    engine, image = engine_image
+    train, _ = corpus
+    claim = tmp_path / "claim"
+    shutil.copytree(train, claim / "data" / "train")
+    job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+                        "instance_count": 2, "processes_per_host": 1, "backend": "kubernetes", "image_uri": image,
+                        "distribution": {"torch_distributed": {"enabled": True}}, "hyperparameters": HP,
+                        "inputs": {"train": f"{CLAIM}/data/train"}, "environment": {"HF_TOKEN": "hf_secretvalue123"},
+                        "kubernetes": {"namespace": "ml", "storage": {"pvc": "claim"}}})
+    KubernetesBackend(printer=lambda _: None).submit(job, "k-1")
+    trainer = kube.get("trainjobs", "ml", "k-1")["spec"]["trainer"]
+    config_map, secret = kube.get("configmaps", "ml", "k-1-smlaunch"), kube.get("secrets", "ml", "k-1-env")
+    mount = tmp_path / "config"
+    mount.mkdir()
+    for key, text in config_map["data"].items():
+        (mount / key).write_text(text)
+    for key, data in config_map["binaryData"].items():
+        (mount / key).write_bytes(base64.b64decode(data))
+
+    network, pods = f"smlaunch-k8s-{uuid.uuid4().hex[:8]}", [f"k-1-node-0-{rank}" for rank in range(2)]
+    subprocess.run([*engine.cli, "network", "create", network], check=True, capture_output=True)
+    try:
+        started = []
+        for rank, pod in enumerate(pods):
+            env = [arg for k, v in _env(trainer, secret, rank, pods[0]).items() for arg in ("-e", f"{k}={v}")]
+            # the docker runner's limits: podman's defaults exceed this machine's hard limits
+            limits = [arg for k, v in ULIMITS.items() for arg in ("--ulimit", f"{k}={v['soft']}:{v['hard']}")]
+            started.append(subprocess.Popen(
+                [*engine.cli, "run", "--name", pod, "--hostname", pod, "--network", network, "--shm-size", SHM_SIZE,
+                 *limits,
+                 "-v", f"{claim}:{CLAIM}", "-v", f"{mount}:{CONFIG}:ro", "-v", f"{ROOT}:/src:ro", *env,
+                 "--entrypoint", trainer["command"][0], image, *trainer["command"][1:]],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        outputs = [pod.communicate(timeout=500)[0] for pod in started]
+        assert [pod.returncode for pod in started] == [0, 0], "\n".join(out[-3000:] for out in outputs)
+    finally:
+        subprocess.run([*engine.cli, "rm", "-f", *pods], capture_output=True, check=False)
+        subprocess.run([*engine.cli, "network", "rm", "-f", network], capture_output=True, check=False)
+
+    job_dir = claim / "smlaunch-jobs" / "k-1"
+    records = [json.loads(line) for line in
+               (job_dir / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
+    losses = series(records, "loss")
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    reference = run_train(tmp_path / "ref", 1, **{**HP, "train_batch_size": 4}, training_dir=str(train))
+    assert losses == pytest.approx(series(reference, "loss"), rel=1e-5)
