@@ -12,7 +12,6 @@ The image's smlaunch is the one it was built with: the checkout's packages are m
 from __future__ import annotations
 
 import base64
-import json
 import shutil
 import subprocess
 import uuid
@@ -24,8 +23,9 @@ from launcher.config import validate_job
 from launcher.local.docker import SHM_SIZE, ULIMITS
 from tests.support.docker_runner import engine_image  # noqa: F401 - the fixture
 from tests.support.fake_kube import FakeKube
+from tests.support.kube_pods import assert_pods_trained_like_one_process
 from tests.support.local_jobs import HP
-from tests.support.train_runs import ROOT, run_train, series
+from tests.support.train_runs import ROOT
 
 CLAIM, CONFIG = "/mnt/smlaunch", "/etc/smlaunch"
 
@@ -89,10 +89,4 @@ def test_two_pods_in_containers_train_like_one_process(tmp_path, kube, corpus, e
         subprocess.run([*engine.cli, "rm", "-f", *pods], capture_output=True, check=False)
         subprocess.run([*engine.cli, "network", "rm", "-f", network], capture_output=True, check=False)
 
-    job_dir = claim / "smlaunch-jobs" / "k-1"
-    records = [json.loads(line) for line in
-               (job_dir / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
-    losses = series(records, "loss")
-    assert len(losses) == 4 and losses[-1] < losses[0]
-    reference = run_train(tmp_path / "ref", 1, **{**HP, "train_batch_size": 4}, training_dir=str(train))
-    assert losses == pytest.approx(series(reference, "loss"), rel=1e-5)
+    assert_pods_trained_like_one_process(claim, train, tmp_path / "ref")

@@ -23,8 +23,9 @@ from launcher.backends.kubernetes import KubernetesBackend
 from launcher.config import validate_job
 from launcher.wire.opt_ml import free_port
 from tests.support.fake_kube import FakeKube
+from tests.support.kube_pods import assert_pods_trained_like_one_process
 from tests.support.local_jobs import HP
-from tests.support.train_runs import ROOT, run_train, series
+from tests.support.train_runs import ROOT
 
 
 @pytest.fixture
@@ -79,14 +80,7 @@ def test_two_pods_train_like_one_process(tmp_path, kube, corpus):
     outputs = [pod.communicate(timeout=400)[0] for pod in pods]
     assert [pod.returncode for pod in pods] == [0, 0], "\n".join(out[-3000:] for out in outputs)
 
-    job_dir = claim / "smlaunch-jobs" / "k-1"
-    records = [json.loads(line) for line in
-               (job_dir / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
-    losses = series(records, "loss")
-    assert len(losses) == 4 and losses[-1] < losses[0]
-    # 2 pods x 1 process (data parallel 2) train exactly like one process on the global batch
-    reference = run_train(tmp_path / "ref", 1, **{**HP, "train_batch_size": 4}, training_dir=str(train))
-    assert losses == pytest.approx(series(reference, "loss"), rel=1e-5)
+    job_dir = assert_pods_trained_like_one_process(claim, train, tmp_path / "ref")
     # both pods' checkpoints in the job's one directory on the claim, as hosts share a checkpoint prefix
     assert sorted(p.name for p in (job_dir / "checkpoints").iterdir()) == ["step-2", "step-4"]
     assert {p.name for p in (job_dir / "checkpoints" / "step-4").glob("__*_0.distcp")} == {
