@@ -26,7 +26,7 @@ from launcher.config import ValidatedJob
 from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
-from launcher.kubernetes import cluster
+from launcher.kubernetes import cluster, kueue
 from launcher.kubernetes.manifest import (
     config_map_name,
     env_secret,
@@ -153,6 +153,8 @@ class KubernetesBackend:
                                        "without smlaunch)"}
         else:
             status = job_status(found, cluster.list_pods(api, namespace, name))
+            if status["SecondaryStatus"] == "Pending" and (why := kueue.why_queued(api, namespace, found)):
+                status["StatusMessage"] += f"; {why}"
         if status["TrainingJobStatus"] in TERMINAL_STATUSES:
             return store.update(store.job_dir(name, self.root), outcome=True, TrainingEndTime=store.now(), **status)
         return {**record, **status}

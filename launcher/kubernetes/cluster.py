@@ -22,7 +22,11 @@ from launcher.kubernetes.manifest import API_VERSION, TRAINER
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "trainjobs"
-JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on every pod of the TrainJob's JobSet (named as the job)
+# JobSet labels every pod of its jobs with its name (the TrainJob's) and its replicated job's
+# (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go labelAndAnnotateObject); the
+# trainer pods are the replicated job `node` (an initializer's pods are not hosts).
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 _CORE = {"Secret": "secret", "ConfigMap": "config_map"}  # CoreV1Api's name for each kind the backend makes
 
 
@@ -172,7 +176,8 @@ def list_pods(api: Any, namespace: str, name: str) -> list[dict]:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        pods = _apis(api)[0].list_namespaced_pod(namespace, label_selector=f"{JOBSET_LABEL}={name}")
+        pods = _apis(api)[0].list_namespaced_pod(
+            namespace, label_selector=f"{JOBSET_LABEL}={name},{REPLICATED_JOB_LABEL}={TRAINER}")
     except ApiException as exc:
         raise _refused(exc, f"listing the pods of {namespace}/{name}") from None
     return api.sanitize_for_serialization(pods).get("items", [])

@@ -1,20 +1,31 @@
 """A TrainJob's state as smlaunch's (DescribeTrainingJob's) statuses, from its conditions and pods.
 
-Kubeflow Trainer v2 sets the conditions Created, Suspended (Kueue holds the job until its queue
-admits it), Complete and Failed; a job neither suspended nor ended is starting until a pod runs.
-A failure names the pods that failed and how (exit code, reason), as the bootstrap's own failure
-report is in the pod's log.
+Kubeflow Trainer v2.3.0 sets three condition types (kubeflow/trainer v2.3.0,
+pkg/apis/trainer/v1alpha1/trainjob_types.go; pkg/controller/trainjob_controller.go):
+`Suspended` (True, reason `Suspended`, "TrainJob is suspended", while spec.suspend is true: Kueue's
+webhook sets it on a queued job until its queue admits it; False, reason `Resumed`, after), and
+`Complete` and `Failed`, copied from its JobSet's `Completed` and `Failed` conditions with their
+reasons (JobSet v0.12.0 pkg/constants/constants.go: `AllJobsCompleted`, `FailedJobs` "... (first failed
+job: <job>)", `ReachedMaxRestarts`), or `Failed` with the Trainer's own `DeadlineExceeded`
+(activeDeadlineSeconds) or `TrainingRuntimeNotSupported`. A job neither suspended nor ended is
+starting until a pod runs. A failure names the pods that failed and how (exit code, reason), as the
+bootstrap's own failure report is in the pod's log.
 """
 
 from __future__ import annotations
 
-COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"  # a pod's node rank in its indexed Job
+# A pod's index in its Indexed Job, which is the TrainJob's node rank: Kubernetes' Job controller sets
+# the annotation on every pod (PET_NODE_RANK is read from it), and the label of the same name too
+# where the PodIndexLabel feature is on (beta from 1.28, on by default).
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 def host_of(pod: dict) -> str:
     """algo-<rank + 1> of a pod of the job (its name where it has no index)."""
-    index = pod["metadata"].get("labels", {}).get(COMPLETION_INDEX_LABEL, "")
-    return f"algo-{int(index) + 1}" if index.isdigit() else pod["metadata"]["name"]
+    meta = pod["metadata"]
+    index = ((meta.get("annotations") or {}).get(COMPLETION_INDEX)
+             or (meta.get("labels") or {}).get(COMPLETION_INDEX, ""))
+    return f"algo-{int(index) + 1}" if index.isdigit() else meta["name"]
 
 
 def job_status(train_job: dict, pods: list[dict]) -> dict:
@@ -28,9 +39,9 @@ def job_status(train_job: dict, pods: list[dict]) -> dict:
     if "Complete" in true:
         return {"TrainingJobStatus": "Completed", "SecondaryStatus": "Completed",
                 "StatusMessage": _said(true["Complete"])}
-    if "Suspended" in true:
-        return {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Pending",
-                "StatusMessage": f"queued (suspended): {_said(true['Suspended'])}"}
+    if "Suspended" in true or train_job.get("spec", {}).get("suspend"):  # Kueue's webhook set it before the Trainer
+        said = _said(true["Suspended"]) if "Suspended" in true else "spec.suspend is true"
+        return {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Pending", "StatusMessage": f"queued: {said}"}
     running = sum(1 for p in pods if p.get("status", {}).get("phase") == "Running")
     if running:
         return {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Training",

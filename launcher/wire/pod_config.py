@@ -19,13 +19,19 @@ CONFIG_DIR_ENV = "SMLAUNCH_POD_CONFIG"  # overrides CONFIG_DIR (tests run pods a
 SECRET_HYPERPARAMETERS_ENV = "SMLAUNCH_SECRET_HYPERPARAMETERS"
 SECRET_HYPERPARAMETERS_KEY = "hyperparameters.json"  # their key in the Secret
 
-# Set by Kubeflow Trainer's torch plugin in every trainer pod (torchrun's PET_* variables); the
-# node rank is the JobSet's completion index, which Kubernetes also sets as JOB_COMPLETION_INDEX.
+# Set by Kubeflow Trainer's torch plugin in the trainer container `node` of every trainer pod
+# (kubeflow/trainer v2.3.0, pkg/runtime/framework/plugins/torch/torch.go and pkg/constants/constants.go):
+# PET_NNODES (numNodes), PET_NPROC_PER_NODE, PET_NODE_RANK (from the pod's annotation
+# batch.kubernetes.io/job-completion-index), PET_MASTER_ADDR `<trainjob>-node-0-0.<trainjob>` (the
+# first pod in the JobSet's headless service) and PET_MASTER_PORT 29500. Kubernetes' Job controller
+# also sets the index of an Indexed Job's pod as JOB_COMPLETION_INDEX.
 NNODES_ENV = "PET_NNODES"
 NODE_RANK_ENV = "PET_NODE_RANK"
-MASTER_ADDR_ENV = "PET_MASTER_ADDR"  # the first pod's name in the JobSet's headless service
+MASTER_ADDR_ENV = "PET_MASTER_ADDR"
 MASTER_PORT_ENV = "PET_MASTER_PORT"
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
+# The names the torch plugin reserves: a TrainJob whose trainer env sets one is refused by its webhook.
+RESERVED_ENV = (NNODES_ENV, "PET_NPROC_PER_NODE", NODE_RANK_ENV, MASTER_ADDR_ENV, MASTER_PORT_ENV)
 
 
 class PodEnvError(ValueError):

@@ -45,7 +45,7 @@ def _env(trainer: dict, secret: dict | None, rank: int, master: str) -> dict[str
         env[var["name"]] = secret["stringData"][ref["key"]] if ref else var["value"]
     return {**env, "PET_NNODES": str(trainer["numNodes"]), "PET_NODE_RANK": str(rank),
             "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]), "PET_MASTER_ADDR": master,
-            "PET_MASTER_PORT": "29400", "JOB_COMPLETION_INDEX": str(rank), "OMP_NUM_THREADS": "1",
+            "PET_MASTER_PORT": "29500", "JOB_COMPLETION_INDEX": str(rank), "OMP_NUM_THREADS": "1",
             "PYTHONPATH": "/src"}
 
 

@@ -1,6 +1,6 @@
 """The Kubernetes backend end to end against an API server on 127.0.0.1 (tests/support/fake_kube.py),
 driven by the real `kubernetes` client through the `smlaunch` CLI and the backend: submit creates the
-job's objects as rendered, a queued (Suspended) job reads Pending with Kueue's reason, a failed pod
+job's objects as rendered, a queued (Suspended) job reads Pending with its Kueue Workload's reason, a failed pod
 fails the job with its reason, two pods' logs come merged, stop deletes; each with its control.
 What only a real cluster proves (Kubeflow Trainer, JobSet, Kueue, the pods' network) is in
 docs/kubernetes.md."""
@@ -103,19 +103,55 @@ def _status(name: str = "k-1") -> dict:
     return json.loads(result.stdout) | {"exit_code": result.exit_code}
 
 
+# The conditions as Kubeflow Trainer v2.3.0 writes them (pkg/controller/trainjob_controller.go, and
+# pkg/runtime/framework/plugins/jobset/jobset.go copying JobSet v0.12.0's, pkg/constants/constants.go).
+SUSPENDED = ("Suspended", "Suspended", "TrainJob is suspended")
+FAILED = ("Failed", "FailedJobs", "jobset failed due to one or more job failures (first failed job: k-1-node-0)")
+COMPLETE = ("Complete", "AllJobsCompleted", "jobset completed successfully")
+
+
 def test_a_queued_job_is_pending_with_kueues_reason(kube, tmp_path):
+    """Kueue's webhook suspends a TrainJob with a queue label; why it waits is on Kueue's Workload."""
     _submitted(tmp_path)
     before = _status()  # the control: neither queued nor running yet
     assert (before["TrainingJobStatus"], before["SecondaryStatus"]) == ("InProgress", "Starting")
-    kube.set_conditions(NS, "k-1", ("Created", "JobSetCreated", "JobSet created"),
-                        ("Suspended", "Suspended", "Workload ml/trainjob-k-1 is waiting for quota in ClusterQueue gpu"))
+    kube.set_conditions(NS, "k-1", SUSPENDED)
     queued = _status()
     assert (queued["TrainingJobStatus"], queued["SecondaryStatus"]) == ("InProgress", "Pending")
-    assert "waiting for quota in ClusterQueue gpu" in queued["StatusMessage"]
-    kube.set_conditions(NS, "k-1", ("Created", "JobSetCreated", "JobSet created"))
+    assert queued["StatusMessage"] == "queued: Suspended: TrainJob is suspended"  # Kueue has no Workload yet
+    kube.add_workload(NS, "k-1", ("QuotaReserved", "False", "Pending",
+                                  "couldn't assign flavors to pod set node: insufficient quota for nvidia.com/gpu"))
+    assert _status()["StatusMessage"] == ("queued: Suspended: TrainJob is suspended; Kueue: Pending: couldn't assign "
+                                          "flavors to pod set node: insufficient quota for nvidia.com/gpu")
+    kube.set_conditions(NS, "k-1")  # admitted: Suspended is no longer True (False, reason Resumed)
     kube.add_pod(NS, "k-1", 0)
     running = _status()
     assert (running["TrainingJobStatus"], running["SecondaryStatus"]) == ("InProgress", "Training")
+
+
+def test_a_job_kueue_suspended_before_the_trainer_saw_it_is_pending(kube, tmp_path):
+    _submitted(tmp_path)
+    kube.objects[("trainjobs", NS, "k-1")]["spec"]["suspend"] = True  # Kueue's webhook, at creation
+    assert _status()["SecondaryStatus"] == "Pending"
+    kube.objects[("trainjobs", NS, "k-1")]["spec"]["suspend"] = False  # the control: admitted
+    assert _status()["SecondaryStatus"] == "Starting"
+
+
+def test_a_cluster_without_kueues_workloads_says_so_and_still_answers(kube, tmp_path):
+    _submitted(tmp_path)
+    kube.refuse.add("workloads")
+    kube.set_conditions(NS, "k-1", SUSPENDED)
+    queued = _status()
+    assert queued["exit_code"] == 0 and queued["SecondaryStatus"] == "Pending"
+    assert "Kueue's Workload cannot be read" in queued["StatusMessage"] and "404" in queued["StatusMessage"]
+
+
+def test_only_the_trainer_pods_are_hosts(kube, tmp_path):
+    _submitted(tmp_path)
+    kube.add_pod(NS, "k-1", 0, replicated_job="dataset-initializer")  # running, before the trainer starts
+    assert _status()["SecondaryStatus"] == "Starting"  # an initializer's pod is not a host
+    kube.add_pod(NS, "k-1", 0)
+    assert _status()["SecondaryStatus"] == "Training"  # the control: a trainer pod runs
 
 
 def test_a_failed_pod_fails_the_job_with_its_reason(kube, tmp_path):
@@ -123,13 +159,14 @@ def test_a_failed_pod_fails_the_job_with_its_reason(kube, tmp_path):
     _submitted(tmp_path, "k-2")
     kube.add_pod(NS, "k-1", 0, phase="Succeeded", exit_code=0)
     kube.add_pod(NS, "k-1", 1, phase="Failed", exit_code=1)
-    kube.set_conditions(NS, "k-1", ("Failed", "FailedJobs", "jobset failed: job k-1-node-0 failed"))
+    kube.set_conditions(NS, "k-1", FAILED)
     failed = _status("k-1")
     assert failed["TrainingJobStatus"] == "Failed" and failed["exit_code"] == 1
-    assert "FailedJobs: jobset failed" in failed["FailureReason"]
+    assert "FailedJobs: jobset failed due to one or more job failures (first failed job: k-1-node-0)" in failed[
+        "FailureReason"]
     assert "algo-2 (pod k-1-node-0-1-" in failed["FailureReason"] and "exit code 1 (Error)" in failed["FailureReason"]
     assert "algo-1" not in failed["FailureReason"]  # the pod that succeeded is not blamed
-    kube.set_conditions(NS, "k-2", ("Complete", "JobSetCompleted", "jobset completed"))  # the control
+    kube.set_conditions(NS, "k-2", COMPLETE)  # the control
     done = _status("k-2")
     assert done["TrainingJobStatus"] == "Completed" and done["exit_code"] == 0
     # an ended job is recorded once: the cluster is not asked again
@@ -152,7 +189,7 @@ def test_two_pods_logs_come_merged_and_followed(kube, tmp_path):
     kube.log(NS, first, "step 2 loss 3.9")
     kube.end_pod(NS, first)
     kube.end_pod(NS, second)
-    kube.set_conditions(NS, "k-1", ("Complete", "JobSetCompleted", "jobset completed"))
+    kube.set_conditions(NS, "k-1", COMPLETE)
     follower.join(30)
     assert not follower.is_alive()
     assert [line for line in lines if line.startswith("algo-1")] == [
@@ -162,12 +199,17 @@ def test_two_pods_logs_come_merged_and_followed(kube, tmp_path):
 
 def test_stop_deletes_the_train_job_and_its_objects(kube, tmp_path):
     _submitted(tmp_path)
-    kube.add_pod(NS, "k-1", 0)
+    pod = kube.add_pod(NS, "k-1", 0)
     result = _cli("stop", "kubernetes:k-1")
     assert result.exit_code == 0, result.output
     assert ("trainjobs", NS, "k-1", "Foreground") in kube.deleted  # its JobSet and pods go with it: SIGTERM
     assert {(p, n) for p, _, n, _ in kube.deleted} == {("trainjobs", "k-1"), ("configmaps", "k-1-smlaunch"),
                                                       ("secrets", "k-1-env")}
+    # deleted in the foreground: the TrainJob stays, marked, until its pods are gone
+    assert kube.get("trainjobs", NS, "k-1")["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert _status()["TrainingJobStatus"] == "Stopped"
+    kube.collect_garbage()
+    assert kube.get("trainjobs", NS, "k-1") is None and kube.get("pods", NS, pod) is None
     assert _status()["TrainingJobStatus"] == "Stopped"
     again = _cli("stop", "kubernetes:k-1")  # the control: an ended job is not stopped twice
     assert again.exit_code != 0 and "has already ended (Stopped)" in again.output
@@ -176,7 +218,7 @@ def test_stop_deletes_the_train_job_and_its_objects(kube, tmp_path):
 def test_list_shows_the_clusters_jobs(kube, tmp_path):
     _submitted(tmp_path, "k-1")
     _submitted(tmp_path, "k-2")
-    kube.set_conditions(NS, "k-2", ("Complete", "JobSetCompleted", "done"))
+    kube.set_conditions(NS, "k-2", COMPLETE)
     result = _cli("list", "--backend", "kubernetes", "--json")
     assert result.exit_code == 0, result.output
     jobs = {j["Handle"]: j["TrainingJobStatus"] for j in json.loads(result.stdout)["jobs"]}
@@ -190,7 +232,7 @@ def test_waiting_hears_of_the_jobs_end_through_a_watch(kube, tmp_path):
     waiter.start()
     time.sleep(1.0)
     assert waiter.is_alive() and not ended  # the control: nothing has changed, it waits
-    kube.set_conditions(NS, "k-1", ("Complete", "JobSetCompleted", "jobset completed"))
+    kube.set_conditions(NS, "k-1", COMPLETE)
     waiter.join(15)  # well before the 60 s a poll would take: the watch's event ends the wait
     assert not waiter.is_alive() and ended[0]["TrainingJobStatus"] == "Completed"
     watches = [q for m, p, q in kube.requests if p.endswith("/trainjobs") and q.get("watch") in ("true", "True")]

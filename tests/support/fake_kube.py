@@ -4,7 +4,15 @@
 listed by label; a pod's log read or followed (a chunked stream that ends when the container does).
 
 No controller runs: a test plays Kubeflow Trainer, JobSet and Kueue by setting a TrainJob's conditions
-and adding the pods with their logs (`FakeKube.set_conditions`, `add_pod`, `log`, `end_pod`).
+and adding the pods with their logs (`FakeKube.set_conditions`, `add_pod`, `log`, `end_pod`), and the
+garbage collector by ending a foreground deletion (`collect_garbage`).
+
+What it answers as the real API server does (k8s.io/apiserver's REST handlers): an error is a
+`Status` object (kind, code, reason, message, details); a deletion answers a `Status` for a core
+object, and for a TrainJob deleted with propagationPolicy=Foreground the object itself, which stays
+(metadata.deletionTimestamp, finalizer `foregroundDeletion`, a MODIFIED event) until its dependents
+are gone; a patch is applied by its content type (merge patch, JSON patch; a strategic merge patch
+of a custom resource is 415); a watch streams one `{"type", "object"}` JSON line per event.
 
 Why not a package: of PyPI's Kubernetes mock servers, kmock (0.8, alpha) serves through aiohttp in
 an event loop its pytest plugin owns, and mockernetes patches the client instead of serving HTTP; the
@@ -25,7 +33,12 @@ from urllib.parse import parse_qs, urlparse
 
 COLLECTION = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+/[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
                         r"(?:/(?P<name>[^/]+))?(?P<log>/log)?$")
-KINDS = {"secrets": "Secret", "configmaps": "ConfigMap", "pods": "Pod", "trainjobs": "TrainJob"}
+KINDS = {"secrets": "Secret", "configmaps": "ConfigMap", "pods": "Pod", "trainjobs": "TrainJob",
+         "workloads": "Workload"}
+CUSTOM = {"trainjobs", "workloads"}  # custom resources: no strategic merge patch, the object back from a delete
+# What Kubernetes' Job controller and JobSet put on a pod of the TrainJob's trainer job.
+INDEX = "batch.kubernetes.io/job-completion-index"
+JOBSET_NAME, REPLICATED_JOB = "jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name"
 
 
 @dataclass
@@ -86,16 +99,29 @@ class FakeKube:
                                          "lastTransitionTime": "2026-11-27T12:00:00Z"} for t, r, m in conditions]}
         self._event("trainjobs", "MODIFIED", job)
 
+    def add_workload(self, namespace: str, job: str, *conditions: tuple[str, str, str, str]) -> None:
+        """Kueue's Workload of TrainJob `job` (labelled with its uid), each condition (type, status, reason,
+        message)."""
+        uid = self.objects[("trainjobs", namespace, job)]["metadata"]["uid"]
+        name = f"trainjob-{job}-{uid[:5]}"
+        self.objects[("workloads", namespace, name)] = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"kueue.x-k8s.io/job-uid": uid}},
+            "status": {"conditions": [{"type": t, "status": st, "reason": r, "message": m,
+                                       "lastTransitionTime": "2026-11-27T12:00:00Z"} for t, st, r, m in conditions]}}
+
     def add_pod(self, namespace: str, job: str, index: int, phase: str = "Running", started: bool = True,
-                exit_code: int | None = None, reason: str | None = None) -> str:
-        """A pod of the job's JobSet at node rank `index`; its name."""
-        name = f"{job}-node-0-{index}-{uuid.uuid4().hex[:5]}"
+                exit_code: int | None = None, reason: str | None = None, replicated_job: str = "node") -> str:
+        """A pod of the job's JobSet at node rank `index` of its replicated job (the trainer's `node`,
+        or an initializer's); its name, as JobSet and the Job controller name it."""
+        name = f"{job}-{replicated_job}-0-{index}-{uuid.uuid4().hex[:5]}"
         ended = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error")}
         state = ({"terminated": ended} if exit_code is not None else {"running": {}} if started
                  else {"waiting": {"reason": "PodInitializing"}})
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
-            "labels": {"jobset.sigs.k8s.io/jobset-name": job, "batch.kubernetes.io/job-completion-index": str(index)}},
+            "labels": {JOBSET_NAME: job, REPLICATED_JOB: replicated_job, INDEX: str(index)},
+            "annotations": {JOBSET_NAME: job, INDEX: str(index)}},
             "spec": {"containers": [{"name": "node", "image": "smlaunch"}]},
             "status": {"phase": phase, "containerStatuses": [{"name": "node", "ready": phase == "Running",
                                                               "restartCount": 0, "image": "smlaunch",
@@ -116,6 +142,20 @@ class FakeKube:
         with self.changed:
             self.pods[(namespace, pod)].ended = True
             self.changed.notify_all()
+
+    def collect_garbage(self) -> None:
+        """Play the garbage collector: each object deleted in the foreground goes, with its JobSet's pods."""
+        for key, obj in list(self.objects.items()):
+            if "foregroundDeletion" in obj["metadata"].get("finalizers", []):
+                plural, namespace, name = key
+                with self.changed:
+                    for pod in [k for k, o in self.objects.items() if k[0] == "pods" and k[1] == namespace
+                                and o["metadata"]["labels"].get(JOBSET_NAME) == name]:
+                        self.pods[pod[1:]].ended = True
+                        self._event("pods", "DELETED", self.objects.pop(pod))
+                    del self.objects[key]
+                    obj["metadata"]["finalizers"].remove("foregroundDeletion")
+                    self._event(plural, "DELETED", obj)
 
     def _event(self, plural: str, kind: str, obj: dict) -> None:
         with self.changed:
@@ -139,7 +179,7 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             self.body = json.loads(self.rfile.read(length)) if length else {}
             match = COLLECTION.match(url.path)
             if match is None or match["plural"] not in KINDS or match["plural"] in kube.refuse:
-                self._status(404, "NotFound", f"the server could not find the requested resource ({url.path})")
+                self._status(404, "NotFound", "the server could not find the requested resource")
                 return None
             return match, query
 
@@ -152,9 +192,12 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _status(self, code: int, reason: str, message: str) -> None:
-            self._json(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-                              "reason": reason, "code": code})
+        def _status(self, code: int, reason: str, message: str, details: dict | None = None) -> None:
+            self._json(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                              "message": message, "reason": reason, "details": details or {}, "code": code})
+
+        def _not_found(self, plural: str, name: str) -> None:
+            self._status(404, "NotFound", f'{plural} "{name}" not found', {"name": name, "kind": plural})
 
         def _chunk(self, data: bytes) -> None:
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -177,7 +220,7 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             if key in kube.objects:
                 self._status(409, "AlreadyExists", f'{match["plural"]} "{key[2]}" already exists')
                 return
-            obj["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp="2026-11-27T12:00:00Z")
+            obj["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp="2026-11-27T12:00:00Z", generation=1)
             kube.objects[key] = obj
             kube._event(match["plural"], "ADDED", obj)
             self._json(201, obj)
@@ -192,7 +235,7 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             elif match["name"]:
                 obj = kube.get(match["plural"], match["ns"], match["name"])
                 if obj is None:
-                    self._status(404, "NotFound", f'{match["plural"]} "{match["name"]}" not found')
+                    self._not_found(match["plural"], match["name"])
                 else:
                     self._json(200, obj)
             elif query.get("watch") in ("true", "1"):
@@ -201,45 +244,79 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
                 items = [o for (p, ns, _), o in sorted(kube.objects.items())
                          if p == match["plural"] and ns == match["ns"]
                          and _selected(o, query.get("labelSelector"), query.get("fieldSelector"))]
-                self._json(200, {"kind": KINDS[match["plural"]] + "List", "apiVersion": "v1",
+                self._json(200, {"kind": KINDS[match["plural"]] + "List", "apiVersion": match["group"] or "v1",
                                  "metadata": {"resourceVersion": str(len(kube.events))}, "items": items})
 
         def do_PATCH(self):
-            """A JSON merge patch (RFC 7386), as the client sends a dict to a custom object."""
+            """The patch its content type names: a JSON merge patch (RFC 7386, what the client sends for a
+            dict) or a JSON patch (RFC 6902, a list); a strategic merge patch only for a built-in kind."""
             routed = self._route()
             if routed is None:
                 return
             match, _ = routed
+            kind = self.headers.get("Content-Type", "").split(";")[0].strip()
+            merge = kind == "application/merge-patch+json" or (
+                kind == "application/strategic-merge-patch+json" and match["plural"] not in CUSTOM)
+            if not merge and kind != "application/json-patch+json":
+                self._status(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                             "accepted media types include: application/json-patch+json, "
+                             "application/merge-patch+json, application/apply-patch+yaml")
+                return
             obj = kube.get(match["plural"], match["ns"], match["name"])
             if obj is None:
-                self._status(404, "NotFound", f'{match["plural"]} "{match["name"]}" not found')
+                self._not_found(match["plural"], match["name"])
                 return
-            kube.patches.append((match["plural"], match["ns"], match["name"], self.headers["Content-Type"],
-                                 self.body))
-            _merge(obj, self.body)
+            if merge != isinstance(self.body, dict):
+                self._status(400, "BadRequest", f"the {kind} body is not a JSON " + ("object" if merge else "array"))
+                return
+            kube.patches.append((match["plural"], match["ns"], match["name"], kind, self.body))
+            if merge:
+                _merge(obj, self.body)
+            else:
+                _json_patch(obj, self.body)
             kube._event(match["plural"], "MODIFIED", obj)
             self._json(200, obj)
 
         def do_DELETE(self):
+            """Gone at once, answered with a Status; or, for a custom resource deleted in the foreground,
+            marked (deletionTimestamp, finalizer foregroundDeletion) and answered with itself until the
+            garbage collector has deleted its dependents (FakeKube.collect_garbage)."""
             routed = self._route()
             if routed is None:
                 return
             match, query = routed
-            body = self.body
+            policy = query.get("propagationPolicy") or self.body.get("propagationPolicy")
             key = (match["plural"], match["ns"], match["name"])
-            obj = kube.objects.pop(key, None)
+            obj = kube.objects.get(key)
             if obj is None:
-                self._status(404, "NotFound", f'{match["plural"]} "{match["name"]}" not found')
+                self._not_found(match["plural"], match["name"])
                 return
-            kube.deleted.append((*key, query.get("propagationPolicy") or body.get("propagationPolicy")))
+            kube.deleted.append((*key, policy))
+            if match["plural"] in CUSTOM and policy == "Foreground":
+                if "deletionTimestamp" not in obj["metadata"]:
+                    obj["metadata"].update(deletionTimestamp="2026-11-27T12:30:00Z", deletionGracePeriodSeconds=0)
+                    obj["metadata"].setdefault("finalizers", []).append("foregroundDeletion")
+                    kube._event(match["plural"], "MODIFIED", obj)
+                self._json(200, obj)
+                return
+            del kube.objects[key]
             kube._event(match["plural"], "DELETED", obj)
-            self._json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+            if match["plural"] in CUSTOM:
+                self._json(200, obj)
+            else:
+                self._json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                 "details": {"name": match["name"], "kind": match["plural"],
+                                             "uid": obj["metadata"].get("uid")}})
 
         # --- streams ----------------------------------------------------------------------
         def _log(self, namespace: str, name: str, query: dict) -> None:
             pod = kube.pods.get((namespace, name))
             if pod is None:
-                self._status(404, "NotFound", f'pods "{name}" not found')
+                self._not_found("pods", name)
+                return
+            container = query.get("container", "node")
+            if container != "node":  # the pods' one container: the API names the one it does not have
+                self._status(400, "BadRequest", f"container {container} is not valid for pod {name}")
                 return
             if not pod.started:
                 self._status(400, "BadRequest", f'container "node" in pod "{name}" is waiting to start: '
@@ -294,6 +371,19 @@ def _selected(obj: dict, labels: str | None, fields: str | None = None) -> bool:
         return False
     return all(k == "metadata.name" and obj["metadata"]["name"] == v
                for k, _, v in (term.partition("=") for term in (fields or "").split(",") if term))
+
+
+def _json_patch(target: dict, ops: list[dict]) -> None:
+    """RFC 6902's add, replace and remove: what a client sends as a list."""
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node = target
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+        if op["op"] == "remove":
+            node.pop(int(last) if isinstance(node, list) else last)
+        else:
+            node[int(last) if isinstance(node, list) else last] = op["value"]
 
 
 def _merge(target: dict, patch: dict) -> None:

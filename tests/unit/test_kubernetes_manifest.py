@@ -228,6 +228,15 @@ def test_the_rules_refuse_what_the_pods_cannot_run(tmp_path):
     assert [p for p, _ in _issues({}, {**SECTION, "kind": "HyperPodPyTorchJob"})] == ["kubernetes.kind"]
 
 
+def test_the_torch_runtimes_own_variables_are_refused_in_environment():
+    """kubeflow/trainer v2.3.0 pkg/constants/constants.go TorchRunReservedEnvNames: its webhook refuses a
+    TrainJob whose trainer env sets one, so validate says so first."""
+    refused = _issues({"environment": {"PET_MASTER_PORT": "1234", "PET_NNODES": "4", "LOG_LEVEL": "info"}})
+    assert refused == [("environment", "are set by Kubeflow Trainer's torch runtime in every pod (its webhook "
+                                       "refuses a TrainJob that sets them)")]
+    assert _issues({"environment": {"PETS": "1", "LOG_LEVEL": "info"}}) == []  # the control: other names pass
+
+
 def _core(obj: dict, model: str) -> dict:
     """`obj` read into the official client's model and written back: an unknown key is dropped, a value
     of the wrong type or a missing required field raises."""

@@ -37,7 +37,7 @@ def _kubelet(tmp_path, hyperparameters: dict) -> tuple[dict, dict]:
     (mount / "sourcedir.tar.gz").write_bytes(base64.b64decode(config_map["binaryData"]["sourcedir.tar.gz"]))
     secret = env_secret(job, "k-1", settings) or {"stringData": {}}
     env = {"SMLAUNCH_POD_CONFIG": str(mount), "PET_NNODES": "2", "PET_MASTER_ADDR": "k-1-node-0-0.k-1",
-           "PET_MASTER_PORT": "29400"}
+           "PET_MASTER_PORT": "29500"}
     if "hyperparameters.json" in secret["stringData"]:
         env["SMLAUNCH_SECRET_HYPERPARAMETERS"] = secret["stringData"]["hyperparameters.json"]
     return env, {"claim": claim, "mount": mount}
@@ -59,7 +59,7 @@ def test_each_pod_writes_its_hosts_tree_on_the_claim(tmp_path):
     assert json.loads((config / "inputdataconfig.json").read_text())["train"]["TrainingInputMode"] == "File"
     assert variables == {"SAGEMAKER_BASE_DIR": str(base),
                          "SMLAUNCH_CHECKPOINT_DIR": str(where["claim"] / "smlaunch-jobs" / "k-1" / "checkpoints"),
-                         "SMLAUNCH_MASTER_ADDR": "k-1-node-0-0.k-1", "SMLAUNCH_MASTER_PORT": "29400"}
+                         "SMLAUNCH_MASTER_ADDR": "k-1-node-0-0.k-1", "SMLAUNCH_MASTER_PORT": "29500"}
     # the control: rank 0 is algo-1, whose tree is its own
     first, _ = prepare_host({**env, "PET_NODE_RANK": "0"})
     assert json.loads((first / "input" / "config" / "resourceconfig.json").read_text())["current_host"] == "algo-1"

@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from launcher.config.base import Strict, WholeNumber
 from launcher.config.issues import Issue
 from launcher.config.paths import LocalPathText
+from launcher.wire.pod_config import RESERVED_ENV
 
 if TYPE_CHECKING:  # the rules read a Context; launcher.config.rules imports the job, which imports the table
     from launcher.config.rules import Context
@@ -140,6 +141,9 @@ def check_kubernetes(ctx: Context) -> list[Issue]:
     if job.local_runner != "process":
         issues.append(Issue("local_runner", job.local_runner, "is a local-mode setting; on Kubernetes each pod "
                             "runs the bootstrap", "remove it"))
+    if reserved := sorted(set(job.environment) & set(RESERVED_ENV)):
+        issues.append(Issue("environment", reserved, "are set by Kubeflow Trainer's torch runtime in every pod "
+                            "(its webhook refuses a TrainJob that sets them)", "remove them from environment"))
     if settings.kind == "HyperPodPyTorchJob":
         issues.append(Issue("kubernetes.kind", settings.kind, "is not rendered yet: smlaunch renders Kubeflow "
                             "Trainer's TrainJob", "remove kind (TrainJob)"))
