@@ -1,7 +1,9 @@
 """The Kubernetes backend's job (issue 42, section 2): the `kubernetes:` section's model and rules
 (launcher.config.backends.kubernetes) and what a validated job renders to (launcher.kubernetes.manifest):
 the Kubeflow Trainer TrainJob, validated against Kubeflow Trainer's own typed models
-(kubeflow-trainer-api), its ConfigMap (the pods' configuration and code) and its Secret."""
+(kubeflow-trainer-api), its ConfigMap (the pods' configuration and code) and its Secret, validated
+against the kubernetes client's models and Kubernetes' own OpenAPI schemas (kubernetes-validate) at
+the oldest version docs/kubernetes.md supports and the newest bundled."""
 
 from __future__ import annotations
 
@@ -257,3 +259,51 @@ def test_the_core_objects_are_kubernetes_own(job):
     # the control: a misspelt key does not survive the round trip
     misspelt = {**pod_config_map(job, "llama-1", settings, b"code"), "binarydata": {}}
     assert _core(misspelt, "V1ConfigMap") != misspelt
+
+
+# docs/kubernetes.md's minimum: the oldest Kubernetes EKS supports (1.32, in extended support to
+# 2027-03-23), newer than Kubeflow Trainer v2.3.0's own minimum (1.31); and the newest schema bundled.
+MIN_KUBERNETES = "1.32"
+
+
+def _schema_errors(obj: dict, version: str) -> list[str]:
+    """What Kubernetes' own OpenAPI schema for `version` (kubernetes-validate, bundled, offline) says is
+    wrong with `obj`; strict: a key the schema does not have is wrong too."""
+    from kubernetes_validate import ValidationError
+    from kubernetes_validate.utils import validate
+
+    try:
+        validate(copy.deepcopy(obj), version, strict=True)
+    except ValidationError as exc:
+        return [exc.message]
+    return []
+
+
+def _pod_template(pod_spec: dict) -> dict:
+    """The runtimePatches' pod spec as the PodTemplate it patches (the schema of a PodTemplateSpec)."""
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "llama-1-node"},
+            "template": {"spec": pod_spec}}
+
+
+@pytest.mark.parametrize("version", [MIN_KUBERNETES, "1.37"])
+def test_the_core_objects_pass_kubernetes_schemas(job, version):
+    settings = KubernetesSettings(**SECTION)
+    patch = train_job(job, "llama-1", settings)["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]
+    pod = patch["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["tolerations"] and pod["imagePullSecrets"] and pod["volumes"]  # every kind of field is there
+    for obj in (env_secret(job, "llama-1", settings), pod_config_map(job, "llama-1", settings, b"code"),
+                _pod_template(pod)):
+        assert _schema_errors(obj, version) == [], obj["kind"]
+
+
+def test_kubernetes_schemas_catch_a_broken_object(job):
+    """The control: what the API server would refuse fails the same check."""
+    settings = KubernetesSettings(**SECTION)
+    config_map = pod_config_map(job, "llama-1", settings, b"code")
+    assert "'binarydata' was unexpected" in _schema_errors({**config_map, "binarydata": {}}, MIN_KUBERNETES)[0]
+    pod = train_job(job, "llama-1", settings)["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"][
+        "spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert _schema_errors(_pod_template({**pod, "terminationGracePeriodSeconds": "120"}), MIN_KUBERNETES)
+    unnamed = {**pod, "containers": [{"volumeMounts": pod["containers"][0]["volumeMounts"]}]}
+    assert "'name' is a required property" in _schema_errors(_pod_template(unnamed), MIN_KUBERNETES)[0]
+
