@@ -1,8 +1,9 @@
 """Which backend runs a job, and which one has a job a user names.
 
 The backends are the rows of launcher.config.backend_table. A job handle names its backend:
-`sagemaker:NAME`, `local:NAME`, `slurm:JOBID` (or `slurm:NAME`). A bare name is looked for as
-before: in smlaunch's job store (local and Slurm jobs, whose record says which), then on SageMaker.
+`sagemaker:NAME`, `local:NAME`, `slurm:JOBID` (or `slurm:NAME`), `kubernetes:NAME`. A bare name is
+looked for in smlaunch's job store (the jobs of every backend the table keeps there, whose record says
+which), then on SageMaker.
 A backend's module is imported only when a job names it: boto3 only for SageMaker.
 """
 
@@ -27,10 +28,15 @@ if TYPE_CHECKING:  # `status` and `list` load this module, and need none of vali
 BACKENDS = backend_table.names()
 
 
+def _one_of(words: list[str]) -> str:
+    """`a, b or c`."""
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+
+
 def handle_fix() -> str:
     """How a job may be named, every backend's prefix included."""
     forms = [f"{b.name}:{'JOBID' if b.job_ids else 'NAME'}" for b in backend_table.BACKENDS]
-    return "name a job as " + ", ".join(["NAME", *forms[:-1]]) + " or " + forms[-1]
+    return "name a job as " + _one_of(["NAME", *forms])
 
 
 def backend_named(name: str, *, region: str | None = None, session: Any = None, runner: str = "process",
@@ -83,7 +89,8 @@ def find(handle: str, *, region: str | None = None, session: Any = None,
         return backend, job
     if store.exists(job):
         return backend_named(store.backend_of(store.read(job)), printer=printer), job
-    return _on_sagemaker(job, region, session, printer, f"no job named {job!r}: not a local or Slurm job "
+    stored = _one_of([b.name for b in backend_table.BACKENDS if b.in_job_store])
+    return _on_sagemaker(job, region, session, printer, f"no job named {job!r}: not a {stored} job "
                                                         f"(in {store.jobs_root()})"), job
 
 

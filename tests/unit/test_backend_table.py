@@ -8,6 +8,7 @@ the job handles; each test also holds the control without the row."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 from pydantic import Field, ValidationError
 
 from launcher.backends import registry
+from launcher.backends.base import BackendError
 from launcher.cli.app import main
 from launcher.config import JobFile, backend_rules, backend_table
 from launcher.config.base import Strict
@@ -122,6 +124,21 @@ def test_a_new_backend_names_its_jobs_in_handles(fake):
     backend, job = registry.find("fake:fake-1", region="eu-west-1")
     assert isinstance(backend, FakeBackend) and backend.region == "eu-west-1" and job == "fake-1"
     assert registry.handle_fix().endswith("slurm:JOBID, kubernetes:NAME or fake:JOBID")
+
+
+def _not_found() -> str:
+    """What a bare name no backend has is told, SageMaker unasked (`home`: no region)."""
+    with pytest.raises(BackendError) as found:
+        registry.find("no-such-job")
+    return str(found.value)
+
+
+def test_a_bare_name_not_found_names_every_backend_of_the_job_store(home, monkeypatch):
+    assert "no job named 'no-such-job': not a local, slurm or kubernetes job (in " in _not_found()
+    monkeypatch.setattr(backend_table, "BACKENDS", (*backend_table.BACKENDS, replace(FAKE, in_job_store=True)))
+    assert "not a local, slurm, kubernetes or fake job (in " in _not_found()
+    # the control: a backend whose jobs are not in the store (SageMaker, asked after) is not named as one
+    assert "sagemaker job" not in _not_found()
 
 
 def test_without_the_row_a_handle_of_the_backend_is_refused():

@@ -242,7 +242,7 @@ def test_unknown_job_is_neither_local_nor_on_sagemaker(aws, command, monkeypatch
     monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
     result = run_cli(command, "no-such-job")
     assert result.exit_code == 1
-    assert "no job named 'no-such-job': not a local or Slurm job" in result.stderr
+    assert "no job named 'no-such-job': not a local, slurm or kubernetes job" in result.stderr
     assert f"nor a SageMaker training job in {REGION}" in result.stderr
     assert "Traceback" not in result.output
 
@@ -254,7 +254,8 @@ def test_unknown_job_when_sagemaker_cannot_be_asked(monkeypatch, tmp_path) -> No
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     result = run_cli("status", "no-such-job")
     assert result.exit_code == 1
-    assert "not a local or Slurm job" in result.stderr and "SageMaker cannot be asked: no AWS region" in result.stderr
+    assert "not a local, slurm or kubernetes job" in result.stderr
+    assert "SageMaker cannot be asked: no AWS region" in result.stderr
 
 
 def test_wait_on_failed_job_exits_1(aws, monkeypatch) -> None:
