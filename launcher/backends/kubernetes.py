@@ -212,7 +212,8 @@ class KubernetesBackend:
 
     def stop(self, name: str) -> None:
         """Delete the TrainJob (foreground: its JobSet and pods with it), then its ConfigMap and Secret;
-        or, with kubernetes.on_stop: suspend, suspend it and keep them. Either way each pod gets SIGTERM
+        or, with kubernetes.on_stop: suspend, suspend it (through its Kueue Workload where Kueue queues it:
+        launcher.kubernetes.kueue) and keep them. Either way each pod gets SIGTERM
         and the grace period the manifest gives it (launcher.kubernetes.manifest.GRACE_PERIOD_S), in
         which the bootstrap stops torchrun and the ranks save a checkpoint, as on SageMaker. The job is
         recorded Stopped."""
@@ -221,9 +222,7 @@ class KubernetesBackend:
             raise BackendError(f"kubernetes job {name} has already ended ({record['TrainingJobStatus']})")
         api, namespace = self._where(record)
         if record["Kubernetes"].get("on_stop") == "suspend":
-            cluster.suspend(api, namespace, name)
-            how = f"suspended by smlaunch stop (resume: kubectl patch trainjob {name} -n {namespace} --type merge " \
-                  "-p '{\"spec\": {\"suspend\": false}}')"
+            how = kueue.suspend(api, namespace, name)  # spec.suspend, or its Workload's where Kueue queues it
         else:
             for kind, obj in (("TrainJob", name), ("ConfigMap", config_map_name(name)),
                               ("Secret", env_secret_name(name))):

@@ -247,11 +247,17 @@ def test_metrics_say_where_the_jobs_files_are(kube, tmp_path):
     assert _cli("status", "kubernetes:k-1").exit_code == 0  # the control: the job itself is there
 
 
-def test_stop_suspends_where_the_section_says_so(kube, tmp_path):
+def _submit_suspending(tmp_path, queue: bool) -> None:
     job = _job()
     job["kubernetes"] = {**job["kubernetes"], "on_stop": "suspend"}
+    if not queue:
+        del job["kubernetes"]["queue"]
     (tmp_path / "suspend.json").write_text(json.dumps(job))
     assert _cli("submit", str(tmp_path / "suspend.json"), "--job-name", "k-1", "--no-wait").exit_code == 0
+
+
+def test_stop_suspends_where_the_section_says_so(kube, tmp_path):
+    _submit_suspending(tmp_path, queue=False)
     result = _cli("stop", "kubernetes:k-1")
     assert result.exit_code == 0, result.output
     assert kube.deleted == []  # kept: the TrainJob, its ConfigMap and Secret
@@ -262,6 +268,24 @@ def test_stop_suspends_where_the_section_says_so(kube, tmp_path):
     stopped = _status()
     assert stopped["TrainingJobStatus"] == "Stopped"
     assert "kubectl patch trainjob k-1 -n ml" in stopped["SecondaryStatusTransitions"][-1]["StatusMessage"]
+
+
+def test_a_queued_job_is_suspended_through_its_kueue_workload(kube, tmp_path):
+    """Kueue starts a suspended TrainJob it has admitted again (kueue v0.19.2,
+    pkg/controller/jobframework/reconciler.go): its Workload is deactivated instead."""
+    _submit_suspending(tmp_path, queue=True)
+    early = _cli("stop", "kubernetes:k-1")  # Kueue has made no Workload yet: nothing is done, and it says why
+    assert early.exit_code == 1 and "run smlaunch stop again in a moment" in early.output
+    assert kube.patches == [] and _status()["TrainingJobStatus"] == "InProgress"
+    kube.add_workload(NS, "k-1", ("Admitted", "True", "Admitted", "The workload is admitted"))
+    result = _cli("stop", "kubernetes:k-1")
+    assert result.exit_code == 0, result.output
+    (plural, _, workload, kind, patch), = kube.patches
+    assert (plural, kind, patch) == ("workloads", "application/merge-patch+json", {"spec": {"active": False}})
+    assert "suspend" not in kube.get("trainjobs", NS, "k-1")["spec"]  # Kueue suspends it, evicting the Workload
+    stopped = _status()
+    assert stopped["TrainingJobStatus"] == "Stopped" and kube.deleted == []
+    assert f"kubectl patch workload {workload} -n ml" in stopped["SecondaryStatusTransitions"][-1]["StatusMessage"]
 
 
 def test_a_job_name_kubernetes_refuses_is_a_usage_error_before_anything_is_sent(kube, tmp_path):

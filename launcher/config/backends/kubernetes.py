@@ -103,8 +103,9 @@ class KubernetesSettings(Strict):
                                               "checkpoints and outputs live on.")
     on_stop: Literal["delete", "suspend"] = Field(
         "delete", description="What `smlaunch stop` does: delete the TrainJob (with its pods, ConfigMap and "
-        "Secret), or suspend it (spec.suspend; its objects stay, and `kubectl patch` resumes it from its "
-        "checkpoint). Either way each pod gets SIGTERM and the grace period to save a checkpoint.")
+        "Secret), or suspend it (spec.suspend, or its Kueue Workload's spec.active where it is queued; its objects "
+        "stay, and `kubectl patch` resumes it from its checkpoint). Either way each pod gets SIGTERM and the "
+        "grace period to save a checkpoint.")
 
     # The patterns above, for the keys and items a Field's pattern does not reach.
     @field_validator("node_selector")
