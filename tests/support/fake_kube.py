@@ -1,10 +1,12 @@
 """A Kubernetes API server on 127.0.0.1 that speaks enough of the REST protocol for the official
 `kubernetes` client to drive smlaunch's Kubernetes backend: create, get, list (label selectors), watch
-(a chunked stream of events) and delete of Secrets, ConfigMaps and Kubeflow Trainer's TrainJobs; pods
-listed by label; a pod's log read or followed (a chunked stream that ends when the container does).
+(a chunked stream of events) and delete of Secrets, ConfigMaps, Kubeflow Trainer's TrainJobs and
+SageMaker HyperPod's HyperPodPyTorchJobs; pods listed by label; a pod's log read or followed (a chunked
+stream that ends when the container does).
 
-No controller runs: a test plays Kubeflow Trainer, JobSet and Kueue by setting a TrainJob's conditions
-and adding the pods with their logs (`FakeKube.set_conditions`, `add_pod`, `log`, `end_pod`).
+No controller runs: a test plays Kubeflow Trainer, JobSet, HyperPod's training operator and Kueue by
+setting a job's conditions and adding the pods with their logs (`FakeKube.set_conditions`, `add_pod`,
+`log`, `end_pod`), labelled as each controller labels them.
 
 Why not a package: of PyPI's Kubernetes mock servers, kmock (0.8, alpha) serves through aiohttp in
 an event loop its pytest plugin owns, and mockernetes patches the client instead of serving HTTP; the
@@ -25,7 +27,9 @@ from urllib.parse import parse_qs, urlparse
 
 COLLECTION = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+/[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
                         r"(?:/(?P<name>[^/]+))?(?P<log>/log)?$")
-KINDS = {"secrets": "Secret", "configmaps": "ConfigMap", "pods": "Pod", "trainjobs": "TrainJob"}
+KINDS = {"secrets": "Secret", "configmaps": "ConfigMap", "pods": "Pod", "trainjobs": "TrainJob",
+         "hyperpodpytorchjobs": "HyperPodPyTorchJob"}
+JOBS = ("trainjobs", "hyperpodpytorchjobs")
 
 
 @dataclass
@@ -79,23 +83,32 @@ class FakeKube:
     def get(self, plural: str, namespace: str, name: str) -> dict | None:
         return self.objects.get((plural, namespace, name))
 
+    def job_plural(self, namespace: str, name: str) -> str:
+        """The plural (trainjobs, hyperpodpytorchjobs) of the job `name`."""
+        return next(p for p in JOBS if (p, namespace, name) in self.objects)
+
     def set_conditions(self, namespace: str, name: str, *conditions: tuple[str, str, str]) -> None:
-        """The TrainJob's conditions, each (type, reason, message) with status True."""
-        job = self.objects[("trainjobs", namespace, name)]
+        """The job's conditions, each (type, reason, message) with status True, a second apart in order."""
+        plural = self.job_plural(namespace, name)
+        job = self.objects[(plural, namespace, name)]
         job["status"] = {"conditions": [{"type": t, "status": "True", "reason": r, "message": m,
-                                         "lastTransitionTime": "2026-11-27T12:00:00Z"} for t, r, m in conditions]}
-        self._event("trainjobs", "MODIFIED", job)
+                                         "lastTransitionTime": f"2026-11-27T12:00:{i:02d}Z"}
+                                        for i, (t, r, m) in enumerate(conditions)]}
+        self._event(plural, "MODIFIED", job)
 
     def add_pod(self, namespace: str, job: str, index: int, phase: str = "Running", started: bool = True,
                 exit_code: int | None = None, reason: str | None = None) -> str:
-        """A pod of the job's JobSet at node rank `index`; its name."""
+        """A pod of the job at node rank `index`, labelled as its controller labels it (a TrainJob's
+        JobSet: its name and completion index; HyperPod's operator: HPJob, as AWS's SDK selects them);
+        its name."""
         name = f"{job}-node-0-{index}-{uuid.uuid4().hex[:5]}"
+        labels = ({"HPJob": job} if self.job_plural(namespace, job) == "hyperpodpytorchjobs" else
+                  {"jobset.sigs.k8s.io/jobset-name": job, "batch.kubernetes.io/job-completion-index": str(index)})
         ended = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error")}
         state = ({"terminated": ended} if exit_code is not None else {"running": {}} if started
                  else {"waiting": {"reason": "PodInitializing"}})
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
-            "labels": {"jobset.sigs.k8s.io/jobset-name": job, "batch.kubernetes.io/job-completion-index": str(index)}},
+            "name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "labels": labels},
             "spec": {"containers": [{"name": "node", "image": "smlaunch"}]},
             "status": {"phase": phase, "containerStatuses": [{"name": "node", "ready": phase == "Running",
                                                               "restartCount": 0, "image": "smlaunch",
