@@ -53,6 +53,8 @@ def main() -> int:
         print(f"[smlaunch] this pod cannot become a host of the job: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     os.environ.pop(pod_config.SECRET_HYPERPARAMETERS_ENV, None)  # in hyperparameters.json now, as on SageMaker
+    for name in pod_config.launcher_variables(os.environ):  # hyperpodrun's, for its worker: read above
+        del os.environ[name]
     os.environ.update(variables)
     from container.toolkit.bootstrap import train  # after the tree: it imports the catalog
 

@@ -46,6 +46,15 @@ WORKER_MASTER_ADDR_ENV = "MASTER_ADDR"  # the rank-0 pod's address, from the ope
 WORKER_MASTER_PORT_ENV = "MASTER_PORT"
 
 
+# All of torch elastic's worker variables hyperpodrun gives its worker (hyperpod_elastic_agent's
+# HyperPodElasticAgent._start_workers): read once for the pod's place, then not the bootstrap's to see.
+# A script the bootstrap runs without torchrun would otherwise take the pod for a rank of a world of pods.
+WORKER_VARIABLES = ("LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+                    "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "JOB_RESTART_COUNT",
+                    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                    "TORCHELASTIC_USE_AGENT_STORE")
+
+
 class PodPlace(NamedTuple):
     """Where a pod is in its job: the hosts, its own, and the master torchrun meets at."""
 
@@ -67,6 +76,11 @@ def pod_hosts(env: Mapping[str, str]) -> tuple[list[str], str]:
     """(hosts, this pod's host) from the launcher's variables; PodEnvError naming the variable."""
     place = pod_place(env)
     return place.hosts, place.host
+
+
+def launcher_variables(env: Mapping[str, str]) -> list[str]:
+    """The variables in `env` that the pod's launcher set for its worker, and the bootstrap must not see."""
+    return [name for name in WORKER_VARIABLES if name in env] if env.get(LAUNCHER_ENV) == HYPERPODRUN else []
 
 
 def pod_place(env: Mapping[str, str]) -> PodPlace:

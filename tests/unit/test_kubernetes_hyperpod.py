@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import os
 
 import pytest
 from pydantic import ValidationError
@@ -172,3 +173,24 @@ def test_a_pod_of_several_needs_the_agents_master(tmp_path):
     worker = {k: v for k, v in {**env, **WORKER, "GROUP_RANK": "0"}.items() if k != "MASTER_ADDR"}
     with pytest.raises(PodEnvError, match="no master address"):
         prepare_host(worker)
+
+
+def test_the_bootstrap_sees_a_pods_environment_not_the_agents_worker(tmp_path, monkeypatch):
+    """hyperpodrun's worker variables are read for the pod's place, then removed: the bootstrap (and a
+    script it runs without torchrun) would otherwise take the pod for rank GROUP_RANK of a world of pods."""
+    from container.toolkit import bootstrap, pod
+
+    env, _ = _kubelet(tmp_path, {"model_preset": "llama3-tiny"})
+    worker = {k: v for k, v in env.items() if not k.startswith("PET_")} | WORKER | {
+        "GROUP_RANK": "1", "TORCHELASTIC_RUN_ID": "none", "HYPERPOD_SIGNAL_COORDINATION": "disabled"}
+    for name in [n for n in os.environ if n.startswith(("PET_", "SMLAUNCH_", "SM_"))]:
+        monkeypatch.delenv(name)
+    for name, value in worker.items():
+        monkeypatch.setenv(name, value)
+    seen = {}
+    monkeypatch.setattr(bootstrap, "train", lambda base: seen.update(os.environ) or 0)
+    assert pod.main() == 0
+    assert not {"RANK", "WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"} & set(seen)
+    # the control: what the bootstrap needs is there, the master as smlaunch's own variable
+    assert (seen["SMLAUNCH_MASTER_ADDR"], seen["SMLAUNCH_MASTER_PORT"]) == ("10.1.2.3", "23456")
+    assert seen["SAGEMAKER_BASE_DIR"].endswith("/hosts/algo-2") and seen["HYPERPOD_SIGNAL_COORDINATION"] == "disabled"
