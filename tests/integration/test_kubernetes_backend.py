@@ -131,6 +131,23 @@ def test_a_queued_job_is_pending_with_kueues_reason(kube, tmp_path):
     assert (running["TrainingJobStatus"], running["SecondaryStatus"]) == ("InProgress", "Training")
 
 
+def test_a_hyperpod_job_held_by_kueue_is_pending_then_training(kube, tmp_path):
+    """Kueue holds a HyperPodPyTorchJob by its spec.runPolicy.suspend until its queue admits it; the
+    operator's newest condition, whatever its type, is quoted while it runs."""
+    _submitted(tmp_path, kind="HyperPodPyTorchJob")
+    assert _status()["SecondaryStatus"] == "Starting"  # the control: not held, no pod yet
+    job = kube.get("hyperpodpytorchjobs", NS, "k-1")
+    job["spec"]["runPolicy"]["suspend"] = True  # as Kueue sets it
+    queued = _status()
+    assert (queued["TrainingJobStatus"], queued["SecondaryStatus"]) == ("InProgress", "Pending")
+    assert "spec.runPolicy.suspend" in queued["StatusMessage"]
+    job["spec"]["runPolicy"]["suspend"] = False  # admitted
+    kube.set_conditions(NS, "k-1", ("Created", "JobCreated", "created"), ("Running", "PodsRunning", "2 pods up"))
+    kube.add_pod(NS, "k-1", 0)
+    running = _status()
+    assert running["SecondaryStatus"] == "Training" and "Running: PodsRunning: 2 pods up" in running["StatusMessage"]
+
+
 def test_a_failed_pod_fails_the_job_with_its_reason(kube, tmp_path, kind):
     _submitted(tmp_path, "k-1", kind=kind)
     _submitted(tmp_path, "k-2", kind=kind)
