@@ -65,6 +65,18 @@ $(SDK3_STAMP): $(SDK3_LOCK) | $(UV)
 	$(UV_PIP) install --quiet --no-deps --require-hashes --compile-bytecode --python $(SDK3_VENV)/bin/python -r $(SDK3_LOCK)
 	touch $@
 
+# The HyperPodPyTorchJob's published models (requirements/hyperpod-ref.txt): sagemaker-hyperpod's
+# wheel alone (--no-deps), unpacked into a directory that tests/support/hyperpod_reference.py loads
+# the one pydantic module from, by its path, with this venv's pydantic.
+HYPERPOD_REF   ?= build/hyperpod-ref
+HYPERPOD_STAMP := $(HYPERPOD_REF)/.installed
+
+$(HYPERPOD_STAMP): requirements/hyperpod-ref.txt | $(UV)
+	rm -rf $(HYPERPOD_REF)
+	$(UV_PIP) install --quiet --no-deps --require-hashes --no-compile --target $(HYPERPOD_REF) \
+		-r requirements/hyperpod-ref.txt
+	touch $@
+
 # The locks, for Python 3.11 on x86_64 Linux with glibc >= 2.28 (the CPU torch wheel's platform,
 # and the image's) whatever machine runs `make lock`. torch is pinned to TORCH for the resolution
 # and left out of the file; a CUDA package in it means torch resolved to a CUDA build (give pip
@@ -86,7 +98,7 @@ lock: | $(UV)
 		'# from requirements/sdk3-pins.in (without dependencies) and requirements/sdk3-deps.in.'; \
 		cat build/lock/sdk3-pins.txt build/lock/sdk3-deps.txt; } > $(SDK3_LOCK)
 
-install: $(STAMP) $(SDK3_STAMP)
+install: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 
 # The training image (container/Dockerfile), built by podman or Docker from local material: a
 # Debian base from Debian's packages with this venv's wheels, nothing pulled from a registry
@@ -101,7 +113,7 @@ image: $(STAMP)
 
 # The docker runner's real-engine tests run against TEST_IMAGE; they skip (saying why) only
 # where no engine could be installed. A failed image build fails the target.
-test: $(STAMP) $(SDK3_STAMP)
+test: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@scripts/install-slurm.sh
 	@scripts/install-podman.sh
 	@mkdir -p build/image && scripts/build-image.sh --if-engine --tag $(TEST_IMAGE) >build/image/test-build.log 2>&1 \

@@ -1,12 +1,14 @@
 """`python -m container pod`: a Kubernetes pod of a smlaunch TrainJob becomes one SageMaker host.
 
 Kubeflow Trainer's torch runtime starts the same command in every pod of the TrainJob's JobSet and
-tells each which node it is (launcher.wire.pod_config). This entry writes that host's /opt/ml tree
+tells each which node it is; in a HyperPodPyTorchJob, HyperPod's elastic agent (hyperpodrun) starts
+it as its one worker and tells it the same (launcher.wire.pod_config). This entry writes that host's /opt/ml tree
 (launcher.wire.opt_ml.write_opt_ml, as the local runners write each simulated host's) on the job's
 storage, `<job_dir>/hosts/<host>`, from the ConfigMap the client rendered, then runs the bootstrap
 in this process, as `python -m container train` does: hosts, current host, hyperparameters,
 channels and the shared checkpoint directory are the ones SageMaker, local mode and Slurm give.
-torchrun meets at the runtime's master (the first pod, through the JobSet's headless service).
+torchrun meets at the launcher's master (the first pod, through the JobSet's headless service; the
+rank-0 pod the HyperPod operator names).
 """
 
 # Imports inside functions: the bootstrap (and the catalog it imports) loads after the tree is written.
@@ -23,7 +25,8 @@ from launcher.wire.opt_ml import write_opt_ml
 
 def prepare_host(env: dict[str, str]) -> tuple[Path, dict[str, str]]:
     """Write this pod's /opt/ml tree; (its base directory, the variables the bootstrap then needs)."""
-    hosts, host = pod_config.pod_hosts(env)
+    place = pod_config.pod_place(env)
+    hosts, host = place.hosts, place.host
     config_dir = Path(env.get(pod_config.CONFIG_DIR_ENV, pod_config.CONFIG_DIR))
     config = json.loads((config_dir / pod_config.CONFIG_FILE).read_text(encoding="utf-8"))
     hyperparameters = dict(config["hyperparameters"])
@@ -35,9 +38,11 @@ def prepare_host(env: dict[str, str]) -> tuple[Path, dict[str, str]]:
                  channels={name: Path(path) for name, path in config["channels"].items()},
                  distributions=config["distributions"])
     variables = {"SAGEMAKER_BASE_DIR": str(base), "SMLAUNCH_CHECKPOINT_DIR": config["checkpoint_dir"]}
-    if len(hosts) > 1:  # torchrun's static rendezvous at the runtime's master, not at "algo-1"
-        variables["SMLAUNCH_MASTER_ADDR"] = env[pod_config.MASTER_ADDR_ENV]
-        variables["SMLAUNCH_MASTER_PORT"] = env[pod_config.MASTER_PORT_ENV]
+    if len(hosts) > 1:  # torchrun's static rendezvous at the launcher's master, not at "algo-1"
+        if not (place.master_addr and place.master_port):
+            raise pod_config.PodEnvError("the pod's launcher named no master address and port for a job of "
+                                         f"{len(hosts)} pods")
+        variables["SMLAUNCH_MASTER_ADDR"], variables["SMLAUNCH_MASTER_PORT"] = place.master_addr, place.master_port
     return base, variables
 
 
@@ -48,6 +53,8 @@ def main() -> int:
         print(f"[smlaunch] this pod cannot become a host of the job: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     os.environ.pop(pod_config.SECRET_HYPERPARAMETERS_ENV, None)  # in hyperparameters.json now, as on SageMaker
+    for name in pod_config.launcher_variables(os.environ):  # hyperpodrun's, for its worker: read above
+        del os.environ[name]
     os.environ.update(variables)
     from container.toolkit.bootstrap import train  # after the tree: it imports the catalog
 

@@ -1,7 +1,8 @@
-"""Kubernetes jobs: a Kubeflow Trainer v2 TrainJob, created with the official `kubernetes` client
-beside the job's ConfigMap (its pods' configuration and code) and Secret (launcher.kubernetes.manifest).
+"""Kubernetes jobs: a Kubeflow Trainer v2 TrainJob (launcher.kubernetes.manifest) or a SageMaker
+HyperPod HyperPodPyTorchJob (launcher.kubernetes.hyperpod), as `kubernetes.kind` says, created with
+the official `kubernetes` client beside the job's ConfigMap (its pods' configuration and code) and Secret.
 
-The cluster says how the job is doing (the TrainJob's conditions, its pods and their logs); smlaunch's
+The cluster says how the job is doing (the job's conditions, its pods and their logs); smlaunch's
 job store keeps a small record of each job submitted from here (the cluster, namespace and name it
 was created with, and how it ended once it has), so `status`, `logs`, `stop` and `list` find it by
 name as they find a Slurm job. docs/kubernetes.md has the details.
@@ -27,6 +28,8 @@ from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.kubernetes import cluster, kueue
+from launcher.kubernetes.hyperpod import hyperpod_job
+from launcher.kubernetes.kinds import HYPERPOD_JOB, JobKind, kind_named
 from launcher.kubernetes.manifest import (
     config_map_name,
     env_secret,
@@ -57,7 +60,7 @@ class KubernetesBackend:
 
     # --- submitting ----------------------------------------------------------------------
     def _render(self, job: ValidatedJob, job_name: str | None) -> tuple[str, KubernetesSettings, list[dict], int]:
-        """(name, settings, [Secret?, ConfigMap, TrainJob], code archive bytes); nothing is sent."""
+        """(name, settings, [Secret?, ConfigMap, the job], code archive bytes); nothing is sent."""
         from launcher.backends.sourcedir import build_job_sourcedir  # only to submit: CLI start-up
 
         cfg = job.config
@@ -67,14 +70,15 @@ class KubernetesBackend:
         settings = cfg.kubernetes or KubernetesSettings()
         name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
         if not re.fullmatch(DNS_LABEL_NAME, name):  # SageMaker's names may hold capitals; Kubernetes' may not
-            raise ConfigError([Issue("job_name", name, "is not a name Kubernetes gives a TrainJob: lower-case "
+            raise ConfigError([Issue("job_name", name, f"is not a name Kubernetes gives a {settings.kind}: lower-case "
                                      "letters, digits and '-', starting with a letter, at most 63 characters",
                                      "set --job-name, or base_job_name, to such a name")])
         with tempfile.TemporaryDirectory() as tmp:
             bundle = build_job_sourcedir(job, Path(tmp) / "sourcedir.tar.gz")
             archive = bundle.path.read_bytes()
+        render = hyperpod_job if settings.kind == HYPERPOD_JOB.name else train_job
         objects = [env_secret(job, name, settings), pod_config_map(job, name, settings, archive),
-                   train_job(job, name, settings)]
+                   render(job, name, settings)]
         return name, settings, [o for o in objects if o is not None], len(archive)
 
     def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> ManifestDryRun:
@@ -90,8 +94,8 @@ class KubernetesBackend:
         return ManifestDryRun(self.name, {"KubernetesJob": {"TrainingJobName": name, "Manifests": shown}}, text=text)
 
     def submit(self, job: ValidatedJob, job_name: str | None = None, *, detach: bool = False) -> str:
-        """Create the Secret, the ConfigMap and the TrainJob; the job runs in the cluster whether or not
-        it is followed. A TrainJob the cluster refuses leaves neither of the others behind."""
+        """Create the Secret, the ConfigMap and the job; the job runs in the cluster whether or not it is
+        followed. A job the cluster refuses leaves neither of the others behind."""
         name, settings, objects, _ = self._render(job, job_name)
         directory = store.job_dir(name, self.root)
         if directory.exists():
@@ -110,10 +114,10 @@ class KubernetesBackend:
             "TrainingJobName": name, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting",
             "CreationTime": store.now(), "Backend": self.name,
             "ResourceConfig": {"InstanceType": job.config.instance_type, "InstanceCount": job.config.instance_count},
-            "Kubernetes": {"namespace": settings.namespace, "context": settings.context,
+            "Kubernetes": {"kind": settings.kind, "namespace": settings.namespace, "context": settings.context,
                            "kubeconfig": settings.kubeconfig, "on_stop": settings.on_stop},
             "JobFiles": f"{job_dir(job, name, settings)} on the claim {settings.storage.pvc}"})
-        self.print(f"created TrainJob {settings.namespace}/{name} (with ConfigMap {config_map_name(name)}"
+        self.print(f"created {settings.kind} {settings.namespace}/{name} (with ConfigMap {config_map_name(name)}"
                    + (f" and Secret {env_secret_name(name)}" if objects[0]["kind"] == "Secret" else "") + ")")
         return name
 
@@ -136,23 +140,24 @@ class KubernetesBackend:
                                f"use {store.backend_of(record)}:{name}")
         return record
 
-    def _where(self, record: dict) -> tuple[Any, str]:
+    def _where(self, record: dict) -> tuple[Any, str, JobKind]:
         where = record["Kubernetes"]
-        return cluster.connect(where.get("kubeconfig"), where.get("context")), where["namespace"]
+        return (cluster.connect(where.get("kubeconfig"), where.get("context")), where["namespace"],
+                kind_named(where.get("kind")))
 
     def describe(self, name: str) -> dict:
         """The record with what the cluster says now; an ended job's outcome is recorded once."""
         record = self._record(name)
         if record["TrainingJobStatus"] in TERMINAL_STATUSES:
             return record
-        api, namespace = self._where(record)
-        found = cluster.get_train_job(api, namespace, name)
+        api, namespace, kind = self._where(record)
+        found = cluster.get_job(api, kind, namespace, name)
         if found is None:
             status = {"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed",
-                      "FailureReason": f"the TrainJob {namespace}/{name} is gone from the cluster (deleted "
+                      "FailureReason": f"the {kind.name} {namespace}/{name} is gone from the cluster (deleted "
                                        "without smlaunch)"}
         else:
-            status = job_status(found, cluster.list_pods(api, namespace, name))
+            status = job_status(found, cluster.list_pods(api, kind, namespace, name), kind)
             if status["SecondaryStatus"] == "Pending" and (why := kueue.why_queued(api, namespace, found)):
                 status["StatusMessage"] += f"; {why}"
         if status["TrainingJobStatus"] in TERMINAL_STATUSES:
@@ -163,8 +168,8 @@ class KubernetesBackend:
         if logs:
             return self._completed(name, self._follow_logs(name, poll))
         while (record := self.describe(name))["TrainingJobStatus"] not in TERMINAL_STATUSES:
-            api, namespace = self._where(record)
-            cluster.wait_for_change(api, namespace, name, poll)
+            api, namespace, kind = self._where(record)
+            cluster.wait_for_change(api, kind, namespace, name, poll)
         return self._completed(name, record)
 
     def _completed(self, name: str, record: dict) -> dict:
@@ -179,20 +184,20 @@ class KubernetesBackend:
         if follow:
             self._completed(name, self._follow_logs(name, poll))
             return
-        api, namespace = self._where(self._record(name))
-        for host, pod in _hosts(cluster.list_pods(api, namespace, name)):
+        api, namespace, kind = self._where(self._record(name))
+        for host, pod in _hosts(cluster.list_pods(api, kind, namespace, name)):
             for line in cluster.pod_log(api, namespace, pod).splitlines():
                 self.print(f"{host} | {printable(line)}")
 
     def _follow_logs(self, name: str, poll: float) -> dict:
         """Stream each pod's log from a thread of its own (pods appear as the job starts), print the
         lines here as they come, and return the record once the job has ended and the streams closed."""
-        api, namespace = self._where(self._record(name))
+        api, namespace, kind = self._where(self._record(name))
         lines: queue.Queue[str] = queue.Queue()
         streams: dict[str, threading.Thread] = {}
         while True:
             record = self.describe(name)
-            for host, pod in _hosts(cluster.list_pods(api, namespace, name)):
+            for host, pod in _hosts(cluster.list_pods(api, kind, namespace, name)):
                 if pod not in streams:
                     streams[pod] = threading.Thread(target=_stream, args=(api, namespace, pod, host, lines),
                                                     daemon=True)
@@ -211,8 +216,8 @@ class KubernetesBackend:
                 return record
 
     def stop(self, name: str) -> None:
-        """Delete the TrainJob (foreground: its JobSet and pods with it), then its ConfigMap and Secret;
-        or, with kubernetes.on_stop: suspend, suspend it (through its Kueue Workload where Kueue queues it:
+        """Delete the job (foreground: its pods with it), then its ConfigMap and Secret; or, with
+        kubernetes.on_stop: suspend, suspend it (through its Kueue Workload where Kueue queues it:
         launcher.kubernetes.kueue) and keep them. Either way each pod gets SIGTERM
         and the grace period the manifest gives it (launcher.kubernetes.manifest.GRACE_PERIOD_S), in
         which the bootstrap stops torchrun and the ranks save a checkpoint, as on SageMaker. The job is
@@ -220,13 +225,13 @@ class KubernetesBackend:
         record = self.describe(name)
         if record["TrainingJobStatus"] in TERMINAL_STATUSES:
             raise BackendError(f"kubernetes job {name} has already ended ({record['TrainingJobStatus']})")
-        api, namespace = self._where(record)
+        api, namespace, kind = self._where(record)
         if record["Kubernetes"].get("on_stop") == "suspend":
-            how = kueue.suspend(api, namespace, name)  # spec.suspend, or its Workload's where Kueue queues it
+            how = kueue.suspend(api, kind, namespace, name)  # its spec, or its Workload where Kueue queues it
         else:
-            for kind, obj in (("TrainJob", name), ("ConfigMap", config_map_name(name)),
+            for what, obj in ((kind.name, name), ("ConfigMap", config_map_name(name)),
                               ("Secret", env_secret_name(name))):
-                cluster.delete(api, kind, namespace, obj)
+                cluster.delete(api, what, namespace, obj)
             how = "deleted by smlaunch stop"
         store.update(store.job_dir(name, self.root), outcome=True, TrainingJobStatus="Stopped",
                      SecondaryStatus="Stopped", StatusMessage=how, TrainingEndTime=store.now())

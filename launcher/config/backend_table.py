@@ -64,8 +64,10 @@ BACKENDS = (
         settings_description="backend: kubernetes: namespace, Kueue queue, storage claim, ... (docs/kubernetes.md)",
         rules="launcher.config.backends.kubernetes:check_kubernetes",
         restarts="the bootstrap in each pod restarts torchrun on every pod together after a fault (a failed, "
-                 "killed, hung or frozen rank); a lost pod or node is the TrainJob's JobSet's (its failure "
-                 "policy), not smlaunch's; each restart resumes from the newest verified checkpoint"),
+                 "killed, hung or frozen rank); a lost pod or node is not smlaunch's: a TrainJob's JobSet's "
+                 "(its failure policy), and ends a HyperPodPyTorchJob, whose operator's retries smlaunch turns "
+                 "off (runPolicy.jobMaxRetryCount 0) so as not to restart the restarts; each restart resumes from "
+                 "the newest verified checkpoint"),
 )
 
 

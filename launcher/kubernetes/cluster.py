@@ -1,7 +1,8 @@
 """The calls the Kubernetes backend makes, through the official `kubernetes` client: connect (a
 kubeconfig's context, or the pod's service account), create and delete the job's objects, read its
-TrainJob and pods, and read or follow a pod's log. Objects go and come as plain dicts, in the API's
-own (camelCase) shape, so what is created is exactly what launcher.kubernetes.manifest rendered.
+job and pods, and read or follow a pod's log. Objects go and come as plain dicts, in the API's
+own (camelCase) shape, so what is created is exactly what launcher.kubernetes.manifest (or .hyperpod)
+rendered. The job itself is a custom object of its kind (launcher.kubernetes.kinds).
 
 The client is an optional dependency (`pip install 'smlaunch[kubernetes]'`), imported inside these
 functions: the CLI's start-up never loads it, and a machine without it fails here with that fix.
@@ -18,15 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from launcher.backends.base import BackendError
-from launcher.kubernetes.manifest import API_VERSION, TRAINER
+from launcher.kubernetes.kinds import KINDS, TRAINER, JobKind
 
-GROUP, VERSION = API_VERSION.split("/")
-PLURAL = "trainjobs"
-# JobSet labels every pod of its jobs with its name (the TrainJob's) and its replicated job's
-# (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go labelAndAnnotateObject); the
-# trainer pods are the replicated job `node` (an initializer's pods are not hosts).
-JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 _CORE = {"Secret": "secret", "ConfigMap": "config_map"}  # CoreV1Api's name for each kind the backend makes
 
 
@@ -81,9 +75,9 @@ def _refused(exc: Any, what: str) -> BackendError:
         message = json.loads(exc.body).get("message", exc.reason)
     except (TypeError, ValueError, AttributeError):
         message = exc.reason
-    if exc.status == 404 and "TrainJob" in what:
-        return BackendError(f"{what}: the cluster has no TrainJob resource ({message}): install Kubeflow Trainer "
-                            "v2 (docs/kubernetes.md)")
+    kind = next((k for k in KINDS.values() if f" {k.name} " in f" {what} "), None)
+    if exc.status == 404 and kind is not None:
+        return BackendError(f"{what}: the cluster has no {kind.name} resource ({message}): {kind.installs}")
     if exc.status == 409:
         return BackendError(f"{what}: {message}: choose another job name")
     return BackendError(f"{what}: the API server answered {exc.status} {exc.reason}: {message}")
@@ -96,8 +90,9 @@ def create(api: Any, obj: dict) -> None:
     core, custom = _apis(api)
     namespace, kind = obj["metadata"]["namespace"], obj["kind"]
     try:
-        if kind == "TrainJob":
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, obj)
+        if kind in KINDS:
+            custom.create_namespaced_custom_object(KINDS[kind].group, KINDS[kind].version, namespace,
+                                                   KINDS[kind].plural, obj)
         else:
             getattr(core, f"create_namespaced_{_CORE[kind]}")(namespace, obj)
     except ApiException as exc:
@@ -106,15 +101,15 @@ def create(api: Any, obj: dict) -> None:
 
 @_reaching
 def delete(api: Any, kind: str, namespace: str, name: str) -> None:
-    """Delete one object; one already gone is no error. A TrainJob goes in the foreground: its JobSet
-    and pods are deleted with it, each pod with SIGTERM and its grace period."""
+    """Delete one object; one already gone is no error. A job goes in the foreground: its pods (a
+    TrainJob's through its JobSet) are deleted with it, each pod with SIGTERM and its grace period."""
     from kubernetes.client.exceptions import ApiException
 
     core, custom = _apis(api)
     try:
-        if kind == "TrainJob":
-            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                   propagation_policy="Foreground")
+        if kind in KINDS:
+            custom.delete_namespaced_custom_object(KINDS[kind].group, KINDS[kind].version, namespace,
+                                                   KINDS[kind].plural, name, propagation_policy="Foreground")
         else:
             getattr(core, f"delete_namespaced_{_CORE[kind]}")(name, namespace)
     except ApiException as exc:
@@ -123,61 +118,60 @@ def delete(api: Any, kind: str, namespace: str, name: str) -> None:
 
 
 @_reaching
-def suspend(api: Any, namespace: str, name: str) -> None:
-    """Set the TrainJob's spec.suspend: the runtime deletes its pods (SIGTERM and their grace period) and
-    keeps the TrainJob, which resumes when spec.suspend is set back to false."""
+def suspend(api: Any, kind: JobKind, namespace: str, name: str) -> None:
+    """Suspend the job (kind.suspension): its controller deletes its pods (SIGTERM and their grace period)
+    and keeps the job, which resumes when the field is set back to false."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        _apis(api)[1].patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                     {"spec": {"suspend": True}})
+        _apis(api)[1].patch_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name,
+                                                     kind.suspension(True))
     except ApiException as exc:
-        raise _refused(exc, f"suspending TrainJob {namespace}/{name}") from None
+        raise _refused(exc, f"suspending {kind.name} {namespace}/{name}") from None
 
 
 @_reaching
-def get_train_job(api: Any, namespace: str, name: str) -> dict | None:
+def get_job(api: Any, kind: JobKind, namespace: str, name: str) -> dict | None:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return _apis(api)[1].get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        return _apis(api)[1].get_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name)
     except ApiException as exc:
         if exc.status == 404:
             return None
-        raise _refused(exc, f"reading TrainJob {namespace}/{name}") from None
+        raise _refused(exc, f"reading {kind.name} {namespace}/{name}") from None
 
 
 @_reaching
-def wait_for_change(api: Any, namespace: str, name: str, timeout_s: float) -> None:
-    """Return when the TrainJob changes (a watch event: its conditions, its deletion) or after
+def wait_for_change(api: Any, kind: JobKind, namespace: str, name: str, timeout_s: float) -> None:
+    """Return when the job changes (a watch event: its conditions, its deletion) or after
     `timeout_s`: a follower polls no more often than the job changes, and hears of a change at once."""
     from kubernetes import watch
     from kubernetes.client.exceptions import ApiException
 
     custom = _apis(api)[1]
-    found = get_train_job(api, namespace, name)
+    found = get_job(api, kind, namespace, name)
     if found is None:
         return
     stream = watch.Watch()
     try:
-        for _ in stream.stream(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
+        for _ in stream.stream(custom.list_namespaced_custom_object, kind.group, kind.version, namespace, kind.plural,
                                field_selector=f"metadata.name={name}", timeout_seconds=max(int(timeout_s), 1),
                                resource_version=found["metadata"].get("resourceVersion")):
             return
     except ApiException as exc:
         if exc.status != 410:  # 410 Gone: the version is too old to watch from; the caller asks again
-            raise _refused(exc, f"watching TrainJob {namespace}/{name}") from None
+            raise _refused(exc, f"watching {kind.name} {namespace}/{name}") from None
     finally:
         stream.stop()
 
 
 @_reaching
-def list_pods(api: Any, namespace: str, name: str) -> list[dict]:
+def list_pods(api: Any, kind: JobKind, namespace: str, name: str) -> list[dict]:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        pods = _apis(api)[0].list_namespaced_pod(
-            namespace, label_selector=f"{JOBSET_LABEL}={name},{REPLICATED_JOB_LABEL}={TRAINER}")
+        pods = _apis(api)[0].list_namespaced_pod(namespace, label_selector=kind.pod_selector(name))
     except ApiException as exc:
         raise _refused(exc, f"listing the pods of {namespace}/{name}") from None
     return api.sanitize_for_serialization(pods).get("items", [])

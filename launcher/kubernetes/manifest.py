@@ -28,6 +28,7 @@ from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.restarts import restart_environment
 from launcher.config.sent_hyperparameters import job_hyperparameters
+from launcher.kubernetes.kinds import TRAIN_JOB, TRAINER
 from launcher.wire import hyperparameters as wire
 from launcher.wire import pod_config
 from launcher.wire.masking import is_secret_name
@@ -35,9 +36,7 @@ from launcher.wire.masking import is_secret_name
 if TYPE_CHECKING:
     from launcher.config.validate import ValidatedJob
 
-API_VERSION = "trainer.kubeflow.org/v1alpha1"
 RUNTIME_REF = {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime"}
-TRAINER = "node"  # the replicated job, and its container, that Kubeflow's torch runtimes train in
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "smlaunch"}
@@ -107,19 +106,21 @@ def pod_config_map(job: ValidatedJob, name: str, settings: KubernetesSettings, a
 
 
 def train_job(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict:
-    """The TrainJob that runs `job` as `name`; BackendError for a kind it cannot render."""
-    if settings.kind != "TrainJob":
-        raise BackendError(f"kubernetes.kind {settings.kind} is not rendered yet: smlaunch renders Kubeflow "
-                           "Trainer's TrainJob; remove kind")
-    labels = {**MANAGED_BY, **({QUEUE_LABEL: settings.queue} if settings.queue else {}),
-              **({PRIORITY_LABEL: settings.priority_class} if settings.priority_class else {})}
+    """The TrainJob that runs `job` as `name`."""
+    labels = job_labels(settings)
     spec = {"runtimeRef": {**RUNTIME_REF, "name": settings.runtime_ref},
             "activeDeadlineSeconds": job.config.max_run, "trainer": _trainer(job, name)}
     spec["runtimePatches"] = [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": TRAINER, "template": {"spec": {"template": {
-            "spec": _pod_patch(name, settings)}}}}]}}}}]
-    return {"apiVersion": API_VERSION, "kind": "TrainJob",
+            "spec": pod_spec(name, settings)}}}}]}}}}]
+    return {"apiVersion": TRAIN_JOB.api_version, "kind": TRAIN_JOB.name,
             "metadata": {"name": name, "namespace": settings.namespace, "labels": labels}, "spec": spec}
+
+
+def job_labels(settings: KubernetesSettings) -> dict[str, str]:
+    """smlaunch's label and Kueue's queue and priority labels, as the job (and its pods) carry them."""
+    return {**MANAGED_BY, **({QUEUE_LABEL: settings.queue} if settings.queue else {}),
+            **({PRIORITY_LABEL: settings.priority_class} if settings.priority_class else {})}
 
 
 def _secret_hyperparameters(job: ValidatedJob, name: str) -> dict[str, str]:
@@ -138,7 +139,9 @@ def env_secret(job: ValidatedJob, name: str, settings: KubernetesSettings) -> di
             "metadata": {"name": env_secret_name(name), "namespace": settings.namespace, "labels": dict(MANAGED_BY)}}
 
 
-def _trainer(job: ValidatedJob, name: str) -> dict:
+def pod_env(job: ValidatedJob, name: str) -> list[dict]:
+    """The trainer container's environment: the job's (secret-named values from its Secret), the
+    restart budget, and the Secret's hyperparameters."""
     cfg = job.config
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": env_secret_name(name), "key": k}}}
            if is_secret_name(k) else {"name": k, "value": v}
@@ -146,19 +149,31 @@ def _trainer(job: ValidatedJob, name: str) -> dict:
     if _secret_hyperparameters(job, name):
         env.append({"name": pod_config.SECRET_HYPERPARAMETERS_ENV, "valueFrom": {"secretKeyRef": {
             "name": env_secret_name(name), "key": pod_config.SECRET_HYPERPARAMETERS_KEY}}})
+    return env
+
+
+def gpus_per_node(job: ValidatedJob) -> int:
+    """The GPUs each node asks for (0 for CPU nodes: the cluster's own requests stand)."""
+    return (job.instance.accelerators or 0) if job.instance else 0
+
+
+def _trainer(job: ValidatedJob, name: str) -> dict:
+    cfg = job.config
+    env = pod_env(job, name)
     trainer = {"image": cfg.image_uri, "command": COMMAND, "numNodes": cfg.instance_count,
                "numProcPerNode": job.processes_per_host or 1}
     if env:
         trainer["env"] = env
-    gpus = job.instance.accelerators if job.instance else 0
+    gpus = gpus_per_node(job)
     if gpus:  # a CPU node asks for none: the runtime's own requests stand
         trainer["resourcesPerNode"] = {"limits": {GPU_RESOURCE: str(gpus)}}
     return trainer
 
 
-def _pod_patch(name: str, settings: KubernetesSettings) -> dict:
-    """What the runtime's trainer pods get: the job's ConfigMap and storage claim mounted, a stop's
-    grace period, and what the section asks of the cluster."""
+def pod_spec(name: str, settings: KubernetesSettings) -> dict:
+    """What the job's trainer pods get (a TrainJob's runtime patch; a HyperPodPyTorchJob's pod template):
+    the job's ConfigMap and storage claim mounted, a stop's grace period, and what the section asks of
+    the cluster."""
     pods: dict = {"terminationGracePeriodSeconds": GRACE_PERIOD_S}
     if settings.service_account:
         pods["serviceAccountName"] = settings.service_account

@@ -1,4 +1,5 @@
-"""A TrainJob's state as smlaunch's (DescribeTrainingJob's) statuses, from its conditions and pods.
+"""A job's state (a TrainJob's or a HyperPodPyTorchJob's) as smlaunch's (DescribeTrainingJob's)
+statuses, from its conditions, its spec's suspension and its pods.
 
 Kubeflow Trainer v2.3.0 sets three condition types (kubeflow/trainer v2.3.0,
 pkg/apis/trainer/v1alpha1/trainjob_types.go; pkg/controller/trainjob_controller.go):
@@ -10,9 +11,15 @@ job: <job>)", `ReachedMaxRestarts`), or `Failed` with the Trainer's own `Deadlin
 (activeDeadlineSeconds) or `TrainingRuntimeNotSupported`. A job neither suspended nor ended is
 starting until a pod runs. A failure names the pods that failed and how (exit code, reason), as the
 bootstrap's own failure report is in the pod's log.
+
+HyperPod's CRD documents its conditions' type as "Complete or Failed" (sagemaker-hyperpod 3.12.0, the
+unified config's Conditions.type), beside others its operator sets while the job runs (the newest is
+shown); Kueue holds it by spec.runPolicy.suspend.
 """
 
 from __future__ import annotations
+
+from launcher.kubernetes.kinds import TRAIN_JOB, JobKind
 
 # A pod's index in its Indexed Job, which is the TrainJob's node rank: Kubernetes' Job controller sets
 # the annotation on every pod (PET_NODE_RANK is read from it), and the label of the same name too
@@ -28,9 +35,10 @@ def host_of(pod: dict) -> str:
     return f"algo-{int(index) + 1}" if index.isdigit() else meta["name"]
 
 
-def job_status(train_job: dict, pods: list[dict]) -> dict:
+def job_status(job: dict, pods: list[dict], kind: JobKind = TRAIN_JOB) -> dict:
     """TrainingJobStatus, SecondaryStatus and StatusMessage (FailureReason for a failure)."""
-    true = {c["type"]: c for c in train_job.get("status", {}).get("conditions", []) if c.get("status") == "True"}
+    conditions = [c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
+    true = {c["type"]: c for c in conditions}
     if "Failed" in true:
         reason = _said(true["Failed"])
         failed = _pod_failures(pods)
@@ -39,14 +47,17 @@ def job_status(train_job: dict, pods: list[dict]) -> dict:
     if "Complete" in true:
         return {"TrainingJobStatus": "Completed", "SecondaryStatus": "Completed",
                 "StatusMessage": _said(true["Complete"])}
-    if "Suspended" in true or train_job.get("spec", {}).get("suspend"):  # Kueue's webhook set it before the Trainer
-        said = _said(true["Suspended"]) if "Suspended" in true else "spec.suspend is true"
+    if "Suspended" in true or kind.suspended(job):  # Kueue's webhook may set the spec before the Trainer's condition
+        said = _said(true["Suspended"]) if "Suspended" in true else f"{'.'.join(kind.suspend_field)} is true"
         return {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Pending", "StatusMessage": f"queued: {said}"}
+    newest = max(conditions, key=lambda c: c.get("lastTransitionTime") or "", default=None)
+    said = f" ({newest['type']}: {_said(newest)})" if newest and newest["type"] != "Created" else ""
     running = sum(1 for p in pods if p.get("status", {}).get("phase") == "Running")
     if running:
         return {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Training",
-                "StatusMessage": f"{running} pod(s) running"}
-    return {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting", "StatusMessage": "waiting for the pods"}
+                "StatusMessage": f"{running} pod(s) running{said}"}
+    return {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting",
+            "StatusMessage": f"waiting for the pods{said}"}
 
 
 def _said(condition: dict) -> str:

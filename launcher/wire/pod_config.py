@@ -3,6 +3,13 @@ client renders it into the job's ConfigMap and Secret (launcher.kubernetes.manif
 entry (container.toolkit.pod) writes the host's /opt/ml tree from it and from the variables Kubeflow
 Trainer's torch runtime sets in every pod of the TrainJob's JobSet.
 
+A pod of a HyperPodPyTorchJob (launcher.kubernetes.hyperpod) learns its place differently: HyperPod's
+training operator sets no rank in the pod's environment; it tells the pod's HyperPod elastic agent
+(`hyperpodrun`, the container's command) the node rank, node count and master at its /start call,
+and the agent starts smlaunch's entry as its one worker with torch elastic's worker variables
+(GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT). The manifest says which of the two the pod
+runs under (LAUNCHER_ENV).
+
 The pod's host is `algo-<node rank + 1>` of `algo-1..N`, as SageMaker names a job's hosts, so the
 same hosts, current host and rank reach the bootstrap as on SageMaker, locally and on Slurm.
 """
@@ -10,6 +17,7 @@ same hosts, current host and rank reach the bootstrap as on SageMaker, locally a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 CONFIG_DIR = "/etc/smlaunch"  # where the job's ConfigMap is mounted in each pod
 CONFIG_FILE = "pod.json"  # its key: the job's hosts' shared part (hyperparameters, channels, where /opt/ml goes)
@@ -33,6 +41,37 @@ COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 # The names the torch plugin reserves: a TrainJob whose trainer env sets one is refused by its webhook.
 RESERVED_ENV = (NNODES_ENV, "PET_NPROC_PER_NODE", NODE_RANK_ENV, MASTER_ADDR_ENV, MASTER_PORT_ENV)
 
+# Which launcher the pod's entry runs under: unset, Kubeflow Trainer's torch runtime (the PET_*
+# variables); HYPERPODRUN, a worker of HyperPod's elastic agent (torch elastic's worker variables,
+# as hyperpod_elastic_agent's HyperPodElasticAgent sets them from the operator's /start call).
+LAUNCHER_ENV = "SMLAUNCH_POD_LAUNCHER"
+HYPERPODRUN = "hyperpodrun"
+GROUP_RANK_ENV = "GROUP_RANK"  # the node rank the operator gave the agent
+GROUP_WORLD_SIZE_ENV = "GROUP_WORLD_SIZE"  # the node count
+WORKER_MASTER_ADDR_ENV = "MASTER_ADDR"  # the rank-0 pod's address, from the operator
+WORKER_MASTER_PORT_ENV = "MASTER_PORT"
+# The node count hyperpodrun's rendezvous backend reads from the pod's environment when it starts.
+HYPERPOD_NNODES_ENV = "NNODES"
+HYPERPOD_ENV = (HYPERPOD_NNODES_ENV, LAUNCHER_ENV)  # what a HyperPodPyTorchJob's manifest sets in every pod
+
+
+# All of torch elastic's worker variables hyperpodrun gives its worker (hyperpod_elastic_agent's
+# HyperPodElasticAgent._start_workers): read once for the pod's place, then not the bootstrap's to see.
+# A script the bootstrap runs without torchrun would otherwise take the pod for a rank of a world of pods.
+WORKER_VARIABLES = ("LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+                    "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "JOB_RESTART_COUNT",
+                    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                    "TORCHELASTIC_USE_AGENT_STORE")
+
+
+class PodPlace(NamedTuple):
+    """Where a pod is in its job: the hosts, its own, and the master torchrun meets at."""
+
+    hosts: list[str]
+    host: str
+    master_addr: str | None
+    master_port: str | None
+
 
 class PodEnvError(ValueError):
     """The pod's environment does not say which host of how many it is."""
@@ -43,19 +82,34 @@ def host_name(index: int) -> str:
 
 
 def pod_hosts(env: Mapping[str, str]) -> tuple[list[str], str]:
-    """(hosts, this pod's host) from the runtime's variables; PodEnvError naming the variable."""
-    nodes = _number(env, NNODES_ENV)
-    rank_var = NODE_RANK_ENV if NODE_RANK_ENV in env else COMPLETION_INDEX_ENV
-    rank = _number(env, rank_var)
+    """(hosts, this pod's host) from the launcher's variables; PodEnvError naming the variable."""
+    place = pod_place(env)
+    return place.hosts, place.host
+
+
+def launcher_variables(env: Mapping[str, str]) -> list[str]:
+    """The variables in `env` that the pod's launcher set for its worker, and the bootstrap must not see."""
+    return [name for name in WORKER_VARIABLES if name in env] if env.get(LAUNCHER_ENV) == HYPERPODRUN else []
+
+
+def pod_place(env: Mapping[str, str]) -> PodPlace:
+    """The pod's PodPlace from the variables of the launcher it runs under (LAUNCHER_ENV)."""
+    if env.get(LAUNCHER_ENV) == HYPERPODRUN:
+        names = (GROUP_WORLD_SIZE_ENV, GROUP_RANK_ENV, WORKER_MASTER_ADDR_ENV, WORKER_MASTER_PORT_ENV)
+        where = "as a worker of hyperpodrun (HyperPod's elastic agent) in a HyperPodPyTorchJob, which sets it"
+    else:
+        rank = NODE_RANK_ENV if NODE_RANK_ENV in env else COMPLETION_INDEX_ENV
+        names = (NNODES_ENV, rank, MASTER_ADDR_ENV, MASTER_PORT_ENV)
+        where = "in a TrainJob of Kubeflow Trainer's torch runtime, which sets it"
+    nodes_var, rank_var, addr_var, port_var = names
+    nodes, rank = _number(env, nodes_var, where), _number(env, rank_var, where)
     if nodes < 1 or rank >= nodes:
-        raise PodEnvError(f"{rank_var}={rank} is not a node of {NNODES_ENV}={nodes}: the pod must run in "
-                          "a TrainJob of Kubeflow Trainer's torch runtime, which sets both")
-    return [host_name(i) for i in range(nodes)], host_name(rank)
+        raise PodEnvError(f"{rank_var}={rank} is not a node of {nodes_var}={nodes}: the pod must run {where}")
+    return PodPlace([host_name(i) for i in range(nodes)], host_name(rank), env.get(addr_var), env.get(port_var))
 
 
-def _number(env: Mapping[str, str], name: str) -> int:
+def _number(env: Mapping[str, str], name: str, where: str) -> int:
     value = env.get(name)
     if value is None or not value.isdigit():
-        raise PodEnvError(f"{name}={value!r} is not a whole number: the pod must run in a TrainJob of "
-                          "Kubeflow Trainer's torch runtime, which sets it")
+        raise PodEnvError(f"{name}={value!r} is not a whole number: the pod must run {where}")
     return int(value)

@@ -1,9 +1,10 @@
 """The Kubernetes backend end to end against an API server on 127.0.0.1 (tests/support/fake_kube.py),
 driven by the real `kubernetes` client through the `smlaunch` CLI and the backend: submit creates the
 job's objects as rendered, a queued (Suspended) job reads Pending with its Kueue Workload's reason, a failed pod
-fails the job with its reason, two pods' logs come merged, stop deletes; each with its control.
-What only a real cluster proves (Kubeflow Trainer, JobSet, Kueue, the pods' network) is in
-docs/kubernetes.md."""
+fails the job with its reason, two pods' logs come merged, stop deletes; each with its control. The
+tests that apply to both kinds run for a TrainJob and a HyperPodPyTorchJob (`kind`).
+What only a real cluster proves (Kubeflow Trainer, JobSet, HyperPod's operator, Kueue, the pods'
+network) is in docs/kubernetes.md."""
 
 from __future__ import annotations
 
@@ -18,12 +19,15 @@ from launcher.backends.kubernetes import KubernetesBackend
 from launcher.cli.app import main
 from launcher.config import validate_job
 from launcher.config.backends.kubernetes import KubernetesSettings
+from launcher.kubernetes.hyperpod import hyperpod_job
 from launcher.kubernetes.manifest import env_secret, train_job
 from tests.support.fake_kube import FakeKube
 from tests.support.train_runs import ROOT
 
 NS = "ml"
 IMAGE = "registry.example/smlaunch:1"
+PLURALS = {"TrainJob": "trainjobs", "HyperPodPyTorchJob": "hyperpodpytorchjobs"}
+RENDER = {"TrainJob": train_job, "HyperPodPyTorchJob": hyperpod_job}
 
 
 @pytest.fixture
@@ -34,19 +38,24 @@ def kube(tmp_path, monkeypatch, home):
     server.stop()
 
 
-def _job(secrets: bool = True) -> dict:
+@pytest.fixture(params=list(PLURALS))
+def kind(request) -> str:
+    return request.param
+
+
+def _job(secrets: bool = True, kind: str = "TrainJob") -> dict:
     return {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
            "instance_count": 2, "backend": "kubernetes", "image_uri": IMAGE,
            "hyperparameters": {"model_preset": "llama3-tiny"},
            "distribution": {"torch_distributed": {"enabled": True}},
            "inputs": {"train": "/mnt/smlaunch/data/train"},
            "environment": {"HF_TOKEN": "hf_secretvalue123"} if secrets else {"LOG_LEVEL": "info"},
-           "kubernetes": {"namespace": NS, "queue": "gpu-queue", "storage": {"pvc": "fsx-claim"}}}
+           "kubernetes": {"namespace": NS, "queue": "gpu-queue", "storage": {"pvc": "fsx-claim"}, "kind": kind}}
 
 
-def _job_file(tmp_path, secrets: bool = True):
-    path = tmp_path / ("job.json" if secrets else "plain.json")
-    path.write_text(json.dumps(_job(secrets)))
+def _job_file(tmp_path, secrets: bool = True, kind: str = "TrainJob"):
+    path = tmp_path / f"{'job' if secrets else 'plain'}-{kind}.json"
+    path.write_text(json.dumps(_job(secrets, kind)))
     return path
 
 
@@ -54,19 +63,19 @@ def _cli(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
-def _submitted(tmp_path, name: str = "k-1", secrets: bool = True):
-    result = _cli("submit", str(_job_file(tmp_path, secrets)), "--job-name", name, "--no-wait")
+def _submitted(tmp_path, name: str = "k-1", secrets: bool = True, kind: str = "TrainJob"):
+    result = _cli("submit", str(_job_file(tmp_path, secrets, kind)), "--job-name", name, "--no-wait")
     assert result.exit_code == 0, result.output
     return result
 
 
-def test_submit_creates_the_secret_config_map_and_train_job_as_rendered(kube, tmp_path):
-    result = _submitted(tmp_path)
-    assert "created TrainJob ml/k-1" in result.output
-    job = validate_job(_job())
-    settings = KubernetesSettings(**_job()["kubernetes"])
-    created = kube.get("trainjobs", NS, "k-1")
-    rendered = train_job(job, "k-1", settings)
+def test_submit_creates_the_secret_config_map_and_job_as_rendered(kube, tmp_path, kind):
+    result = _submitted(tmp_path, kind=kind)
+    assert f"created {kind} ml/k-1" in result.output
+    job = validate_job(_job(kind=kind))
+    settings = KubernetesSettings(**_job(kind=kind)["kubernetes"])
+    created = kube.get(PLURALS[kind], NS, "k-1")
+    rendered = RENDER[kind](job, "k-1", settings)
     assert {k: v for k, v in created.items() if k != "metadata"} == {
         k: v for k, v in rendered.items() if k != "metadata"}
     assert created["metadata"]["labels"] == rendered["metadata"]["labels"]
@@ -74,11 +83,12 @@ def test_submit_creates_the_secret_config_map_and_train_job_as_rendered(kube, tm
     pod = json.loads(kube.get("configmaps", NS, "k-1-smlaunch")["data"]["pod.json"])
     assert pod["job_dir"] == "/mnt/smlaunch/smlaunch-jobs/k-1"
     assert pod["channels"] == {"train": "/mnt/smlaunch/data/train"}
-    # the order: what the TrainJob's pods reference exists before the TrainJob
-    assert [p.rsplit("/", 1)[-1] for m, p, _ in kube.requests if m == "POST"] == ["secrets", "configmaps", "trainjobs"]
+    # the order: what the job's pods reference exists before the job
+    assert [p.rsplit("/", 1)[-1] for m, p, _ in kube.requests if m == "POST"] == [
+        "secrets", "configmaps", PLURALS[kind]]
     # the control: a job without secrets creates no Secret
-    _submitted(tmp_path, "k-2", secrets=False)
-    assert kube.get("secrets", NS, "k-2-env") is None and kube.get("trainjobs", NS, "k-2") is not None
+    _submitted(tmp_path, "k-2", secrets=False, kind=kind)
+    assert kube.get("secrets", NS, "k-2-env") is None and kube.get(PLURALS[kind], NS, "k-2") is not None
 
 
 def test_a_name_the_cluster_has_already_is_refused(kube, tmp_path):
@@ -88,13 +98,16 @@ def test_a_name_the_cluster_has_already_is_refused(kube, tmp_path):
         again.submit(validate_job(_job()), "k-1")
 
 
-def test_a_cluster_without_kubeflow_trainer_leaves_nothing_behind(kube, tmp_path):
-    kube.refuse.add("trainjobs")
-    result = _cli("submit", str(_job_file(tmp_path)), "--job-name", "k-1", "--no-wait")
-    assert result.exit_code != 0 and "install Kubeflow Trainer v2" in result.output
+@pytest.mark.parametrize(("kind", "fix"), [("TrainJob", "install Kubeflow Trainer v2"),
+                                           ("HyperPodPyTorchJob", "install the SageMaker HyperPod training operator")])
+def test_a_cluster_without_the_jobs_resource_leaves_nothing_behind(kube, tmp_path, kind, fix):
+    kube.refuse.add(PLURALS[kind])
+    result = _cli("submit", str(_job_file(tmp_path, kind=kind)), "--job-name", "k-1", "--no-wait")
+    assert result.exit_code != 0 and f"the cluster has no {kind} resource" in result.output and fix in result.output
     assert "Traceback" not in result.output
     # the objects created before the refusal are deleted; the control: they had been created
-    assert [p.rsplit("/", 1)[-1] for m, p, _ in kube.requests if m == "POST"] == ["secrets", "configmaps", "trainjobs"]
+    assert [p.rsplit("/", 1)[-1] for m, p, _ in kube.requests if m == "POST"] == [
+        "secrets", "configmaps", PLURALS[kind]]
     assert kube.get("secrets", NS, "k-1-env") is None and kube.get("configmaps", NS, "k-1-smlaunch") is None
 
 
@@ -154,18 +167,37 @@ def test_only_the_trainer_pods_are_hosts(kube, tmp_path):
     assert _status()["SecondaryStatus"] == "Training"  # the control: a trainer pod runs
 
 
-def test_a_failed_pod_fails_the_job_with_its_reason(kube, tmp_path):
-    _submitted(tmp_path, "k-1")
-    _submitted(tmp_path, "k-2")
-    kube.add_pod(NS, "k-1", 0, phase="Succeeded", exit_code=0)
-    kube.add_pod(NS, "k-1", 1, phase="Failed", exit_code=1)
+def test_a_hyperpod_job_held_by_kueue_is_pending_then_training(kube, tmp_path):
+    """Kueue holds a HyperPodPyTorchJob by its spec.runPolicy.suspend until its queue admits it; the
+    operator's newest condition, whatever its type, is quoted while it runs."""
+    _submitted(tmp_path, kind="HyperPodPyTorchJob")
+    assert _status()["SecondaryStatus"] == "Starting"  # the control: not held, no pod yet
+    job = kube.get("hyperpodpytorchjobs", NS, "k-1")
+    job["spec"]["runPolicy"]["suspend"] = True  # as Kueue sets it
+    queued = _status()
+    assert (queued["TrainingJobStatus"], queued["SecondaryStatus"]) == ("InProgress", "Pending")
+    assert "spec.runPolicy.suspend" in queued["StatusMessage"]
+    job["spec"]["runPolicy"]["suspend"] = False  # admitted
+    kube.set_conditions(NS, "k-1", ("Created", "JobCreated", "created"), ("Running", "PodsRunning", "2 pods up"))
+    kube.add_pod(NS, "k-1", 0)
+    running = _status()
+    assert running["SecondaryStatus"] == "Training" and "Running: PodsRunning: 2 pods up" in running["StatusMessage"]
+
+
+def test_a_failed_pod_fails_the_job_with_its_reason(kube, tmp_path, kind):
+    _submitted(tmp_path, "k-1", kind=kind)
+    _submitted(tmp_path, "k-2", kind=kind)
+    good = kube.add_pod(NS, "k-1", 0, phase="Succeeded", exit_code=0)
+    bad = kube.add_pod(NS, "k-1", 1, phase="Failed", exit_code=1)
     kube.set_conditions(NS, "k-1", FAILED)
     failed = _status("k-1")
     assert failed["TrainingJobStatus"] == "Failed" and failed["exit_code"] == 1
     assert "FailedJobs: jobset failed due to one or more job failures (first failed job: k-1-node-0)" in failed[
         "FailureReason"]
-    assert "algo-2 (pod k-1-node-0-1-" in failed["FailureReason"] and "exit code 1 (Error)" in failed["FailureReason"]
-    assert "algo-1" not in failed["FailureReason"]  # the pod that succeeded is not blamed
+    # a HyperPod pod carries no rank label: it is named by its pod name
+    host = "algo-2 " if kind == "TrainJob" else f"{bad} "
+    assert f"{host}(pod {bad})" in failed["FailureReason"] and "exit code 1 (Error)" in failed["FailureReason"]
+    assert good not in failed["FailureReason"]  # the pod that succeeded is not blamed
     kube.set_conditions(NS, "k-2", COMPLETE)  # the control
     done = _status("k-2")
     assert done["TrainingJobStatus"] == "Completed" and done["exit_code"] == 0
@@ -174,12 +206,13 @@ def test_a_failed_pod_fails_the_job_with_its_reason(kube, tmp_path):
     assert _status("k-2")["TrainingJobStatus"] == "Completed" and len(kube.requests) == asked
 
 
-def test_two_pods_logs_come_merged_and_followed(kube, tmp_path):
-    _submitted(tmp_path)
+def test_two_pods_logs_come_merged_and_followed(kube, tmp_path, kind):
+    _submitted(tmp_path, kind=kind)
     first, second = kube.add_pod(NS, "k-1", 0), kube.add_pod(NS, "k-1", 1, started=False)
+    one, two = ("algo-1", "algo-2") if kind == "TrainJob" else (first, second)  # HyperPod's pods: by name
     kube.log(NS, first, "step 1 loss 4.2")
     printed = _cli("logs", "kubernetes:k-1").output.splitlines()
-    assert printed == ["algo-1 | step 1 loss 4.2"]  # the control: a pod not started has no log yet
+    assert printed == [f"{one} | step 1 loss 4.2"]  # the control: a pod not started has no log yet
     lines: list[str] = []
     follower = threading.Thread(target=lambda: KubernetesBackend(printer=lines.append).logs("k-1", follow=True,
                                                                                             poll=0.2))
@@ -192,24 +225,24 @@ def test_two_pods_logs_come_merged_and_followed(kube, tmp_path):
     kube.set_conditions(NS, "k-1", COMPLETE)
     follower.join(30)
     assert not follower.is_alive()
-    assert [line for line in lines if line.startswith("algo-1")] == [
-        "algo-1 | step 1 loss 4.2", "algo-1 | step 2 loss 3.9"]
-    assert [line for line in lines if line.startswith("algo-2")] == ["algo-2 | rank 1 ready"]
+    assert [line for line in lines if line.startswith(f"{one} |")] == [
+        f"{one} | step 1 loss 4.2", f"{one} | step 2 loss 3.9"]
+    assert [line for line in lines if line.startswith(f"{two} |")] == [f"{two} | rank 1 ready"]
 
 
-def test_stop_deletes_the_train_job_and_its_objects(kube, tmp_path):
-    _submitted(tmp_path)
+def test_stop_deletes_the_job_and_its_objects(kube, tmp_path, kind):
+    _submitted(tmp_path, kind=kind)
     pod = kube.add_pod(NS, "k-1", 0)
     result = _cli("stop", "kubernetes:k-1")
     assert result.exit_code == 0, result.output
-    assert ("trainjobs", NS, "k-1", "Foreground") in kube.deleted  # its JobSet and pods go with it: SIGTERM
-    assert {(p, n) for p, _, n, _ in kube.deleted} == {("trainjobs", "k-1"), ("configmaps", "k-1-smlaunch"),
+    assert (PLURALS[kind], NS, "k-1", "Foreground") in kube.deleted  # its pods go with it: SIGTERM
+    assert {(p, n) for p, _, n, _ in kube.deleted} == {(PLURALS[kind], "k-1"), ("configmaps", "k-1-smlaunch"),
                                                       ("secrets", "k-1-env")}
     # deleted in the foreground: the TrainJob stays, marked, until its pods are gone
-    assert kube.get("trainjobs", NS, "k-1")["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert kube.get(PLURALS[kind], NS, "k-1")["metadata"]["finalizers"] == ["foregroundDeletion"]
     assert _status()["TrainingJobStatus"] == "Stopped"
     kube.collect_garbage()
-    assert kube.get("trainjobs", NS, "k-1") is None and kube.get("pods", NS, pod) is None
+    assert kube.get(PLURALS[kind], NS, "k-1") is None and kube.get("pods", NS, pod) is None
     assert _status()["TrainingJobStatus"] == "Stopped"
     again = _cli("stop", "kubernetes:k-1")  # the control: an ended job is not stopped twice
     assert again.exit_code != 0 and "has already ended (Stopped)" in again.output
@@ -217,7 +250,7 @@ def test_stop_deletes_the_train_job_and_its_objects(kube, tmp_path):
 
 def test_list_shows_the_clusters_jobs(kube, tmp_path):
     _submitted(tmp_path, "k-1")
-    _submitted(tmp_path, "k-2")
+    _submitted(tmp_path, "k-2", kind="HyperPodPyTorchJob")  # both kinds, each read as its own
     kube.set_conditions(NS, "k-2", COMPLETE)
     result = _cli("list", "--backend", "kubernetes", "--json")
     assert result.exit_code == 0, result.output
@@ -225,8 +258,8 @@ def test_list_shows_the_clusters_jobs(kube, tmp_path):
     assert jobs == {"kubernetes:k-1": "InProgress", "kubernetes:k-2": "Completed"}
 
 
-def test_waiting_hears_of_the_jobs_end_through_a_watch(kube, tmp_path):
-    _submitted(tmp_path)
+def test_waiting_hears_of_the_jobs_end_through_a_watch(kube, tmp_path, kind):
+    _submitted(tmp_path, kind=kind)
     ended: list[dict] = []
     waiter = threading.Thread(target=lambda: ended.append(KubernetesBackend().wait("k-1", logs=False, poll=60)))
     waiter.start()
@@ -235,7 +268,7 @@ def test_waiting_hears_of_the_jobs_end_through_a_watch(kube, tmp_path):
     kube.set_conditions(NS, "k-1", COMPLETE)
     waiter.join(15)  # well before the 60 s a poll would take: the watch's event ends the wait
     assert not waiter.is_alive() and ended[0]["TrainingJobStatus"] == "Completed"
-    watches = [q for m, p, q in kube.requests if p.endswith("/trainjobs") and q.get("watch") in ("true", "True")]
+    watches = [q for m, p, q in kube.requests if p.endswith(f"/{PLURALS[kind]}") and q.get("watch") in ("true", "True")]
     assert watches and watches[0]["fieldSelector"] == "metadata.name=k-1"
 
 
@@ -247,8 +280,8 @@ def test_metrics_say_where_the_jobs_files_are(kube, tmp_path):
     assert _cli("status", "kubernetes:k-1").exit_code == 0  # the control: the job itself is there
 
 
-def _submit_suspending(tmp_path, queue: bool) -> None:
-    job = _job()
+def _submit_suspending(tmp_path, queue: bool, kind: str = "TrainJob") -> None:
+    job = _job(kind=kind)
     job["kubernetes"] = {**job["kubernetes"], "on_stop": "suspend"}
     if not queue:
         del job["kubernetes"]["queue"]
@@ -256,33 +289,46 @@ def _submit_suspending(tmp_path, queue: bool) -> None:
     assert _cli("submit", str(tmp_path / "suspend.json"), "--job-name", "k-1", "--no-wait").exit_code == 0
 
 
-def test_stop_suspends_where_the_section_says_so(kube, tmp_path):
-    _submit_suspending(tmp_path, queue=False)
+def _at(obj: dict, keys: tuple[str, ...]):
+    for key in keys:
+        obj = (obj or {}).get(key)
+    return obj
+
+
+@pytest.mark.parametrize(("kind", "field", "resume"), [
+    ("TrainJob", ("suspend",), "kubectl patch trainjobs k-1 -n ml --type merge -p '{\"spec\": {\"suspend\": false}}'"),
+    ("HyperPodPyTorchJob", ("runPolicy", "suspend"), "kubectl patch hyperpodpytorchjobs k-1 -n ml --type merge "
+                                                     "-p '{\"spec\": {\"runPolicy\": {\"suspend\": false}}}'")])
+def test_stop_suspends_where_the_section_says_so(kube, tmp_path, kind, field, resume):
+    _submit_suspending(tmp_path, queue=False, kind=kind)
+    assert _at(kube.get(PLURALS[kind], NS, "k-1")["spec"], field) is None  # the control: submitted running
     result = _cli("stop", "kubernetes:k-1")
     assert result.exit_code == 0, result.output
-    assert kube.deleted == []  # kept: the TrainJob, its ConfigMap and Secret
-    assert kube.get("trainjobs", NS, "k-1")["spec"]["suspend"] is True  # the runtime then SIGTERMs the pods
+    assert kube.deleted == []  # kept: the job, its ConfigMap and Secret
+    assert _at(kube.get(PLURALS[kind], NS, "k-1")["spec"], field) is True  # its controller SIGTERMs the pods
     assert kube.patches[0][3] == "application/merge-patch+json"
     assert kube.get("configmaps", NS, "k-1-smlaunch") is not None
     assert kube.get("secrets", NS, "k-1-env") is not None
     stopped = _status()
     assert stopped["TrainingJobStatus"] == "Stopped"
-    assert "kubectl patch trainjob k-1 -n ml" in stopped["SecondaryStatusTransitions"][-1]["StatusMessage"]
+    assert resume in stopped["SecondaryStatusTransitions"][-1]["StatusMessage"]
 
 
-def test_a_queued_job_is_suspended_through_its_kueue_workload(kube, tmp_path):
-    """Kueue starts a suspended TrainJob it has admitted again (kueue v0.19.2,
+def test_a_queued_job_is_suspended_through_its_kueue_workload(kube, tmp_path, kind):
+    """Kueue starts a suspended job it has admitted again (kueue v0.19.2,
     pkg/controller/jobframework/reconciler.go): its Workload is deactivated instead."""
-    _submit_suspending(tmp_path, queue=True)
+    _submit_suspending(tmp_path, queue=True, kind=kind)
     early = _cli("stop", "kubernetes:k-1")  # Kueue has made no Workload yet: nothing is done, and it says why
     assert early.exit_code == 1 and "run smlaunch stop again in a moment" in early.output
     assert kube.patches == [] and _status()["TrainingJobStatus"] == "InProgress"
     kube.add_workload(NS, "k-1", ("Admitted", "True", "Admitted", "The workload is admitted"))
     result = _cli("stop", "kubernetes:k-1")
     assert result.exit_code == 0, result.output
-    (plural, _, workload, kind, patch), = kube.patches
-    assert (plural, kind, patch) == ("workloads", "application/merge-patch+json", {"spec": {"active": False}})
-    assert "suspend" not in kube.get("trainjobs", NS, "k-1")["spec"]  # Kueue suspends it, evicting the Workload
+    (plural, _, workload, content, patch), = kube.patches
+    assert (plural, content, patch) == ("workloads", "application/merge-patch+json", {"spec": {"active": False}})
+    suspension = ("suspend",) if kind == "TrainJob" else ("runPolicy", "suspend")
+    # not suspended through its spec: Kueue suspends it, evicting the Workload
+    assert _at(kube.get(PLURALS[kind], NS, "k-1")["spec"], suspension) is None
     stopped = _status()
     assert stopped["TrainingJobStatus"] == "Stopped" and kube.deleted == []
     assert f"kubectl patch workload {workload} -n ml" in stopped["SecondaryStatusTransitions"][-1]["StatusMessage"]

@@ -3,7 +3,10 @@
 Trainer's torch runtime would start it, as a process here: the TrainJob's command and environment (its
 Secret's values resolved), the ConfigMap's files where the pod mounts them, the storage claim at a
 directory, and the runtime's PET_* variables (the master on 127.0.0.1 in place of the JobSet's
-headless service). Not run here: a container image and a cluster network (docs/kubernetes.md)."""
+headless service). A HyperPodPyTorchJob's pods are started as hyperpodrun would start its one worker:
+the container's environment plus torch elastic's worker variables, which the operator's /start call
+decides (the agent itself, and the operator, are not run here). Not run here: a container image and a
+cluster network (docs/kubernetes.md)."""
 
 from __future__ import annotations
 
@@ -36,19 +39,44 @@ def kube(tmp_path, monkeypatch, home):
     server.stop()
 
 
-def _pod_env(trainer: dict, secret: dict | None, mount, rank: int, port: int) -> dict[str, str]:
-    """What a pod's container gets: the TrainJob's env (secretKeyRefs read from the Secret), the runtime's."""
+def _container_env(container: dict, secret: dict | None, mount) -> dict[str, str]:
+    """What a pod's container gets: the job's env (secretKeyRefs read from the Secret), the ConfigMap's mount."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_", "SMLAUNCH_", "PET_"))}
-    for var in trainer.get("env", []):
+    for var in container.get("env", []):
         ref = var.get("valueFrom", {}).get("secretKeyRef")
         env[var["name"]] = secret["stringData"][ref["key"]] if ref else var["value"]
-    env.update(SMLAUNCH_POD_CONFIG=str(mount), PET_NNODES=str(trainer["numNodes"]), PET_NODE_RANK=str(rank),
-               PET_NPROC_PER_NODE=str(trainer["numProcPerNode"]), PET_MASTER_ADDR="127.0.0.1",
-               PET_MASTER_PORT=str(port), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(SMLAUNCH_POD_CONFIG=str(mount), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return env
 
 
-def _start_pods(tmp_path, kube, claim, train, hyperparameters: dict) -> list[subprocess.Popen]:
+def _train_job_pod(kube, secret, mount, rank: int, port: int) -> tuple[list[str], dict[str, str]]:
+    """A TrainJob's pod: its command, and Kubeflow Trainer's torch runtime's PET_* variables."""
+    trainer = kube.get("trainjobs", "ml", "k-1")["spec"]["trainer"]
+    command = [sys.executable if part == "python" else part for part in trainer["command"]]
+    assert command[1:] == ["-m", "container", "pod"]
+    return command, {**_container_env(trainer, secret, mount), "PET_NNODES": str(trainer["numNodes"]),
+                     "PET_NODE_RANK": str(rank), "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]),
+                     "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port)}
+
+
+def _hyperpod_pod(kube, secret, mount, rank: int, port: int) -> tuple[list[str], dict[str, str]]:
+    """A HyperPodPyTorchJob's pod: hyperpodrun's one worker (`--module container pod`, which torchrun's
+    parser runs as `python -u -m container pod`) with the variables the agent gives it after the
+    operator's /start (rank, nnodes, master): hyperpod_elastic_agent's HyperPodElasticAgent._start_workers."""
+    spec = kube.get("hyperpodpytorchjobs", "ml", "k-1")["spec"]
+    (container,) = spec["replicaSpecs"][0]["template"]["spec"]["containers"]
+    assert container["command"][0] == "hyperpodrun" and "--nproc-per-node=1" in container["command"]
+    assert container["command"][-3:] == ["--module", "container", "pod"]
+    nodes = spec["replicaSpecs"][0]["replicas"]
+    worker = {"LOCAL_RANK": "0", "RANK": str(rank), "GROUP_RANK": str(rank), "ROLE_RANK": str(rank),
+              "ROLE_NAME": "default", "LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": str(nodes),
+              "GROUP_WORLD_SIZE": str(nodes), "ROLE_WORLD_SIZE": str(nodes), "MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": str(port), "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+              "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+    return [sys.executable, "-u", "-m", "container", "pod"], {**_container_env(container, secret, mount), **worker}
+
+
+def _start_pods(tmp_path, kube, claim, train, hyperparameters: dict, kind: str = "TrainJob") -> list[subprocess.Popen]:
     """Submit the job to the fake API server, then start its two pods as the kubelet would."""
     shutil.copytree(train, claim / "data" / "train")
     job = validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
@@ -56,9 +84,9 @@ def _start_pods(tmp_path, kube, claim, train, hyperparameters: dict) -> list[sub
                         "image_uri": "smlaunch:1", "distribution": {"torch_distributed": {"enabled": True}},
                         "hyperparameters": hyperparameters, "inputs": {"train": str(claim / "data" / "train")},
                         "environment": {"HF_TOKEN": "hf_secretvalue123"},
-                        "kubernetes": {"namespace": "ml", "storage": {"pvc": "claim", "mount_path": str(claim)}}})
+                        "kubernetes": {"namespace": "ml", "kind": kind,
+                                       "storage": {"pvc": "claim", "mount_path": str(claim)}}})
     KubernetesBackend(printer=lambda _: None).submit(job, "k-1")
-    trainer = kube.get("trainjobs", "ml", "k-1")["spec"]["trainer"]
     config_map, secret = kube.get("configmaps", "ml", "k-1-smlaunch"), kube.get("secrets", "ml", "k-1-env")
     mount = tmp_path / "etc-smlaunch"  # the ConfigMap's volume, as the kubelet writes it
     mount.mkdir()
@@ -66,17 +94,18 @@ def _start_pods(tmp_path, kube, claim, train, hyperparameters: dict) -> list[sub
         (mount / key).write_text(text)
     for key, data in config_map["binaryData"].items():
         (mount / key).write_bytes(base64.b64decode(data))
-    command = [sys.executable if part == "python" else part for part in trainer["command"]]
-    assert command[1:] == ["-m", "container", "pod"]
     port = free_port()
-    return [subprocess.Popen(command, env=_pod_env(trainer, secret, mount, rank, port), cwd=tmp_path,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    pods = [(_hyperpod_pod if kind == "HyperPodPyTorchJob" else _train_job_pod)(kube, secret, mount, rank, port)
+            for rank in range(2)]
+    return [subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True) for command, env in pods]
 
 
-def test_two_pods_train_like_one_process(tmp_path, kube, corpus):
+@pytest.mark.parametrize("kind", ["TrainJob", "HyperPodPyTorchJob"])
+def test_two_pods_train_like_one_process(tmp_path, kube, corpus, kind):
     train, _ = corpus
     claim = tmp_path / "claim"
-    pods = _start_pods(tmp_path, kube, claim, train, {**HP, "checkpoint_freq": 2})
+    pods = _start_pods(tmp_path, kube, claim, train, {**HP, "checkpoint_freq": 2}, kind)
     outputs = [pod.communicate(timeout=400)[0] for pod in pods]
     assert [pod.returncode for pod in pods] == [0, 0], "\n".join(out[-3000:] for out in outputs)
 

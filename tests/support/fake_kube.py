@@ -1,10 +1,12 @@
 """A Kubernetes API server on 127.0.0.1 that speaks enough of the REST protocol for the official
 `kubernetes` client to drive smlaunch's Kubernetes backend: create, get, list (label selectors), watch
-(a chunked stream of events) and delete of Secrets, ConfigMaps and Kubeflow Trainer's TrainJobs; pods
-listed by label; a pod's log read or followed (a chunked stream that ends when the container does).
+(a chunked stream of events) and delete of Secrets, ConfigMaps, Kubeflow Trainer's TrainJobs and
+SageMaker HyperPod's HyperPodPyTorchJobs; pods listed by label; a pod's log read or followed (a chunked
+stream that ends when the container does).
 
-No controller runs: a test plays Kubeflow Trainer, JobSet and Kueue by setting a TrainJob's conditions
-and adding the pods with their logs (`FakeKube.set_conditions`, `add_pod`, `log`, `end_pod`), and the
+No controller runs: a test plays Kubeflow Trainer, JobSet, HyperPod's training operator and Kueue by
+setting a job's conditions and adding the pods with their logs (`FakeKube.set_conditions`, `add_pod`,
+`log`, `end_pod`), labelled as each controller labels them, and the
 garbage collector by ending a foreground deletion (`collect_garbage`).
 
 What it answers as the real API server does (k8s.io/apiserver's REST handlers): an error is a
@@ -34,8 +36,9 @@ from urllib.parse import parse_qs, urlparse
 COLLECTION = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+/[^/]+))/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
                         r"(?:/(?P<name>[^/]+))?(?P<log>/log)?$")
 KINDS = {"secrets": "Secret", "configmaps": "ConfigMap", "pods": "Pod", "trainjobs": "TrainJob",
-         "workloads": "Workload"}
-CUSTOM = {"trainjobs", "workloads"}  # custom resources: no strategic merge patch, the object back from a delete
+         "hyperpodpytorchjobs": "HyperPodPyTorchJob", "workloads": "Workload"}
+JOBS = ("trainjobs", "hyperpodpytorchjobs")
+CUSTOM = {*JOBS, "workloads"}  # custom resources: no strategic merge patch, the object back from a delete
 # What Kubernetes' Job controller and JobSet put on a pod of the TrainJob's trainer job.
 INDEX = "batch.kubernetes.io/job-completion-index"
 JOBSET_NAME, REPLICATED_JOB = "jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name"
@@ -92,17 +95,23 @@ class FakeKube:
     def get(self, plural: str, namespace: str, name: str) -> dict | None:
         return self.objects.get((plural, namespace, name))
 
+    def job_plural(self, namespace: str, name: str) -> str:
+        """The plural (trainjobs, hyperpodpytorchjobs) of the job `name`."""
+        return next(p for p in JOBS if (p, namespace, name) in self.objects)
+
     def set_conditions(self, namespace: str, name: str, *conditions: tuple[str, str, str]) -> None:
-        """The TrainJob's conditions, each (type, reason, message) with status True."""
-        job = self.objects[("trainjobs", namespace, name)]
+        """The job's conditions, each (type, reason, message) with status True, a second apart in order."""
+        plural = self.job_plural(namespace, name)
+        job = self.objects[(plural, namespace, name)]
         job["status"] = {"conditions": [{"type": t, "status": "True", "reason": r, "message": m,
-                                         "lastTransitionTime": "2026-11-27T12:00:00Z"} for t, r, m in conditions]}
-        self._event("trainjobs", "MODIFIED", job)
+                                         "lastTransitionTime": f"2026-11-27T12:00:{i:02d}Z"}
+                                        for i, (t, r, m) in enumerate(conditions)]}
+        self._event(plural, "MODIFIED", job)
 
     def add_workload(self, namespace: str, job: str, *conditions: tuple[str, str, str, str]) -> None:
         """Kueue's Workload of TrainJob `job` (labelled with its uid), each condition (type, status, reason,
         message)."""
-        uid = self.objects[("trainjobs", namespace, job)]["metadata"]["uid"]
+        uid = self.objects[(self.job_plural(namespace, job), namespace, job)]["metadata"]["uid"]
         name = f"trainjob-{job}-{uid[:5]}"
         self.objects[("workloads", namespace, name)] = {
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
@@ -112,16 +121,19 @@ class FakeKube:
 
     def add_pod(self, namespace: str, job: str, index: int, phase: str = "Running", started: bool = True,
                 exit_code: int | None = None, reason: str | None = None, replicated_job: str = "node") -> str:
-        """A pod of the job's JobSet at node rank `index` of its replicated job (the trainer's `node`,
-        or an initializer's); its name, as JobSet and the Job controller name it."""
+        """A pod of the job at node rank `index`, labelled as its controller labels it (a TrainJob's
+        JobSet: its name, its replicated job's (the trainer's `node`, or an initializer's) and the
+        completion index; HyperPod's operator: HPJob, as AWS's SDK selects them); its name."""
         name = f"{job}-{replicated_job}-0-{index}-{uuid.uuid4().hex[:5]}"
+        hyperpod = self.job_plural(namespace, job) == "hyperpodpytorchjobs"
+        labels = ({"HPJob": job} if hyperpod else {JOBSET_NAME: job, REPLICATED_JOB: replicated_job, INDEX: str(index)})
+        annotations = {} if hyperpod else {JOBSET_NAME: job, INDEX: str(index)}
         ended = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error")}
         state = ({"terminated": ended} if exit_code is not None else {"running": {}} if started
                  else {"waiting": {"reason": "PodInitializing"}})
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
-            "labels": {JOBSET_NAME: job, REPLICATED_JOB: replicated_job, INDEX: str(index)},
-            "annotations": {JOBSET_NAME: job, INDEX: str(index)}},
+            "name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "labels": labels,
+            "annotations": annotations},
             "spec": {"containers": [{"name": "node", "image": "smlaunch"}]},
             "status": {"phase": phase, "containerStatuses": [{"name": "node", "ready": phase == "Running",
                                                               "restartCount": 0, "image": "smlaunch",
@@ -150,7 +162,7 @@ class FakeKube:
                 plural, namespace, name = key
                 with self.changed:
                     for pod in [k for k, o in self.objects.items() if k[0] == "pods" and k[1] == namespace
-                                and o["metadata"]["labels"].get(JOBSET_NAME) == name]:
+                                and name in (o["metadata"]["labels"].get(label) for label in (JOBSET_NAME, "HPJob"))]:
                         self.pods[pod[1:]].ended = True
                         self._event("pods", "DELETED", self.objects.pop(pod))
                     del self.objects[key]

@@ -177,11 +177,6 @@ def test_a_job_without_secrets_has_no_secret():
     assert "valueFrom" not in json.dumps(train_job(plain, "p-1", KubernetesSettings()))
 
 
-def test_hyperpods_kind_is_refused_not_rendered_as_a_train_job(job):
-    with pytest.raises(BackendError, match="HyperPodPyTorchJob is not rendered yet"):
-        train_job(job, "llama-1", KubernetesSettings(kind="HyperPodPyTorchJob"))
-
-
 @pytest.mark.parametrize(("section", "field"), [
     ({"namespace": "ML"}, "namespace"), ({"queue": "gpu_queue"}, "queue"),
     ({"node_selector": {"bad key": "x"}}, "node_selector"), ({"image_pull_secrets": ["Ecr"]}, "image_pull_secrets"),
@@ -208,7 +203,8 @@ def _issues(fields: dict, section: dict | None = None) -> list[tuple[str, str]]:
     except ConfigError as exc:  # the rules run in validation too: the same issues
         return [(i.path, i.problem) for i in exc.issues if i.level == "error"]
     return [(i.path, i.problem) for i in check_kubernetes(SimpleNamespace(job=validated.config,
-                                                                          instance=validated.instance))]
+                                                                          instance=validated.instance))
+            if i.level == "error"]
 
 
 def test_the_rules_accept_a_job_the_pods_can_run():
@@ -227,7 +223,9 @@ def test_the_rules_refuse_what_the_pods_cannot_run(tmp_path):
         "kubernetes.storage", "inputs.train"]  # no claim to be on
     assert [p for p, _ in _issues({}, {})] == ["kubernetes.storage", "inputs.train"]
     assert [p for p, _ in _issues({"instance_type": "local_gpu"})] == ["instance_type"]
-    assert [p for p, _ in _issues({}, {**SECTION, "kind": "HyperPodPyTorchJob"})] == ["kubernetes.kind"]
+    hyperpod = {k: v for k, v in SECTION.items() if k != "runtime_ref"} | {"kind": "HyperPodPyTorchJob"}
+    assert _issues({}, hyperpod) == []  # the control: a HyperPodPyTorchJob runs what a TrainJob runs
+    assert [p for p, _ in _issues({}, {**hyperpod, "runtime_ref": "torch-distributed"})] == ["kubernetes.runtime_ref"]
 
 
 def test_the_torch_runtimes_own_variables_are_refused_in_environment():

@@ -19,7 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from launcher.config.base import Strict, WholeNumber
 from launcher.config.issues import Issue
 from launcher.config.paths import LocalPathText
-from launcher.wire.pod_config import RESERVED_ENV
+from launcher.wire.pod_config import HYPERPOD_ENV, RESERVED_ENV
 
 if TYPE_CHECKING:  # the rules read a Context; launcher.config.rules imports the job, which imports the table
     from launcher.config.rules import Context
@@ -83,7 +83,7 @@ class KubernetesSettings(Strict):
     namespace: str = Field("default", pattern=DNS_LABEL, description="The namespace the TrainJob is created in.")
     runtime_ref: str = Field("torch-distributed", pattern=DNS_SUBDOMAIN, max_length=253,
                              description="The ClusterTrainingRuntime the TrainJob references (Kubeflow Trainer's "
-                             "torch-distributed by default).")
+                             "torch-distributed by default); a HyperPodPyTorchJob references none.")
     kind: Literal["TrainJob", "HyperPodPyTorchJob"] = Field(
         "TrainJob", description="The object submitted: Kubeflow Trainer's TrainJob, or HyperPod's "
         "HyperPodPyTorchJob on a SageMaker HyperPod EKS cluster.")
@@ -102,10 +102,10 @@ class KubernetesSettings(Strict):
     storage: KubernetesStorage | None = Field(None, description="The volume or S3 prefix the job's data, "
                                               "checkpoints and outputs live on.")
     on_stop: Literal["delete", "suspend"] = Field(
-        "delete", description="What `smlaunch stop` does: delete the TrainJob (with its pods, ConfigMap and "
-        "Secret), or suspend it (spec.suspend, or its Kueue Workload's spec.active where it is queued; its objects "
-        "stay, and `kubectl patch` resumes it from its checkpoint). Either way each pod gets SIGTERM and the "
-        "grace period to save a checkpoint.")
+        "delete", description="What `smlaunch stop` does: delete the job (with its pods, ConfigMap and "
+        "Secret), or suspend it (a TrainJob's spec.suspend, a HyperPodPyTorchJob's spec.runPolicy.suspend, or its "
+        "Kueue Workload's spec.active where Kueue queues it; its objects stay, and `kubectl patch` resumes it from "
+        "its checkpoint). Either way each pod gets SIGTERM and the grace period to save a checkpoint.")
 
     # The patterns above, for the keys and items a Field's pattern does not reach.
     @field_validator("node_selector")
@@ -142,12 +142,22 @@ def check_kubernetes(ctx: Context) -> list[Issue]:
     if job.local_runner != "process":
         issues.append(Issue("local_runner", job.local_runner, "is a local-mode setting; on Kubernetes each pod "
                             "runs the bootstrap", "remove it"))
-    if reserved := sorted(set(job.environment) & set(RESERVED_ENV)):
+    if settings.kind == "TrainJob" and (reserved := sorted(set(job.environment) & set(RESERVED_ENV))):
         issues.append(Issue("environment", reserved, "are set by Kubeflow Trainer's torch runtime in every pod "
                             "(its webhook refuses a TrainJob that sets them)", "remove them from environment"))
+    if settings.kind == "HyperPodPyTorchJob" and (reserved := sorted(set(job.environment) & set(HYPERPOD_ENV))):
+        issues.append(Issue("environment", reserved, "are set in every pod of a HyperPodPyTorchJob (hyperpodrun "
+                            "reads them)", "remove them from environment"))
+    if settings.kind == "HyperPodPyTorchJob" and "runtime_ref" in settings.model_fields_set:
+        issues.append(Issue("kubernetes.runtime_ref", settings.runtime_ref, "is a TrainJob's runtime: a "
+                            "HyperPodPyTorchJob references none (HyperPod's training operator runs its pods)",
+                            "remove runtime_ref, or use kind TrainJob"))
     if settings.kind == "HyperPodPyTorchJob":
-        issues.append(Issue("kubernetes.kind", settings.kind, "is not rendered yet: smlaunch renders Kubeflow "
-                            "Trainer's TrainJob", "remove kind (TrainJob)"))
+        issues.append(Issue("kubernetes.kind", settings.kind, "runs each pod as `hyperpodrun` (HyperPod's elastic "
+                            "agent) with smlaunch's pod entry as its worker: image_uri must have "
+                            "hyperpod-elastic-agent installed, with a torch it supports (1.1.3: below 2.12) and "
+                            "smlaunch's runtime needs (2.6 or newer); smlaunch's own image (torch 2.13) has not",
+                            level="info"))
     storage = settings.storage
     if storage is None or storage.s3 is not None:
         issues.append(Issue("kubernetes.storage", storage and storage.s3, "must be a claim every pod mounts: the "
