@@ -52,6 +52,7 @@ def job_dir(storage: dict, store_dir: Path) -> Path:
     s3 = storage["s3"]
     fresh = store_dir / f".{RECORDS_DIR}.partial"
     shutil.rmtree(fresh, ignore_errors=True)
+    (fresh / RECORDS_PREFIX).mkdir(parents=True)  # a job whose pods have uploaded nothing yet has no records
     from launcher.wire.s3io import download_prefix, join  # boto3: only for a job on S3
 
     download_prefix(join(s3["job"], RECORDS_PREFIX), fresh / RECORDS_PREFIX, s3["region"], required=False)

@@ -133,6 +133,10 @@ def test_the_client_reads_an_s3_jobs_records_and_checkpoint(tmp_path, aws):
     assert json.loads((files / "hosts" / "algo-1" / "output" / "data" / "progress.json").read_text())["step"] == 3
     assert readback.checkpoint(storage).where == "s3://bucket/jobs/j/checkpoints/step-2"
     assert readback.artifacts(storage) == {"output.tar.gz": "s3://bucket/jobs/j/output/output.tar.gz"}
+    # a job whose pods have uploaded nothing yet: no records, no checkpoint, no archive, and no error
+    empty = {"s3": {k: v.replace("/j", "/k") if v else v for k, v in storage["s3"].items()}}
+    assert list((readback.job_dir(empty, tmp_path / "k") / "hosts").iterdir()) == []
+    assert (readback.checkpoint(empty), readback.artifacts(empty)) == (None, {})
 
 
 def test_a_claim_is_read_where_this_machine_mounts_it_and_not_without(tmp_path):
