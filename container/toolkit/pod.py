@@ -68,5 +68,9 @@ def main() -> int:
         return train(base)
     with Syncing(mirror):
         code = train(base)
-    finish(mirror, pod_config.pod_hosts(os.environ)[0], trained=code == 0)
+    try:
+        finish(mirror, pod_config.pod_hosts(os.environ)[0], trained=code == 0)
+    except Exception as exc:  # S3 refused the last upload: the job's checkpoints or outputs are not stored
+        print(f"[smlaunch] storing the job's files in S3 failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return code or 1
     return code

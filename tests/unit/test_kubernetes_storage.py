@@ -153,3 +153,24 @@ def test_a_claim_is_read_where_this_machine_mounts_it_and_not_without(tmp_path):
         readback.job_dir(unmounted, tmp_path / "store")
     assert info.value.issues[0].path == "kubernetes.storage.client_path"
     assert "set kubernetes.storage.client_path" in info.value.issues[0].fix
+
+
+def test_a_pod_downloads_its_shard_of_a_sharded_channel_and_every_checkpoint(tmp_path, aws):
+    from container.toolkit.pod_storage import download_inputs
+
+    client = aws.client("s3")
+    client.create_bucket(Bucket="bucket")
+    for i in range(4):
+        client.put_object(Bucket="bucket", Key=f"data/part-{i}.jsonl", Body=b"{}\n")
+    for key in ("jobs/j/checkpoints/step-2/__0_0.distcp", "jobs/j/checkpoints/step-2/__1_0.distcp"):
+        client.put_object(Bucket="bucket", Key=key, Body=b"shard")
+    s3 = {"job": "s3://bucket/jobs/j", "checkpoints": "s3://bucket/jobs/j/checkpoints", "region": None}
+    channels = {"train": "s3://bucket/data", "full": "s3://bucket/data"}
+    local = download_inputs(s3, channels, {"train": "ShardedByS3Key"}, ["algo-1", "algo-2"], "algo-2",
+                            tmp_path, tmp_path / "checkpoints")
+    assert sorted(p.name for p in local["train"].iterdir()) == ["part-1.jsonl", "part-3.jsonl"]  # every 2nd from 1
+    assert len(list(local["full"].iterdir())) == 4  # the control: FullyReplicated, every object
+    assert sorted(p.name for p in (tmp_path / "checkpoints" / "step-2").iterdir()) == ["__0_0.distcp",
+                                                                                       "__1_0.distcp"]
+    with pytest.raises(LookupError, match="holds no objects"):
+        download_inputs(s3, {"train": "s3://bucket/nothing"}, {}, ["algo-1"], "algo-1", tmp_path, tmp_path / "c")
