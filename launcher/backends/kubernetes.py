@@ -160,7 +160,11 @@ class KubernetesBackend:
                       "FailureReason": f"the TrainJob {namespace}/{name} is gone from the cluster (deleted "
                                        "without smlaunch)"}
         else:
-            status = job_status(found, cluster.list_pods(api, namespace, name))
+            pods = cluster.list_pods(api, namespace, name)
+            status = job_status(found, pods)
+            started = [p["status"]["startTime"] for p in pods if (p.get("status") or {}).get("startTime")]
+            if started and not record.get("TrainingStartTime"):  # goodput's start: the first pod's, kept once
+                record = store.update(store.job_dir(name, self.root), TrainingStartTime=min(started))
         if status["TrainingJobStatus"] in TERMINAL_STATUSES:
             return _with_note(store.update(store.job_dir(name, self.root), outcome=True,
                                            TrainingEndTime=store.now(), **status))

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from datetime import datetime, timezone
 
 import pytest
 from click.testing import CliRunner
@@ -150,6 +151,9 @@ def test_pods_on_s3_storage_train_like_one_process_and_the_client_reads_the_job_
     train, _ = corpus
     pods = _start_pods(tmp_path, kube, _job(tmp_path / "claim", train, {**HP, "checkpoint_freq": 2},
                                             **_s3_job(s3, train, "trained")))
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    for rank in range(2):  # the pods as the API server lists them: their start is the job's training start
+        kube.add_pod("ml", "k-1", rank, start_time=started)
     outputs = [pod.communicate(timeout=400)[0] for pod in pods]
     assert [pod.returncode for pod in pods] == [0, 0], "\n".join(out[-3000:] for out in outputs)
     assert not (tmp_path / "claim" / "smlaunch-jobs").exists()  # the control: nothing written on a claim
@@ -168,6 +172,7 @@ def test_pods_on_s3_storage_train_like_one_process_and_the_client_reads_the_job_
     status = _cli("status", "kubernetes:k-1")
     assert "progress: step 4/4" in status
     assert f"last checkpoint: step 4, s3://{LOCAL_S3_BUCKET}/{job}/checkpoints/step-4" in status
+    assert re.search(r"^goodput \d+%", status, re.M)  # from the pods' start and the mirrored records
 
 
 def test_a_stop_on_s3_storage_uploads_the_checkpoint_the_sigterm_saved(tmp_path, kube, corpus, s3):

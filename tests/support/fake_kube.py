@@ -87,8 +87,10 @@ class FakeKube:
         self._event("trainjobs", "MODIFIED", job)
 
     def add_pod(self, namespace: str, job: str, index: int, phase: str = "Running", started: bool = True,
-                exit_code: int | None = None, reason: str | None = None) -> str:
-        """A pod of the job's JobSet at node rank `index`; its name."""
+                exit_code: int | None = None, reason: str | None = None,
+                start_time: str = "2026-11-27T12:00:00Z") -> str:
+        """A pod of the job's JobSet at node rank `index` (the kubelet's status.startTime: `start_time`);
+        its name."""
         name = f"{job}-node-0-{index}-{uuid.uuid4().hex[:5]}"
         ended = {"exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0 else "Error")}
         state = ({"terminated": ended} if exit_code is not None else {"running": {}} if started
@@ -97,7 +99,8 @@ class FakeKube:
             "name": name, "namespace": namespace, "uid": str(uuid.uuid4()),
             "labels": {"jobset.sigs.k8s.io/jobset-name": job, "batch.kubernetes.io/job-completion-index": str(index)}},
             "spec": {"containers": [{"name": "node", "image": "smlaunch"}]},
-            "status": {"phase": phase, "containerStatuses": [{"name": "node", "ready": phase == "Running",
+            "status": {"phase": phase, "startTime": start_time,
+                       "containerStatuses": [{"name": "node", "ready": phase == "Running",
                                                               "restartCount": 0, "image": "smlaunch",
                                                               "imageID": "", "state": state}]}}
         with self.changed:
