@@ -147,6 +147,8 @@ def test_a_claim_is_read_where_this_machine_mounts_it_and_not_without(tmp_path):
     (tmp_path / "fsx" / "smlaunch-jobs" / "j" / "checkpoints" / "step-6" / ".complete").write_text("")
     assert readback.job_dir(storage, tmp_path / "store") == tmp_path / "fsx" / "smlaunch-jobs" / "j"
     assert readback.checkpoint(storage).step == 6
+    assert readback.artifacts(storage) == {"model": "/mnt/smlaunch/smlaunch-jobs/j/hosts/algo-1/model",
+                                           "output": "/mnt/smlaunch/smlaunch-jobs/j/hosts/algo-1/output/data"}
     unmounted = {**storage, "client_path": None}
     assert "does not mount" in readback.unreadable(unmounted)
     with pytest.raises(ConfigError) as info:
@@ -174,3 +176,17 @@ def test_a_pod_downloads_its_shard_of_a_sharded_channel_and_every_checkpoint(tmp
                                                                                        "__1_0.distcp"]
     with pytest.raises(LookupError, match="holds no objects"):
         download_inputs(s3, {"train": "s3://bucket/nothing"}, {}, ["algo-1"], "algo-1", tmp_path, tmp_path / "c")
+
+
+@pytest.mark.parametrize(("artifacts", "shown", "not_shown"), [
+    ({"model": "/mnt/j/hosts/algo-1/model", "output": "/mnt/j/hosts/algo-1/output/data"},
+     "  model: /mnt/j/hosts/algo-1/model", "model artifact:  none"),
+    ({"output.tar.gz": "s3://b/j/output/output.tar.gz"}, "model artifact:  none", "  model: "),  # the control
+])
+def test_a_completed_jobs_summary_names_a_claims_unpacked_directories(capsys, artifacts, shown, not_shown):
+    from launcher.cli.app import _report_completed
+
+    backend = SimpleNamespace(artifacts=lambda name: artifacts, restarts=lambda name: [], goodput=lambda name: None)
+    _report_completed(backend, "j", {"TrainingJobStatus": "Completed"})
+    out = capsys.readouterr().out
+    assert shown in out and not_shown not in out
