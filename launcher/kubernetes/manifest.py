@@ -10,7 +10,8 @@ node selector, tolerations, image pull secrets, the storage claim), as smlaunch'
 entry for the runtime's trainer pods.
 
 The pods run the image's `python -m container pod` (container.toolkit.pod), which writes the pod's
-/opt/ml tree on the job's storage claim from the job's ConfigMap (`pod_config_map`: its
+/opt/ml tree on the job's storage claim (or, on S3 storage, on the pod's own emptyDir, mirrored to the
+job's S3 prefixes: launcher.kubernetes.storage) from the job's ConfigMap (`pod_config_map`: its
 hyperparameters, channels and code archive; launcher.wire.pod_config) and the runtime's PET_*
 variables, then runs the bootstrap: the SageMaker contract every other backend gives. The job's
 secret-named hyperparameters and environment values are in its Secret only.
