@@ -19,7 +19,13 @@ from pathlib import Path
 from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError
 from launcher.backends.log_metrics import POINT, metrics_from_log
-from launcher.backends.metric_records import METRICS_FILE, JobMetrics, jobdir_metrics, read_records
+from launcher.backends.metric_records import (
+    JOBDIR_METRICS,
+    METRICS_FILE,
+    JobMetrics,
+    jobdir_metrics,
+    read_records,
+)
 from launcher.wire.metric_lines import METRICS
 
 # sagemaker.analytics.TrainingJobAnalytics: the namespace, dimension and period SageMaker uses.
@@ -42,10 +48,8 @@ def load(backend, name: str) -> JobMetrics:
     if backend.name == "sagemaker":
         return _from_sagemaker(backend, name, handle)
     record = backend.describe(name)
-    if "LocalJobDir" not in record:  # a job whose files are on its cluster's storage (kubernetes), not here
-        raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) keeps its metrics where this machine "
-                             f"does not read them: {record.get('JobFiles', 'on the cluster')} (rank 0's "
-                             "hosts/algo-1/output/data/metrics.jsonl there)")
+    if "LocalJobDir" not in record:  # kubernetes: its files on the cluster's storage, read back from there
+        return _from_job_files(backend, name, handle, record)
     path = jobdir_metrics(record)
     records = read_records(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
     if records:
@@ -66,6 +70,21 @@ def load(backend, name: str) -> JobMetrics:
                    "gets metrics from the log with metric_definitions)")
     raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) has no metrics{'' if ended else ' yet'}: "
                          f"{looked}")
+
+
+def _from_job_files(backend, name: str, handle: str, record: dict) -> JobMetrics:
+    """Rank 0's metrics.jsonl in a job directory the backend reads back (a Kubernetes job's S3 records,
+    or its claim where this machine mounts it: launcher.kubernetes.readback)."""
+    files, source = backend.job_files(name)
+    path = files / JOBDIR_METRICS
+    shown = f"{source.rstrip('/')}/{JOBDIR_METRICS.as_posix()}"
+    records = read_records(path.read_text(encoding="utf-8"), shown) if path.is_file() else []
+    if records:
+        return JobMetrics(handle, shown, records)
+    ended = record["TrainingJobStatus"] in TERMINAL_STATUSES
+    raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) has no metrics{'' if ended else ' yet'}: "
+                         f"{shown} {'is empty' if path.is_file() else 'does not exist'} (rank 0 of smlaunch's "
+                         "train.py writes it at the first logged step; the pods upload it every few seconds)")
 
 
 def _from_sagemaker(backend, name: str, handle: str) -> JobMetrics:

@@ -23,24 +23,31 @@ from pathlib import Path
 from typing import Any
 
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
+from launcher.backends.metric_records import JOBDIR_METRICS
 from launcher.config import ValidatedJob
 from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
-from launcher.kubernetes import cluster, kueue
+from launcher.kubernetes import cluster, kueue, readback
 from launcher.kubernetes.hyperpod import hyperpod_job
 from launcher.kubernetes.kinds import HYPERPOD_JOB, JobKind, kind_named
 from launcher.kubernetes.manifest import (
+    claim_checkpoint_dir,
     config_map_name,
     env_secret,
     env_secret_name,
-    job_dir,
     pod_config_map,
     train_job,
 )
 from launcher.kubernetes.status import host_of, job_status
+from launcher.kubernetes.storage import storage_record
 from launcher.local import store
+from launcher.local.restarts import job_restarts
+from launcher.wire.checkpoints import Checkpoint
+from launcher.wire.faults import Restart
+from launcher.wire.goodput import Goodput, measure
 from launcher.wire.masking import MASK, Masker
+from launcher.wire.progress import Progress, as_datetime, read_progress
 from launcher.wire.terminal import printable
 
 DNS_LABEL_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"  # a TrainJob's name: its JobSet, Jobs and Service take it
@@ -115,8 +122,9 @@ class KubernetesBackend:
             "CreationTime": store.now(), "Backend": self.name,
             "ResourceConfig": {"InstanceType": job.config.instance_type, "InstanceCount": job.config.instance_count},
             "Kubernetes": {"kind": settings.kind, "namespace": settings.namespace, "context": settings.context,
-                           "kubeconfig": settings.kubeconfig, "on_stop": settings.on_stop},
-            "JobFiles": f"{job_dir(job, name, settings)} on the claim {settings.storage.pvc}"})
+                           "kubeconfig": settings.kubeconfig, "on_stop": settings.on_stop,
+                           "storage": storage_record(job, name, settings, None if settings.storage.s3 else
+                                                     claim_checkpoint_dir(job, name, settings))}})
         self.print(f"created {settings.kind} {settings.namespace}/{name} (with ConfigMap {config_map_name(name)}"
                    + (f" and Secret {env_secret_name(name)}" if objects[0]["kind"] == "Secret" else "") + ")")
         return name
@@ -149,7 +157,7 @@ class KubernetesBackend:
         """The record with what the cluster says now; an ended job's outcome is recorded once."""
         record = self._record(name)
         if record["TrainingJobStatus"] in TERMINAL_STATUSES:
-            return record
+            return _with_note(record)
         api, namespace, kind = self._where(record)
         found = cluster.get_job(api, kind, namespace, name)
         if found is None:
@@ -157,12 +165,17 @@ class KubernetesBackend:
                       "FailureReason": f"the {kind.name} {namespace}/{name} is gone from the cluster (deleted "
                                        "without smlaunch)"}
         else:
-            status = job_status(found, cluster.list_pods(api, kind, namespace, name), kind)
+            pods = cluster.list_pods(api, kind, namespace, name)
+            status = job_status(found, pods, kind)
             if status["SecondaryStatus"] == "Pending" and (why := kueue.why_queued(api, namespace, found)):
                 status["StatusMessage"] += f"; {why}"
+            started = [p["status"]["startTime"] for p in pods if (p.get("status") or {}).get("startTime")]
+            if started and not record.get("TrainingStartTime"):  # goodput's start: the first pod's, kept once
+                record = store.update(store.job_dir(name, self.root), TrainingStartTime=min(started))
         if status["TrainingJobStatus"] in TERMINAL_STATUSES:
-            return store.update(store.job_dir(name, self.root), outcome=True, TrainingEndTime=store.now(), **status)
-        return {**record, **status}
+            return _with_note(store.update(store.job_dir(name, self.root), outcome=True,
+                                           TrainingEndTime=store.now(), **status))
+        return _with_note({**record, **status})
 
     def wait(self, name: str, logs: bool = True, poll: float = 5.0) -> dict:
         if logs:
@@ -250,22 +263,65 @@ class KubernetesBackend:
                                                         "TrainingEndTime", "TrainingStartTime")})
         return rows[:max_results]
 
-    # --- what is on the job's storage claim: not readable from here -----------------------
+    # --- what is on the job's storage: read back from S3, or from the claim where it is mounted here ---
+    def _storage(self, name: str) -> dict:
+        record = self._record(name)
+        if "storage" not in record["Kubernetes"]:
+            raise BackendError(f"job {name} was submitted before smlaunch recorded where its files are "
+                               "(an earlier smlaunch): read them on the cluster")
+        return record["Kubernetes"]["storage"]
+
+    def job_files(self, name: str) -> tuple[Path, str]:
+        """(a directory laid out as a job directory, readable here; where it comes from). A claim this
+        machine does not mount is a ConfigError naming kubernetes.storage.client_path (exit code 2)."""
+        storage = self._storage(name)
+        files = readback.job_dir(storage, store.job_dir(name, self.root))
+        return files, storage["s3"]["job"] if "s3" in storage else str(files)
+
+    def _readable(self, name: str) -> Path | None:
+        """The job's files here, or None where they are not readable from here (status says why)."""
+        if readback.unreadable(self._storage(name)):
+            return None
+        return self.job_files(name)[0]
+
     def artifacts(self, name: str) -> dict[str, str]:
-        self._record(name)
-        return {}
+        return readback.artifacts(self._storage(name))
 
-    def progress(self, name: str):
-        return None
+    def progress(self, name: str) -> Progress | None:
+        """Rank 0's progress.json, in the first host's output data."""
+        files = self._readable(name)
+        return read_progress((files / JOBDIR_METRICS).parent) if files else None
 
-    def checkpoint(self, name: str):
-        return None
+    def checkpoint(self, name: str) -> Checkpoint | None:
+        storage = self._storage(name)
+        return None if readback.unreadable(storage) else readback.checkpoint(storage)
 
-    def goodput(self, name: str):
-        return None
+    def goodput(self, name: str) -> Goodput | None:
+        record = self._record(name)
+        started = as_datetime(record.get("TrainingStartTime"))
+        files = self._readable(name) if started else None
+        if files is None:
+            return None
+        return measure(_output_data(files), started, as_datetime(record.get("TrainingEndTime")))
 
-    def restarts(self, name: str) -> list:
-        return []
+    def restarts(self, name: str) -> list[Restart]:
+        files = self._readable(name)
+        return job_restarts(_output_data(files)) if files else []
+
+
+def _output_data(files: Path) -> list[Path]:
+    """Each host's output data directory in a job directory, algo-1 first."""
+    return sorted((files / "hosts").glob("*/output/data"))
+
+
+def _with_note(record: dict) -> dict:
+    """The record, with a note where the job's files cannot be read from here (a claim not mounted)."""
+    storage = record["Kubernetes"].get("storage")
+    why = storage and readback.unreadable(storage)
+    if why:
+        return {**record, "StorageNote": f"no progress or checkpoint shown: {why}; set "
+                                         "kubernetes.storage.client_path where this machine mounts it"}
+    return record
 
 
 def _hosts(pods: list[dict]) -> list[tuple[str, str]]:

@@ -302,7 +302,10 @@ def _report_completed(backend, name: str, record: dict) -> None:
     for label, key in (("model artifact: ", "model.tar.gz"), ("output artifact:", "output.tar.gz")):
         if key in artifacts:
             click.echo(f"  {label} {artifacts[key]}")
-    if "model.tar.gz" not in artifacts:
+    for key, where in artifacts.items():  # what a backend keeps unpacked (a Kubernetes claim's directories)
+        if key not in ("model.tar.gz", "output.tar.gz"):
+            click.echo(f"  {key}: {where}")
+    if not {"model.tar.gz", "model"} & set(artifacts):
         click.echo("  model artifact:  none (the job left its model directory empty)")
     summary = run_summary(record) if "LocalJobDir" in record else {}
     if summary:

@@ -34,7 +34,7 @@ def describe(backend, name: str) -> dict:
     measured = backend.goodput(name)
     if measured is not None:
         desc["Goodput"] = {**measured.to_dict(), "text": measured.text()}
-    if current is None and backend.name != "sagemaker":  # a user script: its metric_definitions over the log
+    if current is None and "LocalJobDir" in desc:  # a user script: its metric_definitions over the job's log here
         last = _last_log_metrics(backend, name)
         if last:
             desc["LastMetrics"] = last
@@ -97,6 +97,8 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
         lines.append(warm_pools.status_line(desc["WarmPool"]))
     if desc.get("RecordNotUpdated"):  # a local record that a read could not rewrite (a full disk)
         lines.append(f"note: {desc['RecordNotUpdated']}")
+    if desc.get("StorageNote"):  # a Kubernetes job on a claim this machine does not mount
+        lines.append(f"note: {desc['StorageNote']}")
     return lines
 
 

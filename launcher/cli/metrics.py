@@ -45,7 +45,8 @@ def _plot_path(ctx, param, value: str | None) -> Path | None:
 def metrics(jobs: tuple[str, ...], region: str | None, as_json: bool, plot_path: Path | None, last: int,
             show_all: bool) -> None:
     """A job's training metrics (local and Slurm: metrics.jsonl, or a script's metric_definitions on its log;
-    SageMaker: output.tar.gz or CloudWatch)."""
+    SageMaker: output.tar.gz or CloudWatch; Kubernetes: metrics.jsonl in the job's S3 prefix, or on its claim
+    where this machine mounts it)."""
 
     def run():
         from launcher.backends import jobmetrics

@@ -40,8 +40,7 @@ from launcher.config.limits import (
 from launcher.config.paths import LocalPathText
 from launcher.config.restarts import MAX_RESTARTS
 from launcher.config.tuning import TuningConfig
-
-DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path
+from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
 
 MAX_RUN_LIMIT = 28 * 24 * 3600  # SageMaker's StoppingCondition.MaxRuntimeInSeconds ceiling
 ROLE_ARN_RE = r"^arn:aws[a-z\-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$"

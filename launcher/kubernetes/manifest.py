@@ -10,7 +10,8 @@ node selector, tolerations, image pull secrets, the storage claim), as smlaunch'
 entry for the runtime's trainer pods.
 
 The pods run the image's `python -m container pod` (container.toolkit.pod), which writes the pod's
-/opt/ml tree on the job's storage claim from the job's ConfigMap (`pod_config_map`: its
+/opt/ml tree on the job's storage claim (or, on S3 storage, on the pod's own emptyDir, mirrored to the
+job's S3 prefixes: launcher.kubernetes.storage) from the job's ConfigMap (`pod_config_map`: its
 hyperparameters, channels and code archive; launcher.wire.pod_config) and the runtime's PET_*
 variables, then runs the bootstrap: the SageMaker contract every other backend gives. The job's
 secret-named hyperparameters and environment values are in its Secret only.
@@ -29,6 +30,7 @@ from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.restarts import restart_environment
 from launcher.config.sent_hyperparameters import job_hyperparameters
 from launcher.kubernetes.kinds import TRAIN_JOB, TRAINER
+from launcher.kubernetes.storage import job_dir, s3_locations
 from launcher.wire import hyperparameters as wire
 from launcher.wire import pod_config
 from launcher.wire.masking import is_secret_name
@@ -42,10 +44,10 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "smlaunch"}
 PATCH_MANAGER = "smlaunch"  # whose entry of the TrainJob's runtimePatches this is
 STORAGE_VOLUME = "smlaunch-storage"
+SCRATCH_VOLUME = "smlaunch-scratch"  # on S3 storage: the pod's own disk for its /opt/ml tree
 CONFIG_VOLUME = "smlaunch-config"
 COMMAND = ["python", "-m", "container", "pod"]
 GPU_RESOURCE = "nvidia.com/gpu"
-JOBS_DIR = "smlaunch-jobs"  # under the claim's mount path: a job's hosts' trees when it has no output_path
 # A ConfigMap holds at most 1 MiB (etcd's object limit): its JSON and the code archive, base64 encoded.
 CONFIG_MAP_LIMIT = 1 << 20
 # What a stop gives the pods between SIGTERM and SIGKILL: the bootstrap's shutdown timeout (100 s,
@@ -63,13 +65,6 @@ def config_map_name(name: str) -> str:
     return f"{name}-smlaunch"
 
 
-def job_dir(job: ValidatedJob, name: str, settings: KubernetesSettings) -> str:
-    """Where the job's hosts' /opt/ml trees and checkpoints are on the claim: under output_path (a path
-    on the claim, check_kubernetes) as SageMaker's `<output_path>/<job>`, else the mount's smlaunch-jobs/."""
-    root = job.config.output_path or f"{settings.storage.mount_path}/{JOBS_DIR}"
-    return f"{root.rstrip('/')}/{name}"
-
-
 def hyperparameters(job: ValidatedJob, name: str) -> dict[str, str]:
     """The job's hyperparameters.json (wire-encoded), the code archive at the pods' ConfigMap mount."""
     cfg = job.config
@@ -82,27 +77,37 @@ def pod_config_map(job: ValidatedJob, name: str, settings: KubernetesSettings, a
     """The ConfigMap every pod mounts at launcher.wire.pod_config.CONFIG_DIR: what its /opt/ml tree is
     written from (no secret: those are in the Secret), and the code archive. BackendError past 1 MiB."""
     cfg = job.config
-    directory = job_dir(job, name, settings)
-    checkpoints = f"{directory}/checkpoints"
+    config = {"instance_type": cfg.instance_type, "input_mode": cfg.input_mode,
+              "channels": {n: c.s3_data for n, c in cfg.channels().items()},
+              "distributions": {n: c.distribution for n, c in cfg.channels().items()},
+              "hyperparameters": {k: v for k, v in hyperparameters(job, name).items() if not is_secret_name(k)}}
+    if settings.storage.s3:  # each pod's tree on its own disk, mirrored to S3 (container.toolkit.pod_storage)
+        config["s3"] = s3_locations(job, name, settings)
+    else:
+        config["job_dir"] = job_dir(job, name, settings)
+        config["checkpoint_dir"] = claim_checkpoint_dir(job, name, settings)
+    text, encoded = json.dumps(config, indent=2, sort_keys=True), base64.b64encode(archive).decode()
+    if len(text) + len(encoded) > CONFIG_MAP_LIMIT:
+        raise BackendError(f"the job's code archive is {len(archive)} bytes, more than the pods' ConfigMap "
+                           f"holds (1 MiB with its configuration, base64 encoded): make source_dir smaller "
+                           "(leave data and checkpoints out of it; put them on the job's storage)")
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": config_map_name(name), "namespace": settings.namespace, "labels": dict(MANAGED_BY)},
+            "data": {pod_config.CONFIG_FILE: text}, "binaryData": {pod_config.SOURCE_ARCHIVE: encoded}}
+
+
+def claim_checkpoint_dir(job: ValidatedJob, name: str, settings: KubernetesSettings) -> str:
+    """The job's checkpoint directory on the claim: checkpoint_local_path (on the claim), else
+    <job dir>/checkpoints. BackendError for a path the pods do not see."""
+    cfg = job.config
+    checkpoints = f"{job_dir(job, name, settings)}/checkpoints"
     if cfg.checkpoint_local_path not in (None, DEFAULT_CHECKPOINT_PATH):
         if not cfg.checkpoint_local_path.startswith(settings.storage.mount_path + "/"):
             raise BackendError(f"checkpoint_local_path {cfg.checkpoint_local_path} is a path the cluster's pods do "
                                f"not see: give a path under kubernetes.storage.mount_path "
                                f"({settings.storage.mount_path}), or leave it out (<job>/checkpoints there)")
         checkpoints = cfg.checkpoint_local_path
-    config = {"job_dir": directory, "checkpoint_dir": checkpoints, "instance_type": cfg.instance_type,
-              "input_mode": cfg.input_mode,
-              "channels": {n: c.s3_data for n, c in cfg.channels().items()},
-              "distributions": {n: c.distribution for n, c in cfg.channels().items()},
-              "hyperparameters": {k: v for k, v in hyperparameters(job, name).items() if not is_secret_name(k)}}
-    text, encoded = json.dumps(config, indent=2, sort_keys=True), base64.b64encode(archive).decode()
-    if len(text) + len(encoded) > CONFIG_MAP_LIMIT:
-        raise BackendError(f"the job's code archive is {len(archive)} bytes, more than the pods' ConfigMap "
-                           f"holds (1 MiB with its configuration, base64 encoded): make source_dir smaller "
-                           "(leave data and checkpoints out of it; put them on the storage claim)")
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": config_map_name(name), "namespace": settings.namespace, "labels": dict(MANAGED_BY)},
-            "data": {pod_config.CONFIG_FILE: text}, "binaryData": {pod_config.SOURCE_ARCHIVE: encoded}}
+    return checkpoints
 
 
 def train_job(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict:
@@ -190,5 +195,8 @@ def pod_spec(name: str, settings: KubernetesSettings) -> dict:
     if storage and storage.pvc:
         pods["volumes"].append({"name": STORAGE_VOLUME, "persistentVolumeClaim": {"claimName": storage.pvc}})
         mounts.append({"name": STORAGE_VOLUME, "mountPath": storage.mount_path})
+    elif storage and storage.s3:
+        pods["volumes"].append({"name": SCRATCH_VOLUME, "emptyDir": {}})
+        mounts.append({"name": SCRATCH_VOLUME, "mountPath": pod_config.SCRATCH_DIR})
     pods["containers"] = [{"name": TRAINER, "volumeMounts": mounts}]
     return pods

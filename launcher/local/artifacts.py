@@ -4,15 +4,13 @@ S3), and the checkpoints and TensorBoard files uploaded to their S3 prefixes."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.local import s3io
 from launcher.local.spec import LocalJobSpec
+from launcher.wire import s3io
+from launcher.wire.archives import files, pack, whole
 
 
 def store(spec: LocalJobSpec, with_model: bool, note: Callable[[str], None]) -> dict:
@@ -42,7 +40,7 @@ def _store_archives(spec: LocalJobSpec, staging: Path, with_model: bool) -> dict
     packed = {"output.tar.gz": pack([h / "output" / "data" for h in hosts], staging / "output.tar.gz")}
     models = [h / "model" for h in hosts] + [spec.job_dir / "model"]
     # An empty model directory (a job stopped before its export) is no model: no archive claims one.
-    if with_model and any(_files(d) for d in models):
+    if with_model and any(files(d) for d in models):
         packed["model.tar.gz"] = pack(models, staging / "model.tar.gz")
     if spec.output_path and spec.output_path.startswith("s3://"):
         base = f"{spec.output_path.rstrip('/')}/{spec.name}/output"
@@ -52,38 +50,6 @@ def _store_archives(spec: LocalJobSpec, staging: Path, with_model: bool) -> dict
     dest = Path(spec.output_path) / spec.name / "output" if spec.output_path else spec.job_dir / "output"
     dest.mkdir(parents=True, exist_ok=True)
     for name, path in packed.items():
-        with _whole(dest / name) as partial:
+        with whole(dest / name) as partial:
             shutil.move(path, partial)  # a rename on the same file system, else a copy
     return {name: str(dest / name) for name in packed}
-
-
-def _files(directory: Path) -> list[Path]:
-    return [p for p in directory.rglob("*") if not p.is_dir()] if directory.is_dir() else []
-
-
-def pack(directories: list[Path], dest: Path) -> Path:
-    """SageMaker's merge of the hosts' directories into one archive: a file that several hosts
-    wrote at the same path is taken from the first host (rank 0's host) that has it."""
-    seen: set[str] = set()
-    with _whole(dest) as partial, tarfile.open(partial, "w:gz") as tar:
-        for directory in directories:
-            for path in sorted(_files(directory)):
-                name = path.relative_to(directory).as_posix()
-                if name in seen:
-                    continue
-                seen.add(name)
-                tar.add(path, arcname=name, recursive=False)
-    return dest
-
-
-@contextlib.contextmanager
-def _whole(dest: Path):
-    """A temporary name next to `dest`, renamed to `dest` only once written completely; removed
-    if writing fails (a full disk), so no truncated artifact is ever left under its real name."""
-    partial = dest.with_name(f".{dest.name}.partial")
-    try:
-        yield partial
-        os.replace(partial, dest)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path
 MARKER = ".complete"
 # what `status` says of a checkpoint found by its marker (`Verified: false`)
 UNVERIFIED = "; complete marker, not verified (resume verifies it and falls back to an older one)"

@@ -23,6 +23,13 @@ CONFIG_DIR = "/etc/smlaunch"  # where the job's ConfigMap is mounted in each pod
 CONFIG_FILE = "pod.json"  # its key: the job's hosts' shared part (hyperparameters, channels, where /opt/ml goes)
 SOURCE_ARCHIVE = "sourcedir.tar.gz"  # its binary key: the job's code archive (sagemaker_submit_directory)
 CONFIG_DIR_ENV = "SMLAUNCH_POD_CONFIG"  # overrides CONFIG_DIR (tests run pods as processes)
+# On S3 storage (pod.json's "s3": the job's prefixes): the pod's own disk, an emptyDir, holds its
+# /opt/ml tree (`hosts/<host>`), its channels' downloads and its checkpoints, mirrored to S3.
+SCRATCH_DIR = "/opt/smlaunch"
+SCRATCH_DIR_ENV = "SMLAUNCH_POD_SCRATCH"  # overrides SCRATCH_DIR (tests run two pods on one machine)
+# Below the job's S3 prefix: each host's output data (metrics.jsonl, progress.json, restarts, goodput)
+# as a job directory holds it, so the client reads them as it reads a Slurm job's.
+RECORDS_PREFIX = "hosts"
 # The job's secret-named hyperparameters (JSON), from the job's Secret: never in the ConfigMap.
 SECRET_HYPERPARAMETERS_ENV = "SMLAUNCH_SECRET_HYPERPARAMETERS"
 SECRET_HYPERPARAMETERS_KEY = "hyperparameters.json"  # their key in the Secret

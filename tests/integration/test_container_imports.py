@@ -11,6 +11,7 @@ import sys
 CONTAINER_MODULES = [
     "container.trainer", "container.args", "container.toolkit.bootstrap", "container.data.packing",
     "container.distributed.pipeline", "container.checkpoint.hf_export", "container.checkpoint.pretrained",
+    "container.toolkit.pod",
 ]
 NEVER_IN_THE_CONTAINER = ("launcher.backends", "launcher.local", "launcher.slurm", "launcher.sdk", "launcher.cli",
                           "launcher.plan", "boto3", "botocore", "click")

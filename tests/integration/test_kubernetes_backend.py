@@ -272,12 +272,18 @@ def test_waiting_hears_of_the_jobs_end_through_a_watch(kube, tmp_path, kind):
     assert watches and watches[0]["fieldSelector"] == "metadata.name=k-1"
 
 
-def test_metrics_say_where_the_jobs_files_are(kube, tmp_path):
+def test_a_claim_this_machine_does_not_mount_is_said_with_the_fix(kube, tmp_path):
+    """Without kubernetes.storage.client_path nothing on the claim is readable here: metrics is a usage
+    error naming the field and the fix; status shows the job, no progress, and a note saying why."""
     _submitted(tmp_path)
     result = _cli("metrics", "kubernetes:k-1")
-    assert result.exit_code != 0 and "Traceback" not in result.output and result.exception.__class__ is SystemExit
-    assert "/mnt/smlaunch/smlaunch-jobs/k-1 on the claim fsx-claim" in result.output
-    assert _cli("status", "kubernetes:k-1").exit_code == 0  # the control: the job itself is there
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "kubernetes.storage.client_path" in result.output and "fsx-claim" in result.output
+    assert "/mnt/smlaunch/smlaunch-jobs/k-1" in result.output
+    status = _cli("status", "kubernetes:k-1")
+    assert status.exit_code == 0, status.output  # the control: the job itself is there
+    assert "note: no progress or checkpoint shown: the job's files are on the claim fsx-claim" in status.output
+    assert "progress:" not in status.output and "last checkpoint" not in status.output
 
 
 def _submit_suspending(tmp_path, queue: bool, kind: str = "TrainJob") -> None:

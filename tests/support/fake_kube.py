@@ -120,10 +120,12 @@ class FakeKube:
                                        "lastTransitionTime": "2026-11-27T12:00:00Z"} for t, st, r, m in conditions]}}
 
     def add_pod(self, namespace: str, job: str, index: int, phase: str = "Running", started: bool = True,
-                exit_code: int | None = None, reason: str | None = None, replicated_job: str = "node") -> str:
+                exit_code: int | None = None, reason: str | None = None, replicated_job: str = "node",
+                start_time: str = "2026-11-27T12:00:00Z") -> str:
         """A pod of the job at node rank `index`, labelled as its controller labels it (a TrainJob's
         JobSet: its name, its replicated job's (the trainer's `node`, or an initializer's) and the
-        completion index; HyperPod's operator: HPJob, as AWS's SDK selects them); its name."""
+        completion index; HyperPod's operator: HPJob, as AWS's SDK selects them), and the kubelet's
+        status.startTime `start_time`; its name."""
         name = f"{job}-{replicated_job}-0-{index}-{uuid.uuid4().hex[:5]}"
         hyperpod = self.job_plural(namespace, job) == "hyperpodpytorchjobs"
         labels = ({"HPJob": job} if hyperpod else {JOBSET_NAME: job, REPLICATED_JOB: replicated_job, INDEX: str(index)})
@@ -135,7 +137,8 @@ class FakeKube:
             "name": name, "namespace": namespace, "uid": str(uuid.uuid4()), "labels": labels,
             "annotations": annotations},
             "spec": {"containers": [{"name": "node", "image": "smlaunch"}]},
-            "status": {"phase": phase, "containerStatuses": [{"name": "node", "ready": phase == "Running",
+            "status": {"phase": phase, "startTime": start_time,
+                       "containerStatuses": [{"name": "node", "ready": phase == "Running",
                                                               "restartCount": 0, "image": "smlaunch",
                                                               "imageID": "", "state": state}]}}
         with self.changed:

@@ -149,7 +149,7 @@ WORKER = {"SMLAUNCH_POD_LAUNCHER": "hyperpodrun", "GROUP_WORLD_SIZE": "2", "MAST
 def test_a_pod_under_hyperpodrun_is_the_host_of_its_group_rank(tmp_path):
     env, where = _kubelet(tmp_path, {"model_preset": "llama3-tiny"})
     env = {k: v for k, v in env.items() if not k.startswith("PET_")} | WORKER
-    base, variables = prepare_host({**env, "GROUP_RANK": "1"})
+    base, variables, _ = prepare_host({**env, "GROUP_RANK": "1"})
     assert base == where["claim"] / "smlaunch-jobs" / "k-1" / "hosts" / "algo-2"
     assert (variables["SMLAUNCH_MASTER_ADDR"], variables["SMLAUNCH_MASTER_PORT"]) == ("10.1.2.3", "23456")
     # the control: Kubeflow's variables, where a pod has both, are not what a hyperpodrun worker reads

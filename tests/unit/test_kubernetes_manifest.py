@@ -215,12 +215,12 @@ def test_the_rules_accept_a_job_the_pods_can_run():
 def test_the_rules_refuse_what_the_pods_cannot_run(tmp_path):
     assert ("image_uri", "is needed with backend kubernetes: every pod runs the image") in _issues({"image_uri": None})
     assert ("inputs.train", "is a path the cluster's pods do not see") in _issues({"inputs": {"train": str(tmp_path)}})
-    assert ("inputs.train", "is a path the cluster's pods do not see (the pods read no s3:// channel yet)") in _issues(
-        {"inputs": {"train": "s3://bucket/train"}})
+    assert ("inputs.train", "is a path the cluster's pods do not see (s3:// channels are read with "
+            "kubernetes.storage.s3)") in _issues({"inputs": {"train": "s3://bucket/train"}})
     assert ("output_path", "is a path the cluster's pods do not see") in _issues(
         {"output_path": str(tmp_path)})  # not under the claim's mount path
     assert [p for p, _ in _issues({}, {**SECTION, "storage": {"s3": "s3://bucket/jobs"}})] == [
-        "kubernetes.storage", "inputs.train"]  # no claim to be on
+        "inputs.train"]  # a path on a claim the pods no longer mount
     assert [p for p, _ in _issues({}, {})] == ["kubernetes.storage", "inputs.train"]
     assert [p for p, _ in _issues({"instance_type": "local_gpu"})] == ["instance_type"]
     hyperpod = {k: v for k, v in SECTION.items() if k != "runtime_ref"} | {"kind": "HyperPodPyTorchJob"}

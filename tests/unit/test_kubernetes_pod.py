@@ -45,7 +45,8 @@ def _kubelet(tmp_path, hyperparameters: dict) -> tuple[dict, dict]:
 
 def test_each_pod_writes_its_hosts_tree_on_the_claim(tmp_path):
     env, where = _kubelet(tmp_path, {"model_preset": "llama3-tiny", "api_key": "sk-hidden12345"})
-    base, variables = prepare_host({**env, "PET_NODE_RANK": "1"})
+    base, variables, mirror = prepare_host({**env, "PET_NODE_RANK": "1"})
+    assert mirror is None  # on the claim: nothing to mirror
     assert base == where["claim"] / "smlaunch-jobs" / "k-1" / "hosts" / "algo-2"
     config = base / "input" / "config"
     resource = json.loads((config / "resourceconfig.json").read_text())
@@ -61,14 +62,14 @@ def test_each_pod_writes_its_hosts_tree_on_the_claim(tmp_path):
                          "SMLAUNCH_CHECKPOINT_DIR": str(where["claim"] / "smlaunch-jobs" / "k-1" / "checkpoints"),
                          "SMLAUNCH_MASTER_ADDR": "k-1-node-0-0.k-1", "SMLAUNCH_MASTER_PORT": "29500"}
     # the control: rank 0 is algo-1, whose tree is its own
-    first, _ = prepare_host({**env, "PET_NODE_RANK": "0"})
+    first, _, _ = prepare_host({**env, "PET_NODE_RANK": "0"})
     assert json.loads((first / "input" / "config" / "resourceconfig.json").read_text())["current_host"] == "algo-1"
 
 
 def test_a_job_without_secret_hyperparameters_needs_no_secret(tmp_path):
     env, _ = _kubelet(tmp_path, {"model_preset": "llama3-tiny"})
     assert "SMLAUNCH_SECRET_HYPERPARAMETERS" not in env
-    base, _ = prepare_host({**env, "PET_NODE_RANK": "0"})
+    base, _, _ = prepare_host({**env, "PET_NODE_RANK": "0"})
     assert "api_key" not in json.loads((base / "input" / "config" / "hyperparameters.json").read_text())
 
 

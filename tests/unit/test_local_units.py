@@ -12,9 +12,9 @@ import pytest
 
 from container.args import directories
 from launcher.local import store
-from launcher.local.artifacts import pack
 from launcher.local.spec import LocalJobSpec
 from launcher.local.supervise import Supervisor
+from launcher.wire.archives import pack
 
 
 def test_pack_merges_hosts_and_the_first_host_wins(tmp_path):

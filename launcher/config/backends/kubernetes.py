@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 from launcher.config.base import Strict, WholeNumber
 from launcher.config.issues import Issue
 from launcher.config.paths import LocalPathText
+from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
 from launcher.wire.pod_config import HYPERPOD_ENV, RESERVED_ENV
 
 if TYPE_CHECKING:  # the rules read a Context; launcher.config.rules imports the job, which imports the table
@@ -57,19 +58,27 @@ class Toleration(Strict):
 
 class KubernetesStorage(Strict):
     """Where the job's channels, checkpoints and outputs live for its pods: one PersistentVolumeClaim
-    every pod mounts, or an S3 prefix the pods read and write as a SageMaker job does."""
+    every pod mounts, or an S3 prefix the pods read and write as a SageMaker job does (each pod's
+    /opt/ml tree then on its own disk, an emptyDir)."""
 
     pvc: str | None = Field(None, pattern=DNS_SUBDOMAIN, max_length=253, description="A ReadWriteMany "
                             "PersistentVolumeClaim in the job's namespace, mounted by every pod at mount_path.")
     mount_path: LocalPathText = Field("/mnt/smlaunch", description="Where the claim is mounted in the pods; the "
                                       "job's local paths (inputs, output_path) are paths under it.")
-    s3: str | None = Field(None, pattern=r"^s3://[^/]+(/.*)?$", description="An S3 prefix for the job's outputs "
-                           "and checkpoints (its inputs are s3:// channels).")
+    client_path: LocalPathText | None = Field(
+        None, description="With pvc: where this machine sees the same claim (an FSx or EFS mount), so "
+        "`status` and `metrics` read the job's records there; none: they cannot read them from here.")
+    s3: str | None = Field(None, pattern=r"^s3://[^/]+(/.*)?$", description="An S3 prefix: the job's "
+                           "checkpoints, records and outputs go under <s3>/<job>/ (its inputs are s3:// channels; "
+                           "the pods reach S3 with their service account's role, never keys in the manifest).")
 
     @model_validator(mode="after")
     def _one(self) -> KubernetesStorage:
         if (self.pvc is None) == (self.s3 is None):
             raise ValueError("give one of pvc (a claim every pod mounts) or s3 (an s3:// prefix)")
+        if self.client_path is not None and self.pvc is None:
+            raise ValueError("client_path is where this machine mounts the claim pvc: with s3 the records are "
+                             "read from S3; remove client_path")
         return self
 
 
@@ -137,7 +146,7 @@ def check_kubernetes(ctx: Context) -> list[Issue]:
                             "the cluster pulls from"))
     if inst is not None and inst.accelerators is None:
         issues.append(Issue("instance_type", job.instance_type, "does not say how many GPUs a node has, which the "
-                            "TrainJob's resourcesPerNode must", "use the instance type of the cluster's GPU nodes "
+                            "pods' GPU requests need", "use the instance type of the cluster's GPU nodes "
                             "(e.g. ml.p5.48xlarge), or local for CPU nodes"))
     if job.local_runner != "process":
         issues.append(Issue("local_runner", job.local_runner, "is a local-mode setting; on Kubernetes each pod "
@@ -159,17 +168,52 @@ def check_kubernetes(ctx: Context) -> list[Issue]:
                             "smlaunch's runtime needs (2.6 or newer); smlaunch's own image (torch 2.13) has not",
                             level="info"))
     storage = settings.storage
-    if storage is None or storage.s3 is not None:
-        issues.append(Issue("kubernetes.storage", storage and storage.s3, "must be a claim every pod mounts: the "
-                            "pods' /opt/ml trees, checkpoints and outputs are written on it (an s3 prefix is not "
-                            "rendered yet)", "set kubernetes.storage.pvc to a ReadWriteMany "
-                            "PersistentVolumeClaim in the namespace"))
+    if storage is None:
+        issues.append(Issue("kubernetes.storage", None, "is needed: the pods' channels, checkpoints and outputs "
+                            "live on it", "set kubernetes.storage.pvc to a ReadWriteMany PersistentVolumeClaim in "
+                            "the namespace, or kubernetes.storage.s3 to an s3:// prefix"))
+    elif storage.s3 is not None:
+        issues += check_s3_storage(job)
+        return issues
+    if job.checkpoint_s3_uri:
+        issues.append(Issue("checkpoint_s3_uri", job.checkpoint_s3_uri, "is not synced by pods on a claim: their "
+                            "checkpoints are on the claim", "remove checkpoint_s3_uri, or use kubernetes.storage.s3"))
     paths = {f"inputs.{name}": channel.s3_data for name, channel in job.channels().items()}
     paths["output_path"] = job.output_path
-    mount = storage.mount_path if storage and storage.pvc else None
+    mount = storage.mount_path if storage else None
     for field, where in paths.items():
         if where and not (mount and where.startswith(mount + "/")):
             issues.append(Issue(field, where, "is a path the cluster's pods do not see" + (
-                              " (the pods read no s3:// channel yet)" if where.startswith("s3://") else ""),
-                              "give a path under kubernetes.storage.mount_path on the claim kubernetes.storage.pvc"))
+                              " (s3:// channels are read with kubernetes.storage.s3)" if where.startswith("s3://")
+                              else ""), "give a path under kubernetes.storage.mount_path on the claim "
+                              "kubernetes.storage.pvc, or put the data in S3 and use kubernetes.storage.s3"))
+    return issues
+
+
+def check_s3_storage(job) -> list[Issue]:
+    """With kubernetes.storage.s3 the pods download the channels (File mode) and upload checkpoints,
+    records and outputs: every path the job names must be in S3."""
+    issues = []
+    for name, channel in job.channels().items():
+        field = f"inputs.{name}"
+        if not channel.s3_data.startswith("s3://"):
+            issues.append(Issue(field, channel.s3_data, "is a path the cluster's pods do not see: on S3 storage "
+                                "they download s3:// channels", "upload the data and give its s3:// prefix"))
+        if channel.s3_data_type != "S3Prefix":
+            issues.append(Issue(f"{field}.s3_data_type", channel.s3_data_type, "is not read by the pods: they "
+                                "download every object under a prefix", "use S3Prefix"))
+        if (channel.input_mode or "File") != "File":
+            issues.append(Issue(f"{field}.input_mode", channel.input_mode, "is not supported on Kubernetes: the "
+                                "pods download each channel before training (File mode)", "use File"))
+    if job.input_mode != "File":
+        issues.append(Issue("input_mode", job.input_mode, "is not supported on Kubernetes: the pods download each "
+                            "channel before training (File mode)", "use File"))
+    if job.output_path and not job.output_path.startswith("s3://"):
+        issues.append(Issue("output_path", job.output_path, "is a path the cluster's pods do not see: on S3 "
+                            "storage the outputs go to S3", "give an s3:// prefix, or leave it out "
+                            "(<kubernetes.storage.s3>/<job>/output)"))
+    if job.checkpoint_local_path not in (None, DEFAULT_CHECKPOINT_PATH):
+        issues.append(Issue("checkpoint_local_path", job.checkpoint_local_path, "is not used on S3 storage: each "
+                            "pod keeps its checkpoints on its own disk and syncs them to S3", "remove it (the "
+                            "checkpoints' prefix is checkpoint_s3_uri, else <storage.s3>/<job>/checkpoints)"))
     return issues
