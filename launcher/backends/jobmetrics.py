@@ -18,7 +18,7 @@ from pathlib import Path
 
 from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError
-from launcher.backends.log_metrics import POINT, metrics_from_log
+from launcher.backends.log_metrics import POINT, metrics_from_lines, metrics_from_log
 from launcher.backends.metric_records import (
     JOBDIR_METRICS,
     METRICS_FILE,
@@ -26,6 +26,7 @@ from launcher.backends.metric_records import (
     jobdir_metrics,
     read_records,
 )
+from launcher.config.issues import ConfigError
 from launcher.wire.metric_lines import METRICS
 
 # sagemaker.analytics.TrainingJobAnalytics: the namespace, dimension and period SageMaker uses.
@@ -74,17 +75,40 @@ def load(backend, name: str) -> JobMetrics:
 
 def _from_job_files(backend, name: str, handle: str, record: dict) -> JobMetrics:
     """Rank 0's metrics.jsonl in a job directory the backend reads back (a Kubernetes job's S3 records,
-    or its claim where this machine mounts it: launcher.kubernetes.readback)."""
-    files, source = backend.job_files(name)
+    or its claim where this machine mounts it: launcher.kubernetes.readback); for a script of the user's
+    own, its metric_definitions over the pods' logs, as SageMaker applies them to the hosts' logs."""
+    definitions = (record.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
+    try:
+        files, source = backend.job_files(name)
+    except ConfigError:  # a claim not mounted here: only the logs are readable, if the job reads metrics there
+        if not definitions:
+            raise
+        return _from_pod_logs(backend, name, handle, record, definitions, "")
     path = files / JOBDIR_METRICS
     shown = f"{source.rstrip('/')}/{JOBDIR_METRICS.as_posix()}"
     records = read_records(path.read_text(encoding="utf-8"), shown) if path.is_file() else []
     if records:
         return JobMetrics(handle, shown, records)
+    looked = f"{shown} {'is empty' if path.is_file() else 'does not exist'}"
+    if definitions:
+        return _from_pod_logs(backend, name, handle, record, definitions, looked + ", and ")
     ended = record["TrainingJobStatus"] in TERMINAL_STATUSES
     raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) has no metrics{'' if ended else ' yet'}: "
-                         f"{shown} {'is empty' if path.is_file() else 'does not exist'} (rank 0 of smlaunch's "
-                         "train.py writes it at the first logged step; the pods upload it every few seconds)")
+                         f"{looked} (rank 0 of smlaunch's train.py writes it at the first logged step; the pods "
+                         "upload it every few seconds; a script of your own gets metrics from its pods' logs with "
+                         "metric_definitions)")
+
+
+def _from_pod_logs(backend, name: str, handle: str, record: dict, definitions: list[dict],
+                   looked: str) -> JobMetrics:
+    records = metrics_from_lines((line for _, line in backend.log_lines(name)), definitions)
+    names = ", ".join(d["Name"] for d in definitions)
+    if records:
+        return JobMetrics(handle, f"{handle}'s pod logs (metric_definitions: {names})", records, x=POINT)
+    ended = record["TrainingJobStatus"] in TERMINAL_STATUSES
+    raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) has no metrics{'' if ended else ' yet'}: "
+                         f"{looked}its metric_definitions ({names}) match no line of its pods' logs (a pod's log "
+                         "goes with the pod: a job deleted from the cluster has none)")
 
 
 def _from_sagemaker(backend, name: str, handle: str) -> JobMetrics:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
-from launcher.backends.metric_records import JOBDIR_METRICS
+from launcher.backends.metric_records import JOBDIR_METRICS, algorithm_record
 from launcher.config import ValidatedJob
 from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.issues import ConfigError, Issue
@@ -121,6 +121,7 @@ class KubernetesBackend:
             "TrainingJobName": name, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting",
             "CreationTime": store.now(), "Backend": self.name,
             "ResourceConfig": {"InstanceType": job.config.instance_type, "InstanceCount": job.config.instance_count},
+            "AlgorithmSpecification": algorithm_record(job.config, job.config.image_uri),
             "Kubernetes": {"kind": settings.kind, "namespace": settings.namespace, "context": settings.context,
                            "kubeconfig": settings.kubeconfig, "on_stop": settings.on_stop,
                            "storage": storage_record(job, name, settings, None if settings.storage.s3 else
@@ -197,10 +198,14 @@ class KubernetesBackend:
         if follow:
             self._completed(name, self._follow_logs(name, poll))
             return
+        for host, line in self.log_lines(name):
+            self.print(f"{host} | {printable(line)}")
+
+    def log_lines(self, name: str) -> list[tuple[str, str]]:
+        """(host, line) of every pod's log as it is now, algo-1's first."""
         api, namespace, kind = self._where(self._record(name))
-        for host, pod in _hosts(cluster.list_pods(api, kind, namespace, name)):
-            for line in cluster.pod_log(api, namespace, pod).splitlines():
-                self.print(f"{host} | {printable(line)}")
+        return [(host, line) for host, pod in _hosts(cluster.list_pods(api, kind, namespace, name))
+                for line in cluster.pod_log(api, namespace, pod).splitlines()]
 
     def _follow_logs(self, name: str, poll: float) -> dict:
         """Stream each pod's log from a thread of its own (pods appear as the job starts), print the

@@ -17,6 +17,16 @@ METRICS_FILE = "metrics.jsonl"
 JOBDIR_METRICS = Path("hosts") / "algo-1" / "output" / "data" / METRICS_FILE
 
 
+def algorithm_record(cfg, image: str | None) -> dict:
+    """A job record's AlgorithmSpecification (local, Slurm, Kubernetes); with the job's
+    metric_definitions, which `smlaunch metrics` applies to the job's log where the script writes no
+    metrics.jsonl (a user's own script)."""
+    algorithm = {"TrainingImage": image or "", "TrainingInputMode": cfg.input_mode}
+    if cfg.metric_definitions:
+        algorithm["MetricDefinitions"] = [m.model_dump() for m in cfg.metric_definitions]
+    return algorithm
+
+
 @dataclass
 class JobMetrics:
     """One job's records, oldest first. `x` is the key they are ordered by: `step` (metrics.jsonl)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher.backends.base import BackendError
+from launcher.backends.metric_records import algorithm_record
 from launcher.backends.request import tensorboard_config
 from launcher.backends.sourcedir import build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
@@ -239,16 +240,6 @@ def _fetch_inputs(job: ValidatedJob, spec: LocalJobSpec, log: Callable[[str], No
         log(f"checkpoints: {count} file(s) from {spec.checkpoint_s3_uri}")
 
 
-def _algorithm(job: ValidatedJob, spec: LocalJobSpec) -> dict:
-    """The record's AlgorithmSpecification; with the job's metric_definitions, which `smlaunch
-    metrics` applies to the job's log where the script writes no metrics.jsonl."""
-    cfg = job.config
-    algorithm = {"TrainingImage": spec.image or "", "TrainingInputMode": cfg.input_mode}
-    if cfg.metric_definitions:
-        algorithm["MetricDefinitions"] = [m.model_dump() for m in cfg.metric_definitions]
-    return algorithm
-
-
 def _record(job: ValidatedJob, spec: LocalJobSpec, runner: Runner) -> dict:
     """The initial job.json: DescribeTrainingJob's fields that mean something locally."""
     cfg = job.config
@@ -262,7 +253,7 @@ def _record(job: ValidatedJob, spec: LocalJobSpec, runner: Runner) -> dict:
         "CreationTime": stamp,
         "LastModifiedTime": stamp,
         "HyperParameters": spec.hyperparameters,
-        "AlgorithmSpecification": _algorithm(job, spec),
+        "AlgorithmSpecification": algorithm_record(job.config, spec.image),
         "ResourceConfig": {"InstanceType": cfg.instance_type, "InstanceCount": cfg.instance_count},
         "StoppingCondition": {"MaxRuntimeInSeconds": cfg.max_run},
         "OutputDataConfig": {"S3OutputPath": spec.output_path or str(spec.job_dir / "output")},

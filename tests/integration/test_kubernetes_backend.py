@@ -286,6 +286,26 @@ def test_a_claim_this_machine_does_not_mount_is_said_with_the_fix(kube, tmp_path
     assert "progress:" not in status.output and "last checkpoint" not in status.output
 
 
+def test_a_scripts_metric_definitions_are_read_from_its_pods_logs(kube, tmp_path, kind):
+    """A script of the user's own writes no metrics.jsonl: its metric_definitions are applied to its pods'
+    logs, as SageMaker applies them to its hosts' (the claim is not mounted here: only the logs are read)."""
+    job = _job(kind=kind)
+    job["metric_definitions"] = [{"Name": "train:loss", "Regex": r"loss ([0-9.]+)"}]
+    (tmp_path / "defined.json").write_text(json.dumps(job))
+    assert _cli("submit", str(tmp_path / "defined.json"), "--job-name", "k-1", "--no-wait").exit_code == 0
+    first, second = kube.add_pod(NS, "k-1", 0), kube.add_pod(NS, "k-1", 1)
+    kube.log(NS, second, "rank 1 ready")
+    kube.log(NS, first, "step 1 loss 4.25", "step 2 loss 3.5", "step 3 no number")
+    result = _cli("metrics", "kubernetes:k-1", "--json")
+    assert result.exit_code == 0, result.output
+    (shown,) = json.loads(result.stdout)
+    assert [r["train:loss"] for r in shown["records"]] == [4.25, 3.5]
+    assert "pod logs (metric_definitions: train:loss)" in shown["source"]
+    _submitted(tmp_path, "k-2", kind=kind)  # the control: no definitions, a claim not mounted here: exit 2
+    kube.log(NS, kube.add_pod(NS, "k-2", 0), "step 1 loss 4.25")
+    assert _cli("metrics", "kubernetes:k-2").exit_code == 2
+
+
 def _submit_suspending(tmp_path, queue: bool, kind: str = "TrainJob") -> None:
     job = _job(kind=kind)
     job["kubernetes"] = {**job["kubernetes"], "on_stop": "suspend"}
