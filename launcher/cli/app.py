@@ -31,7 +31,7 @@ from launcher.cli.support import (
     report_invalid,
     set_option,
 )
-from launcher.config import attention, data_order
+from launcher.config import attention, backend_table, data_order
 from launcher.config.issues import ConfigError
 
 # The commands defined in the other modules of launcher.cli, by name.
@@ -119,6 +119,9 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool, verbose:
 def _image_text(job) -> tuple[str, str | None]:
     """The image and why it is the one (images.py decides both)."""
     cfg = job.config
+    row = backend_table.named(cfg.backend_name)
+    if row is not None and row.cluster_image:  # image_uri, which the rules require, whatever the instance type
+        return f"{cfg.image_uri} (every host runs it on the cluster)", None
     if cfg.backend_name == "slurm":
         image = cfg.slurm.container_image if cfg.slurm else None
         return (f"{image} (srun --container-image)" if image else "none: the nodes run the bootstrap with "

@@ -1,0 +1,53 @@
+"""The example Kubernetes job files (configs/kubernetes/) validate, say which image their pods run, and
+dry-run to manifests the published models accept: Kubeflow Trainer's for the TrainJob, AWS's (generated
+from HyperPod's CRD) for the HyperPodPyTorchJob, the kubernetes client's for the ConfigMap."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
+
+from launcher.cli.app import main
+from tests.support import hyperpod_reference
+from tests.support.train_runs import ROOT
+from tests.unit.test_kubernetes_manifest import _core
+
+EXAMPLES = {"demo.yaml": "TrainJob", "hyperpod-s3.yaml": "HyperPodPyTorchJob"}
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.mark.parametrize(("example", "kind"), EXAMPLES.items())
+def test_the_example_validates_and_names_the_image_its_pods_run(example, kind):
+    path = ROOT / "configs" / "kubernetes" / example
+    result = _cli("validate", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)["summary"]
+    image = yaml.safe_load(path.read_text())["image_uri"]
+    assert summary["image"] == f"{image} (every host runs it on the cluster)"  # not this machine's Python
+    # the control: the local demo it extends runs on this machine's Python
+    local = json.loads(_cli("validate", str(ROOT / "configs" / "local" / "demo.yaml"), "--json").stdout)["summary"]
+    assert "this machine's Python" in local["image"]
+
+
+@pytest.mark.parametrize(("example", "kind"), EXAMPLES.items())
+def test_the_examples_dry_run_is_manifests_the_published_models_accept(example, kind, home):
+    result = _cli("submit", str(ROOT / "configs" / "kubernetes" / example), "--dry-run", "--job-name", "demo-1")
+    assert result.exit_code == 0, result.output
+    objects = {o["kind"]: o for o in yaml.safe_load_all(result.stdout)}
+    assert set(objects) == {"ConfigMap", kind}  # the examples set no secret
+    job = objects[kind]
+    if kind == "TrainJob":
+        assert TrainerV1alpha1TrainJob.from_dict(job).to_dict() == job
+    else:
+        assert hyperpod_reference.validated(job) == job
+    assert _core(objects["ConfigMap"], "V1ConfigMap") == objects["ConfigMap"]
+    pod = json.loads(objects["ConfigMap"]["data"]["pod.json"])
+    assert ("s3" in pod) == (kind == "HyperPodPyTorchJob")  # the HyperPod example keeps its files in S3
+
