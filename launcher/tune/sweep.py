@@ -69,9 +69,12 @@ def start_sweep(job: JobConfig, tuning: TuningConfig, *, name: str | None = None
 def check_sweep(tuning: TuningConfig, backend: str) -> list[Issue]:
     """What stops this sweep from running on `backend` here (the ranges' and the objective's rules are
     launcher.config.tuning_rules', which validation runs)."""
-    if backend not in BACKENDS:
+    if backend == "sagemaker":
         return [Issue("backend", backend, "runs its sweeps as SageMaker tuning jobs, which `start_sweep` does not "
                       "start (local and Slurm sweeps only)", "use the HyperparameterTuner, or backend local or slurm")]
+    if backend not in BACKENDS:
+        return [Issue("backend", backend, "runs no sweeps: smlaunch runs a sweep's trials here or on Slurm",
+                      "use backend local or slurm for the sweep")]
     return local_refusals(tuning)
 
 

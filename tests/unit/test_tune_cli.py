@@ -132,3 +132,14 @@ def test_backend_sagemaker_dry_run_prints_the_tuning_request(tmp_path, home, mon
     static = request["TrainingJobDefinition"]["StaticHyperParameters"]
     assert "lr" not in static and "train_batch_size" not in static and "max_steps" in static
     assert not state.sweeps_root().exists()
+
+
+def test_a_backend_without_sweeps_is_told_so_by_name(tmp_path, home):
+    """Kubernetes runs no sweeps: the error says that, not that it is a SageMaker tuning job."""
+    job = write(tmp_path, tuning=TUNING, backend="kubernetes", image_uri="registry.example/smlaunch:1",
+                kubernetes={"storage": {"pvc": "claim"}})
+    result = cli("tune", job, "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert 'backend = "kubernetes": runs no sweeps' in result.stderr and "SageMaker" not in result.stderr
+    assert not state.sweeps_root().exists()
+    assert cli("tune", write(tmp_path, tuning=TUNING), "--dry-run").exit_code == 0  # the control: local
