@@ -5,7 +5,8 @@ resumed job finds them. While training: a thread mirrors the host's new checkpoi
 files, its `.complete` marker last) and its output data (metrics.jsonl, progress.json, restarts,
 goodput) to S3 every SYNC_INTERVAL_S. At the end, stopped (SIGTERM) or not: a last mirror, so the
 stop's checkpoint is in S3 within the grace period, then the first host's output.tar.gz and
-model.tar.gz as SageMaker packs them.
+model.tar.gz as SageMaker packs them. A checkpoint the runtime prunes (num_kept_checkpoints) is
+deleted from S3 too, once a newer one is there.
 
 S3 is reached with boto3's default chain: the pod's service account (IRSA or Pod Identity) gives the
 credentials, never the manifest. The transfers are launcher.wire.s3io's, the archives
@@ -41,11 +42,25 @@ class Mirror:
             self.sent[path] = _stamp(path)
 
     def sync(self) -> int:
-        """Upload what changed since the last sync; the count of files uploaded."""
+        """Upload what changed since the last sync, then forget in S3 the checkpoints pruned here; the
+        count of files uploaded."""
         count = self._upload(self._checkpoint_files(), self.checkpoint_dir, self.s3["checkpoints"])
         data = self.base / "output" / "data"
-        return count + self._upload(files(data), data, s3io.join(self.s3["job"], RECORDS_PREFIX, self.host,
-                                                                   "output", "data"))
+        count += self._upload(files(data), data, s3io.join(self.s3["job"], RECORDS_PREFIX, self.host, "output", "data"))
+        self._forget_pruned()
+        return count
+
+    def _forget_pruned(self) -> None:
+        """Delete in S3 the checkpoint files this pod uploaded or downloaded whose step the checkpointer
+        has since pruned here (num_kept_checkpoints: rank 0 decides, so every host prunes the same
+        steps), after the newer step's upload: S3 keeps what the hosts keep, and a restarted pod
+        downloads no more than that."""
+        gone = [p for p in self.sent if p.is_relative_to(self.checkpoint_dir) and not p.exists()]
+        if gone:
+            s3io.delete_keys([s3io.join(self.s3["checkpoints"], p.relative_to(self.checkpoint_dir).as_posix())
+                              for p in gone], self.s3["region"])
+            for path in gone:
+                del self.sent[path]
 
     def _checkpoint_files(self) -> list[Path]:
         """The files of complete step-<N>/ directories (a save in progress is step-<N>.tmp/ until every

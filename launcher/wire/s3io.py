@@ -73,6 +73,23 @@ def upload_file(path: Path, uri: str, region: str | None) -> None:
     client(region).upload_file(str(path), bucket, key)
 
 
+def delete_keys(uris: list[str], region: str | None) -> None:
+    """Delete these objects (a missing one is no error, as S3's DeleteObjects has it)."""
+    s3 = client(region)
+    by_bucket: dict[str, list[str]] = {}
+    for uri in uris:
+        bucket, key = split(uri)
+        by_bucket.setdefault(bucket, []).append(key)
+    for bucket, keys in by_bucket.items():
+        for start in range(0, len(keys), 1000):  # DeleteObjects takes 1,000 keys at most
+            answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[start:start + 1000]],
+                                                              "Quiet": True})
+            if answer.get("Errors"):
+                first = answer["Errors"][0]
+                raise OSError(f"S3 refused to delete s3://{bucket}/{first['Key']}: {first.get('Code')} "
+                              f"{first.get('Message', '')}".rstrip())
+
+
 def upload_tree(root: Path, uri: str, region: str | None) -> int:
     """Upload every file under `root` below the prefix `uri` (checkpoints). Returns the count."""
     bucket, prefix = split(uri.rstrip("/"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -116,6 +117,29 @@ def test_the_mirror_uploads_complete_checkpoints_marker_last_and_changed_records
     assert mirror.sync() == 1
     body = client.get_object(Bucket="bucket", Key="jobs/j/hosts/algo-2/output/data/metrics.jsonl")["Body"].read()
     assert body.decode().splitlines() == ['{"step": 1}', '{"step": 2}']
+
+
+
+def test_a_checkpoint_pruned_here_is_deleted_in_s3_after_the_newer_one_is_there(tmp_path, aws):
+    client = aws.client("s3")
+    client.create_bucket(Bucket="bucket")
+    base, checkpoints = tmp_path / "hosts" / "algo-1", tmp_path / "checkpoints"
+    (base / "output" / "data").mkdir(parents=True)
+    for step in (2, 4):
+        (checkpoints / f"step-{step}").mkdir(parents=True)
+        for name in (".complete", "__0_0.distcp"):
+            (checkpoints / f"step-{step}" / name).write_text(name)
+    s3 = {"job": "s3://bucket/jobs/j", "checkpoints": "s3://bucket/jobs/j/checkpoints", "region": None}
+    mirror = Mirror("algo-1", base, checkpoints, s3)
+    assert mirror.sync() == 4
+    (checkpoints / "step-6").mkdir()
+    for name in (".complete", "__0_0.distcp"):
+        (checkpoints / "step-6" / name).write_text(name)
+    shutil.rmtree(checkpoints / "step-2")  # the checkpointer keeps two
+    assert mirror.sync() == 2
+    assert _keys(client, "jobs/j/checkpoints/") == [  # step-4 kept: the control
+        f"jobs/j/checkpoints/step-{s}/{n}" for s in (4, 6) for n in (".complete", "__0_0.distcp")]
+    assert mirror.sync() == 0 and len(_keys(client, "jobs/j/checkpoints/")) == 4  # nothing more to do
 
 
 def test_the_client_reads_an_s3_jobs_records_and_checkpoint(tmp_path, aws):
