@@ -117,6 +117,11 @@ class BackendError(RuntimeError):
     """A backend could not do what was asked (missing bucket, name taken, AWS error, ...)."""
 
 
+class SettingError(BackendError):
+    """What was asked of a submitted job needs a setting it was not given (the message names the field
+    and the fix): a usage error, exit code 2, as a refused job file is."""
+
+
 class JobFailedError(RuntimeError):
     """A job ended Failed or Stopped. Carries what the user needs to find out why.
 

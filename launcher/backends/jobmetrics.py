@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from launcher.backends import registry
-from launcher.backends.base import TERMINAL_STATUSES, BackendError
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, SettingError
 from launcher.backends.log_metrics import POINT, metrics_from_lines, metrics_from_log
 from launcher.backends.metric_records import (
     JOBDIR_METRICS,
@@ -26,7 +26,6 @@ from launcher.backends.metric_records import (
     jobdir_metrics,
     read_records,
 )
-from launcher.config.issues import ConfigError
 from launcher.wire.metric_lines import METRICS
 
 # sagemaker.analytics.TrainingJobAnalytics: the namespace, dimension and period SageMaker uses.
@@ -80,7 +79,7 @@ def _from_job_files(backend, name: str, handle: str, record: dict) -> JobMetrics
     definitions = (record.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
     try:
         files, source = backend.job_files(name)
-    except ConfigError:  # a claim not mounted here: only the logs are readable, if the job reads metrics there
+    except SettingError:  # a claim not mounted here: only the logs are readable, if the job reads metrics there
         if not definitions:
             raise
         return _from_pod_logs(backend, name, handle, record, definitions, "")

@@ -278,7 +278,7 @@ class KubernetesBackend:
 
     def job_files(self, name: str) -> tuple[Path, str]:
         """(a directory laid out as a job directory, readable here; where it comes from). A claim this
-        machine does not mount is a ConfigError naming kubernetes.storage.client_path (exit code 2)."""
+        machine does not mount is a SettingError naming kubernetes.storage.client_path (exit code 2)."""
         storage = self._storage(name)
         files = readback.job_dir(storage, store.job_dir(name, self.root))
         return files, storage["s3"]["job"] if "s3" in storage else str(files)

@@ -75,7 +75,7 @@ def aws_call(fn):
     """Run an AWS action, turning the usual failures into one clear line and an exit code."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-    from launcher.backends.base import BackendError, JobFailedError
+    from launcher.backends.base import BackendError, JobFailedError, SettingError
     from launcher.backends.warm_pools import WarmPoolError
     from launcher.config.images import ImageResolutionError
     from launcher.config.issues import SourceDirError
@@ -86,7 +86,7 @@ def aws_call(fn):
     except ConfigError as exc:
         report_invalid(exc)
         sys.exit(EXIT_INVALID)
-    except (SourceDirError, ImageResolutionError, DamagedRecord, WarmPoolError) as exc:
+    except (SourceDirError, ImageResolutionError, DamagedRecord, WarmPoolError, SettingError) as exc:
         fail(str(exc), EXIT_INVALID)
     except JobFailedError as exc:
         fail(str(exc), EXIT_FAILED)

@@ -6,7 +6,7 @@ S3: each host's output data the pods mirror under `<job prefix>/hosts/` is downl
 directory of smlaunch's job store (`records/`), the newest checkpoint found under the checkpoints'
 prefix, the archives named by their URIs. A claim: read where this machine mounts it
 (storage.client_path); without one, nothing on the claim is readable from here, and the reader says
-so with the fix (a usage error: exit code 2).
+so with the fix (SettingError: exit code 2).
 """
 
 # Imports inside functions: boto3 loads only to read a job on S3 storage (CLI start-up).
@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path, PurePosixPath
 
-from launcher.config.issues import ConfigError, Issue
+from launcher.backends.base import SettingError
 from launcher.wire.checkpoints import Checkpoint, latest_in_s3, latest_local
 from launcher.wire.pod_config import RECORDS_PREFIX
 
@@ -30,10 +30,9 @@ def unreadable(storage: dict) -> str | None:
             "machine does not mount")
 
 
-def _unreadable_error(storage: dict) -> ConfigError:
-    return ConfigError([Issue("kubernetes.storage.client_path", None, unreadable(storage) or "",
-                              f"mount the claim here (an FSx or EFS mount of {storage['pvc']}) and set "
-                              "kubernetes.storage.client_path to it in the job file before submitting")])
+def _unreadable_error(storage: dict) -> SettingError:
+    return SettingError(f"{unreadable(storage)}: mount the claim here (an FSx or EFS mount of {storage['pvc']}) and "
+                        "set kubernetes.storage.client_path to it in the job file before submitting")
 
 
 def on_client(storage: dict, pod_path: str) -> Path:
