@@ -223,6 +223,8 @@ def test_the_rules_refuse_what_the_pods_cannot_run(tmp_path):
         "inputs.train"]  # a path on a claim the pods no longer mount
     assert [p for p, _ in _issues({}, {})] == ["kubernetes.storage", "inputs.train"]
     assert [p for p, _ in _issues({"instance_type": "local_gpu"})] == ["instance_type"]
+    assert [p for p, _ in _issues({"tensorboard_output_config": {"s3_output_path": "s3://bucket/tb"}})] == [
+        "tensorboard_output_config"]  # the pods upload no TensorBoard files: refused, not ignored
     hyperpod = {k: v for k, v in SECTION.items() if k != "runtime_ref"} | {"kind": "HyperPodPyTorchJob"}
     assert _issues({}, hyperpod) == []  # the control: a HyperPodPyTorchJob runs what a TrainJob runs
     assert [p for p, _ in _issues({}, {**hyperpod, "runtime_ref": "torch-distributed"})] == ["kubernetes.runtime_ref"]

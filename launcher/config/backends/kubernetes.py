@@ -167,6 +167,11 @@ def check_kubernetes(ctx: Context) -> list[Issue]:
                             "hyperpod-elastic-agent installed, with a torch it supports (1.1.3: below 2.12) and "
                             "smlaunch's runtime needs (2.6 or newer); smlaunch's own image (torch 2.13) has not",
                             level="info"))
+    if job.tensorboard_output_config is not None:
+        issues.append(Issue("tensorboard_output_config", "{...}", "is not carried out on Kubernetes: the pods do "
+                            "not upload TensorBoard files", "remove it, and write them under SM_OUTPUT_DATA_DIR (the "
+                            "host's output/data): on a claim they stay in the job's directory, on S3 the pods "
+                            "mirror them to the job's prefix"))
     storage = settings.storage
     if storage is None:
         issues.append(Issue("kubernetes.storage", None, "is needed: the pods' channels, checkpoints and outputs "
