@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from launcher.config import backend_table
 from launcher.config.issues import Issue
 from launcher.config.rules import Context
 
@@ -59,7 +60,9 @@ def check_warm_pool(ctx: Context) -> list[Issue]:
     if seconds is None:
         return []
     if not job.on_sagemaker:
-        hosts = "the Slurm allocation's nodes" if job.backend_name == "slurm" else "this machine"
+        row = backend_table.named(job.backend_name)
+        local = row is not None and row.instance_types == "local"
+        hosts = "this machine" if local else f"{job.backend_name}'s own nodes"
         return [Issue(FIELD, seconds, f"warm pools are SageMaker's: with backend {job.backend_name} the job runs on "
                       f"{hosts}, and nothing is kept for a next job",
                       f"drop it for {job.backend_name} runs, or run on SageMaker", "warning")]

@@ -307,3 +307,10 @@ def test_kubernetes_schemas_catch_a_broken_object(job):
     unnamed = {**pod, "containers": [{"volumeMounts": pod["containers"][0]["volumeMounts"]}]}
     assert "'name' is a required property" in _schema_errors(_pod_template(unnamed), MIN_KUBERNETES)[0]
 
+
+
+def test_a_warm_pool_setting_is_said_to_keep_nothing_on_the_clusters_nodes():
+    warned = {i.path: i.problem for i in validate_job({**JOB, "keep_alive_period_in_seconds": 600}).warnings}
+    assert "kubernetes's own nodes" in warned["keep_alive_period_in_seconds"]
+    assert "this machine" not in warned["keep_alive_period_in_seconds"]  # it said so before
+    assert "keep_alive_period_in_seconds" not in {i.path for i in validate_job(JOB).warnings}  # the control
