@@ -51,6 +51,9 @@ from launcher.wire.progress import Progress, as_datetime, read_progress
 from launcher.wire.terminal import printable
 
 DNS_LABEL_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"  # a TrainJob's name: its JobSet, Jobs and Service take it
+# `status` reads progress, restarts and goodput from the same records: one S3 download serves them all.
+# The pods upload every 10 s (container.toolkit.pod_storage), so a download this recent is as new as S3's.
+RECORDS_FRESH_S = 5.0
 
 
 class KubernetesBackend:
@@ -60,6 +63,7 @@ class KubernetesBackend:
     def __init__(self, root: Path | None = None, printer: Callable[[str], None] | None = None):
         self.root = root
         self.print = printer or print
+        self._files: dict[str, tuple[float, tuple[Path, str]]] = {}  # job -> (when, job_files) read last
 
     @classmethod
     def create(cls, options: Options) -> KubernetesBackend:
@@ -279,9 +283,14 @@ class KubernetesBackend:
     def job_files(self, name: str) -> tuple[Path, str]:
         """(a directory laid out as a job directory, readable here; where it comes from). A claim this
         machine does not mount is a SettingError naming kubernetes.storage.client_path (exit code 2)."""
+        read = self._files.get(name)
+        if read is not None and time.monotonic() - read[0] < RECORDS_FRESH_S:
+            return read[1]
         storage = self._storage(name)
         files = readback.job_dir(storage, store.job_dir(name, self.root))
-        return files, storage["s3"]["job"] if "s3" in storage else str(files)
+        found = files, storage["s3"]["job"] if "s3" in storage else str(files)
+        self._files[name] = (time.monotonic(), found)
+        return found
 
     def _readable(self, name: str) -> Path | None:
         """The job's files here, or None where they are not readable from here (status says why)."""

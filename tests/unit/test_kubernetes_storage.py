@@ -213,3 +213,32 @@ def test_a_completed_jobs_summary_names_a_claims_unpacked_directories(capsys, ar
     _report_completed(backend, "j", {"TrainingJobStatus": "Completed"})
     out = capsys.readouterr().out
     assert shown in out and not_shown not in out
+
+
+def test_progress_restarts_and_goodput_share_one_download_of_the_records(tmp_path, monkeypatch):
+    """`status` asks for all three: the S3 records are downloaded once, not three times; a read older
+    than RECORDS_FRESH_S downloads again (the control)."""
+    from launcher.backends import kubernetes as backend_module
+    from launcher.local import store
+
+    downloads = []
+
+    def job_dir(storage, store_dir):
+        downloads.append(store_dir)
+        (store_dir / "records" / "hosts" / "algo-1" / "output" / "data").mkdir(parents=True, exist_ok=True)
+        return store_dir / "records"
+
+    monkeypatch.setattr(readback, "job_dir", job_dir)
+    s3 = {"job": "s3://bucket/jobs/j", "checkpoints": "s3://bucket/jobs/j/checkpoints",
+          "output": "s3://bucket/jobs/j/output", "region": None}
+    store.write(store.job_dir("j", tmp_path), {
+        "TrainingJobName": "j", "TrainingJobStatus": "Completed", "Backend": "kubernetes",
+        "TrainingStartTime": "2026-11-27T12:00:00+00:00", "TrainingEndTime": "2026-11-27T12:10:00+00:00",
+        "Kubernetes": {"namespace": "ml", "storage": {"s3": s3}}})
+    backend = backend_module.KubernetesBackend(root=tmp_path)
+    backend.progress("j"), backend.restarts("j"), backend.goodput("j")
+    assert len(downloads) == 1
+    now = backend_module.time.monotonic()
+    monkeypatch.setattr(backend_module.time, "monotonic", lambda: now + backend_module.RECORDS_FRESH_S + 1)
+    backend.progress("j")
+    assert len(downloads) == 2
