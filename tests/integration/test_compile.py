@@ -2,7 +2,8 @@
 the loss on CPU as it does on GPUs, so a compiled run trains like the eager run (losses and
 gradient norms within the order tolerance of the sums: inductor fuses and reorders them), alone
 and under FSDP2 with the features it composes with; and packed documents whose boundaries move
-every step compile nothing new after the first step. (Compiled with tensor parallelism, MoE or
+every step compile nothing new after the first step; context and pipeline parallelism compile
+their ranks' blocks and train like one eager process. (Compiled with tensor parallelism, MoE or
 Transformer Engine FP8 is refused: tests/unit/test_compile_rules.py.)
 
 The first compile costs ~30 s of an idle CPU core; the module's runs share one inductor cache
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,23 @@ def test_compiled_blocks_under_fsdp2_with_selective_offloaded_checkpointing_and_
                         activation_checkpointing_mode="selective", offload_activations=1, loss_chunk_tokens=48)
     assert_same_training(records, eager)
     assert "recompiles" in records[-1] and "recompiles" not in eager[-1]  # the control: eager counts nothing
+
+
+@pytest.mark.parametrize("mp_parameters", [
+    # the all-gathered K/V path's functional collectives trace into each block's graph
+    "context_parallel_degree=2",
+    # each stage compiles its own blocks; the loss compiles on the last stage
+    "pipeline_parallel_degree=2,microbatches=2",
+], ids=["cp2", "pp2"])
+def test_compiled_blocks_under_context_and_pipeline_parallelism_train_like_one_eager_process(tmp_path, eager,
+                                                                                            mp_parameters):
+    records = run_train(tmp_path, 2, max_steps=3, compile=1, mp_parameters=mp_parameters)
+    assert_same_training(records, eager)
+    # every rank compiled its blocks (a stage's, or its sequence chunk's) and nothing after the first step
+    for rank in range(2):
+        log = (tmp_path / "rank-logs" / f"rank{rank}.log").read_text()
+        compiled = re.search(r"compile: (\d+) graph\(s\) compiled by the first step, (\d+) recompilation", log)
+        assert compiled and int(compiled[1]) >= 1 and compiled[2] == "0", f"rank {rank}: {compiled}"
 
 
 def _packed_rows(channel: Path, steps: int, rows_per_step: int) -> Path:
