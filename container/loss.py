@@ -37,9 +37,11 @@ _compiled_loss = None  # torch.compile of `_loss` while `compile` is on (use_com
 
 
 def use_compiled(on: bool) -> None:
-    """Compute each chunk's loss with torch.compile of `_loss` (container.distributed.compile), or eagerly."""
+    """Compute each chunk's loss with torch.compile of `_loss` (container.distributed.compile), or
+    eagerly. Static shapes: a micro-batch has at most two chunk lengths, each compiled once, and
+    torch 2.13 cannot compile the vocabulary-parallel loss with a dynamic one."""
     global _compiled_loss
-    _compiled_loss = torch.compile(_loss, fullgraph=True) if on else None
+    _compiled_loss = torch.compile(_loss, fullgraph=True, dynamic=False) if on else None
 
 
 def _chunk_loss(head: nn.Module, h: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -108,7 +108,7 @@ def parallelize(rt: Runtime, model: Transformer, s: RunSettings) -> None:
         apply_activation_checkpointing(model, s.ac_mode, offloader,
                                        checkpoint_fn=activation_checkpoint_fn(s.fp8, s.ac_mode), freq=s.ac_freq)
     if s.compile:  # after checkpointing, before FSDP (container.distributed.compile says why)
-        apply_compile(model)
+        apply_compile(model, rt.layout.tp)
     if s.fsdp:
         apply_fsdp(model, rt.fsdp_mesh, param_dtype=torch.bfloat16 if s.bf16 else None,
                    reshard_after_forward=s.reshard_after_forward, wrap_policy=s.wrap_policy,
@@ -201,13 +201,13 @@ def check_writable(directories: dict[str, Path]) -> None:
                 f"or point {label} at a directory this job can write") from exc
 
 
-def refuse_unimplemented(hp: TrainingHyperparameters, params=None) -> None:
+def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
     """AWS's script's arguments that this runtime does not do, trackers' settings that would do
     nothing, a data_mixture the loader cannot read, the speed settings this GPU or library cannot
     run and what compile cannot compile fail the job before anything is built, with validation's
     words (launcher.config.aws_arguments, tracker_rules, data_rules, speed_rules, compile_rules)."""
     problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
-                + speed_issues(hp) + compile_issues(hp, params))
+                + speed_issues(hp) + compile_issues(hp))
     if problems:
         raise ValueError("; ".join(map(str, problems)) + " (run `smlaunch validate` on the job for the full list)")
 
@@ -225,7 +225,7 @@ def model_vocab_rows(rt: Runtime, spec: ModelSpec, s: RunSettings, dirs: Directo
 
 
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
-    refuse_unimplemented(hp, rt.params)
+    refuse_unimplemented(hp)
     s = settings(rt, hp)
     # first: a kernel this device cannot run fails the job before anything is built or read
     attention.use_kernel(document_kernels.build(s.attention_kernel, rt.device, s.bf16))
