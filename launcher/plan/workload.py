@@ -34,6 +34,9 @@ class UnmodeledScript(PlanError):
 
 RUNTIME_PROGRAM = ("smlaunch's runtime (entrypoints/train.py): FSDP2 per block, the chunked cross-entropy, "
                    "its activation checkpointing and attention")
+# the calibration runs (docs/planner.md) were eager: nothing measured says what compile changes
+COMPILED = ("; compile=1 is priced as the eager run (torch.compile's speed-up and memory are not modelled: "
+            "docs/planner.md)")
 SCRIPT_PROGRAM = ("AWS's SMP v2 reference program for your script: FSDP over the whole model, the whole fp32 "
                   "logits in the loss, activation checkpointing as its hyperparameter says; what your script "
                   "does differently is not in these figures")
@@ -42,7 +45,7 @@ SCRIPT_PROGRAM = ("AWS's SMP v2 reference program for your script: FSDP over the
 def modeled_program(job: ValidatedJob) -> str:
     """What the plan models, for its first line (docs/own-scripts.md)."""
     if job.kind.runtime:
-        return RUNTIME_PROGRAM
+        return RUNTIME_PROGRAM + (COMPILED if job.settings.compile else "")
     sdp = job.config.distribution.parameters.sharded_data_parallel_degree if job.config.distribution else None
     if sdp:  # an SMP v1 job: its sharding group is the layout's shard degree (config.layout)
         return (f"{SCRIPT_PROGRAM}; SMP v1's sharded data parallelism (MiCS) as SMP v2's hybrid sharding, "

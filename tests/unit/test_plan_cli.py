@@ -186,6 +186,15 @@ def test_a_script_of_ones_own_is_planned_as_awss_smp_program_and_the_plan_says_s
     assert rows[0]["models"].startswith("AWS's SMP v2 reference program") and rows[0]["fits"] is False
 
 
+def test_a_compiled_run_is_planned_as_the_eager_one_and_the_plan_says_so():
+    plans = {value: run_cli("plan", SEED / "p4d-no-cp.yaml", "--json", "--set", f"hyperparameters.compile={value}")
+             for value in (0, 1)}
+    rows = {value: json.loads(result.output)[0] for value, result in plans.items()}
+    assert "compile=1 is priced as the eager run" in rows[1]["models"]
+    assert "compile" not in rows[0]["models"]  # the control
+    assert rows[1]["tokens_per_s"] == rows[0]["tokens_per_s"] and rows[1]["peak_gib"] == rows[0]["peak_gib"]
+
+
 def test_an_smp_v1_script_says_its_sharded_data_parallel_degree_is_planned_as_the_sharding_group():
     """The seed's MiCS job (SMP v1) is planned with AWS's program too; its first line says how SMP v1's
     sharding is taken, and the figures follow it: sharded over 2 GPUs, each holds 4x the model state it
