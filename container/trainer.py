@@ -45,6 +45,7 @@ from container.metrics import MetricsWriter, step_record
 from container.models import attention, document_kernels
 from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
+from container.profiling import StepProfiler
 from container.progress import ProgressWriter
 from container.resilience import attempt, inject, step_watch
 from container.resilience.ledger import CHECKPOINT, DATA, VALIDATION, TimeLedger
@@ -296,9 +297,11 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     global_sequences = s.micro_batch * s.grad_accum * rt.dp_size
     timed_tokens, timed_seconds, last = 0, 0.0, {}
     compiles = CompileCount(s.compile)
+    profiler = StepProfiler(hp.profile_steps, dirs.output_data, rt.rank, rt.device)
     for step in range(start_step + 1, s.max_steps + 1):
         _sync(rt)
         inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
+        profiler.before(step)
         t0 = time.perf_counter()
         guard.before_step(loader)  # past the batches a rollback skips
         with ledger.timing(DATA):
@@ -321,6 +324,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         elapsed = time.perf_counter() - t0
         ledger.step(elapsed)
         compiles.step_done()
+        profiler.after(step)  # outside the step's time: the window's last step writes the profile
         if step > start_step + 2:  # leave out warm-up (allocator, first all-gathers)
             timed_tokens += global_tokens_per_step
             timed_seconds += elapsed
@@ -351,12 +355,14 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
                 if stopping:  # an asynchronous save is on disk and committed before the process ends
                     checkpointer.close()
         if stopping:
+            profiler.close()
             if rt.is_main:
                 log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
             step_watch.stop()
             metrics.close(STOPPED)
             return last
     compiles.log()
+    profiler.close()  # a window past max_steps (a job built by hand: validation refuses it) ends here
     with step_watch.section("the last checkpoint and the model export"):
         if checkpointer:
             checkpointer.close()

@@ -5,6 +5,10 @@ The step a job's records time is the trainer's own (container/trainer.py: synchr
 forward, backward, clipping, the update, `loss.item()`, synchronize), so the per-step time here is
 the difference of the cumulative `time_steps_s` + `time_data_s` of consecutive records (1 ms
 resolution), and the peak memory is its `peak_memory_gib` (torch.cuda.max_memory_allocated).
+
+Each run profiles its last step (`profile_steps`, container/profiling.py): the table of that
+step's ops by device time comes back in the run's notes (`profile`: where the step's time goes),
+and the step is left out of the timed ones (the profiler slows it).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from bench.gpu.measure import Outcome, tail
@@ -62,10 +67,16 @@ def environment() -> dict:
     return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
 
 
+def profiled(run: Run) -> Run:
+    """The run with its last step profiled."""
+    return replace(run, hyperparameters={**run.hyperparameters, "profile_steps": str(run.steps)})
+
+
 def run_trainpy(run: Run, timeout_s: float | None, scratch: Path) -> Outcome:
     reason = refusal(run)
     if reason:
         return Outcome.skipped(reason)
+    run = profiled(run)
     # the exported model (2.5 GB for 1B) goes where it costs least and is deleted with the run
     with tempfile.TemporaryDirectory(dir=scratch, prefix=f"{run.name}-") as tmp:
         out = Path(tmp)
@@ -76,8 +87,11 @@ def run_trainpy(run: Run, timeout_s: float | None, scratch: Path) -> Outcome:
             return Outcome.failed(f"timed out after {timeout_s:.0f} s", tail(exc.stdout, exc.stderr))
         metrics = out / "data" / "metrics.jsonl"
         records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
+        table = out / "data" / "profile" / "rank-0.txt"
+        profile = table.read_text() if table.is_file() else None
     records = [r for r in records if "loss" in r]
     if done.returncode != 0 or not records:
         return Outcome.failed(f"train.py exited {done.returncode}", tail(done.stdout, done.stderr))
-    return Outcome(status="ok", step_s=step_seconds(records), losses=[r["loss"] for r in records],
-                   peak_memory_gib=records[-1]["peak_memory_gib"])
+    return Outcome(status="ok", step_s=step_seconds(records)[:-1], losses=[r["loss"] for r in records],
+                   peak_memory_gib=records[-1]["peak_memory_gib"],
+                   notes={"profile": profile, "profiled_step": run.steps, "step_s": "without the profiled step"})

@@ -313,6 +313,11 @@ class TrainingHyperparameters(_SeedDegrees):
                     f"and ends it with exit code 86 (default: max({STEP_TIMEOUT_FLOOR_S}, "
                     f"{STEP_TIMEOUT_MEDIANS} x the median step so far); 0: not watched; keep it below "
                     "collective_timeout; docs/faults.md).")
+    profile_steps: str | None = Field(
+        None, description="smlaunch: record these training steps with torch.profiler, as FIRST-LAST (both profiled, "
+                          "counted from 1: 5-7) or one step; every rank writes a trace (Perfetto, "
+                          "chrome://tracing) and a table of its ops by time into output_data_dir/profile/. Default "
+                          "off. docs/speed.md")
     nonfinite_policy: Literal[NONFINITE_POLICIES] | None = Field(
         None, description="smlaunch: what a step whose loss or gradient norm is not finite does: fail (default: the "
                           "job fails at that step), skip (the step applies no update and its batch is spent), "

@@ -6,6 +6,7 @@ these; nothing here imports torch.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 
@@ -100,3 +101,32 @@ def optimizer_implementation_problem(optimizer: str, implementation: str) -> Pro
 # cheap element-wise ops); selective_op: torchtitan's op policy, which keeps the attention output
 # and every other matmul's (recomputing the other half of the matmuls for memory).
 AC_MODES = ("full", "selective", "selective_op")
+
+
+# --- Profiling a step (container/profiling.py, docs/speed.md "Profiling steps") ------------------
+PROFILE_STEPS_FORM = "FIRST-LAST (training steps, counted from 1, both profiled: 5-7) or one step (5)"
+# the first steps compile, fill the allocator's pool and make the first all-gathers: not the steady step
+PROFILE_WARMUP_STEPS = 2
+
+
+def profile_window(text: str) -> tuple[int, int]:
+    """profile_steps' (first, last) step; ValueError saying what is wrong."""
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(text))
+    if not match:
+        raise ValueError(f"is not {PROFILE_STEPS_FORM}")
+    first, last = int(match[1]), int(match[2] or match[1])
+    if first < 1 or last < first:
+        raise ValueError(f"is not {PROFILE_STEPS_FORM}: the first step is 1 or later and the last is not before it")
+    return first, last
+
+
+def profile_problem(text: str, max_steps: int) -> Problem | None:
+    """What is wrong with profile_steps for a run of `max_steps` steps, or None."""
+    try:
+        first, last = profile_window(text)
+    except ValueError as exc:
+        return Problem(str(exc), "write e.g. profile_steps: 5-7, or remove it")
+    if last > max_steps:
+        return Problem(f"reaches past the run's last step, max_steps = {max_steps}",
+                       f"profile steps {min(first, max_steps)}-{max_steps} or fewer, or raise max_steps")
+    return None

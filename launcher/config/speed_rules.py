@@ -1,16 +1,21 @@
 """What the speed choices (launcher.config.speed) ask of a job run by smlaunch's train.py: an FP8
 recipe its library runs, rowwise FP8 on a GPU that has its GEMM, an optimizer implementation the
-optimizer has, activation checkpointing settings that apply. Validation runs these; the container
-runs `speed_issues` again before anything is built (and checks the GPU it finds itself)."""
+optimizer has, activation checkpointing settings that apply, steps to profile that the run has.
+Validation runs these; the container runs `speed_issues` again before anything is built (and
+checks the GPU it finds itself)."""
 
 from __future__ import annotations
 
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
 from launcher.config.issues import Issue
+from launcher.config.run_settings import DEFAULT_MAX_STEPS
 from launcher.config.speed import (
+    PROFILE_WARMUP_STEPS,
     Problem,
     fp8_recipe_problem,
     optimizer_implementation_problem,
+    profile_problem,
+    profile_window,
     rowwise_capability_problem,
 )
 
@@ -42,7 +47,23 @@ def speed_issues(hp: TrainingHyperparameters) -> list[Issue]:
                                 "offload_activations moves every block's checkpointed input to host memory, and "
                                 "with a frequency above 1 some blocks keep everything on the GPU",
                                 "use activation_checkpointing_freq: 1 with offload_activations, or turn offload off"))
+    if hp.profile_steps is not None and (problem := profile_problem(hp.profile_steps,
+                                                                     hp.max_steps or DEFAULT_MAX_STEPS)):
+        issues.append(_issue("profile_steps", hp.profile_steps, problem))
     return issues
+
+
+def profile_notes(hp: TrainingHyperparameters) -> list[Issue]:
+    """A profile that starts in the warm-up: its steps are not the steady step's."""
+    if hp.profile_steps is None or profile_problem(hp.profile_steps, hp.max_steps or DEFAULT_MAX_STEPS):
+        return []
+    first, _ = profile_window(hp.profile_steps)
+    if first > PROFILE_WARMUP_STEPS:
+        return []
+    return [Issue(f"{HP}.profile_steps", hp.profile_steps,
+                  f"profiles warm-up: the first {PROFILE_WARMUP_STEPS} steps compile, fill the allocator's pool and "
+                  "make the first all-gathers", f"start at step {PROFILE_WARMUP_STEPS + 1} or later to see the "
+                  "steady step", level="warning")]
 
 
 def _issue(key: str, value, problem: Problem) -> Issue:
@@ -54,7 +75,7 @@ def check_speed(ctx) -> list[Issue]:
     a user's own script reads these keys as it likes."""
     if not ctx.runtime:
         return []
-    issues = speed_issues(ctx.hp)
+    issues = speed_issues(ctx.hp) + profile_notes(ctx.hp)
     fp8 = FP8Config.from_hyperparameters(ctx.hp)
     acc = ctx.instance.accelerator if ctx.instance else None
     # an accelerator without FP8 at all is check_precision's issue; this one has FP8 but maybe not rowwise's GEMM

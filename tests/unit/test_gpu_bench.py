@@ -40,6 +40,22 @@ def test_the_table_runs_every_stack_eager_and_compiled_on_the_same_tokens():
     assert {r.seq_len for r in table.table(dry_run=True)["1b"]} == {128}
 
 
+def test_every_trainpy_run_profiles_its_last_step_and_the_runtime_takes_the_window():
+    from launcher.config import TrainingHyperparameters
+    from launcher.config.speed_rules import speed_issues
+
+    for dry_run in (False, True):
+        runs = [r for runs in table.table(dry_run).values() for r in runs if r.stack == "trainpy"]
+        assert runs
+        for run in runs:
+            hp = trainpy.profiled(run).hyperparameters
+            assert hp["profile_steps"] == str(run.steps) == str(hp["max_steps"])
+            assert speed_issues(TrainingHyperparameters.model_validate(hp)) == [], run.name
+    # the control: a window past the run's steps is what the runtime refuses
+    late = {**trainpy.profiled(runs[0]).hyperparameters, "profile_steps": str(runs[0].steps + 1)}
+    assert speed_issues(TrainingHyperparameters.model_validate(late))
+
+
 def test_a_setting_the_runtime_does_not_know_is_a_skip_with_its_name():
     run = table.Run("x", "1b", "trainpy", "llama3-tiny", 128, 3, 1, {"model_preset": "llama3-tiny", "no_such": 1})
     assert trainpy.refusal(run) == "unknown hyperparameter no_such"

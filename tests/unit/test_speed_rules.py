@@ -1,8 +1,11 @@
 """The client's rules for the speed choices (launcher/config/speed_rules.py): an FP8 recipe its library
 runs, rowwise FP8 on a GPU with its GEMM, an optimizer implementation the optimizer has, and
-activation checkpointing settings that apply; each names the field, the value and the fix."""
+activation checkpointing settings that apply, and steps to profile that the run has; each names
+the field, the value and the fix."""
 
 from __future__ import annotations
+
+import pytest
 
 from launcher.config import validate_job
 from tests.support.config_checks import issues_of, only_issue, paths
@@ -67,3 +70,44 @@ def test_a_users_script_keeps_its_own_meaning_of_these_keys(user_script_dir):
                                          "activation_checkpointing_freq": 2},
                     image_uri=None, framework_version="2.4.1", py_version="py311")
     assert not [i for i in issues_of(data) if "optimizer_implementation" in i.path or "freq" in i.path]
+
+
+@pytest.mark.parametrize("value", ["5-", "a-b", "0-3", "7-5", "5,6", ""])
+def test_profile_steps_that_are_not_a_window_are_refused(runtime_dir, value):
+    issue = only_issue(make_job(runtime_dir, hp={"max_steps": 20, "profile_steps": value}),
+                       "hyperparameters.profile_steps")[0]
+    assert issue.value == value and "FIRST-LAST" in issue.problem and "profile_steps: 5-7" in issue.fix
+
+
+def test_profile_steps_are_steps_the_run_has(runtime_dir):
+    for value in ("5-7", "5", " 5 - 20 "):  # the controls
+        assert paths(make_job(runtime_dir, hp={"max_steps": 20, "profile_steps": value})) == []
+    issue = only_issue(make_job(runtime_dir, hp={"max_steps": 20, "profile_steps": "18-25"}),
+                       "hyperparameters.profile_steps")[0]
+    assert "max_steps = 20" in issue.problem and "profile steps 18-20" in issue.fix
+    # without max_steps, the run's default length (100) bounds it
+    assert only_issue(make_job(runtime_dir, hp={"profile_steps": "99-101"}), "hyperparameters.profile_steps")
+
+
+def test_a_profile_of_the_warm_up_is_a_warning(runtime_dir):
+    warned = only_issue(make_job(runtime_dir, hp={"max_steps": 20, "profile_steps": "1-3"}),
+                        "hyperparameters.profile_steps", level="warning")[0]
+    assert "step 3 or later" in warned.fix
+    assert not [i for i in issues_of(make_job(runtime_dir, hp={"max_steps": 20, "profile_steps": "3-4"}), "warning")
+                if i.path == "hyperparameters.profile_steps"]  # the control
+
+
+def test_the_container_refuses_a_profile_window_validation_refuses():
+    from container.args import parse_args
+    from container.trainer import refuse_unimplemented
+
+    argv = ["--model_preset", "llama3-tiny", "--max_steps", "6"]
+    refuse_unimplemented(parse_args(argv + ["--profile_steps", "3-6"])[0])  # the control
+    with pytest.raises(ValueError, match="profile_steps = \"3-9\": reaches past the run's last step"):
+        refuse_unimplemented(parse_args(argv + ["--profile_steps", "3-9"])[0])
+
+
+def test_a_users_script_reads_profile_steps_as_it_likes(user_script_dir):
+    data = make_job(user_script_dir, hp={"profile_steps": "every 10"}, image_uri=None, framework_version="2.4.1",
+                    py_version="py311")
+    assert not [i for i in issues_of(data) + issues_of(data, "warning") if "profile_steps" in i.path]
