@@ -26,7 +26,6 @@ import gc
 import json
 import os
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -37,9 +36,8 @@ from torch.utils._pytree import tree_leaves
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "entrypoints"))
+from bench import in_process  # noqa: E402 - after the path it is found on
 
-DEFAULTS = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": "64",
-            "train_batch_size": "2", "max_steps": "8", "logging_freq": "4", "seed": "7"}
 # (phase, a frame's file:function that puts an op in it), innermost match first
 PHASES = (("optimizer", ("optim.py:step", "adamw.py:", "optimizer.py:")),
           ("clip", ("optim.py:clip_grad_norm_",)),
@@ -102,29 +100,16 @@ def live_bytes() -> int:
 
 
 def count(argv: list[str]) -> dict:
-    import train
-
-    from container.resilience import step_watch
-
-    pairs = dict(DEFAULTS)
-    for key, value in zip(argv[::2], argv[1::2]):
-        pairs[key.removeprefix("--")] = value
+    pairs = in_process.settings(argv)
     counter = CountAllocations()
     live = {}
-    done = step_watch.step_done
 
-    def step_done(step: int) -> None:
-        done(step)
+    def step_end(step: int) -> None:
         with torch._C._DisableTorchDispatch():  # reading the live tensors allocates nothing to count
             live[step] = live_bytes()
         counter.step = step + 1
 
-    step_watch.step_done = step_done
-    with tempfile.TemporaryDirectory() as tmp:
-        args = [a for k, v in pairs.items() for a in (f"--{k}", v)]
-        args += ["--output_data_dir", f"{tmp}/out", "--model_dir", f"{tmp}/model", "--checkpoint_dir", f"{tmp}/ck"]
-        with counter:
-            train.main(args)
+    in_process.run_train(pairs, counter, step_end)
     steps = range(1, int(pairs["max_steps"]) + 1)
     return {"steps": {s: {**{p: list(c) for p, c in sorted(counter.phases[s].items())}, "live_bytes": live.get(s)}
                       for s in steps},

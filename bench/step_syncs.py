@@ -20,7 +20,6 @@ import collections
 import json
 import os
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -30,13 +29,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "entrypoints"))
+from bench import in_process  # noqa: E402 - after the path it is found on
 
 # reads of tensors that stay on the host on a GPU too, and so wait for nothing there: the batch before
 # it moves to the device, and the step counters foreach and for-loop AdamW keep on the CPU
 HOST_SIDE = ("data/", "run_data.py", "attended_length", "_get_value")
-DEFAULTS = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": "64",
-            "train_batch_size": "2", "max_steps": "8", "logging_freq": "4", "seed": "7"}
-
 
 class CountReads(TorchDispatchMode):
     def __init__(self):
@@ -70,28 +67,15 @@ def _site() -> str:
 
 
 def count(argv: list[str]) -> dict:
-    import train
-
-    from container.resilience import step_watch
-
-    pairs = dict(DEFAULTS)
-    for key, value in zip(argv[::2], argv[1::2]):
-        pairs[key.removeprefix("--")] = value
+    pairs = in_process.settings(argv)
     logged = {step for step in range(1, int(pairs["max_steps"]) + 1)
               if step % int(pairs["logging_freq"]) == 0 or step == int(pairs["max_steps"])}
     counter = CountReads()
-    done = step_watch.step_done
 
-    def step_done(step: int) -> None:
-        done(step)
+    def step_end(step: int) -> None:
         counter.step = step + 1
 
-    step_watch.step_done = step_done
-    with tempfile.TemporaryDirectory() as tmp:
-        args = [a for k, v in pairs.items() for a in (f"--{k}", v)]
-        args += ["--output_data_dir", f"{tmp}/out", "--model_dir", f"{tmp}/model", "--checkpoint_dir", f"{tmp}/ck"]
-        with counter:
-            train.main(args)
+    in_process.run_train(pairs, counter, step_end)
     steps = range(1, int(pairs["max_steps"]) + 1)
     return {"steps": {s: {"reads": counter.reads[s], "device_reads": counter.device_reads[s], "logged": s in logged}
                       for s in steps},

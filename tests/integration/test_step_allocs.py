@@ -5,28 +5,17 @@ AdamW (the CUDA default) allocates nothing in its update."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
+from container.models.llama import build_model
 from launcher.config.models import PRESETS
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench_runs import bench_json
 
 
 def allocations(*args: str) -> dict:
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "step_allocs.py"), *args], capture_output=True,
-                          text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return bench_json("step_allocs.py", *args)
 
 
 def _parameters() -> tuple[int, int]:
     """(parameter tensors, parameter elements) of bench/step_allocs.py's default model."""
-    from container.models.llama import build_model  # torch's model build: the subprocess's, not this test's import
-
     model = build_model(PRESETS["llama3-tiny"], 64, device="meta")
     return len(list(model.parameters())), sum(p.numel() for p in model.parameters())
 

@@ -4,20 +4,11 @@ one value, the non-finite guard's flag; a logging step reads the loss and the gr
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench_runs import bench_json
 
 
 def syncs(*args: str) -> dict:
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "step_syncs.py"), *args], capture_output=True,
-                          text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return bench_json("step_syncs.py", *args)
 
 
 def test_a_step_that_logs_nothing_reads_one_value():
