@@ -362,7 +362,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
             metrics.close(STOPPED)
             return last
     compiles.log()
-    profiler.close()  # a window past max_steps (a job built by hand: validation refuses it) ends here
+    profiler.close()  # a window the run ended inside is written (the rules keep windows within max_steps)
     with step_watch.section("the last checkpoint and the model export"):
         if checkpointer:
             checkpointer.close()

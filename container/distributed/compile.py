@@ -2,11 +2,11 @@
 
 Order, as torchtitan's apply_compile: FP8 -> tensor parallel -> activation checkpointing ->
 compile -> FSDP. After tensor parallelism, so each graph is traced over the DTensor projections
-and their collectives (three torch 2.13 faults met there are worked around, below); after activation
-checkpointing, so the checkpoint is inside the graph (dynamo traces it as one higher-order op,
-and the selective policy's saved matmuls are chosen in the compiled graph); before FSDP, whose
-all-gather and reduce-scatter hooks torch marks untraceable (`torch._dynamo.disable`): they run
-eagerly around the block's graph.
+and their collectives (three torch 2.13 faults met there are worked around, below); after
+activation checkpointing, so the checkpoint is inside the graph (dynamo traces it as one
+higher-order op, and the selective policy's saved matmuls are chosen in the compiled graph);
+before FSDP, whose all-gather and reduce-scatter hooks torch marks untraceable
+(`torch._dynamo.disable`): they run eagerly around the block's graph.
 
 A block is compiled in place (`Module.compile`, fullgraph): its parameters keep their names, so
 checkpoints and the Hugging Face export are those of an eager run, and a graph break is an error,
@@ -21,8 +21,8 @@ eager around it, and a micro-batch's last, shorter chunk is one more shape, comp
 
 Under tensor parallelism, torch 2.13 (measured at tp 2 on CPU against the eager run; docs/smp.md):
 - AOTAutograd's cache hands a graph over DTensors back wrong (a run whose graphs came from it,
-  another block's or rank's or an earlier run's, had a first loss of 6.998 or 5.077 against 5.986), so it
-  is off for the process (inductor's own cache of the compiled code stays on);
+  another block's or rank's or an earlier run's, had a first loss of 6.998 or 5.077 against
+  5.986), so it is off for the process (inductor's own cache of the compiled code stays on);
 - a compiled block whose input is the view `DTensor.to_local()` returns (the embedding's output)
   passes no gradient back through it (the embedding's gradient was 0), so that output is copied
   into a tensor of its own first (one sequence slice of the hidden states per micro-batch);

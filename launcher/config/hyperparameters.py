@@ -87,6 +87,12 @@ class TrainingHyperparameters(_SeedDegrees):
     def _numbers_are_not_booleans(cls, value, info: ValidationInfo):
         return reject_boolean(value, cls.model_fields[info.field_name].annotation)
 
+    @field_validator("profile_steps", mode="before")
+    @classmethod
+    def _one_step_may_be_a_number(cls, value):
+        """`profile_steps: 5` in YAML is the window 5 (the wire carries it as text anyway)."""
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
     def raw(self) -> dict:
         """The hyperparameters exactly as given (unset ones left out), for the wire format."""
         return dict(self._raw)

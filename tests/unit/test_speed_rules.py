@@ -80,7 +80,7 @@ def test_profile_steps_that_are_not_a_window_are_refused(runtime_dir, value):
 
 
 def test_profile_steps_are_steps_the_run_has(runtime_dir):
-    for value in ("5-7", "5", " 5 - 20 "):  # the controls
+    for value in ("5-7", "5", 5, " 5 - 20 "):  # the controls (a number is one step, as YAML writes it)
         assert paths(make_job(runtime_dir, hp={"max_steps": 20, "profile_steps": value})) == []
     issue = only_issue(make_job(runtime_dir, hp={"max_steps": 20, "profile_steps": "18-25"}),
                        "hyperparameters.profile_steps")[0]
