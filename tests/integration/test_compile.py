@@ -73,7 +73,7 @@ def test_compiled_tensor_parallelism_trains_like_one_eager_process_also_from_the
     # tp 2: the blocks' graphs over DTensor projections, the vocabulary-parallel loss over chunks
     # of 48 tokens (two static shapes), and a validation pass (graphs without gradients). Each
     # run's ranks share the inductor cache, and the second run compiles from what the first left
-    # there: torch 2.13's AOTAutograd cache restored these graphs wrong (first loss 5.077), and a
+    # there: torch 2.13's AOTAutograd cache restored these graphs wrong (first loss 6.998), and a
     # compiled first block passed the embedding no gradient (container.distributed.compile)
     validation = tmp_path / "validation"
     validation.mkdir()
