@@ -76,11 +76,12 @@ def _has_storage(t: torch.Tensor) -> bool:
 
 def _phase() -> tuple[str, str]:
     """The op's phase, from the stack; for the loop's own ops, its innermost frame in smlaunch's runtime."""
-    frames = [f"{Path(f.filename).name}:{f.name}" for f in traceback.extract_stack()[:-2]]
+    stack = traceback.extract_stack()[:-2]
+    frames = [f"{Path(f.filename).name}:{f.name}" for f in stack]
     for phase, marks in PHASES:
         if any(frame.startswith(mark) for frame in frames for mark in marks):
             return phase, ""
-    for frame in reversed(traceback.extract_stack()[:-2]):
+    for frame in reversed(stack):
         path = frame.filename.replace("\\", "/")
         if "/container/" in path:
             return "loop", f"{path.rpartition('/container/')[2]}:{frame.name}:{frame.lineno}"
