@@ -73,8 +73,8 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
         ended = status in TERMINAL_STATUSES
         lines.append(("last step: " if ended else "progress: ") + current.text(eta=not ended))
     elif desc.get("LastMetrics"):  # a script of the user's own: its metric_definitions over the log
-        values = ", ".join(f"{key} {value:g} (value {point})" for key, (point, value)
-                           in desc["LastMetrics"].items())
+        values = ", ".join(f"{key} {value:g} ({'its only value' if point == 1 else f'the last of {point}'})"
+                           for key, (point, value) in desc["LastMetrics"].items())
         lines.append(f"last metrics (metric_definitions on the log): {values}")
     checkpoint = desc.get("LastCheckpoint")
     if checkpoint:
@@ -104,13 +104,15 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
 
 def restart_lines(desc: dict) -> list[str]:
     """'restarts: 1 of 2 (max_restarts)' and a line for each failed attempt: when, the step, the
-    class, the reason, and for a restart the steps replayed and the time until training again."""
+    class, the reason, and for a restart the steps replayed and the time until training again.
+    Nothing for a job that restarted nothing and has no max_restarts: its one failure is its failure
+    reason. (A Kubernetes record has no MaxRestarts: its restarts are counted without a budget.)"""
     failures = desc.get("Restarts") or []
     allowed = desc.get("MaxRestarts")
-    if not failures and not allowed:
-        return []
     used = sum(1 for f in failures if f.get("restarted"))
-    lines = [f"restarts: {used} of {allowed or 0} (max_restarts)"]
+    if not used and not allowed:
+        return []
+    lines = [f"restarts: {used} of {allowed} (max_restarts)" if allowed else f"restarts: {used}"]
     for f in failures:
         step = f" at step {f['step']}" if f.get("step") is not None else ""
         action = "restarted" if f.get("restarted") else "not restarted"

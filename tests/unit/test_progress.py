@@ -176,6 +176,24 @@ def test_status_lines_of_a_running_and_a_stopped_job():
     assert status_lines("local", "j", no_checkpoint)[2:] == ["last checkpoint: none"]
 
 
+def test_status_says_restarts_only_of_jobs_that_asked_or_restarted_and_a_scripts_metrics_in_words():
+    """Issue 49: `restarts: 0 of 0` on a job that never asked for restarts, and `(value 3)` after a
+    script's metric."""
+    failure = {"attempt": 0, "at": "2026-11-28T22:12:11+00:00", "failure_class": "fault", "restarted": False,
+               "reason": "train.py exited with code 1", "step": None, "extra": {}}
+    failed = {"TrainingJobName": "j", "TrainingJobStatus": "Failed", "FailureReason": "train.py exited with code 1",
+              "Restarts": [failure], "LastMetrics": {"val_acc": (3, 0.7), "loss": (1, 2.5)}}
+    lines = status_lines("local", "j", failed)
+    assert not any(line.startswith("restarts:") or "attempt 0" in line for line in lines)
+    assert "last metrics (metric_definitions on the log): val_acc 0.7 (the last of 3), loss 2.5 (its only value)" \
+        in lines
+    # controls: a job with max_restarts says its budget, used or not; restarts are counted where no budget is known
+    assert "restarts: 0 of 2 (max_restarts)" in status_lines("local", "j", {**failed, "MaxRestarts": 2})
+    restarted = {**failure, "restarted": True}
+    lines = status_lines("kubernetes", "j", {**failed, "Restarts": [restarted, {**failure, "attempt": 1}]})
+    assert "restarts: 1" in lines and sum("  attempt " in line for line in lines) == 2
+
+
 def render(table, width: int = 80) -> list[str]:
     console = Console(file=io.StringIO(), width=width, color_system=None)
     console.print(table)
