@@ -164,6 +164,29 @@ def test_slurm_jobs_validate_like_local_ones(tmp_path):
                                                           "parameters": {"context_parallel_degree": 3}}}}})
 
 
+@pytest.mark.parametrize("backend", ["local", "slurm"])
+def test_spot_settings_off_sagemaker_are_said_to_have_no_effect(backend, monkeypatch):
+    """Issue 49: use_spot_instances and max_wait validated silently on local and Slurm runs (and got the
+    spot rules of SageMaker: a max_wait under max_run refused, checkpoint_s3_uri asked for), where nothing
+    carries them out. Whether a backend does is its row of the backend table (aws_settings)."""
+    from dataclasses import replace
+
+    from launcher.config import backend_table
+
+    spot = {**JOB, "backend": backend, "use_spot_instances": True, "max_run": 3600, "max_wait": 1800}
+    warned = {w.path: w.problem for w in validate_job(spot).warnings}
+    assert warned["use_spot_instances"] == warned["max_wait"] == \
+        f"has no effect with backend {backend} (SageMaker carries it out)"
+    assert "checkpoint_s3_uri" not in warned
+    # the control: a row that carries out SageMaker's settings gets the spot rules instead
+    rows = tuple(replace(row, aws_settings=True) if row.name == backend else row for row in backend_table.BACKENDS)
+    monkeypatch.setattr(backend_table, "BACKENDS", rows)
+    with pytest.raises(ConfigError) as info:
+        validate_job(spot)
+    assert [i.path for i in info.value.issues] == ["max_wait"] and "is less than max_run" in str(info.value)
+    assert "checkpoint_s3_uri" in [w.path for w in info.value.warnings]
+
+
 def test_slurm_submit_without_slurm_says_so_and_writes_nothing(tmp_path, home, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     result = CliRunner().invoke(main, ["submit", str(job_file(tmp_path, backend="slurm")), "--job-name", "s-1"])
