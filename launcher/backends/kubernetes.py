@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobDryRun, JobFailedError, Options
 from launcher.backends.metric_records import JOBDIR_METRICS, algorithm_record
 from launcher.config import ValidatedJob
 from launcher.config.backends.kubernetes import KubernetesSettings
@@ -321,6 +321,17 @@ class KubernetesBackend:
     def restarts(self, name: str) -> list[Restart]:
         files = self._readable(name)
         return job_restarts(_output_data(files)) if files else []
+
+    def output_data_dirs(self, name: str) -> dict[str, Path]:
+        """{host: its output data directory}: on S3 as the pods mirror it (downloaded now), on a claim through
+        client_path; FilesElsewhere, saying where they are, on a claim this machine does not mount."""
+        storage = self._storage(name)
+        if why := readback.unreadable(storage):
+            raise FilesElsewhere(f"job {name}'s output data is not readable here: {why}. Each host's is in "
+                                 f"{storage['job_dir']}/hosts/<host>/output/data on the claim (diagnostics/ among "
+                                 "it): read it in a pod that mounts the claim, or mount the claim here and set "
+                                 "kubernetes.storage.client_path in the job file before submitting the next job")
+        return {directory.parents[1].name: directory for directory in _output_data(self.job_files(name)[0])}
 
 
 def _output_data(files: Path) -> list[Path]:
