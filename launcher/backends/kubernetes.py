@@ -259,10 +259,15 @@ class KubernetesBackend:
                      SecondaryStatus="Stopped", StatusMessage=how, TrainingEndTime=store.now())
 
     def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
+        """The jobs submitted from here (smlaunch's job store), as the cluster says they are now. ConfigError
+        (this machine is not set up for Kubernetes) where there are none and no cluster is configured."""
         rows, self.unlisted = [], []
-        for record in store.list_jobs(self.root, None, name_contains, None):
-            if store.backend_of(record) != self.name:
-                continue
+        records = [r for r in store.list_jobs(self.root, None, name_contains, None) if store.backend_of(r) == self.name]
+        if not records and (why := cluster.unconfigured()):
+            raise ConfigError([Issue("kubernetes.kubeconfig", None, f"no Kubernetes cluster is configured here "
+                                     f"({why}), and no job was submitted to one from here", "set KUBECONFIG or "
+                                     "write ~/.kube/config; on EKS: aws eks update-kubeconfig --name <cluster>")])
+        for record in records:
             try:
                 record = self.describe(record["TrainingJobName"])
             except BackendError as exc:  # one unreachable cluster hides no other job
