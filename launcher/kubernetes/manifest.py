@@ -14,7 +14,8 @@ The pods run the image's `python -m container pod` (container.toolkit.pod), whic
 job's S3 prefixes: launcher.kubernetes.storage) from the job's ConfigMap (`pod_config_map`: its
 hyperparameters, channels and code archive; launcher.wire.pod_config) and the runtime's PET_*
 variables, then runs the bootstrap: the SageMaker contract every other backend gives. The job's
-secret-named hyperparameters and environment values are in its Secret only.
+hyperparameters and environment values that hold a secret (launcher.wire.masking.carries_secret: a
+secret name, or a value such as a URL with a password whatever its name) are in its Secret only.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from launcher.kubernetes.kinds import TRAIN_JOB, TRAINER
 from launcher.kubernetes.storage import job_dir, s3_locations
 from launcher.wire import hyperparameters as wire
 from launcher.wire import pod_config
-from launcher.wire.masking import is_secret_name
+from launcher.wire.masking import carries_secret
 
 if TYPE_CHECKING:
     from launcher.config.validate import ValidatedJob
@@ -65,12 +66,21 @@ def config_map_name(name: str) -> str:
     return f"{name}-smlaunch"
 
 
-def hyperparameters(job: ValidatedJob, name: str) -> dict[str, str]:
-    """The job's hyperparameters.json (wire-encoded), the code archive at the pods' ConfigMap mount."""
+def hyperparameters(job: ValidatedJob, name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The job's hyperparameters.json (wire-encoded, the code archive at the pods' ConfigMap mount) as
+    (what the ConfigMap carries, what the Secret carries): those that hold a secret, by name or by value."""
     cfg = job.config
-    return wire.encode(job_hyperparameters(
+    encoded = wire.encode(job_hyperparameters(
         cfg, instance_type=cfg.instance_type, program=program_name(cfg), job_name=name, region=cfg.region,
         submit_directory=f"{pod_config.CONFIG_DIR}/{pod_config.SOURCE_ARCHIVE}"))
+    decoded = wire.decode(encoded)
+    secret = {k for k in encoded if carries_secret(k, decoded[k])}
+    return {k: v for k, v in encoded.items() if k not in secret}, {k: encoded[k] for k in secret}
+
+
+def secret_environment(job: ValidatedJob) -> dict[str, str]:
+    """The job's environment values that hold a secret, by name or by value: the Secret's."""
+    return {k: v for k, v in job.config.environment.items() if carries_secret(k, v)}
 
 
 def pod_config_map(job: ValidatedJob, name: str, settings: KubernetesSettings, archive: bytes) -> dict:
@@ -80,7 +90,7 @@ def pod_config_map(job: ValidatedJob, name: str, settings: KubernetesSettings, a
     config = {"instance_type": cfg.instance_type, "input_mode": cfg.input_mode,
               "channels": {n: c.s3_data for n, c in cfg.channels().items()},
               "distributions": {n: c.distribution for n, c in cfg.channels().items()},
-              "hyperparameters": {k: v for k, v in hyperparameters(job, name).items() if not is_secret_name(k)}}
+              "hyperparameters": hyperparameters(job, name)[0]}
     if settings.storage.s3:  # each pod's tree on its own disk, mirrored to S3 (container.toolkit.pod_storage)
         config["s3"] = s3_locations(job, name, settings)
     else:
@@ -128,15 +138,11 @@ def job_labels(settings: KubernetesSettings) -> dict[str, str]:
             **({PRIORITY_LABEL: settings.priority_class} if settings.priority_class else {})}
 
 
-def _secret_hyperparameters(job: ValidatedJob, name: str) -> dict[str, str]:
-    return {k: v for k, v in hyperparameters(job, name).items() if is_secret_name(k)}
-
-
 def env_secret(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict | None:
     """The Secret of the job's secret environment values and hyperparameters (None: it has none),
     created beside the TrainJob."""
-    secrets = {k: v for k, v in job.config.environment.items() if is_secret_name(k)}
-    if hidden := _secret_hyperparameters(job, name):
+    secrets = secret_environment(job)
+    if hidden := hyperparameters(job, name)[1]:
         secrets[pod_config.SECRET_HYPERPARAMETERS_KEY] = json.dumps(hidden)
     if not secrets:
         return None
@@ -145,13 +151,14 @@ def env_secret(job: ValidatedJob, name: str, settings: KubernetesSettings) -> di
 
 
 def pod_env(job: ValidatedJob, name: str) -> list[dict]:
-    """The trainer container's environment: the job's (secret-named values from its Secret), the
+    """The trainer container's environment: the job's (those holding a secret from its Secret), the
     restart budget, and the Secret's hyperparameters."""
     cfg = job.config
+    secret = secret_environment(job)
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": env_secret_name(name), "key": k}}}
-           if is_secret_name(k) else {"name": k, "value": v}
+           if k in secret else {"name": k, "value": v}
            for k, v in {**cfg.environment, **restart_environment(cfg.max_restarts)}.items()]
-    if _secret_hyperparameters(job, name):
+    if hyperparameters(job, name)[1]:
         env.append({"name": pod_config.SECRET_HYPERPARAMETERS_ENV, "valueFrom": {"secretKeyRef": {
             "name": env_secret_name(name), "key": pod_config.SECRET_HYPERPARAMETERS_KEY}}})
     return env
