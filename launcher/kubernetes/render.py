@@ -1,7 +1,7 @@
 """The objects a Kubernetes job's submit creates, checked as the cluster will see them, and its dry run.
 
-`render` makes the job's name (a DNS label, as Kubernetes names a TrainJob's JobSet, Jobs and
-Service), its code archive and its objects: the Secret (when the job
+`render` makes the job's name (checked by the names its controllers make of it:
+launcher.config.backends.kubernetes_names), its code archive and its objects: the Secret (when the job
 has secrets), the ConfigMap and the TrainJob or HyperPodPyTorchJob. Every value the masker treats as
 secret (launcher.wire.masking.carries_secret: a secret name, or a URL with a password whatever its name)
 is in the Secret and only referenced elsewhere (launcher.kubernetes.manifest); a job whose other objects
@@ -13,7 +13,6 @@ is refused. So the dry run masks nothing but the Secret's values, and shows ever
 from __future__ import annotations
 
 import json
-import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.backends.base import JobDryRun, SettingError
 from launcher.config.backends.kubernetes import KubernetesSettings
-from launcher.config.issues import ConfigError, Issue
+from launcher.config.backends.kubernetes_names import name_issue
+from launcher.config.issues import ConfigError
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.kubernetes.hyperpod import hyperpod_job
 from launcher.kubernetes.kinds import HYPERPOD_JOB
@@ -32,8 +32,6 @@ from launcher.wire.masking import MASK, Masker
 
 if TYPE_CHECKING:
     from launcher.config.validate import ValidatedJob
-
-DNS_LABEL_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"  # a TrainJob's name: its JobSet, Jobs and Service take it
 
 
 @dataclass(frozen=True)
@@ -52,10 +50,8 @@ def render(job: ValidatedJob, job_name: str | None) -> Rendered:
     cfg = job.config
     settings = cfg.kubernetes or KubernetesSettings()
     name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
-    if not re.fullmatch(DNS_LABEL_NAME, name):  # SageMaker's names may hold capitals; Kubernetes' may not
-        raise ConfigError([Issue("job_name", name, f"is not a name Kubernetes gives a {settings.kind}: lower-case "
-                                 "letters, digits and '-', starting with a letter, at most 63 characters",
-                                 "set --job-name, or base_job_name, to such a name")])
+    if issue := name_issue(name, settings.kind, cfg.instance_count):
+        raise ConfigError([issue])
     with tempfile.TemporaryDirectory() as tmp:
         archive = build_job_sourcedir(job, Path(tmp) / "sourcedir.tar.gz").path.read_bytes()
     make_job = hyperpod_job if settings.kind == HYPERPOD_JOB.name else train_job

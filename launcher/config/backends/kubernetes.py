@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from launcher.config.backends.kubernetes_names import planned_name_issue
 from launcher.config.base import Strict, WholeNumber
 from launcher.config.issues import Issue
+from launcher.config.job_names import default_base_name
 from launcher.config.paths import LocalPathText
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
 from launcher.wire.pod_config import HYPERPOD_ENV, RESERVED_ENV
@@ -144,6 +146,9 @@ def check_kubernetes(ctx: Context) -> list[Issue]:
         issues.append(Issue("image_uri", None, "is needed with backend kubernetes: every pod runs the image",
                             "set image_uri to an image with smlaunch (`python -m container`) in a registry "
                             "the cluster pulls from"))
+    if name := planned_name_issue(job.base_job_name, default_base_name(job.entry_point), settings.kind,
+                                  job.instance_count):
+        issues.append(name)
     if inst is not None and inst.accelerators is None:
         issues.append(Issue("instance_type", job.instance_type, "does not say how many GPUs a node has, which the "
                             "pods' GPU requests need", "use the instance type of the cluster's GPU nodes "
