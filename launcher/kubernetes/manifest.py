@@ -2,12 +2,12 @@
 `Secret` its environment's secrets go in: the manifest never holds a secret's value.
 
 From the job: `instance_count` nodes (numNodes), `processes_per_host` processes on each
-(numProcPerNode), the instance type's GPUs per node (resourcesPerNode), `max_run`
-(activeDeadlineSeconds), `image_uri` and `environment`. From its `kubernetes:` section
-(launcher.config.backends.kubernetes): the namespace, the ClusterTrainingRuntime (runtimeRef),
-Kueue's queue and priority (labels), and what the pods need from the cluster (service account,
-node selector, tolerations, image pull secrets, the storage claim), as smlaunch's runtimePatches
-entry for the runtime's trainer pods.
+(numProcPerNode), what each node asks for (resourcesPerNode: its GPUs and EFA interfaces, CPU and
+memory, launcher.kubernetes.resources), `max_run` (activeDeadlineSeconds), `image_uri` and
+`environment`. From its `kubernetes:` section (launcher.config.backends.kubernetes): the namespace,
+the ClusterTrainingRuntime (runtimeRef), Kueue's queue and priority (labels), and what the pods need
+from the cluster (service account, node selector, tolerations, image pull secrets, the storage claim,
+/dev/shm), as smlaunch's runtimePatches entry for the runtime's trainer pods.
 
 The pods run the image's `python -m container pod` (container.toolkit.pod), which writes the pod's
 /opt/ml tree on the job's storage claim (or, on S3 storage, on the pod's own emptyDir, mirrored to the
@@ -30,6 +30,7 @@ from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.restarts import restart_environment
 from launcher.config.sent_hyperparameters import job_hyperparameters
+from launcher.kubernetes import resources
 from launcher.kubernetes.kinds import TRAIN_JOB, TRAINER
 from launcher.kubernetes.storage import job_dir, s3_locations
 from launcher.wire import hyperparameters as wire
@@ -48,7 +49,6 @@ STORAGE_VOLUME = "smlaunch-storage"
 SCRATCH_VOLUME = "smlaunch-scratch"  # on S3 storage: the pod's own disk for its /opt/ml tree
 CONFIG_VOLUME = "smlaunch-config"
 COMMAND = ["python", "-m", "container", "pod"]
-GPU_RESOURCE = "nvidia.com/gpu"
 # A ConfigMap holds at most 1 MiB (etcd's object limit): its JSON and the code archive, base64 encoded.
 CONFIG_MAP_LIMIT = 1 << 20
 # What a stop gives the pods between SIGTERM and SIGKILL: the bootstrap's shutdown timeout (100 s,
@@ -124,10 +124,10 @@ def train_job(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dic
     """The TrainJob that runs `job` as `name`."""
     labels = job_labels(settings)
     spec = {"runtimeRef": {**RUNTIME_REF, "name": settings.runtime_ref},
-            "activeDeadlineSeconds": job.config.max_run, "trainer": _trainer(job, name)}
+            "activeDeadlineSeconds": job.config.max_run, "trainer": _trainer(job, name, settings)}
     spec["runtimePatches"] = [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": TRAINER, "template": {"spec": {"template": {
-            "spec": pod_spec(name, settings)}}}}]}}}}]
+            "spec": pod_spec(job, name, settings)}}}}]}}}}]
     return {"apiVersion": TRAIN_JOB.api_version, "kind": TRAIN_JOB.name,
             "metadata": {"name": name, "namespace": settings.namespace, "labels": labels}, "spec": spec}
 
@@ -164,28 +164,24 @@ def pod_env(job: ValidatedJob, name: str) -> list[dict]:
     return env
 
 
-def gpus_per_node(job: ValidatedJob) -> int:
-    """The GPUs each node asks for (0 for CPU nodes: the cluster's own requests stand)."""
-    return (job.instance.accelerators or 0) if job.instance else 0
-
-
-def _trainer(job: ValidatedJob, name: str) -> dict:
+def _trainer(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict:
     cfg = job.config
     env = pod_env(job, name)
     trainer = {"image": cfg.image_uri, "command": COMMAND, "numNodes": cfg.instance_count,
                "numProcPerNode": job.processes_per_host or 1}
     if env:
         trainer["env"] = env
-    gpus = gpus_per_node(job)
-    if gpus:  # a CPU node asks for none: the runtime's own requests stand
-        trainer["resourcesPerNode"] = {"limits": {GPU_RESOURCE: str(gpus)}}
+    devices, requests = resources.devices(job, settings), resources.requests(settings)
+    if devices or requests:  # a CPU node that asks for nothing: the runtime's own requests stand
+        trainer["resourcesPerNode"] = {**({"limits": devices} if devices else {}),
+                                       **({"requests": requests} if requests else {})}
     return trainer
 
 
-def pod_spec(name: str, settings: KubernetesSettings) -> dict:
+def pod_spec(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict:
     """What the job's trainer pods get (a TrainJob's runtime patch; a HyperPodPyTorchJob's pod template):
-    the job's ConfigMap and storage claim mounted, a stop's grace period, and what the section asks of
-    the cluster."""
+    the job's ConfigMap and storage claim mounted, /dev/shm, a stop's grace period, and what the section
+    asks of the cluster."""
     pods: dict = {"terminationGracePeriodSeconds": GRACE_PERIOD_S}
     if settings.service_account:
         pods["serviceAccountName"] = settings.service_account
@@ -205,5 +201,8 @@ def pod_spec(name: str, settings: KubernetesSettings) -> dict:
     elif storage and storage.s3:
         pods["volumes"].append({"name": SCRATCH_VOLUME, "emptyDir": {}})
         mounts.append({"name": SCRATCH_VOLUME, "mountPath": pod_config.SCRATCH_DIR})
+    if shm := resources.shared_memory(job, settings):
+        pods["volumes"].append(shm[0])
+        mounts.append(shm[1])
     pods["containers"] = [{"name": TRAINER, "volumeMounts": mounts}]
     return pods
