@@ -22,6 +22,7 @@ from launcher.cli.support import (
     make_console,
     region_option,
 )
+from launcher.config import backend_table
 
 
 @click.command(epilog=JOB_HELP)
@@ -137,7 +138,8 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
             from launcher.cli.jobview import jobs_table
 
             console = make_console()
-            console.print(jobs_table(jobs, console.width))
+            if jobs or len(unlisted) < len(chosen or backend_table.names()):  # no empty table: none was listed
+                console.print(jobs_table(jobs, console.width))
             for note in notes:
                 click.echo(note, err=True)
         # A backend that failed, or one asked for by name that is not set up: the listing is not

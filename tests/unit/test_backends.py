@@ -217,6 +217,18 @@ def test_list_shows_every_backend_with_duration(home):
     assert result.exit_code == 1 and "slu-1: Failed" in result.stdout and "backend: slurm" in result.stdout
 
 
+def test_list_of_kubernetes_without_a_cluster_says_so(home, tmp_path, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    result = CliRunner().invoke(main, ["list", "--backend", "kubernetes"])
+    assert result.exit_code == 1 and result.stdout == "", result.output  # not an empty table
+    assert ("kubernetes: not listed: no Kubernetes cluster is configured here (no kubeconfig at "
+            f"{tmp_path / 'no-kubeconfig'} and not in a pod)") in result.stderr
+    (tmp_path / "no-kubeconfig").write_text("")  # the control: a kubeconfig, and no job submitted from here
+    result = CliRunner().invoke(main, ["list", "--backend", "kubernetes"])
+    assert result.exit_code == 0 and result.stderr == "" and "job" in result.stdout
+
+
 def test_estimator_dry_runs_on_every_backend(tmp_path, home):
     from launcher import PyTorch
 
