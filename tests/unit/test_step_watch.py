@@ -17,6 +17,8 @@ from launcher.config import TrainingHyperparameters
 from launcher.config.hyperparameters import INIT_TIMEOUT_DEFAULT_S, STEP_TIMEOUT_FLOOR_S, STEP_TIMEOUT_MEDIANS
 from launcher.wire import diagnostics
 from launcher.wire.faults import EXIT_HUNG, FAULT_DIR_ENV
+from tests.support.config_checks import issues_of, only_issue
+from tests.unit.test_config_rules import make_job
 
 
 class Clock:
@@ -116,3 +118,21 @@ def test_timeouts_are_validated(field, value):
         TrainingHyperparameters(**{field: value})
     assert field in str(info.value)
     assert getattr(TrainingHyperparameters(**{field: 0}), field) == 0  # control: 0 turns the watch off
+
+
+def test_validate_says_when_the_step_timeout_cannot_work(runtime_dir, user_script_dir):
+    """At or above collective_timeout the waiting ranks fail first, with a collective's error; a script
+    of the user's own has no watchdog at all."""
+    at_default = only_issue(make_job(runtime_dir, hp={"step_timeout": 600}), "hyperparameters.step_timeout",
+                            "warning")[0]
+    assert "not below collective_timeout (600 s by default)" in at_default.problem
+    above = only_issue(make_job(runtime_dir, hp={"step_timeout": 300, "collective_timeout": 120}),
+                       "hyperparameters.step_timeout", "warning")[0]
+    assert "not below collective_timeout (120 s)" in above.problem and "below 120" in above.fix
+    own = make_job(user_script_dir, hp={"step_timeout": 30, "init_timeout": 60},
+                   image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1")
+    for field in ("step_timeout", "init_timeout"):
+        assert "a script of your own has none" in only_issue(own, f"hyperparameters.{field}", "warning")[0].problem
+    # controls: below the collectives' timeout, or off, the runtime's watchdog is left to do its work
+    for hp in ({"step_timeout": 599}, {"step_timeout": 0}, {"step_timeout": 900, "collective_timeout": 1200}, {}):
+        assert not [i for i in issues_of(make_job(runtime_dir, hp=hp), "warning") if "timeout" in i.path], hp
