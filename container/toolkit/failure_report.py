@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 
 from launcher.wire import masking
-from launcher.wire.opt_ml import FAILURE_LIMIT
+from launcher.wire.faults import EXIT_HUNG, HUNG_EXCEPTION, RankFailure
+from launcher.wire.opt_ml import FAILURE_LIMIT, process_ended
 
 # torch's excepthook prefixes every traceback line with "[rankN]: " once the process group exists.
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?", re.MULTILINE)
@@ -30,6 +31,14 @@ def toolkit_error(kind: str, code: int, message: str, cmd: list[str]) -> str:
     text = f'{_ERROR_HEAD.format(kind=kind, code=code)}{message[:MESSAGE_LIMIT]}"'
     command = f'\nCommand "{cmd}"'  # the toolkit formats the argument list with %s
     return text + command if len(text) + len(command) <= FAILURE_LIMIT else text
+
+def rank_ended(returncode: int, record: RankFailure | None) -> str:
+    """How a rank ended (its return code as Popen gives it): a rank whose step watchdog declared a
+    hang, as its failure record says, hung, whatever the exit code's number; any other, by the code."""
+    if returncode == EXIT_HUNG and record is not None and record.exception == HUNG_EXCEPTION:
+        return f"hung: {record.message}; its step watchdog ended it (exit code {EXIT_HUNG})"
+    return process_ended(returncode)
+
 
 def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode  # killed by N -> 128 + N, as a shell

@@ -16,7 +16,8 @@ import pytest
 from container.toolkit.bootstrap import child_environment, launch_command, master_address
 from container.toolkit.code import _extract, fetch_code
 from container.toolkit.contract import ContractError, read_training_env
-from container.toolkit.failure_report import failure_text, toolkit_error
+from container.toolkit.failure_report import failure_text, rank_ended, toolkit_error
+from launcher.wire.faults import EXIT_HUNG, HUNG_EXCEPTION, RankFailure
 from launcher.wire.opt_ml import FAILURE_LIMIT
 from tests.support.bootstrap import host_tree, tarball
 
@@ -168,6 +169,17 @@ def test_failure_text_of_the_last_chained_exception():
         RuntimeError: wrapped
     """)
     assert failure_text("h", stderr).splitlines()[:2] == ["h", "RuntimeError: wrapped"]
+
+
+def test_a_rank_whose_watchdog_declared_a_hang_is_said_to_have_hung():
+    why = "step 40 did not complete within 5 s (step_timeout 5 s, set by the job); waited 5.0 s"
+    hung = RankFailure(rank=0, exception=HUNG_EXCEPTION, message=why, step=39, start_step=0)
+    assert rank_ended(EXIT_HUNG, hung) == f"hung: {why}; its step watchdog ended it (exit code {EXIT_HUNG})"
+    # controls: the code alone, or another failure's record, is told as before (a script of your own
+    # may exit 86 for its own reasons)
+    error = RankFailure(rank=0, exception="ValueError", message="boom", step=3, start_step=0)
+    assert rank_ended(EXIT_HUNG, None) == rank_ended(EXIT_HUNG, error) == f"exited with code {EXIT_HUNG}"
+    assert rank_ended(1, hung) == "exited with code 1" and rank_ended(-9, None) == "was killed by SIGKILL"
 
 
 @pytest.mark.parametrize("message", ["short", "x" * 5000])

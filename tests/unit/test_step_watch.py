@@ -16,7 +16,7 @@ from container.resilience.step_watch import Limits, StepWatch
 from launcher.config import TrainingHyperparameters
 from launcher.config.hyperparameters import INIT_TIMEOUT_DEFAULT_S, STEP_TIMEOUT_FLOOR_S, STEP_TIMEOUT_MEDIANS
 from launcher.wire import diagnostics
-from launcher.wire.faults import EXIT_HUNG, FAULT_DIR_ENV
+from launcher.wire.faults import EXIT_HUNG, FAULT_DIR_ENV, HUNG_EXCEPTION
 from tests.support.config_checks import issues_of, only_issue
 from tests.unit.test_config_rules import make_job
 
@@ -92,7 +92,16 @@ def test_an_expired_step_writes_the_stacks_and_leaves_with_exit_hung(tmp_path, m
     assert stacks.fields["last completed step"] == "7"
     assert any(frame.function == "_hung_here" for frame in stacks.main) and not stacks.waiting
     record = json.loads((tmp_path / "faults" / "rank-3.json").read_text())
-    assert record["exception"] == "StepTimeout" and record["collective"] is False
+    assert record["exception"] == HUNG_EXCEPTION and record["collective"] is False
+    # the hang ends (a frozen peer continued) before the exit: the rank trains and saves no more, so
+    # no checkpoint lies past the step its failure record names (the controls: the steps above)
+    saved = []
+    with pytest.raises(SystemExit) as leaving:
+        with watch.section("checkpoint save"):
+            saved.append(8)
+    with pytest.raises(SystemExit):
+        watch.step_done(8)
+    assert leaving.value.code == EXIT_HUNG and saved == [] and watch.step == 7
 
 
 def _hung_here():
