@@ -53,6 +53,7 @@ from container.toolkit.diagnostics import collect_stacks, flight_recorder_enviro
 from container.toolkit.failure_report import (
     exit_code,
     failure_text,
+    known_cause,
     rank_ended,
     toolkit_error,
 )
@@ -132,8 +133,9 @@ def run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
         faults.append_restart(env.output_data_dir, record)
         earlier.append(record)
         if not record.restarted:
+            cause = known_cause(failure.exit_code, failure.stderr_tail)
             header = failure.header + (f"; hang diagnosis: {hang}" if hang else "") + _give_up(
-                decision, number, budget, earlier)
+                decision, number, budget, earlier) + (f"\n{cause}" if cause else "")
             message = failure_text(header, failure.stderr_tail)
             return report(output_dir, failure.exit_code,
                            toolkit_error("ExecuteUserScriptError", failure.exit_code, message, shown))
