@@ -270,7 +270,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     optimizer, scheduler = build_optimization(model, s)
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
                                      identity=RunIdentity(s, spec, rt.dp_size, rows),
-                                     async_mode=s.checkpoint_async_mode,
+                                     async_mode=s.checkpoint_async_mode, timeout=rt.collective_timeout,
                                      streams=stream_record(loader.source, s, dirs)) if s.checkpoint_freq else None
     start_step, extra = 0, None
     if checkpointer is not None:

@@ -15,8 +15,11 @@ training) returns once it is committed, or raises CheckpointWriteError, on every
 when it could not be (the ranks agree on the outcome before anyone commits or gives up).
 
 The background collectives (DCP's plan exchange, the commit's barriers) run on a gloo group of
-their own, created here: on the training group they would interleave with the training step's
-collectives in another thread (and NCCL has no CPU tensors for the staged state).
+their own, created here, with the job's collective timeout: on the training group they would
+interleave with the training step's collectives in another thread (and NCCL has no CPU tensors for
+the staged state). A failure outside DCP's own steps on one rank (its staging, its storage setup, a
+broken collective) is that rank's, raised by `wait` as a synchronous save raises it: an agreement
+of ours would wait for peers that wait in DCP's collectives.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -41,14 +45,15 @@ class BackgroundSaves:
     """One rank's asynchronous saves. Collective to create (every rank, same order): it makes the
     gloo group the background collectives use."""
 
-    def __init__(self, mode: str, distributed: bool):
+    def __init__(self, mode: str, distributed: bool, timeout: timedelta | None = None):
         if not is_async(mode):
             raise ValueError(f"checkpoint_async_mode {mode!r} is not an asynchronous mode")
         if needs_cuda(mode) and not torch.cuda.is_available():
             raise ValueError(f"checkpoint_async_mode {mode} stages checkpoints in pinned (CUDA page-locked) host "
                              f"memory, and this machine has no CUDA device; {NO_CUDA_FIX}")
         self.mode = mode
-        self.group = dist.new_group(backend="gloo") if distributed else None
+        # torch gives a new group its own default (30 min for gloo), not the job's collective_timeout
+        self.group = dist.new_group(backend="gloo", timeout=timeout) if distributed else None
         if self.group is None:
             # DCP warns at every save without a process group, a supported mode (the checkpointer
             # silences it around its own calls); here it would come from DCP's writer thread,

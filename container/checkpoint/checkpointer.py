@@ -43,6 +43,7 @@ import os
 import re
 import shutil
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -152,7 +153,8 @@ class Checkpointer:
     checked at resume; without it nothing is recorded or checked; so is `streams`, the record of
     the data the run reads (launcher.wire.data_streams; None: synthetic data). `async_mode` (a
     checkpoint_async_mode) other than disabled writes in the background: `wait` or `close`
-    before the process ends.
+    before the process ends; its collectives time out after `timeout` (the job's collective_timeout;
+    None: torch's default).
     """
 
     def __init__(
@@ -164,6 +166,7 @@ class Checkpointer:
         identity: RunIdentity | None = None,
         async_mode: str = DISABLED,
         streams: dict | None = None,
+        timeout: timedelta | None = None,
     ):
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
@@ -176,7 +179,7 @@ class Checkpointer:
         self.identity, self.streams = identity, streams
         self._good: set[int] = set()  # steps this job saved or verified
         self._bad: set[int] = set()  # steps resume found unusable: never kept in place of good ones
-        self._background = BackgroundSaves(async_mode, distributed()) if is_async(async_mode) else None
+        self._background = BackgroundSaves(async_mode, distributed(), timeout) if is_async(async_mode) else None
 
     def path(self, step: int) -> Path:
         return self.directory / f"step-{step}"
@@ -277,10 +280,11 @@ class Checkpointer:
     def _commit(self, step: int, write, write_part, group=None, background: bool = False) -> None:
         """`write` finishes DCP's write (the save itself, or the wait for a background one); then
         each rank's manifest part, rank 0's marker, the rename, the pruning. Each stage fails on
-        every rank together, before the checkpoint is marked complete (a synchronous save through
-        DCP's own agreement: collectives.dcp_agreed)."""
+        every rank together, before the checkpoint is marked complete (the write through DCP's own
+        agreement, collectives.dcp_agreed, in the background too: a rank whose background write
+        failed outside DCP's steps would wait in our agreement while its peers waited in DCP's)."""
         tmp, final = self.directory / f"step-{step}.tmp", self.path(step)
-        reason = together(write, group) if background else dcp_agreed(write)
+        reason = dcp_agreed(write)
         reason = reason or together(write_part, group)  # every rank's part is written: only now may the marker say so
         reason = reason or together(lambda: manifest.write_marker(tmp, step, parts=world()) if self.rank == 0 else None,
                                     group)

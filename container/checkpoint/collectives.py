@@ -63,7 +63,8 @@ def together(action, group=None) -> str | None:
 
 
 def dcp_agreed(action) -> str | None:
-    """Run DCP's save (`action`), whose own collectives already agree: a failure inside them reaches
+    """Run DCP's save (`action`: the save, or the wait for a background one), whose own collectives
+    already agree: a failure inside them reaches
     every rank as the same CheckpointException, told here by each failed rank's cause. No collective
     of ours may follow it: a rank that failed outside DCP's steps would wait in ours while the others
     wait in DCP's. Such a failure is that rank's crash, raised; the launcher ends the job with it."""

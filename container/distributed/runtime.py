@@ -59,6 +59,7 @@ class Runtime:
     layout: ParallelLayout
     mesh: DeviceMesh
     flat: dict[str, DeviceMesh]  # the flattened views, kept as torch asks (not re-sliced from the root)
+    collective_timeout: timedelta  # of every group, the ones made later too (a background save's)
 
     @property
     def is_main(self) -> bool:
@@ -149,7 +150,7 @@ def init_runtime(params: ModelParallelParameters, *, sharding_strategy: str | No
         log.info("mesh %s on %d rank(s), backend %s, collectives time out after %d s",
                  dict(zip(ParallelLayout.mesh_dim_names, layout.mesh_shape)), world, backend,
                  timeout.total_seconds())
-    return Runtime(rank, world, local_rank, local_world, device, params, layout, mesh, flat)
+    return Runtime(rank, world, local_rank, local_world, device, params, layout, mesh, flat, timeout)
 
 
 def _set_timeouts(timeout: timedelta, groups: list) -> None:

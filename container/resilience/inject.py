@@ -5,7 +5,8 @@ token loss before its backward; with the variable unset both do nothing.
 - exit: raise InjectedFault (the rank exits 1 with a traceback, as any error does)
 - signal: SIGKILL this rank (a crash: no traceback, no record)
 - hang: sleep for ever before the step's collectives, so the peers wait in them
-- stop: SIGSTOP this rank (frozen: it answers nothing, not even SIGTERM)
+- stop: SIGSTOP this rank (frozen: it answers nothing, not even SIGTERM); once continued (SIGCONT)
+  it goes on with its step, as a rank stopped by hand or by a debugger does
 - nonfinite: this rank's loss of the step is NaN, and so are the gradients of its backward (as
   with a real overflow), so the whole model's gradient norm is too. Under pipeline parallelism
   it poisons the loss normalisation of a rank that holds the last stage: the gradients only.
@@ -53,6 +54,7 @@ def at_step(step: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if fault.kind == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
+        return
     if fault.kind == "host":
         _kill_host()
     while True:  # hang

@@ -18,6 +18,11 @@ peers, whose deadlines expire at about the same moment, write their stacks while
 stands; a rank waiting in a collective (a victim) waits VICTIM_EXTRA_S longer, so that the rank
 which is not (the likely cause) exits first and torchrun names it as the root cause.
 
+From the expiry on, the rank is leaving: its main thread, should the hang end meanwhile (a frozen
+peer continued), waits at its next step's end or section's start for the exit instead of training
+on. Another step would not be in the failure record, and a checkpoint saved then would resume the
+restart past the step the failure names.
+
 A hang that holds the GIL (a C extension looping without releasing it) stops this thread too; the
 peers' watchdogs still fire, and SIGUSR1 (`stacks_on_signal`: faulthandler, which needs no GIL)
 still gets its stacks.
@@ -62,7 +67,8 @@ FLIGHT_RECORDER_FILE_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_I
 
 
 class StepTimeout(RuntimeError):
-    """What the failure record of a hung rank names (launcher.wire.faults.RankFailure.exception)."""
+    """What the failure record of a hung rank names (launcher.wire.faults.RankFailure.exception:
+    HUNG_EXCEPTION, by which the bootstrap's report says the rank hung)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,8 @@ class StepWatch:
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._stopped = threading.Event()
+        self._declared = threading.Event()  # a hang was declared: the rank is leaving
+        self._left = threading.Event()  # `leave` returned: only a test's does
         now = clock()
         self.deadline = self._deadline(now, "initialization", *limits.init())
         self._thread = threading.Thread(target=self._run, name="smlaunch-step-watch", daemon=True)
@@ -132,8 +140,16 @@ class StepWatch:
             self.deadline = deadline
         self._changed.set()
 
+    def _hold_if_hung(self) -> None:
+        """The main thread, between steps: once a hang is declared, wait for the rank's exit, and
+        leave with its code should `leave` return (a test's)."""
+        if self._declared.is_set():
+            self._left.wait()
+            raise SystemExit(EXIT_HUNG)
+
     def step_done(self, step: int) -> None:
         """`step` completed: its time (since the last step or section ended) joins the median."""
+        self._hold_if_hung()
         now = self.clock()
         if self.step is not None:
             self.times.append(now - self.deadline.since)
@@ -144,6 +160,7 @@ class StepWatch:
     def section(self, what: str) -> Iterator[None]:
         """A checkpoint save or validation pass, timed against init_timeout; the next step's clock
         starts when it ends."""
+        self._hold_if_hung()
         after = f" after step {self.step}" if self.step is not None else ""
         self._set(self._deadline(self.clock(), what + after, *self.limits.init(what)))
         try:
@@ -174,6 +191,7 @@ class StepWatch:
             self._changed.wait(None if at is None else max(at - self.clock(), 0.0))
 
     def _expire(self, due: Deadline) -> None:
+        self._declared.set()
         waited = self.clock() - due.since
         reason = f"{due.what} did not complete within {due.limit:g} s ({due.source}); waited {waited:.1f} s"
         main = threading.main_thread().ident
@@ -191,6 +209,7 @@ class StepWatch:
         sys.stderr.flush()
         time.sleep(self.grace_s + (VICTIM_EXTRA_S if victim else 0.0))
         self.leave(EXIT_HUNG)
+        self._left.set()
 
 
 def _waiting_in_collective(frame) -> bool:

@@ -53,6 +53,8 @@ from container.toolkit.diagnostics import collect_stacks, flight_recorder_enviro
 from container.toolkit.failure_report import (
     exit_code,
     failure_text,
+    known_cause,
+    rank_ended,
     toolkit_error,
 )
 from container.toolkit.rank_logs import rank_stderr
@@ -131,8 +133,9 @@ def run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
         faults.append_restart(env.output_data_dir, record)
         earlier.append(record)
         if not record.restarted:
+            cause = known_cause(failure.exit_code, failure.stderr_tail)
             header = failure.header + (f"; hang diagnosis: {hang}" if hang else "") + _give_up(
-                decision, number, budget, earlier)
+                decision, number, budget, earlier) + (f"\n{cause}" if cause else "")
             message = failure_text(header, failure.stderr_tail)
             return report(output_dir, failure.exit_code,
                            toolkit_error("ExecuteUserScriptError", failure.exit_code, message, shown))
@@ -168,7 +171,7 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int, alone_s: float | N
             return report(output_dir, 0, "")
         if child.signals:
             return _stopped(env, child, returncode)
-        failure = _diagnose(env, child, returncode, log_dir)
+        failure = _diagnose(env, child, returncode, log_dir, faults.read_rank_failures(fault_dir))
         failed = True
         return failure, shown, fault_dir, time.monotonic() - started
     finally:
@@ -346,8 +349,10 @@ def _stopped(env: TrainingEnv, child: Child, returncode: int) -> int:
     return code
 
 
-def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) -> Failure:
-    """The failure of a child that failed on its own, with the stderr its report quotes."""
+def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path,
+              records: dict[int, faults.RankFailure]) -> Failure:
+    """The failure of a child that failed on its own, with the stderr its report quotes (`records`:
+    the ranks' failure records, which say what a rank's exit code meant)."""
     tail = child.stderr_tail.decode("utf-8", "replace")
     if not uses_torchrun(env):
         return Failure(f"{env.user_entry_point} {process_ended(returncode)}", exit_code(returncode),
@@ -357,7 +362,7 @@ def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path) ->
         return Failure(f"torchrun {process_ended(returncode)}", exit_code(returncode), returncode < 0,
                        stderr_tail=tail)
     rank, local_rank, exitcode = (int(x) for x in causes[-1])
-    header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {process_ended(exitcode)}"
+    header = f"rank {rank} (host {env.current_host}, local rank {local_rank}) {rank_ended(exitcode, records.get(rank))}"
     frozen = bool(child.frozen and child.frozen.frozen)
     if frozen:  # they never answered: the collective that failed waited on them
         header = (f"{', '.join(child.frozen.frozen.values())} on host {env.current_host} did not report: stopped "

@@ -9,15 +9,27 @@ the exception, then the last frames of its traceback.
 from __future__ import annotations
 
 import re
+import signal
 
 from launcher.wire import masking
-from launcher.wire.opt_ml import FAILURE_LIMIT
+from launcher.wire.faults import EXIT_HUNG, HUNG_EXCEPTION, RankFailure
+from launcher.wire.opt_ml import FAILURE_LIMIT, process_ended
 
 # torch's excepthook prefixes every traceback line with "[rankN]: " once the process group exists.
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?", re.MULTILINE)
 # Lines that are log records rather than the rest of an exception message: glog-style lines from
 # torch's C++ side ("W1122 04:25:32...", "[W1122 ...]") and timestamped logging output.
 _LOG_LINE = re.compile(r"^(\[?[IWEF]\d{4} |\d{4}-\d\d-\d\d)")
+
+# libstdc++'s last words as torch destroys, at interpreter exit, a gloo process group still alive (its
+# threads joinable): the rank aborts after its work (torch/gloo teardown; plain torchrun does the same).
+TEARDOWN_ABORT = "terminate called without an active exception"
+TEARDOWN_NOTE = (
+    f"the signature of a known torch/gloo teardown abort ({TEARDOWN_ABORT!r} last, no exception before it): "
+    "the rank aborted at exit, after its work, as Python destroyed process groups the script left alive. "
+    "Fix: end the script with torch.distributed.barrier() and torch.distributed.destroy_process_group(); a "
+    "script with a DeviceMesh (FSDP2, tensor parallelism), whose groups outlive destroy_process_group, then "
+    "flushes its output and leaves with os._exit(0) (docs/own-scripts.md)")
 
 # The header allows the longest class name and a 3-digit code.
 _ERROR_HEAD = '{kind}:\nExitCode {code}\nErrorMessage "'
@@ -30,6 +42,25 @@ def toolkit_error(kind: str, code: int, message: str, cmd: list[str]) -> str:
     text = f'{_ERROR_HEAD.format(kind=kind, code=code)}{message[:MESSAGE_LIMIT]}"'
     command = f'\nCommand "{cmd}"'  # the toolkit formats the argument list with %s
     return text + command if len(text) + len(command) <= FAILURE_LIMIT else text
+
+def rank_ended(returncode: int, record: RankFailure | None) -> str:
+    """How a rank ended (its return code as Popen gives it): a rank whose step watchdog declared a
+    hang, as its failure record says, hung, whatever the exit code's number; any other, by the code."""
+    if returncode == EXIT_HUNG and record is not None and record.exception == HUNG_EXCEPTION:
+        return f"hung: {record.message}; its step watchdog ended it (exit code {EXIT_HUNG})"
+    return process_ended(returncode)
+
+
+def known_cause(code: int, stderr: str) -> str | None:
+    """What a failure's signature says of its cause where it is a known one, else None: a rank killed
+    by SIGABRT (`code` as exit_code gives it) whose stderr ends with TEARDOWN_ABORT and holds no
+    traceback aborted in torch's teardown; any other SIGABRT (an exception first, another message
+    last, a crash mid-run) is not claimed."""
+    lines = [ln.strip() for ln in _RANK_PREFIX.sub("", stderr).splitlines() if ln.strip()]
+    if code != 128 + signal.SIGABRT or not lines or lines[-1] != TEARDOWN_ABORT or parse_traceback(stderr)[0]:
+        return None
+    return TEARDOWN_NOTE
+
 
 def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode  # killed by N -> 128 + N, as a shell

@@ -328,7 +328,7 @@ class TrainingHyperparameters(_SeedDegrees):
         None, description="smlaunch: what a step whose loss or gradient norm is not finite does: fail (default: the "
                           "job fails at that step), skip (the step applies no update and its batch is spent), "
                           "rollback (the job restarts from its newest checkpoint and skips that step's batches; "
-                          "needs checkpoint_freq). docs/faults.md")
+                          "needs checkpoint_freq and max_restarts). docs/faults.md")
     nonfinite_max: int | None = Field(
         None, ge=1, description="smlaunch: how many non-finite steps nonfinite_policy skip or rollback tolerates in "
                                 f"the whole run before the job fails (default {DEFAULT_NONFINITE_MAX}).")

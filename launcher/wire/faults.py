@@ -33,6 +33,7 @@ ATTEMPTS_FILE = "attempts.jsonl"  # rank 0: where each attempt's training loop b
 DIAGNOSTICS_DIR = "diagnostics"  # in the output data directory: stacks and logs of a hang
 
 EXIT_HUNG = 86  # a rank's step watchdog found no progress within the step timeout
+HUNG_EXCEPTION = "StepTimeout"  # what that rank's failure record names (container.resilience.step_watch)
 EXIT_NONFINITE_ROLLBACK = 87  # a non-finite loss under nonfinite_policy=rollback
 
 # Failure classes: what the bootstrap does with a failure.

@@ -3,6 +3,7 @@ Here the tests that start processes; the rest are tests/unit/test_checkpoint.py.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -81,6 +82,64 @@ def _one_rank_fails_in_the_background(root: str) -> None:
 
 def test_a_background_write_that_fails_on_one_rank_fails_on_every_rank(tmp_path):
     spawn(2, _one_rank_fails_in_the_background, str(tmp_path))
+
+
+# How long the save's watchdog section lets the background agreement wait before it calls the save hung
+SECTION_S = 60
+JOB_TIMEOUT = timedelta(seconds=77)
+
+
+def _one_rank_fails_outside_dcp_in_the_background(root: str) -> None:
+    """Rank 1's background write fails before DCP's collectives (as its staging or storage setup
+    would), which DCP hands to no other rank. Before, rank 1 waited in smlaunch's agreement while
+    rank 0 waited in DCP's plan exchange, until the save's watchdog section (init_timeout) or gloo's
+    30 minutes; now rank 1 raises its own error, as a synchronous save does, and leaves, so rank 0's
+    DCP collective breaks at once. Each rank writes what its wait did."""
+    import errno
+    import os
+    from concurrent.futures import Future
+
+    from container.checkpoint import background
+    from container.resilience.step_watch import Limits, StepWatch
+
+    rank = dist.get_rank()
+    outcome = Path(root) / f"outcome-{rank}"
+
+    def leave(code: int) -> None:  # the section ran out: the rank would leave as hung
+        outcome.write_text(f"hung ({code})")
+        os._exit(0)
+
+    model, optimizer, scheduler = make_model(seed=1, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+    checkpointer = Checkpointer(Path(root) / "ckpt", keep=2, async_mode="async", timeout=JOB_TIMEOUT)
+    group_timeout = checkpointer._background.group._get_backend(torch.device("cpu")).options._timeout
+    watch = StepWatch(Limits(init_s=SECTION_S, step_s=None), Path(root) / "diag", rank, 2, "h", leave=leave,
+                      grace_s=0).start()
+    if rank == 1:
+        def fails(*args, **kwargs) -> Future:
+            write = Future()
+            write.set_exception(OSError(errno.EIO, os.strerror(errno.EIO)))
+            return write
+
+        background.dcp.async_save = fails
+    train_step(model, optimizer, scheduler, 0)
+    checkpointer.save(1, model, optimizer, scheduler, {})
+    try:
+        with watch.section("checkpoint save"):
+            checkpointer.wait()
+        outcome.write_text(f"committed; group timeout {group_timeout}")
+    except Exception as exc:  # noqa: BLE001 - what the wait raised is the outcome
+        outcome.write_text(f"raised {type(exc).__name__}: {exc}; group timeout {group_timeout}")
+    os._exit(0)  # as run_rank leaves after a failure: no further collective
+
+
+def test_a_background_write_that_fails_outside_dcp_on_one_rank_is_that_ranks_error(tmp_path):
+    spawn(2, _one_rank_fails_outside_dcp_in_the_background, str(tmp_path))
+    outcome = {rank: (tmp_path / f"outcome-{rank}").read_text() for rank in (0, 1)}
+    # not "hung": rank 1 raised its own error, and rank 0's DCP collective failed when rank 1 left (a
+    # peer's failure); the background group times out after the job's collective_timeout, not gloo's 30 min
+    assert outcome[1] == f"raised OSError: [Errno 5] Input/output error; group timeout {JOB_TIMEOUT}", outcome
+    assert outcome[0].startswith("raised ") and outcome[0].endswith(f"; group timeout {JOB_TIMEOUT}"), outcome
+    # the control, a failure in smlaunch's own steps that every rank agrees on, is the test above this one
 
 
 def _one_rank_cannot_write_its_own_files(root: str) -> None:

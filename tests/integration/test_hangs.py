@@ -51,7 +51,9 @@ def test_a_hung_rank_ends_the_job_with_every_ranks_stacks(tmp_path, home):
     assert proc.returncode == 1, output
     assert elapsed < COLLECTIVE_TIMEOUT_S, f"{elapsed:.0f} s:\n{output}"
     described = json.loads(smlaunch("status", name, "--json", env=cli_env(home)).stdout)
-    assert f"rank 1 (host algo-1, local rank 1) exited with code {EXIT_HUNG}" in described["FailureReason"]
+    assert ("rank 1 (host algo-1, local rank 1) hung: step 3 did not complete within 5 s (step_timeout 5 s, set by "
+            "the job)") in described["FailureReason"]
+    assert f"its step watchdog ended it (exit code {EXIT_HUNG})" in described["FailureReason"]
     assert processes_in(home / "jobs" / name) == []
 
     found = diagnostics.attempt_dirs(home / "jobs" / name / "hosts" / "algo-1" / "output" / "data")

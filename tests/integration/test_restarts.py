@@ -73,10 +73,11 @@ def test_a_killed_hung_frozen_rank_and_a_lost_host_restart_and_the_run_ends_as_u
     assert [r["attempt"] for r in restarts] == [0, 1, 2, 3]
     assert all(r["restarted"] and r["failure_class"] == "fault" for r in restarts)
     assert "SIGKILL" in restarts[0]["reason"]
-    assert restarts[1]["detail"] == "hung" and "exited with code 86" in restarts[1]["reason"]
+    assert restarts[1]["detail"] == "hung" and "hung: step 6 did not complete" in restarts[1]["reason"]
     assert restarts[2]["detail"] == "host lost" and restarts[2]["host"] == "algo-2"
     assert restarts[3]["detail"] == "frozen" and "stopped (SIGSTOP?)" in restarts[3]["reason"]
-    # each restart resumed from a checkpoint at or before the failure, and trained again
+    # each restart resumed from a checkpoint at or before the failure, and trained again: the frozen
+    # rank, once continued, and its peers, whose watchdogs had declared the hang, trained and saved no more
     for r in restarts:
         assert r["extra"]["resumed_from"] <= r["step"] and "down_s" in r["extra"]
     assert _losses(job_dir) == uninterrupted  # every step, the replayed ones as the uninterrupted run's

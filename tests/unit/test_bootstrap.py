@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from container.toolkit import bootstrap
 from container.toolkit.bootstrap import child_environment, launch_command, master_address
 from container.toolkit.code import _extract, fetch_code
 from container.toolkit.contract import ContractError, read_training_env
-from container.toolkit.failure_report import failure_text, toolkit_error
+from container.toolkit.failure_report import TEARDOWN_ABORT, failure_text, known_cause, rank_ended, toolkit_error
+from container.toolkit.restarts import Failure
+from launcher.wire.faults import EXIT_HUNG, HUNG_EXCEPTION, RankFailure
 from launcher.wire.opt_ml import FAILURE_LIMIT
 from tests.support.bootstrap import host_tree, tarball
 
@@ -168,6 +171,57 @@ def test_failure_text_of_the_last_chained_exception():
         RuntimeError: wrapped
     """)
     assert failure_text("h", stderr).splitlines()[:2] == ["h", "RuntimeError: wrapped"]
+
+
+def test_a_rank_whose_watchdog_declared_a_hang_is_said_to_have_hung():
+    why = "step 40 did not complete within 5 s (step_timeout 5 s, set by the job); waited 5.0 s"
+    hung = RankFailure(rank=0, exception=HUNG_EXCEPTION, message=why, step=39, start_step=0)
+    assert rank_ended(EXIT_HUNG, hung) == f"hung: {why}; its step watchdog ended it (exit code {EXIT_HUNG})"
+    # controls: the code alone, or another failure's record, is told as before (a script of your own
+    # may exit 86 for its own reasons)
+    error = RankFailure(rank=0, exception="ValueError", message="boom", step=3, start_step=0)
+    assert rank_ended(EXIT_HUNG, None) == rank_ended(EXIT_HUNG, error) == f"exited with code {EXIT_HUNG}"
+    assert rank_ended(1, hung) == "exited with code 1" and rank_ended(-9, None) == "was killed by SIGKILL"
+
+
+SIGABRT = 134  # exit_code of a process killed by signal 6
+WORK_DONE = "[rank1]: epoch 3 loss 0.12\n[rank1]: done\n"
+
+
+def test_the_teardown_abort_after_the_work_is_known_and_no_other_sigabrt():
+    for stderr in (f"{WORK_DONE}{TEARDOWN_ABORT}\n", f"{WORK_DONE}[rank1]: {TEARDOWN_ABORT}\n\n"):
+        cause = known_cause(SIGABRT, stderr)
+        assert cause.startswith("the signature of a known torch/gloo teardown abort"), cause
+        assert "destroy_process_group()" in cause
+    traceback = 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\nValueError: bad\n'
+    for code, stderr in ((SIGABRT, f"{traceback}{TEARDOWN_ABORT}\n"),  # an exception ended the work first
+                         (SIGABRT, f"{WORK_DONE}double free or corruption (out)\n"),  # another abort
+                         (SIGABRT, f"{TEARDOWN_ABORT}\nFatal Python error: Aborted\n  File train.py, line 7\n"),
+                         (SIGABRT, ""), (1, f"{WORK_DONE}{TEARDOWN_ABORT}\n"),  # not SIGABRT
+                         (128 + 9, f"{WORK_DONE}{TEARDOWN_ABORT}\n")):
+        assert known_cause(code, stderr) is None, (code, stderr)
+
+
+def test_the_failure_reason_of_a_teardown_abort_names_it_and_its_fix(tmp_path, monkeypatch):
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], {"sagemaker_program": "train.py"})
+    env = read_training_env(base, num_gpus=0)
+    monkeypatch.delenv("SMLAUNCH_ATTEMPT", raising=False)
+
+    def ends(stderr: str) -> str:
+        failure = Failure("rank 1 (host algo-1, local rank 1) was killed by SIGABRT", SIGABRT, signal=True, rank=1,
+                          stderr_tail=stderr)
+        monkeypatch.setattr(bootstrap, "_attempt", lambda *args: (failure, ["torchrun"], tmp_path / "faults", 1.0))
+        assert bootstrap.run_attempts(env, base / "output", budget=0) == SIGABRT
+        return (base / "output" / "failure").read_text()
+
+    reason = ends(f"{WORK_DONE}{TEARDOWN_ABORT}\n")
+    header = "rank 1 (host algo-1, local rank 1) was killed by SIGABRT"
+    assert f'ErrorMessage "{header}\nthe signature of a known torch/gloo teardown abort' in reason
+    assert "torch.distributed.destroy_process_group()" in reason and "docs/own-scripts.md" in reason
+    assert f'last lines of stderr:\nepoch 3 loss 0.12\ndone\n{TEARDOWN_ABORT}"' in reason  # what told it
+    # the control: another SIGABRT keeps the report it had
+    other = ends(f"{WORK_DONE}double free or corruption (out)\n")
+    assert "teardown" not in other and "was killed by SIGABRT\nlast lines of stderr:" in other
 
 
 @pytest.mark.parametrize("message", ["short", "x" * 5000])

@@ -18,9 +18,10 @@ POLICY, BOUND = "hyperparameters.nonfinite_policy", "hyperparameters.nonfinite_m
 
 def test_validation_of_the_policy_and_its_bound(runtime_dir, user_script_dir):
     assert paths(make_job(runtime_dir, hp={"nonfinite_policy": "skip", "nonfinite_max": 5})) == []
-    assert paths(make_job(runtime_dir, hp={"nonfinite_policy": "rollback", "checkpoint_freq": 10})) == []
+    assert paths(make_job(runtime_dir, hp={"nonfinite_policy": "rollback", "checkpoint_freq": 10},
+                          max_restarts=1)) == []
     assert paths(make_job(runtime_dir, hp={"nonfinite_policy": "fail"})) == []  # control: the default, said
-    no_checkpoints = only_issue(make_job(runtime_dir, hp={"nonfinite_policy": "rollback"}), POLICY)[0]
+    no_checkpoints = only_issue(make_job(runtime_dir, hp={"nonfinite_policy": "rollback"}, max_restarts=1), POLICY)[0]
     assert "checkpoint_freq is unset" in no_checkpoints.problem and "checkpoint_freq: N" in no_checkpoints.fix
     for hp in ({"nonfinite_max": 2}, {"nonfinite_policy": "fail", "nonfinite_max": 2}):
         assert "under fail (the default)" in only_issue(make_job(runtime_dir, hp=hp), BOUND)[0].problem
@@ -31,6 +32,17 @@ def test_validation_of_the_policy_and_its_bound(runtime_dir, user_script_dir):
     assert not {POLICY, BOUND} & set(paths(make_job(user_script_dir, hp={"nonfinite_policy": "rollback",
                                                                          "nonfinite_max": 2},
                                                     image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1")))
+
+
+def test_a_rollback_needs_a_restart(runtime_dir):
+    """A rollback is a restart: without max_restarts the job would fail at its first non-finite step
+    (as under fail) after logging that it rolls back."""
+    for restarts in ({}, {"max_restarts": 0}):
+        issue = only_issue(make_job(runtime_dir, hp={"nonfinite_policy": "rollback", "checkpoint_freq": 10},
+                                    **restarts), POLICY)[0]
+        assert "max_restarts is 0, so nothing restarts it" in issue.problem and "set max_restarts: N" in issue.fix
+    # control: skip restarts nothing, so it needs no restart
+    assert paths(make_job(runtime_dir, hp={"nonfinite_policy": "skip", "checkpoint_freq": 10})) == []
 
 
 def test_the_skip_file_keeps_every_rollback(tmp_path):

@@ -16,7 +16,9 @@ from container.resilience.step_watch import Limits, StepWatch
 from launcher.config import TrainingHyperparameters
 from launcher.config.hyperparameters import INIT_TIMEOUT_DEFAULT_S, STEP_TIMEOUT_FLOOR_S, STEP_TIMEOUT_MEDIANS
 from launcher.wire import diagnostics
-from launcher.wire.faults import EXIT_HUNG, FAULT_DIR_ENV
+from launcher.wire.faults import EXIT_HUNG, FAULT_DIR_ENV, HUNG_EXCEPTION
+from tests.support.config_checks import issues_of, only_issue
+from tests.unit.test_config_rules import make_job
 
 
 class Clock:
@@ -90,7 +92,16 @@ def test_an_expired_step_writes_the_stacks_and_leaves_with_exit_hung(tmp_path, m
     assert stacks.fields["last completed step"] == "7"
     assert any(frame.function == "_hung_here" for frame in stacks.main) and not stacks.waiting
     record = json.loads((tmp_path / "faults" / "rank-3.json").read_text())
-    assert record["exception"] == "StepTimeout" and record["collective"] is False
+    assert record["exception"] == HUNG_EXCEPTION and record["collective"] is False
+    # the hang ends (a frozen peer continued) before the exit: the rank trains and saves no more, so
+    # no checkpoint lies past the step its failure record names (the controls: the steps above)
+    saved = []
+    with pytest.raises(SystemExit) as leaving:
+        with watch.section("checkpoint save"):
+            saved.append(8)
+    with pytest.raises(SystemExit):
+        watch.step_done(8)
+    assert leaving.value.code == EXIT_HUNG and saved == [] and watch.step == 7
 
 
 def _hung_here():
@@ -116,3 +127,21 @@ def test_timeouts_are_validated(field, value):
         TrainingHyperparameters(**{field: value})
     assert field in str(info.value)
     assert getattr(TrainingHyperparameters(**{field: 0}), field) == 0  # control: 0 turns the watch off
+
+
+def test_validate_says_when_the_step_timeout_cannot_work(runtime_dir, user_script_dir):
+    """At or above collective_timeout the waiting ranks fail first, with a collective's error; a script
+    of the user's own has no watchdog at all."""
+    at_default = only_issue(make_job(runtime_dir, hp={"step_timeout": 600}), "hyperparameters.step_timeout",
+                            "warning")[0]
+    assert "not below collective_timeout (600 s by default)" in at_default.problem
+    above = only_issue(make_job(runtime_dir, hp={"step_timeout": 300, "collective_timeout": 120}),
+                       "hyperparameters.step_timeout", "warning")[0]
+    assert "not below collective_timeout (120 s)" in above.problem and "below 120" in above.fix
+    own = make_job(user_script_dir, hp={"step_timeout": 30, "init_timeout": 60},
+                   image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1")
+    for field in ("step_timeout", "init_timeout"):
+        assert "a script of your own has none" in only_issue(own, f"hyperparameters.{field}", "warning")[0].problem
+    # controls: below the collectives' timeout, or off, the runtime's watchdog is left to do its work
+    for hp in ({"step_timeout": 599}, {"step_timeout": 0}, {"step_timeout": 900, "collective_timeout": 1200}, {}):
+        assert not [i for i in issues_of(make_job(runtime_dir, hp=hp), "warning") if "timeout" in i.path], hp
