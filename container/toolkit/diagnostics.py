@@ -5,7 +5,8 @@
   (the step watchdog dumps it too: container/resilience/step_watch.py).
 - `collect_stacks`: every live rank of one torchrun writes its Python stacks (SIGUSR1, which
   smlaunch's runtime hands to faulthandler), and they are copied with the end of each rank's
-  stderr, and py-spy's native view where py-spy is installed, into `rank-<R>.txt`.
+  stderr, and py-spy's native view where py-spy is installed, into `rank-<R>.txt`, masked as the
+  job's log is (launcher.wire.masking): the stderr files are the ranks' raw output.
 - `summarize`: which rank hung and where (launcher.wire.diagnostics), into summary.txt.
 
 Only ranks that catch SIGUSR1 are signalled (/proc/<pid>/status, SigCgt): its default action
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from container.toolkit.frozen_ranks import children, rank_environ
 from container.toolkit.rank_logs import stderr_file
-from launcher.wire import diagnostics
+from launcher.wire import diagnostics, masking
 from launcher.wire.proc_stat import PROC
 
 STACKS_WAIT_S = 2.0  # faulthandler writes within milliseconds; a loaded host gets more
@@ -149,6 +150,9 @@ def _write_rank(rank: _Rank, diag_dir: Path, host: str, reason: str, py_spy: str
     text = (header + stacks + _py_spy(rank.pid, py_spy)
             + f"--- the last {len(before)} lines of its stderr ({rank.stderr or 'no stderr file'}) ---\n"
             + "".join(line + "\n" for line in before))
+    # The stderr file is the rank's raw output (the job log's copy is masked on its way out): what
+    # the script printed between the stacks, or before them, may hold the job's secrets.
+    text = masking.installed()(text)
     path = diagnostics.rank_file(diag_dir, rank.rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
