@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -37,7 +38,7 @@ from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.logfile import LogFile
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner, stop_reason
 from launcher.local.watchdog import Watchdog
-from launcher.wire.opt_ml import FAILURE_LIMIT, failure_headline
+from launcher.wire.opt_ml import FAILURE_LIMIT, failure_headline, scratch_dir
 from launcher.wire.terminal import printable
 
 STOP_GRACE_S = 120.0  # SageMaker's time between SIGTERM and SIGKILL when it stops a job
@@ -339,6 +340,8 @@ class Supervisor:
         ended = leftovers.end_job_processes(self.spec.job_dir, grace_s, ancestor=self._reaper, spare=self._spare)
         if ended:
             self._note(f"ended {len(ended)} process(es) {what}: " + "; ".join(ended))
+        for host in self.spec.hosts:  # a host killed by SIGKILL left its ranks' raw output there
+            shutil.rmtree(scratch_dir(self.spec.host_dir(host)), ignore_errors=True)
 
     def abandoned(self, supervisor_pid: int | None) -> dict:
         """The watchdog's part once the supervisor died without an outcome: stop every process of

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
+from launcher.wire.opt_ml import SCRATCH_DIR
 from tests.support.local_jobs import cli_env, script_job, smlaunch
 from tests.support.train_runs import ROOT
 
@@ -35,12 +36,17 @@ def _job(tmp_path: Path, *faults: Fault, max_restarts: int = 0) -> Path:
 
 
 def _submit(tmp_path: Path, job: Path) -> tuple[object, dict, Path]:
-    env = cli_env(tmp_path / "home")
+    (tmp_path / "tmp").mkdir()
+    env = cli_env(tmp_path / "home", TMPDIR=str(tmp_path / "tmp"))
     done = smlaunch("submit", str(job), env=env, timeout=600)
     name = next((tmp_path / "home" / "jobs").iterdir()).name
     status = smlaunch("status", name, "--json", env=env)
     assert status.returncode in (0, 1), status.stderr  # 1: the job failed
-    return done, json.loads(status.stdout), tmp_path / "home" / "jobs" / name
+    job_dir = tmp_path / "home" / "jobs" / name
+    # a host killed by SIGKILL runs no cleanup: nothing of it in TMPDIR, and its scratch went with the job
+    assert list((tmp_path / "tmp").glob("smlaunch-*")) == []
+    assert list(job_dir.glob(f"hosts/*/{SCRATCH_DIR}")) == []
+    return done, json.loads(status.stdout), job_dir
 
 
 def _losses(job_dir: Path) -> dict[int, float]:
