@@ -223,8 +223,7 @@ def _give_up(decision, number: int, budget: int, earlier: list[faults.Restart]) 
         why = f"not restarted: all {budget} restarts (max_restarts) used"
     else:
         why = f"not restarted ({decision.failure_class}: {decision.why})"
-    before = [r.text() for r in earlier[:-1]]
-    return f"; {why}" + (f"; earlier failures: {'; '.join(before)}" if before else "")
+    return faults.gave_up(why, earlier[:-1])
 
 
 def report(output_dir: Path, code: int, failure: str) -> int:
