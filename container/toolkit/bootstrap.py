@@ -34,7 +34,6 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -63,13 +62,14 @@ from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import faults, masking
 from launcher.wire.diagnostics import attempt_dir
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
-from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, process_ended
+from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, private_dir, process_ended, scratch_dir
 from launcher.wire.progress import now
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
 FROZEN_ALONE_S = 60.0  # a stopped rank with restarts on, where the job sets no step_timeout
 EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
+_RANKS, _FAULTS = "ranks", "faults"  # in an attempt's scratch: torchrun's --log-dir, SMLAUNCH_FAULT_DIR
 _UNSUPPORTED = {
     "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
     "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel (smddp)",
@@ -114,16 +114,25 @@ def run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
     again (torchrun's rendezvous on the next port, so no agent of the failed attempt is joined),
     up to `budget` restarts counted over the whole job (SMLAUNCH_ATTEMPT: the attempts before
     this bootstrap's first, when the supervisor restarted the job). The code is in place: `train`
-    fetched it, or AWS's toolkit did (container.toolkit.restart_loop)."""
+    fetched it, or AWS's toolkit did (container.toolkit.restart_loop). The host's scratch is gone
+    when it returns, and so is what a bootstrap of this host killed before it left there."""
+    shutil.rmtree(scratch_dir(env.base_dir), ignore_errors=True)
+    try:
+        return _run_attempts(env, output_dir, budget)
+    finally:
+        shutil.rmtree(scratch_dir(env.base_dir), ignore_errors=True)
+
+
+def _run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
     number = faults.attempt()
     earlier = faults.read_restarts(env.output_data_dir)
     while True:
         outcome = _attempt(env, output_dir, number, frozen_alone_s(env) if budget else None)
         if isinstance(outcome, int):
             return outcome
-        failure, shown, fault_dir, seconds = outcome
-        decision = classify(failure, faults.read_rank_failures(fault_dir), earlier)
-        shutil.rmtree(fault_dir, ignore_errors=True)
+        failure, shown, scratch, seconds = outcome
+        decision = classify(failure, faults.read_rank_failures(scratch / _FAULTS), earlier)
+        shutil.rmtree(scratch, ignore_errors=True)
         hang = summarize(attempt_dir(env.output_data_dir, number), log)  # which rank hung, where
         record = faults.Restart(
             attempt=number, at=now(), failure_class=decision.failure_class, reason=failure.header,
@@ -148,13 +157,13 @@ def run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
 
 def _attempt(env: TrainingEnv, output_dir: Path, number: int, alone_s: float | None):
     """One run of the command: its exit code where the job ends here (success, a stop, a start
-    that failed), else (Failure, the command as shown, fault dir, seconds)."""
-    log_dir = Path(tempfile.mkdtemp(prefix="smlaunch-ranks-"))
-    fault_dir = Path(tempfile.mkdtemp(prefix="smlaunch-faults-"))
+    that failed), else (Failure, the command as shown, the attempt's scratch, seconds)."""
+    scratch = scratch_dir(env.base_dir) / f"attempt-{number}"
+    log_dir, fault_dir = scratch / _RANKS, scratch / _FAULTS
     started = time.monotonic()
-    failed = False  # a failure to classify: the caller reads fault_dir's records, then removes it
     try:
         try:
+            _make_scratch(scratch)
             cmd = launch_command(env, log_dir, number)
             shown = masking.mask_command(cmd, masking.installed())
             attempt_note = f" (attempt {number})" if number else ""
@@ -172,12 +181,17 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int, alone_s: float | N
         if child.signals:
             return _stopped(env, child, returncode)
         failure = _diagnose(env, child, returncode, log_dir, faults.read_rank_failures(fault_dir))
-        failed = True
-        return failure, shown, fault_dir, time.monotonic() - started
+        return failure, shown, scratch, time.monotonic() - started
     finally:
-        shutil.rmtree(log_dir, ignore_errors=True)
-        if not failed:  # the job ends here: nothing of the attempt stays in TMPDIR
-            shutil.rmtree(fault_dir, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)  # the ranks' raw output: what they printed, unmasked
+
+
+def _make_scratch(scratch: Path) -> None:
+    """An attempt's private scratch in the host's tree (launcher.wire.opt_ml.SCRATCH_DIR; not TMPDIR,
+    where a host killed by SIGKILL would leave it), with its ranks' log directory and their failure
+    records' directory in it."""
+    for directory in (scratch.parent, scratch, scratch / _RANKS, scratch / _FAULTS):
+        private_dir(directory)
 
 
 def frozen_alone_s(env: TrainingEnv) -> float:
@@ -213,8 +227,7 @@ def _give_up(decision, number: int, budget: int, earlier: list[faults.Restart]) 
         why = f"not restarted: all {budget} restarts (max_restarts) used"
     else:
         why = f"not restarted ({decision.failure_class}: {decision.why})"
-    before = [r.text() for r in earlier[:-1]]
-    return f"; {why}" + (f"; earlier failures: {'; '.join(before)}" if before else "")
+    return faults.gave_up(why, earlier[:-1])
 
 
 def report(output_dir: Path, code: int, failure: str) -> int:

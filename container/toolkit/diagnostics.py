@@ -5,7 +5,8 @@
   (the step watchdog dumps it too: container/resilience/step_watch.py).
 - `collect_stacks`: every live rank of one torchrun writes its Python stacks (SIGUSR1, which
   smlaunch's runtime hands to faulthandler), and they are copied with the end of each rank's
-  stderr, and py-spy's native view where py-spy is installed, into `rank-<R>.txt`.
+  stderr, and py-spy's native view where py-spy is installed, into `rank-<R>.txt`, masked as the
+  job's log is (launcher.wire.masking): the stderr files are the ranks' raw output.
 - `summarize`: which rank hung and where (launcher.wire.diagnostics), into summary.txt.
 
 Only ranks that catch SIGUSR1 are signalled (/proc/<pid>/status, SigCgt): its default action
@@ -14,7 +15,9 @@ ends a process, and a user's own script, or a rank still importing torch, has no
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,34 +28,60 @@ from pathlib import Path
 
 from container.toolkit.frozen_ranks import children, rank_environ
 from container.toolkit.rank_logs import stderr_file
-from launcher.wire import diagnostics
+from launcher.wire import diagnostics, masking
 from launcher.wire.proc_stat import PROC
 
 STACKS_WAIT_S = 2.0  # faulthandler writes within milliseconds; a loaded host gets more
 LOG_TAIL_LINES = 50
 PY_SPY_TIMEOUT_S = 30.0
 FLIGHT_RECORDER_ENTRIES = "2000"  # torch's own default since 2.6; older images recorded nothing
-_BUFFER_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # torch reads the first set
-_FILE_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")  # the newer name first
+# The Flight Recorder's variables were renamed in torch 2.8, which reads both names (the new one
+# first) and warns on every rank of every job that sets the old one; before 2.8 only the old names
+# are read (the strings of libtorch_cpu of torch 2.7.1 and 2.8.0).
+RENAMED_IN = (2, 8)
+_NEW_NAMES = {"buffer": "TORCH_FR_BUFFER_SIZE", "file": "TORCH_FR_DUMP_TEMP_FILE"}
+_OLD_NAMES = {"buffer": "TORCH_NCCL_TRACE_BUFFER_SIZE", "file": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
 
 
-def flight_recorder_environment(diag_dir: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+def torch_version() -> tuple[int, int] | None:
+    """(major, minor) of the torch this Python (so torchrun and the ranks) imports, read from its
+    metadata: importing torch would cost the bootstrap seconds. None where it cannot be read."""
+    try:
+        found = re.match(r"(\d+)\.(\d+)", importlib.metadata.version("torch"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def flight_recorder_environment(diag_dir: Path, environ: dict[str, str] | None = None,
+                                torch: tuple[int, int] | None = None) -> dict[str, str]:
     """The Flight Recorder's variables to add to the ranks' environment: a trace buffer, a dump on a
     collective timeout, and the dump files' prefix in `diag_dir`/flight_recorder (created here:
-    torch writes into it but creates nothing). A variable the job set (`environ`, default this
-    process's) is left out, so the job's own value wins; both names of a renamed variable are set,
-    for the torch of older images."""
+    torch writes into it but creates nothing). A variable the job set, under either name (`environ`,
+    default this process's), is left out, so the job's own value wins. The names are those `torch`
+    (default: `torch_version()`) reads; both where its version is unknown."""
     environ = os.environ if environ is None else environ
+    names = _names(torch or torch_version())
     out = {}
-    if not any(name in environ for name in _BUFFER_VARIABLES):
-        out["TORCH_NCCL_TRACE_BUFFER_SIZE"] = FLIGHT_RECORDER_ENTRIES
-    if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in environ:
+    if not _job_sets(environ, "buffer"):
+        out.update({n["buffer"]: FLIGHT_RECORDER_ENTRIES for n in names})
+    if "TORCH_NCCL_DUMP_ON_TIMEOUT" not in environ:  # not renamed
         out["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
-    if not any(name in environ for name in _FILE_VARIABLES):
+    if not _job_sets(environ, "file"):
         directory = Path(diag_dir) / diagnostics.FLIGHT_RECORDER_DIR
         directory.mkdir(parents=True, exist_ok=True)
-        out.update(dict.fromkeys(_FILE_VARIABLES, str(directory / diagnostics.FLIGHT_RECORDER_PREFIX)))
+        out.update({n["file"]: str(directory / diagnostics.FLIGHT_RECORDER_PREFIX) for n in names})
     return out
+
+
+def _names(torch: tuple[int, int] | None) -> list[dict[str, str]]:
+    if torch is None:  # the ranks' torch reads one of them
+        return [_NEW_NAMES, _OLD_NAMES]
+    return [_NEW_NAMES] if torch >= RENAMED_IN else [_OLD_NAMES]
+
+
+def _job_sets(environ, key: str) -> bool:
+    return any(names[key] in environ for names in (_NEW_NAMES, _OLD_NAMES))
 
 
 @dataclass
@@ -121,6 +150,9 @@ def _write_rank(rank: _Rank, diag_dir: Path, host: str, reason: str, py_spy: str
     text = (header + stacks + _py_spy(rank.pid, py_spy)
             + f"--- the last {len(before)} lines of its stderr ({rank.stderr or 'no stderr file'}) ---\n"
             + "".join(line + "\n" for line in before))
+    # The stderr file is the rank's raw output (the job log's copy is masked on its way out): what
+    # the script printed between the stacks, or before them, may hold the job's secrets.
+    text = masking.installed()(text)
     path = diagnostics.rank_file(diag_dir, rank.rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:

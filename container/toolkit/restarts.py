@@ -34,8 +34,10 @@ from launcher.wire.faults import (
     FAULT,
     JOB_ERROR,
     REPEATED,
+    REPEATED_WHY,
     RankFailure,
     Restart,
+    repeats,
 )
 
 # Exceptions that come back on a restart: the job's code, configuration or data is wrong, or the
@@ -94,9 +96,8 @@ def classify(failure: Failure, records: dict[int, RankFailure], previous: list[R
     # a rollback trains past the batch it skips: the next attempt differs, and nonfinite_max bounds them.
     # An error before the attempt's first step that the attempt before met too is that fault, back.
     again = decision.failure_class == FAULT or decision.why.endswith(BEFORE_FIRST_STEP)
-    if again and decision.detail != NONFINITE and _repeats(failure, decision, previous):
-        return Decision(REPEATED, "the same failure as the attempt before, with no step completed beyond it",
-                        decision.detail, step, start)
+    if again and decision.detail != NONFINITE and repeats(previous, decision.detail, step, failure.rank):
+        return Decision(REPEATED, REPEATED_WHY, decision.detail, step, start)
     return decision
 
 
@@ -137,19 +138,6 @@ def _exception_names(stderr: str) -> tuple[str, ...]:
     """A script's exception, from the last line of its traceback that names one."""
     found = _TRACEBACK_LAST.findall(stderr)
     return (found[-1].rsplit(".", 1)[-1],) if found else ()
-
-
-def _repeats(failure: Failure, decision: Decision, previous: list[Restart]) -> bool:
-    if not previous:
-        return False
-    last = previous[-1]
-    # a hang or a peer's failure may end on any rank first: the cause is the same wherever it shows
-    anywhere = decision.detail in ("hung", "frozen", "collective")
-    if last.detail != decision.detail or not (anywhere or last.rank == failure.rank):
-        return False
-    if decision.step is None or last.step is None:  # no progress known: twice alike is a repeat
-        return True
-    return decision.step <= last.step
 
 
 def backoff_s(restart_number: int) -> float:

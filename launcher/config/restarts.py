@@ -5,15 +5,19 @@ budget as SMLAUNCH_MAX_RESTARTS); the local and Slurm supervisors restart what t
 cannot, a host that is gone. On SageMaker, AWS's toolkit runs the bootstrap's restart loop in
 place of torchrun (launcher.wire.restart_loop: the budget is a hyperparameter there). The
 variables of launcher.wire.faults are smlaunch's to set: a job that sets them itself is refused,
-and an armed fault injection is pointed out (it kills the job on purpose).
+and an armed fault injection is pointed out (it kills the job on purpose). smlaunch's control
+variables in the caller's shell are pointed out too: no job gets them (launcher.wire.control_env).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 from launcher.config import backend_table
 from launcher.config.code_tree import ignored_by, job_ignore
 from launcher.config.issues import Issue
-from launcher.wire import faults, restart_loop
+from launcher.wire import control_env, faults, restart_loop
 
 MAX_RESTARTS = 100  # a job that fails more often than this is not running, it is failing
 SETUP = "setup.py"  # what makes AWS's toolkit take a code directory for a package
@@ -30,10 +34,20 @@ def restart_environment(max_restarts: int) -> dict[str, str]:
     return {faults.MAX_RESTARTS_ENV: str(max_restarts)} if max_restarts else {}
 
 
+def shell_issues(environ: Mapping[str, str]) -> list[Issue]:
+    """A warning for each of smlaunch's control variables set in `environ` (the caller's shell)."""
+    fixes = {faults.FAULT_ENV: "to arm fault injection for a test, set it in the job's environment",
+             faults.MAX_RESTARTS_ENV: "set max_restarts in the job file"}
+    return [Issue(f"${name}", environ[name], "is set in this shell, and smlaunch sets its control variables for "
+                  "each job itself: the job does not get it", f"{fixes.get(name, 'unset it')} "
+                  f"(docs/faults.md)", "warning") for name in control_env.in_shell(environ)]
+
+
 def check_restarts(ctx) -> list[Issue]:
     job = ctx.job
-    issues = [Issue(f"environment.{name}", job.environment[name], "is set by smlaunch for each attempt",
-                    "remove it; set max_restarts for automatic restarts") for name in _OWN if name in job.environment]
+    issues = shell_issues(os.environ)
+    issues += [Issue(f"environment.{name}", job.environment[name], "is set by smlaunch for each attempt",
+                     "remove it; set max_restarts for automatic restarts") for name in _OWN if name in job.environment]
     if faults.FAULT_ENV in job.environment:
         issues.append(Issue(f"environment.{faults.FAULT_ENV}", "(set)", "arms fault injection: the job's ranks "
                             "will be killed, hung or stopped on purpose (tests only)",

@@ -24,11 +24,12 @@ from pathlib import Path
 
 from launcher.local import jobenv, leftovers, store
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, attempt_environment, signal_process_groups
+from launcher.wire.control_env import without_control
 from launcher.wire.opt_ml import REQUIREMENTS_INSTALLED_ENV, free_port
 
-# Variables of the caller's shell that would point a bootstrap at another job.
-_NOT_INHERITED = ("SM_", "SAGEMAKER_", "SMLAUNCH_MASTER_", "SMLAUNCH_CHECKPOINT_DIR", REQUIREMENTS_INSTALLED_ENV,
-                  "CUDA_VISIBLE_DEVICES")
+# Variables of the caller's shell that would point a bootstrap at another job (and smlaunch's
+# control variables: launcher.wire.control_env).
+_NOT_INHERITED = ("SM_", "SAGEMAKER_", "CUDA_VISIBLE_DEVICES")
 
 
 def _die_with_parent():
@@ -70,7 +71,7 @@ class ProcessRunner:
         return str(self.job_env.python) if self.job_env else sys.executable
 
     def environment(self, spec: LocalJobSpec, host: str, port: int) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_NOT_INHERITED)}
+        env = {k: v for k, v in without_control(os.environ).items() if not k.startswith(_NOT_INHERITED)}
         env.update(spec.environment)
         env.update(attempt_environment(spec))
         env.update(leftovers.mark(spec.job_dir))  # every process of the job can be found and ended

@@ -20,7 +20,7 @@ from launcher.wire import faults
 from launcher.wire.opt_ml import process_ended
 from launcher.wire.progress import now, read_progress
 
-LOST = "host lost"
+LOST = faults.HOST_LOST
 
 
 def job_restarts(hosts: list[Path]) -> list[faults.Restart]:
@@ -116,12 +116,49 @@ def next_attempt(spec: LocalJobSpec) -> int:
     return max([spec.attempt, *(r.attempt for r in records), *begun]) + 1
 
 
-def record_loss(spec: LocalJobSpec, label: str, code: int, attempt: int, restarted: bool) -> faults.Restart:
-    progress = read_progress(spec.host_dir(spec.hosts[0]) / "output" / "data")  # rank 0's last logged step
+def restartable(spec: LocalJobSpec, exits: list[tuple[str, int]]) -> bool:
+    """A host was lost (lost_host) that the supervisor restarts (judge_loss)."""
+    lost = lost_host(spec, exits) if spec.max_restarts else None
+    return lost is not None and judge_loss(spec, lost[0], next_attempt(spec) - 1)[1] is None
+
+
+def judge_loss(spec: LocalJobSpec, label: str, attempt: int) -> tuple[str, str | None]:
+    """The class of `label`'s loss in attempt `attempt`, and why it is not restarted (None: it is):
+    the repeat rule of every failure (launcher.wire.faults.repeats: the same host lost the attempt
+    before, rank 0 having logged no step beyond it), then the budget (max_restarts)."""
+    if faults.repeats(_earlier(spec, attempt), LOST, _logged_step(spec), host=label):
+        return faults.REPEATED, f"not restarted ({faults.REPEATED}: {faults.REPEATED_WHY})"
+    if attempt >= spec.max_restarts:
+        return faults.FAULT, f"not restarted: all {spec.max_restarts} restarts (max_restarts) used"
+    return faults.FAULT, None
+
+
+def earlier_failures(spec: LocalJobSpec, attempt: int, why: str) -> str:
+    """What the FailureReason of a loss in `attempt` that is not restarted adds: `why`, and every
+    failure of the job before it (launcher.wire.faults.gave_up, as the bootstrap's report has them)."""
+    return faults.gave_up(why, _earlier(spec, attempt))
+
+
+def _earlier(spec: LocalJobSpec, attempt: int) -> list[faults.Restart]:
+    return [r for r in job_restarts([_data(spec, h) for h in spec.hosts]) if r.attempt < attempt]
+
+
+def _logged_step(spec: LocalJobSpec) -> int | None:
+    """Rank 0's last logged step: what the supervisor knows of a lost host's progress."""
+    progress = read_progress(_data(spec, spec.hosts[0]))
+    return progress.step if progress else None
+
+
+def _data(spec: LocalJobSpec, host: str) -> Path:
+    return spec.host_dir(host) / "output" / "data"
+
+
+def record_loss(spec: LocalJobSpec, label: str, code: int, attempt: int, restarted: bool,
+                failure_class: str = faults.FAULT) -> faults.Restart:
     record = faults.Restart(
-        attempt=attempt, at=now(), failure_class=faults.FAULT, host=label, restarted=restarted, detail=LOST,
-        step=progress.step if progress else None,
+        attempt=attempt, at=now(), failure_class=failure_class, host=label, restarted=restarted, detail=LOST,
+        step=_logged_step(spec),
         reason=f"{label} {ended(code)} without a failure report: the host's processes are gone")
     for host in spec.hosts:  # where each host's next attempt reads the job's restarts (its trackers' event)
-        faults.append_restart(spec.host_dir(host) / "output" / "data", record)
+        faults.append_restart(_data(spec, host), record)
     return record

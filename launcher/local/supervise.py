@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -37,7 +38,7 @@ from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.logfile import LogFile
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner, stop_reason
 from launcher.local.watchdog import Watchdog
-from launcher.wire.opt_ml import FAILURE_LIMIT, failure_headline
+from launcher.wire.opt_ml import FAILURE_LIMIT, failure_headline, scratch_dir
 from launcher.wire.terminal import printable
 
 STOP_GRACE_S = 120.0  # SageMaker's time between SIGTERM and SIGKILL when it stops a job
@@ -86,7 +87,7 @@ class Supervisor:
         self.stop_grace_s = stop_grace_s
         self.signals: list[int] = []
         self.start_error = ""
-        self.no_place = ""  # why the runner had no place to restart a lost host (Slurm: no node left)
+        self.gave_up = ""  # what FailureReason adds for a lost host not restarted: why, the earlier failures
         self.abandoned_by: int | None = None  # the supervisor whose job the watchdog finishes
         self._lock = threading.Lock()
         self._merged: LogFile | None = None
@@ -256,7 +257,7 @@ class Supervisor:
                     kill_at = now + self.stop_grace_s
                 elif failed:
                     reason = "host_failed"
-                    if self._restartable(exits):  # its peers wait for it in vain: stop them now
+                    if restarts.restartable(self.spec, exits):  # its peers wait for it in vain: stop them now
                         kill_at = now
                     else:
                         kill_at = now + FAILED_HOST_GRACE_S
@@ -276,15 +277,12 @@ class Supervisor:
         read = getattr(self.runner, "exit_code", None)
         return read(self.spec, label, code) if read else code
 
-    def _restartable(self, exits: list[tuple[str, int]]) -> bool:
-        lost = restarts.lost_host(self.spec, exits) if self.spec.max_restarts else None
-        return lost is not None and restarts.next_attempt(self.spec) <= self.spec.max_restarts
-
     def _restart_after_loss(self, reason: str | None, exits: list[tuple[str, int]]) -> bool:
         """A host whose processes are gone (launcher.local.restarts.lost_host) is what its own
-        bootstrap cannot restart: with restarts left (max_restarts, counted over the whole job),
-        start every host again at the next attempt; they resume from the newest verified checkpoint.
-        The runner first says where the lost host runs now (Slurm: a spare node) or why it cannot run."""
+        bootstrap cannot restart: unless it was lost where it was the attempt before (the repeat rule)
+        and while restarts are left (max_restarts, counted over the whole job), start every host again
+        at the next attempt; they resume from the newest verified checkpoint. The runner first says
+        where the lost host runs now (Slurm: a spare node) or why it cannot run."""
         # None: every host ended before the supervisor stopped any (a job of one host)
         if reason not in (None, "host_failed", "host_failed_stopping") or not self.spec.max_restarts:
             return False
@@ -292,16 +290,19 @@ class Supervisor:
         if lost is None:
             return False
         attempt = restarts.next_attempt(self.spec)
-        allowed, where = attempt <= self.spec.max_restarts, ""
-        if allowed and hasattr(self.runner, "host_lost"):
+        failure_class, why = restarts.judge_loss(self.spec, lost[0], attempt - 1)
+        where = ""
+        if why is None and hasattr(self.runner, "host_lost"):
             try:
                 where = self.runner.host_lost(self.spec, lost[0])
             except Exception as exc:  # noqa: BLE001 - no place to run the host: the job ends with the reason
-                allowed, self.no_place = False, str(exc)
-        record = restarts.record_loss(self.spec, *lost, attempt=attempt - 1, restarted=allowed)
-        if not allowed:
-            why = self.no_place or f"all {self.spec.max_restarts} restarts (max_restarts) used"
-            self._note(f"{record.reason}; not restarted: {why}")
+                why = f"not restarted: {exc}"
+        if why:
+            self.gave_up = restarts.earlier_failures(self.spec, attempt - 1, why)
+        record = restarts.record_loss(self.spec, *lost, attempt=attempt - 1, restarted=why is None,
+                                      failure_class=failure_class)
+        if why:
+            self._note(f"{record.reason}; {why}")
             return False
         self._note(f"{record.reason}: restarting the job on every host (restart {attempt} of "
                    f"{self.spec.max_restarts}, max_restarts){'; ' + where if where else ''}; it resumes from "
@@ -339,6 +340,8 @@ class Supervisor:
         ended = leftovers.end_job_processes(self.spec.job_dir, grace_s, ancestor=self._reaper, spare=self._spare)
         if ended:
             self._note(f"ended {len(ended)} process(es) {what}: " + "; ".join(ended))
+        for host in self.spec.hosts:  # a host killed by SIGKILL left its ranks' raw output there
+            shutil.rmtree(scratch_dir(self.spec.host_dir(host)), ignore_errors=True)
 
     def abandoned(self, supervisor_pid: int | None) -> dict:
         """The watchdog's part once the supervisor died without an outcome: stop every process of
@@ -447,8 +450,8 @@ class Supervisor:
                 return reason
         what = f"{failed[0][0]} {restarts.ended(failed[0][1])} without a failure report" if failed else (
             "no host reported success")
-        if self.no_place:
-            return f"AlgorithmError: {what}; not restarted: {self.no_place}"[:FAILURE_LIMIT]
+        if self.gave_up:
+            return f"AlgorithmError: {what}{self.gave_up}"[:FAILURE_LIMIT]
         return f"AlgorithmError: {what}; see logs/job.log"[:FAILURE_LIMIT]
 
 

@@ -40,6 +40,9 @@ EXIT_NONFINITE_ROLLBACK = 87  # a non-finite loss under nonfinite_policy=rollbac
 FAULT = "fault"  # restarted while restarts remain: a signal, a hang, a lost host, a peer's failure
 JOB_ERROR = "job error"  # never restarted: the job's configuration, code or data is wrong
 REPEATED = "repeated"  # a fault that came back at the same place without progress: stop
+REPEATED_WHY = "the same failure as the attempt before, with no step completed beyond it"
+HOST_LOST = "host lost"  # the detail of a lost host's record (the local or Slurm supervisor's)
+_ANYWHERE = ("hung", "frozen", "collective")  # a hang or a peer's failure may end on any rank first
 
 FAULT_ENV = "SMLAUNCH_FAULT_INJECTION"
 ARMING = "test-only, kills this job:"
@@ -117,6 +120,27 @@ class Restart:
         what = "restarted" if self.restarted else "not restarted"
         step = f" at step {self.step}" if self.step is not None else ""
         return f"attempt {self.attempt} failed{step} ({self.failure_class}, {what}): {self.reason}"
+
+
+def repeats(previous: list[Restart], detail: str, step: int | None, rank: int | None = None,
+            host: str | None = None) -> bool:
+    """The repeat rule (docs/faults.md): a failure of cause `detail` is the attempt before's come back
+    when that attempt failed of the same cause at the same place (the same rank; for a lost host, the
+    same host; a hang's or a peer's failure anywhere) and no step was completed beyond it (`step`,
+    the last one completed; where either step is unknown, twice alike is a repeat)."""
+    if not previous or previous[-1].detail != detail:
+        return False
+    last = previous[-1]
+    if not (last.host == host if detail == HOST_LOST else detail in _ANYWHERE or last.rank == rank):
+        return False
+    return step is None or last.step is None or step <= last.step
+
+
+def gave_up(why: str, earlier: list[Restart]) -> str:
+    """What the report of a failure that a job with restarts does not restart adds to its first line:
+    `why`, and every `earlier` failure of the job, so that its FailureReason has all of its reasons."""
+    before = "; ".join(r.text() for r in earlier)
+    return f"; {why}" + (f"; earlier failures: {before}" if before else "")
 
 
 def append_restart(output_data: Path, record: Restart) -> None:

@@ -35,6 +35,17 @@ REQUIREMENTS_INSTALLED_ENV = "SMLAUNCH_REQUIREMENTS_INSTALLED"
 # DEFAULT_SAGEMAKER_TENSORBOARD_PATH), and the API's default LocalPath.
 TENSORBOARD_CONFIG = "tensorboardoutputconfig.json"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
+# The bootstrap's scratch in a host's tree: each attempt's raw rank output (torchrun's --log-dir,
+# which holds what the script printed, secrets in clear) and the ranks' failure records. It lies
+# outside everything that is uploaded or packed (output/data, model, checkpoints), is private
+# (0700), and goes when the attempt ends, when the host's next bootstrap starts, and, on local and
+# Slurm jobs, when the supervisor has seen every host end: so a host killed by SIGKILL, which runs
+# no cleanup, leaves nothing behind either (docs/secrets.md).
+SCRATCH_DIR = "smlaunch-scratch"
+
+
+def scratch_dir(base_dir: Path) -> Path:
+    return Path(base_dir) / SCRATCH_DIR
 
 
 def failure_headline(reason: str) -> str:

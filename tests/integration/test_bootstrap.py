@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.wire.opt_ml import FAILURE_LIMIT, free_port
+from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, scratch_dir
 from tests.support.bootstrap import REPO, bootstrap_env, distributed, host_tree, run, start, tarball
 
 ALL_REDUCE = """
@@ -174,8 +175,9 @@ def test_single_process_exit_code_passes_through(tmp_path: Path):
 
 @pytest.mark.parametrize("code", [0, 3])
 def test_an_attempt_leaves_no_temporary_directory_behind(tmp_path: Path, code: int):
-    """The attempt's fault directory (SMLAUNCH_FAULT_DIR, in TMPDIR: the test's directory here) is
-    the script's while it runs and is gone once the job has ended, whether it succeeded or failed."""
+    """The attempt's fault directory (SMLAUNCH_FAULT_DIR, in the host's scratch) is the script's while
+    it runs and is gone once the job has ended, whether it succeeded or failed; nothing goes to TMPDIR
+    (the test's directory here), where a host killed by SIGKILL would leave it."""
     src = source_dir(tmp_path, "train.py", f"""
         import os, sys
         assert os.path.isdir(os.environ["SMLAUNCH_FAULT_DIR"])
@@ -187,8 +189,8 @@ def test_an_attempt_leaves_no_temporary_directory_behind(tmp_path: Path, code: i
     returned, out = run(base)
     assert returned == code, out
     used = Path(re.search(r"fault dir (\S+)", out).group(1))
-    assert used.parent == base.parent and not used.exists(), out
-    assert list(base.parent.glob("smlaunch-*")) == []
+    assert used.is_relative_to(scratch_dir(base)) and not used.exists(), out
+    assert not scratch_dir(base).exists() and list(base.parent.glob("smlaunch-*")) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
@@ -219,6 +221,10 @@ def test_stopping_the_bootstrap_stops_every_rank(tmp_path: Path, signum: int):
         assert proc.returncode == 128 + signal.SIGTERM, out
         assert "[smlaunch] stopped (exit code 143): received SIGTERM and forwarded it to every rank" in out
         assert "failed" not in out and not (base / "output" / "failure").exists()
+        assert not scratch_dir(base).exists()
+    else:  # what a killed bootstrap cannot remove stays in the host's tree, private, never in TMPDIR
+        assert stat.S_IMODE(scratch_dir(base).stat().st_mode) == 0o700
+    assert list(base.parent.glob("smlaunch-*")) == []
 
 
 def alive(pid: int) -> bool:

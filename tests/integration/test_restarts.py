@@ -1,8 +1,9 @@
 """Automatic restarts of a local job as a user runs it (`smlaunch submit`, two simulated hosts, the
 process runner): a job with max_restarts that meets a killed, a hung and a frozen rank and a lost host ends
 Completed by itself with the uninterrupted run's losses; without restarts the same fault fails it
-fast; a fault that comes back at the same step stops; an error of the job is never retried.
-Faults are injected through launcher.wire.faults (SMLAUNCH_FAULT_INJECTION)."""
+fast; a fault that comes back at the same step stops, a killed rank or a lost host alike; an error
+of the job is never retried. However a host ended, its ranks' raw output is gone with the job, and
+nothing was left in TMPDIR. Faults are injected through launcher.wire.faults (SMLAUNCH_FAULT_INJECTION)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
+from launcher.wire.opt_ml import SCRATCH_DIR
 from tests.support.local_jobs import cli_env, script_job, smlaunch
 from tests.support.train_runs import ROOT
 
@@ -23,10 +25,11 @@ HP = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_w
       "step_timeout": 5, "collective_timeout": 120}
 
 
-def _job(tmp_path: Path, *faults: Fault, max_restarts: int = 0) -> Path:
+def _job(tmp_path: Path, *faults: Fault, max_restarts: int = 0, hosts: int = 2) -> Path:
     data = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
-            "instance_count": 2, "processes_per_host": 1, "distribution": {"torch_distributed": {"enabled": True}},
-            "hyperparameters": HP, "max_restarts": max_restarts, "max_run": 600}
+            "instance_count": hosts, "processes_per_host": 2 // hosts,
+            "distribution": {"torch_distributed": {"enabled": True}}, "hyperparameters": HP,
+            "max_restarts": max_restarts, "max_run": 600}
     if faults:
         data["environment"] = {FAULT_ENV: fault_spec(*faults)}
     path = tmp_path / "job.yaml"
@@ -35,12 +38,17 @@ def _job(tmp_path: Path, *faults: Fault, max_restarts: int = 0) -> Path:
 
 
 def _submit(tmp_path: Path, job: Path) -> tuple[object, dict, Path]:
-    env = cli_env(tmp_path / "home")
+    (tmp_path / "tmp").mkdir()
+    env = cli_env(tmp_path / "home", TMPDIR=str(tmp_path / "tmp"))
     done = smlaunch("submit", str(job), env=env, timeout=600)
     name = next((tmp_path / "home" / "jobs").iterdir()).name
     status = smlaunch("status", name, "--json", env=env)
     assert status.returncode in (0, 1), status.stderr  # 1: the job failed
-    return done, json.loads(status.stdout), tmp_path / "home" / "jobs" / name
+    job_dir = tmp_path / "home" / "jobs" / name
+    # a host killed by SIGKILL runs no cleanup: nothing of it in TMPDIR, and its scratch went with the job
+    assert list((tmp_path / "tmp").glob("smlaunch-*")) == []
+    assert list(job_dir.glob(f"hosts/*/{SCRATCH_DIR}")) == []
+    return done, json.loads(status.stdout), job_dir
 
 
 def _losses(job_dir: Path) -> dict[int, float]:
@@ -108,6 +116,17 @@ def test_a_fault_that_comes_back_at_the_same_step_stops(tmp_path):
     assert classes == [(0, "fault", True), (1, "repeated", False)]  # one restart, not three
     assert "not restarted (repeated" in desc["FailureReason"]
     assert "earlier failures: attempt 0 failed at step 4" in desc["FailureReason"]
+
+
+def test_a_host_lost_at_the_same_step_stops_as_a_killed_rank_does(tmp_path):
+    # one host of two ranks: the supervisor restarts it alone, without a peer to wait for
+    done, desc, _ = _submit(tmp_path, _job(tmp_path, Fault("host", 1, 3), max_restarts=3, hosts=1))
+    assert desc["TrainingJobStatus"] == "Failed"
+    classes = [(r["attempt"], r["failure_class"], r["restarted"], r["detail"]) for r in desc["Restarts"]]
+    assert classes == [(0, "fault", True, "host lost"), (1, "repeated", False, "host lost")]  # one restart, not three
+    assert desc["FailureReason"].startswith("AlgorithmError: algo-1 was killed by SIGKILL without a failure report; "
+                                            "not restarted (repeated: ")
+    assert "earlier failures: attempt 0 failed at step 2 (fault, restarted): algo-1 was killed" in desc["FailureReason"]
 
 
 def test_an_error_of_the_job_is_not_restarted(tmp_path):

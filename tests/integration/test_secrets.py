@@ -11,7 +11,7 @@ import yaml
 
 from launcher.local import store
 from tests.support.local_jobs import cli_env, smlaunch
-from tests.support.masking_cases import mode
+from tests.support.masking_cases import MUST_HOLD, mode, secrets_in_files
 
 # --- by name --------------------------------------------------------------------------------------
 
@@ -74,28 +74,13 @@ def leaks(data: bytes) -> list[str]:
     return [s for s in [*SECRETS, CREDENTIAL_MARK] if s in text]
 
 
-def archive_leaks(path: Path) -> dict[str, list[str]]:
-    with tarfile.open(path) as tar:
-        return {m.name: found for m in tar.getmembers() if m.isfile()
-                if (found := leaks(tar.extractfile(m).read()))}
-
-
-# Files that hold the job's secrets because the job needs them, as on SageMaker: owner-only.
-MUST_HOLD = ("job.json", "spec.json", "hyperparameters.json")
-
-
 def check_job_files(home: Path, job: Path) -> None:
     assert mode(job) == 0o700
+    assert secrets_in_files(home, [*SECRETS, CREDENTIAL_MARK]) == {}  # every file and archive member
     held = {}
-    for path in sorted(p for p in home.rglob("*") if p.is_file()):
-        found = leaks(path.read_bytes())
-        if path.name in MUST_HOLD:
-            assert mode(path) == 0o600 and mode(path.parent) == 0o700, path
-            held[path.name] = found
-            continue
-        assert found == [], f"{path} holds {found}"
-        if path.name.endswith(".tar.gz"):
-            assert archive_leaks(path) == {}, path
+    for path in sorted(p for p in home.rglob("*") if p.is_file() and p.name in MUST_HOLD):
+        assert mode(path) == 0o600 and mode(path.parent) == 0o700, path
+        held[path.name] = leaks(path.read_bytes())
     # the files that must hold the secrets do (so the search above would have found them elsewhere)
     assert set(SECRETS[-4:]) <= set(held["hyperparameters.json"])
     assert set(SECRETS) <= set(held["spec.json"])

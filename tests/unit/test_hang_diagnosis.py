@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 
+import torch
 from click.testing import CliRunner
 
 from container.toolkit import diagnostics as collector
@@ -112,14 +113,20 @@ def test_whose_code_a_frame_is():
 
 
 def test_the_flight_recorder_variables_and_the_jobs_own_values(tmp_path):
-    env = collector.flight_recorder_environment(tmp_path / "attempt-0", environ={})
     prefix = str(tmp_path / "attempt-0" / "flight_recorder" / "nccl_trace_rank_")
-    assert env == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-                   "TORCH_FR_DUMP_TEMP_FILE": prefix, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix}
+    # torch 2.8 renamed them and warns on every rank of a job that sets an old name: the new names only
+    env = collector.flight_recorder_environment(tmp_path / "attempt-0", environ={}, torch=(2, 13))
+    assert env == {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                   "TORCH_FR_DUMP_TEMP_FILE": prefix}
     assert (tmp_path / "attempt-0" / "flight_recorder").is_dir()  # torch creates no directory
-    own = {"TORCH_FR_BUFFER_SIZE": "0", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/fsx/mine_",
-           "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}
-    assert collector.flight_recorder_environment(tmp_path / "attempt-1", environ=own) == {}
+    # control: an image's torch before the rename reads the old names only
+    assert collector.flight_recorder_environment(tmp_path / "attempt-0", environ={}, torch=(2, 7)) == {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix}
+    assert collector.torch_version() == tuple(int(x) for x in torch.__version__.split(".")[:2])
+    own = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/fsx/mine_",
+           "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}  # the job's own, under either name, wins
+    assert collector.flight_recorder_environment(tmp_path / "attempt-1", environ=own, torch=(2, 13)) == {}
     assert not (tmp_path / "attempt-1").exists()
 
 

@@ -16,6 +16,7 @@ from launcher.local import jobenv, pip_failure
 from launcher.local.process import ProcessRunner
 from launcher.local.spec import LocalJobSpec
 from launcher.slurm.runner import SlurmRunner
+from launcher.wire.faults import ATTEMPT_ENV, FAULT_ENV, MAX_RESTARTS_ENV, Fault, fault_spec
 from launcher.wire.opt_ml import REQUIREMENTS_INSTALLED_ENV
 from tests.support.sourcedir import write
 
@@ -167,6 +168,26 @@ def test_the_hosts_run_the_jobs_environment_and_do_not_install_again(tmp_path, m
     assert runner.environment(job, "algo-2", 1234)[REQUIREMENTS_INSTALLED_ENV] == "ab" * 32
     assert runner.job_env.record() == {"Path": str(env_dir), "Python": str(env_dir / "bin" / "python"),
                                        "Reused": True, "RequirementsSha256": "ab" * 32}
+
+
+def test_smlaunchs_control_variables_come_from_the_job_never_from_the_callers_shell(tmp_path, monkeypatch):
+    """The shell's SMLAUNCH_FAULT_INJECTION armed every job, its SMLAUNCH_MAX_RESTARTS raised a job's
+    budget and its SMLAUNCH_ATTEMPT spent it; a Slurm job's hosts get the same environment."""
+    shell = {FAULT_ENV: fault_spec(Fault("exit", 0, 2)), MAX_RESTARTS_ENV: "1000000", ATTEMPT_ENV: "5",
+             "SMLAUNCH_BOOTSTRAP_PID": "1", "MY_SETTING": "kept"}
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    job = spec(tmp_path)
+    for runner in (ProcessRunner(), SlurmRunner()):
+        runner._master_addr = "n1"  # as SlurmRunner.start places the rendezvous
+        env = runner.environment(job, "algo-1", 1234)
+        # control: the rest of the caller's environment is the job's
+        assert [name for name in shell if name in env] == ["MY_SETTING"], env
+    # the deliberate path: the job's own environment (validate warns), its max_restarts, the supervisor's attempt
+    armed = spec(tmp_path, attempt=1)
+    armed.environment = {FAULT_ENV: fault_spec(Fault("signal", 1, 3)), MAX_RESTARTS_ENV: "2"}
+    env = ProcessRunner().environment(armed, "algo-1", 1234)
+    assert (env[FAULT_ENV], env[MAX_RESTARTS_ENV], env[ATTEMPT_ENV]) == (armed.environment[FAULT_ENV], "2", "1")
 
 
 def test_slurm_nodes_run_the_jobs_environment_unless_an_image_brings_python(tmp_path):

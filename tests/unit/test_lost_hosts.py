@@ -13,6 +13,8 @@ from launcher.local import restarts
 from launcher.local.spec import LocalJobSpec, RunnerError
 from launcher.slurm import commands
 from launcher.slurm.runner import SlurmRunner
+from launcher.wire import faults
+from launcher.wire.progress import Progress, write_progress
 
 
 def spec(tmp_path, hosts=("algo-1", "algo-2")) -> LocalJobSpec:
@@ -41,6 +43,27 @@ def test_a_host_killed_without_a_report_is_lost_and_one_with_a_report_is_not(tmp
     report.parent.mkdir(parents=True, exist_ok=True)  # record_loss wrote output/data under it
     report.write_text("ExecuteUserScriptError")
     assert restarts.lost_host(job, [("algo-2", 137)]) is None  # its bootstrap saw it and reported
+
+
+def test_a_host_lost_where_it_was_lost_the_attempt_before_is_not_restarted(tmp_path):
+    """The repeat rule of every failure (launcher.wire.faults.repeats) for a lost host: the same host,
+    rank 0 having logged no step beyond the loss before. Controls: a step beyond it, or another host."""
+    job = spec(tmp_path)  # max_restarts 2
+    rank0 = tmp_path / "hosts" / "algo-1" / "output" / "data"
+    write_progress(rank0, Progress(step=4, max_steps=10))
+    assert restarts.judge_loss(job, "algo-2", 0) == (faults.FAULT, None)  # the first loss
+    restarts.record_loss(job, "algo-2", 137, attempt=0, restarted=True)
+    assert restarts.judge_loss(job, "algo-2", 1) == (
+        faults.REPEATED, "not restarted (repeated: the same failure as the attempt before, with no step "
+                         "completed beyond it)")
+    assert restarts.judge_loss(job, "algo-1", 1) == (faults.FAULT, None)  # another host
+    write_progress(rank0, Progress(step=5, max_steps=10))
+    assert restarts.judge_loss(job, "algo-2", 1) == (faults.FAULT, None)  # a step beyond it
+    assert restarts.judge_loss(job, "algo-2", 2) == (faults.FAULT, "not restarted: all 2 restarts (max_restarts) used")
+    # the FailureReason names every earlier failure, as the bootstrap's report does
+    assert restarts.earlier_failures(job, 1, "not restarted (repeated: ...)") == (
+        "; not restarted (repeated: ...); earlier failures: attempt 0 failed at step 4 (fault, restarted): "
+        "algo-2 was killed by SIGKILL without a failure report: the host's processes are gone")
 
 
 @pytest.fixture

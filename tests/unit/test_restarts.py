@@ -5,10 +5,12 @@ tests/integration/test_restarts.py."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from container.toolkit.restarts import Failure, backoff_s, classify
-from launcher.wire import faults
+from launcher.wire import control_env, faults
 from launcher.wire.faults import FAULT, JOB_ERROR, REPEATED, Fault, RankFailure, Restart
 
 KILLED = Failure("rank 1 (host algo-1, local rank 1) was killed by SIGKILL", 137, signal=True, rank=1)
@@ -122,6 +124,34 @@ def _local(**fields) -> dict:
     return {"entry_point": "train.py", "source_dir": "entrypoints", "instance_type": "local",
             "hyperparameters": {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_steps": 4,
                                 "checkpoint_freq": 2}, **fields}
+
+
+def test_validate_says_that_smlaunchs_control_variables_in_the_shell_reach_no_job(monkeypatch):
+    from launcher.config import validate_job
+    from tests.support.train_runs import ROOT
+
+    def shell_warnings():
+        return [(w.path, w.value, w.fix) for w in validate_job(_local(), base_dir=ROOT).warnings if w.path[0] == "$"]
+
+    monkeypatch.setenv("SMLAUNCH_HOME", str(ROOT))  # control: a setting of the client's own, which no job reads
+    for name in control_env.CONTROL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert shell_warnings() == []
+    monkeypatch.setenv(faults.MAX_RESTARTS_ENV, "1000000")
+    monkeypatch.setenv(faults.FAULT_ENV, faults.fault_spec(Fault("exit", 0, 2)))
+    assert [(path, fix) for path, _, fix in shell_warnings()] == [
+        ("$SMLAUNCH_FAULT_INJECTION", "to arm fault injection for a test, set it in the job's environment "
+                                      "(docs/faults.md)"),
+        ("$SMLAUNCH_MAX_RESTARTS", "set max_restarts in the job file (docs/faults.md)")]
+
+
+def test_every_smlaunch_variable_the_code_reads_is_a_control_variable_or_a_client_setting():
+    """A variable of smlaunch's that control_env does not list would reach jobs from the caller's shell."""
+    from tests.support.train_runs import ROOT
+
+    named = {name for folder in ("container", "entrypoints", "launcher") for path in (ROOT / folder).rglob("*.py")
+             for name in re.findall(r"[\"'](SMLAUNCH_[A-Z_]+)[\"']", path.read_text(encoding="utf-8"))}
+    assert named - {"SMLAUNCH_HOME", "SMLAUNCH_CONTAINER_ENGINE"} == set(control_env.CONTROL_VARIABLES)
 
 
 def test_validate_says_what_max_restarts_means_and_refuses_smlaunchs_own_variables():
