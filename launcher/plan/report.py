@@ -23,7 +23,10 @@ def describe(result: PlanResult) -> str:
         return " ".join(_short(o) for o in result.overrides)
     s = result.settings
     ac = s.get("activation_checkpointing")
-    return (f"cp={s.get('context_parallel_degree')} hsd={s.get('hybrid_shard_degree')} "
+    # an SMP v1 job shards over sharded_data_parallel_degree where hybrid_shard_degree leaves it open
+    sdp = s.get("sharded_data_parallel_degree")
+    shard = f"sdp={sdp}" if sdp and not s.get("hybrid_shard_degree") else f"hsd={s.get('hybrid_shard_degree')}"
+    return (f"cp={s.get('context_parallel_degree')} {shard} "
             f"tp={s.get('tensor_parallel_degree')} ac={ac or 'off'} batch={s.get('train_batch_size')}")
 
 

@@ -128,6 +128,8 @@ def settings_of(job: ValidatedJob) -> dict[str, Any]:
         "instance_type": job.instance.name if job.instance else cfg.instance_type,
         "instance_count": cfg.instance_count,
         **degrees.settings(p),
+        # SMP v1's sharding group, in force where it is set (launcher.config.layout.sharding_group)
+        "sharded_data_parallel_degree": p.sharded_data_parallel_degree if p else None,
         "sharding_group": job.layout.sharding_group if job.layout else None,
         "activation_checkpointing": run.ac_mode or False,
         "offload_activations": run.offload,
@@ -261,6 +263,7 @@ def _raw_settings(data: Mapping[str, Any]) -> dict[str, Any]:
         "instance_type": data.get("instance_type"),
         "instance_count": data.get("instance_count", 1),
         **{d.key: d.raw_value(mp) for d in degrees.DEGREES},
+        "sharded_data_parallel_degree": mp.get("sharded_data_parallel_degree"),
         "sharding_group": None,
         "activation_checkpointing": (hp.get("activation_checkpointing_mode") or DEFAULT_AC_MODE) if ac else False,
         "offload_activations": bool(hp.get("offload_activations")),

@@ -215,6 +215,21 @@ def test_an_smp_v1_script_says_its_sharded_data_parallel_degree_is_planned_as_th
     assert plans[2]["peak_gib"] - plans[8]["peak_gib"] > 20  # the control: the degree counts
 
 
+def test_the_configuration_of_an_smp_v1_job_names_its_sharding_group():
+    """The plan's configuration column said hsd=0 (shard over every rank) for the MiCS job, which
+    shards over sharded_data_parallel_degree = 2 (issue 49); the seed's p4d job is the control."""
+    from launcher.config.jobfile import validate_job_file
+    from launcher.plan import describe, plan
+
+    model = ["hyperparameters.model_type=llama_v2", "hyperparameters.hidden_width=4096",
+             "hyperparameters.num_layers=32", "hyperparameters.num_heads=32", "hyperparameters.intermediate_size=11008",
+             "hyperparameters.vocab_size=32000", "hyperparameters.max_context_width=2048"]
+    mics = plan(validate_job_file(SEED / "mics-sdp2.yaml", model))
+    assert describe(mics) == "cp=1 sdp=2 tp=1 ac=off batch=1"
+    assert mics.to_dict()["sharded_data_parallel_degree"] == 2 == mics.to_dict()["sharding_group"]
+    assert describe(plan(validate_job_file(SEED / "p4d-no-cp.yaml"))) == "cp=1 hsd=8 tp=1 ac=full batch=1"
+
+
 def test_a_script_that_does_not_say_its_model_has_nothing_to_plan_and_that_is_no_error(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
