@@ -134,6 +134,8 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
                 speed = chosen.throughput
                 console.print(f"{speed.formula}: {speed.tflops_per_gpu:.0f} TFLOPS/GPU "
                               f"({speed.tflops_per_gpu_seed_formula:.0f} by the seed's formula)")
+                if speed.borrowed:
+                    console.print(speed.borrowed, highlight=False, markup=False)
                 console.print(planner.explain_step(speed), highlight=False, markup=False)
                 if goodput := goodput_of(chosen):
                     console.print(goodput.text(), highlight=False, markup=False)
@@ -141,6 +143,8 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
                     hours, usd = speed.cost_for(tokens=tokens)
                     cost = f", ${usd:,.0f}" if usd is not None else ""
                     console.print(f"{tokens:,.0f} tokens: {hours:,.1f} h{cost}")
+            elif chosen.no_throughput:
+                console.print(f"speed and cost: not planned: {chosen.no_throughput}", highlight=False, markup=False)
             if auto_pick:
                 console.print(f"picked: {planner.describe(chosen)}  (--set " + " --set ".join(chosen.overrides) + ")"
                               if chosen.overrides else f"picked: {planner.describe(chosen)}")

@@ -27,8 +27,8 @@ from launcher.config.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_s
 from launcher.plan.advice import estimate_memory
 from launcher.plan.host_staging import HostStaging, host_staging
 from launcher.plan.memory import MemoryEstimate
-from launcher.plan.throughput import ThroughputEstimate, estimate_throughput
-from launcher.plan.workload import PlanError, UnmodeledScript, modeled_program
+from launcher.plan.throughput import ThroughputEstimate, estimate_or_reason
+from launcher.plan.workload import PlanError, UnmodeledScript, modeled_program, workload_of
 
 
 @dataclass
@@ -45,6 +45,7 @@ class PlanResult:
     # user's own that does not say its model
     nothing_to_plan: str | None = None
     staging: HostStaging | None = None  # host memory of asynchronous checkpoints, when the job has them
+    no_throughput: str | None = None  # why a planned job has no speed and cost (throughput.estimate_or_reason)
 
     @property
     def models(self) -> str | None:
@@ -92,6 +93,7 @@ class PlanResult:
             "usd_per_hour": speed.usd_per_hour if speed else None,
             "usd_per_billion_tokens": None if self.usd_per_billion_tokens is None
             else round(self.usd_per_billion_tokens, 2),
+            **({"no_throughput": self.no_throughput} if self.no_throughput else {}),
         }
         out["memory"] = mem.to_dict() if mem else None
         out["throughput"] = speed.to_dict() if speed else None
@@ -111,11 +113,14 @@ def plan(job: ValidatedJob, overrides: Sequence[str] = (), advise: bool = True) 
         return PlanResult(settings, tuple(overrides), job=job, nothing_to_plan=LOCAL_JOB)
     try:
         memory = estimate_memory(job, advise=advise)
-        speed = estimate_throughput(job)
+        speed = estimate_or_reason(workload_of(job))
     except UnmodeledScript as exc:
         return PlanResult(settings, tuple(overrides), job=job, nothing_to_plan=str(exc))
     except PlanError as exc:
         return PlanResult(settings, tuple(overrides), errors=[str(exc)], job=job)
+    if isinstance(speed, str):
+        return PlanResult(settings, tuple(overrides), memory, job=job, staging=host_staging(job, memory),
+                          no_throughput=speed)
     return PlanResult(settings, tuple(overrides), memory, speed, job=job, staging=host_staging(job, memory))
 
 
