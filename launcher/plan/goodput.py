@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from launcher.config.async_checkpoint import is_async
 from launcher.plan.host_staging import STAGED_TERMS
-from launcher.plan.sweep import PlanResult
+
+if TYPE_CHECKING:  # a plan's report() prints its goodput: sweep imports this module
+    from launcher.plan.sweep import PlanResult
 
 # Meta, "The Llama 3 Herd of Models" (arXiv:2407.21783, 2024), section 3.3.4: 419 unexpected
 # interruptions in a 54-day snapshot of pre-training on 16,384 H100 GPUs.

@@ -24,6 +24,7 @@ from launcher.config.job import JobFile
 from launcher.config.jobfile import MP_PATH, apply_overrides, load_job_file
 from launcher.config.layout import divisors
 from launcher.config.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_settings
+from launcher.plan import report
 from launcher.plan.advice import estimate_memory
 from launcher.plan.host_staging import HostStaging, host_staging
 from launcher.plan.memory import MemoryEstimate
@@ -72,6 +73,13 @@ class PlanResult:
     @property
     def usd_per_billion_tokens(self) -> float | None:
         return self.throughput.usd_per_billion_tokens if self.throughput else None
+
+    def report(self) -> str:
+        """What `smlaunch plan` says of this job, as text (print it)."""
+        return report.report(self)
+
+    def __repr__(self) -> str:
+        return f"PlanResult({report.summary(self)})"
 
     def to_dict(self) -> dict:
         mem, speed = self.memory, self.throughput

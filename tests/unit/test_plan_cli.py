@@ -128,6 +128,32 @@ def test_estimator_plans_and_refuses(aws):
     assert aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
 
 
+def test_a_plan_in_a_notebook_has_a_short_repr_and_a_report_that_says_what_the_cli_says():
+    """PyTorch(...).plan() displayed a repr of several KB in a notebook (issue 49): now one line, and
+    .report() prints what `smlaunch plan` prints below its table, as the tuner's plan does."""
+    from launcher.config import validate_job
+    from launcher.config.jobfile import validate_job_file
+    from launcher.plan import plan, sweep_job_file
+
+    result = plan(validate_job_file(SEED / "p5-cp8-fp8.yaml"))
+    assert repr(result) == (f"PlanResult(ml.p5.48xlarge x 1, cp=8 hsd=8 tp=1 ac=full batch=4: fits, peak "
+                            f"{result.memory.peak_gib:.1f} of 80 GiB, {result.tokens_per_s:,.0f} tokens/s, "
+                            f"${result.usd_per_billion_tokens:,.0f} per billion tokens)")
+    cli = run_cli("plan", SEED / "p5-cp8-fp8.yaml")
+    below_table = cli.output[cli.output.rindex("┘") + 1:]
+    assert "goodput:" in below_table and "Predicted peak" in below_table
+    report = result.report()
+    assert " ".join(below_table.split()) in " ".join(report.split())
+    assert report.startswith(f"models: {result.models}\nml.p5.48xlarge x 1, cp=8 hsd=8")
+    # controls: a plan with nothing to plan, and an invalid one, say so in a line
+    local = plan(validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"),
+                               "instance_type": "local", "hyperparameters": {"model_preset": "llama3-tiny"}}))
+    assert repr(local) == "PlanResult(local x 1: nothing to plan)" and local.report().startswith("models: nothing: ")
+    invalid = sweep_job_file(SEED / "p5-cp8-fp8.yaml", sweeps=["context_parallel_degree=3"])[0]
+    assert repr(invalid).startswith("PlanResult(ml.p5.48xlarge x 1: invalid: context_parallel_degree = 3: ")
+    assert invalid.report() == "cannot plan: " + "; ".join(invalid.errors)
+
+
 def test_short_documents_plan_faster_than_long_ones_and_the_plan_says_why(tmp_path):
     """p5, llama3.1-8b, rows of 16K with document masking: the attention FLOPs come from the
     documents' lengths in the shards' headers. Documents of 1K tokens attend 1K per token (1/16
