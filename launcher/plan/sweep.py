@@ -109,9 +109,15 @@ class PlanResult:
         return out
 
 
+# A local job planned as the job it will become: the figures are the instance type's whichever backend
+# runs it, and Slurm's hosts read this machine's paths, so its local inputs and output_path stay valid
+# (SageMaker would refuse them until they are s3:// URIs).
+PLAN_LOCAL_AS = {"instance_type": "ml.p5.48xlarge", "backend": "slurm"}
 LOCAL_JOB = ("a local job runs on this machine (its CPU, or for local_gpu the GPUs found when it starts), whose "
-             "memory and speed the planner has no figures for: plan the same job where it will run, e.g. "
-             "--set instance_type=ml.p5.48xlarge (or PyTorch(..., instance_type=...).plan())")
+             "memory and speed the planner has no figures for: plan it as the job it will be, e.g. "
+             + " ".join(f"--set {k}={v}" for k, v in PLAN_LOCAL_AS.items())
+             + " (Slurm takes the job's local paths as they are; the figures are the instance type's wherever it "
+             "runs), or PyTorch(..., " + ", ".join(f'{k}="{v}"' for k, v in PLAN_LOCAL_AS.items()) + ").plan()")
 
 
 def plan(job: ValidatedJob, overrides: Sequence[str] = (), advise: bool = True) -> PlanResult:

@@ -281,6 +281,31 @@ def test_a_local_job_says_why_there_is_nothing_to_plan(tmp_path):
     assert "instance_type=ml.p5.48xlarge" in result.nothing_to_plan and result.memory is None
 
 
+def test_the_hint_for_a_local_job_plans_it(tmp_path):
+    """The hint `--set instance_type=ml.p5.48xlarge` led to 3 validation errors for a job with local
+    channels and output_path (issue 49, configs/local/demo.yaml): the overrides it names now plan it."""
+    import re
+
+    for name in ("train", "validation"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        (tmp_path / "data" / name / f"{name}.jsonl").write_text(json.dumps({"input_ids": list(range(64))}) + "\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(f"entry_point: train.py\nsource_dir: {ROOT / 'entrypoints'}\ninstance_type: local\n"
+                   "output_path: artifacts\ninputs: {train: data/train, validation: data/validation}\n"
+                   "hyperparameters: {model_preset: llama3-tiny, dataset_type: jsonl, max_context_width: 64, "
+                   "bf16: 1}\n")
+    local = run_cli("plan", job)
+    assert local.exit_code == 0 and local.output.startswith("models: nothing: a local job runs on this machine")
+    hinted = re.findall(r"--set (\S+)", " ".join(local.output.split()))
+    assert hinted == ["instance_type=ml.p5.48xlarge", "backend=slurm"]
+    planned = run_cli("plan", job, *(arg for s in hinted for arg in ("--set", s)))
+    assert planned.exit_code == 0, planned.output
+    assert "Predicted peak" in planned.output and "ml.p5.48xlarge" in planned.output
+    # control: as a SageMaker job its local paths are still refused, as SageMaker would refuse them
+    sagemaker = run_cli("plan", job, "--set", "instance_type=ml.p5.48xlarge")
+    assert sagemaker.exit_code == 2 and "SageMaker reads channels from S3" in sagemaker.output
+
+
 @pytest.mark.parametrize("tokens", ["nan", "-5", "inf", "0", "lots"])
 def test_tokens_must_be_a_positive_finite_number(tokens: str) -> None:
     """Issue 31, item 18: float() took 'nan' and '-5', and the plan printed hours and dollars of them."""
