@@ -54,11 +54,17 @@ def _load(path: Path, overrides: Iterable[str]) -> tuple[dict, Path, list[Path]]
     data = _load_chain(path, [], files, entry_dir)
     chain_entry = data.get("entry_point")
     apply_overrides(data, overrides)
-    base, where = _resolved(path).parent, entry_dir.get("entry_point")
-    if where not in (None, base) and isinstance(chain_entry, str) and data.get("entry_point") == chain_entry \
-            and not data.get("source_dir"):  # without source_dir, relative to the base file that set it
-        data["entry_point"] = _absolute(where, chain_entry, "entry_point", path)
+    base = _resolved(path).parent
+    if data.get("entry_point") == chain_entry and not data.get("source_dir"):  # not --set, no source_dir
+        _anchor_entry_point(data, entry_dir.get("entry_point"), base, path)
     return data, base, files
+
+
+def _anchor_entry_point(data: dict, where: Path | None, base: Path, source: Path) -> None:
+    """Without source_dir, entry_point is relative to the file that set it: a base file elsewhere
+    makes it absolute (the job file's own stays as written, relative to `base`)."""
+    if where is not None and where != base and isinstance(data.get("entry_point"), str):
+        data["entry_point"] = _absolute(where, data["entry_point"], "entry_point", source)
 
 
 def _load_chain(path: Path, seen: list[Path], files: list[Path], entry_dir: dict[str, Path]) -> dict:

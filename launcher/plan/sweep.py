@@ -132,10 +132,9 @@ def plan(job: ValidatedJob, overrides: Sequence[str] = (), advise: bool = True) 
         return PlanResult(settings, tuple(overrides), job=job, nothing_to_plan=str(exc))
     except PlanError as exc:
         return PlanResult(settings, tuple(overrides), errors=[str(exc)], job=job)
-    if isinstance(speed, str):
-        return PlanResult(settings, tuple(overrides), memory, job=job, staging=host_staging(job, memory),
-                          no_throughput=speed)
-    return PlanResult(settings, tuple(overrides), memory, speed, job=job, staging=host_staging(job, memory))
+    gap = speed if isinstance(speed, str) else None
+    return PlanResult(settings, tuple(overrides), memory, None if gap else speed, job=job,
+                      staging=host_staging(job, memory), no_throughput=gap)
 
 
 def settings_of(job: ValidatedJob) -> dict[str, Any]:
