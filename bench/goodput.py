@@ -13,8 +13,8 @@ the hosts' records: productive time over the job's wall time, and where the rest
 time, and what a failure cost: the faulty run's extra wall time per fault, and each restart's
 down time and replayed steps (status's Restarts).
 
-Planned, where the plan applies: the planner's first-order model (launcher/plan/goodput.py:
-lost = C/interval + (interval/2 + R)/MTBF), fed with the fault-free run's step time and checkpoint
+Planned, where the plan applies: the planner's model (launcher/plan/goodput.py:
+lost = C/(interval + C) + (interval/2 + R)/MTBF), fed with the fault-free run's step time and checkpoint
 stall C. At the published failure rate (Llama 3's, per GPU-hour) the 2 ranks fail once in ~3
 years: the planned goodput is the checkpoints' cost alone, compared with the fault-free run's
 productive share of its training time (its wall time after start-up; its "other", logging and the

@@ -83,6 +83,7 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
     size is unknown).
     """
     from launcher import plan as planner
+    from launcher.plan.report import speed_lines
     from launcher.plan.workload import documents_from
 
     documents_from.set(data.resolve() if data is not None else None)
@@ -130,17 +131,8 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
             console.print(f"models: {results[0].models}", highlight=False, markup=False)
         console.print(planner.render_table(results, best=best, title=f"plan: {job_file}"))
         if chosen is not None and chosen.valid:
-            if chosen.throughput:
-                speed = chosen.throughput
-                console.print(f"{speed.formula}: {speed.tflops_per_gpu:.0f} TFLOPS/GPU "
-                              f"({speed.tflops_per_gpu_seed_formula:.0f} by the seed's formula)")
-                console.print(planner.explain_step(speed), highlight=False, markup=False)
-                if goodput := goodput_of(chosen):
-                    console.print(goodput.text(), highlight=False, markup=False)
-                if tokens:
-                    hours, usd = speed.cost_for(tokens=tokens)
-                    cost = f", ${usd:,.0f}" if usd is not None else ""
-                    console.print(f"{tokens:,.0f} tokens: {hours:,.1f} h{cost}")
+            for line in speed_lines(chosen, goodput_of(chosen), tokens):
+                console.print(line, highlight=False, markup=False)
             if auto_pick:
                 console.print(f"picked: {planner.describe(chosen)}  (--set " + " --set ".join(chosen.overrides) + ")"
                               if chosen.overrides else f"picked: {planner.describe(chosen)}")

@@ -15,7 +15,8 @@ from pathlib import Path
 from launcher.config import data_order
 from launcher.config.issues import Issue
 from launcher.config.job import JobConfig
-from launcher.config.job_rules import resolve_path
+from launcher.config.job_rules import code_dir, resolve_path
+from launcher.config.model_source import ModelSourceError, parse_model_source
 from launcher.config.models import ModelSpec
 from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
 from launcher.wire.chat_records import (
@@ -107,7 +108,7 @@ def channel_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issu
         except data_order.MixtureError:
             pass  # check_data_order reports it
     issues = []
-    model_vocabulary = _local_tokenizer(hp, base_dir) if dataset_type == data_order.INDEXED else None
+    model_vocabulary = _local_tokenizer(job, base_dir) if dataset_type == data_order.INDEXED else None
     for name in filter(None, names):
         if name not in channels or channels[name].s3_data.startswith("s3://"):
             continue
@@ -115,7 +116,7 @@ def channel_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issu
         if dataset_type == data_order.INDEXED:
             issues += _indexed_issues(name, path, seq, spec, model_vocabulary)
         elif dataset_type == data_order.CHAT:
-            issues += _chat_issues(hp, name, path, base_dir)
+            issues += _chat_issues(job, name, path, base_dir)
         elif dataset_type == "jsonl":
             issues += _block_issues(name, path, seq, bool(hp.max_context_width))
     return issues
@@ -142,7 +143,7 @@ def _block_issues(name: str, path: Path, seq: int, seq_given: bool) -> list[Issu
                   f"set max_context_width: {length}, or re-pack the data with --block-size {seq}")]
 
 
-def _chat_issues(hp, name: str, path: Path, base_dir: Path) -> list[Issue]:
+def _chat_issues(job: JobConfig, name: str, path: Path, base_dir: Path) -> list[Issue]:
     """Every record of a chat channel: a fine-tuning example (launcher.wire.chat_records, the
     check the job applies to each record); and where some are given as messages, a chat template
     in the model's tokenizer, when that is a local directory (transformers is not imported here:
@@ -172,7 +173,7 @@ def _chat_issues(hp, name: str, path: Path, base_dir: Path) -> list[Issue]:
     if failures:
         more = f" ({len(failures):,} of its {records:,} records fail; the first is shown)" if len(failures) > 1 else ""
         return [Issue(field, str(path), f"{failures[0]}{more}", fix)]
-    directory = _local_tokenizer_dir(hp, base_dir)
+    directory = _local_tokenizer_dir(job, base_dir)
     if templated is None or directory is None or has_chat_template(directory) is not False:
         return []
     shape, where = templated
@@ -189,16 +190,33 @@ def _readable_here(file: Path) -> bool:
     return not file.name.endswith(".parquet") or importlib.util.find_spec("pyarrow") is not None
 
 
-def _local_tokenizer_dir(hp, base_dir: Path) -> Path | None:
+def _named_dir(job: JobConfig, base_dir: Path, value: str) -> Path | None:
+    """The directory a tokenizer or model value names on this machine, read as the runtime reads it
+    (relative to the code: launcher.config.model_source); None for a channel, a Hub id or nothing
+    (model_rules names a value that is nothing)."""
+    code = code_dir(job, base_dir)
+    if code is None and not Path(value).expanduser().is_absolute():
+        return None  # relative to code on S3: the container's to read
+    try:
+        source = parse_model_source(value, job.channels(), code)
+    except ModelSourceError:
+        return None
+    return source.path if source.kind == "directory" else None
+
+
+def _tokenizer_value(job: JobConfig) -> tuple[str, str] | None:
+    """(the hyperparameter the job's tokenizer comes from, its value): `tokenizer`, else the
+    pretrained model's."""
+    hp = job.hyperparameters
+    key = next((k for k in ("tokenizer", "hf_pretrained_model_name_or_dir") if getattr(hp, k)), None)
+    return (key, getattr(hp, key)) if key else None
+
+
+def _local_tokenizer_dir(job: JobConfig, base_dir: Path) -> Path | None:
     """The directory of the tokenizer the job tokenizes with, where it is on this machine."""
-    for value in (hp.tokenizer, hp.hf_pretrained_model_name_or_dir):
-        if value and not value.startswith("s3://"):
-            directory = resolve_path(base_dir, value)
-            if (directory / "tokenizer_config.json").is_file():
-                return directory
-        if value:
-            return None  # the tokenizer is named, elsewhere (a Hub id, S3, a channel): the container checks it
-    return None
+    named = _tokenizer_value(job)
+    directory = _named_dir(job, base_dir, named[1]) if named else None
+    return directory if directory is not None and (directory / "tokenizer_config.json").is_file() else None
 
 
 def tokenizer_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issue]:
@@ -206,12 +224,12 @@ def tokenizer_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Is
     directory with a tokenizer.json, against the model's vocabulary: an id it gives that the model
     has no row for fails the job at that token (chat examples), or ships a tokenizer the exported
     model cannot take."""
-    hp = job.hyperparameters
-    key = next((k for k in ("tokenizer", "hf_pretrained_model_name_or_dir") if getattr(hp, k)), None)
-    if key is None or getattr(hp, key).startswith("s3://"):
+    named = _tokenizer_value(job)
+    directory = _named_dir(job, base_dir, named[1]) if named else None
+    if directory is None:
         return []
-    value = getattr(hp, key)
-    tokenizer_json = resolve_path(base_dir, value) / "tokenizer.json"
+    key, value = named
+    tokenizer_json = directory / "tokenizer.json"
     try:
         ids = tokenizer_json_vocabulary(tokenizer_json).values() if tokenizer_json.is_file() else ()
         size = max(map(int, ids), default=-1) + 1  # the ids it can give: its vocabulary and added tokens
@@ -226,15 +244,14 @@ def tokenizer_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Is
                   f"use the model's own tokenizer, or a model whose vocabulary holds it (vocab_size: {size} or more)")]
 
 
-def _local_tokenizer(hp, base_dir: Path) -> dict | None:
+def _local_tokenizer(job: JobConfig, base_dir: Path) -> dict | None:
     """The model's tokenizer where this machine has it (`tokenizer`, else the pretrained model, as a
     local directory with a tokenizer.json): its identity, as a shard header records one."""
-    for value in (hp.tokenizer, hp.hf_pretrained_model_name_or_dir):
-        if value and not value.startswith("s3://"):
-            directory = resolve_path(base_dir, value)
-            if (directory / "tokenizer.json").is_file():
-                return tokenizer_identity(value, directory / "tokenizer.json")
-    return None
+    named = _tokenizer_value(job)
+    directory = _named_dir(job, base_dir, named[1]) if named else None
+    if directory is None or not (directory / "tokenizer.json").is_file():
+        return None
+    return tokenizer_identity(named[1], directory / "tokenizer.json")
 
 
 def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dict | None) -> list[Issue]:

@@ -1,8 +1,11 @@
 """Job files: YAML with an optional `extends: base.yaml` chain, plus `--set key=value` overrides.
 
-Paths (`source_dir`, `dependencies`) are relative to the file that sets them; `entry_point`
-is relative to source_dir, or to the job file when there is none. Files and `--set` values
-are read by launcher.config.safe_yaml (JSON values only, bounded size, depth and aliases).
+Paths on this machine are relative to the file that sets them (`PATH_FIELDS`, `dependencies`,
+every channel of `inputs`): each file's are made absolute as it is read, so a base file's paths
+mean the same from any file that extends it. `entry_point` is relative to source_dir, or to the
+file that sets it when no file sets source_dir. `--set` paths are relative to the job file given.
+Files and `--set` values are read by launcher.config.safe_yaml (JSON values only, bounded size,
+depth and aliases).
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ MAX_FILE_BYTES = 256 * 1024  # a job file is a few KiB; more is a wrong file, no
 MAX_EXTENDS = 16  # files in one extends chain
 JOB_FILE_SUFFIXES = (".yaml", ".yml")  # what extends may name
 LIST_HINT = "list items cannot be set one by one: set the whole list, e.g. --set 'tags=[{Key: x, Value: y}]'"
+# The job's paths on this machine, by their keys; `dependencies` (a list) and `inputs` (a path, or
+# channels of paths or of {s3_data: path}) are walked by _anchor_paths. Paths inside the job's
+# containers (checkpoint_dir, tensorboard's container_local_output_path, kubernetes.storage.mount_path)
+# and the hyperparameters' directories (relative to the code, as the script opens them) are not here.
+PATH_FIELDS = (("source_dir",), ("output_path",), ("checkpoint_local_path",), ("slurm", "python"),
+               ("kubernetes", "kubeconfig"), ("kubernetes", "storage", "client_path"))
 
 
 def load_job_file(path: str | Path, overrides: Iterable[str] = ()) -> tuple[dict, Path]:
@@ -41,12 +50,26 @@ def validate_job_file(path: str | Path, overrides: Iterable[str] = ()) -> Valida
 def _load(path: Path, overrides: Iterable[str]) -> tuple[dict, Path, list[Path]]:
     """What load_job_file returns, and the files of the extends chain (resolved)."""
     files: list[Path] = []
-    data = _load_chain(path, [], files)
+    entry_dir: dict[str, Path] = {}
+    data = _load_chain(path, [], files, entry_dir)
+    chain_entry = data.get("entry_point")
     apply_overrides(data, overrides)
-    return data, _resolved(path).parent, files
+    base = _resolved(path).parent
+    if data.get("entry_point") == chain_entry and not data.get("source_dir"):  # not --set, no source_dir
+        _anchor_entry_point(data, entry_dir.get("entry_point"), base, path)
+    return data, base, files
 
 
-def _load_chain(path: Path, seen: list[Path], files: list[Path]) -> dict:
+def _anchor_entry_point(data: dict, where: Path | None, base: Path, source: Path) -> None:
+    """Without source_dir, entry_point is relative to the file that set it: a base file elsewhere
+    makes it absolute (the job file's own stays as written, relative to `base`)."""
+    if where is not None and where != base and isinstance(data.get("entry_point"), str):
+        data["entry_point"] = _absolute(where, data["entry_point"], "entry_point", source)
+
+
+def _load_chain(path: Path, seen: list[Path], files: list[Path], entry_dir: dict[str, Path]) -> dict:
+    """The file's data merged over its bases', its paths made absolute; `entry_dir` gets the
+    directory of the file whose entry_point the chain keeps."""
     resolved = _resolved(path)
     if resolved in seen:
         chain = " -> ".join(str(p) for p in seen + [resolved])
@@ -62,19 +85,39 @@ def _load_chain(path: Path, seen: list[Path], files: list[Path]) -> dict:
     if seen:
         _check_base_keys(data, path, seen[-1])
     files.append(resolved)
-    if isinstance(data.get("source_dir"), str):
-        data["source_dir"] = _absolute(resolved.parent, data["source_dir"], "source_dir", path)
-    if isinstance(data.get("dependencies"), list):
-        data["dependencies"] = [_absolute(resolved.parent, d, f"dependencies[{i}]", path) if isinstance(d, str)
-                                else d for i, d in enumerate(data["dependencies"])]
+    _anchor_paths(data, resolved.parent, path)
     base_ref = data.pop("extends", None)
-    if base_ref is None:
-        return data
-    if not isinstance(base_ref, str) or not base_ref:
-        raise ConfigError([Issue("extends", base_ref, "must be a file path", "extends: base.yaml")],
-                          str(path))
-    base = _load_chain(resolved.parent / base_ref, seen + [resolved], files)
-    return deep_merge(base, data)
+    base: dict = {}
+    if base_ref is not None:
+        if not isinstance(base_ref, str) or not base_ref:
+            raise ConfigError([Issue("extends", base_ref, "must be a file path", "extends: base.yaml")],
+                              str(path))
+        base = _load_chain(resolved.parent / base_ref, seen + [resolved], files, entry_dir)
+    if "entry_point" in data:  # after the bases': this file's entry_point is the one kept
+        entry_dir["entry_point"] = resolved.parent
+    return deep_merge(base, data) if base_ref is not None else data
+
+
+def _anchor_paths(data: dict, directory: Path, source: Path) -> None:
+    """This file's relative paths on this machine, made absolute against its directory."""
+    for keys in PATH_FIELDS:
+        node = data
+        for key in keys[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str):
+            node[keys[-1]] = _absolute(directory, node[keys[-1]], ".".join(keys), source)
+    if isinstance(data.get("dependencies"), list):
+        data["dependencies"] = [_absolute(directory, d, f"dependencies[{i}]", source) if isinstance(d, str)
+                                else d for i, d in enumerate(data["dependencies"])]
+    inputs = data.get("inputs")
+    if isinstance(inputs, str):
+        data["inputs"] = _absolute(directory, inputs, "inputs", source)
+    elif isinstance(inputs, dict):
+        for name, channel in inputs.items():
+            if isinstance(channel, str):
+                inputs[name] = _absolute(directory, channel, f"inputs.{name}", source)
+            elif isinstance(channel, dict) and isinstance(channel.get("s3_data"), str):
+                channel["s3_data"] = _absolute(directory, channel["s3_data"], f"inputs.{name}.s3_data", source)
 
 
 def _check_base_keys(data: dict, path: Path, child: Path) -> None:
@@ -138,14 +181,21 @@ def _read_text(path: Path) -> str:
 
 
 def _absolute(base: Path, value: str, field: str, source: Path) -> str:
-    if value.startswith(("s3://", "file://")):
+    """A path relative to `base` made absolute (file:// kept); S3 URIs, absolute and ~ paths as given."""
+    if value.startswith("s3://"):
+        return value
+    scheme, plain = ("file://", value[7:]) if value.startswith("file://") else ("", value)
+    try:
+        path = Path(plain).expanduser()
+    except RuntimeError:  # ~name of no user, or ~ without a home directory
+        raise ConfigError([Issue(field, value, f"{plain.split('/')[0]} names no user with a home directory",
+                                 "write the path out in full")], str(source)) from None
+    if not plain or path.is_absolute():
         return value
     try:
-        path = Path(value).expanduser()
-    except RuntimeError:  # ~name of no user, or ~ without a home directory
-        raise ConfigError([Issue(field, value, f"{value.split('/')[0]} names no user with a home directory",
-                                 "write the path out in full")], str(source)) from None
-    return value if path.is_absolute() else str((base / value).resolve())
+        return scheme + str((base / plain).resolve())
+    except (OSError, RuntimeError):  # a symlink loop, a name too long: validation names the field
+        return scheme + os.path.normpath(base / plain)
 
 
 def deep_merge(base: dict, override: dict) -> dict:

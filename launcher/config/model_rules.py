@@ -51,22 +51,40 @@ def job_model(job: JobConfig, base_dir: Path, trainer: bool) -> ModelResolution:
     return resolution
 
 
-def _pretrained_config(job: JobConfig, base_dir: Path, trainer: bool) -> _Config:
-    value = job.hyperparameters.hf_pretrained_model_name_or_dir
+def _source(job: JobConfig, base_dir: Path, field: str, value: str, what: str) -> tuple[ModelSource | None,
+                                                                                       list[Issue]]:
+    """`value` read as the runtime reads it (launcher.config.model_source: a directory relative to
+    the code, an input channel, a Hub id): its source, or None and why it names nothing."""
     try:
         source = parse_model_source(value, job.channels(), code_dir(job, base_dir))
     except ModelSourceError as exc:
-        return _Config(issues=[Issue(FIELD, value, str(exc), "give a directory, the name of an input "
-                                     "channel that holds the model, or a Hub id such as meta-llama/Llama-3.1-8B")])
+        return None, [Issue(field, value, str(exc), f"give a directory (relative to source_dir, or absolute), the "
+                            f"name of an input channel that holds {what}, or a Hub id such as meta-llama/Llama-3.1-8B")]
+    if source.kind == "directory" and job.on_sagemaker and Path(os.path.expanduser(value)).is_absolute():
+        return source, [Issue(field, value, "is a directory of this machine, which a SageMaker container sees only "
+                              "if its image holds it", "upload it to S3 and name an input channel that holds it",
+                              "warning")]
+    return source, []
+
+
+def _tokenizer_issues(job: JobConfig, base_dir: Path) -> list[Issue]:
+    """hyperparameters.tokenizer names something the job can load (the runtime refuses it at start
+    otherwise); a code directory on S3 is only the container's to look in."""
+    value = job.hyperparameters.tokenizer
+    if not value or code_dir(job, base_dir) is None:
+        return []
+    return _source(job, base_dir, f"{HP}.tokenizer", value, "the tokenizer's files")[1]
+
+
+def _pretrained_config(job: JobConfig, base_dir: Path, trainer: bool) -> _Config:
+    value = job.hyperparameters.hf_pretrained_model_name_or_dir
+    source, issues = _source(job, base_dir, FIELD, value, "the model")
+    if source is None:
+        return _Config(issues=issues)
     if source.kind == "hub":
         return _hub_config(job, source, trainer)
-    issues = []
     if source.kind == "directory":
         directory = source.path
-        if job.on_sagemaker and Path(os.path.expanduser(value)).is_absolute():
-            issues.append(Issue(FIELD, value, "is a directory of this machine, which a SageMaker container "
-                                "sees only if its image holds it",
-                                "upload it to S3 and name an input channel that holds it", "warning"))
     else:
         channel = job.channels()[source.channel].s3_data
         if channel.startswith("s3://"):
@@ -116,7 +134,7 @@ def _hub_config(job: JobConfig, source: ModelSource, trainer: bool) -> _Config:
 
 
 def _trainer_issues(job: JobConfig, base_dir: Path, resolution: ModelResolution, deferred: bool) -> list[Issue]:
-    issues = trainable_issues(job.hyperparameters, resolution, deferred)
+    issues = trainable_issues(job.hyperparameters, resolution, deferred) + _tokenizer_issues(job, base_dir)
     if resolution.spec is None:
         return issues
     return issues + channel_issues(job, base_dir, resolution.spec) + tokenizer_issues(job, base_dir, resolution.spec)

@@ -2,16 +2,20 @@
 checkpoint costs and what a restart costs; and the checkpoint interval that maximises it
 (docs/faults.md, "Goodput").
 
-The model (first order; Young, "A first order approximation to the optimum checkpoint interval",
-Communications of the ACM 17(9), 1974):
+The model (Young, "A first order approximation to the optimum checkpoint interval", Communications
+of the ACM 17(9), 1974, with the saves' share of the wall time exact):
 
     MTBF M                 = 1 / (failure rate per GPU-hour x GPUs)
-    fraction lost          = C / τ + (τ / 2 + lag + R) / M
+    fraction lost          = C / (τ + C) + (τ / 2 + lag + R) / M
     optimum interval τ*    = sqrt(2 x C x M)                       (Young's)
 
 with C the training stalled by one save, τ the training time between saves, R a restart (start-up,
 the checkpoint's load and verification) and lag the time a save's asynchronous write keeps the
-newest *committed* checkpoint behind the save (0 for a synchronous save). A job that never
+newest *committed* checkpoint behind the save (0 for a synchronous save). A save every τ of
+training takes C / (τ + C) of the wall time; Young's first order writes it C / τ, which is the same
+where C << τ and passes 100% where a save outlasts the training between saves, so the exact share is
+used (Young's τ* is the first-order optimum all the same: the exact share moves it by one save C,
+which is below one step wherever C << τ*). A job that never
 checkpoints restarts from step 0: its expected wall time for T of training is
 (M + R)(e^(T/M) - 1) (failures arrive as a Poisson process; the renewal argument is in
 docs/faults.md), so its goodput is T over that.
@@ -23,10 +27,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from launcher.config.async_checkpoint import is_async
 from launcher.plan.host_staging import STAGED_TERMS
-from launcher.plan.sweep import PlanResult
+
+if TYPE_CHECKING:  # a plan's report() prints its goodput: sweep imports this module
+    from launcher.plan.sweep import PlanResult
 
 # Meta, "The Llama 3 Herd of Models" (arXiv:2407.21783, 2024), section 3.3.4: 419 unexpected
 # interruptions in a 54-day snapshot of pre-training on 16,384 H100 GPUs.
@@ -55,9 +62,9 @@ def young_interval(checkpoint_s: float, mtbf_s: float) -> float:
 
 
 def lost_fraction(interval_s: float, checkpoint_s: float, restart_s: float, mtbf_s: float, lag_s: float = 0.0) -> float:
-    """First order: the saves' stalls, C/τ, and per failure half an interval of training redone,
-    the lag of the newest committed checkpoint and the restart, (τ/2 + lag + R)/M."""
-    return checkpoint_s / interval_s + (interval_s / 2.0 + lag_s + restart_s) / mtbf_s
+    """The saves' share of the wall time, C/(τ + C), and per failure (first order) half an interval
+    of training redone, the lag of the newest committed checkpoint and the restart, (τ/2 + lag + R)/M."""
+    return checkpoint_s / (interval_s + checkpoint_s) + (interval_s / 2.0 + lag_s + restart_s) / mtbf_s
 
 
 def goodput_from_step_zero(run_s: float, restart_s: float, mtbf_s: float) -> float:
@@ -179,7 +186,7 @@ class GoodputPlan:
                   if self.max_steps and self.optimum_steps > self.max_steps else "")
         lines.append(f"  optimum checkpoint interval (Young: sqrt(2 x {self.checkpoint_s:.1f} s x MTBF)): "
                      f"{_duration(self.optimum_s)} = {self.optimum_steps:,} steps of {self.step_s:.3g} s{longer}")
-        lines.append("  expected goodput (first order: lost = C/interval + (interval/2 + R)/MTBF): " + self._verdict())
+        lines.append("  expected goodput (lost = C/(interval + C) + (interval/2 + R)/MTBF): " + self._verdict())
         if self.max_steps:
             lines.append("  " + self._restarts_text())
         return "\n".join(lines)
@@ -216,8 +223,8 @@ class GoodputPlan:
                     f"does not know your script's checkpoints; their size is modeled as the state above){without}")
         if self.checkpoint_freq:
             interval = self.checkpoint_freq * self.step_s
-            costly = (" (a save stalls longer than the training between saves: the first-order model holds only "
-                      "for saves much shorter than the interval)" if self.checkpoint_s >= interval else "")
+            costly = (" (a save stalls training longer than it trains between saves: a larger checkpoint_freq "
+                      "trains more)" if self.checkpoint_s >= interval else "")
             return (f"{_pct(self.goodput_every(self.checkpoint_freq))} at checkpoint_freq {self.checkpoint_freq:,} "
                     f"({_duration(interval)} between saves){costly}, {best}")
         return f"{_pct(scratch)} without checkpoint_freq (every failure restarts from step 0), {best}"
@@ -245,7 +252,7 @@ class GoodputPlan:
             "max_restarts": self.max_restarts,
             "expected_interruptions": self.expected_failures,
             "probability_unattended": self.unattended,
-            "formula": "Young (1974), first order",
+            "formula": "Young (1974), the saves' share of the wall time exact",
             "models": "a script's own checkpoints are unknown" if self.script else "smlaunch's runtime checkpoints",
         }
 

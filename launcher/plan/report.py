@@ -1,13 +1,18 @@
-"""What the planner prints: a table of configurations, and why a job would run out of memory."""
+"""What the planner prints: a table of configurations, a plan in words (`PlanResult.report()`,
+`smlaunch plan`), and why a job would run out of memory."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from launcher.config.degrees import DEGREES
+from launcher.plan.goodput import GoodputPlan, plan_goodput
 from launcher.plan.memory import PHASES, MemoryEstimate
-from launcher.plan.sweep import PlanResult, plan
 from launcher.plan.throughput import ThroughputEstimate
+
+if TYPE_CHECKING:  # sweep.PlanResult's report() and repr are written here
+    from launcher.plan.sweep import PlanResult
 
 _SETTING_LABELS = {
     **{d.key: d.short for d in DEGREES},
@@ -23,8 +28,62 @@ def describe(result: PlanResult) -> str:
         return " ".join(_short(o) for o in result.overrides)
     s = result.settings
     ac = s.get("activation_checkpointing")
-    return (f"cp={s.get('context_parallel_degree')} hsd={s.get('hybrid_shard_degree')} "
+    # an SMP v1 job shards over sharded_data_parallel_degree where hybrid_shard_degree leaves it open
+    sdp = s.get("sharded_data_parallel_degree")
+    shard = f"sdp={sdp}" if sdp and not s.get("hybrid_shard_degree") else f"hsd={s.get('hybrid_shard_degree')}"
+    return (f"cp={s.get('context_parallel_degree')} {shard} "
             f"tp={s.get('tensor_parallel_degree')} ac={ac or 'off'} batch={s.get('train_batch_size')}")
+
+
+def summary(result: PlanResult) -> str:
+    """One line: where, which configuration, and what it comes to (a plan's repr in a notebook)."""
+    s = result.settings
+    where = f"{s.get('instance_type')} x {s.get('instance_count')}"
+    if not result.valid:
+        return f"{where}: invalid: {_first_error(result)}"
+    if result.nothing_to_plan:
+        return f"{where}: nothing to plan"
+    mem, speed, usd = result.memory, result.throughput, result.usd_per_billion_tokens
+    fits = {True: "fits", False: "does not fit", None: "capacity unknown"}[mem.fits]
+    capacity = f" of {mem.capacity_gib:g}" if mem.capacity_gib is not None else ""
+    line = f"{where}, {describe(result)}: {fits}, peak {mem.peak_gib:.1f}{capacity} GiB"
+    if speed:
+        line += f", {speed.tokens_per_s:,.0f} tokens/s"
+    return line + (f", ${usd:,.0f} per billion tokens" if usd is not None else "")
+
+
+def report(result: PlanResult) -> str:
+    """What `smlaunch plan` says of one job, as text: what it models, the configuration in one
+    line, speed, goodput (at the default failure rate) and memory."""
+    if result.nothing_to_plan:
+        return f"models: nothing: {result.nothing_to_plan}"
+    if not result.valid:
+        return "cannot plan: " + "; ".join(result.errors)
+    lines = [f"models: {result.models}", summary(result)]
+    lines += speed_lines(result, plan_goodput(result))
+    lines.append(explain_oom(result.memory))
+    if result.staging is not None:
+        lines.append(result.staging.text())
+    return "\n".join(lines)
+
+
+def speed_lines(result: PlanResult, goodput: GoodputPlan | None, tokens: float | None = None) -> list[str]:
+    """The step's FLOPs, time and parts, what its speed is borrowed from, the goodput and the
+    time and cost of `tokens`; or why there is no speed."""
+    speed = result.throughput
+    if speed is None:
+        return [f"speed and cost: not planned: {result.no_throughput}"] if result.no_throughput else []
+    lines = [f"{speed.formula}: {speed.tflops_per_gpu:.0f} TFLOPS/GPU "
+             f"({speed.tflops_per_gpu_seed_formula:.0f} by the seed's formula)"]
+    if speed.borrowed:
+        lines.append(speed.borrowed)
+    lines.append(explain_step(speed))
+    if goodput is not None:
+        lines.append(goodput.text())
+    if tokens:
+        hours, usd = speed.cost_for(tokens=tokens)
+        lines.append(f"{tokens:,.0f} tokens: {hours:,.1f} h" + (f", ${usd:,.0f}" if usd is not None else ""))
+    return lines
 
 
 def render_table(results: Sequence[PlanResult], best: PlanResult | None = None, title: str | None = None):
@@ -126,21 +185,3 @@ def _share(x: float) -> str:
 
 def _pct(x: float) -> str:
     return f"{x:.0%}"
-
-
-class PredictedOOMError(ValueError):
-    """`submit`/`fit()` refuse a job the planner predicts to run out of accelerator memory."""
-
-    def __init__(self, result: PlanResult):
-        self.result = result
-        self.explanation = explain_oom(result.memory)
-        super().__init__(self.explanation + "\nTo submit anyway: smlaunch submit --force, or fit(force=True).")
-
-
-def check_fits(job) -> PlanResult | None:
-    """Plan a validated job; raise PredictedOOMError if it will not fit. None when the job cannot
-    be planned (unknown model): the planner then has nothing to say, and nothing is refused."""
-    result = plan(job)
-    if result.oom:
-        raise PredictedOOMError(result)
-    return result if result.valid else None

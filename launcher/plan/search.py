@@ -77,6 +77,7 @@ class SearchResult:
     front: list[PlanResult] = field(default_factory=list)  # Pareto front, cheapest first
     fastest_fitting: PlanResult | None = None  # over every fitting configuration, deadline or not
     models: str | None = None  # what the plans model (launcher.plan.workload.modeled_program)
+    uncalibrated: dict[str, str] = field(default_factory=dict)  # instance type -> what its speed is borrowed from
 
     @property
     def cheapest(self) -> PlanResult | None:
@@ -217,10 +218,7 @@ def search(job: ValidatedJob, data: dict, types: list[InstanceType], skipped: li
             if deadline_h is not None and max_instances is None and any(
                     r.fits and r.throughput and out.hours_usd(r)[0] <= deadline_h for r in found):
                 break  # the smallest fleet of this type that meets it; --max-instances searches further
-        planned = [r for r in out.results if r.valid and r.settings.get("instance_type") == t.name]
-        if planned and not any(r.tokens_per_s for r in planned):
-            out.skipped.append(Skip(f"the planner has no throughput estimate for {t.accelerator.model}, "
-                                    "so it cannot be ranked", t.name))
+        _speed_notes(t, [r for r in out.results if r.valid and r.settings.get("instance_type") == t.name], out)
     if pipeline.refused:
         out.skipped.append(Skip(f"pipeline parallelism: {pipeline.refused}"))
     out.instance_counts.sort()
@@ -230,6 +228,17 @@ def search(job: ValidatedJob, data: dict, types: list[InstanceType], skipped: li
         rankable = [r for r in rankable if out.hours_usd(r)[0] <= deadline_h]
     out.front = pareto(rankable, out.tokens)
     return out
+
+
+def _speed_notes(t: InstanceType, planned: list[PlanResult], out: SearchResult) -> None:
+    """A type whose configurations have no speed is skipped, saying why; one whose speed rests on
+    another GPU's calibration is named as uncalibrated."""
+    if planned and not any(r.tokens_per_s for r in planned):
+        why = next((r.no_throughput for r in planned if r.no_throughput), "no estimate")
+        out.skipped.append(Skip(f"the planner has no speed for it ({why}), so it cannot be ranked", t.name))
+    borrowed = next((r.throughput.borrowed for r in planned if r.throughput and r.throughput.borrowed), None)
+    if borrowed:
+        out.uncalibrated[t.name] = borrowed
 
 
 def global_batch(job: ValidatedJob) -> int:

@@ -53,6 +53,10 @@ def summary_lines(found: SearchResult) -> list[str]:
     for skip in found.skipped:
         where = " x ".join(str(x) for x in (skip.instance_type, skip.instance_count) if x is not None)
         lines.append(f"skipped {where or 'everywhere'}: {skip.reason}")
+    by_text: dict[str, list[str]] = {}
+    for name, borrowed in found.uncalibrated.items():
+        by_text.setdefault(borrowed, []).append(name)
+    lines += [f"speed of {', '.join(names)}: {borrowed}" for borrowed, names in by_text.items()]
     return lines
 
 
@@ -107,6 +111,7 @@ def search_to_dict(found: SearchResult) -> dict[str, Any]:
         "deadline_hours": found.deadline_h,
         "deadline_met": None if found.deadline_h is None else bool(found.front),
         "skipped": [s.to_dict() for s in found.skipped],
+        "uncalibrated": found.uncalibrated,
         "pareto": rows,
         "fastest_fitting": None if fastest is None else {
             **fastest.to_dict(), "set": set_lines(fastest, found.base), "hours": round(found.hours_usd(fastest)[0], 4)},

@@ -24,11 +24,12 @@ from launcher.config.job import JobFile
 from launcher.config.jobfile import MP_PATH, apply_overrides, load_job_file
 from launcher.config.layout import divisors
 from launcher.config.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_settings
+from launcher.plan import report
 from launcher.plan.advice import estimate_memory
 from launcher.plan.host_staging import HostStaging, host_staging
 from launcher.plan.memory import MemoryEstimate
-from launcher.plan.throughput import ThroughputEstimate, estimate_throughput
-from launcher.plan.workload import PlanError, UnmodeledScript, modeled_program
+from launcher.plan.throughput import ThroughputEstimate, estimate_or_reason
+from launcher.plan.workload import PlanError, UnmodeledScript, modeled_program, workload_of
 
 
 @dataclass
@@ -45,6 +46,7 @@ class PlanResult:
     # user's own that does not say its model
     nothing_to_plan: str | None = None
     staging: HostStaging | None = None  # host memory of asynchronous checkpoints, when the job has them
+    no_throughput: str | None = None  # why a planned job has no speed and cost (throughput.estimate_or_reason)
 
     @property
     def models(self) -> str | None:
@@ -72,6 +74,13 @@ class PlanResult:
     def usd_per_billion_tokens(self) -> float | None:
         return self.throughput.usd_per_billion_tokens if self.throughput else None
 
+    def report(self) -> str:
+        """What `smlaunch plan` says of this job, as text (print it)."""
+        return report.report(self)
+
+    def __repr__(self) -> str:
+        return f"PlanResult({report.summary(self)})"
+
     def to_dict(self) -> dict:
         mem, speed = self.memory, self.throughput
         out = {
@@ -92,6 +101,7 @@ class PlanResult:
             "usd_per_hour": speed.usd_per_hour if speed else None,
             "usd_per_billion_tokens": None if self.usd_per_billion_tokens is None
             else round(self.usd_per_billion_tokens, 2),
+            **({"no_throughput": self.no_throughput} if self.no_throughput else {}),
         }
         out["memory"] = mem.to_dict() if mem else None
         out["throughput"] = speed.to_dict() if speed else None
@@ -99,9 +109,15 @@ class PlanResult:
         return out
 
 
+# A local job planned as the job it will become: the figures are the instance type's whichever backend
+# runs it, and Slurm's hosts read this machine's paths, so its local inputs and output_path stay valid
+# (SageMaker would refuse them until they are s3:// URIs).
+PLAN_LOCAL_AS = {"instance_type": "ml.p5.48xlarge", "backend": "slurm"}
 LOCAL_JOB = ("a local job runs on this machine (its CPU, or for local_gpu the GPUs found when it starts), whose "
-             "memory and speed the planner has no figures for: plan the same job where it will run, e.g. "
-             "--set instance_type=ml.p5.48xlarge (or PyTorch(..., instance_type=...).plan())")
+             "memory and speed the planner has no figures for: plan it as the job it will be, e.g. "
+             + " ".join(f"--set {k}={v}" for k, v in PLAN_LOCAL_AS.items())
+             + " (Slurm takes the job's local paths as they are; the figures are the instance type's wherever it "
+             "runs), or PyTorch(..., " + ", ".join(f'{k}="{v}"' for k, v in PLAN_LOCAL_AS.items()) + ").plan()")
 
 
 def plan(job: ValidatedJob, overrides: Sequence[str] = (), advise: bool = True) -> PlanResult:
@@ -111,12 +127,14 @@ def plan(job: ValidatedJob, overrides: Sequence[str] = (), advise: bool = True) 
         return PlanResult(settings, tuple(overrides), job=job, nothing_to_plan=LOCAL_JOB)
     try:
         memory = estimate_memory(job, advise=advise)
-        speed = estimate_throughput(job)
+        speed = estimate_or_reason(workload_of(job))
     except UnmodeledScript as exc:
         return PlanResult(settings, tuple(overrides), job=job, nothing_to_plan=str(exc))
     except PlanError as exc:
         return PlanResult(settings, tuple(overrides), errors=[str(exc)], job=job)
-    return PlanResult(settings, tuple(overrides), memory, speed, job=job, staging=host_staging(job, memory))
+    gap = speed if isinstance(speed, str) else None
+    return PlanResult(settings, tuple(overrides), memory, None if gap else speed, job=job,
+                      staging=host_staging(job, memory), no_throughput=gap)
 
 
 def settings_of(job: ValidatedJob) -> dict[str, Any]:
@@ -128,6 +146,8 @@ def settings_of(job: ValidatedJob) -> dict[str, Any]:
         "instance_type": job.instance.name if job.instance else cfg.instance_type,
         "instance_count": cfg.instance_count,
         **degrees.settings(p),
+        # SMP v1's sharding group, in force where it is set (launcher.config.layout.sharding_group)
+        "sharded_data_parallel_degree": p.sharded_data_parallel_degree if p else None,
         "sharding_group": job.layout.sharding_group if job.layout else None,
         "activation_checkpointing": run.ac_mode or False,
         "offload_activations": run.offload,
@@ -261,6 +281,7 @@ def _raw_settings(data: Mapping[str, Any]) -> dict[str, Any]:
         "instance_type": data.get("instance_type"),
         "instance_count": data.get("instance_count", 1),
         **{d.key: d.raw_value(mp) for d in degrees.DEGREES},
+        "sharded_data_parallel_degree": mp.get("sharded_data_parallel_degree"),
         "sharding_group": None,
         "activation_checkpointing": (hp.get("activation_checkpointing_mode") or DEFAULT_AC_MODE) if ac else False,
         "offload_activations": bool(hp.get("offload_activations")),

@@ -16,10 +16,11 @@ hardware FLOPs utilisation of the compute alone, one per accelerator generation 
 geometric mean of the η each of its published runs needs once the communication model has
 taken its share (`CALIBRATION`; docs/planner.md has the table of predicted against published).
 A GPU with its calibration GPU's compute (A100 40GB on p4d, H200) counts as calibrated; other
-NVIDIA GPUs borrow the η of their generation (compute capability 8.x: A100's; 9.0 and later:
-H100's; FP8: the p5 FP8 run) and are flagged uncalibrated. Trainium, pre-Ampere GPUs, CPUs, fp32
-training, MoE models, and groups that cross a link the catalog has no bandwidth for (g7/g7e
-across hosts) get no throughput estimate.
+NVIDIA GPUs borrow the η of their generation (bf16: compute capability 8.x A100's, 9.0 and later
+H100's; FP8 on any GPU: the p5 FP8 run, the only FP8 calibration) and are flagged uncalibrated,
+which the plan says. Trainium, pre-Ampere GPUs, CPUs, fp32 training, MoE models, and groups that
+cross a link the catalog has no bandwidth for (g7/g7e across hosts) get no throughput estimate,
+and `estimate_or_reason` says which of these it is.
 """
 
 from __future__ import annotations
@@ -195,7 +196,10 @@ def solve_efficiency(w: Workload, tokens_per_s_per_gpu: float) -> float:
 
 
 def _generation(instance: InstanceType, dtype: str) -> tuple[str, str]:
-    return ("A100" if instance.accelerator.compute_capability < (9, 0) else "H100", dtype)
+    """The calibrated generation whose η an accelerator takes: in bf16 A100's below compute capability
+    9.0, H100's from it; in FP8 H100's on every GPU (Ada's L4 and L40S too), the only FP8 runs."""
+    newer = dtype == "fp8" or instance.accelerator.compute_capability >= (9, 0)
+    return ("H100" if newer else "A100", dtype)
 
 
 @cache
@@ -208,13 +212,25 @@ def fitted_efficiency(generation: tuple[str, str]) -> tuple[float, tuple[str, ..
     return eta, tuple(p.label for p in points)
 
 
+def no_efficiency(instance: InstanceType | None, dtype: str) -> str | None:
+    """Why no calibrated η applies to this instance in this dtype, or None where one does."""
+    acc = instance.accelerator if instance else None
+    if acc is None:
+        return f"{instance.name if instance else 'this machine'} has no accelerator the planner has figures for"
+    if acc.compute_capability is None:
+        return f"{acc.model}: every calibration run is an NVIDIA GPU's (docs/planner.md)"
+    if acc.compute_capability < (8, 0) or _peak(instance, dtype) is None:
+        return f"{acc.model} has no {dtype} tensor cores"
+    return None
+
+
 def efficiency_for(instance: InstanceType | None, dtype: str) -> tuple[float, str, bool] | None:
     """(η, the calibration points it comes from, whether they ran on the same compute: same
-    compute capability and peak, e.g. A100 40GB from the A100 80GB points, H200 from H100)."""
-    acc = instance.accelerator if instance else None
-    if acc is None or acc.compute_capability is None or acc.compute_capability < (8, 0) \
-            or _peak(instance, dtype) is None:
+    compute capability and peak, e.g. A100 40GB from the A100 80GB points, H200 from H100); None
+    where no_efficiency says why not."""
+    if no_efficiency(instance, dtype) is not None:
         return None
+    acc = instance.accelerator
     generation = _generation(instance, dtype)
     eta, labels = fitted_efficiency(generation)
     ran_on = next(get_instance_type(p.instance_type).accelerator for p in CALIBRATION if p.label == labels[0])
@@ -234,9 +250,18 @@ class ThroughputEstimate:
     dtype: str
     basis: str  # the calibration points η comes from
     calibrated: bool
+    accelerator: str  # the GPU's model, as the catalog names it
     world: int
     usd_per_hour: float | None  # instance price x count; None where the catalog has no rate
     step: StepTime
+
+    @property
+    def borrowed(self) -> str | None:
+        """What an uncalibrated estimate rests on (None where its own GPU calibrates it)."""
+        if self.calibrated:
+            return None
+        return (f"uncalibrated: no published {self.dtype} run on the {self.accelerator}; its η is borrowed "
+                f"from {self.basis}")
 
     @property
     def step_s(self) -> float:
@@ -319,6 +344,7 @@ class ThroughputEstimate:
             "dtype": self.dtype,
             "calibration": self.basis,
             "calibrated": self.calibrated,
+            "uncalibrated": self.borrowed,
             "usd_per_hour": self.usd_per_hour,
             "usd_per_billion_tokens": None if self.usd_per_billion_tokens is None
             else round(self.usd_per_billion_tokens, 2),
@@ -333,18 +359,28 @@ def estimate_throughput(job: ValidatedJob) -> ThroughputEstimate | None:
 
 def estimate_workload(w: Workload) -> ThroughputEstimate | None:
     """None where no efficiency applies (CPU/local, Trainium, pre-Ampere, fp32, MoE) or a group
-    crosses a link without a bandwidth in the catalog."""
+    crosses a link without a bandwidth in the catalog (estimate_or_reason says which)."""
+    found = estimate_or_reason(w)
+    return found if isinstance(found, ThroughputEstimate) else None
+
+
+def estimate_or_reason(w: Workload) -> ThroughputEstimate | str:
+    """The estimate, or why there is none."""
     dtype = "fp8" if w.fp8 else "bf16"
     found = efficiency_for(w.instance, dtype)
-    if found is None or w.compute_bytes != 2 or w.spec.is_moe:
-        return None
+    if found is None:
+        return no_efficiency(w.instance, dtype)
+    if w.compute_bytes != 2:
+        return "fp32 training: every calibration run trained in bf16 or FP8"
+    if w.spec.is_moe:
+        return "a mixture-of-experts model: every calibration run is a dense model's"
     eta, basis, calibrated = found
     eta *= width_factor(w.spec)
     peak = _peak(w.instance, dtype)
     try:
         step = step_time(w, eta, peak)
-    except UnknownLink:
-        return None
+    except UnknownLink as exc:
+        return f"{exc}, which a parallel group crosses"
     spec, seq = w.spec, w.seq_len
     flops = flops_per_token(spec, w.attention_len)
     n = matmul_params(spec)
@@ -364,6 +400,7 @@ def estimate_workload(w: Workload) -> ThroughputEstimate | None:
         dtype=dtype,
         basis=basis,
         calibrated=calibrated,
+        accelerator=w.instance.accelerator.model,
         world=w.world,
         usd_per_hour=None if price is None else price * w.instance_count,
         step=step,

@@ -16,7 +16,7 @@ from typing import Any
 from launcher.config import ValidatedJob, validate_job
 from launcher.config.tuning import TuningConfig
 from launcher.config.tuning_rules import trial_instances, trial_settings, trial_variants
-from launcher.plan.report import PredictedOOMError
+from launcher.plan.fits import PredictedOOMError
 from launcher.plan.sweep import PlanResult, plan
 
 

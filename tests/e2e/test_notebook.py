@@ -4,10 +4,12 @@ no-CP and CP 2 layouts trained locally, a pretrained model fine-tuned on text pa
 tokenizer (first loss = transformers', artifact loaded back), and that model chat fine-tuned
 (dataset_type chat: it answers a question it was taught, through the artifact's chat template),
 and a short local sweep of two trials over lr (the best is the lower validation loss of their own metrics).
-The notebook asserts its own key results as it goes."""
+The notebook asserts its own key results as it goes. The sweep's cell runs a second time in the same
+kernel, as a rerun of the notebook would: its fixed name was taken the second time (issue 49)."""
 
 from __future__ import annotations
 
+import copy
 import re
 
 import nbclient
@@ -27,8 +29,14 @@ def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     nb = nbformat.read(ROOT / "notebooks" / "walkthrough.ipynb", as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    sweep = next(i for i, c in enumerate(nb.cells) if "HyperparameterTuner(" in c.source)
+    again = nbformat.from_dict(copy.deepcopy(nb.cells[sweep]))
+    with client.setup_kernel():
+        client.execute(cleanup_kc=False)
+        first = text_of(nb.cells[sweep])
+        client.execute_cell(again, sweep)  # which takes the sweep cell's place in nb
     out = "\n".join(text_of(c) for c in nb.cells if c.cell_type == "code")
     assert 'Tried to allocate 7.83 GiB' in out and "does not fit" in out
     assert "--set context_parallel_degree=" in out
@@ -47,11 +55,15 @@ def test_walkthrough_notebook_executes(tmp_path, monkeypatch):
     plotted = [c for c in nb.cells if c.cell_type == "code" and "plot([fine_tuning])" in c.source]
     assert len(plotted) == 1 and any("image/png" in o.get("data", {}) for o in plotted[0].outputs)
     stamp = re.compile(r"-\d{4}(-\d\d){5}-\d{3}$")  # make_job_name's timestamp
-    jobs = sorted(stamp.sub("", p.name) for p in (tmp_path / "home" / "jobs").iterdir())
+    sweep_stamp = re.compile(r"-\d{6}-\d{6}(?=-\d{3}$)")  # a sweep's name: base_tuning_job_name-yymmdd-HHMMSS
+    jobs = sorted(sweep_stamp.sub("", stamp.sub("", p.name)) for p in (tmp_path / "home" / "jobs").iterdir())
     assert jobs == ["walkthrough-chat", "walkthrough-cp2", "walkthrough-finetune", "walkthrough-lr-001",
-                    "walkthrough-lr-002", "walkthrough-no-cp"]
-    # the short local sweep: its two trials, the best checked against their own metrics in the notebook
-    assert re.search(r"best trial: walkthrough-lr-00[12] lr = ", out)
+                    "walkthrough-lr-001", "walkthrough-lr-002", "walkthrough-lr-002", "walkthrough-no-cp"]
+    # the short local sweep: its two trials, the best checked against their own metrics in the notebook;
+    # run again, another sweep of its own name
+    best = re.compile(r"best trial: (walkthrough-lr-\d{6}-\d{6})-00[12] lr = ")
+    names = [best.search(text) for text in (first, text_of(again))]
+    assert all(names) and names[0].group(1) != names[1].group(1)
 
 
 def test_outside_the_repository_the_first_cell_says_what_to_set(tmp_path):

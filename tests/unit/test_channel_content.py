@@ -44,7 +44,8 @@ def test_special_files_in_a_channel_are_refused(tmp_path: Path, home: Path, comm
         train, said = "fifo", f"{tmp_path}/fifo is a FIFO"
     result = CliRunner().invoke(main, [*command, str(_job(tmp_path, train))])
     assert result.exit_code == 2, result.output
-    assert f"inputs.train = \"{train}\": {said}: a channel holds regular files and directories only" in result.output
+    shown = str((tmp_path / train).resolve())  # a job file's paths are read relative to it (jobfile.PATH_FIELDS)
+    assert f"inputs.train = \"{shown}\": {said}: a channel holds regular files and directories only" in result.output
     assert not home.exists()  # nothing written
 
 

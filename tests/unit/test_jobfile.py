@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from launcher.config.issues import ConfigError
@@ -47,6 +49,89 @@ def test_extends_merges_mappings_and_resolves_paths_per_file(tree):
     assert base == (tree / "runs").resolve()
     job = validate_job_file(tree / "runs" / "cp.yaml")
     assert job.layout.mesh_shape == (1, 1, 1, 2, 1)  # (pp, dp_replicate, dp_shard, cp, tp)
+
+
+def test_every_path_of_a_base_file_is_relative_to_it_from_any_folder(tmp_path):
+    """`extends` resolved inputs and output_path against the extending file (issue 49: a job that
+    extends configs/local/demo.yaml from another folder lost its channels and wrote its artifacts
+    outside the repository); every path field is now relative to the file that sets it. Controls:
+    the extending file's own paths are relative to it, S3 URIs and absolute paths stay as written."""
+    base_dir, run_dir = tmp_path / "project" / "configs", tmp_path / "elsewhere"
+    for d in ("project/data/train", "project/data/validation", "project/scripts", "elsewhere/mine"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "project" / "scripts" / "train.py").write_text("")
+    base_dir.mkdir()
+    run_dir.mkdir(exist_ok=True)
+    write(base_dir / "base.yaml", """
+entry_point: ../scripts/train.py
+instance_type: local
+output_path: ../artifacts
+checkpoint_local_path: ../checkpoints
+dependencies: [../scripts, /opt/lib]
+inputs: {train: ../data/train, validation: {s3_data: "file://../data/validation"}, remote: "s3://bucket/x"}
+slurm: {python: ../venv/bin/python}
+kubernetes: {kubeconfig: ../kube.yaml, storage: {pvc: data, client_path: ../mnt}}
+hyperparameters: {model_preset: llama3-tiny, tokenizer: tok}
+""")
+    write(run_dir / "job.yaml", f"extends: {base_dir / 'base.yaml'}\nbase_job_name: mine\n")
+    data, base = load_job_file(run_dir / "job.yaml")
+    project = (tmp_path / "project").resolve()
+    assert base == run_dir.resolve()
+    assert data["entry_point"] == str(project / "scripts" / "train.py")
+    assert data["output_path"] == str(project / "artifacts")
+    assert data["checkpoint_local_path"] == str(project / "checkpoints")
+    assert data["dependencies"] == [str(project / "scripts"), "/opt/lib"]
+    assert data["inputs"] == {"train": str(project / "data" / "train"),
+                              "validation": {"s3_data": f"file://{project / 'data' / 'validation'}"},
+                              "remote": "s3://bucket/x"}
+    assert data["slurm"]["python"] == str(project / "venv" / "bin" / "python")
+    assert data["kubernetes"] == {"kubeconfig": str(project / "kube.yaml"),
+                                  "storage": {"pvc": "data", "client_path": str(project / "mnt")}}
+    assert data["hyperparameters"]["tokenizer"] == "tok"  # the script's, relative to its code (not a job path)
+    # the extending file's own paths: relative to it
+    write(run_dir / "own.yaml", f"extends: {base_dir / 'base.yaml'}\ninputs: {{train: mine}}\noutput_path: out\n")
+    own, _ = load_job_file(run_dir / "own.yaml")
+    assert own["inputs"]["train"] == str(run_dir.resolve() / "mine")  # mappings merge: the base's other channels stay
+    assert own["output_path"] == str(run_dir.resolve() / "out")
+
+
+def test_a_job_extending_a_local_job_from_another_folder_validates_and_writes_where_the_base_says(tmp_path):
+    base_dir, run_dir = tmp_path / "project" / "configs", tmp_path / "elsewhere"
+    for name in ("train", "validation"):
+        (tmp_path / "project" / "data" / name).mkdir(parents=True)
+        (tmp_path / "project" / "data" / name / f"{name}.jsonl").write_text('{"input_ids": [1, 2, 3, 4]}\n')
+    base_dir.mkdir()
+    run_dir.mkdir()
+    entrypoints = Path(__file__).resolve().parents[2] / "entrypoints"
+    write(base_dir / "demo.yaml", f"""
+entry_point: train.py
+source_dir: {entrypoints}
+instance_type: local
+output_path: ../artifacts
+inputs: {{train: ../data/train, validation: ../data/validation}}
+hyperparameters: {{model_preset: llama3-tiny, dataset_type: jsonl, max_context_width: 4}}
+""")
+    write(run_dir / "job.yaml", f"extends: {base_dir / 'demo.yaml'}\nbase_job_name: elsewhere\n")
+    job = validate_job_file(run_dir / "job.yaml")
+    project = (tmp_path / "project").resolve()
+    assert job.config.output_path == str(project / "artifacts")
+    assert {n: c.s3_data for n, c in job.config.channels().items()} == {
+        "train": str(project / "data" / "train"), "validation": str(project / "data" / "validation")}
+
+
+def test_entry_point_without_source_dir_is_relative_to_its_file_and_with_one_to_source_dir(tmp_path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "run").mkdir()
+    write(tmp_path / "base" / "base.yaml", "entry_point: train.py\ninstance_type: local\n")
+    write(tmp_path / "run" / "plain.yaml", "extends: ../base/base.yaml\n")
+    assert load_job_file(tmp_path / "run" / "plain.yaml")[0]["entry_point"] == str(
+        (tmp_path / "base" / "train.py").resolve())
+    # control: with a source_dir (set by the extending file here) entry_point names a file inside it
+    write(tmp_path / "run" / "code.yaml", "extends: ../base/base.yaml\nsource_dir: src\n")
+    assert load_job_file(tmp_path / "run" / "code.yaml")[0]["entry_point"] == "train.py"
+    # control: --set entry_point is the caller's, relative to the job file given
+    data, _ = load_job_file(tmp_path / "run" / "plain.yaml", ["entry_point=other.py"])
+    assert data["entry_point"] == "other.py"
 
 
 def test_overrides_dotted_and_short_mp_keys(tree):

@@ -10,6 +10,7 @@ from launcher.config import ConfigError, validate_job
 from launcher.config.model_source import FIELD
 from tests.support.hf_models import hub_cache, llama_config, save_llama
 from tests.support.model_rules import job, warnings
+from tests.support.train_runs import ROOT
 
 pytest.importorskip("transformers")
 HP = "hyperparameters"
@@ -146,3 +147,47 @@ def test_a_value_that_names_nothing(tmp_path):
     assert "is not a directory" in problem and "not a Hugging Face Hub id" in problem
 
 
+
+
+@pytest.fixture
+def runtime_code(tmp_path):
+    """A source_dir holding smlaunch's train.py, for the runtime's rules, and room for a tokenizer."""
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "train.py").write_text((ROOT / "entrypoints" / "train.py").read_text())
+    return tmp_path / "runtime"
+
+
+@pytest.mark.parametrize("value", ["./no-such-tokenizer", "no-such-tokenizer", "/no/such/tokenizer"])
+def test_a_tokenizer_that_names_nothing_is_refused_by_validate(runtime_code, value, no_network):
+    """validate said valid, and the job failed after its start at the tokenizer (issue 49)."""
+    (problem,) = errors(job({"model_preset": "llama3-tiny", "tokenizer": value}, runtime_code))[f"{HP}.tokenizer"]
+    assert problem.startswith(f"{value!r} is not a directory (") and "not an input channel of the job" in problem
+    assert "not a Hugging Face Hub id" in problem
+    assert "give a directory (relative to source_dir, or absolute)" in problem
+
+
+def test_a_tokenizer_the_job_can_load_passes_as_before(runtime_code, tmp_path, own_script, no_network):
+    """The controls: a Hub id (not contacted), an input channel's name, a directory relative to the
+    code (where the runtime opens it), an absolute one; and a script of the user's own, whose
+    hyperparameters are its own."""
+    (runtime_code / "tok").mkdir()
+    (tmp_path / "tokdata").mkdir()
+    base = {"model_preset": "llama3-tiny"}
+    assert errors(job({**base, "tokenizer": "meta-llama/Llama-3.1-8B"}, runtime_code)) == {}
+    assert errors(job({**base, "tokenizer": "tok-channel"}, runtime_code,
+                      inputs={"tok-channel": str(tmp_path / "tokdata")})) == {}
+    assert errors(job({**base, "tokenizer": "tok"}, runtime_code)) == {}
+    assert errors(job({**base, "tokenizer": str(runtime_code / "tok")}, runtime_code)) == {}
+    assert errors(job({"tokenizer": "./no-such-tokenizer"}, own_script)) == {}
+
+
+def test_a_tokenizer_named_relative_to_the_code_is_checked_where_the_job_loads_it(runtime_code):
+    """The client read a relative tokenizer from the job file's directory, the runtime from the code's:
+    its vocabulary is checked against the model's from the code (tests/unit/test_validate_data.py
+    has the check itself)."""
+    from tests.support.hf_models import save_chat_tokenizer
+
+    size = len(save_chat_tokenizer(runtime_code / "tok"))  # more tokens than llama3-tiny's 256
+    (problem,) = errors(job({"model_preset": "llama3-tiny", "tokenizer": "tok", "dataset_type": "chat"},
+                            runtime_code))[f"{HP}.tokenizer"]
+    assert f"its tokenizer ({runtime_code / 'tok' / 'tokenizer.json'}) has {size} tokens" in problem

@@ -128,6 +128,32 @@ def test_estimator_plans_and_refuses(aws):
     assert aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
 
 
+def test_a_plan_in_a_notebook_has_a_short_repr_and_a_report_that_says_what_the_cli_says():
+    """PyTorch(...).plan() displayed a repr of several KB in a notebook (issue 49): now one line, and
+    .report() prints what `smlaunch plan` prints below its table, as the tuner's plan does."""
+    from launcher.config import validate_job
+    from launcher.config.jobfile import validate_job_file
+    from launcher.plan import plan, sweep_job_file
+
+    result = plan(validate_job_file(SEED / "p5-cp8-fp8.yaml"))
+    assert repr(result) == (f"PlanResult(ml.p5.48xlarge x 1, cp=8 hsd=8 tp=1 ac=full batch=4: fits, peak "
+                            f"{result.memory.peak_gib:.1f} of 80 GiB, {result.tokens_per_s:,.0f} tokens/s, "
+                            f"${result.usd_per_billion_tokens:,.0f} per billion tokens)")
+    cli = run_cli("plan", SEED / "p5-cp8-fp8.yaml")
+    below_table = cli.output[cli.output.rindex("┘") + 1:]
+    assert "goodput:" in below_table and "Predicted peak" in below_table
+    report = result.report()
+    assert " ".join(below_table.split()) in " ".join(report.split())
+    assert report.startswith(f"models: {result.models}\nml.p5.48xlarge x 1, cp=8 hsd=8")
+    # controls: a plan with nothing to plan, and an invalid one, say so in a line
+    local = plan(validate_job({"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"),
+                               "instance_type": "local", "hyperparameters": {"model_preset": "llama3-tiny"}}))
+    assert repr(local) == "PlanResult(local x 1: nothing to plan)" and local.report().startswith("models: nothing: ")
+    invalid = sweep_job_file(SEED / "p5-cp8-fp8.yaml", sweeps=["context_parallel_degree=3"])[0]
+    assert repr(invalid).startswith("PlanResult(ml.p5.48xlarge x 1: invalid: context_parallel_degree = 3: ")
+    assert invalid.report() == "cannot plan: " + "; ".join(invalid.errors)
+
+
 def test_short_documents_plan_faster_than_long_ones_and_the_plan_says_why(tmp_path):
     """p5, llama3.1-8b, rows of 16K with document masking: the attention FLOPs come from the
     documents' lengths in the shards' headers. Documents of 1K tokens attend 1K per token (1/16
@@ -215,6 +241,21 @@ def test_an_smp_v1_script_says_its_sharded_data_parallel_degree_is_planned_as_th
     assert plans[2]["peak_gib"] - plans[8]["peak_gib"] > 20  # the control: the degree counts
 
 
+def test_the_configuration_of_an_smp_v1_job_names_its_sharding_group():
+    """The plan's configuration column said hsd=0 (shard over every rank) for the MiCS job, which
+    shards over sharded_data_parallel_degree = 2 (issue 49); the seed's p4d job is the control."""
+    from launcher.config.jobfile import validate_job_file
+    from launcher.plan import describe, plan
+
+    model = ["hyperparameters.model_type=llama_v2", "hyperparameters.hidden_width=4096",
+             "hyperparameters.num_layers=32", "hyperparameters.num_heads=32", "hyperparameters.intermediate_size=11008",
+             "hyperparameters.vocab_size=32000", "hyperparameters.max_context_width=2048"]
+    mics = plan(validate_job_file(SEED / "mics-sdp2.yaml", model))
+    assert describe(mics) == "cp=1 sdp=2 tp=1 ac=off batch=1"
+    assert mics.to_dict()["sharded_data_parallel_degree"] == 2 == mics.to_dict()["sharding_group"]
+    assert describe(plan(validate_job_file(SEED / "p4d-no-cp.yaml"))) == "cp=1 hsd=8 tp=1 ac=full batch=1"
+
+
 def test_a_script_that_does_not_say_its_model_has_nothing_to_plan_and_that_is_no_error(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
@@ -238,6 +279,31 @@ def test_a_local_job_says_why_there_is_nothing_to_plan(tmp_path):
     result = trainer.plan()
     assert result.nothing_to_plan.startswith("a local job runs on this machine")
     assert "instance_type=ml.p5.48xlarge" in result.nothing_to_plan and result.memory is None
+
+
+def test_the_hint_for_a_local_job_plans_it(tmp_path):
+    """The hint `--set instance_type=ml.p5.48xlarge` led to 3 validation errors for a job with local
+    channels and output_path (issue 49, configs/local/demo.yaml): the overrides it names now plan it."""
+    import re
+
+    for name in ("train", "validation"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        (tmp_path / "data" / name / f"{name}.jsonl").write_text(json.dumps({"input_ids": list(range(64))}) + "\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(f"entry_point: train.py\nsource_dir: {ROOT / 'entrypoints'}\ninstance_type: local\n"
+                   "output_path: artifacts\ninputs: {train: data/train, validation: data/validation}\n"
+                   "hyperparameters: {model_preset: llama3-tiny, dataset_type: jsonl, max_context_width: 64, "
+                   "bf16: 1}\n")
+    local = run_cli("plan", job)
+    assert local.exit_code == 0 and local.output.startswith("models: nothing: a local job runs on this machine")
+    hinted = re.findall(r"--set (\S+)", " ".join(local.output.split()))
+    assert hinted == ["instance_type=ml.p5.48xlarge", "backend=slurm"]
+    planned = run_cli("plan", job, *(arg for s in hinted for arg in ("--set", s)))
+    assert planned.exit_code == 0, planned.output
+    assert "Predicted peak" in planned.output and "ml.p5.48xlarge" in planned.output
+    # control: as a SageMaker job its local paths are still refused, as SageMaker would refuse them
+    sagemaker = run_cli("plan", job, "--set", "instance_type=ml.p5.48xlarge")
+    assert sagemaker.exit_code == 2 and "SageMaker reads channels from S3" in sagemaker.output
 
 
 @pytest.mark.parametrize("tokens", ["nan", "-5", "inf", "0", "lots"])

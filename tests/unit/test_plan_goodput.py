@@ -1,5 +1,5 @@
 """Goodput planned before launch (launcher/plan/goodput.py, `smlaunch plan --failure-rate`): the
-failure rate, Young's interval, the first-order model and the from-step-0 model against
+failure rate, Young's interval, the loss model and the from-step-0 model against
 computations written out here, and the CLI's text, JSON and refusals."""
 
 from __future__ import annotations
@@ -57,15 +57,38 @@ def test_the_default_rate_is_llama_3s_419_interruptions_in_54_days_on_16384_gpus
     assert gp.mtbf_hours(gp.DEFAULT_FAILURE_RATE, 8) == pytest.approx(2048 * 1296 / 419, rel=1e-12)
 
 
-def test_young_interval_and_the_first_order_loss():
+def test_young_interval_and_the_loss():
     assert gp.young_interval(100.0, 20_000.0) == pytest.approx(2000.0, rel=1e-12)  # sqrt(2 x 100 x 20,000)
-    # 100/2000 of saves + (1000 + 50)/20,000 of redone training and restarts
-    assert gp.lost_fraction(2000.0, 100.0, 50.0, 20_000.0) == pytest.approx(0.05 + 0.0525, rel=1e-12)
+    # 100 s of saves in every 2,100 s + (1000 + 50)/20,000 of redone training and restarts
+    assert gp.lost_fraction(2000.0, 100.0, 50.0, 20_000.0) == pytest.approx(100 / 2100 + 0.0525, rel=1e-12)
     # an async save's lag counts per failure, as redone training does
-    assert gp.lost_fraction(2000.0, 100.0, 50.0, 20_000.0, lag_s=200.0) == pytest.approx(0.1125, rel=1e-12)
-    # Young's interval is the first-order loss's minimum: a little shorter or longer loses more
-    best = gp.lost_fraction(2000.0, 100.0, 50.0, 20_000.0)
-    assert gp.lost_fraction(1900.0, 100.0, 50.0, 20_000.0) > best < gp.lost_fraction(2100.0, 100.0, 50.0, 20_000.0)
+    assert gp.lost_fraction(2000.0, 100.0, 50.0, 20_000.0, lag_s=200.0) == pytest.approx(100 / 2100 + 0.0625,
+                                                                                         rel=1e-12)
+    # Young's first order, C/τ for the saves, where a save is short against the interval (C << τ)
+    assert gp.lost_fraction(2000.0, 1.0, 50.0, 2e6) == pytest.approx(1 / 2000 + 1050 / 2e6, rel=1e-3)
+    # Young's interval minimises C/τ + τ/(2M); a save's own length moves the minimum by about C
+    best = gp.lost_fraction(2000.0, 1.0, 50.0, 2e6)
+    assert gp.lost_fraction(1900.0, 1.0, 50.0, 2e6) > best < gp.lost_fraction(2100.0, 1.0, 50.0, 2e6)
+
+
+def test_a_save_longer_than_the_training_between_saves_leaves_the_plain_share():
+    """Issue 49: the seed's p5 FP8 job saves 105 s every 13 s of training, and the plan said 0.0%
+    (C/τ, first order, is 800% there); the saves leave τ/(τ + C) of the time training, ~11%."""
+    plan = gp.GoodputPlan(failure_rate=gp.DEFAULT_FAILURE_RATE, gpus=8, step_s=1.31, state_gib=11.22,
+                          state="fp32 weights + AdamW moments", ranks_per_host=8, replicas=1, write_gb_s=1.0,
+                          asynchronous=False, max_steps=15, checkpoint_freq=10, script=False)
+    write_s = 11.22 * GIB * 8 / 1e9
+    save_s = write_s + 11.22 * HASH_S_PER_GIB  # 104.8 s
+    assert plan.checkpoint_s == pytest.approx(save_s, rel=1e-9)
+    interval, restart_s, mtbf_s = 10 * 1.31, STARTUP_S + save_s, 3600 / (gp.DEFAULT_FAILURE_RATE * 8)
+    assert plan.goodput_every(10) == pytest.approx(interval / (interval + save_s) - (interval / 2 + restart_s) / mtbf_s,
+                                                   rel=1e-9)
+    assert "11.1% at checkpoint_freq 10 (13.1 s between saves) (a save stalls training longer than it trains " \
+           "between saves: a larger checkpoint_freq trains more)" in plan.text()
+    # control: at the optimum a save is short against the interval, and the figure is first order's
+    optimum = plan.optimum_steps * 1.31
+    first_order = 1 - save_s / optimum - (optimum / 2 + restart_s) / mtbf_s
+    assert plan.goodput_every(plan.optimum_steps) == pytest.approx(first_order, abs=1e-5)
 
 
 def test_a_run_that_restarts_from_step_0():
@@ -95,7 +118,7 @@ def test_plan_json_has_the_goodput_of_the_seed_job_computed_by_hand():
     step_s = row["step_s"]  # the planner's step time, rounded to 0.1 ms
     assert abs(g["optimum_interval_steps"] - optimum / step_s) <= 0.5 + optimum / step_s * 1e-4
     interval = 500 * step_s
-    expected = 1 - checkpoint_s / interval - (interval / 2 + restart_s) / mtbf_s
+    expected = 1 - checkpoint_s / (interval + checkpoint_s) - (interval / 2 + restart_s) / mtbf_s
     assert g["goodput_at_checkpoint_freq"] == pytest.approx(expected, abs=1e-4)
     assert g["goodput_of_job"] == g["goodput_at_checkpoint_freq"]
     assert g["goodput_at_optimum"] >= g["goodput_at_checkpoint_freq"]

@@ -3,6 +3,7 @@ runs reproduced, and the cost arithmetic."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,11 +11,18 @@ import pytest
 
 from launcher.config import flops as runtime_flops
 from launcher.config import validate_job
-from launcher.config.catalog import get_instance_type
+from launcher.config.catalog import catalog_names, get_instance_type
 from launcher.config.jobfile import validate_job_file
+from launcher.config.layout import ParallelLayout
 from launcher.config.models import PRESETS
-from launcher.plan import estimate_throughput
-from launcher.plan.throughput import estimate_workload, recompute_factor
+from launcher.plan import estimate_throughput, plan
+from launcher.plan.throughput import (
+    CALIBRATION,
+    ThroughputEstimate,
+    estimate_or_reason,
+    estimate_workload,
+    recompute_factor,
+)
 from launcher.plan.workload import workload_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,3 +142,65 @@ def test_uncalibrated_gpu_is_flagged():
     est = estimate_throughput(job)
     assert est is not None and not est.calibrated
     assert est.peak_tflops == get_instance_type("ml.g6e.xlarge").accelerator.bf16_tflops
+
+
+# The GPUs a published run calibrates, by dtype (docs/planner.md): every other GPU borrows an η.
+CALIBRATED = {"bf16": {"NVIDIA A100 40GB", "NVIDIA A100 80GB", "NVIDIA H100 80GB", "NVIDIA H200 141GB"},
+              "fp8": {"NVIDIA H100 80GB", "NVIDIA H200 141GB"}}
+
+
+def one_host_workload(instance, dtype: str):
+    """Llama 3.2 1B at 4,096 tokens, FSDP over one host of `instance` (one process without GPUs)."""
+    gpus = instance.accelerators or 1
+    return replace(CALIBRATION[0].workload(), spec=PRESETS["llama3.2-1b"], seq_len=4096, micro_batch=1,
+                   layout=ParallelLayout(gpus, 1, gpus, 1, 1), compute_bytes=4 if dtype == "fp32" else 2,
+                   fp8=dtype == "fp8", instance=instance, instance_count=1, processes_per_host=gpus)
+
+
+def test_every_catalog_type_in_every_precision_is_planned_or_says_why():
+    """FP8 on the L4 (g6) and L40S (g6e), GPUs no FP8 run calibrates, divided by zero in
+    fitted_efficiency (issue 49: `plan p5-cp8-fp8.yaml --auto`, `submit --dry-run` on g6e). Now a
+    type gets a speed in bf16 where it has bf16 tensor cores and in FP8 where it runs FP8 (the
+    catalog's own facts), borrowed and flagged where its own GPU has no calibration run; fp32,
+    CPUs, Trainium and pre-Ampere GPUs get the reason instead; nothing raises."""
+    wrong = []
+    for name in catalog_names():
+        instance = get_instance_type(name)
+        acc = instance.accelerator
+        for dtype in ("bf16", "fp8", "fp32"):
+            try:
+                found = estimate_or_reason(one_host_workload(instance, dtype))
+            except Exception as exc:  # noqa: BLE001 - every failure is listed, not only the first
+                wrong.append(f"{name} {dtype}: {exc!r}")
+                continue
+            runs = acc is not None and acc.vendor == "nvidia" and (
+                acc.fp8 if dtype == "fp8" else dtype == "bf16" and acc.bf16_tflops is not None)
+            if not runs:
+                if not (isinstance(found, str) and found):
+                    wrong.append(f"{name} {dtype}: an estimate where none is calibrated")
+                continue
+            if not isinstance(found, ThroughputEstimate) or not math.isfinite(found.tokens_per_s) \
+                    or found.tokens_per_s <= 0:
+                wrong.append(f"{name} {dtype}: {found!r}")
+            elif found.calibrated != (acc.model in CALIBRATED[dtype]):
+                wrong.append(f"{name} {dtype}: calibrated {found.calibrated}")
+            elif not found.calibrated and acc.model not in found.borrowed:
+                wrong.append(f"{name} {dtype}: {found.borrowed!r}")
+    assert not wrong
+
+
+def test_the_seeds_fp8_job_on_l40s_is_planned_and_says_its_speed_is_borrowed():
+    """What `submit --dry-run --set instance_type=ml.g6e.48xlarge` plans before it shows the request;
+    the p5 the FP8 run calibrates is the control."""
+    l40s = plan(seed("p5-cp8-fp8", "instance_type=ml.g6e.48xlarge"))
+    assert l40s.valid and l40s.throughput is not None and l40s.throughput.peak_tflops == 733
+    assert l40s.throughput.borrowed == ("uncalibrated: no published fp8 run on the NVIDIA L40S; its η is borrowed "
+                                        "from H100 fp8: seed p5 fp8")
+    p5 = plan(seed("p5-cp8-fp8"))
+    assert p5.throughput.calibrated and p5.throughput.borrowed is None and p5.no_throughput is None
+
+
+def test_a_plan_without_speed_says_why():
+    fp32 = plan(seed("p5-cp8-bf16", "hyperparameters.bf16=0"))
+    assert fp32.throughput is None and fp32.memory is not None
+    assert fp32.no_throughput == "fp32 training: every calibration run trained in bf16 or FP8"
