@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from launcher.config.base import FiniteNumber, Strict, WholeNumber
 from launcher.config.issues import show_value
+from launcher.wire.terminal import as_data
 
 STRATEGIES = ("Bayesian", "Random", "Hyperband", "Grid")
 SCALINGS = ("Auto", "Linear", "Logarithmic", "ReverseLogarithmic")
@@ -221,9 +222,9 @@ class TuningConfig(Strict):
 
     def summary(self) -> str:
         """The sweep's size in one line (`smlaunch validate`)."""
-        names = ", ".join(self.ranges)
+        names, metric = ", ".join(map(as_data, self.ranges)), as_data(self.objective.metric)  # the user's: as data
         return (f"{self.trial_count()} trial(s), {self.max_parallel_jobs} at a time, {self.strategy} over "
-                f"{len(self.ranges)} hyperparameter(s) ({names}); {self.objective.type} {self.objective.metric}")
+                f"{len(self.ranges)} hyperparameter(s) ({names}); {self.objective.type} {metric}")
 
 
 def grid_size(config: TuningConfig) -> int:

@@ -30,6 +30,7 @@ from launcher.tune.median import median_stop
 from launcher.tune.objective import ObjectiveUnreadable, better, final, objective_series
 from launcher.tune.strategies import strategy_for
 from launcher.tune.trials import stop_trial, trial_job, trial_name
+from launcher.wire.terminal import as_data
 
 POLL_S = 2.0
 
@@ -54,6 +55,7 @@ class Controller:
 
     # --- the record --------------------------------------------------------------------------
     def log(self, line: str) -> None:
+        line = as_data(line)  # it names the user's metric, hyperparameters and values: shown, never obeyed
         self._log_file.write(line + "\n")
         self._log_file.flush()
         if self.echo:

@@ -121,6 +121,18 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def trial_values(job_name: str, root: Path | None = None) -> dict[str, Any] | None:
+    """The tuned hyperparameters of a job that is a trial of a sweep here (`<sweep>-NNN`), else None."""
+    sweep, _, number = job_name.rpartition("-")
+    if not number.isdigit():
+        return None
+    try:
+        current = read(sweep, root)
+    except (LookupError, ConfigError):  # no such sweep (or a damaged one: `status` names it), or no sweep name
+        return None
+    return next((t["TunedHyperParameters"] for t in current["Trials"] if t["TrainingJobName"] == job_name), None)
+
+
 def list_sweeps(root: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """(records newest first, what is damaged in each damaged one: its path and why)."""
     base = sweeps_root(root)
