@@ -44,11 +44,11 @@ class Controller:
         self.backend = None  # the rest is made in run, once the controller has recorded itself
         self.stop_reason: str | None = None  # set by SIGTERM (or the sweep's own limits)
         self.logs: dict[str, LogMetrics] = {}  # the trials' logs as read so far, by trial (a script's metrics)
+        objective = self.state["Tuning"]["objective"]  # as sweep_state.load checked it
+        self.minimize, self.metric = objective["type"] == "Minimize", objective["metric"]
 
     def _prepare(self) -> None:
         self.tuning = TuningConfig.model_validate(self.state["Tuning"])
-        self.minimize = self.tuning.objective.type == "Minimize"
-        self.metric = self.tuning.objective.metric
         self.backend = registry.backend_named(self.state["Backend"], runner=self.state.get("Runner") or "process",
                                               printer=self.log)
         self.strategy = strategy_for(self.tuning, self.state["RandomSeed"])

@@ -9,6 +9,7 @@ one entry per trial (its job name, tuned values, status, objective values, failu
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,8 @@ def _damage(state: Any, directory: str) -> str | None:
         return problem
     if state["HyperParameterTuningJobName"] != directory:
         return f"it names tuning job {json.dumps(state['HyperParameterTuningJobName'])[:60]}, not {directory}"
+    if state.get("CreationTime") is not None and not _iso_time(state["CreationTime"]):
+        return f"CreationTime is {json.dumps(state['CreationTime'])[:60]}, not a time"
     if state["Status"] not in STATUSES:
         return f"Status is {json.dumps(state['Status'])[:60]}, not one of {', '.join(STATUSES)}"
     objective = state["Tuning"].get("objective")
@@ -115,6 +118,13 @@ def _trial_damage(trial: Any) -> str | None:
     if trial.get("FinalObjective") is not None and not _number(trial["FinalObjective"]):
         return "FinalObjective is not a number"
     return None
+
+
+def _iso_time(text: str) -> bool:
+    try:
+        return datetime.fromisoformat(text).tzinfo is not None
+    except ValueError:
+        return False
 
 
 def _number(value: Any) -> bool:

@@ -187,12 +187,12 @@ def _stop_orphans(current: dict, reason: str) -> list[str]:
     """Stop the running trials of a sweep whose controller ended, recording each as its controller
     would; the names of those stopped."""
     running = [t for t in current["Trials"] if t["TrainingJobStatus"] == "InProgress"]
-    started = [t for t in running if "Handle" in t]
-    backend = registry.backend_named(current["Backend"], runner=current.get("Runner") or "process") if started else None
+    backend = registry.backend_named(current["Backend"], runner=current.get("Runner") or "process") if any(
+        "Handle" in t for t in running) else None
     stopped = []
     for trial in running:
         name, status = trial["TrainingJobName"], "Stopped"
-        if trial in started:
+        if "Handle" in trial:  # started: its job runs
             if stop_trial(backend, name, f"Stopped with its tuning job: {reason}") is None:
                 stopped.append(name)
             else:  # it had ended: as it ended

@@ -192,6 +192,7 @@ def test_a_damaged_controller_identity_is_named_and_the_other_sweeps_are_listed(
     ({"Tuning": {}}, "Tuning has no objective"),
     ({"Status": "Running"}, 'Status is "Running"'),
     ({"HyperParameterTuningJobName": "other"}, 'it names tuning job "other", not bad'),
+    ({"CreationTime": "yesterday"}, 'CreationTime is "yesterday", not a time'),
 ])
 def test_a_sweep_record_the_commands_cannot_read_is_damaged(home, fields, why):
     state.write(state.sweep_dir("bad"), record("bad", **fields))
@@ -285,3 +286,30 @@ def test_a_trial_whose_objective_regex_backtracks_is_stopped_and_failed_and_the_
         "FailureReason"]
     assert trials["s9-002"]["FinalHyperParameterTuningJobObjectiveMetric"]["Value"] == 0.7
     assert desc["HyperParameterTuningJobStatus"] == "Completed"
+
+
+def test_a_stop_asked_for_during_a_round_ends_the_round(home, monkeypatch):
+    backend = FakeBackend({})
+    monkeypatch.setattr(controller.registry, "backend_named", lambda *a, **k: backend)
+    names = [f"s10-00{i}" for i in (1, 2, 3)]
+    backend.jobs = {n: {"TrainingJobName": n, "TrainingJobStatus": "InProgress", "LocalJobDir": str(home)}
+                    for n in names}
+    trials = [{"TrainingJobName": n, "TrainingJobStatus": "InProgress", "TunedHyperParameters": {"lr": 0.1},
+               "Handle": f"local:{n}"} for n in names]
+    state.write(state.sweep_dir("s10"), record("s10", Trials=trials, Tuning={
+        "objective": {"metric": "validation:loss", "type": "Minimize"}, "strategy": "Random", "max_jobs": 3,
+        "ranges": {"lr": {"kind": "continuous", "min_value": 0.01, "max_value": 0.1}}}))
+    ctrl = controller.Controller(state.sweep_dir("s10"), poll=0)
+    ctrl._prepare()
+    looked = []
+
+    def describe(name):  # `smlaunch stop` arrives while the controller reads its first trial
+        looked.append(name)
+        ctrl._on_sigterm(None, None)
+        return backend.jobs[name]
+
+    backend.describe = describe
+    ctrl._refresh()
+    assert set(looked) == {"s10-001"}  # the round ended there: the sweep winds down now, not after every trial
+    ctrl._refresh(heed_stop=False)  # control: winding down, it waits for every trial
+    assert set(looked) == set(names)
