@@ -18,7 +18,7 @@ from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
 from launcher.config.rules import HP, Context
-from launcher.config.trainer_names import known_name_hint
+from launcher.config.trainer_names import known_name_hint, meant_as_known
 from launcher.wire.file_kinds import not_data
 from launcher.wire.masking import secret_values
 
@@ -151,10 +151,10 @@ def entry_point_file(entry_point: str, source_dir: str | None, base: Path) -> Pa
 
 
 def check_hyperparameters(ctx: Context) -> list[Issue]:
-    """smlaunch's train.py: names it does not know (each does nothing there: an error where the name is
-    a Hugging Face Trainer's or a typo of a known one, as the job would quietly train without it; else a
-    warning), its presets, AWS's script's arguments it does not do (aws_arguments.py). A user script's
-    names are its own."""
+    """smlaunch's train.py: names it does not know (each does nothing there: an error where the name
+    surely means a known one, Hugging Face's name for it or a typo of it, as the job would quietly train
+    without it; else a warning), its presets, AWS's script's arguments it does not do
+    (aws_arguments.py). A user script's names are its own."""
     hp = ctx.hp
     if not ctx.runtime:
         return []
@@ -168,7 +168,8 @@ def check_hyperparameters(ctx: Context) -> list[Issue]:
                             "not a hyperparameter smlaunch's train.py knows: it is passed to the script, which "
                             "does nothing with it",
                             hint or "remove it; `smlaunch schema` lists the hyperparameters train.py takes (a script "
-                            "of your own as entry_point reads its own)", "error" if hint else "warning"))
+                            "of your own as entry_point reads its own)",
+                            "error" if meant_as_known(key, known) else "warning"))
     if hp.model_preset and hp.model_preset not in PRESETS:
         issues.append(Issue(f"{HP}.model_preset", hp.model_preset, "unknown model preset",
                             did_you_mean(hp.model_preset, PRESETS)))

@@ -4,8 +4,10 @@ written with theirs is told the name train.py reads, not the nearest spelling (`
 nearest to `sharding_strategy`).
 
 smlaunch's train.py does nothing with a name it does not know: a job that sets `learning_rate`
-trains at the default lr. So for smlaunch's runtime a name of this table, or one a typo away from
-a known name, is an error (launcher.config.job_rules, launcher.config.tuning_rules); a script of the
+trains at the default lr. So for smlaunch's runtime a name of this table, or one typo (a letter
+added, dropped, changed, or two swapped) from a known name, is an error (`meant_as_known`:
+launcher.config.job_rules; a tuned name train.py does not read is always one, tuning_rules); a name
+merely like a known one (`nested` and `seed`) is a warning with the suggestion. A script of the
 user's own reads its own names and gets them as written.
 """
 
@@ -49,3 +51,19 @@ def known_name_hint(name: str, known: Iterable[str]) -> str | None:
                 f"reads {ours}{', ' + differs if differs else ''})")
     hint = did_you_mean(name, known, n=1)
     return hint if hint.startswith("did you mean") else None
+
+
+def meant_as_known(name: str, known: Iterable[str]) -> bool:
+    """Whether `name` surely means a known name: a Trainer/TRL name, or one typo from a known one."""
+    return name in TRAINER_NAMES or any(_one_typo(name, k) for k in known)
+
+
+def _one_typo(a: str, b: str) -> bool:
+    """a and b differ by one letter added, dropped or changed, or two neighbours swapped."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    if len(a) == len(b):
+        return a[i + 1:] == b[i + 1:] or (a[i:i + 2] == b[i:i + 2][::-1] and a[i + 2:] == b[i + 2:])
+    shorter, longer = (a, b) if len(a) < len(b) else (b, a)
+    return shorter[i:] == longer[i + 1:]

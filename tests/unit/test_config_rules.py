@@ -344,10 +344,12 @@ def test_hyperparameter_cross_checks(runtime_dir, user_script_dir):
     (hf,) = issues_of(make_job(runtime_dir, hp={"learning_rate": 0.01}), "error")
     assert hf.path == "hyperparameters.learning_rate" and hf.fix.startswith("did you mean 'lr'? (learning_rate is "
                                                                             "Hugging Face's name")
-    # ...and a warning where it is near no known name
+    # ...and a warning where it is near no known name, or only like one (not one typo from it)
     assert paths(make_job(runtime_dir), "warning") == []  # the control
     (unknown,) = issues_of(make_job(runtime_dir, hp={"my_custom_flag": 1}), "warning")
     assert unknown.path == "hyperparameters.my_custom_flag" and "does nothing with it" in unknown.problem
+    (like,) = issues_of(make_job(runtime_dir, hp={"nested": 1}), "warning")
+    assert like.path == "hyperparameters.nested" and like.fix == "did you mean 'seed'?"
     # train.py's directory arguments and AWS's script's arguments are its own names
     assert paths(make_job(runtime_dir, hp={"output_data_dir": "/opt/ml/output/data", "same_seed": 0}),
                  "warning") == []
