@@ -13,6 +13,8 @@ from launcher.wire.masking import Masker, mask_secrets
 from launcher.wire.opt_ml import failure_headline
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from launcher.backends.sourcedir import SourceBundle
     from launcher.config.validate import ValidatedJob
     from launcher.wire.checkpoints import Checkpoint
@@ -94,6 +96,10 @@ class Backend(Protocol):
         backends whose jobs restart by themselves read them, the others have none."""
         return []
 
+    def output_data_dirs(self, name: str) -> dict[str, Path]:
+        """{host: its output data directory}, as readable on this machine (`smlaunch logs --diagnostics`
+        reads diagnostics/ there); FilesElsewhere, saying where they are, where this machine cannot."""
+
 
 @dataclass
 class JobDryRun:
@@ -120,6 +126,11 @@ class BackendError(RuntimeError):
 class SettingError(BackendError):
     """What was asked of a submitted job needs a setting it was not given (the message names the field
     and the fix): a usage error, exit code 2, as a refused job file is."""
+
+
+class FilesElsewhere(BackendError):
+    """A job's files are not readable on this machine; the message says where they are and how to read
+    them (an answer, not a failure: a SageMaker job's output.tar.gz, a claim not mounted here)."""
 
 
 class JobFailedError(RuntimeError):

@@ -215,7 +215,12 @@ class JobDirBackend:
             row = {k: record.get(k) for k in ("TrainingJobName", "TrainingJobStatus", "CreationTime",
                                                 "TrainingEndTime", "TrainingStartTime")}
             restarted = sum(1 for r in self.restarts(record["TrainingJobName"]) if r.restarted)
-            rows.append({**row, "Restarts": restarted} if restarted else row)
+            if restarted:
+                row["Restarts"] = restarted
+            measured = self.goodput(record["TrainingJobName"])  # smlaunch's runtime's jobs: its time ledger
+            if measured is not None:
+                row["Goodput"] = round(measured.fraction, 4)
+            rows.append(row)
         self.unlisted = [f"{len(damaged)} damaged job record(s) not listed: {', '.join(damaged)}"] if damaged else []
         if vanished:
             self.unlisted.append(f"{vanished} job(s) deleted while listing, not listed")

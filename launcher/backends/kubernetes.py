@@ -8,37 +8,22 @@ was created with, and how it ended once it has), so `status`, `logs`, `stop` and
 name as they find a Slurm job. docs/kubernetes.md has the details.
 """
 
-# Imports inside functions: the code bundle and yaml load to submit or print a dry run only, which
-# status, logs and list never need (CLI start-up).
 from __future__ import annotations
 
 import queue
-import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
 from launcher.backends.metric_records import JOBDIR_METRICS, algorithm_record
 from launcher.config import ValidatedJob
-from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.issues import ConfigError, Issue
-from launcher.config.job_names import check_job_name, default_base_name, make_job_name
-from launcher.kubernetes import cluster, kueue, readback
-from launcher.kubernetes.hyperpod import hyperpod_job
-from launcher.kubernetes.kinds import HYPERPOD_JOB, JobKind, kind_named
-from launcher.kubernetes.manifest import (
-    claim_checkpoint_dir,
-    config_map_name,
-    env_secret,
-    env_secret_name,
-    pod_config_map,
-    train_job,
-)
+from launcher.kubernetes import cluster, kueue, readback, render
+from launcher.kubernetes.kinds import JobKind, kind_named
+from launcher.kubernetes.manifest import claim_checkpoint_dir, config_map_name, env_secret_name
 from launcher.kubernetes.status import host_of, job_status
 from launcher.kubernetes.storage import storage_record
 from launcher.local import store
@@ -46,11 +31,9 @@ from launcher.local.restarts import job_restarts
 from launcher.wire.checkpoints import Checkpoint
 from launcher.wire.faults import Restart
 from launcher.wire.goodput import Goodput, measure
-from launcher.wire.masking import MASK, Masker
 from launcher.wire.progress import Progress, as_datetime, read_progress
 from launcher.wire.terminal import printable
 
-DNS_LABEL_NAME = r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?"  # a TrainJob's name: its JobSet, Jobs and Service take it
 # `status` reads progress, restarts and goodput from the same records: one S3 download serves them all.
 # The pods upload every 10 s (container.toolkit.pod_storage), so a download this recent is as new as S3's.
 RECORDS_FRESH_S = 5.0
@@ -70,44 +53,22 @@ class KubernetesBackend:
         return cls(printer=options.printer)
 
     # --- submitting ----------------------------------------------------------------------
-    def _render(self, job: ValidatedJob, job_name: str | None) -> tuple[str, KubernetesSettings, list[dict], int]:
-        """(name, settings, [Secret?, ConfigMap, the job], code archive bytes); nothing is sent."""
-        from launcher.backends.sourcedir import build_job_sourcedir  # only to submit: CLI start-up
+    def _render(self, job: ValidatedJob, job_name: str | None) -> render.Rendered:
+        if job.config.backend_name != self.name:
+            raise BackendError(f"backend {job.config.backend_name} is not kubernetes: submit the job with the "
+                               "backend it names")
+        return render.render(job, job_name)
 
-        cfg = job.config
-        if cfg.backend_name != self.name:
-            raise BackendError(f"backend {cfg.backend_name} is not kubernetes: submit the job with the backend "
-                               "it names")
-        settings = cfg.kubernetes or KubernetesSettings()
-        name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
-        if not re.fullmatch(DNS_LABEL_NAME, name):  # SageMaker's names may hold capitals; Kubernetes' may not
-            raise ConfigError([Issue("job_name", name, f"is not a name Kubernetes gives a {settings.kind}: lower-case "
-                                     "letters, digits and '-', starting with a letter, at most 63 characters",
-                                     "set --job-name, or base_job_name, to such a name")])
-        with tempfile.TemporaryDirectory() as tmp:
-            bundle = build_job_sourcedir(job, Path(tmp) / "sourcedir.tar.gz")
-            archive = bundle.path.read_bytes()
-        render = hyperpod_job if settings.kind == HYPERPOD_JOB.name else train_job
-        objects = [env_secret(job, name, settings), pod_config_map(job, name, settings, archive),
-                   render(job, name, settings)]
-        return name, settings, [o for o in objects if o is not None], len(archive)
-
-    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> ManifestDryRun:
+    def dryrun(self, job: ValidatedJob, job_name: str | None = None) -> render.ManifestDryRun:
         """The manifests submit would create, as YAML: the Secret's values masked, the code archive's
-        bytes shown by their size."""
-        import yaml  # the printing only: CLI start-up
-
-        name, _, objects, size = self._render(job, job_name)
-        shown = [_shown(o, size) for o in objects]
-        # URL passwords and secret values wherever else they are quoted (the Secret's are masked above)
-        mask = Masker.of(job.config.environment, job.config.hyperparameters.model_dump(mode="json"))
-        text = mask(yaml.safe_dump_all(shown, sort_keys=False))
-        return ManifestDryRun(self.name, {"KubernetesJob": {"TrainingJobName": name, "Manifests": shown}}, text=text)
+        bytes shown by their size, everything else as sent (launcher.kubernetes.render)."""
+        return render.dry_run(self.name, self._render(job, job_name))
 
     def submit(self, job: ValidatedJob, job_name: str | None = None, *, detach: bool = False) -> str:
         """Create the Secret, the ConfigMap and the job; the job runs in the cluster whether or not it is
         followed. A job the cluster refuses leaves neither of the others behind."""
-        name, settings, objects, _ = self._render(job, job_name)
+        rendered = self._render(job, job_name)
+        name, settings, objects = rendered.name, rendered.settings, rendered.objects
         directory = store.job_dir(name, self.root)
         if directory.exists():
             raise BackendError(f"a job named {name} exists already ({directory}): choose another job name")
@@ -259,10 +220,15 @@ class KubernetesBackend:
                      SecondaryStatus="Stopped", StatusMessage=how, TrainingEndTime=store.now())
 
     def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
+        """The jobs submitted from here (smlaunch's job store), as the cluster says they are now. ConfigError
+        (this machine is not set up for Kubernetes) where there are none and no cluster is configured."""
         rows, self.unlisted = [], []
-        for record in store.list_jobs(self.root, None, name_contains, None):
-            if store.backend_of(record) != self.name:
-                continue
+        records = [r for r in store.list_jobs(self.root, None, name_contains, None) if store.backend_of(r) == self.name]
+        if not records and (why := cluster.unconfigured()):
+            raise ConfigError([Issue("kubernetes.kubeconfig", None, f"no Kubernetes cluster is configured here "
+                                     f"({why}), and no job was submitted to one from here", "set KUBECONFIG or "
+                                     "write ~/.kube/config; on EKS: aws eks update-kubeconfig --name <cluster>")])
+        for record in records:
             try:
                 record = self.describe(record["TrainingJobName"])
             except BackendError as exc:  # one unreachable cluster hides no other job
@@ -322,6 +288,17 @@ class KubernetesBackend:
         files = self._readable(name)
         return job_restarts(_output_data(files)) if files else []
 
+    def output_data_dirs(self, name: str) -> dict[str, Path]:
+        """{host: its output data directory}: on S3 as the pods mirror it (downloaded now), on a claim through
+        client_path; FilesElsewhere, saying where they are, on a claim this machine does not mount."""
+        storage = self._storage(name)
+        if why := readback.unreadable(storage):
+            raise FilesElsewhere(f"job {name}'s output data is not readable here: {why}. Each host's is in "
+                                 f"{storage['job_dir']}/hosts/<host>/output/data on the claim (diagnostics/ among "
+                                 "it): read it in a pod that mounts the claim, or mount the claim here and set "
+                                 "kubernetes.storage.client_path in the job file before submitting the next job")
+        return {directory.parents[1].name: directory for directory in _output_data(self.job_files(name)[0])}
+
 
 def _output_data(files: Path) -> list[Path]:
     """Each host's output data directory in a job directory, algo-1 first."""
@@ -346,25 +323,3 @@ def _hosts(pods: list[dict]) -> list[tuple[str, str]]:
 def _stream(api: Any, namespace: str, pod: str, host: str, lines: queue.Queue) -> None:
     for line in cluster.follow_pod_log(api, namespace, pod):
         lines.put(f"{host} | {printable(line)}")
-
-
-@dataclass
-class ManifestDryRun(JobDryRun):
-    """The manifests, masked already: the generic masking would also hide the names of the Secret's
-    keys, which the TrainJob quotes as `secretKeyRef.key` (a secret-named field)."""
-
-    def to_dict(self, masked: bool = True) -> dict:
-        return self.request
-
-    def render(self) -> str:
-        return self.text or ""
-
-
-def _shown(obj: dict, size: int) -> dict:
-    """An object as a dry run shows it: a Secret's values masked, the code archive by its size."""
-    if obj["kind"] == "Secret":
-        return {**obj, "stringData": dict.fromkeys(obj["stringData"], MASK)}
-    if obj["kind"] == "ConfigMap":
-        return {**obj, "binaryData": dict.fromkeys(obj["binaryData"], f"<the code archive: {size} bytes, base64>")}
-    return obj
-

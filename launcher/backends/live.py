@@ -1,9 +1,10 @@
 """What `submit` and `logs --follow` show while a job runs.
 
-Every log line prints as it always has. On a terminal a rich progress bar stays below the lines,
-fed by the `[metrics]` lines among them (launcher.wire.progress: step of max_steps, loss, tokens/s,
-ETA), so every backend's bar comes from what its logs already say. Written to a file or a pipe,
-the output is the plain lines and nothing else.
+Written to a file or a pipe, the output is the log's lines, whole, and nothing else. On a terminal
+a training record's line and the launch command print short (launcher.backends.console_lines), and
+a rich progress bar stays below the lines, fed by the `[metrics]` lines among them
+(launcher.wire.progress: step of max_steps, loss, tokens/s, ETA), so every backend's bar comes from
+what its logs already say.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Self
 
+from launcher.backends.console_lines import shown
 from launcher.local.supervise import console_printer
 from launcher.wire.progress import Progress, from_line
 
@@ -77,7 +79,7 @@ class LiveProgress:
         if self.bar is not None:
             from rich.text import Text
 
-            self.bar.console.print(Text.from_ansi(text), soft_wrap=True)
+            self.bar.console.print(Text.from_ansi(self._shown(text)), soft_wrap=True)
         else:
             self._plain(text)
         self._feed(text)
@@ -87,10 +89,14 @@ class LiveProgress:
         if self.bar is not None:
             from rich.text import Text
 
-            self.bar.console.print(Text.assemble((f"{label} |", color), " ", Text.from_ansi(text)), soft_wrap=True)
+            self.bar.console.print(Text.assemble((f"{label} |", color), " ", Text.from_ansi(self._shown(text))),
+                                   soft_wrap=True)
         else:
             (self._plain_host or console_printer)(label, color, text)
         self._feed(text)
+
+    def _shown(self, text: str) -> str:
+        return shown(text, self.last.max_steps if self.last is not None else None)
 
     # --- the bar ---------------------------------------------------------------------------
     def update(self, status: str) -> None:

@@ -38,9 +38,17 @@ class JobMetrics:
     x: str = "step"
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
-        """(x values, values) of every record that has `key`."""
-        rows = [r for r in self.records if r.get(key) is not None and r.get(self.x) is not None]
-        return [r[self.x] for r in rows], [r[key] for r in rows]
+        """(x values, values) of the records that have `key`, in x order, each x once: a restarted job
+        trains again the steps after the checkpoint it resumed from, and its latest attempt's value
+        of such a step is the one that counts (the run went on from it)."""
+        latest = {r[self.x]: r[key] for r in self.records if r.get(key) is not None and r.get(self.x) is not None}
+        xs = sorted(latest)
+        return xs, [latest[x] for x in xs]
+
+    def restarts(self) -> list[float]:
+        """The x of each restart: the step a restarted attempt resumed from, where rank 0 writes a
+        record with `restart_reason` (container/resilience/attempt.py)."""
+        return [r[self.x] for r in self.records if "restart_reason" in r and r.get(self.x) is not None]
 
 
 def read_records(text: str, where: str) -> list[dict]:

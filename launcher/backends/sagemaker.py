@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobFailedError, Options
+from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer, newest
 from launcher.backends.live import active
 from launcher.backends.request import build_request
@@ -332,6 +332,12 @@ class SageMakerBackend:
     def goodput(self, name: str) -> None:
         """Not measured from here: the ledger's records are in the job's output.tar.gz."""
         return None
+
+    def output_data_dirs(self, name: str) -> dict[str, Path]:
+        """None here: every host's output data is in the job's output.tar.gz, which is not downloaded."""
+        where = self.artifacts(name).get("output.tar.gz") or "the job's output.tar.gz (once the job has ended)"
+        raise FilesElsewhere(f"job {name} runs on SageMaker: its hosts' output data (diagnostics/ among it) is in "
+                             f"{where} (one directory per host's archive); download and extract it to read it")
 
     def stop(self, name: str) -> None:
         self.describe(name)

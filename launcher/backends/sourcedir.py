@@ -42,6 +42,7 @@ Symlinks are followed when their target lies inside the tree being added (``sour
 dependency directory or the package directory): the archive stores the target's content as a
 plain file or directory, which any extractor accepts. A link that points outside the tree, is
 broken or loops is refused with an error, since the container would receive a dangling link.
+Trees are walked by launcher.config.code_tree, with which validate checks the job's trees too.
 """
 
 from __future__ import annotations
@@ -57,32 +58,26 @@ import stat
 import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
+from launcher.config.code_rules import job_state
+from launcher.config.code_tree import (
+    DEFAULT_IGNORE,
+    a_credential,
+    ignored_by,
+    job_ignore,
+    resolved,
+    walk,
+)
 from launcher.config.issues import SourceDirError
-from launcher.config.job import DEFAULT_CHECKPOINT_PATH
-from launcher.config.job_rules import outside_source_dir, resolve_path
+from launcher.config.job_rules import outside_source_dir
 from launcher.config.requirements import REQUIREMENTS, runtime_requirements, with_requirements
-from launcher.local import store
 from launcher.plan.prediction import prediction
 from launcher.wire import job_plan, restart_loop
 from launcher.wire.masking import MIN_SECRET_LENGTH, credential_pattern, secret_values
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IGNORE: tuple[str, ...] = (
-    ".git",
-    ".venv",
-    "venv",
-    "__pycache__",
-    "*.pyc",
-    ".ipynb_checkpoints",
-    ".DS_Store",
-    ".pytest_cache",
-    ".mypy_cache",
-    "node_modules",
-)
 
 # Every host downloads the archive before training: data belongs in an input channel.
 LARGE_BUNDLE_BYTES = 100_000_000
@@ -174,7 +169,7 @@ def build_sourcedir(
             f"e.g. '{dest / 'sourcedir.tar.gz'}'"
         )
     # A previous archive written inside source_dir must not end up inside the next one.
-    exclude = _Exclude(dest.resolve(), frozenset(_resolved(p) for p in never_ship))
+    exclude = _Exclude(dest.resolve(), frozenset(resolved(Path(p)) for p in never_ship))
     entries: _Entries = {}
     origins: dict[str, str] = {}  # top-level archive name -> what provided it, for messages
     excluded: list[str] = []  # credential files and directories left out
@@ -300,13 +295,6 @@ class _Exclude:
         return real == self.dest
 
 
-def _resolved(path: str | Path) -> Path:
-    try:
-        return Path(path).resolve()
-    except (OSError, RuntimeError):  # a loop: nothing in a tree can be it
-        return Path(os.path.abspath(path))
-
-
 def _refuse_secrets(entries: _Entries, secrets: Mapping[str, str]) -> None:
     """Refuse the archive if a file of it holds one of the job's secret values (a config file, a
     notebook's output cell, a copy of the job file under another name): the archive is not private
@@ -367,69 +355,25 @@ def _collect(path: Path, name: str, ignore: Sequence[str], exclude: _Exclude, ex
 def _add_tree(
     entries: _Entries, root: Path, prefix: str, ignore: Sequence[str], exclude: _Exclude, excluded: list[str]
 ) -> None:
+    """The tree's entries as launcher.config.code_tree walks it, less what `exclude` leaves out and the
+    credential files (their archive names added to `excluded`)."""
     real_root = root.resolve()
-    _walk(entries, real_root, real_root, prefix, ignore, exclude, frozenset({real_root}), excluded)
 
-
-def _walk(
-    entries: _Entries,
-    tree_root: Path,
-    directory: Path,
-    prefix: str,
-    ignore: Sequence[str],
-    exclude: _Exclude,
-    ancestors: frozenset[Path],
-    excluded: list[str],
-) -> None:
-    for child in directory.iterdir():
-        if _ignored_by(child.name, ignore):
-            continue
-        arcname = f"{prefix}/{child.name}" if prefix else child.name
-        real = _follow(child, tree_root) if child.is_symlink() else child
+    def keep(path: Path, real: Path, arcname: str) -> bool:
         if exclude(real, arcname):
-            continue
-        # A link is judged by its target too: `settings.cfg -> .env` is the .env file.
-        target = real.relative_to(tree_root).as_posix() if real != child else arcname
-        if credential_pattern(arcname, real.is_dir()) or credential_pattern(target, real.is_dir()):
+            return False
+        if a_credential(real_root, path, real, arcname):
             excluded.append(arcname + "/" if real.is_dir() else arcname)
-            continue
-        if real.is_dir():
-            if real in ancestors:
-                raise SourceDirError(
-                    f"symlink '{child}' points to its own ancestor '{real}': remove the link "
-                    "or add its name to ignore"
-                )
-            entries[arcname] = (None, 0o755)
-            _walk(entries, tree_root, real, arcname, ignore, exclude, ancestors | {real}, excluded)
-        elif real.is_file():
-            entries[arcname] = _file_entry(real)
-        # Sockets, FIFOs and device nodes have no meaning in a code archive: left out.
+            return False
+        return True
 
-
-def _follow(link: Path, tree_root: Path) -> Path:
-    try:
-        target = link.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop on Python < 3.13
-        raise SourceDirError(
-            f"symlink '{link}' is broken or loops ({exc}): fix it, remove it, or add its "
-            "name to ignore"
-        ) from None
-    if not target.is_relative_to(tree_root):
-        raise SourceDirError(
-            f"symlink '{link}' points outside '{tree_root}' (to '{target}'), so the container "
-            "would get a dangling link: copy the target in, pass it as a dependency, or add "
-            "the link's name to ignore"
-        )
-    return target
+    for arcname, real in walk(root, prefix, ignore, keep):
+        entries[arcname] = (None, 0o755) if real.is_dir() else _file_entry(real)
 
 
 def _file_entry(path: Path) -> tuple[Path, int]:
     executable = path.stat().st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path, 0o755 if executable else 0o644
-
-
-def _ignored_by(name: str, ignore: Sequence[str]) -> str | None:
-    return next((pattern for pattern in ignore if fnmatchcase(name, pattern)), None)
 
 
 def _merge(entries: _Entries, origins: dict[str, str], part: _Entries, origin: str) -> None:
@@ -456,7 +400,7 @@ def _program_in(
     name = rel.as_posix()
     if name in entries and entries[name][0] is not None:
         return name
-    blocked = next(filter(None, (_ignored_by(part, ignore) for part in rel.parts)), None)
+    blocked = next(filter(None, (ignored_by(part, ignore) for part in rel.parts)), None)
     if blocked and (source_dir / rel).is_file():
         raise SourceDirError(
             f"entry_point '{entry_point}' is excluded by ignore pattern '{blocked}': rename "
@@ -578,7 +522,7 @@ def build_job_sourcedir(job, dest: Path) -> SourceBundle:
         generated[RESTART_LOOP_PROGRAM] = restart_loop.STUB
     bundle = build_sourcedir(dest, entry_point=entry, source_dir=source_dir,
                              dependencies=[base / d for d in cfg.dependencies], include_packages=packages,
-                             ignore=DEFAULT_IGNORE + tuple(cfg.source_ignore), requirements=requirements,
+                             ignore=job_ignore(cfg), requirements=requirements,
                              never_ship=never_shipped(job), secrets=job_secrets(cfg), generated=generated)
     shipped = sum(name.startswith(f"{PACKAGES_DIR}/") for name in bundle.files)
     if job.kind.runtime:
@@ -602,16 +546,9 @@ def uses_restart_loop(cfg) -> bool:
 
 def never_shipped(job) -> list[Path]:
     """What no archive of this job holds, wherever it lies: the job files of its extends chain
-    (their environment holds secrets), SMLAUNCH_HOME (earlier jobs' records and archives), and a
-    local output_path or checkpoint_local_path (earlier models and checkpoints: each archive
-    would embed the last)."""
-    cfg, base = job.config, job.base_dir
-    paths = [*job.files, store.jobs_root().parent]
-    checkpoints = None if cfg.checkpoint_local_path == DEFAULT_CHECKPOINT_PATH else cfg.checkpoint_local_path
-    for value in (cfg.output_path, checkpoints):
-        if value and not value.startswith("s3://"):
-            paths.append(resolve_path(base, value))
-    return paths
+    (their environment holds secrets), and smlaunch's state and the job's local outputs
+    (launcher.config.code_rules.job_state)."""
+    return [*job.files, *job_state(job.config, job.base_dir)]
 
 
 def program_name(cfg) -> str:

@@ -1,8 +1,10 @@
 """`smlaunch logs JOB --diagnostics`: what a hang left in the job's output (docs/faults.md, "Hangs").
 
-Local and Slurm jobs keep each host's output data directory on disk: the diagnosis is made here
-over every host's rank files (launcher.wire.diagnostics), so it sees the ranks of all hosts, which
-no host's own summary.txt does. A SageMaker job's are in its output.tar.gz, which is not downloaded.
+Local and Slurm jobs keep each host's output data directory on disk, a Kubernetes job's pods on its
+claim (read through client_path) or in S3 (downloaded): the diagnosis is made here over every host's
+rank files (launcher.wire.diagnostics), so it sees the ranks of all hosts, which no host's own
+summary.txt does. Where this machine cannot read them (a SageMaker job's output.tar.gz, which is not
+downloaded; a claim not mounted here), the backend says where they are.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from launcher.backends.base import FilesElsewhere
 from launcher.wire import diagnostics
 from launcher.wire.terminal import printable
 
@@ -50,15 +53,13 @@ def _files(host: str, directory: Path) -> list[str]:
     return out
 
 
-def sagemaker_note(job: str, output_archive: str | None) -> str:
-    where = output_archive or "the job's output.tar.gz (once the job has ended)"
-    return (f"job {job} runs on SageMaker: its diagnostics are in {where}, under diagnostics/ "
-            "(one directory per host's archive); download and extract it to read them")
-
-
 def show(job: str, backend, echo: Callable[[str], None]) -> None:
-    if backend.name == "sagemaker":
-        echo(sagemaker_note(job, backend.artifacts(job).get("output.tar.gz")))
+    """The diagnosis over every host's output data where this machine reads it (the backend says where:
+    Backend.output_data_dirs), else where the files are."""
+    try:
+        hosts = backend.output_data_dirs(job)
+    except FilesElsewhere as elsewhere:
+        echo(str(elsewhere))
         return
-    for line in lines(job, backend.output_data_dirs(job)):
+    for line in lines(job, hosts):
         echo(line)

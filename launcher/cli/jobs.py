@@ -20,6 +20,7 @@ from launcher.cli.support import (
     make_console,
     region_option,
 )
+from launcher.config import backend_table
 
 # Imports inside functions: each command imports what it uses when it runs (CLI start-up,
 # bench/cli_startup.py).
@@ -139,7 +140,8 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
             from launcher.cli.jobview import jobs_table
 
             console = make_console()
-            console.print(jobs_table(jobs, console.width))
+            if jobs or len(unlisted) < len(chosen or backend_table.names()):  # no empty table: none was listed
+                console.print(jobs_table(jobs, console.width))
             for note in notes:
                 click.echo(note, err=True)
         # A backend that failed, or one asked for by name that is not set up: the listing is not

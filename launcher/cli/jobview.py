@@ -3,7 +3,7 @@
 `status` adds to DescribeTrainingJob's fields the job's progress (launcher.wire.progress) and its newest
 complete checkpoint (launcher.wire.checkpoints), as `Progress` and `LastCheckpoint`; `list` is a table
 that fits an 80-column terminal: the handle whole (it is what the other commands take), the
-status, when it was created and how long it ran.
+status, the restarts and the goodput where there are some, when it was created and how long it ran.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
         ended = status in TERMINAL_STATUSES
         lines.append(("last step: " if ended else "progress: ") + current.text(eta=not ended))
     elif desc.get("LastMetrics"):  # a script of the user's own: its metric_definitions over the log
-        values = ", ".join(f"{key} {value:g} (value {point})" for key, (point, value)
-                           in desc["LastMetrics"].items())
+        values = ", ".join(f"{key} {value:g} ({'its only value' if point == 1 else f'the last of {point}'})"
+                           for key, (point, value) in desc["LastMetrics"].items())
         lines.append(f"last metrics (metric_definitions on the log): {values}")
     checkpoint = desc.get("LastCheckpoint")
     if checkpoint:
@@ -104,13 +104,15 @@ def status_lines(backend_name: str, name: str, desc: dict) -> list[str]:
 
 def restart_lines(desc: dict) -> list[str]:
     """'restarts: 1 of 2 (max_restarts)' and a line for each failed attempt: when, the step, the
-    class, the reason, and for a restart the steps replayed and the time until training again."""
+    class, the reason, and for a restart the steps replayed and the time until training again.
+    Nothing for a job that restarted nothing and has no max_restarts: its one failure is its failure
+    reason. (A Kubernetes record has no MaxRestarts: its restarts are counted without a budget.)"""
     failures = desc.get("Restarts") or []
     allowed = desc.get("MaxRestarts")
-    if not failures and not allowed:
-        return []
     used = sum(1 for f in failures if f.get("restarted"))
-    lines = [f"restarts: {used} of {allowed or 0} (max_restarts)"]
+    if not used and not allowed:
+        return []
+    lines = [f"restarts: {used} of {allowed} (max_restarts)" if allowed else f"restarts: {used}"]
     for f in failures:
         step = f" at step {f['step']}" if f.get("step") is not None else ""
         action = "restarted" if f.get("restarted") else "not restarted"
@@ -127,36 +129,42 @@ def restart_lines(desc: dict) -> list[str]:
     return lines
 
 
-# The columns after the handle, most needed first, with the width their text takes.
-COLUMNS = (("status", len("InProgress")), ("duration", len("duration")), ("created", len("11-22 18:55")))
+# The columns after the handle, most needed first, with the width their text takes; those of
+# OPTIONAL only where a job has the field (a job that restarted, a job that measured its goodput).
+COLUMNS = (("status", len("InProgress")), ("restarts", len("restarts")), ("duration", len("duration")),
+           ("goodput", len("goodput")), ("created", len("11-22 18:55")))
+OPTIONAL = {"restarts": "Restarts", "goodput": "Goodput"}
 GAP = 2  # the space rich puts between columns (padding 0 1, no edge padding)
-ORDER = ("status", "created", "duration")  # left to right
+ORDER = ("status", "restarts", "goodput", "created", "duration")  # left to right
 
 
 def jobs_table(jobs: list[dict], width: int = 80):
     """A rich Table of `registry.list_all`'s rows that fits `width` columns. The handle is never
     wrapped or cut (the other commands take it whole); when it is long, `created` gives way
-    first, then `duration` (`list --json` has every field)."""
+    first, then `goodput`, `duration` and `restarts` (`list --json` has every field). `goodput` is
+    there where a job measured one (smlaunch's runtime's jobs here and on Slurm)."""
     from rich.table import Table
 
     room = width - max((len(j["Handle"]) for j in jobs), default=len("job"))
     shown = []
     for name, need in COLUMNS:
+        if name in OPTIONAL and all(j.get(OPTIONAL[name]) is None for j in jobs):
+            continue
         if name == "status" or room >= need + GAP:
             shown.append(name)
             room -= need + GAP
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("job", no_wrap=True)
     shown = [name for name in ORDER if name in shown]
-    if any(j.get("Restarts") for j in jobs):  # a column only where a job restarted by itself
-        shown.insert(1, "restarts")
     if any(j.get("WarmPoolStatus") for j in jobs):  # only where a SageMaker job has a warm pool
         shown.append("warm pool")
     for name in shown:
-        table.add_column(name, justify="right" if name == "duration" else "left", overflow="fold")
+        table.add_column(name, justify="right" if name in ("duration", "goodput") else "left", overflow="fold")
     for j in jobs:
         seconds = j.get("DurationSeconds")
+        goodput = j.get("Goodput")
         cells = {"status": j["TrainingJobStatus"], "restarts": str(j.get("Restarts") or ""),
+                 "goodput": "" if goodput is None else f"{goodput:.0%}",
                  "created": created_text(j.get("CreationTime")),
                  "duration": "" if seconds is None else clock(seconds),
                  "warm pool": (j.get("WarmPoolStatus") or {}).get("Status", "")}

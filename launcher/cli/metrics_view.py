@@ -2,9 +2,10 @@
 
 smlaunch's runtime's records (metrics.jsonl, CloudWatch) show its columns, and the picture has three
 panels sharing the x axis: training loss (solid) and validation loss (dots on a dashed line),
-tokens/s, and gradient norm; one colour per job, named in the legend. A script of the user's own
-has the metrics its metric_definitions name (x `point`, launcher.backends.log_metrics): one column
-and one panel each.
+tokens/s, and gradient norm; one colour per job, named in the legend. A restarted job's curves have
+each step once (the latest attempt's) and a dotted line where each restart resumed. A script of the
+user's own has the metrics its metric_definitions name (x `point`, launcher.backends.log_metrics):
+one column and one panel each.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def plot(jobs: list[JobMetrics], path: Path | None = None, labels: dict[str, str
         steps, values = job.series("val_loss") if x != POINT else ([], [])
         if steps:
             axes[0].plot(steps, values, color=color, linestyle="--", marker="o", label=f"{label} (validation)")
+        _mark_restarts(axes, job, color)
     for ax, (_, label) in zip(axes, panels):
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -114,3 +116,12 @@ def plot(jobs: list[JobMetrics], path: Path | None = None, labels: dict[str, str
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig
+
+
+def _mark_restarts(axes, job: JobMetrics, color: str) -> None:
+    """A dotted vertical line on every panel at each step a restart resumed from (its curves then
+    go on from there: the replayed steps are drawn once, as the latest attempt ran them)."""
+    for number, step in enumerate(job.restarts()):
+        for ax in axes:
+            ax.axvline(step, color=color, linestyle=":", linewidth=1.2,
+                       label=f"{job.handle} restarted" if ax is axes[0] and number == 0 else None)

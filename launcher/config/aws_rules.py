@@ -1,5 +1,6 @@
-"""Rules for the SDK v2 settings that shape the AWS side of a job: VPC, network isolation,
-heterogeneous clusters, private registries, Debugger/profiler, and what local mode cannot honour.
+"""Rules for the SDK v2 settings that shape the AWS side of a job: managed spot training, VPC, network
+isolation, heterogeneous clusters, private registries, Debugger/profiler, and what a run elsewhere
+(local, Slurm, Kubernetes) cannot honour.
 
 Where the SDK drops a half-given setting without a word (subnets without security groups, a
 registry credentials provider without Vpc access), smlaunch refuses it: the user asked for it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from launcher.config import backend_table
 from launcher.config.debugger import DebuggerSettingError, debugger_fields, profiler_fields
 from launcher.config.issues import Issue
 from launcher.config.job_rules import DEFAULT_REGION
@@ -16,24 +18,40 @@ from launcher.config.model_source import FIELD as MODEL_SOURCE
 from launcher.config.model_source import ModelSourceError, parse_model_source
 from launcher.config.rules import Context
 
-# Settings only SageMaker itself can carry out; a local run says it leaves them out.
+# Settings only SageMaker itself can carry out; a run elsewhere (a backend whose row of the backend
+# table has no aws_settings) says it leaves them out.
 AWS_ONLY = ("subnets", "security_group_ids", "encrypt_inter_container_traffic", "enable_network_isolation",
             "max_retry_attempts", "volume_kms_key", "output_kms_key", "rules",
             "profiler_config", "instance_groups", "training_repository_access_mode", "enable_infra_check",
             "enable_remote_debug", "enable_session_tag_chaining", "training_plan", "instance_placement_config",
             "experiment_config", "container_entry_point", "container_arguments", "model_uri",
-            "debugger_hook_config", "disable_output_compression", "enable_sagemaker_metrics")
+            "debugger_hook_config", "disable_output_compression", "enable_sagemaker_metrics",
+            "use_spot_instances", "max_wait")
 
 
 def check_aws_settings(ctx: Context) -> list[Issue]:
     job = ctx.job
-    if not job.on_sagemaker:
+    if not backend_table.named(job.backend_name).aws_settings:
         return [Issue(name, getattr(job, name), f"has no effect with backend {job.backend_name} "
                       "(SageMaker carries it out)", f"drop it for {job.backend_name} runs, or run on SageMaker",
                       "warning")
                 for name in AWS_ONLY if getattr(job, name) not in (None, False, [])]
-    return (_vpc(job) + _registry(job) + _network_isolation(ctx) + _instance_groups(ctx)
+    return (_spot(job) + _vpc(job) + _registry(job) + _network_isolation(ctx) + _instance_groups(ctx)
             + _debugger(job) + _model_uri(job))
+
+
+def _spot(job) -> list[Issue]:
+    if not job.use_spot_instances:
+        return [] if job.max_wait is None else [Issue("max_wait", job.max_wait, "only applies to spot training",
+                                                      "set use_spot_instances: true or remove max_wait")]
+    issues = []
+    if job.max_wait is not None and job.max_wait < job.max_run:
+        issues.append(Issue("max_wait", job.max_wait, f"is less than max_run ({job.max_run})",
+                            f"use max_wait >= {job.max_run}"))
+    if job.checkpoint_s3_uri is None:
+        issues.append(Issue("checkpoint_s3_uri", None, "spot instances can be interrupted and the job restarts "
+                            "from scratch", "set checkpoint_s3_uri so training resumes", "warning"))
+    return issues
 
 
 def _vpc(job) -> list[Issue]:

@@ -34,11 +34,14 @@ class BackendRow:
     # every host runs image_uri on the cluster's own storage: the job's paths are not on this machine (its
     # rules check them) and its script's imports are the image's, not this machine's Python
     cluster_image: bool = False
+    # SageMaker runs the job, so the settings only SageMaker carries out take effect there (VPC, KMS keys,
+    # spot, Debugger, ...: aws_rules.AWS_ONLY); elsewhere validate says each one is left out
+    aws_settings: bool = False
 
 
 BACKENDS = (
     BackendRow(
-        "sagemaker", "launcher.backends.sagemaker:SageMakerBackend", "ml", in_job_store=False,
+        "sagemaker", "launcher.backends.sagemaker:SageMakerBackend", "ml", in_job_store=False, aws_settings=True,
         restarts="the image's toolkit runs smlaunch's restart loop (shipped in the code, _smlaunch/restart_loop.py) "
                  "in place of torchrun on each instance, and the loop restarts torchrun on every instance together "
                  "after a fault (a failed, killed, hung or frozen rank); each restart resumes from the newest "

@@ -27,6 +27,13 @@ Figures as of 2026-11-22, and where they come from:
   g5 have first-generation EFA without RDMA, so they are False. This is the hardware; the
   variables the container sets follow the sagemaker-training toolkit's own instance lists
   (container/toolkit/torchrun_env.py), which name fewer types.
+- EFA interfaces (`EFA_INTERFACES`, what a Kubernetes pod asks of the EFA device plugin as
+  `vpc.amazonaws.com/efa`): one EFA interface per network card, as AWS recommends ("Maximize network
+  bandwidth on Amazon EC2 instances with multiple network cards", docs.aws.amazon.com/AWSEC2/latest/
+  UserGuide/efa-acc-inst-types.html), so the instance's network cards (EC2 accelerated-computing
+  "Network specifications", docs.aws.amazon.com/ec2/latest/instancetypes/ac.html#ac_network). Each
+  line below says its source; a type with EFA and no figure here has none in the table (its pods ask
+  for the count the job file gives).
 - Bandwidths, for the planner's communication model (docs/planner.md): `link_gb_s` is one GPU's
   GPU-to-GPU bandwidth inside a host in ONE direction, half of NVIDIA's bidirectional figure
   (A100 SXM NVLink 3: 600 GB/s -> 300; H100/H200 SXM NVLink 4: 900 -> 450; B200/B300/GB200
@@ -90,6 +97,11 @@ class InstanceType:
     @property
     def has_fp8(self) -> bool:
         return self.accelerator is not None and self.accelerator.fp8
+
+    @property
+    def efa_interfaces(self) -> int | None:
+        """How many EFA interfaces a node of this type has (EFA_INTERFACES); None where unknown."""
+        return EFA_INTERFACES.get(self.name)
 
 
 LOCAL_TYPES = ("local", "local_gpu")
@@ -215,6 +227,20 @@ _ACCELERATED = (
     _acc("trn1n.32xlarge",    16, TRAINIUM,      128,  512, True,  28.497),  # est (EC2 24.78)
     _acc("trn2.48xlarge",     16, TRAINIUM2,     192, 2048, True,  None),    # no rate found
 )
+
+# EFA interfaces per node: one per network card (see the module docstring). "EC2": the EC2 network
+# specifications' network cards; "EFA guide": the EC2 user guide's "P5 and P5e instances support up to
+# 32 network cards" and "G6e instances support up to four network cards"; "torchx": torchx's
+# specs/named_resources_aws.py (vpc.amazonaws.com/efa devices), which agrees with each figure it has.
+EFA_INTERFACES = {
+    "ml.p4d.24xlarge": 4,     # EC2 (4 network cards, 4 x 100 Gbps); torchx
+    "ml.p4de.24xlarge": 4,    # EC2 (as p4d); torchx
+    "ml.p5.48xlarge": 32,     # EFA guide (32 network cards, 3200 Gbps); EC2; torchx
+    "ml.p5e.48xlarge": 32,    # EFA guide (P5e as P5); torchx
+    "ml.p5en.48xlarge": 16,   # EC2 (16 network cards of 200 Gbps EFAv3, 3200 Gbps); torchx
+    "ml.g6e.24xlarge": 2,     # EC2 (2 network cards, 200 Gbps); torchx
+    "ml.g6e.48xlarge": 4,     # EFA guide (up to four network cards, 400 Gbps); torchx
+}
 
 # CPU families of SageMaker's TrainingInstanceType enum (botocore 1.44): GiB per vCPU, and sizes
 # ("xlarge", and N for "Nxlarge").

@@ -322,6 +322,18 @@ def _is_gpu(instance_type: str) -> bool:
     return bool(match and match.group(1)[0] in "gp")
 
 
+_ECR_REPOSITORY = re.compile(r"^(\d{12})\.dkr\.ecr\.[a-z0-9-]+\.[a-z0-9.]+/([^:@]+)")
+
+
+def is_aws_training_image(uri: str) -> bool:
+    """Whether `uri` is one of AWS's own training images of the table (a PyTorch DLC or an SMP v2 image, in
+    one of AWS's registries): images without smlaunch, which a SageMaker job's code archive brings."""
+    match = _ECR_REPOSITORY.match(uri)
+    return bool(match) and any(
+        match.group(2) == version["repository"] and match.group(1) in version["registries"].values()
+        for framework in (DLC, SMP) for version in _table()[framework]["versions"].values())
+
+
 def ecr_region(uri: str) -> str | None:
     """The region of an ECR image URI; None for other registries."""
     match = _ECR_REGION.match(uri)

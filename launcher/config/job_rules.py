@@ -29,17 +29,6 @@ from launcher.wire.masking import secret_values
 def check_job_fields(ctx: Context) -> list[Issue]:
     job = ctx.job
     issues = []
-    if job.use_spot_instances:
-        if job.max_wait is not None and job.max_wait < job.max_run:
-            issues.append(Issue("max_wait", job.max_wait, f"is less than max_run ({job.max_run})",
-                                f"use max_wait >= {job.max_run}"))
-        if job.checkpoint_s3_uri is None:
-            issues.append(Issue("checkpoint_s3_uri", None,
-                                "spot instances can be interrupted and the job restarts from scratch",
-                                "set checkpoint_s3_uri so training resumes", "warning"))
-    elif job.max_wait is not None:
-        issues.append(Issue("max_wait", job.max_wait, "only applies to spot training",
-                            "set use_spot_instances: true or remove max_wait"))
     for i, metric in enumerate(job.metric_definitions or []):
         if re.compile(metric.Regex).groups < 1:
             issues.append(Issue(f"metric_definitions[{i}].Regex", metric.Regex,

@@ -1,4 +1,5 @@
-"""Paths a job names on this machine: checked as text before any file system call sees them.
+"""Paths a job names on this machine: checked as text before any file system call sees them; and
+where smlaunch keeps its own state here (SMLAUNCH_HOME), which no job's code ships.
 
 A `~user` that names no user makes pathlib raise RuntimeError, and a name longer than the file
 system allows makes every stat raise ENAMETOOLONG; both are the job's mistakes, so they are
@@ -8,12 +9,18 @@ validation errors naming the field (an s3:// URI is not a local path and passes 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import AfterValidator
 
+HOME_ENV = "SMLAUNCH_HOME"  # default ~/.smlaunch: local jobs (launcher.local.store), their environments
 NAME_MAX = 255  # bytes in one path component (Linux, macOS)
 PATH_MAX = 4095  # bytes in a whole path, without the terminating NUL (Linux)
+
+
+def smlaunch_home() -> Path:
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".smlaunch").expanduser()
 
 
 def check_path_text(value: str) -> str:

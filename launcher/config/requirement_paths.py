@@ -46,6 +46,13 @@ class LocalPath:
     written: str  # as the line writes it
     path: Path  # resolved
     within: str | None  # the path relative to the code directory, where it lies there
+    kind: str = "path"  # how the line names it: editable, path, requirement-url, requirement, find-links, ...
+
+    @property
+    def installs(self) -> bool:
+        """A package pip installs from here (`-e ./pkg`, `./pkg`, `./x.whl`, `pkg @ file:...`), not a
+        file of requirements or a place to look for them."""
+        return self.kind in ("editable", "path", "requirement-url")
 
     @property
     def inside(self) -> bool:
@@ -85,7 +92,7 @@ def local_paths(code_dir: Path) -> list[LocalPath]:
                     continue
                 name = file.relative_to(root).as_posix()
                 within = local.relative_to(root).as_posix() if local.is_relative_to(root) else None
-                found.append(LocalPath(f"{name}:{line_no}", value, local, within))
+                found.append(LocalPath(f"{name}:{line_no}", value, local, within, kind))
                 if kind in ("requirement", "constraint") and within is not None:
                     queue.append(local)
     return found

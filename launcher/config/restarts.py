@@ -11,10 +11,12 @@ and an armed fault injection is pointed out (it kills the job on purpose).
 from __future__ import annotations
 
 from launcher.config import backend_table
+from launcher.config.code_tree import ignored_by, job_ignore
 from launcher.config.issues import Issue
-from launcher.wire import faults
+from launcher.wire import faults, restart_loop
 
 MAX_RESTARTS = 100  # a job that fails more often than this is not running, it is failing
+SETUP = "setup.py"  # what makes AWS's toolkit take a code directory for a package
 _OWN = (faults.MAX_RESTARTS_ENV, faults.ATTEMPT_ENV, faults.FAULT_DIR_ENV)
 
 # What the request then has that the SDK's has not (launcher.wire.restart_loop, docs/sagemaker-request.md).
@@ -39,7 +41,7 @@ def check_restarts(ctx) -> list[Issue]:
     if not job.max_restarts:
         return issues
     if job.backend_name == "sagemaker":
-        refused = _sagemaker_refusals(job)
+        refused = _sagemaker_refusals(ctx)
         if refused:
             return issues + refused
     issues.append(Issue("max_restarts", job.max_restarts, backend_table.named(job.backend_name).restarts, level="info"))
@@ -55,11 +57,13 @@ def check_restarts(ctx) -> list[Issue]:
     return issues
 
 
-def _sagemaker_refusals(job) -> list[Issue]:
+def _sagemaker_refusals(ctx) -> list[Issue]:
     """What the restart loop cannot run on SageMaker: it takes the toolkit's place as the job's
     program and launches torchrun or python, so a ContainerEntrypoint (no toolkit) or an MPI or
-    smdistributed-dataparallel launch (mpirun) leaves it nothing to do."""
-    issues = []
+    smdistributed-dataparallel launch (mpirun) leaves it nothing to do; and a code directory the
+    toolkit takes for a package cannot run it (`_package_code`)."""
+    job = ctx.job
+    issues = _package_code(ctx)
     if job.container_entry_point is not None:
         issues.append(Issue("max_restarts", job.max_restarts, "runs through the image's toolkit, which "
                             "container_entry_point replaces", "remove container_entry_point or max_restarts"))
@@ -70,3 +74,19 @@ def _sagemaker_refusals(job) -> list[Issue]:
             issues.append(Issue("max_restarts", job.max_restarts, f"restarts torchrun, not the mpirun launch of "
                                 f"{launch}", "use distribution torch_distributed, or remove max_restarts"))
     return issues
+
+
+def _package_code(ctx) -> list[Issue]:
+    """AWS's toolkit (sagemaker_training: _entry_point_type.get, modules.install, process.ProcessRunner)
+    takes a code directory that holds a setup.py for a Python package: it pip-installs the directory and
+    runs the program as `python -m <program without .py>`, which for the loop's program, a path in
+    `_smlaunch/`, is no module name. (Under torchrun the toolkit refuses such a directory outright.)"""
+    job, code = ctx.job, ctx.code_dir
+    if not job.source_dir or code is None or not (code / SETUP).is_file() or ignored_by(SETUP, job_ignore(job)):
+        return []
+    return [Issue("max_restarts", job.max_restarts,
+                  f"cannot run with source_dir {job.source_dir}, which holds a {SETUP}: AWS's toolkit installs "
+                  f"such a code directory as a package and runs the program as a module, `python -m "
+                  f"_smlaunch/{restart_loop.SCRIPT.removesuffix('.py')}`, which the restart loop's script is not",
+                  f"move {SETUP} out of source_dir (a package of your own can ship in a subdirectory that "
+                  f"requirements.txt installs: -e ./pkg), or remove max_restarts")]

@@ -23,6 +23,7 @@ from launcher.config import backend_table
 from launcher.config.image_libraries import LIBRARIES, SMDDP, SMP_V1, SMP_V2, image_libraries
 from launcher.config.images import ImageResolutionError, job_image_choice
 from launcher.config.issues import Issue
+from launcher.config.requirement_paths import local_paths
 from launcher.config.script_imports import Import, script_imports
 
 _RUN_ON = {
@@ -107,7 +108,8 @@ def target_of(job, instance_type: str | None, region: str) -> Target:
 
 
 def requirement_modules(source_dir: Path | None) -> set[str]:
-    """The modules requirements.txt (in source_dir) asks for, as far as names tell."""
+    """The modules requirements.txt (in source_dir) asks for, as far as names tell: the distributions
+    it names, and the local packages it installs (`-e ./pkg`, `./pkg`, a wheel) by their files."""
     path = source_dir / "requirements.txt" if source_dir is not None else None
     if path is None or not path.is_file():
         return set()
@@ -115,9 +117,39 @@ def requirement_modules(source_dir: Path | None) -> set[str]:
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
         if match and not line.lstrip().startswith(("-", "#")):
-            name = re.sub(r"[-.]+", "_", match.group(1)).lower()
-            modules.add(_DISTRIBUTION_MODULES.get(name, name))
+            modules.add(_module_of(match.group(1)))
+    for local in local_paths(source_dir):
+        if local.installs and local.path.exists():
+            modules |= _package_modules(local.path)
     return modules
+
+
+def _module_of(distribution: str) -> str:
+    name = re.sub(r"[-.]+", "_", distribution).lower()
+    return _DISTRIBUTION_MODULES.get(name, name)
+
+
+def _package_modules(path: Path) -> set[str]:
+    """The top-level modules a local package provides: a directory's modules and packages, at its
+    root or under src/ (setuptools' two layouts), and its project's name; an archive's distribution."""
+    if path.is_file():  # pip's archive names: <name>-<version>[-...].whl, <name>-<version>.tar.gz
+        return {_module_of(path.name.split("-", 1)[0])}
+    modules = set()
+    for directory in (path, path / "src"):
+        for child in directory.iterdir() if directory.is_dir() else ():
+            if child.suffix == ".py" and child.name != "setup.py" and child.stem.isidentifier():
+                modules.add(child.stem)
+            elif child.is_dir() and (child / "__init__.py").is_file():
+                modules.add(child.name)
+    return modules | _project_name(path / "pyproject.toml")
+
+
+def _project_name(pyproject: Path) -> set[str]:
+    """The module of pyproject.toml's [project] name (read without tomllib: Python 3.10 has none)."""
+    text = pyproject.read_text(encoding="utf-8", errors="replace") if pyproject.is_file() else ""
+    table = re.search(r"(?ms)^\[project\][ \t]*$(.*?)(?=^\[|\Z)", text)
+    name = re.search(r"(?m)^\s*name\s*=\s*[\"']([A-Za-z0-9._-]+)[\"']", table.group(1)) if table else None
+    return {_module_of(name.group(1))} if name else set()
 
 
 def _available(target: Target, imp: Import, requested: set[str]) -> bool:

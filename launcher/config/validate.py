@@ -22,6 +22,7 @@ from launcher.config import (
     backend_rules,
     catalog,
     checkpoint_rules,
+    code_rules,
     compile_rules,
     data_rules,
     job_rules,
@@ -197,6 +198,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   resume_rules.check_resume_data, checkpoint_rules.check_async_checkpoint,
                   nonfinite_rules.check_nonfinite, speed_rules.check_speed, compile_rules.check_compile,
                   script_rules.check_script_imports, requirement_paths.check_requirement_paths,
+                  code_rules.check_code_trees,
                   tracker_rules.check_trackers, restarts.check_restarts, warm_pools.check_warm_pool):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)

@@ -24,6 +24,16 @@ from launcher.kubernetes.kinds import KINDS, TRAINER, JobKind
 _CORE = {"Secret": "secret", "ConfigMap": "config_map"}  # CoreV1Api's name for each kind the backend makes
 
 
+def unconfigured() -> str | None:
+    """Why this machine has no cluster to ask by default (no kubeconfig where the client looks for one,
+    and not in a pod with a service account), else None; read without importing the client."""
+    where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+    if os.environ.get("KUBERNETES_SERVICE_HOST") or any(
+            os.path.isfile(os.path.expanduser(path)) for path in where.split(os.pathsep) if path):
+        return None
+    return f"no kubeconfig at {where} and not in a pod"
+
+
 def connect(kubeconfig: str | None, context: str | None) -> Any:
     """An ApiClient for the kubeconfig's context (default: KUBECONFIG, ~/.kube/config, its current
     context), or, in a pod with neither, its service account."""

@@ -27,8 +27,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from launcher.config.backends.kubernetes import KubernetesSettings
+from launcher.kubernetes import resources
 from launcher.kubernetes.kinds import HYPERPOD_JOB
-from launcher.kubernetes.manifest import GPU_RESOURCE, GRACE_PERIOD_S, gpus_per_node, job_labels, pod_env, pod_spec
+from launcher.kubernetes.manifest import GRACE_PERIOD_S, job_labels, pod_env, pod_spec
 from launcher.wire import pod_config
 
 if TYPE_CHECKING:
@@ -55,14 +56,15 @@ def hyperpod_job(job: ValidatedJob, name: str, settings: KubernetesSettings) -> 
     """The HyperPodPyTorchJob that runs `job` as `name`."""
     cfg = job.config
     labels = job_labels(settings)
-    pod = pod_spec(name, settings)
+    pod = pod_spec(job, name, settings)
     container = pod["containers"][0]
     container.update(image=cfg.image_uri, command=hyperpodrun_command(cfg.instance_count),
                      env=[{"name": pod_config.HYPERPOD_NNODES_ENV, "value": str(cfg.instance_count)},
                           {"name": pod_config.LAUNCHER_ENV, "value": pod_config.HYPERPODRUN}, *pod_env(job, name)],
                      ports=[{"name": "hyperpod-agent", "containerPort": AGENT_PORT}])
-    if gpus := gpus_per_node(job):  # requests equal to limits, as AWS's SDK requires of accelerators
-        container["resources"] = {"requests": {GPU_RESOURCE: str(gpus)}, "limits": {GPU_RESOURCE: str(gpus)}}
+    devices, requests = resources.devices(job, settings), resources.requests(settings)
+    if devices or requests:  # a device's request equals its limit, as AWS's SDK requires of accelerators
+        container["resources"] = {"requests": {**devices, **requests}, **({"limits": devices} if devices else {})}
     spec = {
         # the agent's workers per pod: one, the bootstrap, whose torchrun starts the host's processes
         "nprocPerNode": "1",

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.config.backends.kubernetes_names import TRAINER
+
 
 @dataclass(frozen=True)
 class JobKind:
@@ -49,7 +51,6 @@ class JobKind:
         return patch
 
 
-TRAINER = "node"  # the replicated job, and its container, that Kubeflow's torch runtimes train in
 # JobSet labels every pod of its jobs with its name (the TrainJob's) and its replicated job's
 # (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go labelAndAnnotateObject); the
 # trainer pods are the replicated job `node` (an initializer's pods are not hosts).

@@ -2,19 +2,20 @@
 `Secret` its environment's secrets go in: the manifest never holds a secret's value.
 
 From the job: `instance_count` nodes (numNodes), `processes_per_host` processes on each
-(numProcPerNode), the instance type's GPUs per node (resourcesPerNode), `max_run`
-(activeDeadlineSeconds), `image_uri` and `environment`. From its `kubernetes:` section
-(launcher.config.backends.kubernetes): the namespace, the ClusterTrainingRuntime (runtimeRef),
-Kueue's queue and priority (labels), and what the pods need from the cluster (service account,
-node selector, tolerations, image pull secrets, the storage claim), as smlaunch's runtimePatches
-entry for the runtime's trainer pods.
+(numProcPerNode), what each node asks for (resourcesPerNode: its GPUs and EFA interfaces, CPU and
+memory, launcher.kubernetes.resources), `max_run` (activeDeadlineSeconds), `image_uri` and
+`environment`. From its `kubernetes:` section (launcher.config.backends.kubernetes): the namespace,
+the ClusterTrainingRuntime (runtimeRef), Kueue's queue and priority (labels), and what the pods need
+from the cluster (service account, node selector, tolerations, image pull secrets, the storage claim,
+/dev/shm), as smlaunch's runtimePatches entry for the runtime's trainer pods.
 
 The pods run the image's `python -m container pod` (container.toolkit.pod), which writes the pod's
 /opt/ml tree on the job's storage claim (or, on S3 storage, on the pod's own emptyDir, mirrored to the
 job's S3 prefixes: launcher.kubernetes.storage) from the job's ConfigMap (`pod_config_map`: its
 hyperparameters, channels and code archive; launcher.wire.pod_config) and the runtime's PET_*
 variables, then runs the bootstrap: the SageMaker contract every other backend gives. The job's
-secret-named hyperparameters and environment values are in its Secret only.
+hyperparameters and environment values that hold a secret (launcher.wire.masking.carries_secret: a
+secret name, or a value such as a URL with a password whatever its name) are in its Secret only.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.restarts import restart_environment
 from launcher.config.sent_hyperparameters import job_hyperparameters
+from launcher.kubernetes import resources
 from launcher.kubernetes.kinds import TRAIN_JOB, TRAINER
 from launcher.kubernetes.storage import job_dir, s3_locations
 from launcher.wire import hyperparameters as wire
 from launcher.wire import pod_config
-from launcher.wire.masking import is_secret_name
+from launcher.wire.masking import carries_secret
 
 if TYPE_CHECKING:
     from launcher.config.validate import ValidatedJob
@@ -47,7 +49,6 @@ STORAGE_VOLUME = "smlaunch-storage"
 SCRATCH_VOLUME = "smlaunch-scratch"  # on S3 storage: the pod's own disk for its /opt/ml tree
 CONFIG_VOLUME = "smlaunch-config"
 COMMAND = ["python", "-m", "container", "pod"]
-GPU_RESOURCE = "nvidia.com/gpu"
 # A ConfigMap holds at most 1 MiB (etcd's object limit): its JSON and the code archive, base64 encoded.
 CONFIG_MAP_LIMIT = 1 << 20
 # What a stop gives the pods between SIGTERM and SIGKILL: the bootstrap's shutdown timeout (100 s,
@@ -65,12 +66,21 @@ def config_map_name(name: str) -> str:
     return f"{name}-smlaunch"
 
 
-def hyperparameters(job: ValidatedJob, name: str) -> dict[str, str]:
-    """The job's hyperparameters.json (wire-encoded), the code archive at the pods' ConfigMap mount."""
+def hyperparameters(job: ValidatedJob, name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The job's hyperparameters.json (wire-encoded, the code archive at the pods' ConfigMap mount) as
+    (what the ConfigMap carries, what the Secret carries): those that hold a secret, by name or by value."""
     cfg = job.config
-    return wire.encode(job_hyperparameters(
+    encoded = wire.encode(job_hyperparameters(
         cfg, instance_type=cfg.instance_type, program=program_name(cfg), job_name=name, region=cfg.region,
         submit_directory=f"{pod_config.CONFIG_DIR}/{pod_config.SOURCE_ARCHIVE}"))
+    decoded = wire.decode(encoded)
+    secret = {k for k in encoded if carries_secret(k, decoded[k])}
+    return {k: v for k, v in encoded.items() if k not in secret}, {k: encoded[k] for k in secret}
+
+
+def secret_environment(job: ValidatedJob) -> dict[str, str]:
+    """The job's environment values that hold a secret, by name or by value: the Secret's."""
+    return {k: v for k, v in job.config.environment.items() if carries_secret(k, v)}
 
 
 def pod_config_map(job: ValidatedJob, name: str, settings: KubernetesSettings, archive: bytes) -> dict:
@@ -80,7 +90,7 @@ def pod_config_map(job: ValidatedJob, name: str, settings: KubernetesSettings, a
     config = {"instance_type": cfg.instance_type, "input_mode": cfg.input_mode,
               "channels": {n: c.s3_data for n, c in cfg.channels().items()},
               "distributions": {n: c.distribution for n, c in cfg.channels().items()},
-              "hyperparameters": {k: v for k, v in hyperparameters(job, name).items() if not is_secret_name(k)}}
+              "hyperparameters": hyperparameters(job, name)[0]}
     if settings.storage.s3:  # each pod's tree on its own disk, mirrored to S3 (container.toolkit.pod_storage)
         config["s3"] = s3_locations(job, name, settings)
     else:
@@ -114,10 +124,10 @@ def train_job(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dic
     """The TrainJob that runs `job` as `name`."""
     labels = job_labels(settings)
     spec = {"runtimeRef": {**RUNTIME_REF, "name": settings.runtime_ref},
-            "activeDeadlineSeconds": job.config.max_run, "trainer": _trainer(job, name)}
+            "activeDeadlineSeconds": job.config.max_run, "trainer": _trainer(job, name, settings)}
     spec["runtimePatches"] = [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": [{"name": TRAINER, "template": {"spec": {"template": {
-            "spec": pod_spec(name, settings)}}}}]}}}}]
+            "spec": pod_spec(job, name, settings)}}}}]}}}}]
     return {"apiVersion": TRAIN_JOB.api_version, "kind": TRAIN_JOB.name,
             "metadata": {"name": name, "namespace": settings.namespace, "labels": labels}, "spec": spec}
 
@@ -128,15 +138,11 @@ def job_labels(settings: KubernetesSettings) -> dict[str, str]:
             **({PRIORITY_LABEL: settings.priority_class} if settings.priority_class else {})}
 
 
-def _secret_hyperparameters(job: ValidatedJob, name: str) -> dict[str, str]:
-    return {k: v for k, v in hyperparameters(job, name).items() if is_secret_name(k)}
-
-
 def env_secret(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict | None:
     """The Secret of the job's secret environment values and hyperparameters (None: it has none),
     created beside the TrainJob."""
-    secrets = {k: v for k, v in job.config.environment.items() if is_secret_name(k)}
-    if hidden := _secret_hyperparameters(job, name):
+    secrets = secret_environment(job)
+    if hidden := hyperparameters(job, name)[1]:
         secrets[pod_config.SECRET_HYPERPARAMETERS_KEY] = json.dumps(hidden)
     if not secrets:
         return None
@@ -145,40 +151,37 @@ def env_secret(job: ValidatedJob, name: str, settings: KubernetesSettings) -> di
 
 
 def pod_env(job: ValidatedJob, name: str) -> list[dict]:
-    """The trainer container's environment: the job's (secret-named values from its Secret), the
+    """The trainer container's environment: the job's (those holding a secret from its Secret), the
     restart budget, and the Secret's hyperparameters."""
     cfg = job.config
+    secret = secret_environment(job)
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": env_secret_name(name), "key": k}}}
-           if is_secret_name(k) else {"name": k, "value": v}
+           if k in secret else {"name": k, "value": v}
            for k, v in {**cfg.environment, **restart_environment(cfg.max_restarts)}.items()]
-    if _secret_hyperparameters(job, name):
+    if hyperparameters(job, name)[1]:
         env.append({"name": pod_config.SECRET_HYPERPARAMETERS_ENV, "valueFrom": {"secretKeyRef": {
             "name": env_secret_name(name), "key": pod_config.SECRET_HYPERPARAMETERS_KEY}}})
     return env
 
 
-def gpus_per_node(job: ValidatedJob) -> int:
-    """The GPUs each node asks for (0 for CPU nodes: the cluster's own requests stand)."""
-    return (job.instance.accelerators or 0) if job.instance else 0
-
-
-def _trainer(job: ValidatedJob, name: str) -> dict:
+def _trainer(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict:
     cfg = job.config
     env = pod_env(job, name)
     trainer = {"image": cfg.image_uri, "command": COMMAND, "numNodes": cfg.instance_count,
                "numProcPerNode": job.processes_per_host or 1}
     if env:
         trainer["env"] = env
-    gpus = gpus_per_node(job)
-    if gpus:  # a CPU node asks for none: the runtime's own requests stand
-        trainer["resourcesPerNode"] = {"limits": {GPU_RESOURCE: str(gpus)}}
+    devices, requests = resources.devices(job, settings), resources.requests(settings)
+    if devices or requests:  # a CPU node that asks for nothing: the runtime's own requests stand
+        trainer["resourcesPerNode"] = {**({"limits": devices} if devices else {}),
+                                       **({"requests": requests} if requests else {})}
     return trainer
 
 
-def pod_spec(name: str, settings: KubernetesSettings) -> dict:
+def pod_spec(job: ValidatedJob, name: str, settings: KubernetesSettings) -> dict:
     """What the job's trainer pods get (a TrainJob's runtime patch; a HyperPodPyTorchJob's pod template):
-    the job's ConfigMap and storage claim mounted, a stop's grace period, and what the section asks of
-    the cluster."""
+    the job's ConfigMap and storage claim mounted, /dev/shm, a stop's grace period, and what the section
+    asks of the cluster."""
     pods: dict = {"terminationGracePeriodSeconds": GRACE_PERIOD_S}
     if settings.service_account:
         pods["serviceAccountName"] = settings.service_account
@@ -198,5 +201,8 @@ def pod_spec(name: str, settings: KubernetesSettings) -> dict:
     elif storage and storage.s3:
         pods["volumes"].append({"name": SCRATCH_VOLUME, "emptyDir": {}})
         mounts.append({"name": SCRATCH_VOLUME, "mountPath": pod_config.SCRATCH_DIR})
+    if shm := resources.shared_memory(job, settings):
+        pods["volumes"].append(shm[0])
+        mounts.append(shm[1])
     pods["containers"] = [{"name": TRAINER, "volumeMounts": mounts}]
     return pods

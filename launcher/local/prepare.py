@@ -26,6 +26,7 @@ from launcher.config.issues import ConfigError, Issue
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.config.job_rules import resolve_path
+from launcher.config.paths import HOME_ENV
 from launcher.config.requirements import runtime_constraints
 from launcher.config.restarts import restart_environment
 from launcher.config.sent_hyperparameters import job_hyperparameters
@@ -126,7 +127,7 @@ def _check_writable(job: ValidatedJob, spec: LocalJobSpec) -> None:
     """Where the job writes on this machine: the jobs root, a local output_path and a
     checkpoint_local_path; all refused at once, before training is paid for with minutes."""
     cfg = job.config
-    places = [(store.HOME_ENV, str(spec.job_dir.parent), spec.job_dir.parent)]
+    places = [(HOME_ENV, str(spec.job_dir.parent), spec.job_dir.parent)]
     if spec.output_path and not spec.output_path.startswith("s3://"):
         places.append(("output_path", cfg.output_path, Path(spec.output_path)))
     if spec.checkpoint_dir != spec.job_dir / "checkpoints":

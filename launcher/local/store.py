@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from launcher.config.job_names import check_job_name
+from launcher.config.paths import smlaunch_home
 from launcher.wire.opt_ml import write_private
 
-HOME_ENV = "SMLAUNCH_HOME"  # default ~/.smlaunch; jobs live in <home>/jobs/<job name>/
 RECORD = "job.json"
 # Space kept for the record's last writes: a job whose logs fill the disk must still be able to say
 # so. Created with the record; given up (deleted) by a write that finds the disk full.
@@ -39,7 +38,8 @@ class DamagedRecord(LookupError):
 
 
 def jobs_root() -> Path:
-    return Path(os.environ.get(HOME_ENV) or Path.home() / ".smlaunch").expanduser() / "jobs"
+    """Where local and Slurm jobs live: <home>/jobs/<job name>/ (SMLAUNCH_HOME, default ~/.smlaunch)."""
+    return smlaunch_home() / "jobs"
 
 
 def envs_root(root: Path | None = None) -> Path:

@@ -84,6 +84,13 @@ def is_secret_name(name: str) -> bool:
     return any(_secret_word(word, words[i - 1] if i else "") for i, word in enumerate(words))
 
 
+def carries_secret(key: str, value: Any) -> bool:
+    """Whether `key: value` holds a secret: a secret-named key (a number too), or a value the masker
+    would hide part of whatever its key (a URL password, a DSN's key, an Azure key, a secret-named key
+    inside it). What a manifest may not carry in clear (launcher.kubernetes.manifest)."""
+    return is_secret_name(key) or bool(secret_values({key: value}))
+
+
 def _secret_word(word: str, before: str) -> bool:
     if word in WHOLE_SECRET_WORDS:
         return True

@@ -20,7 +20,7 @@ from launcher.cli.app import main
 from launcher.config import validate_job
 from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.kubernetes.hyperpod import hyperpod_job
-from launcher.kubernetes.manifest import env_secret, train_job
+from launcher.kubernetes.manifest import env_secret, pod_env, train_job
 from tests.support.fake_kube import FakeKube
 from tests.support.train_runs import ROOT
 
@@ -43,13 +43,20 @@ def kind(request) -> str:
     return request.param
 
 
+# What the masker treats as secret, by its name or by its value (a URL's password whatever the name).
+SECRET_ENV = {"HF_TOKEN": "hf_secretvalue123", "DATABASE_URL": "postgres://user:dbpw1234@db.example:5432/x",
+              "HTTPS_PROXY": "http://u:proxypw99@proxy:3128"}
+SECRET_SOURCE = "https://u:srcpw777@host/x"  # a hyperparameter's value (data_source)
+SECRET_VALUES = ("hf_secretvalue123", "dbpw1234", "proxypw99", "srcpw777")
+
+
 def _job(secrets: bool = True, kind: str = "TrainJob") -> dict:
     return {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
            "instance_count": 2, "backend": "kubernetes", "image_uri": IMAGE,
-           "hyperparameters": {"model_preset": "llama3-tiny"},
+           "hyperparameters": {"model_preset": "llama3-tiny", **({"data_source": SECRET_SOURCE} if secrets else {})},
            "distribution": {"torch_distributed": {"enabled": True}},
            "inputs": {"train": "/mnt/smlaunch/data/train"},
-           "environment": {"HF_TOKEN": "hf_secretvalue123"} if secrets else {"LOG_LEVEL": "info"},
+           "environment": {**SECRET_ENV, "LOG_LEVEL": "info"} if secrets else {"LOG_LEVEL": "info"},
            "kubernetes": {"namespace": NS, "queue": "gpu-queue", "storage": {"pvc": "fsx-claim"}, "kind": kind}}
 
 
@@ -69,7 +76,11 @@ def _submitted(tmp_path, name: str = "k-1", secrets: bool = True, kind: str = "T
     return result
 
 
-def test_submit_creates_the_secret_config_map_and_job_as_rendered(kube, tmp_path, kind):
+def test_submit_creates_the_secret_config_map_and_job_as_rendered(kube, tmp_path, home, kind):
+    """The objects as rendered, in order; every value the masker hides, whatever its name (a URL's password
+    in DATABASE_URL, HTTPS_PROXY and a hyperparameter), in the Secret and nowhere else the cluster received
+    or smlaunch wrote, the plain values where they were (the control); the dry run is what was sent, the
+    Secret's values masked."""
     result = _submitted(tmp_path, kind=kind)
     assert f"created {kind} ml/k-1" in result.output
     job = validate_job(_job(kind=kind))
@@ -86,9 +97,33 @@ def test_submit_creates_the_secret_config_map_and_job_as_rendered(kube, tmp_path
     # the order: what the job's pods reference exists before the job
     assert [p.rsplit("/", 1)[-1] for m, p, _ in kube.requests if m == "POST"] == [
         "secrets", "configmaps", PLURALS[kind]]
+    received = {key: json.dumps(obj) for key, obj in kube.objects.items()}
+    for value in SECRET_VALUES:
+        assert [key for key, text in received.items() if value in text] == [("secrets", NS, "k-1-env")], value
+    assert not any(value in path.read_text() for path in home.rglob("*.json") for value in SECRET_VALUES)
+    env = {e["name"]: e for e in pod_env(job, "k-1")}
+    assert env["LOG_LEVEL"] == {"name": "LOG_LEVEL", "value": "info"}  # the control: a plain value, in clear
+    assert env["DATABASE_URL"]["valueFrom"] == {"secretKeyRef": {"name": "k-1-env", "key": "DATABASE_URL"}}
+    assert json.loads(pod["hyperparameters"]["model_preset"]) == "llama3-tiny"  # the control, in the ConfigMap
+    assert "data_source" not in pod["hyperparameters"]
+    secret = kube.get("secrets", NS, "k-1-env")["stringData"]
+    assert json.loads(json.loads(secret["hyperparameters.json"])["data_source"]) == SECRET_SOURCE
+    dry = KubernetesBackend().dryrun(job, "k-1")
+    shown = dry.request["KubernetesJob"]["Manifests"]
+    sent = [kube.get(plural, NS, name) for plural, name in (("secrets", "k-1-env"), ("configmaps", "k-1-smlaunch"),
+                                                             (PLURALS[kind], "k-1"))]
+    assert [_as_shown(o) for o in shown] == [_as_shown(o) for o in sent]
+    assert shown[0]["stringData"] == {**dict.fromkeys(SECRET_ENV, "****"),
+                                      "hyperparameters.json": '{"data_source": "****"}'}
+    assert not any(value in dry.render() for value in SECRET_VALUES)
     # the control: a job without secrets creates no Secret
     _submitted(tmp_path, "k-2", secrets=False, kind=kind)
     assert kube.get("secrets", NS, "k-2-env") is None and kube.get(PLURALS[kind], NS, "k-2") is not None
+
+
+def _as_shown(obj: dict) -> dict:
+    """What a dry run shows as sent: all but the Secret's values, the code archive and the server's metadata."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "stringData", "binaryData")}
 
 
 def test_a_name_the_cluster_has_already_is_refused(kube, tmp_path):

@@ -56,8 +56,8 @@ def test_metric_definitions_of_a_user_script_give_its_metrics_and_status(tmp_pat
     status = smlaunch("status", job, env=env)
     assert status.returncode == 0
     assert "fit-1: Completed\n" in status.stdout  # not "Completed (Completed)"
-    assert "last metrics (metric_definitions on the log): train:loss 1.2 (value 5), train:throughput 500" in \
-        status.stdout
+    assert ("last metrics (metric_definitions on the log): train:loss 1.2 (the last of 5), "
+            "train:throughput 500 (the last of 5)") in status.stdout
 
 
 def test_a_failed_job_makes_status_exit_1_and_a_job_without_metrics_says_so(tmp_path):

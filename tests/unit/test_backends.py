@@ -164,6 +164,29 @@ def test_slurm_jobs_validate_like_local_ones(tmp_path):
                                                           "parameters": {"context_parallel_degree": 3}}}}})
 
 
+@pytest.mark.parametrize("backend", ["local", "slurm"])
+def test_spot_settings_off_sagemaker_are_said_to_have_no_effect(backend, monkeypatch):
+    """Issue 49: use_spot_instances and max_wait validated silently on local and Slurm runs (and got the
+    spot rules of SageMaker: a max_wait under max_run refused, checkpoint_s3_uri asked for), where nothing
+    carries them out. Whether a backend does is its row of the backend table (aws_settings)."""
+    from dataclasses import replace
+
+    from launcher.config import backend_table
+
+    spot = {**JOB, "backend": backend, "use_spot_instances": True, "max_run": 3600, "max_wait": 1800}
+    warned = {w.path: w.problem for w in validate_job(spot).warnings}
+    assert warned["use_spot_instances"] == warned["max_wait"] == \
+        f"has no effect with backend {backend} (SageMaker carries it out)"
+    assert "checkpoint_s3_uri" not in warned
+    # the control: a row that carries out SageMaker's settings gets the spot rules instead
+    rows = tuple(replace(row, aws_settings=True) if row.name == backend else row for row in backend_table.BACKENDS)
+    monkeypatch.setattr(backend_table, "BACKENDS", rows)
+    with pytest.raises(ConfigError) as info:
+        validate_job(spot)
+    assert [i.path for i in info.value.issues] == ["max_wait"] and "is less than max_run" in str(info.value)
+    assert "checkpoint_s3_uri" in [w.path for w in info.value.warnings]
+
+
 def test_slurm_submit_without_slurm_says_so_and_writes_nothing(tmp_path, home, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     result = CliRunner().invoke(main, ["submit", str(job_file(tmp_path, backend="slurm")), "--job-name", "s-1"])
@@ -192,6 +215,18 @@ def test_list_shows_every_backend_with_duration(home):
     # slurm:<job id> finds the job by its Slurm id
     result = CliRunner().invoke(main, ["status", "slurm:77"])
     assert result.exit_code == 1 and "slu-1: Failed" in result.stdout and "backend: slurm" in result.stdout
+
+
+def test_list_of_kubernetes_without_a_cluster_says_so(home, tmp_path, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    result = CliRunner().invoke(main, ["list", "--backend", "kubernetes"])
+    assert result.exit_code == 1 and result.stdout == "", result.output  # not an empty table
+    assert ("kubernetes: not listed: no Kubernetes cluster is configured here (no kubeconfig at "
+            f"{tmp_path / 'no-kubeconfig'} and not in a pod)") in result.stderr
+    (tmp_path / "no-kubeconfig").write_text("")  # the control: a kubeconfig, and no job submitted from here
+    result = CliRunner().invoke(main, ["list", "--backend", "kubernetes"])
+    assert result.exit_code == 0 and result.stderr == "" and "job" in result.stdout
 
 
 def test_estimator_dry_runs_on_every_backend(tmp_path, home):

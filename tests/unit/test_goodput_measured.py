@@ -144,3 +144,39 @@ def test_a_lost_hosts_restart_counts_in_restarts_where_the_supervisor_recorded_i
     # control: the same failure recorded by a host's bootstrap splits the same way
     _local_job(tmp_path / "bootstrap", [], [replace(lost, host="algo-1")])
     assert LocalBackend(root=tmp_path / "bootstrap").goodput("lost").lost_s == pytest.approx(g.lost_s, abs=1e-9)
+
+
+def test_list_shows_each_jobs_goodput_beside_its_restarts(tmp_path):
+    """Issue 49: `list` showed restarts but not goodput. The job of RECORDS with its one restart (50%, as
+    computed by hand above) has both; a script of the user's own has no time ledger, so no goodput (the
+    control), and a listing of such jobs alone has no goodput column."""
+    import io
+
+    from rich.console import Console
+
+    from launcher.backends.local import LocalBackend
+    from launcher.cli.jobview import jobs_table
+
+    _local_job(tmp_path, [], [failure(0, 50, 25)])
+    script = tmp_path / "script"
+    (script / "hosts" / "algo-1" / "output" / "data").mkdir(parents=True)
+    (script / "job.json").write_text(json.dumps({"TrainingJobName": "script", "TrainingJobStatus": "Completed",
+                                                 "TrainingStartTime": T0.isoformat(),
+                                                 "TrainingEndTime": at(10).isoformat()}))
+    rows = {row["TrainingJobName"]: row for row in LocalBackend(root=tmp_path).list()}
+    assert rows["lost"]["Goodput"] == 0.5 and rows["lost"]["Restarts"] == 1
+    assert "Goodput" not in rows["script"] and "Restarts" not in rows["script"]
+
+    def table(jobs: list[dict], name: str = "") -> list[str]:
+        out = Console(file=io.StringIO(), width=80, color_system=None)
+        out.print(jobs_table([{**j, "Handle": f"local:{name or j['TrainingJobName']}"} for j in jobs], 80))
+        return out.file.getvalue().splitlines()
+
+    lines = table([rows["lost"], rows["script"]])
+    assert lines[0].split() == ["job", "status", "restarts", "goodput", "created", "duration"]
+    assert lines[1].split()[:4] == ["local:lost", "Completed", "1", "50%"]
+    assert "goodput" not in table([rows["script"]])[0]
+    # a long handle: the columns give way (created, goodput, duration, restarts), none wraps past 80
+    long = table([rows["lost"]], "smlaunch-demo-2026-11-28-22-32-05-154")
+    assert long[0].split() == ["job", "status", "restarts", "duration"] and max(map(len, long)) <= 80
+    assert table([rows["lost"]], "a" * 56)[0].split() == ["job", "status"]

@@ -170,16 +170,52 @@ def test_logs_diagnostics_with_follow_is_refused():
     assert result.exit_code == 2 and "--diagnostics and --follow" in result.stderr
 
 
-def test_logs_diagnostics_of_a_sagemaker_job_says_where_they_are():
+def test_logs_diagnostics_of_a_sagemaker_job_says_where_they_are(fake_credentials):
+    from launcher.backends.sagemaker import SageMakerBackend
     from launcher.cli import diagnostics_view
 
-    class SageMaker:
-        name = "sagemaker"
-
-        def artifacts(self, job):
-            return {"output.tar.gz": f"s3://b/{job}/output/output.tar.gz"}
-
+    backend = SageMakerBackend(region="us-east-1")
+    backend.artifacts = lambda job: {"output.tar.gz": f"s3://b/{job}/output/output.tar.gz"}
     said = []
-    diagnostics_view.show("sm-1", SageMaker(), said.append)
-    assert said == ["job sm-1 runs on SageMaker: its diagnostics are in s3://b/sm-1/output/output.tar.gz, under "
-                    "diagnostics/ (one directory per host's archive); download and extract it to read them"]
+    diagnostics_view.show("sm-1", backend, said.append)
+    assert said == ["job sm-1 runs on SageMaker: its hosts' output data (diagnostics/ among it) is in "
+                    "s3://b/sm-1/output/output.tar.gz (one directory per host's archive); download and extract it to "
+                    "read it"]
+
+
+def _kubernetes_job(home, name: str, storage: dict) -> None:
+    store.write(home / "jobs" / name, {"TrainingJobName": name, "TrainingJobStatus": "Failed", "Backend": "kubernetes",
+                                       "Kubernetes": {"namespace": "ml", "storage": storage}})
+
+
+def test_logs_diagnostics_of_a_kubernetes_job_from_s3_and_from_a_claim(home, aws, tmp_path):
+    """The pods' diagnostics are read where the job's storage is (S3 as the pods mirror them, a claim through
+    client_path), every host's together; a claim this machine does not mount is said, with where they are."""
+    from launcher.backends.kubernetes import KubernetesBackend
+    from launcher.cli import diagnostics_view
+
+    client = aws.client("s3")
+    client.create_bucket(Bucket="bucket")
+    for rank, main_thread in ((0, IN_COLLECTIVE), (1, IN_COLLECTIVE), (2, IN_DATA), (3, IN_COLLECTIVE)):
+        key = f"jobs/k-1/hosts/algo-{rank // 2 + 1}/output/data/diagnostics/attempt-0/rank-{rank}.txt"
+        client.put_object(Bucket="bucket", Key=key, Body=section(rank, main_thread).encode())
+    _kubernetes_job(home, "k-1", {"s3": {"job": "s3://bucket/jobs/k-1", "checkpoints": "s3://bucket/jobs/k-1/c",
+                                         "output": "s3://bucket/jobs/k-1/output", "region": None}})
+    said: list[str] = []
+    diagnostics_view.show("k-1", KubernetesBackend(root=home / "jobs"), said.append)
+    assert said[:2] == ["== k-1, attempt 0 ==", "diagnosis: rank(s) 2 did not reach the collective that rank(s) 0, 1, "
+                        "3 waited in: rank 2 (host algo-2) in fetch_shard (/opt/ml/code/my_loader.py:31), inside "
+                        "readinto (/usr/lib/python3.11/socket.py:705)"]
+    claim = {"pvc": "fsx", "mount_path": "/mnt/smlaunch", "client_path": str(tmp_path / "fsx"),
+             "job_dir": "/mnt/smlaunch/jobs/k-2", "checkpoint_dir": "/mnt/smlaunch/jobs/k-2/checkpoints"}
+    write(tmp_path / "fsx" / "jobs" / "k-2" / "hosts" / "algo-1" / "output" / "data" / "diagnostics" / "attempt-0", 0,
+          section(0, IN_DATA, world=1))
+    _kubernetes_job(home, "k-2", claim)
+    said = []
+    diagnostics_view.show("k-2", KubernetesBackend(root=home / "jobs"), said.append)
+    assert said[1].startswith("diagnosis: no rank waited in a collective: rank 0 (host algo-1) in fetch_shard")
+    _kubernetes_job(home, "k-3", {**claim, "client_path": None, "job_dir": "/mnt/smlaunch/jobs/k-3"})
+    result = CliRunner().invoke(main, ["logs", "kubernetes:k-3", "--diagnostics"])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert result.stdout.startswith("job k-3's output data is not readable here: the job's files are on the claim fsx")
+    assert "/mnt/smlaunch/jobs/k-3/hosts/<host>/output/data on the claim (diagnostics/ among it)" in result.stdout

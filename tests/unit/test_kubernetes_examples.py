@@ -14,7 +14,7 @@ from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
 from launcher.cli.app import main
 from tests.support import hyperpod_reference
 from tests.support.train_runs import ROOT
-from tests.unit.test_kubernetes_manifest import _core
+from tests.unit.test_kubernetes_manifest import MIN_KUBERNETES, _core, _schema_errors
 
 EXAMPLES = {"demo.yaml": "TrainJob", "hyperpod-s3.yaml": "HyperPodPyTorchJob"}
 
@@ -54,3 +54,24 @@ def test_the_examples_dry_run_is_manifests_the_published_models_accept(example, 
     pod = json.loads(objects["ConfigMap"]["data"]["pod.json"])
     assert ("s3" in pod) == (kind == "HyperPodPyTorchJob")  # the HyperPod example keeps its files in S3
 
+
+
+@pytest.mark.parametrize("version", [MIN_KUBERNETES, "1.37"])
+def test_the_clusters_objects_serve_the_examples_and_the_claim_is_kubernetes_own(version):
+    """configs/kubernetes/cluster.yaml (docs/kubernetes.md): the LocalQueues the examples name, the
+    ClusterQueue covering every resource their pods ask for, the claim demo.yaml mounts; the claim against
+    Kubernetes' schemas (Kueue's objects are not in kubernetes-validate), a misspelt one as the control."""
+    objects = list(yaml.safe_load_all((ROOT / "configs" / "kubernetes" / "cluster.yaml").read_text()))
+    named = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    for example in EXAMPLES:
+        section = yaml.safe_load((ROOT / "configs" / "kubernetes" / example).read_text())["kubernetes"]
+        assert ("LocalQueue", section["queue"]) in named
+    covered = named[("ClusterQueue", "smlaunch")]["spec"]["resourceGroups"][0]["coveredResources"]
+    assert {"nvidia.com/gpu", "vpc.amazonaws.com/efa"} <= set(covered)  # what a p5 job's pods ask for
+    claim = named[("PersistentVolumeClaim", "smlaunch-data")]
+    demo = yaml.safe_load((ROOT / "configs" / "kubernetes" / "demo.yaml").read_text())
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"] and demo["kubernetes"]["storage"]["pvc"] == "smlaunch-data"
+    assert _schema_errors(claim, version) == []
+    assert _schema_errors({**claim, "spec": {**claim["spec"], "accessMode": ["ReadWriteMany"]}}, version)
+    docs = (ROOT / "docs" / "kubernetes.md").read_text().split("```yaml\n")[1:]
+    assert objects in [list(yaml.safe_load_all(block.split("```")[0])) for block in docs]  # the docs show the file

@@ -50,8 +50,9 @@ def test_the_job_is_the_crds_and_takes_the_jobs_shape():
         "hyperpodrun", "--nnodes=2", "--nproc-per-node=1", "--max-restarts=0", "--shutdown-signal=SIGTERM",
         f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}", "--server-port=8080", "--module", "container", "pod"]
     assert SHUTDOWN_TIMEOUT_S < GRACE_PERIOD_S  # the bootstrap gets SIGTERM before the kubelet's SIGKILL
-    # ml.p5.48xlarge: 8 GPUs, asked for and limited alike; the agent runs one worker, the bootstrap
-    assert container["resources"] == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    # ml.p5.48xlarge: 8 GPUs and 32 EFA interfaces, asked for and limited alike; the agent runs one worker
+    devices = {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}
+    assert container["resources"] == {"requests": devices, "limits": devices}
     assert spec["nprocPerNode"] == "1"
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NNODES"] == "2" and env["SMLAUNCH_POD_LAUNCHER"] == "hyperpodrun"

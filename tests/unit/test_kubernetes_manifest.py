@@ -53,8 +53,9 @@ def test_the_train_job_is_kubeflow_trainers_and_takes_the_jobs_shape(job):
     assert _validated(manifest) == manifest
     assert manifest["apiVersion"] == "trainer.kubeflow.org/v1alpha1" and manifest["kind"] == "TrainJob"
     trainer = manifest["spec"]["trainer"]
+    # ml.p5.48xlarge: 8 GPUs, a process each, and on 2 nodes its 32 EFA interfaces (the catalog's)
     assert (trainer["numNodes"], trainer["numProcPerNode"], trainer["resourcesPerNode"]) == (
-        2, 8, {"limits": {"nvidia.com/gpu": "8"}})  # ml.p5.48xlarge: 8 GPUs, a process each
+        2, 8, {"limits": {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "32"}})
     assert trainer["image"] == IMAGE and manifest["spec"]["activeDeadlineSeconds"] == 7200
     assert manifest["spec"]["runtimeRef"]["name"] == "torch-distributed"
     assert manifest["metadata"]["namespace"] == "ml"
@@ -65,10 +66,11 @@ def test_the_train_job_is_kubeflow_trainers_and_takes_the_jobs_shape(job):
     assert pod["serviceAccountName"] == "trainer" and pod["imagePullSecrets"] == [{"name": "ecr-pull"}]
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert pod["volumes"] == [{"name": "smlaunch-config", "configMap": {"name": "llama-1-smlaunch"}},
-                              {"name": "smlaunch-storage", "persistentVolumeClaim": {"claimName": "fsx-claim"}}]
+                              {"name": "smlaunch-storage", "persistentVolumeClaim": {"claimName": "fsx-claim"}},
+                              {"name": "smlaunch-shm", "emptyDir": {"medium": "Memory"}}]  # a GPU node's /dev/shm
     assert pod["containers"] == [{"name": "node", "volumeMounts": [
         {"name": "smlaunch-config", "mountPath": "/etc/smlaunch", "readOnly": True},
-        {"name": "smlaunch-storage", "mountPath": "/mnt/smlaunch"}]}]
+        {"name": "smlaunch-storage", "mountPath": "/mnt/smlaunch"}, {"name": "smlaunch-shm", "mountPath": "/dev/shm"}]}]
     assert pod["terminationGracePeriodSeconds"] == 120  # a stop's SIGTERM leaves the ranks time to checkpoint
     assert trainer["command"] == ["python", "-m", "container", "pod"]
 
@@ -91,8 +93,8 @@ def test_a_bare_section_asks_the_cluster_for_nothing_more(job):
     assert manifest["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "smlaunch"}
     patch = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
     pod = patch["template"]["spec"]["template"]["spec"]
-    assert set(pod) == {"terminationGracePeriodSeconds", "volumes", "containers"}  # only the job's own ConfigMap
-    assert [v["name"] for v in pod["volumes"]] == ["smlaunch-config"]
+    assert set(pod) == {"terminationGracePeriodSeconds", "volumes", "containers"}
+    assert [v["name"] for v in pod["volumes"]] == ["smlaunch-config", "smlaunch-shm"]  # its ConfigMap, /dev/shm
 
 
 def test_the_config_map_holds_what_each_pod_writes_its_opt_ml_tree_from(job):

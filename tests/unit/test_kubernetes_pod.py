@@ -44,7 +44,8 @@ def _kubelet(tmp_path, hyperparameters: dict) -> tuple[dict, dict]:
 
 
 def test_each_pod_writes_its_hosts_tree_on_the_claim(tmp_path):
-    env, where = _kubelet(tmp_path, {"model_preset": "llama3-tiny", "api_key": "sk-hidden12345"})
+    env, where = _kubelet(tmp_path, {"model_preset": "llama3-tiny", "api_key": "sk-hidden12345",
+                                     "data_source": "https://u:srcpw777@host/x"})  # a secret by its value
     base, variables, mirror = prepare_host({**env, "PET_NODE_RANK": "1"})
     assert mirror is None  # on the claim: nothing to mirror
     assert base == where["claim"] / "smlaunch-jobs" / "k-1" / "hosts" / "algo-2"
@@ -53,6 +54,9 @@ def test_each_pod_writes_its_hosts_tree_on_the_claim(tmp_path):
     assert (resource["current_host"], resource["hosts"]) == ("algo-2", ["algo-1", "algo-2"])
     hyper = json.loads((config / "hyperparameters.json").read_text())
     assert hyper["api_key"] == '"sk-hidden12345"'  # from the Secret, in the file as SageMaker's holds it
+    assert hyper["data_source"] == '"https://u:srcpw777@host/x"' and "srcpw777" not in (
+        where["mount"] / "pod.json").read_text()  # the real value where the runtime reads it, from the Secret only
+    assert json.loads(hyper["model_preset"]) == "llama3-tiny"  # the control: from the ConfigMap
     assert stat.S_IMODE(config.stat().st_mode) == 0o700
     assert stat.S_IMODE((config / "hyperparameters.json").stat().st_mode) == 0o600
     assert json.loads(hyper["sagemaker_submit_directory"]) == str(where["mount"] / "sourcedir.tar.gz")

@@ -59,6 +59,30 @@ def test_a_scripts_own_metrics_get_a_column_and_a_panel_each():
     assert [ax.get_ylabel() for ax in metrics_view.plot([runtime]).axes] == ["loss", "tokens/s", "grad norm"]
 
 
+def test_a_restarted_job_is_drawn_once_per_step_with_its_restart_marked():
+    """Issue 49: attempt 0 logged steps 1-6 and failed; attempt 1 resumed from the checkpoint of step 4
+    (rank 0's restart record) and logged steps 5-8 again and on. The curves had steps 5 and 6 twice (the
+    line went back) and nothing showed the restart; a job that never restarted is drawn as before."""
+    first = [{"step": s, "loss": 10.0 - s, "tokens_per_s": 100.0 * s, "grad_norm": 1.0, "attempt": 0}
+             for s in range(1, 7)]
+    event = {"step": 4, "restarts": 1, "restart_reason": "attempt 0 failed (fault, restarted): rank 0 was killed"}
+    second = [{"step": s, "loss": 9.5 - s, "tokens_per_s": 50.0 * s, "grad_norm": 2.0, "attempt": 1, "restarts": 1}
+              for s in range(5, 9)]
+    restarted = metric_records.JobMetrics("local:r", "metrics.jsonl", [*first, event, *second])
+    assert restarted.series("loss") == ([1, 2, 3, 4, 5, 6, 7, 8], [9.0, 8.0, 7.0, 6.0, 4.5, 3.5, 2.5, 1.5])
+    assert restarted.restarts() == [4]
+    fig = metrics_view.plot([restarted])
+    for ax in fig.axes:
+        [curve] = [line for line in ax.get_lines() if len(line.get_xdata()) > 2]
+        assert list(curve.get_xdata()) == [1, 2, 3, 4, 5, 6, 7, 8]  # each step once
+        [marker] = [line for line in ax.get_lines() if len(line.get_xdata()) == 2]
+        assert list(marker.get_xdata()) == [4, 4] and marker.get_linestyle() == ":"
+    assert "local:r restarted" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    once = metric_records.JobMetrics("local:o", "metrics.jsonl", first)  # the control: no restart
+    assert once.series("loss") == ([1, 2, 3, 4, 5, 6], [9.0, 8.0, 7.0, 6.0, 5.0, 4.0]) and once.restarts() == []
+    assert all(len(line.get_xdata()) == 6 for ax in metrics_view.plot([once]).axes for line in ax.get_lines())
+
+
 def test_bad_plot_path_and_handles_are_refused_before_any_lookup(tmp_path, monkeypatch):
     monkeypatch.setenv("SMLAUNCH_HOME", str(tmp_path / "home"))
     runner = CliRunner()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from pathlib import Path
 
@@ -90,10 +91,59 @@ def test_on_a_terminal_a_bar_follows_the_metric_lines():
         view.line("algo-1 | starting")
         view.host_line("algo-1", "cyan", LINE)
     text = out.getvalue()
-    assert "algo-1 | starting\n" in text and f"algo-1 | {LINE}\n" in text
+    assert "algo-1 | starting\n" in text
+    assert "algo-1 | step  40/200  loss  2.7100     12,300 tokens/s  ETA 0:03:12\n" in text  # the record, short
     final = text.rsplit("\r", 1)[-1]  # the bar's last drawing, left on screen when the job ends
     assert "training" in final and "step 40/200 (20%), loss 2.71, 12,300 tokens/s, ETA 0:03:12" in final
     assert "━" in final
+
+
+def _launch_line(tmp_path: Path) -> str:
+    """The bootstrap's launch line of a two-host torch_distributed job (container.toolkit.bootstrap)."""
+    import shlex
+
+    from container.toolkit.bootstrap import launch_command
+    from container.toolkit.contract import read_training_env
+    from tests.support.bootstrap import host_tree
+
+    base = host_tree(tmp_path, "algo-1", ["algo-1", "algo-2"], {
+        "sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True,
+        "sagemaker_smlaunch_processes_per_host": 2, **{f"option_{i}": "x" * 20 for i in range(12)}})
+    (base / "code" / "train.py").write_text("")
+    env = read_training_env(base, num_gpus=0)
+    return f"[smlaunch] algo-1: {shlex.join(launch_command(env, tmp_path / 'logs'))} (in {env.code_dir})"
+
+
+def test_on_a_terminal_records_and_the_launch_print_short_and_off_it_whole(tmp_path):
+    """Issue 49: `make demo` printed 400-character [metrics] lines and 650-character torchrun lines."""
+    record = {"loss": 3.83808, "grad_norm": 1.3683, "lr": 0.00299181, "samples_per_s": 76.93, "tokens_per_s": 19694.3,
+              "tokens_per_s_per_gpu": 4923.57, "tflops_per_gpu": 0.0042, "peak_memory_gib": 0.361, "max_steps": 120,
+              "elapsed_s": 4.0, "eta_s": 44.0, "attempt": 0, "start_step": 0,
+              "loop_start": "2026-11-28T22:14:15.123+00:00", "time_steps_s": 3.9, "time_data_s": 0.01}
+    lines = [format_metric_line(10, **record), format_metric_line(100, **{**record, "loss": 12.5, "eta_s": 3700.0}),
+             format_metric_line(40, val_loss=3.21151),
+             "[metrics] step=4 restarts=1 restart_reason=attempt 0 failed (fault, restarted)", _launch_line(tmp_path),
+             "2026-11-28 22:14:12,939 INFO model llama3-tiny: 125,248 parameters"]
+    out = io.StringIO()
+    with LiveProgress(console=Console(file=out, force_terminal=True, width=200, color_system=None)) as view:
+        for line in lines:
+            view.host_line("algo-1", "cyan", line)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue()).replace("\r", "\n")  # the bar's redrawing
+    shown = [line for line in text.splitlines() if line.startswith("algo-1 | ")]
+    assert shown == [
+        "algo-1 | step  10/120  loss  3.8381  lr 2.99e-03     19,694 tokens/s  ETA 0:00:44",
+        "algo-1 | step 100/120  loss 12.5000  lr 2.99e-03     19,694 tokens/s  ETA 1:01:40",
+        "algo-1 | step  40/120  val loss  3.2115",
+        "algo-1 | " + lines[3],  # a restart's record, as it is
+        "algo-1 | [smlaunch] algo-1: torchrun --nnodes 2 --nproc_per_node 2 --node_rank 0 train.py + 24 arguments "
+        "(the whole command is in the job's log)",
+        "algo-1 | " + lines[5]]  # control: any other line as it is
+    hosts = []  # off a terminal (a pipe, a file, a test): every line whole
+    with LiveProgress(console=Console(file=io.StringIO(), force_terminal=False),
+                      plain_host=lambda *args: hosts.append(args[2])) as view:
+        for line in lines:
+            view.host_line("algo-1", "cyan", line)
+    assert hosts == lines
 
 
 def test_sagemakers_status_line_goes_into_the_bar():
@@ -124,6 +174,24 @@ def test_status_lines_of_a_running_and_a_stopped_job():
     assert stopped["LastCheckpoint"]["Verified"] is False  # status --json says so too
     no_checkpoint = {k: v for k, v in stopped.items() if k not in ("LastCheckpoint", "Progress")}
     assert status_lines("local", "j", no_checkpoint)[2:] == ["last checkpoint: none"]
+
+
+def test_status_says_restarts_only_of_jobs_that_asked_or_restarted_and_a_scripts_metrics_in_words():
+    """Issue 49: `restarts: 0 of 0` on a job that never asked for restarts, and `(value 3)` after a
+    script's metric."""
+    failure = {"attempt": 0, "at": "2026-11-28T22:12:11+00:00", "failure_class": "fault", "restarted": False,
+               "reason": "train.py exited with code 1", "step": None, "extra": {}}
+    failed = {"TrainingJobName": "j", "TrainingJobStatus": "Failed", "FailureReason": "train.py exited with code 1",
+              "Restarts": [failure], "LastMetrics": {"val_acc": (3, 0.7), "loss": (1, 2.5)}}
+    lines = status_lines("local", "j", failed)
+    assert not any(line.startswith("restarts:") or "attempt 0" in line for line in lines)
+    assert "last metrics (metric_definitions on the log): val_acc 0.7 (the last of 3), loss 2.5 (its only value)" \
+        in lines
+    # controls: a job with max_restarts says its budget, used or not; restarts are counted where no budget is known
+    assert "restarts: 0 of 2 (max_restarts)" in status_lines("local", "j", {**failed, "MaxRestarts": 2})
+    restarted = {**failure, "restarted": True}
+    lines = status_lines("kubernetes", "j", {**failed, "Restarts": [restarted, {**failure, "attempt": 1}]})
+    assert "restarts: 1" in lines and sum("  attempt " in line for line in lines) == 2
 
 
 def render(table, width: int = 80) -> list[str]:

@@ -136,6 +136,28 @@ def test_what_the_loop_cannot_run_is_refused(tmp_path, fields, refused):
     _job(0, **user)  # control: the same job without restarts is valid
 
 
+def test_a_code_directory_the_toolkit_takes_for_a_package_is_refused(tmp_path):
+    """Issue 49: with a setup.py in source_dir, AWS's toolkit (sagemaker_training, read here) installs
+    the directory as a package and runs the program as a module: the loop's program, a path, is none.
+    The same code without setup.py, with setup.py left out by source_ignore, or without restarts, and
+    a local run of it (smlaunch's bootstrap runs `python <program>`) are valid (the controls)."""
+    from sagemaker_training import _entry_point_type
+
+    user = _user_script(tmp_path, distribution=None)
+    code = Path(user["source_dir"])
+    loop_program = _hyperparameters(_job(1, **user))["sagemaker_program"]
+    (code / "setup.py").write_text("from setuptools import setup\nsetup(name='fit')\n")
+    assert _entry_point_type.get(str(code), loop_program) is _entry_point_type.PYTHON_PACKAGE
+    with pytest.raises(ConfigError) as err:
+        _job(1, **user)
+    [issue] = [i for i in err.value.issues if i.path == "max_restarts"]
+    assert "holds a setup.py" in issue.problem and "python -m _smlaunch/restart_loop`" in issue.problem
+    assert "-e ./pkg" in issue.fix and "remove max_restarts" in issue.fix
+    _job(0, **user)
+    _job(1, **user, source_ignore=["setup.py"])
+    _job(1, **{**user, "instance_type": "local", "output_path": None, "role": None})
+
+
 # --- the container side -------------------------------------------------------------------------
 def _sdk_and_loop_trees(tmp_path: Path) -> tuple[Path, Path]:
     trees = []

@@ -114,6 +114,31 @@ def test_a_module_the_target_lacks_and_requirements_do_not_list_is_a_warning(tmp
     assert not [i for i in validate_job(aws_job(listed, **DLC)).warnings if i.path == "entry_point"]
 
 
+@pytest.mark.parametrize("layout", ["-e ./pkg", "./pkg", "-e ./pkg (src layout)", "pyproject name",
+                                    "./wheels/mine_pkg-1.0-py3-none-any.whl"])
+def test_a_local_package_requirements_install_is_listed(tmp_path, layout):
+    """Issue 49: `-e ./pkg` in requirements.txt, whose package the script imports, was warned about as
+    "not listed in requirements.txt". A local package's modules are its files' (or its archive's name);
+    a module no local package provides is still warned about (the control)."""
+    script = "import torch\nimport mine_pkg\nimport definitely_not_installed_pkg\n"
+    src = write_script(tmp_path / "src", script, requirements=None)
+    line = layout.split(" (")[0] if layout != "pyproject name" else "-e ./pkg"
+    (src / "requirements.txt").write_text(f"{line}\n")
+    if layout.endswith(".whl"):
+        (src / "wheels").mkdir()
+        (src / "wheels" / "mine_pkg-1.0-py3-none-any.whl").write_bytes(b"")
+    elif layout == "pyproject name":  # a project of modules whose names say nothing: its name does
+        (src / "pkg").mkdir()
+        (src / "pkg" / "pyproject.toml").write_text('[tool.x]\nname = "other"\n[project]\nname = "mine-pkg"\n')
+    else:
+        package = src / "pkg" / ("src" if "src layout" in layout else "") / "mine_pkg"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (src / "pkg" / "setup.py").write_text("from setuptools import setup\nsetup(name='x')\n")
+    warned = [i.problem for i in validate_job(aws_job(src, **DLC)).warnings if i.path == "entry_point"]
+    assert len(warned) == 1 and "imports definitely_not_installed_pkg" in warned[0]
+
+
 def test_smlaunchs_rules_are_notes_for_a_plain_script_and_smps_stay_errors_for_an_smp_script(tmp_path):
     ddp = write_script(tmp_path / "ddp", "import torch\nimport torch.distributed as dist\n", requirements=None)
     # FP8 on an A100: the seed's mistake stays an error where SMP's FP8 is asked for

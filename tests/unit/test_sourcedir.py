@@ -344,6 +344,39 @@ def _job(source_dir: Path, instance_type: str = "ml.p5.48xlarge", **fields):
                          "hyperparameters": {"model_preset": "llama3-tiny", "max_context_width": 256}, **fields})
 
 
+@pytest.mark.parametrize("bad", ["outside", "broken", "in a dependency"])
+def test_validate_refuses_the_links_submit_refuses_in_the_same_words(tmp_path: Path, bad: str) -> None:
+    """Issue 49: a symlink in source_dir pointing outside passed validate, and submit refused it. Both walk
+    the tree with launcher.config.code_tree; a link inside the tree, and links in an ignored or a credential
+    directory, pass both (the controls)."""
+    from launcher.backends.sourcedir import build_job_sourcedir
+    from launcher.config.issues import ConfigError
+
+    code, dep = tmp_path / "code", tmp_path / "dep"
+    write(code / "train.py", "print('mine')\n")
+    write(code / "lib" / "util.py", "X = 1\n")
+    write(dep / "helper.py", "Y = 2\n")
+    outside = write(tmp_path / "outside" / "secret.txt", "not the job's\n")
+    (code / "alias.py").symlink_to(code / "lib" / "util.py")
+    for skipped in ("node_modules", ".ssh"):  # ignored by default; left out as a credential directory
+        (code / skipped).mkdir()
+        (code / skipped / "link").symlink_to(outside)
+    fields = {"dependencies": [str(dep)]}
+    job = _job(code, "local", **fields)  # valid so far
+    assert "alias.py" in build_job_sourcedir(job, tmp_path / "ok.tar.gz").files
+    link, field, value = {"outside": (code / "leak.txt", "source_dir", str(code)),
+                          "broken": (code / "dangling", "source_dir", str(code)),
+                          "in a dependency": (dep / "leak.txt", "dependencies[0]", str(dep))}[bad]
+    link.symlink_to(code / "missing" if bad == "broken" else outside)
+    with pytest.raises(ConfigError) as validated:
+        _job(code, "local", **fields)
+    [issue] = validated.value.issues
+    assert (issue.path, issue.value) == (field, value) and f"symlink '{link}'" in issue.problem
+    with pytest.raises(SourceDirError) as submitted:
+        build_job_sourcedir(job, tmp_path / "a.tar.gz")
+    assert str(submitted.value) == f"{issue.problem}: {issue.fix}"
+
+
 def _pyproject_specs() -> dict[str, str]:
     """What pyproject.toml asks for, by distribution name: the dependencies and the train extra."""
     tomllib = pytest.importorskip("tomllib")

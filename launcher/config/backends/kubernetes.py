@@ -12,12 +12,15 @@ the image every pod runs.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from launcher.config import images
+from launcher.config.backends.kubernetes_names import planned_name_issue
 from launcher.config.base import Strict, WholeNumber
 from launcher.config.issues import Issue
+from launcher.config.job_names import default_base_name
 from launcher.config.paths import LocalPathText
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
 from launcher.wire.pod_config import HYPERPOD_ENV, RESERVED_ENV
@@ -34,6 +37,8 @@ DNS_SUBDOMAIN = rf"^{_SUBDOMAIN}$"
 _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 LABEL_KEY = rf"^({_SUBDOMAIN}/)?{_LABEL_NAME}$"
 LABEL_VALUE = rf"^({_LABEL_NAME})?$"
+# A resource quantity as a pod's requests take it (a subset of Kubernetes' own: no exponents).
+Quantity = Annotated[str, Field(pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")]
 
 
 class Toleration(Strict):
@@ -82,6 +87,24 @@ class KubernetesStorage(Strict):
         return self
 
 
+class PodResources(Strict):
+    """What each pod asks of its node beside the GPUs (the instance type's): EFA interfaces, /dev/shm,
+    CPU and memory."""
+
+    efa: WholeNumber | None = Field(
+        None, ge=0, description="EFA interfaces each pod asks for (vpc.amazonaws.com/efa, the EFA device "
+        "plugin's resource); default: a job of several nodes asks for every interface of its instance type "
+        "(the instance catalog's count: p5.48xlarge 32, p4d.24xlarge 4, ...), a one-node job none; 0: none.")
+    shared_memory: Literal[False] | Quantity | None = Field(
+        None, description="/dev/shm as a memory-backed emptyDir of this size (e.g. 256Gi; NCCL and data "
+        "loader workers use it); default on GPU nodes: one without a size limit (bounded by the node's memory); "
+        "false: none (the container runtime's 64 MiB).")
+    cpu: WholeNumber | Quantity | None = Field(
+        None, description="CPUs each pod requests (e.g. 180, or 180500m); default: none (a pod that asks for "
+        "every GPU of its node has the node anyway).")
+    memory: Quantity | None = Field(None, description="Memory each pod requests (e.g. 1800Gi); default: none.")
+
+
 class KubernetesSettings(Strict):
     """Where and how the job runs on a Kubernetes cluster (backend: kubernetes), as a Kubeflow Trainer
     TrainJob (trainer.kubeflow.org/v1alpha1) queued by Kueue."""
@@ -110,6 +133,8 @@ class KubernetesSettings(Strict):
                                           "image is pulled with.")
     storage: KubernetesStorage | None = Field(None, description="The volume or S3 prefix the job's data, "
                                               "checkpoints and outputs live on.")
+    resources: PodResources = Field(default_factory=PodResources, description="What each pod asks of its node "
+                                    "beside its GPUs: EFA interfaces, /dev/shm, CPU and memory.")
     on_stop: Literal["delete", "suspend"] = Field(
         "delete", description="What `smlaunch stop` does: delete the job (with its pods, ConfigMap and "
         "Secret), or suspend it (a TrainJob's spec.suspend, a HyperPodPyTorchJob's spec.runPolicy.suspend, or its "
@@ -144,6 +169,7 @@ def check_kubernetes(ctx: Context) -> list[Issue]:
         issues.append(Issue("image_uri", None, "is needed with backend kubernetes: every pod runs the image",
                             "set image_uri to an image with smlaunch (`python -m container`) in a registry "
                             "the cluster pulls from"))
+    issues += _pod_issues(job, inst, settings)
     if inst is not None and inst.accelerators is None:
         issues.append(Issue("instance_type", job.instance_type, "does not say how many GPUs a node has, which the "
                             "pods' GPU requests need", "use the instance type of the cluster's GPU nodes "
@@ -192,6 +218,33 @@ def check_kubernetes(ctx: Context) -> list[Issue]:
                               " (s3:// channels are read with kubernetes.storage.s3)" if where.startswith("s3://")
                               else ""), "give a path under kubernetes.storage.mount_path on the claim "
                               "kubernetes.storage.pvc, or put the data in S3 and use kubernetes.storage.s3"))
+    return issues
+
+
+def _pod_issues(job, inst, settings: KubernetesSettings) -> list[Issue]:
+    """What the pods' image, name, resources and S3 access need, as the cluster will make them."""
+    issues = []
+    if job.image_uri and images.is_aws_training_image(job.image_uri):
+        issues.append(Issue("image_uri", job.image_uri, "is AWS's own PyTorch training image, which has no smlaunch: "
+                            "every pod runs `python -m container pod`, which it cannot (on SageMaker the code archive "
+                            "carries the runtime; a pod starts it before any archive)",
+                            f"build smlaunch's image on it (make image BASE_IMAGE={job.image_uri}), push it to a "
+                            "registry the cluster pulls from and set image_uri to it"))
+    if name := planned_name_issue(job.base_job_name, default_base_name(job.entry_point), settings.kind,
+                                  job.instance_count):
+        issues.append(name)
+    if (inst is not None and inst.efa and inst.efa_interfaces is None and job.instance_count > 1
+            and settings.resources.efa is None):
+        issues.append(Issue("kubernetes.resources.efa", None, f"{job.instance_type} has EFA, but smlaunch does not "
+                            "know how many interfaces its nodes have: the pods ask for none, and NCCL talks between "
+                            "nodes over TCP sockets", "set kubernetes.resources.efa to the nodes' EFA interfaces "
+                            "(kubectl describe node: vpc.amazonaws.com/efa), or 0 to say none", level="warning"))
+    if settings.storage is not None and settings.storage.s3 and not settings.service_account:
+        issues.append(Issue("kubernetes.service_account", None, "is not set with kubernetes.storage.s3: the pods run "
+                            "as the namespace's `default` service account, and fail at their first S3 download unless "
+                            "it (or the node's instance role) may read and write the job's prefixes",
+                            "set kubernetes.service_account to one with an IAM role for S3 (IRSA or EKS Pod "
+                            "Identity)", level="warning"))
     return issues
 
 
