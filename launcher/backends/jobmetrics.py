@@ -18,7 +18,7 @@ from pathlib import Path
 
 from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, SettingError
-from launcher.backends.log_metrics import POINT, metrics_from_lines, metrics_from_log
+from launcher.backends.log_metrics import POINT, LogMetrics
 from launcher.backends.metric_records import (
     JOBDIR_METRICS,
     METRICS_FILE,
@@ -42,8 +42,9 @@ def job_metrics(handle: str, region: str | None = None) -> JobMetrics:
     return load(*registry.find(handle, region=region))
 
 
-def load(backend, name: str) -> JobMetrics:
-    """The metrics of job `name` of `backend`; NoMetricsError if it has none yet."""
+def load(backend, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMetrics:
+    """The metrics of job `name` of `backend`; NoMetricsError if it has none yet. `logs`: readers of
+    jobs' logs by job name, which read on from where they stopped (a sweep's controller's)."""
     handle = f"{backend.name}:{name}"
     if backend.name == "sagemaker":
         return _from_sagemaker(backend, name, handle)
@@ -56,15 +57,17 @@ def load(backend, name: str) -> JobMetrics:
         return JobMetrics(handle, str(path), records)
     definitions = (record.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
     log = Path(record["LocalJobDir"]) / "logs" / "job.log"
-    if definitions:  # a script of the user's own: its metric_definitions over the log, as SageMaker does
-        records = metrics_from_log(log, definitions)
-        if records:
-            return JobMetrics(handle, f"{log} (metric_definitions: {', '.join(d['Name'] for d in definitions)})",
-                              records, x=POINT)
     ended = record["TrainingJobStatus"] in TERMINAL_STATUSES
+    found = LogMetrics(definitions)
+    if definitions:  # a script of the user's own: its metric_definitions over the log, as SageMaker does
+        found = logs.setdefault(name, found) if logs is not None else found
+        found.read(log, final=logs is None or ended)
+        if found.records:
+            return JobMetrics(handle, f"{log} (metric_definitions: {', '.join(d['Name'] for d in definitions)}"
+                                      f"{found.note()})", list(found.records), x=POINT)
     looked = f"{path} does not exist" if not path.is_file() else f"{path} is empty"
     if definitions:
-        looked += f", and its metric_definitions match no line of {log}"
+        looked += f", and its metric_definitions match no line of {log}{found.note()}"
     elif not path.is_file():
         looked += (" (rank 0 of smlaunch's train.py writes it at the first logged step; a script of your own "
                    "gets metrics from the log with metric_definitions)")
@@ -100,14 +103,16 @@ def _from_job_files(backend, name: str, handle: str, record: dict) -> JobMetrics
 
 def _from_pod_logs(backend, name: str, handle: str, record: dict, definitions: list[dict],
                    looked: str) -> JobMetrics:
-    records = metrics_from_lines((line for _, line in backend.log_lines(name)), definitions)
+    found = LogMetrics(definitions)
+    found.feed(line for _, line in backend.log_lines(name))
     names = ", ".join(d["Name"] for d in definitions)
-    if records:
-        return JobMetrics(handle, f"{handle}'s pod logs (metric_definitions: {names})", records, x=POINT)
+    if found.records:
+        return JobMetrics(handle, f"{handle}'s pod logs (metric_definitions: {names}{found.note()})", found.records,
+                          x=POINT)
     ended = record["TrainingJobStatus"] in TERMINAL_STATUSES
     raise NoMetricsError(f"job {handle} ({record['TrainingJobStatus']}) has no metrics{'' if ended else ' yet'}: "
-                         f"{looked}its metric_definitions ({names}) match no line of its pods' logs (a pod's log "
-                         "goes with the pod: a job deleted from the cluster has none)")
+                         f"{looked}its metric_definitions ({names}) match no line of its pods' logs{found.note()} "
+                         "(a pod's log goes with the pod: a job deleted from the cluster has none)")
 
 
 def _from_sagemaker(backend, name: str, handle: str) -> JobMetrics:

@@ -8,8 +8,6 @@ import sys
 
 import click
 
-# Imports inside functions: each command imports what it uses when it runs (CLI start-up,
-# bench/cli_startup.py).
 from launcher.cli.support import (
     EXIT_FAILED,
     EXIT_INVALID,
@@ -23,6 +21,10 @@ from launcher.cli.support import (
     region_option,
 )
 from launcher.config import backend_table
+
+# Imports inside functions: each command imports what it uses when it runs (CLI start-up,
+# bench/cli_startup.py).
+from launcher.wire.terminal import printable
 
 
 @click.command(epilog=JOB_HELP)
@@ -96,8 +98,8 @@ def stop(job: str, region: str | None) -> None:
     def run():
         sweep = _sweep(job, region)
         if sweep is not None:
-            sweep.stop()
-            click.echo(f"stopping tuning job {sweep.name}: its running trials are stopped and no more start")
+            done = sweep.stop()
+            click.echo(done or f"stopping tuning job {sweep.name}: its running trials are stopped and no more start")
             return
         backend, name = find(job, region)
         backend.stop(name)
@@ -198,8 +200,15 @@ def _list_sweeps(status_filter: str | None, name_contains: str | None, max_resul
         from launcher.tune.sweep import SweepHandle
 
         records, damaged = state.list_sweeps()
-        found = [SweepHandle(r["HyperParameterTuningJobName"]).describe() for r in records
-                 if not name_contains or name_contains in r["HyperParameterTuningJobName"]]
+        for record in records:
+            if name_contains and name_contains not in record["HyperParameterTuningJobName"]:
+                continue
+            try:
+                found.append(SweepHandle(record["HyperParameterTuningJobName"]).describe())
+            except state.DamagedSweep as exc:  # damaged since it was listed
+                damaged.append(str(exc))
+            except LookupError:  # deleted since it was listed
+                continue
         found = [d for d in found if not status_filter or d["HyperParameterTuningJobStatus"] == status_filter]
     if "sagemaker" in backends:
         from launcher.backends import registry
@@ -212,5 +221,5 @@ def _list_sweeps(status_filter: str | None, name_contains: str | None, max_resul
         click.echo(json.dumps({"tuning_jobs": found, "damaged": damaged}, indent=2, default=str))
     else:
         make_console().print(tuneview.sweeps_table(found))
-    for path in damaged:
-        click.echo(f"not listed: {path} is damaged", err=True)
+    for why in damaged:
+        click.echo(f"not listed: {printable(why)}", err=True)

@@ -55,7 +55,7 @@ def metrics(jobs: tuple[str, ...], region: str | None, as_json: bool, plot_path:
         loaded = [jobmetrics.job_metrics(job, region) for job in jobs]
         if plot_path is not None:
             try:
-                metrics_view.plot(loaded, plot_path)
+                metrics_view.plot(loaded, plot_path, _trial_labels(loaded))
             except (ValueError, RuntimeError) as exc:
                 fail(str(exc), EXIT_INVALID)
         if as_json:
@@ -69,3 +69,16 @@ def metrics(jobs: tuple[str, ...], region: str | None, as_json: bool, plot_path:
             click.echo(f"plot: {plot_path}", err=as_json)
 
     aws_call(run)
+
+
+def _trial_labels(loaded) -> dict[str, str]:
+    """A sweep's trial by its name and tuned values (`local:lr-3-002 (lr=0.0348579)`), for a plot's legend."""
+    from launcher.cli.tuneview import values_text
+    from launcher.tune.state import trial_values
+
+    labels = {}
+    for job in loaded:
+        values = trial_values(job.handle.partition(":")[2])  # None but for a trial of a sweep run here
+        if values:
+            labels[job.handle] = f"{job.handle} ({values_text(values)})"
+    return labels

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher.backends.log_metrics import POINT
 from launcher.backends.metric_records import JobMetrics
+from launcher.wire.terminal import as_data
 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 # (record key, column heading, format)
@@ -55,27 +56,30 @@ def _script_metrics(jobs: list[JobMetrics]) -> list[str]:
 def table(job: JobMetrics, last: int | None):
     """A rich Table of the job's last `last` rows (all of them for None)."""
     from rich.table import Table
+    from rich.text import Text
 
     shown = rows(job)
     hidden = len(shown) - last if last is not None and len(shown) > last else 0
     shown = shown[hidden:]
     caption = f"{hidden} earlier row(s) not shown (--all shows them)" if hidden else None
-    out = Table(title=f"{job.handle}  ({job.source})", caption=caption, title_justify="left")
+    # a script's metric names (and the source naming them) are the user's: data, not markup or escapes
+    out = Table(title=Text(as_data(f"{job.handle}  ({job.source})")), caption=caption, title_justify="left")
     out.add_column(X_LABELS[job.x], justify="right")
     if job.x == POINT:
         keys = [(name, name, SCRIPT_FORMAT) for name in _script_metrics([job])]
     else:
         keys = [c for c in COLUMNS if any(c[0] in r for r in shown)]
     for _, heading, _ in keys:
-        out.add_column(heading, justify="right")
+        out.add_column(Text(as_data(heading)), justify="right")
     for row in shown:
         out.add_row(str(row[job.x]), *(fmt.format(row[key]) if row.get(key) is not None else ""
                                         for key, _, fmt in keys))
     return out
 
 
-def plot(jobs: list[JobMetrics], path: Path | None = None):
-    """A matplotlib Figure of the jobs' curves, saved to `path` when given (Agg: no display needed)."""
+def plot(jobs: list[JobMetrics], path: Path | None = None, labels: dict[str, str] | None = None):
+    """A matplotlib Figure of the jobs' curves, saved to `path` when given (Agg: no display needed).
+    `labels`: a job's name in the legend by its handle (a sweep's trial: with its tuned values)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -90,13 +94,14 @@ def plot(jobs: list[JobMetrics], path: Path | None = None):
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     colors = [f"C{i % 10}" for i in range(len(jobs))]
     for job, color in zip(jobs, colors):
+        label = (labels or {}).get(job.handle, job.handle)
         for ax, (key, _) in zip(axes, panels):
             steps, values = job.series(key)
             if steps:
-                ax.plot(steps, values, color=color, label=job.handle)
+                ax.plot(steps, values, color=color, label=label)
         steps, values = job.series("val_loss") if x != POINT else ([], [])
         if steps:
-            axes[0].plot(steps, values, color=color, linestyle="--", marker="o", label=f"{job.handle} (validation)")
+            axes[0].plot(steps, values, color=color, linestyle="--", marker="o", label=f"{label} (validation)")
         _mark_restarts(axes, job, color)
     for ax, (_, label) in zip(axes, panels):
         ax.set_ylabel(label)

@@ -1,5 +1,7 @@
 """What `smlaunch tune`, `status SWEEP` and `list --tuning` print of a sweep: its trials as a table
-(tuned values, status, objective; the best marked), and the dry run's planned trials."""
+(tuned values, status, objective; the best marked), and the dry run's planned trials. Names and
+values are the user's: printed as data (launcher.wire.terminal.as_data), and as rich Text, which
+reads no markup, in tables."""
 
 from __future__ import annotations
 
@@ -7,11 +9,29 @@ import click
 
 # Imports inside functions: rich's tables, and the sweep engine for a dry run, load when printed (CLI start-up).
 from launcher.cli.support import make_console
-from launcher.wire.terminal import printable
+from launcher.wire.terminal import as_data, printable
 
 
 def _value(value) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+    """A tuned value or an objective for reading: a float to 6 significant digits, a float's text
+    (SageMaker's TunedHyperParameters are strings) too; anything else as data."""
+    if isinstance(value, str) and any(c in value for c in ".eE"):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    return f"{value:.6g}" if isinstance(value, float) else as_data(value)
+
+
+def values_text(values: dict) -> str:
+    """`lr=0.000252984, layers=4`: tuned values for reading."""
+    return ", ".join(f"{as_data(k)}={_value(v)}" for k, v in values.items())
+
+
+def _cell(text: str):
+    from rich.text import Text
+
+    return Text(text)
 
 
 def trials_table(desc: dict):
@@ -24,13 +44,14 @@ def trials_table(desc: dict):
     best = (desc.get("BestTrainingJob") or {}).get("TrainingJobName")
     table = Table(title=f"{desc['HyperParameterTuningJobName']}: {desc['HyperParameterTuningJobStatus']}",
                   title_justify="left")
-    for column in ("trial", "status", *names, f"{objective['MetricName']} ({objective['Type']})", "note"):
-        table.add_column(column)
+    for column in ("trial", "status", *map(as_data, names), f"{as_data(objective['MetricName'])} ({objective['Type']})",
+                   "note"):
+        table.add_column(_cell(column))
     for trial in trials:
         mark = " *" if trial["TrainingJobName"] == best else ""
         table.add_row(trial["TrainingJobName"] + mark, trial["TrainingJobStatus"],
-                      *(trial["TunedHyperParameters"].get(n, "") for n in names),
-                      _objective(trial), printable(_note(trial)))
+                      *(_cell(_value(trial["TunedHyperParameters"].get(n, ""))) for n in names),
+                      _objective(trial), _cell(as_data(_note(trial))))
     return table
 
 
@@ -58,8 +79,9 @@ def print_status(desc: dict) -> None:
     best = desc.get("BestTrainingJob")
     if best:
         metric = best["FinalHyperParameterTuningJobObjectiveMetric"]
-        values = ", ".join(f"{k}={v}" for k, v in best["TunedHyperParameters"].items())
-        click.echo(f"best (*): {best['TrainingJobName']}, {metric['MetricName']} {_value(metric['Value'])} ({values})")
+        values = ", ".join(f"{as_data(k)}={as_data(v)}" for k, v in best["TunedHyperParameters"].items())  # exact
+        click.echo(f"best (*): {best['TrainingJobName']}, {as_data(metric['MetricName'])} {_value(metric['Value'])} "
+                   f"({values})")
     if desc.get("StatusMessage"):
         click.echo(desc["StatusMessage"])
     if desc.get("FailureReason"):
@@ -80,7 +102,7 @@ def sweeps_table(sweeps: list[dict]):
         done = sum(counters.get(k, 0) for k in ("Completed", "NonRetryableError", "Stopped"))
         table.add_row(desc["HyperParameterTuningJobName"], desc["HyperParameterTuningJobStatus"], desc["Backend"],
                       f"{done}/{limit}", best.get("TrainingJobName", "-"),
-                      f"{metric['MetricName']} {_value(metric['Value'])}" if metric else "-",
+                      _cell(f"{as_data(metric['MetricName'])} {_value(metric['Value'])}") if metric else "-",
                       (desc.get("CreationTime") or "")[:19])
     return table
 
@@ -93,8 +115,9 @@ def print_dry_run(job, tuning) -> None:
 
     seed = tuning.random_seed if tuning.random_seed is not None else 0
     planned = strategy_for(tuning, seed).upfront()
-    click.echo(f"{tuning.strategy} sweep over {', '.join(tuning.ranges)}: {tuning.trial_count()} trial(s), "
-               f"{tuning.max_parallel_jobs} at a time, objective {tuning.objective.type} {tuning.objective.metric}, "
+    click.echo(f"{tuning.strategy} sweep over {', '.join(map(as_data, tuning.ranges))}: {tuning.trial_count()} "
+               f"trial(s), {tuning.max_parallel_jobs} at a time, objective {tuning.objective.type} "
+               f"{as_data(tuning.objective.metric)}, "
                f"early stopping {tuning.early_stopping}, backend {job.config.backend_name}")
     if planned is None:
         click.echo("Bayesian: each trial's values are chosen as the earlier trials' results arrive "
@@ -106,4 +129,4 @@ def print_dry_run(job, tuning) -> None:
     base = base_job_data(job.config)
     for index, values in enumerate(planned):
         trial_job(base, job.base_dir, values)  # ConfigError (exit 2) if the job's rules refuse this trial
-        click.echo(f"  trial {index + 1}: " + ", ".join(f"{k}={_value(v)}" for k, v in values.items()))
+        click.echo(f"  trial {index + 1}: " + values_text(values))

@@ -18,6 +18,7 @@ from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
 from launcher.config.rules import HP, Context
+from launcher.config.trainer_names import known_name_hint, meant_as_known
 from launcher.wire.file_kinds import not_data
 from launcher.wire.masking import secret_values
 
@@ -139,8 +140,9 @@ def entry_point_file(entry_point: str, source_dir: str | None, base: Path) -> Pa
 
 
 def check_hyperparameters(ctx: Context) -> list[Issue]:
-    """smlaunch's train.py: names it does not know (each does nothing there: a warning, with the
-    known name it is closest to), its presets, AWS's script's arguments it does not do
+    """smlaunch's train.py: names it does not know (each does nothing there: an error where the name
+    surely means a known one, Hugging Face's name for it or a typo of it, as the job would quietly train
+    without it; else a warning), its presets, AWS's script's arguments it does not do
     (aws_arguments.py). A user script's names are its own."""
     hp = ctx.hp
     if not ctx.runtime:
@@ -150,13 +152,13 @@ def check_hyperparameters(ctx: Context) -> list[Issue]:
     for key in hp.extra_keys:
         if key in aws_arguments.BY_NAME or key in DIRECTORY_ARGUMENTS:  # train.py's too (AWS's: done, or refused)
             continue
-        hint = did_you_mean(key, known, n=1)
+        hint = known_name_hint(key, known)
         issues.append(Issue(f"{HP}.{key}", (hp.model_extra or {})[key],
                             "not a hyperparameter smlaunch's train.py knows: it is passed to the script, which "
                             "does nothing with it",
-                            hint if hint.startswith("did you mean") else
-                            "remove it; `smlaunch schema` lists the hyperparameters train.py takes (a script of "
-                            "your own as entry_point reads its own)", "warning"))
+                            hint or "remove it; `smlaunch schema` lists the hyperparameters train.py takes (a script "
+                            "of your own as entry_point reads its own)",
+                            "error" if meant_as_known(key, known) else "warning"))
     if hp.model_preset and hp.model_preset not in PRESETS:
         issues.append(Issue(f"{HP}.model_preset", hp.model_preset, "unknown model preset",
                             did_you_mean(hp.model_preset, PRESETS)))

@@ -198,12 +198,18 @@ def _absolute(base: Path, value: str, field: str, source: Path) -> str:
         return scheme + os.path.normpath(base / plain)
 
 
-def deep_merge(base: dict, override: dict) -> dict:
-    """Mappings merge key by key; anything else in `override` replaces the base value."""
+# Mappings that are one value, which a file replaces whole: a sweep's ranges are its search space, and
+# a base's ranges merged into the extending file's would tune hyperparameters that file does not name.
+WHOLE_MAPPINGS = {("tuning", "ranges")}
+
+
+def deep_merge(base: dict, override: dict, _where: tuple[str, ...] = ()) -> dict:
+    """Mappings merge key by key (but WHOLE_MAPPINGS); anything else in `override` replaces the base value."""
     out = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
+        where = (*_where, key)
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and where not in WHOLE_MAPPINGS:
+            out[key] = deep_merge(out[key], value, where)
         else:
             out[key] = copy.deepcopy(value)
     return out

@@ -17,6 +17,8 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from launcher.config.base import FiniteNumber, Strict, WholeNumber
+from launcher.config.issues import show_value
+from launcher.wire.terminal import as_data
 
 STRATEGIES = ("Bayesian", "Random", "Hyperband", "Grid")
 SCALINGS = ("Auto", "Linear", "Logarithmic", "ReverseLogarithmic")
@@ -32,7 +34,20 @@ MIN_TUNING_RUNTIME = 120
 MAX_TUNING_RUNTIME = 15_768_000
 MAX_WARM_START_PARENTS = 5
 MAX_INSTANCE_CONFIGS = 6  # HyperParameterTuningResourceConfig.InstanceConfigs (botocore's service model)
+# How many trials: botocore's service model bounds MaxNumberOfTrainingJobs and MaxParallelTrainingJobs
+# below only (>= 1); SageMaker's quotas bound them above (the developer guide's "Resource Limits for
+# Automatic Model Tuning"): 750 training jobs per tuning job for Bayesian, Hyperband and Grid (a grid's
+# count inferred from its combinations too), Random's 750 raisable to 10,000; 100 at once (10 by default).
+MAX_TRIALS = 750
+MAX_RANDOM_TRIALS = 10_000
+MAX_PARALLEL_TRIALS = 100
 TUNING_JOB_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,31}$"  # 1-32 characters
+# The bounds the samplers take (launcher/tune/strategies.py): Optuna's TPE and Python's random draw
+# floats between them, so max - min must be a finite float (+-1e308 overflows; 1e300 does not); Optuna
+# works on integers as floats, and its TPE's share of one integer underflows past about 2**45 (NaN
+# acquisitions; past 1e308 an OverflowError), so integer ranges stay within +-2**40 (~1.1e12).
+MAX_CONTINUOUS_BOUND = 1e300
+MAX_INTEGER_BOUND = 2**40
 
 Scaling = Literal["Auto", "Linear", "Logarithmic", "ReverseLogarithmic"]
 CategoryValue = str | WholeNumber | FiniteNumber | bool
@@ -46,6 +61,11 @@ class _Bounded(Strict):
     @model_validator(mode="after")
     def _ordered(self):
         lo, hi = self.min_value, self.max_value  # type: ignore[attr-defined]
+        bound = MAX_INTEGER_BOUND if isinstance(self, IntegerRange) else MAX_CONTINUOUS_BOUND
+        for name, value in (("min_value", lo), ("max_value", hi)):
+            if abs(value) > bound:
+                raise ValueError(f"{name} {show_value(value)} is beyond +-{bound:.16g}, the widest range the sweep's "
+                                 "samplers draw from (Optuna's TPE, Python's random); narrow the range")
         if lo > hi:
             raise ValueError(f"min_value {lo} is above max_value {hi}; swap them")
         if self.scaling_type == "Logarithmic" and lo <= 0:
@@ -146,8 +166,11 @@ class TuningConfig(Strict):
     strategy: Literal["Bayesian", "Random", "Hyperband", "Grid"] = Field(
         "Bayesian", description="How trials are chosen (Grid: every combination of categorical values).")
     max_jobs: WholeNumber | None = Field(
-        None, ge=1, description="Trials in all (required except for Grid, where it is the grid's size).")
-    max_parallel_jobs: WholeNumber = Field(1, ge=1, description="Trials running at once.")
+        None, ge=1, le=MAX_RANDOM_TRIALS,
+        description=f"Trials in all (required except for Grid, where it is the grid's size): at most {MAX_TRIALS}, "
+                    f"{MAX_RANDOM_TRIALS} for Random (SageMaker's quotas).")
+    max_parallel_jobs: WholeNumber = Field(
+        1, ge=1, le=MAX_PARALLEL_TRIALS, description="Trials running at once (SageMaker: at most 100).")
     early_stopping: Literal["Off", "Auto"] = Field(
         "Off", description="Auto: stop trials whose objective is worse than the median of earlier trials "
                            "at the same epoch (SageMaker's median rule).")
@@ -170,11 +193,18 @@ class TuningConfig(Strict):
             if ranged:
                 raise ValueError(f"strategy Grid takes categorical ranges only; {ranged} are not: list their "
                                  "values as categorical, or use strategy Random or Bayesian")
+            if grid_size(self) > MAX_TRIALS:
+                raise ValueError(f"strategy Grid over {grid_size(self)} combinations: SageMaker runs at most "
+                                 f"{MAX_TRIALS} trials in a tuning job; list fewer values, or use strategy Random "
+                                 "or Bayesian with max_jobs")
             if self.max_jobs is not None and self.max_jobs > grid_size(self):
                 raise ValueError(f"max_jobs {self.max_jobs} is above the grid's {grid_size(self)} combinations; "
                                  "leave max_jobs out for Grid")
         elif self.max_jobs is None:
             raise ValueError(f"max_jobs is required for strategy {self.strategy}: the number of trials in all")
+        elif self.strategy != "Random" and self.max_jobs > MAX_TRIALS:
+            raise ValueError(f"max_jobs {self.max_jobs}: SageMaker runs at most {MAX_TRIALS} trials in a "
+                             f"{self.strategy} tuning job (Random: {MAX_RANDOM_TRIALS}); lower max_jobs")
         if self.hyperband is not None and self.strategy != "Hyperband":
             raise ValueError(f"hyperband settings apply to strategy Hyperband only, not {self.strategy}; "
                              "remove them or set strategy: Hyperband")
@@ -192,9 +222,9 @@ class TuningConfig(Strict):
 
     def summary(self) -> str:
         """The sweep's size in one line (`smlaunch validate`)."""
-        names = ", ".join(self.ranges)
+        names, metric = ", ".join(map(as_data, self.ranges)), as_data(self.objective.metric)  # the user's: as data
         return (f"{self.trial_count()} trial(s), {self.max_parallel_jobs} at a time, {self.strategy} over "
-                f"{len(self.ranges)} hyperparameter(s) ({names}); {self.objective.type} {self.objective.metric}")
+                f"{len(self.ranges)} hyperparameter(s) ({names}); {self.objective.type} {metric}")
 
 
 def grid_size(config: TuningConfig) -> int:

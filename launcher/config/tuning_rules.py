@@ -17,6 +17,7 @@ from typing import Any
 
 from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.issues import Issue, did_you_mean
+from launcher.config.trainer_names import known_name_hint
 from launcher.config.tuning import CategoricalRange, ContinuousRange, TuningConfig
 from launcher.wire.metric_lines import METRICS
 
@@ -80,8 +81,8 @@ def _name_issues(job, tuning: TuningConfig) -> list[Issue]:
             continue
         if job.kind.runtime and name not in known:
             issues.append(Issue(where, name, "is not a hyperparameter smlaunch's train.py reads, so every trial "
-                                "would train alike", did_you_mean(name, known) or "tune one of its hyperparameters "
-                                "(smlaunch schema lists them)"))
+                                "would train alike", known_name_hint(name, known) or "tune one of its "
+                                "hyperparameters (smlaunch schema lists them)"))
             continue
         if name in static:
             issues.append(Issue(where, static[name], "is also a static hyperparameter; the trials get the tuned "

@@ -98,3 +98,22 @@ def gone_because(identity: dict[str, Any]) -> str:
     if "StartTicks" in identity and _start_ticks(pid) is not None:
         return f"pid {pid} now belongs to another process (the machine restarted, or the pid was reused)"
     return f"pid {pid} is no longer running"
+
+
+PID_MAX = 4_194_304  # PID_MAX_LIMIT on 64-bit Linux: no process has a larger pid
+
+
+def problem(identity: Any) -> str | None:
+    """What makes a recorded identity (read back from a file someone may have edited) name no process
+    smlaunch may signal, or None. On Linux an identity holds the start time and boot id that prove the
+    process is the one recorded: a pid alone proves nothing, and is not trusted."""
+    if not isinstance(identity, dict):
+        return f"is {type(identity).__name__} {str(identity)[:40]!r}, not a process identity"
+    pid = identity.get("Pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= PID_MAX:
+        return f"has Pid {str(pid)[:40]!r}, not a process id (1 to {PID_MAX})"
+    ticks, boot = identity.get("StartTicks"), identity.get("BootId")
+    if BOOT_ID.is_file() and not (isinstance(ticks, int) and not isinstance(ticks, bool) and ticks >= 0
+                                        and isinstance(boot, str)):
+        return "has a pid without the process's start time and boot id, which prove it is the one recorded"
+    return None

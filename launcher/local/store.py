@@ -87,10 +87,16 @@ def _damage(record: Any) -> str | None:
     """What makes `record` no job record, or None."""
     if not isinstance(record, dict):
         return f"a JSON {type(record).__name__}, not an object"
-    for key in _REQUIRED:
+    return fields_damage(record, _REQUIRED, _TYPED)
+
+
+def fields_damage(record: dict, required: dict[str, type], typed: dict[str, type]) -> str | None:
+    """The first of `required` that `record` lacks, or the first field of the wrong type, or None
+    (a boolean is no number here, though Python makes it an int)."""
+    for key in required:
         if key not in record:
             return f"no {key}"
-    for key, kind in {**_REQUIRED, **_TYPED}.items():
+    for key, kind in {**required, **typed}.items():
         value = record.get(key)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
             return f"{key} is {json.dumps(value)[:60]}, not a {kind.__name__}"

@@ -15,20 +15,22 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError
+from launcher.backends.log_metrics import LogMetrics
 from launcher.config.issues import ConfigError
 from launcher.config.tuning import TuningConfig
 from launcher.local import identity, store
-from launcher.local.spec import STOP_REASON
 from launcher.tune import state as sweep_state
 from launcher.tune.median import median_stop
-from launcher.tune.objective import better, final, objective_series
+from launcher.tune.objective import ObjectiveUnreadable, better, final, objective_series
 from launcher.tune.strategies import strategy_for
-from launcher.tune.trials import trial_job, trial_name
+from launcher.tune.trials import stop_trial, trial_job, trial_name
+from launcher.wire.terminal import as_data
 
 POLL_S = 2.0
 
@@ -37,18 +39,23 @@ class Controller:
     def __init__(self, directory: Path, printer: Callable[[str], None] | None = None, poll: float = POLL_S):
         self.dir, self.poll = directory, poll
         self.state = sweep_state.load(directory / sweep_state.STATE)
-        self.tuning = TuningConfig.model_validate(self.state["Tuning"])
-        self.minimize = self.tuning.objective.type == "Minimize"
-        self.metric = self.tuning.objective.metric
         self._log_file = open(directory / sweep_state.LOG, "a", encoding="utf-8")  # noqa: SIM115 - closed in run
         self.echo = printer
+        self.backend = None  # the rest is made in run, once the controller has recorded itself
+        self.stop_reason: str | None = None  # set by SIGTERM (or the sweep's own limits)
+        self.logs: dict[str, LogMetrics] = {}  # the trials' logs as read so far, by trial (a script's metrics)
+        objective = self.state["Tuning"]["objective"]  # as sweep_state.load checked it
+        self.minimize, self.metric = objective["type"] == "Minimize", objective["metric"]
+
+    def _prepare(self) -> None:
+        self.tuning = TuningConfig.model_validate(self.state["Tuning"])
         self.backend = registry.backend_named(self.state["Backend"], runner=self.state.get("Runner") or "process",
                                               printer=self.log)
         self.strategy = strategy_for(self.tuning, self.state["RandomSeed"])
-        self.stop_reason: str | None = None  # set by SIGTERM (or the sweep's own limits)
 
     # --- the record --------------------------------------------------------------------------
     def log(self, line: str) -> None:
+        line = as_data(line)  # it names the user's metric, hyperparameters and values: shown, never obeyed
         self._log_file.write(line + "\n")
         self._log_file.flush()
         if self.echo:
@@ -62,21 +69,24 @@ class Controller:
 
     # --- the run -----------------------------------------------------------------------------
     def run(self) -> dict:
-        """Run the sweep to its end; the final state. Ctrl-C stops it as `smlaunch stop` does."""
+        """Run the sweep to its end; the final state. Ctrl-C stops it as `smlaunch stop` does. The
+        controller records itself first, so that whatever fails after (a bug, a lost disk) leaves the
+        sweep Failed with the reason, its running trials stopped, rather than InProgress for ever."""
         self.state["ControllerProcess"] = identity.of(os.getpid())
         self.save()
         previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         started = time.monotonic()
         try:
             try:
+                self._prepare()
                 self._loop(started)
             except KeyboardInterrupt:
                 self.stop_reason = self.stop_reason or "Stopped by the user (interrupted)"
                 self._wind_down()
                 raise
-            except Exception as exc:  # a bug or a lost disk: the running trials must not outlive the sweep
+            except Exception as exc:  # a bug or a lost disk: its traceback goes to the log, its end to the state
+                self._log_file.write(traceback.format_exc())
                 self._failed(f"the sweep's controller failed: {type(exc).__name__}: {exc}")
-                raise
             return self.state
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -128,8 +138,12 @@ class Controller:
         self.save()
         return True
 
-    def _refresh(self) -> None:
+    def _refresh(self, heed_stop: bool = True) -> None:
+        """Each started trial's status and objective so far. `heed_stop`: a stop asked for meanwhile
+        (SIGTERM) ends the round, so that a sweep of many trials stops at once."""
         for trial in self.trials("InProgress"):
+            if heed_stop and self.stop_reason:
+                return
             if "Handle" not in trial:
                 continue
             try:
@@ -137,18 +151,32 @@ class Controller:
             except BackendError as exc:  # its directory was deleted: nothing will end it
                 self._ended(trial, "Failed", reason=str(exc))
                 continue
-            trial["Objective"] = objective_series(self.backend, trial["TrainingJobName"], self.metric)
+            self._read_objective(trial)
             trial["TrainingStartTime"] = record.get("TrainingStartTime")
             status = record["TrainingJobStatus"]
             if status in TERMINAL_STATUSES and record.get("SecondaryStatus") != "Stopping":
                 self._ended(trial, status, reason=record.get("FailureReason"), end=record.get("TrainingEndTime"))
 
+    def _read_objective(self, trial: dict) -> None:
+        """The trial's objective so far, its log read on from the last look; a trial whose objective
+        can no longer be read is stopped (its values would be the sweep's choice, and wrong)."""
+        try:
+            trial["Objective"] = objective_series(self.backend, trial["TrainingJobName"], self.metric, self.logs)
+        except ObjectiveUnreadable as exc:
+            if not trial.get("ObjectiveUnreadable"):
+                trial["ObjectiveUnreadable"] = str(exc)
+                self._stop_trial(trial, f"Stopped by its tuning job: {exc}")
+
     def _ended(self, trial: dict, status: str, reason: str | None = None, end: str | None = None) -> None:
         trial.update(TrainingJobStatus=status, TrainingEndTime=end or store.now())
+        self.logs.pop(trial["TrainingJobName"], None)
         value = final(trial.get("Objective") or [])
+        if trial.get("ObjectiveUnreadable"):
+            status, reason = "Failed", trial["ObjectiveUnreadable"]
+            trial["TrainingJobStatus"] = status
         if reason and status != "Completed":
             trial["FailureReason"] = reason
-        counted = status == "Completed" or trial.get("EarlyStopped")
+        counted = (status == "Completed" or trial.get("EarlyStopped")) and not trial.get("ObjectiveUnreadable")
         trial["FinalObjective"] = value if counted else None
         index = self.state["Trials"].index(trial)
         self.strategy.tell(index, trial["FinalObjective"])
@@ -177,14 +205,10 @@ class Controller:
                 self._stop_trial(trial, f"Stopped by early stopping (the median rule): {why}")
 
     def _stop_trial(self, trial: dict, reason: str) -> None:
-        """Through the backend's own stop (SIGTERM: the trial checkpoints), with the reason its record keeps."""
         name = trial["TrainingJobName"]
-        try:
-            (store.job_dir(name, self.backend.root) / STOP_REASON).write_text(reason + "\n", encoding="utf-8")
-            self.backend.stop(name)
-            self.log(f"trial {name}: stopping: {reason}")
-        except (BackendError, OSError) as exc:  # it ended meanwhile: _refresh records how
-            self.log(f"trial {name}: not stopped: {exc}")
+        problem = stop_trial(self.backend, name, reason)
+        # not stopped: it ended meanwhile, and _refresh records how
+        self.log(f"trial {name}: not stopped: {problem}" if problem else f"trial {name}: stopping: {reason}")
 
     def _limit_reached(self, started: float) -> str | None:
         limit = self.tuning.max_runtime_in_seconds
@@ -229,7 +253,7 @@ class Controller:
         while self.trials("InProgress"):
             self.save()
             time.sleep(self.poll)
-            self._refresh()
+            self._refresh(heed_stop=False)
         self._finish(status="Completed" if reason.startswith("Completed") else "Stopped", message=reason)
 
     def _failed(self, reason: str) -> None:
@@ -264,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m launcher.tune.controller SWEEP_DIR", file=sys.stderr)
         return 2
-    Controller(Path(args[0])).run()
-    return 0
+    final = Controller(Path(args[0])).run()
+    return 1 if final["Status"] == "Failed" else 0
 
 
 if __name__ == "__main__":

@@ -9,17 +9,27 @@ before it are what the median rule compares (launcher.tune.median).
 from __future__ import annotations
 
 from launcher.backends.jobmetrics import NoMetricsError, load
-from launcher.backends.log_metrics import POINT
+from launcher.backends.log_metrics import POINT, LogMetrics
 from launcher.wire.metric_lines import METRICS
 
 Series = list[tuple[float, float]]  # (step or position, value), oldest first
 
 
-def objective_series(backend, name: str, metric: str) -> Series:
-    """The objective's values of job `name` so far; [] while it has written none."""
+class ObjectiveUnreadable(Exception):
+    """The trial's objective can no longer be read from its log: why."""
+
+
+def objective_series(backend, name: str, metric: str, logs: dict[str, LogMetrics] | None = None) -> Series:
+    """The objective's values of job `name` so far; [] while it has written none. `logs`: the readers
+    of the trials' logs by name, each reading on from where it stopped (launcher.backends.jobmetrics)."""
     try:
-        metrics = load(backend, name)
+        metrics = load(backend, name, logs)
     except NoMetricsError:
+        metrics = None
+    given_up = (logs or {}).get(name, LogMetrics([])).given_up.get(metric)
+    if given_up:
+        raise ObjectiveUnreadable(f"its objective {metric} cannot be read from its log: {given_up}")
+    if metrics is None:
         return []
     # metrics.jsonl keys smlaunch's metrics by their short names; log records by the definition's Name
     key = metric if metrics.x == POINT else METRICS.get(metric, metric)

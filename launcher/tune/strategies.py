@@ -9,7 +9,6 @@ sweep has no history to pick a scaling from, so Auto is Linear here; docs/tuning
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from typing import Any
@@ -38,31 +37,47 @@ class Strategy:
         return None
 
 
-class GridStrategy(Strategy):
-    def __init__(self, tuning: TuningConfig, seed: int):
-        super().__init__(tuning, seed)
-        names = list(tuning.ranges)
-        grid = itertools.product(*(tuning.ranges[n].values for n in names))  # type: ignore[union-attr]
-        self.trials = [dict(zip(names, combo)) for combo in itertools.islice(grid, tuning.trial_count())]
-
-    def ask(self, index: int) -> dict[str, Any] | None:
-        return self.trials[index] if index < len(self.trials) else None
+class _Upfront(Strategy):
+    """A strategy whose trials do not depend on results: each one is made when asked, and listed for a
+    dry run."""
 
     def upfront(self) -> list[dict[str, Any]]:
-        return list(self.trials)
+        return [self.ask(i) for i in range(self.tuning.trial_count())]  # type: ignore[misc]
 
 
-class RandomStrategy(Strategy):
+class GridStrategy(_Upfront):
+    """Trial i is the i-th combination in itertools.product's order (the last name varies fastest),
+    made when asked: a grid is never listed whole."""
+
     def __init__(self, tuning: TuningConfig, seed: int):
         super().__init__(tuning, seed)
-        rng = random.Random(seed)
-        self.trials = [{n: sample(r, rng) for n, r in tuning.ranges.items()} for _ in range(tuning.trial_count())]
+        self.choices = {n: r.values for n, r in tuning.ranges.items()}  # type: ignore[union-attr]
 
     def ask(self, index: int) -> dict[str, Any] | None:
-        return self.trials[index] if index < len(self.trials) else None
+        if index >= self.tuning.trial_count():
+            return None
+        values = {}
+        for name, choices in reversed(self.choices.items()):
+            index, digit = divmod(index, len(choices))
+            values[name] = choices[digit]
+        return {name: values[name] for name in self.choices}
 
-    def upfront(self) -> list[dict[str, Any]]:
-        return list(self.trials)
+
+class RandomStrategy(_Upfront):
+    """Each trial's values drawn when asked, in order, from one seeded generator: the same seed gives
+    the same trials."""
+
+    def __init__(self, tuning: TuningConfig, seed: int):
+        super().__init__(tuning, seed)
+        self.rng = random.Random(seed)
+        self.drawn: list[dict[str, Any]] = []
+
+    def ask(self, index: int) -> dict[str, Any] | None:
+        if index >= self.tuning.trial_count():
+            return None
+        while len(self.drawn) <= index:
+            self.drawn.append({n: sample(r, self.rng) for n, r in self.tuning.ranges.items()})
+        return self.drawn[index]
 
 
 def sample(spec, rng: random.Random) -> Any:

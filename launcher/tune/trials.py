@@ -1,5 +1,5 @@
 """A sweep's trials as ordinary jobs: the base job with the tuned hyperparameters set, validated
-as any job is (the trial's job file would be the same file with those values), and its name."""
+as any job is (the trial's job file would be the same file with those values), its name, and its stop."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from launcher.backends.base import BackendError
 from launcher.config import JobConfig, ValidatedJob, validate_job
 from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import default_base_name
 from launcher.config.tuning import TUNING_JOB_NAME_PATTERN
+from launcher.local import store
+from launcher.local.spec import STOP_REASON
 
 MAX_SWEEP_NAME = 32  # SageMaker's HyperParameterTuningJobName; a trial adds -NNN (a job name takes 63)
 
@@ -34,6 +37,17 @@ def trial_job(base: dict[str, Any], base_dir: str | Path, values: dict[str, Any]
     data = copy.deepcopy(base)
     data["hyperparameters"] = {**(data.get("hyperparameters") or {}), **values}
     return validate_job(data, base_dir=base_dir)
+
+
+def stop_trial(backend, name: str, reason: str) -> str | None:
+    """Stop a running trial through its backend's own stop (SIGTERM: it checkpoints), with the reason
+    its record keeps; None, or why it was not stopped (it had ended, or its directory is gone)."""
+    try:
+        (store.job_dir(name, backend.root) / STOP_REASON).write_text(reason + "\n", encoding="utf-8")
+        backend.stop(name)
+    except (BackendError, OSError) as exc:
+        return str(exc)
+    return None
 
 
 def trial_name(sweep: str, index: int) -> str:

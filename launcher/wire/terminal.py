@@ -24,3 +24,13 @@ def printable(text: str) -> str:
     """`text` with every escape sequence but colour, and every control character but tab, newline
     and carriage return, removed."""
     return _CONTROL.sub(lambda m: m.group() if _SGR.fullmatch(m.group()) else "", text)
+
+
+_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def as_data(text: object) -> str:
+    """A name or value someone chose (a metric's, a hyperparameter's) as data: every control character,
+    an escape sequence's ESC and colour's too, shown as its `\\xNN` code, so that the terminal prints it
+    and does nothing. (Rich markup in it is the printer's to escape: tuneview prints it as rich Text.)"""
+    return _ANY_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))

@@ -337,12 +337,19 @@ def test_hyperparameter_cross_checks(runtime_dir, user_script_dir):
                                hp={"delayed_param": 0}), "hyperparameters.delayed_param")
     assert only_issue(make_job(runtime_dir, hp={"sharding_strategy": "no_shard"}), "hyperparameters.sharding_strategy")
     assert only_issue(make_job(runtime_dir, hp={"sharding_strategy": "ful_shard"}), "hyperparameters.sharding_strategy")
-    warn = paths(make_job(runtime_dir, hp={"max_context_widht": 8192}), "warning")
-    assert "hyperparameters.max_context_widht" in warn
-    # a name train.py does not know does nothing there: a warning naming it, close to a known name or not
+    # a name train.py does not know does nothing there, and the job trains without it: an error where the
+    # name is one typo from a known one, or Hugging Face's name for one (not the nearest spelling)...
+    (typo,) = issues_of(make_job(runtime_dir, hp={"max_context_widht": 8192}), "error")
+    assert typo.path == "hyperparameters.max_context_widht" and typo.fix == "did you mean 'max_context_width'?"
+    (hf,) = issues_of(make_job(runtime_dir, hp={"learning_rate": 0.01}), "error")
+    assert hf.path == "hyperparameters.learning_rate" and hf.fix.startswith("did you mean 'lr'? (learning_rate is "
+                                                                            "Hugging Face's name")
+    # ...and a warning where it is near no known name, or only like one (not one typo from it)
     assert paths(make_job(runtime_dir), "warning") == []  # the control
-    (unknown,) = issues_of(make_job(runtime_dir, hp={"torch_compile": 1}), "warning")
-    assert unknown.path == "hyperparameters.torch_compile" and "does nothing with it" in unknown.problem
+    (unknown,) = issues_of(make_job(runtime_dir, hp={"my_custom_flag": 1}), "warning")
+    assert unknown.path == "hyperparameters.my_custom_flag" and "does nothing with it" in unknown.problem
+    (like,) = issues_of(make_job(runtime_dir, hp={"nested": 1}), "warning")
+    assert like.path == "hyperparameters.nested" and like.fix == "did you mean 'seed'?"
     # train.py's directory arguments and AWS's script's arguments are its own names
     assert paths(make_job(runtime_dir, hp={"output_data_dir": "/opt/ml/output/data", "same_seed": 0}),
                  "warning") == []

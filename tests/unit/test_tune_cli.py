@@ -143,3 +143,40 @@ def test_a_backend_without_sweeps_is_told_so_by_name(tmp_path, home):
     assert 'backend = "kubernetes": runs no sweeps' in result.stderr and "SageMaker" not in result.stderr
     assert not state.sweeps_root().exists()
     assert cli("tune", write(tmp_path, tuning=TUNING), "--dry-run").exit_code == 0  # the control: local
+
+
+HOSTILE = "acc\x1b]0;owned\x07[red]x[/red]"  # a window title in an escape sequence, and Rich markup
+
+
+def test_status_prints_names_and_values_as_data_and_floats_short(home, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    trial = {"TrainingJobName": "names-001", "TrainingJobStatus": "Completed", "FinalObjective": 0.5,
+             "TunedHyperParameters": {"lr": 0.0002529838120180263, HOSTILE: "adam", "layers": 4}}
+    state.write(state.sweep_dir("names"), {
+        "HyperParameterTuningJobName": "names", "Status": "Completed", "Backend": "local", "RandomSeed": 1,
+        "Tuning": {"objective": {"metric": HOSTILE, "type": "Maximize"}}, "Trials": [trial],
+        "BestTrainingJobName": "names-001"})
+    result = cli("status", "names")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    # the hyperparameter's column and the objective's, and both in the best line
+    assert result.output.count("acc\\x1b]0;owned\\x07[red]x[/red]") == 4
+    assert "0.000252984" in result.output and "0.0002529838120180263" in result.output.splitlines()[-1]  # exact there
+    row = next(line for line in result.output.splitlines() if "names-001 *" in line)
+    assert "adam" in row and "│ 4 " in row  # control: a category and an integer as they are
+
+
+def test_a_plot_names_each_trial_with_its_tuned_values(home):
+    from launcher.backends.metric_records import JobMetrics
+    from launcher.cli.metrics import _trial_labels
+    from launcher.cli.metrics_view import plot
+
+    state.write(state.sweep_dir("lr"), {
+        "HyperParameterTuningJobName": "lr", "Status": "Completed", "Backend": "local", "RandomSeed": 1,
+        "Tuning": {"objective": {"metric": "validation:loss", "type": "Minimize"}},
+        "Trials": [{"TrainingJobName": "lr-001", "TrainingJobStatus": "Completed",
+                    "TunedHyperParameters": {"lr": 0.0348578992891855, "opt": "adam"}}]})
+    jobs = [JobMetrics(f"local:{name}", "metrics.jsonl", [{"step": 1, "loss": 2.0}]) for name in ("lr-001", "demo")]
+    legend = plot(jobs, labels=_trial_labels(jobs)).axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["local:lr-001 (lr=0.0348579, opt=adam)",
+                                                          "local:demo"]  # control: a job of no sweep

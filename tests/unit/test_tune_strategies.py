@@ -5,6 +5,7 @@ combination, Random is seeded, within bounds and spreads values by their scaling
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -38,6 +39,33 @@ def test_grid_enumerates_every_combination_once():
     # control: max_jobs below the grid's size takes that many distinct combinations
     few = drawn(tuning(strategy="Grid", max_jobs=4, ranges=config.model_dump()["ranges"]), seed=0)
     assert len(few) == 4 and len({str(t) for t in few}) == 4
+
+
+def _categories(count: int, size: int) -> dict:
+    return {f"p{i}": {"kind": "categorical", "values": list(range(size))} for i in range(count)}
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"strategy": "Grid", "ranges": _categories(30, 30)}, "Grid over 205891132094649000000000000000000000000000000 "
+                                                          "combinations: SageMaker runs at most 750"),
+    ({"strategy": "Grid", "ranges": _categories(2, 28)}, "Grid over 784 combinations"),
+    ({"strategy": "Random", "max_jobs": 1_000_000_000, "ranges": _categories(1, 2)}, "less than or equal to 10000"),
+    ({"strategy": "Bayesian", "max_jobs": 751, "ranges": _categories(1, 2)}, "at most 750 trials in a Bayesian"),
+    ({"strategy": "Random", "max_jobs": 4, "max_parallel_jobs": 101, "ranges": _categories(1, 2)},
+     "less than or equal to 100"),
+])
+def test_a_sweep_is_bounded_by_sagemakers_limits(fields, why):
+    with pytest.raises(ValueError, match=why):
+        tuning(**fields)
+
+
+def test_trials_are_made_when_asked_up_to_the_limits():
+    grid = tuning(strategy="Grid", ranges=_categories(2, 25) | {"p2": {"kind": "categorical", "values": [0]}})
+    assert grid.trial_count() == 625  # control: a grid within the limit
+    assert strategy_for(grid, 0).ask(624) == {"p0": 24, "p1": 24, "p2": 0}  # itertools.product's last
+    assert strategy_for(grid, 0).ask(625) is None
+    many = strategy_for(tuning(strategy="Random", max_jobs=10_000, ranges=_categories(1, 2)), 0)
+    assert many.ask(0) is not None and len(many.drawn) == 1  # one trial drawn, not ten thousand
 
 
 def test_random_is_seeded_and_within_bounds():
@@ -131,3 +159,30 @@ def test_what_a_local_sweep_cannot_do_is_refused_by_name(fields, field):
     plain = tuning(strategy="Random", max_jobs=4, ranges={"lr": {"kind": "continuous", "min_value": 0.001,
                                                                  "max_value": 0.1}})
     assert strategy_for(plain, 0).ask(0) is not None
+
+
+@pytest.mark.parametrize(("strategy", "spec", "why"), [
+    ("Random", {"kind": "integer", "min_value": 1, "max_value": 10**400, "scaling_type": "Logarithmic"},
+     "max_value 1000000000000"),
+    ("Bayesian", {"kind": "continuous", "min_value": -1e308, "max_value": 1e308},
+     "min_value -1e+308 is beyond +-1e+300"),
+    ("Bayesian", {"kind": "integer", "min_value": 0, "max_value": 2**53}, "is beyond +-1099511627776"),
+])
+def test_ranges_are_bounded_to_what_the_samplers_draw_from(strategy, spec, why):
+    with pytest.raises(ValueError, match=re.escape(why)):
+        tuning(strategy=strategy, max_jobs=12, ranges={"x": spec})
+
+
+@pytest.mark.parametrize("strategy", ["Random", "Bayesian"])
+@pytest.mark.filterwarnings("error")  # Optuna's numerical warnings (an underflow past the bounds) too
+def test_the_widest_ranges_allowed_are_sampled(strategy):  # control: the bounds above hold for every sampler
+    config = tuning(strategy=strategy, max_jobs=12, ranges={
+        "f": {"kind": "continuous", "min_value": -1e300, "max_value": 1e300},
+        "i": {"kind": "integer", "min_value": -2**40, "max_value": 2**40},
+        "li": {"kind": "integer", "min_value": 1, "max_value": 2**40, "scaling_type": "Logarithmic"},
+        "lf": {"kind": "continuous", "min_value": 1e-300, "max_value": 1e300, "scaling_type": "Logarithmic"}})
+    strategy_ = strategy_for(config, 1)
+    for index in range(12):
+        values = strategy_.ask(index)
+        assert -1e300 <= values["f"] <= 1e300 and 1 <= values["li"] <= 2**40 and 1e-300 <= values["lf"] <= 1e300
+        strategy_.tell(index, abs(values["f"]) / 1e300)

@@ -62,6 +62,25 @@ def test_a_name_the_runtime_does_not_read_gets_a_did_you_mean(tmp_path):
                      "trial would train alike; did you mean 'lr'?"]
 
 
+def test_a_hugging_face_name_gets_smlaunchs_name_not_the_nearest_spelling(tmp_path):
+    found = errors(tmp_path, {"learning_rate": LR})
+    assert found == ['tuning.ranges.learning_rate = "learning_rate": is not a hyperparameter smlaunch\'s train.py '
+                     "reads, so every trial would train alike; did you mean 'lr'? (learning_rate is Hugging Face's "
+                     "name, its Trainer's or TRL's; smlaunch's train.py reads lr)"]
+    batch = {"kind": "integer", "min_value": 1, "max_value": 2}
+    assert "did you mean 'train_batch_size'? (per_device_train_batch_size is Hugging Face's" in errors(
+        tmp_path, {"per_device_train_batch_size": batch})[0]
+
+
+def test_an_extending_files_ranges_replace_the_bases(tmp_path):
+    base = sweep_file(tmp_path, {"lr": LR})
+    (tmp_path / "warmup.yaml").write_text(yaml.safe_dump({"extends": str(base), "tuning": {
+        "ranges": {"warmup": {"kind": "continuous", "min_value": 0.0, "max_value": 0.1}}, "max_jobs": 2}}))
+    tuning = validate_job_file(tmp_path / "warmup.yaml").config.tuning
+    assert list(tuning.ranges) == ["warmup"]  # the base's lr is not tuned as well
+    assert (tuning.max_jobs, tuning.objective.metric) == (2, "validation:loss")  # control: the rest still merges
+
+
 def test_a_continuous_range_of_a_whole_number_is_an_error_an_integer_range_of_a_float_is_not(tmp_path):
     found = errors(tmp_path, {"train_batch_size": {"kind": "continuous", "min_value": 1, "max_value": 2}})
     assert len(found) == 1 and "use an IntegerParameter" in found[0]
