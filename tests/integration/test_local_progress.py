@@ -95,7 +95,7 @@ def test_status_of_a_running_job_then_of_the_stopped_job(tmp_path, home, async_m
     listed = smlaunch("list", "--local", env={**env, "COLUMNS": "80"})
     lines = listed.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80 and any("local:live-progress" in line for line in lines)
-    assert any(re.search(r"local:live-progress\s+Stopped\s+\d\d-\d\d \d\d:\d\d\s+\d+:\d\d:\d\d$", line)
+    assert any(re.search(r"local:live-progress\s+Stopped\s+\d+%\s+\d\d-\d\d \d\d:\d\d\s+\d+:\d\d:\d\d$", line)
                for line in lines), listed.stdout
     wait_for(lambda: processes_in(job) == [], timeout=30)
 

@@ -190,7 +190,12 @@ def test_the_bootstrap_sees_a_pods_environment_not_the_agents_worker(tmp_path, m
         monkeypatch.setenv(name, value)
     seen = {}
     monkeypatch.setattr(bootstrap, "train", lambda base: seen.update(os.environ) or 0)
-    assert pod.main() == 0
+    before = dict(os.environ)
+    try:
+        assert pod.main() == 0
+    finally:  # pod.main becomes the host: it sets the bootstrap's variables in its own environment
+        os.environ.clear()
+        os.environ.update(before)
     assert not {"RANK", "WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"} & set(seen)
     # the control: what the bootstrap needs is there, the master as smlaunch's own variable
     assert (seen["SMLAUNCH_MASTER_ADDR"], seen["SMLAUNCH_MASTER_PORT"]) == ("10.1.2.3", "23456")
