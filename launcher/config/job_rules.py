@@ -73,7 +73,7 @@ def _check_local_paths(ctx: Context) -> list[Issue]:
         path = resolve_path(ctx.base_dir, channel.s3_data)
         if not os.path.exists(path):
             issues.append(Issue(f"inputs.{name}", channel.s3_data, f"no such file or directory ({path})",
-                                "give a path relative to the job file, an absolute path, or s3://..."))
+                                "give a path relative to the job file that sets it, an absolute path, or s3://..."))
         elif problem := not_data(path):
             issues.append(Issue(f"inputs.{name}", channel.s3_data, f"{problem}: a channel holds regular files "
                                 "and directories only", "remove it from the channel, or give another path"))
@@ -108,7 +108,7 @@ def _check_files(ctx: Context) -> list[Issue]:
     for i, dep in enumerate(job.dependencies):
         if not os.path.exists(resolve_path(ctx.base_dir, dep)):
             issues.append(Issue(f"dependencies[{i}]", dep, "no such file or directory",
-                                "give a path relative to the job file, or an absolute path"))
+                                "give a path relative to the job file that sets it, or an absolute path"))
     return issues
 
 
