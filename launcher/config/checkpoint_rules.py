@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from launcher.config.async_checkpoint import NO_CUDA_FIX, is_async, needs_cuda
+from launcher.config.context import Context
 from launcher.config.issues import Issue
-from launcher.config.rules import HP, Context
+from launcher.config.rules import HP
 
 FIELD = f"{HP}.checkpoint_async_mode"
 

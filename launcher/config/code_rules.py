@@ -28,7 +28,7 @@ def job_state(cfg, base: Path) -> list[Path]:
 
 
 def check_code_trees(ctx) -> list[Issue]:
-    """Each of the job's code trees on this machine walked as its archive will be (rules.Context)."""
+    """Each of the job's code trees on this machine walked as its archive will be (context.Context)."""
     job, base = ctx.job, ctx.base_dir
     trees = [("source_dir", job.source_dir, ctx.code_dir)] if job.source_dir and ctx.code_dir else []
     trees += [(f"dependencies[{i}]", dep, resolve_path(base, dep)) for i, dep in enumerate(job.dependencies)]

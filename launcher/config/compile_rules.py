@@ -29,7 +29,7 @@ def compile_issues(hp: TrainingHyperparameters) -> list[Issue]:
 
 
 def check_compile(ctx) -> list[Issue]:
-    """compile_issues for smlaunch's runtime (rules.Context), and the model's; a user's own script
+    """compile_issues for smlaunch's runtime (context.Context), and the model's; a user's own script
     reads the key as it likes."""
     if not ctx.runtime or not ctx.hp.compile:
         return []

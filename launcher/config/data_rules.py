@@ -61,7 +61,7 @@ def mixture_issues(hp) -> list[Issue]:
 
 
 def check_data_order(ctx) -> list[Issue]:
-    """shuffle and data_mixture against dataset_type and the job's channels (rules.Context)."""
+    """shuffle and data_mixture against dataset_type and the job's channels (context.Context)."""
     job, hp = ctx.job, ctx.job.hyperparameters
     if not ctx.runtime:
         return []

@@ -12,12 +12,13 @@ import re
 from pathlib import Path, PurePosixPath
 
 from launcher.config import aws_arguments, backend_table
+from launcher.config.context import Context
 from launcher.config.hyperparameters import DIRECTORY_ARGUMENTS, TrainingHyperparameters
 from launcher.config.images import ImageResolutionError, ecr_region, job_image_choice
 from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.models import PRESETS
-from launcher.config.rules import HP, Context
+from launcher.config.rules import HP
 from launcher.config.trainer_names import known_name_hint, meant_as_known
 from launcher.wire.file_kinds import not_data
 from launcher.wire.masking import secret_values

@@ -26,7 +26,7 @@ def nonfinite_issues(hp: TrainingHyperparameters) -> list[Issue]:
 
 
 def check_nonfinite(ctx) -> list[Issue]:
-    """nonfinite_issues for smlaunch's runtime (rules.Context); a user's own script reads these keys as it likes."""
+    """nonfinite_issues for smlaunch's runtime (context.Context); a user's own script reads these keys as it likes."""
     if not ctx.runtime:
         return []
     return nonfinite_issues(ctx.hp) + _rollback_restarts(ctx.job)

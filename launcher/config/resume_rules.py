@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.config.context import Context
 from launcher.config.issues import Issue
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH, JobConfig
 from launcher.config.job_rules import resolve_path
 from launcher.config.layout import ParallelLayout, layout_problems, with_sharding_strategy
 from launcher.config.resume import KEPT, batch_text, data_stream, global_batch, may_change
 from launcher.config.resume_data import compare
-from launcher.config.rules import Context
 from launcher.config.run_settings import run_settings
 from launcher.wire import checkpoints, data_streams
 from launcher.wire.datafiles import TRAIN_CHANNELS

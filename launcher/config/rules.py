@@ -5,14 +5,14 @@ Each returns Issues; none raises, so all are reported. Job-level rules are in jo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 from launcher.config import attention, catalog
 from launcher.config.backends.slurm import node_gpus
+from launcher.config.context import Context
 from launcher.config.degrees import script_arguments
 from launcher.config.distribution import ModelParallelParameters
-from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.config.hyperparameters import FP8Config
 from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.layout import (
@@ -25,7 +25,6 @@ from launcher.config.layout import (
 from launcher.config.models import MOE_MODEL_TYPES, VOCAB_MULTIPLE, ModelSpec, vocab_rows
 from launcher.config.pipeline import PipelineJob, pipeline_problems
 from launcher.config.run_settings import run_settings
-from launcher.config.script_rules import uses_smp
 
 MP = "distribution.smdistributed.modelparallel.parameters"
 HP = "hyperparameters"
@@ -39,40 +38,6 @@ SMP_V2_ONLY = (
     "allow_empty_shards",
     "random_seed",
 )
-
-
-@dataclass
-class Context:
-    """What the rules know about a job: its instance, world size and model, where knowable."""
-
-    job: JobConfig
-    instance: catalog.InstanceType | None
-    processes_per_host: int | None
-    model: ModelSpec | None
-    base_dir: Path
-    runtime: bool = True  # smlaunch's training runtime, else a user script (job_kind.py)
-    imports: list | None = None  # a user script's imports where its files are here (script_imports.py)
-    code_dir: Path | None = None  # source_dir on this machine (None: on S3, or no source_dir)
-    region: str = "us-east-1"  # the job's region, else validation's default (job_rules.DEFAULT_REGION)
-
-    @property
-    def smp_script(self) -> bool:
-        """A user script that uses AWS's SMP library (v2 or v1): it lives by SMP's documented rules."""
-        return not self.runtime and uses_smp(self.imports)
-
-    @property
-    def world(self) -> int | None:
-        if self.processes_per_host is None:
-            return None
-        return self.job.instance_count * self.processes_per_host
-
-    @property
-    def params(self) -> ModelParallelParameters:
-        return self.job.distribution.parameters if self.job.distribution else ModelParallelParameters()
-
-    @property
-    def hp(self) -> TrainingHyperparameters:
-        return self.job.hyperparameters
 
 
 def check_instance(job: JobConfig) -> tuple[catalog.InstanceType | None, list[Issue]]:

@@ -217,7 +217,7 @@ def uses_smp(imports: list[Import] | None) -> bool:
 
 
 def check_script_imports(ctx) -> list[Issue]:
-    """A user script's imports against its target (rules.Context; the runtime's are smlaunch's own)."""
+    """A user script's imports against its target (context.Context; the runtime's are smlaunch's own)."""
     if ctx.runtime or ctx.imports is None:
         return []
     target = target_of(ctx.job, ctx.instance.name if ctx.instance else None, ctx.region)

@@ -71,7 +71,7 @@ def _issue(key: str, value, problem: Problem) -> Issue:
 
 
 def check_speed(ctx) -> list[Issue]:
-    """speed_issues for smlaunch's runtime (rules.Context), and rowwise FP8 against the instance's GPU;
+    """speed_issues for smlaunch's runtime (context.Context), and rowwise FP8 against the instance's GPU;
     a user's own script reads these keys as it likes."""
     if not ctx.runtime:
         return []

@@ -39,5 +39,5 @@ def tracker_issues(hp: TrainingHyperparameters) -> list[Issue]:
 
 
 def check_trackers(ctx) -> list[Issue]:
-    """tracker_issues for smlaunch's runtime (rules.Context); a user's own script reads these keys as it likes."""
+    """tracker_issues for smlaunch's runtime (context.Context); a user's own script reads these keys as it likes."""
     return tracker_issues(ctx.hp) if ctx.runtime else []

@@ -42,6 +42,7 @@ from launcher.config import (
     warm_pools,
 )
 from launcher.config.base import BOOLEAN_NOT_NUMBER
+from launcher.config.context import Context
 from launcher.config.hyperparameters import FP8Config
 from launcher.config.issues import ConfigError, Issue, did_you_mean
 from launcher.config.job import JobConfig
@@ -182,7 +183,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
     model = model_rules.job_model(job, base, trainer=kind.runtime)
     issues += model.issues
     source = job_rules.code_dir(job, base)
-    ctx = rules.Context(job, inst, pph, model.spec, base, runtime=kind.runtime,
+    ctx = Context(job, inst, pph, model.spec, base, runtime=kind.runtime,
                         imports=None if kind.runtime else script_rules.entry_imports(
                             job_rules.entry_point_path(job, base), source),
                         code_dir=source, region=job.region or job_rules.DEFAULT_REGION)

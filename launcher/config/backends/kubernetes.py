@@ -25,8 +25,9 @@ from launcher.config.paths import LocalPathText
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
 from launcher.wire.pod_config import HYPERPOD_ENV, RESERVED_ENV
 
-if TYPE_CHECKING:  # the rules read a Context; launcher.config.rules imports the job, which imports the table
-    from launcher.config.rules import Context
+# the rules read a Context, whose module imports the job: the job's backend table loads this module by name
+if TYPE_CHECKING:
+    from launcher.config.context import Context
 
 # Kubernetes' object names: a DNS-1123 label (namespaces, queues) or subdomain (most other objects).
 # (A subdomain's 253 characters at most are each field's max_length: pydantic's regex has no lookahead.)
