@@ -35,7 +35,8 @@ from launcher.config.job import JobFile
 from launcher.config.jobfile import load_job_file
 from launcher.config.layout import divisors
 from launcher.config.limits import MAX_INSTANCE_COUNT
-from launcher.plan.sweep import PlanResult, plan_overrides, settings_of
+from launcher.plan.report import PlanResult
+from launcher.plan.sweep import plan_overrides, settings_of
 from launcher.plan.workload import modeled_program, workload_of
 
 DEFAULT_MAX_INSTANCES = 4  # counts 1, 2, 4 unless --max-instances or --deadline says otherwise
