@@ -55,7 +55,7 @@ from container.trackers import open_trackers
 from container.trackers.sink import STOPPED
 from launcher.config import TrainingHyperparameters, aws_arguments, flops
 from launcher.config.compile_rules import compile_issues
-from launcher.config.data_rules import mixture_issues
+from launcher.config.data_order import mixture_issues
 from launcher.config.models import ModelSpec, vocab_rows
 from launcher.config.nonfinite_rules import nonfinite_issues
 from launcher.config.resume import RunIdentity
@@ -206,7 +206,7 @@ def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
     """AWS's script's arguments that this runtime does not do, trackers' settings that would do
     nothing, a data_mixture the loader cannot read, the speed settings this GPU or library cannot
     run and what compile cannot compile fail the job before anything is built, with validation's
-    words (launcher.config.aws_arguments, tracker_rules, data_rules, speed_rules, compile_rules)."""
+    words (launcher.config.aws_arguments, tracker_rules, data_order, speed_rules, compile_rules)."""
     problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
                 + speed_issues(hp) + compile_issues(hp))
     if problems:

@@ -47,19 +47,6 @@ HP = "hyperparameters"
 _INDEXED_FIX = "pack the data with python -m container.data pack --format indexed and set dataset_type: indexed"
 
 
-def mixture_issues(hp) -> list[Issue]:
-    """data_mixture's form and the job's rule that every channel gets a sample in a round
-    (container.data.order.Mixture). Validate runs it, and so does the container before anything is
-    built: a job made by hand with a malformed mixture must not train on the train channel alone."""
-    try:
-        mixture = data_order.parse_mixture(hp.data_mixture)
-        if mixture:
-            data_order.round_slots([w for _, w in mixture], [name for name, _ in mixture])
-    except data_order.MixtureError as exc:
-        return [Issue(f"{HP}.data_mixture", hp.data_mixture, exc.problem, exc.fix)]
-    return []
-
-
 def check_data_order(ctx) -> list[Issue]:
     """shuffle and data_mixture against dataset_type and the job's channels (context.Context)."""
     job, hp = ctx.job, ctx.job.hyperparameters
@@ -80,7 +67,7 @@ def check_data_order(ctx) -> list[Issue]:
         issues.append(Issue(f"{HP}.truncation_mode", hp.truncation_mode,
                             f"cuts chat examples longer than a row, and dataset_type is {dataset_type}",
                             "set dataset_type: chat, or drop truncation_mode"))
-    if problems := mixture_issues(hp):
+    if problems := data_order.mixture_issues(hp):
         return [*issues, *problems]
     mixture = data_order.parse_mixture(hp.data_mixture)
     if mixture and dataset_type != data_order.INDEXED:

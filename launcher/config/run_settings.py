@@ -163,7 +163,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
 
 def _mixture(text: str | None) -> tuple[tuple[str, float], ...]:
     """data_mixture's pairs; a malformed one is validation's error and the container's before it
-    builds anything (data_rules.mixture_issues), so none here."""
+    builds anything (data_order.mixture_issues), so none here."""
     try:
         return data_order.parse_mixture(text)
     except data_order.MixtureError:
