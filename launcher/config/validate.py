@@ -23,21 +23,18 @@ from launcher.config import (
     catalog,
     checkpoint_rules,
     code_rules,
-    compile_rules,
     data_rules,
     hang_rules,
     job_rules,
     json_values,
     model_rules,
-    nonfinite_rules,
     request_limits,
     requirement_paths,
     restarts,
     resume_rules,
     rules,
+    runtime_rules,
     script_rules,
-    speed_rules,
-    tracker_rules,
     tuning_rules,
     warm_pools,
 )
@@ -198,11 +195,11 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   job_rules.check_job_fields, job_rules.check_hyperparameters, job_rules.check_image,
                   aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume,
                   resume_rules.check_resume_data, checkpoint_rules.check_async_checkpoint,
-                  nonfinite_rules.check_nonfinite, hang_rules.check_hang_timeouts,
-                  speed_rules.check_speed, compile_rules.check_compile,
+                  runtime_rules.check_nonfinite, hang_rules.check_hang_timeouts,
+                  runtime_rules.check_speed, runtime_rules.check_compile,
                   script_rules.check_script_imports, requirement_paths.check_requirement_paths,
                   code_rules.check_code_trees,
-                  tracker_rules.check_trackers, restarts.check_restarts, warm_pools.check_warm_pool):
+                  runtime_rules.check_trackers, restarts.check_restarts, warm_pools.check_warm_pool):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.
