@@ -26,8 +26,10 @@ __all__ = [
 def __getattr__(name: str):
     if name in ("ChannelInput", "JobConfig", "JobFile"):
         from launcher.config import job as home
-    elif name in ("Distribution", "ModelParallelParameters"):
+    elif name == "Distribution":
         from launcher.config import distribution as home
+    elif name == "ModelParallelParameters":
+        from launcher.config import mp_parameters as home
     elif name in ("FP8Config", "TrainingHyperparameters"):
         from launcher.config import hyperparameters as home
     elif name in ("ConfigError", "Issue"):

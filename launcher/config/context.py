@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config import catalog
-from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.job import JobConfig
 from launcher.config.models import ModelSpec
+from launcher.config.mp_parameters import ModelParallelParameters
 from launcher.config.script_rules import uses_smp
 
 

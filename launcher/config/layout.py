@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from launcher.config.distribution import ModelParallelParameters
+from launcher.config.mp_parameters import ModelParallelParameters
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from launcher.config import attention, catalog
 from launcher.config.backends.slurm import node_gpus
 from launcher.config.context import Context
 from launcher.config.degrees import script_arguments
-from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config
 from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
@@ -23,6 +22,7 @@ from launcher.config.layout import (
     with_sharding_strategy,
 )
 from launcher.config.models import MOE_MODEL_TYPES, VOCAB_MULTIPLE, ModelSpec, vocab_rows
+from launcher.config.mp_parameters import ModelParallelParameters
 from launcher.config.pipeline import PipelineJob, pipeline_problems
 from launcher.config.run_settings import run_settings
 

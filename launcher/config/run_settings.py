@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from launcher.config import data_order
 from launcher.config.async_checkpoint import DISABLED
 from launcher.config.attention import DEFAULT_ATTENTION_KERNEL
-from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.config.mp_parameters import ModelParallelParameters
 from launcher.config.nonfinite import DEFAULT_NONFINITE_MAX, FAIL
 
 DEFAULT_SEQ_LEN = 2048

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from launcher.config import ValidatedJob, data_order
 from launcher.config.catalog import InstanceType
-from launcher.config.distribution import ModelParallelParameters
 from launcher.config.flops import attended_length
 from launcher.config.job_rules import resolve_path
 from launcher.config.layout import ParallelLayout
 from launcher.config.models import ModelSpec, vocab_rows
+from launcher.config.mp_parameters import ModelParallelParameters
 from launcher.config.pipeline import bubble_fraction, in_flight_microbatches
 from launcher.wire.datafiles import TRAIN_CHANNELS
 from launcher.wire.token_shards import ShardError, read_header, shard_indexes
