@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     from container.args import parse_args
     from container.distributed.runtime import distribution_parameters, init_runtime, shutdown
     from container.trainer import train
-    from launcher.config.degrees import script_arguments
+    from launcher.wire.training.degrees import script_arguments
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     hp, dirs, pairs = parse_args(argv)

@@ -69,12 +69,12 @@ from launcher.config.code_tree import (
     resolved,
     walk,
 )
-from launcher.config.issues import SourceDirError
 from launcher.config.job_rules import outside_source_dir
 from launcher.config.requirements import REQUIREMENTS, runtime_requirements, with_requirements
 from launcher.plan.prediction import prediction
 from launcher.wire import job_plan, restart_loop
 from launcher.wire.masking import MIN_SECRET_LENGTH, credential_pattern, secret_values
+from launcher.wire.training.issues import SourceDirError
 
 log = logging.getLogger(__name__)
 

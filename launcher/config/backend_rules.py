@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from launcher.config import backend_table
 from launcher.config.context import Context
-from launcher.config.issues import Issue
+from launcher.wire.training.issues import Issue
 
 
 def check_backend_choice(ctx: Context) -> list[Issue]:

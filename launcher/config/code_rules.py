@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from launcher.config.code_tree import TreeError, a_credential, job_ignore, resolved, walk
-from launcher.config.issues import Issue
 from launcher.config.job_rules import resolve_path
 from launcher.config.paths import smlaunch_home
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
+from launcher.wire.training.issues import Issue
 
 
 def job_state(cfg, base: Path) -> list[Path]:

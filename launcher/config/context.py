@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.config import catalog
-from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.job import JobConfig
-from launcher.config.models import ModelSpec
-from launcher.config.mp_parameters import ModelParallelParameters
 from launcher.config.script_rules import uses_smp
+from launcher.wire.training import catalog
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.models import ModelSpec
+from launcher.wire.training.mp_parameters import ModelParallelParameters
 
 
 @dataclass

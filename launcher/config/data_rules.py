@@ -1,5 +1,5 @@
 """What smlaunch's train.py will read, checked on the client where it can be seen: the order
-settings (shuffle, data_mixture: launcher.config.data_order) against the data's format and the
+settings (shuffle, data_mixture: launcher.wire.training.data_order) against the data's format and the
 job's channels, and the channels on this machine (local paths) against the run: a JSON Lines
 channel's block length, an indexed channel's shards (complete, of the model's vocabulary, at
 least one row), a chat channel's every record (its shape and roles, and a chat template in the
@@ -12,13 +12,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from launcher.config import data_order
-from launcher.config.issues import Issue
 from launcher.config.job import JobConfig
 from launcher.config.job_rules import code_dir, resolve_path
-from launcher.config.model_source import ModelSourceError, parse_model_source
-from launcher.config.models import ModelSpec
-from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
 from launcher.wire.chat_records import (
     TEXT,
     ChatRecordError,
@@ -42,6 +37,11 @@ from launcher.wire.token_shards import (
     tokenizer_json_vocabulary,
     unindexed_tokens,
 )
+from launcher.wire.training import data_order
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.model_source import ModelSourceError, parse_model_source
+from launcher.wire.training.models import ModelSpec
+from launcher.wire.training.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
 
 HP = "hyperparameters"
 _INDEXED_FIX = "pack the data with python -m container.data pack --format indexed and set dataset_type: indexed"
@@ -179,7 +179,7 @@ def _readable_here(file: Path) -> bool:
 
 def _named_dir(job: JobConfig, base_dir: Path, value: str) -> Path | None:
     """The directory a tokenizer or model value names on this machine, read as the runtime reads it
-    (relative to the code: launcher.config.model_source); None for a channel, a Hub id or nothing
+    (relative to the code: launcher.wire.training.model_source); None for a channel, a Hub id or nothing
     (model_rules names a value that is nothing)."""
     code = code_dir(job, base_dir)
     if code is None and not Path(value).expanduser().is_absolute():

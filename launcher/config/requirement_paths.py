@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from launcher.config.issues import Issue
+from launcher.wire.training.issues import Issue
 
 REQUIREMENTS = "requirements.txt"
 # Options whose value is a path or URL pip reads, by every spelling pip takes.

@@ -6,16 +6,16 @@ resolved, the job's max_restarts."""
 
 from __future__ import annotations
 
-from launcher.config.compile_rules import MOE_FIX, MOE_REFUSAL, compile_issues
 from launcher.config.context import Context
-from launcher.config.hyperparameters import FP8Config
-from launcher.config.issues import Issue
-from launcher.config.nonfinite import ROLLBACK
-from launcher.config.nonfinite_rules import nonfinite_issues
 from launcher.config.rules import HP, is_moe
-from launcher.config.speed import rowwise_capability_problem
-from launcher.config.speed_rules import profile_notes, speed_issues
-from launcher.config.tracker_rules import tracker_issues
+from launcher.wire.training.compile_rules import MOE_FIX, MOE_REFUSAL, compile_issues
+from launcher.wire.training.hyperparameters import FP8Config
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.nonfinite import ROLLBACK
+from launcher.wire.training.nonfinite_rules import nonfinite_issues
+from launcher.wire.training.speed import rowwise_capability_problem
+from launcher.wire.training.speed_rules import profile_notes, speed_issues
+from launcher.wire.training.tracker_rules import tracker_issues
 
 
 def check_compile(ctx: Context) -> list[Issue]:

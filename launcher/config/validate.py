@@ -20,7 +20,6 @@ from pydantic import BaseModel, ValidationError
 from launcher.config import (
     aws_rules,
     backend_rules,
-    catalog,
     checkpoint_rules,
     code_rules,
     data_rules,
@@ -38,16 +37,17 @@ from launcher.config import (
     tuning_rules,
     warm_pools,
 )
-from launcher.config.base import BOOLEAN_NOT_NUMBER
 from launcher.config.context import Context
-from launcher.config.hyperparameters import FP8Config
-from launcher.config.issues import ConfigError, Issue, did_you_mean
 from launcher.config.job import JobConfig
 from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
-from launcher.config.layout import ParallelLayout, with_sharding_strategy
-from launcher.config.models import ModelSpec
 from launcher.config.paths import check_path_text
-from launcher.config.run_settings import RunSettings, run_settings
+from launcher.wire.training import catalog
+from launcher.wire.training.base import BOOLEAN_NOT_NUMBER
+from launcher.wire.training.hyperparameters import FP8Config
+from launcher.wire.training.issues import ConfigError, Issue, did_you_mean
+from launcher.wire.training.layout import ParallelLayout, with_sharding_strategy
+from launcher.wire.training.models import ModelSpec
+from launcher.wire.training.run_settings import RunSettings, run_settings
 
 
 @dataclass
@@ -72,7 +72,7 @@ class ValidatedJob:
 
     @property
     def settings(self) -> RunSettings | None:
-        """What smlaunch's runtime would do (launcher.config.run_settings: the function the trainer
+        """What smlaunch's runtime would do (launcher.wire.training.run_settings: the function the trainer
         runs and the planner sizes); None while the world is unknown (local_gpu). A user script's
         job gets them too: the planner sizes it as the runtime would run it."""
         if self.layout is None:

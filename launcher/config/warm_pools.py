@@ -13,7 +13,7 @@ from typing import Any
 
 from launcher.config import backend_table
 from launcher.config.context import Context
-from launcher.config.issues import Issue
+from launcher.wire.training.issues import Issue
 
 FIELD = "keep_alive_period_in_seconds"
 

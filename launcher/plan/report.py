@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.config import ValidatedJob
-from launcher.config.degrees import DEGREES
 from launcher.plan.goodput import GoodputPlan, plan_goodput
 from launcher.plan.host_staging import HostStaging
 from launcher.plan.memory import PHASES, MemoryEstimate
 from launcher.plan.throughput import ThroughputEstimate
 from launcher.plan.workload import modeled_program
+from launcher.wire.training.degrees import DEGREES
 
 
 @dataclass

@@ -18,16 +18,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from launcher.config import ConfigError, Issue, ValidatedJob, degrees, validate_job
+from launcher.config import ConfigError, Issue, ValidatedJob, validate_job
 from launcher.config.job import JobFile
 from launcher.config.jobfile import MP_PATH, apply_overrides, load_job_file
-from launcher.config.layout import divisors
-from launcher.config.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_settings
 from launcher.plan.advice import estimate_memory
 from launcher.plan.host_staging import host_staging
 from launcher.plan.report import PlanResult
 from launcher.plan.throughput import estimate_or_reason
 from launcher.plan.workload import PlanError, UnmodeledScript, workload_of
+from launcher.wire.training import degrees
+from launcher.wire.training.layout import divisors
+from launcher.wire.training.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_settings
 
 # A local job planned as the job it will become: the figures are the instance type's whichever backend
 # runs it, and Slurm's hosts read this machine's paths, so its local inputs and output_path stay valid
@@ -66,7 +67,7 @@ def settings_of(job: ValidatedJob) -> dict[str, Any]:
         "instance_type": job.instance.name if job.instance else cfg.instance_type,
         "instance_count": cfg.instance_count,
         **degrees.settings(p),
-        # SMP v1's sharding group, in force where it is set (launcher.config.layout.sharding_group)
+        # SMP v1's sharding group, in force where it is set (launcher.wire.training.layout.sharding_group)
         "sharded_data_parallel_degree": p.sharded_data_parallel_degree if p else None,
         "sharding_group": job.layout.sharding_group if job.layout else None,
         "activation_checkpointing": run.ac_mode or False,

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
-from launcher.config.base import Strict, WholeNumber
-from launcher.config.issues import Issue
 from launcher.config.paths import LocalPathText
+from launcher.wire.training.base import Strict, WholeNumber
+from launcher.wire.training.issues import Issue
 
 # the rules read a Context, whose module imports the job: the job's backend table loads this module by name
 if TYPE_CHECKING:

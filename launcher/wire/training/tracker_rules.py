@@ -5,8 +5,8 @@ anything is built (container/trackers)."""
 
 from __future__ import annotations
 
-from launcher.config.hyperparameters import TrainingHyperparameters
-from launcher.config.issues import Issue
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.issues import Issue
 
 HP = "hyperparameters"
 # the hyperparameter that turns a tracker on -> the settings that mean something only with it

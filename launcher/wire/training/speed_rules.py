@@ -1,4 +1,4 @@
-"""What the speed choices (launcher.config.speed) ask of a job run by smlaunch's train.py: an FP8
+"""What the speed choices (launcher.wire.training.speed) ask of a job run by smlaunch's train.py: an FP8
 recipe its library runs, rowwise FP8 on a GPU that has its GEMM, an optimizer implementation the
 optimizer has, activation checkpointing settings that apply, steps to profile that the run has.
 Validation runs these, and rowwise FP8 against the instance's GPU (launcher.config.runtime_rules);
@@ -6,10 +6,10 @@ the container runs `speed_issues` again before anything is built (and checks the
 
 from __future__ import annotations
 
-from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
-from launcher.config.issues import Issue
-from launcher.config.run_settings import DEFAULT_MAX_STEPS
-from launcher.config.speed import (
+from launcher.wire.training.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.run_settings import DEFAULT_MAX_STEPS
+from launcher.wire.training.speed import (
     PROFILE_WARMUP_STEPS,
     Problem,
     fp8_recipe_problem,

@@ -6,8 +6,8 @@ before anything is built."""
 
 from __future__ import annotations
 
-from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
-from launcher.config.issues import Issue
+from launcher.wire.training.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.wire.training.issues import Issue
 
 HP = "hyperparameters"
 # The container refuses it too, where the model's blocks are built (container.distributed.compile).

@@ -1,4 +1,4 @@
-"""What `nonfinite_policy` and `nonfinite_max` ask of the hyperparameters (launcher.config.nonfinite):
+"""What `nonfinite_policy` and `nonfinite_max` ask of the hyperparameters (launcher.wire.training.nonfinite):
 a rollback needs checkpoints to go back to, and a bound means something only under skip or
 rollback. Validation runs these for smlaunch's train.py, with the restart a rollback needs (the
 restart budget is the job's: launcher.config.runtime_rules); the container runs them again before
@@ -6,9 +6,9 @@ anything is built."""
 
 from __future__ import annotations
 
-from launcher.config.hyperparameters import TrainingHyperparameters
-from launcher.config.issues import Issue
-from launcher.config.nonfinite import FAIL, ROLLBACK
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.nonfinite import FAIL, ROLLBACK
 
 HP = "hyperparameters"
 

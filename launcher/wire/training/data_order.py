@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from launcher.config.issues import Issue
+from launcher.wire.training.issues import Issue
 
 INDEXED = "indexed"
 CHAT = "chat"
@@ -107,7 +107,7 @@ def mixture_issues(hp) -> list[Issue]:
 
 def describe(dataset_type: str, shuffle: bool, seed: int, mixture: tuple[tuple[str, float], ...],
              truncation_mode: str = "keep_start") -> str:
-    """The sample stream a data position indexes (a resume must keep it: launcher.config.resume).
+    """The sample stream a data position indexes (a resume must keep it: launcher.wire.training.resume).
     Chat rows are packed from the examples truncation_mode keeps, so it is part of the stream."""
     if dataset_type == CHAT:
         order = f"shuffled with seed {seed}" if shuffle else "in order"
