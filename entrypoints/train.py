@@ -21,6 +21,8 @@ if os.path.isdir(_SHIPPED) and _SHIPPED not in sys.path:
     sys.path.insert(0, _SHIPPED)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (_SHIPPED, os.environ.get("PYTHONPATH"))))
 
+# Imports inside functions: smlaunch's packages load once _smlaunch/ is first on the path (above).
+
 
 def main(argv: list[str]) -> int:
     from container.args import parse_args
