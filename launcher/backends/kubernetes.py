@@ -20,7 +20,6 @@ from typing import Any
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
 from launcher.backends.metric_records import JOBDIR_METRICS, algorithm_record
 from launcher.config import ValidatedJob
-from launcher.config.issues import ConfigError, Issue
 from launcher.kubernetes import cluster, kueue, readback, render
 from launcher.kubernetes.kinds import JobKind, kind_named
 from launcher.kubernetes.manifest import claim_checkpoint_dir, config_map_name, env_secret_name
@@ -33,6 +32,7 @@ from launcher.wire.faults import Restart
 from launcher.wire.goodput import Goodput, measure
 from launcher.wire.progress import Progress, as_datetime, read_progress
 from launcher.wire.terminal import printable
+from launcher.wire.training.issues import ConfigError, Issue
 
 # `status` reads progress, restarts and goodput from the same records: one S3 download serves them all.
 # The pods upload every 10 s (container.toolkit.pod_storage), so a download this recent is as new as S3's.

@@ -24,12 +24,12 @@ from launcher.backends.request import build_request
 from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
 from launcher.backends.warm_pools import WarmPool, reusable, updatable, update_request
 from launcher.config import ValidatedJob
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.wire.checkpoints import latest_in_s3
 from launcher.wire.masking import Masker, mask_secrets
 from launcher.wire.progress import from_line
 from launcher.wire.terminal import printable
+from launcher.wire.training.issues import ConfigError, Issue
 
 if TYPE_CHECKING:
     from launcher.wire.checkpoints import Checkpoint

@@ -31,8 +31,9 @@ from launcher.cli.support import (
     report_invalid,
     set_option,
 )
-from launcher.config import attention, backend_table, data_order
-from launcher.config.issues import ConfigError
+from launcher.config import backend_table
+from launcher.wire.training import attention, data_order
+from launcher.wire.training.issues import ConfigError
 
 # The commands defined in the other modules of launcher.cli, by name.
 ELSEWHERE = ("list", "logs", "metrics", "plan", "status", "stop", "tune", "warm-pool")

@@ -155,8 +155,8 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
 def _sweep(handle: str, region: str | None = None):
     """The tuning job a handle names: `sagemaker-tuning:NAME` on SageMaker, a bare name of a local or
     Slurm sweep (launcher.tune); None for job handles (backend:NAME) and names of no tuning job."""
-    from launcher.config.issues import ConfigError, Issue
     from launcher.tune import state
+    from launcher.wire.training.issues import ConfigError, Issue
 
     if handle.startswith("sagemaker-tuning:"):  # launcher.backends.sagemaker_tuning.HANDLE_PREFIX
         from launcher.backends.sagemaker_tuning import SageMakerSweep

@@ -12,8 +12,8 @@ import click
 # Imports inside functions: botocore and the backends' errors load only when a command reports an
 # error (CLI start-up).
 from launcher.config import backend_table
-from launcher.config.issues import ConfigError
 from launcher.wire.terminal import printable
+from launcher.wire.training.issues import ConfigError
 
 EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -78,8 +78,8 @@ def aws_call(fn):
     from launcher.backends.base import BackendError, JobFailedError, SettingError
     from launcher.backends.warm_pools import WarmPoolError
     from launcher.config.images import ImageResolutionError
-    from launcher.config.issues import SourceDirError
     from launcher.local.store import DamagedRecord
+    from launcher.wire.training.issues import SourceDirError
 
     try:
         return fn()

@@ -23,7 +23,7 @@ from launcher.cli.support import (
     report_invalid,
     set_option,
 )
-from launcher.config.issues import ConfigError
+from launcher.wire.training.issues import ConfigError
 
 
 @click.command(name="tune")

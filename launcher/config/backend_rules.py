@@ -4,8 +4,8 @@ instance types a backend runs, a section read only by its own backend, and each 
 from __future__ import annotations
 
 from launcher.config import backend_table
-from launcher.config.issues import Issue
-from launcher.config.rules import Context
+from launcher.config.context import Context
+from launcher.wire.training.issues import Issue
 
 
 def check_backend_choice(ctx: Context) -> list[Issue]:

@@ -28,7 +28,7 @@ class BackendRow:
     restarts: str  # what `max_restarts` means there (validate says it)
     settings: str | None = None  # "module:Class" of its section of the job file, a field named after the backend
     settings_description: str = ""  # that field's description in the job schema
-    rules: str | None = None  # "module:function" of its rules (rules.Context -> Issues) for a job that runs there
+    rules: str | None = None  # "module:function" of its rules (context.Context -> Issues) for a job that runs there
     job_ids: bool = False  # a handle may name a job by the engine's own number (slurm:1234)
     in_job_store: bool = True  # its jobs have records in smlaunch's job store (launcher.local.store), not remote
     # every host runs image_uri on the cluster's own storage: the job's paths are not on this machine (its

@@ -21,11 +21,15 @@ from launcher.config.aws_settings import (
     TensorBoardOutputConfig,
 )
 from launcher.config.backend_table import with_backends
-from launcher.config.base import JsonValue, Strict, WholeNumber
 from launcher.config.distribution import Distribution
-from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.job_names import JOB_NAME_PATTERN
-from launcher.config.limits import (
+from launcher.config.paths import LocalPathText
+from launcher.config.restarts import MAX_RESTARTS
+from launcher.config.tuning import TuningConfig
+from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
+from launcher.wire.training.base import JsonValue, Strict, WholeNumber
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.limits import (
     ENVIRONMENT_KEY_MAX,
     ENVIRONMENT_MAX,
     ENVIRONMENT_VALUE_MAX,
@@ -37,10 +41,6 @@ from launcher.config.limits import (
     TAG_VALUE_MAX,
     TAGS_MAX,
 )
-from launcher.config.paths import LocalPathText
-from launcher.config.restarts import MAX_RESTARTS
-from launcher.config.tuning import TuningConfig
-from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
 
 MAX_RUN_LIMIT = 28 * 24 * 3600  # SageMaker's StoppingCondition.MaxRuntimeInSeconds ceiling
 ROLE_ARN_RE = r"^arn:aws[a-z\-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$"
@@ -106,7 +106,7 @@ class _JobHead(Strict):
     """JobConfig's fields before `backend` (the fields from the backend table follow them)."""
 
     # Built on first use: the CLI validates JobFile and its user-script variant, the SDK JobConfig
-    # (launcher.config.base.Strict says why the inner models do not defer).
+    # (launcher.wire.training.base.Strict says why the inner models do not defer).
     model_config = ConfigDict(defer_build=True)
 
     entry_point: LocalPathText = Field(description="Training script, relative to source_dir when that is set.")

@@ -11,16 +11,18 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from launcher.config import aws_arguments, backend_table
-from launcher.config.hyperparameters import DIRECTORY_ARGUMENTS, TrainingHyperparameters
+from launcher.config import backend_table
+from launcher.config.context import Context
 from launcher.config.images import ImageResolutionError, ecr_region, job_image_choice
-from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
-from launcher.config.models import PRESETS
-from launcher.config.rules import HP, Context
+from launcher.config.rules import HP
 from launcher.config.trainer_names import known_name_hint, meant_as_known
 from launcher.wire.file_kinds import not_data
 from launcher.wire.masking import secret_values
+from launcher.wire.training import aws_arguments
+from launcher.wire.training.hyperparameters import DIRECTORY_ARGUMENTS, TrainingHyperparameters
+from launcher.wire.training.issues import Issue, did_you_mean
+from launcher.wire.training.models import PRESETS
 
 # Imports inside functions: the runtime's requirements load only for the warning that names them
 # (CLI start-up).

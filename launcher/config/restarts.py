@@ -16,8 +16,8 @@ from collections.abc import Mapping
 
 from launcher.config import backend_table
 from launcher.config.code_tree import ignored_by, job_ignore
-from launcher.config.issues import Issue
 from launcher.wire import control_env, faults, restart_loop
+from launcher.wire.training.issues import Issue
 
 MAX_RESTARTS = 100  # a job that fails more often than this is not running, it is failing
 SETUP = "setup.py"  # what makes AWS's toolkit take a code directory for a package

@@ -22,9 +22,9 @@ from pathlib import Path
 from launcher.config import backend_table
 from launcher.config.image_libraries import LIBRARIES, SMDDP, SMP_V1, SMP_V2, image_libraries
 from launcher.config.images import ImageResolutionError, job_image_choice
-from launcher.config.issues import Issue
 from launcher.config.requirement_paths import local_paths
 from launcher.config.script_imports import Import, script_imports
+from launcher.wire.training.issues import Issue
 
 _RUN_ON = {
     SMP_V2: "run it on SageMaker with distribution {torch_distributed: {enabled: true}, smdistributed: "
@@ -217,7 +217,7 @@ def uses_smp(imports: list[Import] | None) -> bool:
 
 
 def check_script_imports(ctx) -> list[Issue]:
-    """A user script's imports against its target (rules.Context; the runtime's are smlaunch's own)."""
+    """A user script's imports against its target (context.Context; the runtime's are smlaunch's own)."""
     if ctx.runtime or ctx.imports is None:
         return []
     target = target_of(ctx.job, ctx.instance.name if ctx.instance else None, ctx.region)

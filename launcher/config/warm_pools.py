@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from launcher.config import backend_table
-from launcher.config.issues import Issue
-from launcher.config.rules import Context
+from launcher.config.context import Context
+from launcher.wire.training.issues import Issue
 
 FIELD = "keep_alive_period_in_seconds"
 

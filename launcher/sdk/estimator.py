@@ -15,11 +15,11 @@ from typing import Any
 # Imports inside functions: constructing an estimator validates without the backends or the planner;
 # they load when a job is planned, run or attached.
 from launcher.config import JobConfig, ValidatedJob, validate_job
-from launcher.config.issues import ConfigError, Issue, did_you_mean
 from launcher.config.sent_hyperparameters import distribution_from_hyperparameters
 from launcher.sdk import sdk_objects
 from launcher.wire import hyperparameters as wire
 from launcher.wire import restart_loop
+from launcher.wire.training.issues import ConfigError, Issue, did_you_mean
 
 _RECIPES = ("SageMaker HyperPod recipes are launched by the SageMaker SDK's recipe machinery",
             "submit recipes with the SageMaker SDK, or give entry_point a training script")

@@ -23,7 +23,6 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from launcher.config.issues import ConfigError, Issue, did_you_mean
 from launcher.config.requirements import REQUIREMENTS
 from launcher.sdk import v3_configs
 from launcher.sdk.estimator import PyTorch
@@ -46,6 +45,7 @@ from launcher.sdk.v3_configs import (
     TrainingRepositoryAuthConfig,
     as_shape,
 )
+from launcher.wire.training.issues import ConfigError, Issue, did_you_mean
 
 __all__ = ["MPI", "SMP", "CheckpointConfig", "Compute", "InputData", "InstanceGroup", "Mode", "ModelTrainer",
            "Networking", "OutputDataConfig", "S3DataSource", "SourceCode", "StoppingCondition", "Tag", "Torchrun",

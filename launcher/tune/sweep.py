@@ -20,7 +20,6 @@ from pathlib import Path
 from launcher.backends import registry
 from launcher.backends.base import BackendError
 from launcher.config import JobConfig, validate_job
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.tuning import TuningConfig
 from launcher.local import identity, store
 from launcher.tune import state as sweep_state
@@ -28,6 +27,7 @@ from launcher.tune.controller import Controller
 from launcher.tune.describe import best_summary, describe_state
 from launcher.tune.strategies import local_refusals
 from launcher.tune.trials import base_job_data, check_sweep_name, stop_trial, sweep_name
+from launcher.wire.training.issues import ConfigError, Issue
 
 BACKENDS = ("local", "slurm")
 CONTROLLER_START_S = 30.0  # how long a detached start waits for its controller to record itself

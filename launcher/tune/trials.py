@@ -11,11 +11,11 @@ from typing import Any
 
 from launcher.backends.base import BackendError
 from launcher.config import JobConfig, ValidatedJob, validate_job
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import default_base_name
 from launcher.config.tuning import TUNING_JOB_NAME_PATTERN
 from launcher.local import store
 from launcher.local.spec import STOP_REASON
+from launcher.wire.training.issues import ConfigError, Issue
 
 MAX_SWEEP_NAME = 32  # SageMaker's HyperParameterTuningJobName; a trial adds -NNN (a job name takes 63)
 

@@ -19,8 +19,8 @@ from launcher.backends import registry
 from launcher.backends.base import BackendError
 from launcher.cli.app import main
 from launcher.config import JobFile, backend_rules, backend_table
-from launcher.config.base import Strict
-from launcher.config.issues import ConfigError, Issue
+from launcher.wire.training.base import Strict
+from launcher.wire.training.issues import ConfigError, Issue
 
 HERE = __name__
 

@@ -21,8 +21,8 @@ from launcher.backends.sagemaker import SageMakerBackend
 from launcher.backends.slurm import SlurmBackend
 from launcher.cli.app import main
 from launcher.config import validate_job
-from launcher.config.issues import ConfigError
 from launcher.local import store
+from launcher.wire.training.issues import ConfigError
 from tests.support.train_runs import ROOT
 
 JOB = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",

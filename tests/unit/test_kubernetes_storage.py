@@ -17,9 +17,9 @@ from container.toolkit.pod_storage import Mirror
 from launcher.backends.base import SettingError
 from launcher.config import validate_job
 from launcher.config.backends.kubernetes import KubernetesSettings, KubernetesStorage, check_kubernetes
-from launcher.config.issues import ConfigError
 from launcher.kubernetes import readback
 from launcher.kubernetes.manifest import pod_config_map, train_job
+from launcher.wire.training.issues import ConfigError
 from tests.unit.test_kubernetes_manifest import JOB, SECTION, _core, _validated
 
 S3_SECTION = {**SECTION, "storage": {"s3": "s3://bucket/jobs"}}

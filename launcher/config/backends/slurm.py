@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
-from launcher.config.base import Strict, WholeNumber
-from launcher.config.issues import Issue
 from launcher.config.paths import LocalPathText
+from launcher.wire.training.base import Strict, WholeNumber
+from launcher.wire.training.issues import Issue
 
-if TYPE_CHECKING:  # the rules read a Context; launcher.config.rules imports the job, which imports this
-    from launcher.config.rules import Context
+# the rules read a Context, whose module imports the job: the job's backend table loads this module by name
+if TYPE_CHECKING:
+    from launcher.config.context import Context
 
 # sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
 # days-hours:minutes, days-hours:minutes:seconds (sbatch(1)).
