@@ -30,8 +30,8 @@ from typing import Any
 from launcher.config import Issue, ValidatedJob, validate_job
 from launcher.config.job import JobFile
 from launcher.config.jobfile import load_job_file
+from launcher.plan.configurations import plan_overrides, settings_of
 from launcher.plan.report import PlanResult
-from launcher.plan.sweep import plan_overrides, settings_of
 from launcher.plan.workload import modeled_program, workload_of
 from launcher.wire.training.catalog import InstanceType, catalog_names, get_instance_type
 from launcher.wire.training.degrees import by_short
