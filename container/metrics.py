@@ -13,7 +13,7 @@ import torch
 from container.distributed.runtime import Runtime
 from container.tensorboard import TensorBoardScalars
 from container.trackers.sink import FAILED, FINISHED
-from launcher.wire.metric_lines import format_metric_line
+from launcher.wire.metric_lines import METRICS_FILE, drop_cut_line, format_metric_line
 from launcher.wire.training import flops
 
 log = logging.getLogger("smlaunch")
@@ -25,11 +25,14 @@ class MetricsWriter:
 
     def __init__(self, rt: Runtime, directory: Path, tensorboard_dir: Path | None = None, trackers: list = ()):
         self.enabled = rt.is_main
-        self.path = directory / "metrics.jsonl"
+        self.path = directory / METRICS_FILE
         self.sinks = [TensorBoardScalars(tensorboard_dir)] if self.enabled and tensorboard_dir else []
         self.sinks += trackers if self.enabled else []
         if self.enabled:
             directory.mkdir(parents=True, exist_ok=True)
+            if cut := drop_cut_line(self.path):  # appended to, it would be a damaged line (parse_records)
+                log.warning("metrics: removed the last %d bytes of %s, a record the previous attempt's end cut "
+                            "before its newline", cut, self.path)
 
     def write(self, record: dict) -> None:
         if not self.enabled:

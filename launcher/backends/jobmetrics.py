@@ -19,14 +19,8 @@ from pathlib import Path
 from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, SettingError
 from launcher.backends.log_metrics import POINT, LogMetrics
-from launcher.backends.metric_records import (
-    JOBDIR_METRICS,
-    METRICS_FILE,
-    JobMetrics,
-    jobdir_metrics,
-    read_records,
-)
-from launcher.wire.metric_lines import METRICS
+from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics
+from launcher.wire.metric_lines import METRICS, METRICS_FILE, parse_records
 
 # sagemaker.analytics.TrainingJobAnalytics: the namespace, dimension and period SageMaker uses.
 CLOUDWATCH_NAMESPACE = "/aws/sagemaker/TrainingJobs"
@@ -52,7 +46,7 @@ def load(backend, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMe
     if "LocalJobDir" not in record:  # kubernetes: its files on the cluster's storage, read back from there
         return _from_job_files(backend, name, handle, record)
     path = jobdir_metrics(record)
-    records = read_records(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
+    records = parse_records(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
     if records:
         return JobMetrics(handle, str(path), records)
     definitions = (record.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
@@ -88,7 +82,7 @@ def _from_job_files(backend, name: str, handle: str, record: dict) -> JobMetrics
         return _from_pod_logs(backend, name, handle, record, definitions, "")
     path = files / JOBDIR_METRICS
     shown = f"{source.rstrip('/')}/{JOBDIR_METRICS.as_posix()}"
-    records = read_records(path.read_text(encoding="utf-8"), shown) if path.is_file() else []
+    records = parse_records(path.read_text(encoding="utf-8"), shown) if path.is_file() else []
     if records:
         return JobMetrics(handle, shown, records)
     looked = f"{shown} {'is empty' if path.is_file() else 'does not exist'}"
@@ -148,7 +142,7 @@ def _from_output_archive(backend, uri: str) -> tuple[list[dict], str]:
             member = tar.extractfile(METRICS_FILE)
         except KeyError:
             return [], f"holds no {METRICS_FILE}"
-        return read_records(member.read().decode("utf-8"), f"{uri}:{METRICS_FILE}"), ""
+        return parse_records(member.read().decode("utf-8"), f"{uri}:{METRICS_FILE}"), ""
 
 
 def _from_cloudwatch(backend, name: str, desc: dict) -> list[dict]:

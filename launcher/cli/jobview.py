@@ -15,6 +15,7 @@ from launcher.backends import warm_pools
 from launcher.backends.base import TERMINAL_STATUSES
 from launcher.wire.checkpoints import UNVERIFIED
 from launcher.wire.masking import mask_secrets
+from launcher.wire.metric_lines import DamagedMetrics
 from launcher.wire.progress import Progress, as_datetime, clock
 from launcher.wire.terminal import printable
 
@@ -31,7 +32,11 @@ def describe(backend, name: str) -> dict:
     restarts = backend.restarts(name)
     if restarts:
         desc["Restarts"] = [asdict(r) for r in restarts]
-    measured = backend.goodput(name)
+    try:
+        measured = backend.goodput(name)
+    except DamagedMetrics as exc:  # the job's status all the same, and why it has no goodput
+        desc["Goodput"] = {"error": str(exc), "text": f"goodput not measured: {exc}"}
+        measured = None
     if measured is not None:
         desc["Goodput"] = {**measured.to_dict(), "text": measured.text()}
     if current is None and "LocalJobDir" in desc:  # a user script: its metric_definitions over the job's log here
@@ -48,7 +53,7 @@ def _last_log_metrics(backend, name: str) -> dict[str, tuple[int, float]]:
 
     try:
         metrics = load(backend, name)
-    except (BackendError, KeyError):  # no metrics, or a backend whose jobs keep no job directory
+    except (BackendError, DamagedMetrics, KeyError):  # no metrics, or a backend whose jobs keep no job directory
         return {}
     if metrics.x != "point":
         return {}

@@ -21,15 +21,13 @@ the container writes the fields and the launcher reads them with this module.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from launcher.wire.faults import Restart, read_restarts
-
-METRICS_FILE = "metrics.jsonl"
+from launcher.wire.metric_lines import read_records
 
 # The ledger's fields in a metrics record.
 ATTEMPT = "attempt"
@@ -129,29 +127,13 @@ def goodput(started: datetime, ended: datetime, restarts: Sequence[Restart],
 def measure(output_data_dirs: Sequence[Path], started: datetime, ended: datetime | None = None) -> Goodput | None:
     """The goodput of a job from its output data directories (one per host: rank 0's holds the
     metrics, every host's bootstrap writes its restart records, and a local or Slurm supervisor its
-    record of a lost host); `ended` None: now (a running job)."""
+    record of a lost host); `ended` None: now (a running job). A damaged metrics file is
+    DamagedMetrics (launcher.wire.metric_lines): a goodput without some of its records would be wrong."""
     records, restarts = [], []
     for directory in output_data_dirs:
         records += read_records(Path(directory))
         restarts += read_restarts(Path(directory))
     return goodput(started, ended or datetime.now(timezone.utc), restarts, records)
-
-
-def read_records(output_data: Path) -> list[dict]:
-    """metrics.jsonl's records; lines that are not JSON objects are skipped (a line cut by a kill)."""
-    try:
-        lines = (output_data / METRICS_FILE).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
 
 
 def _attempts(records: Iterable[Mapping]) -> list[_Attempt]:
