@@ -58,7 +58,7 @@ from launcher.wire.training.compile_rules import compile_issues
 from launcher.wire.training.data_order import mixture_issues
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from launcher.wire.training.models import ModelSpec, vocab_rows
-from launcher.wire.training.nonfinite_rules import nonfinite_issues
+from launcher.wire.training.nonfinite import nonfinite_issues
 from launcher.wire.training.resume import RunIdentity
 from launcher.wire.training.run_settings import RunSettings, run_settings
 from launcher.wire.training.speed_rules import speed_issues
