@@ -32,7 +32,7 @@ a function of the sample index), so the resumed run is still the uninterrupted o
 change (global batch, sequence length, model, ...) is recorded in trainer.pt and checked before
 anything is loaded: launcher.wire.training.resume decides it, and validation explains the same rule. So is
 the data itself (data-streams.json): another tokenizer is refused, other shards or files are a
-warning saying what that does to the order (launcher.wire.training.resume_data).
+warning saying what that does to the order (launcher.wire.training.resume.compare).
 """
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ from container.checkpoint.collectives import (
 from launcher.wire import checkpoints, data_streams
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
 from launcher.wire.training.async_checkpoint import DISABLED, is_async
-from launcher.wire.training.resume import RunIdentity, may_change
-from launcher.wire.training.resume_data import compare
+from launcher.wire.training.resume import RunIdentity, compare, may_change
 
 log = logging.getLogger(__name__)
 

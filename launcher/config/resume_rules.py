@@ -1,7 +1,7 @@
 """The validator's note on a job that resumes from checkpoints: what a resume may change and what
 it must keep (launcher.wire.training.resume decides both; the runtime enforces them at resume); and where
 this machine has both the newest checkpoint and the channels (a local job's checkpoint_local_path,
-local inputs), what the resume would make of data that changed since (launcher.wire.training.resume_data)."""
+local inputs), what the resume would make of data that changed since (launcher.wire.training.resume.compare)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from launcher.wire import checkpoints, data_streams
 from launcher.wire.datafiles import TRAIN_CHANNELS
 from launcher.wire.training.issues import Issue
 from launcher.wire.training.layout import ParallelLayout, layout_problems, with_sharding_strategy
-from launcher.wire.training.resume import KEPT, batch_text, data_stream, global_batch, may_change
-from launcher.wire.training.resume_data import compare
+from launcher.wire.training.resume import KEPT, batch_text, compare, data_stream, global_batch, may_change
 from launcher.wire.training.run_settings import run_settings
 
 

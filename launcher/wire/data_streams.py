@@ -13,7 +13,7 @@ counted in. The stream's settings (dataset_type, seed, shuffle, mixture) are the
 
 An indexed channel: its shards in reading order (name relative to the channel, the .bin's size,
 the header's documents and tokens) and the tokenizer the headers record. A JSON Lines or chat
-channel: {"files": [{"name", "bytes"}, ...]}, in reading order. launcher.wire.training.resume_data says
+channel: {"files": [{"name", "bytes"}, ...]}, in reading order. launcher.wire.training.resume says
 what a resume makes of a difference.
 """
 

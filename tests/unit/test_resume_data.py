@@ -1,4 +1,4 @@
-"""A resume on data that changed since its checkpoint was saved (launcher/wire/training/resume_data.py, on
+"""A resume on data that changed since its checkpoint was saved (launcher/wire/training/resume.py, compare, on
 the records of launcher/wire/data_streams.py): another tokenizer is refused, other shards or files
 are a warning saying what changed and what it does to the order, the same data says nothing; and
 `smlaunch validate` says the same where this machine has the checkpoint and the channels. Through
@@ -14,7 +14,7 @@ from container.data.indexed import write_shards
 from launcher.config import ConfigError, validate_job
 from launcher.wire import data_streams
 from launcher.wire.checkpoints import MARKER
-from launcher.wire.training.resume_data import IN_ORDER_APPENDED, REPACKED, REPLACED, SHUFFLED_APPENDED, compare
+from launcher.wire.training.resume import IN_ORDER_APPENDED, REPACKED, REPLACED, SHUFFLED_APPENDED, compare
 
 BYTES = {"name": "UTF-8 bytes", "vocabulary_sha256": None}
 BPE = {"name": "my-bpe", "vocabulary_sha256": "ab" * 32}
