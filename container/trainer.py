@@ -54,14 +54,13 @@ from container.run_data import chat_tokenizer, check_tokenizer, describe_data, s
 from container.trackers import open_trackers
 from container.trackers.sink import STOPPED
 from launcher.wire.training import aws_arguments, flops
-from launcher.wire.training.compile_rules import compile_issues
 from launcher.wire.training.data_order import mixture_issues
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from launcher.wire.training.models import ModelSpec, vocab_rows
 from launcher.wire.training.nonfinite import nonfinite_issues
 from launcher.wire.training.resume import RunIdentity
 from launcher.wire.training.run_settings import RunSettings, run_settings
-from launcher.wire.training.speed_rules import speed_issues
+from launcher.wire.training.speed_rules import compile_issues, speed_issues
 from launcher.wire.training.tracker_rules import tracker_issues
 
 log = logging.getLogger("smlaunch")
@@ -207,7 +206,7 @@ def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
     """AWS's script's arguments that this runtime does not do, trackers' settings that would do
     nothing, a data_mixture the loader cannot read, the speed settings this GPU or library cannot
     run and what compile cannot compile fail the job before anything is built, with validation's
-    words (launcher.wire.training.aws_arguments, tracker_rules, data_order, speed_rules, compile_rules)."""
+    words (launcher.wire.training.aws_arguments, tracker_rules, data_order, speed_rules)."""
     problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
                 + speed_issues(hp) + compile_issues(hp))
     if problems:
