@@ -20,6 +20,7 @@ from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, SettingError
 from launcher.backends.log_metrics import POINT, LogMetrics
 from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics
+from launcher.wire import s3io
 from launcher.wire.metric_lines import METRICS, METRICS_FILE, parse_records
 
 # sagemaker.analytics.TrainingJobAnalytics: the namespace, dimension and period SageMaker uses.
@@ -130,7 +131,7 @@ def _from_output_archive(backend, uri: str) -> tuple[list[dict], str]:
     """(records of metrics.jsonl in the archive, or [] and why not)."""
     from botocore.exceptions import ClientError
 
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    bucket, key = s3io.split(uri)
     try:
         body = backend.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer, newest
@@ -25,6 +24,7 @@ from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
 from launcher.backends.warm_pools import WarmPool, reusable, updatable, update_request
 from launcher.config import ValidatedJob
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
+from launcher.wire import s3io
 from launcher.wire.checkpoints import latest_in_s3
 from launcher.wire.masking import Masker, mask_secrets
 from launcher.wire.progress import from_line
@@ -56,11 +56,6 @@ class DryRun:
 
     def render(self) -> str:
         return dumps(self.to_dict())
-
-
-def _s3_split(uri: str) -> tuple[str, str]:
-    parsed = urlparse(uri)
-    return parsed.netloc, parsed.path.lstrip("/")
 
 
 class SageMakerBackend:
@@ -129,9 +124,9 @@ class SageMakerBackend:
 
     def _code_location(self, cfg, lookup: bool) -> tuple[str, str]:
         if cfg.code_location:
-            return _s3_split(cfg.code_location.rstrip("/"))
+            return s3io.split(cfg.code_location.rstrip("/"))
         if cfg.output_path and cfg.output_path.startswith("s3://"):
-            return _s3_split(cfg.output_path)[0], ""
+            return s3io.split(cfg.output_path)[0], ""
         return self._default_bucket(lookup), ""
 
     def _account(self) -> str:
@@ -157,8 +152,8 @@ class SageMakerBackend:
         if self.exists(name):
             raise BackendError(f"job_name {name!r} is already used by a training job in {self.region}; "
                                "pick another name or drop job_name to get a timestamped one")
-        bucket, key = _s3_split(plan.source_uri)
-        output_bucket = _s3_split(plan.request["OutputDataConfig"]["S3OutputPath"])[0]
+        bucket, key = s3io.split(plan.source_uri)
+        output_bucket = s3io.split(plan.request["OutputDataConfig"]["S3OutputPath"])[0]
         default = getattr(self, "_default_bucket_name", None)
         self._note_warm_pool(plan.request)
         for needed in dict.fromkeys((bucket, output_bucket)):  # both exist before anything is written

@@ -15,11 +15,12 @@ from typing import Any
 
 from launcher.backends import registry
 from launcher.backends.base import BackendError
-from launcher.backends.sagemaker import SageMakerBackend, _s3_split, newest_summaries
+from launcher.backends.sagemaker import SageMakerBackend, newest_summaries
 from launcher.backends.tuning_request import build_tuning_request
 from launcher.config import ValidatedJob
 from launcher.config.job_names import default_base_name
 from launcher.config.tuning import TUNING_JOB_NAME_PATTERN, TuningConfig
+from launcher.wire import s3io
 from launcher.wire.training.issues import ConfigError, Issue
 
 TUNING_TERMINAL = ("Completed", "Failed", "Stopped", "DeleteFailed")
@@ -78,8 +79,8 @@ class SageMakerTuning:
             raise BackendError(f"job_name {name!r} is already used by a tuning job in {self.backend.region}; "
                                "pick another name or leave it out to get a timestamped one")
         definition = request["TrainingJobDefinition"]
-        bucket, key = _s3_split(source_uri)
-        output_bucket = _s3_split(definition["OutputDataConfig"]["S3OutputPath"])[0]
+        bucket, key = s3io.split(source_uri)
+        output_bucket = s3io.split(definition["OutputDataConfig"]["S3OutputPath"])[0]
         default = getattr(self.backend, "_default_bucket_name", None)
         for needed in dict.fromkeys((bucket, output_bucket)):
             self.backend._ensure_bucket(needed, created_ok=needed == default)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+
+from launcher.wire import s3io
 
 DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path
 MARKER = ".complete"
@@ -66,8 +67,8 @@ def latest_in_s3(s3_client, uri: str) -> Checkpoint | None:
     each host's /opt/ml/checkpoints to that prefix)."""
     from botocore.exceptions import ClientError
 
-    parsed = urlparse(uri)
-    bucket, prefix = parsed.netloc, parsed.path.strip("/")
+    bucket, prefix = s3io.split(uri)
+    prefix = prefix.strip("/")
     base = f"{prefix}/" if prefix else ""
     steps = []
     for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base, Delimiter="/"):
