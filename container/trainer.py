@@ -12,7 +12,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -41,7 +44,7 @@ from container.distributed.runtime import Runtime
 from container.distributed.tensor_parallel import apply_tp, loss_context
 from container.fp8 import activation_checkpoint_fn, apply_fp8, precompute_fp8_scales
 from container.loss import label_tokens, token_loss_sum
-from container.metrics import MetricsWriter, step_record
+from container.metrics import MetricsWriter, Throughput
 from container.models import attention, document_kernels
 from container.models.llama import Transformer, build_model
 from container.models.moe import load_balancing_sum
@@ -49,7 +52,7 @@ from container.profiling import StepProfiler
 from container.progress import ProgressWriter
 from container.resilience import attempt, inject, step_watch
 from container.resilience.ledger import CHECKPOINT, DATA, VALIDATION, TimeLedger
-from container.resilience.nonfinite import nonfinite_guard
+from container.resilience.nonfinite import NonFiniteGuard, nonfinite_guard
 from container.run_data import chat_tokenizer, check_tokenizer, describe_data, stream_record
 from container.trackers import open_trackers
 from container.trackers.sink import STOPPED
@@ -58,7 +61,7 @@ from launcher.wire.training.data_order import mixture_issues
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from launcher.wire.training.models import ModelSpec, vocab_rows
 from launcher.wire.training.nonfinite import nonfinite_issues
-from launcher.wire.training.resume import RunIdentity
+from launcher.wire.training.resume import RunIdentity, global_batch
 from launcher.wire.training.run_settings import RunSettings, run_settings
 from launcher.wire.training.speed_rules import compile_issues, speed_issues
 from launcher.wire.training.tracker_rules import tracker_issues
@@ -252,14 +255,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     step_watch.start(hp, dirs.output_data)  # after a Hub download, which has its own bound
     spec = pretrained.model_spec(hp, sources)
     # the data before the model: a bad record or tokenizer fails the job before weights are loaded
-    tokenizer = chat_tokenizer(s, sources)
-    loader = data.build_dataloader(
-        dataset_type=s.dataset_type, path=dirs.train, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
-        dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed,
-        document_masking=s.document_masking, shuffle=s.shuffle, mixture=s.data_mixture, channels=channels(),
-        tokenizer=tokenizer, truncation_mode=s.truncation_mode)
-    check_tokenizer(loader.source, sources)
-    validation = validation_loader(rt, dirs, s, spec, tokenizer)
+    loader, validation = build_data(rt, dirs, s, spec, sources)
     rows = model_vocab_rows(rt, spec, s, dirs)
     if rt.layout.pp > 1:  # this rank's stages; the pipeline runs forward and backward
         model, pipe = build_pipeline(rt, spec, s, parallelize, pretrained_weights=sources.load_weights,
@@ -272,107 +268,193 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
                                      identity=RunIdentity(s, spec, rt.dp_size, rows),
                                      async_mode=s.checkpoint_async_mode, timeout=rt.collective_timeout,
                                      streams=stream_record(loader.source, s, dirs)) if s.checkpoint_freq else None
-    start_step, extra = 0, None
-    if checkpointer is not None:
-        loading = time.perf_counter()
-        restored = checkpointer.load_latest(model, optimizer, scheduler)
-        if restored is not None:
-            start_step, loader_state, extra = restored
-            loader.load_state_dict(loader_state)
-            if rt.is_main:  # the load's share of a restart (bench/recovery.py reads it)
-                log.info("resumed from step %d in %s (verified and loaded in %.2f s)", start_step, dirs.checkpoints,
-                         time.perf_counter() - loading)
+    start_step, extra = resume(rt, dirs, checkpointer, model, optimizer, scheduler, loader)
     guard = nonfinite_guard(s, rt.rank, rt.local_rank, rt.device, dirs.checkpoints if checkpointer else None, extra)
+    run = _Run(rt, s, spec, dirs, sources, metrics, model, pipe, optimizer, scheduler, loader, validation, cp_shard,
+               checkpointer, guard, start_step)
+    return _loop(run, hp.profile_steps, instance_type)
+
+
+def build_data(rt: Runtime, dirs: Directories, s: RunSettings, spec: ModelSpec, sources: pretrained.Sources):
+    """The training data's loader, its tokenizer checked against the model's, and the validation loader."""
+    tokenizer = chat_tokenizer(s, sources)
+    loader = data.build_dataloader(
+        dataset_type=s.dataset_type, path=dirs.train, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
+        dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed,
+        document_masking=s.document_masking, shuffle=s.shuffle, mixture=s.data_mixture, channels=channels(),
+        tokenizer=tokenizer, truncation_mode=s.truncation_mode)
+    check_tokenizer(loader.source, sources)
+    return loader, validation_loader(rt, dirs, s, spec, tokenizer)
+
+
+def resume(rt: Runtime, dirs: Directories, checkpointer: ckpt.Checkpointer | None, model, optimizer, scheduler,
+           loader) -> tuple[int, dict | None]:
+    """(the step the run resumes after, the resumed checkpoint's extra state): the newest checkpoint's,
+    loaded into the model, optimizer, schedule and data loader; (0, None) without one."""
+    if checkpointer is None:
+        return 0, None
+    loading = time.perf_counter()
+    restored = checkpointer.load_latest(model, optimizer, scheduler)
+    if restored is None:
+        return 0, None
+    start_step, loader_state, extra = restored
+    loader.load_state_dict(loader_state)
+    if rt.is_main:  # the load's share of a restart (bench/recovery.py reads it)
+        log.info("resumed from step %d in %s (verified and loaded in %.2f s)", start_step, dirs.checkpoints,
+                 time.perf_counter() - loading)
+    return start_step, extra
+
+
+@dataclass
+class _Run:
+    """What the training loop steps: the run's parts, built by _train."""
+
+    rt: Runtime
+    s: RunSettings
+    spec: ModelSpec
+    dirs: Directories
+    sources: pretrained.Sources
+    metrics: MetricsWriter
+    model: Transformer
+    pipe: Any  # this rank's pipeline schedule, or None
+    optimizer: Any
+    scheduler: Any
+    loader: Any
+    validation: data.ValidationLoader | None
+    cp_shard: Callable
+    checkpointer: ckpt.Checkpointer | None
+    guard: NonFiniteGuard
+    start_step: int  # the step the run resumes after (0: from the start)
+
+
+class _Meters(NamedTuple):
+    """What the loop measures across steps, each started with the loop."""
+
+    progress: ProgressWriter
+    ledger: TimeLedger  # where the loop's time goes, for goodput
+    throughput: Throughput
+    compiles: CompileCount
+    profiler: StepProfiler
+
+
+class _Step(NamedTuple):
+    """What one step gives its record: tensors the loop reads only where a record or a checkpoint takes them."""
+
+    loss: torch.Tensor
+    aux_sum: torch.Tensor | None
+    grad_norm: torch.Tensor
+    elapsed: float
+    flops_token: float  # its useful FLOPs per token
+
+
+def _loop(run: _Run, profile_steps: str | None, instance_type: str | None) -> dict:
+    """The steps from the resumed one to max_steps, each with its record, validation and checkpoint;
+    then the last checkpoint and the model's export, or, at a SIGTERM, a checkpoint and a stop."""
+    rt, s, dirs = run.rt, run.s, run.dirs
     stop_flag = sigterm.install_sigterm_flag()
-    attempt.started(start_step, dirs.output_data if rt.is_main else None)
-    if rt.is_main and (event := attempt.restart_event(dirs.output_data, start_step)):
-        metrics.write(event)  # the trackers see the restart at the step it resumed from
-    progress = ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, start_step)
-    ledger = TimeLedger(start_step)  # where the loop's time goes, for goodput
-    seed_flops_token = flops.seed_flops_per_token(spec, s.seq_len)
-    timed_flops = 0.0  # useful FLOPs of the timed steps: attention over what the documents span
-    peak = flops.peak_tflops(instance_type, "fp8" if s.fp8.enabled else "bf16",
-                             torch.cuda.get_device_name() if rt.device.type == "cuda" else None)
-    global_tokens_per_step = s.micro_batch * s.seq_len * s.grad_accum * rt.dp_size
-    global_sequences = s.micro_batch * s.grad_accum * rt.dp_size
-    timed_tokens, timed_seconds, last = 0, 0.0, {}
-    compiles = CompileCount(s.compile)
-    profiler = StepProfiler(hp.profile_steps, dirs.output_data, rt.rank, rt.device)
-    for step in range(start_step + 1, s.max_steps + 1):
-        _sync(rt)
-        inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
-        profiler.before(step)
-        t0 = time.perf_counter()
-        guard.before_step(loader)  # past the batches a rollback skips
-        with ledger.timing(DATA):
-            batches = [loader.next_batch() for _ in range(s.grad_accum)]
-        if step == start_step + 1:
-            describe_data(rt, loader.source, s)
-            if rt.is_main and validation is not None and isinstance(validation.source, ChatSource):
-                log.info("data: %s", validation.source.describe())
-        # the step's useful FLOPs per token: document masking leaves only each document's attention
-        # (this rank's rows stand for every rank's: they are drawn alike)
-        step_flops_token = flops.flops_per_token(spec, sum(attended_length(b, s.seq_len) for b in batches)
-                                                 / len(batches))
-        micro = [_to(cp_shard(batch), rt.device) for batch in batches]
-        loss, aux_sum, total_tokens, grad_norm = train_step(
-            rt, model, pipe, optimizer, scheduler, micro, s, spec, global_sequences, step, guard)
-        # the loss is read (a host sync) only where a record or a checkpoint takes it
-        _sync(rt)
-        if s.clean_cache and rt.device.type == "cuda":
-            torch.cuda.empty_cache()
-        elapsed = time.perf_counter() - t0
-        ledger.step(elapsed)
-        compiles.step_done()
-        profiler.after(step)  # outside the step's time: the window's last step writes the profile
-        if step > start_step + 2:  # leave out warm-up (allocator, first all-gathers)
-            timed_tokens += global_tokens_per_step
-            timed_seconds += elapsed
-            timed_flops += global_tokens_per_step * step_flops_token
-        if guard.skipped_now(step):  # its loss is not a record's: the count is
-            metrics.write({"step": step, **guard.fields()})
-        elif step % s.logging_freq == 0 or step == s.max_steps:
-            flops_token = timed_flops / timed_tokens if timed_tokens else step_flops_token
-            last = step_record(rt, step, loss.item(), float(grad_norm), scheduler.get_last_lr()[0], timed_tokens,
-                           timed_seconds, global_tokens_per_step, elapsed, s, flops_token, seed_flops_token, peak)
-            if aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
-                last["aux_loss"] = (_all_sum(aux_sum, rt.loss_group) / global_sequences).item()
-            last.update(progress.fields(step), **ledger.fields(), **guard.fields(), **attempt.fields(),
-                        **compiles.fields())
-            metrics.write(last)
-            progress.write(last)
-        if validation is not None and step % s.validation_freq == 0:
+    attempt.started(run.start_step, dirs.output_data if rt.is_main else None)
+    if rt.is_main and (event := attempt.restart_event(dirs.output_data, run.start_step)):
+        run.metrics.write(event)  # the trackers see the restart at the step it resumed from
+    meters = _Meters(ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, run.start_step),
+                     TimeLedger(run.start_step), Throughput(rt, s, run.spec, instance_type, run.start_step),
+                     CompileCount(s.compile), StepProfiler(profile_steps, dirs.output_data, rt.rank, rt.device))
+    last = {}
+    for step in range(run.start_step + 1, s.max_steps + 1):
+        done = _train_one(run, meters, step)
+        last = _record(run, meters, step, done) or last
+        if run.validation is not None and step % s.validation_freq == 0:
             # timed on its own, not as part of the step
-            with ledger.timing(VALIDATION), step_watch.section("validation"):
-                metrics.write({"step": step, "val_loss": validate(rt, model, validation, s, cp_shard)})
+            with meters.ledger.timing(VALIDATION), step_watch.section("validation"):
+                run.metrics.write({"step": step, "val_loss": validate(rt, run.model, run.validation, s, run.cp_shard)})
         attempt.completed(step)
         step_watch.step_done(step)
         stopping = sigterm.should_stop(stop_flag)
-        if checkpointer and (step % s.checkpoint_freq == 0 or stopping):
-            with ledger.timing(CHECKPOINT), step_watch.section("checkpoint save"):
-                checkpointer.save(step, model, optimizer, scheduler, loader.state_dict(),
-                                  {"loss": loss.item(), **guard.checkpoint_extra()})
-                if stopping:  # an asynchronous save is on disk and committed before the process ends
-                    checkpointer.close()
+        if run.checkpointer and (step % s.checkpoint_freq == 0 or stopping):
+            _save(run, meters, step, done.loss, stopping)
         if stopping:
-            profiler.close()
+            meters.profiler.close()
             if rt.is_main:
                 log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
             step_watch.stop()
-            metrics.close(STOPPED)
+            run.metrics.close(STOPPED)
             return last
-    compiles.log()
-    profiler.close()  # a window the run ended inside is written (the rules keep windows within max_steps)
-    with step_watch.section("the last checkpoint and the model export"):
-        if checkpointer:
-            checkpointer.close()
-        hf.export_hf(model, spec, dirs.model, dtype=torch.bfloat16 if s.bf16 else torch.float32,
-                     pp_group=rt.pp_group)
-        if rt.is_main:
-            _complete_artifact(sources, dirs.model)
-    step_watch.stop()
-    metrics.close()
+    _finish(run, meters)
     return last
+
+
+def _train_one(run: _Run, meters: _Meters, step: int) -> _Step:
+    """One step: its batches (past those a rollback skips), forward, backward and the update, timed."""
+    rt, s = run.rt, run.s
+    _sync(rt)
+    inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
+    meters.profiler.before(step)
+    t0 = time.perf_counter()
+    run.guard.before_step(run.loader)  # past the batches a rollback skips
+    with meters.ledger.timing(DATA):
+        batches = [run.loader.next_batch() for _ in range(s.grad_accum)]
+    if step == run.start_step + 1:
+        describe_data(rt, run.loader.source, s)
+        if rt.is_main and run.validation is not None and isinstance(run.validation.source, ChatSource):
+            log.info("data: %s", run.validation.source.describe())
+    # the step's useful FLOPs per token: document masking leaves only each document's attention
+    # (this rank's rows stand for every rank's: they are drawn alike)
+    flops_token = flops.flops_per_token(run.spec, sum(attended_length(b, s.seq_len) for b in batches) / len(batches))
+    micro = [_to(run.cp_shard(batch), rt.device) for batch in batches]
+    loss, aux_sum, _, grad_norm = train_step(rt, run.model, run.pipe, run.optimizer, run.scheduler, micro, s,
+                                             run.spec, global_batch(s, rt.dp_size), step, run.guard)
+    # the loss is read (a host sync) only where a record or a checkpoint takes it
+    _sync(rt)
+    if s.clean_cache and rt.device.type == "cuda":
+        torch.cuda.empty_cache()
+    elapsed = time.perf_counter() - t0
+    meters.ledger.step(elapsed)
+    meters.compiles.step_done()
+    meters.profiler.after(step)  # outside the step's time: the window's last step writes the profile
+    meters.throughput.step(step, elapsed, flops_token)
+    return _Step(loss, aux_sum, grad_norm, elapsed, flops_token)
+
+
+def _record(run: _Run, meters: _Meters, step: int, done: _Step) -> dict | None:
+    """The step's record, written where it is one (a logged step, the last, or a skipped step's count);
+    a logged step's is returned, and also rewrites progress.json."""
+    rt, guard = run.rt, run.guard
+    if guard.skipped_now(step):  # its loss is not a record's: the count is
+        run.metrics.write({"step": step, **guard.fields()})
+        return None
+    if step % run.s.logging_freq and step != run.s.max_steps:
+        return None
+    record = meters.throughput.record(step, done.loss.item(), float(done.grad_norm),
+                                      run.scheduler.get_last_lr()[0], done.elapsed, done.flops_token)
+    if done.aux_sum is not None:  # `loss` stays the token loss, comparable with val_loss and dense models
+        record["aux_loss"] = (_all_sum(done.aux_sum, rt.loss_group) / global_batch(run.s, rt.dp_size)).item()
+    record.update(meters.progress.fields(step), **meters.ledger.fields(), **guard.fields(), **attempt.fields(),
+                  **meters.compiles.fields())
+    run.metrics.write(record)
+    meters.progress.write(record)
+    return record
+
+
+def _save(run: _Run, meters: _Meters, step: int, loss: torch.Tensor, stopping: bool) -> None:
+    with meters.ledger.timing(CHECKPOINT), step_watch.section("checkpoint save"):
+        run.checkpointer.save(step, run.model, run.optimizer, run.scheduler, run.loader.state_dict(),
+                              {"loss": loss.item(), **run.guard.checkpoint_extra()})
+        if stopping:  # an asynchronous save is on disk and committed before the process ends
+            run.checkpointer.close()
+
+
+def _finish(run: _Run, meters: _Meters) -> None:
+    """The end of max_steps: the last checkpoint committed and the model exported."""
+    meters.compiles.log()
+    meters.profiler.close()  # a window the run ended inside is written (the rules keep windows within max_steps)
+    with step_watch.section("the last checkpoint and the model export"):
+        if run.checkpointer:
+            run.checkpointer.close()
+        hf.export_hf(run.model, run.spec, run.dirs.model, dtype=torch.bfloat16 if run.s.bf16 else torch.float32,
+                     pp_group=run.rt.pp_group)
+        if run.rt.is_main:
+            _complete_artifact(run.sources, run.dirs.model)
+    step_watch.stop()
+    run.metrics.close()
 
 
 def _complete_artifact(sources: pretrained.Sources, model_dir: Path) -> None:
