@@ -39,10 +39,11 @@ class BackendChoice(click.Choice):
 
 def local_overrides(job_file: Path, overrides: tuple[str, ...]) -> tuple[str, ...]:
     """`--local`: the job file's instance type becomes `local`, unless it already is local or local_gpu."""
+    from launcher.config.catalog import LOCAL_TYPES
     from launcher.config.jobfile import load_job_file
 
     data, _ = load_job_file(job_file, overrides)
-    if data.get("instance_type") in ("local", "local_gpu"):
+    if data.get("instance_type") in LOCAL_TYPES:
         return overrides
     return (*overrides, "instance_type=local")
 

@@ -38,6 +38,15 @@ class BackendRow:
     # spot, Debugger, ...: aws_rules.AWS_ONLY); elsewhere validate says each one is left out
     aws_settings: bool = False
 
+    def runs(self, local: bool) -> bool:
+        """Whether it runs a job of this machine's instance types (`local`: local, local_gpu) or of ml.* ones."""
+        return self.instance_types in ("any", "local" if local else "ml")
+
+    @property
+    def on_this_machine(self) -> bool:
+        """Its jobs run on this machine's own devices, and nowhere else."""
+        return self.instance_types == "local"
+
 
 BACKENDS = (
     BackendRow(
@@ -81,6 +90,12 @@ def names() -> tuple[str, ...]:
 
 def named(name: str) -> BackendRow | None:
     return next((b for b in BACKENDS if b.name == name), None)
+
+
+def default_for(local: bool) -> BackendRow:
+    """The backend of a job that names none: the one that runs its kind of instance type only (a local
+    instance type: this machine's backend; an ml.* one: SageMaker's)."""
+    return next(b for b in BACKENDS if b.instance_types == ("local" if local else "ml"))
 
 
 def with_sections() -> tuple[BackendRow, ...]:

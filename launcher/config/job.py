@@ -20,8 +20,9 @@ from launcher.config.aws_settings import (
     ProfilerConfig,
     TensorBoardOutputConfig,
 )
-from launcher.config.backend_table import with_backends
+from launcher.config.backend_table import default_for, with_backends
 from launcher.config.base import JsonValue, Strict, WholeNumber
+from launcher.config.catalog import LOCAL_TYPES
 from launcher.config.distribution import Distribution
 from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.job_names import JOB_NAME_PATTERN
@@ -319,12 +320,12 @@ class JobConfig(_JobBackends):
     @property
     def is_local(self) -> bool:
         """The instance type is this machine's own devices (local: CPU, local_gpu: its GPUs)."""
-        return self.instance_type in ("local", "local_gpu")
+        return self.instance_type in LOCAL_TYPES
 
     @property
     def backend_name(self) -> str:
         """The backend that runs the job: the one asked for, else what the instance type implies."""
-        return self.backend or ("local" if self.is_local else "sagemaker")
+        return self.backend or default_for(self.is_local).name
 
     @property
     def on_sagemaker(self) -> bool:
