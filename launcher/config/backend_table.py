@@ -37,6 +37,10 @@ class BackendRow:
     # SageMaker runs the job, so the settings only SageMaker carries out take effect there (VPC, KMS keys,
     # spot, Debugger, ...: aws_rules.AWS_ONLY); elsewhere validate says each one is left out
     aws_settings: bool = False
+    # its jobs are SageMaker training jobs (CreateTrainingJob; JobConfig.on_sagemaker): S3 channels and outputs, an
+    # image of AWS's catalog whose toolkit runs the code (and smlaunch's restart loop), the SageMaker SDK's rules,
+    # warm pools, and sweeps as SageMaker tuning jobs; the others' jobs read this machine's or the cluster's paths
+    sagemaker_jobs: bool = False
 
     def runs(self, local: bool) -> bool:
         """Whether it runs a job of this machine's instance types (`local`: local, local_gpu) or of ml.* ones."""
@@ -51,6 +55,7 @@ class BackendRow:
 BACKENDS = (
     BackendRow(
         "sagemaker", "launcher.backends.sagemaker:SageMakerBackend", "ml", in_job_store=False, aws_settings=True,
+        sagemaker_jobs=True,
         restarts="the image's toolkit runs smlaunch's restart loop (shipped in the code, _smlaunch/restart_loop.py) "
                  "in place of torchrun on each instance, and the loop restarts torchrun on every instance together "
                  "after a fault (a failed, killed, hung or frozen rank); each restart resumes from the newest "

@@ -20,7 +20,7 @@ from launcher.config.aws_settings import (
     ProfilerConfig,
     TensorBoardOutputConfig,
 )
-from launcher.config.backend_table import default_for, with_backends
+from launcher.config.backend_table import default_for, named, with_backends
 from launcher.config.base import JsonValue, Strict, WholeNumber
 from launcher.config.catalog import LOCAL_TYPES
 from launcher.config.distribution import Distribution
@@ -329,8 +329,9 @@ class JobConfig(_JobBackends):
 
     @property
     def on_sagemaker(self) -> bool:
-        """SageMaker runs it (S3 channels and artifacts, an image); local and Slurm jobs use paths."""
-        return self.backend_name == "sagemaker"
+        """It is a SageMaker training job (S3 channels and artifacts, an image): its backend's row says so
+        (backend_table's sagemaker_jobs); the other backends' jobs use paths."""
+        return named(self.backend_name).sagemaker_jobs
 
 
 class JobFile(JobConfig):
