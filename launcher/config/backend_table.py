@@ -29,6 +29,9 @@ class BackendRow:
     settings: str | None = None  # "module:Class" of its section of the job file, a field named after the backend
     settings_description: str = ""  # that field's description in the job schema
     rules: str | None = None  # "module:function" of its rules (rules.Context -> Issues) for a job that runs there
+    # "module:function" (its section or None, the instance type's GPUs) -> GPUs per host, where its section may
+    # say otherwise (slurm.gpus_per_node: a node that is not an instance of the catalog)
+    host_gpus: str | None = None
     job_ids: bool = False  # a handle may name a job by the engine's own number (slurm:1234)
     in_job_store: bool = True  # its jobs have records in smlaunch's job store (launcher.local.store), not remote
     # every host runs image_uri on the cluster's own storage: the job's paths are not on this machine (its
@@ -70,7 +73,7 @@ BACKENDS = (
         "slurm", "launcher.backends.slurm:SlurmBackend", "any", job_ids=True,
         settings="launcher.config.backends.slurm:SlurmSettings",
         settings_description="backend: slurm: partition, account, time, ...",
-        rules="launcher.config.backends.slurm:check_slurm",
+        rules="launcher.config.backends.slurm:check_slurm", host_gpus="launcher.config.backends.slurm:node_gpus",
         restarts="the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
                  "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
                  "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
@@ -106,6 +109,12 @@ def default_for(local: bool) -> BackendRow:
 def with_sections() -> tuple[BackendRow, ...]:
     """The backends that have a section of their own in the job file."""
     return tuple(b for b in BACKENDS if b.settings is not None)
+
+
+def host_gpus(job: Any, accelerators: int | None) -> int | None:
+    """GPUs per host of the job (a JobConfig) whose instance type has `accelerators` (None: unknown)."""
+    row = named(job.backend_name)
+    return load(row.host_gpus)(getattr(job, row.name, None), accelerators) if row.host_gpus else accelerators
 
 
 def load(path: str) -> Any:

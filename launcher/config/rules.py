@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from launcher.config import attention, catalog
-from launcher.config.backends.slurm import node_gpus
+from launcher.config import attention, backend_table, catalog
 from launcher.config.degrees import script_arguments
 from launcher.config.distribution import ModelParallelParameters
 from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
@@ -108,9 +107,7 @@ def processes_per_host(job: JobConfig, inst: catalog.InstanceType | None) -> tup
         explicit = explicit or mpi.processes_per_host
     if inst is None:
         return explicit, issues
-    gpus = inst.accelerators
-    if job.backend_name == "slurm":
-        gpus = node_gpus(job.slurm, gpus)
+    gpus = backend_table.host_gpus(job, inst.accelerators)
     if gpus is None:  # local_gpu: known only on the machine that runs it
         return explicit, issues
     if gpus == 0:
