@@ -132,6 +132,7 @@ class TrainingJob:
         or the dict `{"KeepAlivePeriodInSeconds": N}` of the SDK v2's `Session.update_training_job`: the
         job's Available warm pool is kept N s from the job's end; 0 ends it. Nothing else may change."""
         from launcher.backends.warm_pools import WarmPoolError
+        from launcher.config.backend_table import named
 
         if isinstance(resource_config, dict):  # ResourceConfigForUpdate has this one member
             only = set(resource_config) == {"KeepAlivePeriodInSeconds"}
@@ -142,7 +143,7 @@ class TrainingJob:
             raise WarmPoolError(f"resource_config = {resource_config!r}: only KeepAlivePeriodInSeconds may be updated; "
                                 "pass {'KeepAlivePeriodInSeconds': N} (or ResourceConfigForUpdate("
                                 "keep_alive_period_in_seconds=N))")
-        if self.backend.name != "sagemaker":
+        if not named(self.backend.name).sagemaker_jobs:
             raise WarmPoolError(f"job {self.name} runs on {self.backend.name}: warm pools are SageMaker's, so there "
                                 "is no pool to update; run the job on SageMaker to keep one")
         self.backend.update_keep_alive(self.name, seconds)
