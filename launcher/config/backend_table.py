@@ -44,6 +44,7 @@ class BackendRow:
     # image of AWS's catalog whose toolkit runs the code (and smlaunch's restart loop), the SageMaker SDK's rules,
     # warm pools, and sweeps as SageMaker tuning jobs; the others' jobs read this machine's or the cluster's paths
     sagemaker_jobs: bool = False
+    sweeps: bool = False  # smlaunch's sweep controller (launcher.tune, `smlaunch tune`) runs the trials as its jobs
 
     def runs(self, local: bool) -> bool:
         """Whether it runs a job of this machine's instance types (`local`: local, local_gpu) or of ml.* ones."""
@@ -65,12 +66,12 @@ BACKENDS = (
                  "verified checkpoint. A lost instance is SageMaker's: the job fails (max_retry_attempts retries "
                  "only SageMaker's internal errors), and a resubmission with the same checkpoint_s3_uri resumes"),
     BackendRow(
-        "local", "launcher.backends.local:LocalBackend", "local",
+        "local", "launcher.backends.local:LocalBackend", "local", sweeps=True,
         restarts="the bootstrap of each simulated host restarts torchrun on every host together after a fault "
                  "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
                  "killed; each restart resumes from the newest verified checkpoint"),
     BackendRow(
-        "slurm", "launcher.backends.slurm:SlurmBackend", "any", job_ids=True,
+        "slurm", "launcher.backends.slurm:SlurmBackend", "any", job_ids=True, sweeps=True,
         settings="launcher.config.backends.slurm:SlurmSettings",
         settings_description="backend: slurm: partition, account, time, ...",
         rules="launcher.config.backends.slurm:check_slurm", host_gpus="launcher.config.backends.slurm:node_gpus",
