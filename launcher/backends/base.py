@@ -15,6 +15,8 @@ from launcher.wire.opt_ml import failure_headline
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from launcher.backends.log_metrics import LogMetrics
+    from launcher.backends.metric_records import JobMetrics
     from launcher.backends.sourcedir import SourceBundle
     from launcher.config.validate import ValidatedJob
     from launcher.wire.checkpoints import Checkpoint
@@ -85,6 +87,10 @@ class Backend(Protocol):
 
     def checkpoint(self, name: str) -> Checkpoint | None:
         """The job's newest complete checkpoint (launcher.wire.checkpoints); None if it has none."""
+
+    def metrics(self, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMetrics:
+        """The job's metric records, wherever it keeps them (launcher.backends.jobmetrics); NoMetricsError if it
+        has none yet. `logs`: readers of jobs' logs by name that read on from where they stopped (a sweep's)."""
 
     def goodput(self, name: str) -> Goodput | None:
         """The job's measured goodput (launcher.wire.goodput); None where its records are not here

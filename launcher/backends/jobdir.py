@@ -16,8 +16,10 @@ from pathlib import Path
 
 # Imports inside functions: preparing a job loads the code bundle and request builders, which
 # status, logs and list never need (CLI start-up).
+from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
-from launcher.backends.metric_records import JOBDIR_METRICS, jobdir_metrics, read_records
+from launcher.backends.log_metrics import LogMetrics
+from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics, read_records
 from launcher.config import ValidatedJob
 from launcher.local import store
 from launcher.local.restarts import job_restarts
@@ -138,6 +140,10 @@ class JobDirBackend:
     def restarts(self, name: str) -> list[Restart]:
         """The job's failed attempts: its hosts' bootstraps' records and its supervisor's."""
         return job_restarts(list(self.output_data_dirs(name).values()))
+
+    def metrics(self, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMetrics:
+        """Rank 0's metrics.jsonl in the job directory, or metric_definitions over its log (jobmetrics)."""
+        return jobmetrics.from_job_dir(self, self.resolve(name), logs)
 
     def output_data_dirs(self, name: str) -> dict[str, Path]:
         """{host: its output data directory} (`hosts/<host>/output/data`, where diagnostics/ is)."""

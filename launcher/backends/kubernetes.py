@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
-from launcher.backends.metric_records import JOBDIR_METRICS, algorithm_record
+from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, algorithm_record
 from launcher.config import ValidatedJob
 from launcher.config.issues import ConfigError, Issue
 from launcher.kubernetes import cluster, kueue, readback, render
@@ -283,6 +284,10 @@ class KubernetesBackend:
         if files is None:
             return None
         return measure(_output_data(files), started, as_datetime(record.get("TrainingEndTime")))
+
+    def metrics(self, name: str, logs: dict | None = None) -> JobMetrics:
+        """metrics.jsonl as the pods store it, or the pods' logs through metric_definitions (jobmetrics)."""
+        return jobmetrics.from_job_files(self, name)
 
     def restarts(self, name: str) -> list[Restart]:
         files = self._readable(name)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer, newest
 from launcher.backends.live import active
@@ -32,6 +33,7 @@ from launcher.wire.progress import from_line
 from launcher.wire.terminal import printable
 
 if TYPE_CHECKING:
+    from launcher.backends.metric_records import JobMetrics
     from launcher.wire.checkpoints import Checkpoint
     from launcher.wire.progress import Progress
 
@@ -323,6 +325,10 @@ class SageMakerBackend:
         /opt/ml/checkpoints."""
         uri = (self.describe(name).get("CheckpointConfig") or {}).get("S3Uri")
         return latest_in_s3(self.client("s3"), uri) if uri else None
+
+    def metrics(self, name: str, logs: dict | None = None) -> JobMetrics:
+        """metrics.jsonl in the job's output.tar.gz once it has ended, else CloudWatch's (jobmetrics)."""
+        return jobmetrics.from_sagemaker(self, name)
 
     def restarts(self, name: str) -> list:
         """None read back: a SageMaker job's restart records are in its output.tar.gz

@@ -44,10 +44,9 @@ def describe(backend, name: str) -> dict:
 def _last_log_metrics(backend, name: str) -> dict[str, tuple[int, float]]:
     """Each metric's last (point, value) from the job's metric_definitions on its log."""
     from launcher.backends.base import BackendError
-    from launcher.backends.jobmetrics import load
 
     try:
-        metrics = load(backend, name)
+        metrics = backend.metrics(name)
     except (BackendError, KeyError):  # no metrics, or a backend whose jobs keep no job directory
         return {}
     if metrics.x != "point":
