@@ -102,6 +102,10 @@ class Backend(Protocol):
         backends whose jobs restart by themselves read them, the others have none."""
         return []
 
+    def job_dir(self, name: str) -> Path | None:
+        """The job's directory in smlaunch's job store, where its supervisor keeps its log (logs/job.log), records
+        and outputs on this machine (local and Slurm jobs); None for a job that runs from none."""
+
     def output_data_dirs(self, name: str) -> dict[str, Path]:
         """{host: its output data directory}, as readable on this machine (`smlaunch logs --diagnostics`
         reads diagnostics/ there); FilesElsewhere, saying where they are, where this machine cannot."""

@@ -145,6 +145,9 @@ class JobDirBackend:
         """Rank 0's metrics.jsonl in the job directory, or metric_definitions over its log (jobmetrics)."""
         return jobmetrics.from_job_dir(self, self.resolve(name), logs)
 
+    def job_dir(self, name: str) -> Path:
+        return self._dir(self.resolve(name))
+
     def output_data_dirs(self, name: str) -> dict[str, Path]:
         """{host: its output data directory} (`hosts/<host>/output/data`, where diagnostics/ is)."""
         name = self.resolve(name)

@@ -293,6 +293,10 @@ class KubernetesBackend:
         files = self._readable(name)
         return job_restarts(_output_data(files)) if files else []
 
+    def job_dir(self, name: str) -> None:
+        """None: the job runs from the cluster's storage (job_files reads it back)."""
+        return None
+
     def output_data_dirs(self, name: str) -> dict[str, Path]:
         """{host: its output data directory}: on S3 as the pods mirror it (downloaded now), on a claim through
         client_path; FilesElsewhere, saying where they are, on a claim this machine does not mount."""

@@ -339,6 +339,10 @@ class SageMakerBackend:
         """Not measured from here: the ledger's records are in the job's output.tar.gz."""
         return None
 
+    def job_dir(self, name: str) -> None:
+        """None: SageMaker runs the job from its own storage."""
+        return None
+
     def output_data_dirs(self, name: str) -> dict[str, Path]:
         """None here: every host's output data is in the job's output.tar.gz, which is not downloaded."""
         where = self.artifacts(name).get("output.tar.gz") or "the job's output.tar.gz (once the job has ended)"

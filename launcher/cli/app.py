@@ -277,7 +277,8 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
         record = backend.describe(name)
         how = {"local": f"local, {runner or job.config.local_runner} runner",
                "slurm": f"Slurm job {record.get('SlurmJobId')}"}.get(backend.name, backend.name)
-        where = f": {record['LocalJobDir']}" if "LocalJobDir" in record else ""
+        directory = backend.job_dir(name)
+        where = f": {directory}" if directory else ""
         click.echo(f"submitted {name} ({how}){where}")
         if no_wait:
             click.echo(f"  follow it: smlaunch logs {backend.name}:{name} --follow\n"
@@ -310,7 +311,7 @@ def _report_completed(backend, name: str, record: dict) -> None:
             click.echo(f"  {key}: {where}")
     if not {"model.tar.gz", "model"} & set(artifacts):
         click.echo("  model artifact:  none (the job left its model directory empty)")
-    summary = run_summary(record) if "LocalJobDir" in record else {}
+    summary = run_summary(record) if backend.job_dir(name) else {}
     if summary:
         line = (f"  loss {summary['first_loss']:.4f} (step {summary['first_step']}) -> "
                 f"{summary['last_loss']:.4f} (step {summary['steps']})")

@@ -34,7 +34,7 @@ def describe(backend, name: str) -> dict:
     measured = backend.goodput(name)
     if measured is not None:
         desc["Goodput"] = {**measured.to_dict(), "text": measured.text()}
-    if current is None and "LocalJobDir" in desc:  # a user script: its metric_definitions over the job's log here
+    if current is None and backend.job_dir(name):  # a user script: its metric_definitions over the job's log here
         last = _last_log_metrics(backend, name)
         if last:
             desc["LastMetrics"] = last

@@ -53,6 +53,9 @@ class FakeBackend:
     def describe(self, name):
         return self.jobs[name]
 
+    def job_dir(self, name):
+        return store.job_dir(name)
+
     def metrics(self, name, logs=None):  # a local job's: the job directory's records
         return jobmetrics.from_job_dir(self, name, logs)
 
