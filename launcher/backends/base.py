@@ -65,6 +65,9 @@ class Backend(Protocol):
 
     def describe(self, name: str) -> dict: ...
 
+    def how(self, record: dict) -> str:
+        """How the job its record describes runs, in a few words (`submitted NAME (local, process runner)`)."""
+
     def wait(self, name: str, logs: bool = True, poll: float = 5.0) -> dict:
         """Follow to the end; JobFailedError unless it completed."""
 

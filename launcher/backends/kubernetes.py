@@ -120,6 +120,9 @@ class KubernetesBackend:
         return (cluster.connect(where.get("kubeconfig"), where.get("context")), where["namespace"],
                 kind_named(where.get("kind")))
 
+    def how(self, record: dict) -> str:
+        return self.name
+
     def describe(self, name: str) -> dict:
         """The record with what the cluster says now; an ended job's outcome is recorded once."""
         record = self._record(name)

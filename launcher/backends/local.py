@@ -73,6 +73,9 @@ class LocalBackend(JobDirBackend):
         return spec.name
 
     # --- following -----------------------------------------------------------------------
+    def how(self, record: dict) -> str:
+        return f"local, {self.runner_name} runner"
+
     def describe(self, name: str) -> dict:
         record = self._record(name)
         supervisor, watchdog = identity.recorded(record, "Supervisor"), identity.recorded(record, "Watchdog")

@@ -218,6 +218,9 @@ class SageMakerBackend:
         s3.create_bucket(Bucket=bucket, **kwargs)
 
     # --- following a job ------------------------------------------------------------------
+    def how(self, record: dict) -> str:
+        return self.name
+
     def describe(self, name: str) -> dict:
         from botocore.exceptions import ClientError
 

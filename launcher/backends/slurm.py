@@ -92,6 +92,9 @@ class SlurmBackend(JobDirBackend):
         except BackendError:
             return False
 
+    def how(self, record: dict) -> str:
+        return f"Slurm job {record.get('SlurmJobId')}"
+
     def describe(self, name: str) -> dict:
         name = self.resolve(name)
         record = self._record(name)

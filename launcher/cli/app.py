@@ -275,11 +275,9 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
             backend.adopt_orphans = True
         name = backend.submit(job, job_name, detach=no_wait)
         record = backend.describe(name)
-        how = {"local": f"local, {runner or job.config.local_runner} runner",
-               "slurm": f"Slurm job {record.get('SlurmJobId')}"}.get(backend.name, backend.name)
         directory = backend.job_dir(name)
         where = f": {directory}" if directory else ""
-        click.echo(f"submitted {name} ({how}){where}")
+        click.echo(f"submitted {name} ({backend.how(record)}){where}")
         if no_wait:
             click.echo(f"  follow it: smlaunch logs {backend.name}:{name} --follow\n"
                        f"  stop it:   smlaunch stop {backend.name}:{name}")
