@@ -43,6 +43,8 @@ class Options:
     runner: str = "process"  # local: how the simulated hosts run (process or docker)
     printer: Callable[[str], None] | None = None  # where the backend's own messages go (default: print)
     console: Callable[[str, str, str], None] | None = None  # a local job run in this process: its hosts' lines
+    # the caller's process runs nothing but the job (`smlaunch submit`): a job run in it may adopt its orphans
+    adopt_orphans: bool = False
 
 
 class Backend(Protocol):
@@ -70,6 +72,10 @@ class Backend(Protocol):
 
     def wait(self, name: str, logs: bool = True, poll: float = 5.0) -> dict:
         """Follow to the end; JobFailedError unless it completed."""
+
+    def interrupted(self, name: str) -> str | None:
+        """What a Ctrl-C during `wait` did to a job that ran in the caller's process (local mode: its hosts
+        stopped), for the caller to say; None where it only stopped following."""
 
     def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None: ...
 

@@ -195,6 +195,9 @@ class JobDirBackend:
         """Follow the job to its end; raise JobFailedError if it fails or is stopped."""
         return self._completed(name, self._follow(name, logs, poll), shown=logs)
 
+    def interrupted(self, name: str) -> str | None:
+        return None  # followed from here, run elsewhere (its supervisor's own process, the Slurm allocation)
+
     def logs(self, name: str, follow: bool = False, poll: float = 1.0) -> None:
         self.describe(name)
         if follow:

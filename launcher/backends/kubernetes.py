@@ -161,6 +161,9 @@ class KubernetesBackend:
                                  f"smlaunch logs kubernetes:{name}")
         return record
 
+    def interrupted(self, name: str) -> None:
+        return None  # the job runs on in the cluster
+
     def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None:
         """Every pod's log, each line after its host (`algo-2 | ...`), as a local job's merged log;
         followed, until the job ends."""

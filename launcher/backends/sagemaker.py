@@ -296,6 +296,9 @@ class SageMakerBackend:
             raise JobFailedError(name, status, masker(desc.get("FailureReason", "")), where)
         return desc
 
+    def interrupted(self, name: str) -> None:
+        return None  # the job runs on in the cluster
+
     def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None:
         if follow:
             self.wait(name, logs=True, poll=poll)

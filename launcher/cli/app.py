@@ -264,15 +264,14 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
         from launcher.backends.live import LiveProgress
 
         view = LiveProgress(plain=echo)  # the log lines, and a progress bar on a terminal
-        backend = registry.for_job(job, runner=runner, printer=view.line, console=view.host_line)
+        # this process runs nothing but the job: a job run in it may adopt the job's orphans
+        backend = registry.for_job(job, runner=runner, printer=view.line, console=view.host_line, adopt_orphans=True)
         if dry_run:
             result = backend.dryrun(job, job_name)
             click.echo(result.render())
             if getattr(result, "bundle", None) is not None:  # on stderr: stdout stays the request alone
                 click.echo(result.bundle.summary(), err=True)
             return
-        if backend.name == "local":  # this process runs nothing but the job: it may adopt the job's orphans
-            backend.adopt_orphans = True
         name = backend.submit(job, job_name, detach=no_wait)
         record = backend.describe(name)
         directory = backend.job_dir(name)
@@ -286,9 +285,9 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
             with view:
                 record = backend.wait(name, logs=True)
         except KeyboardInterrupt:
-            if backend.name == "local":
-                click.echo(f"\n{name} stopped; every host has ended. Logs: {record['LocalJobDir']}/logs/job.log",
-                           err=True)
+            said = backend.interrupted(name)
+            if said:
+                click.echo(f"\n{said}", err=True)
             raise
         _report_completed(backend, name, record)
 
