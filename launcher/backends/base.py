@@ -67,6 +67,10 @@ class Backend(Protocol):
 
     def describe(self, name: str) -> dict: ...
 
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        """The job file's fields its description gives back beyond DescribeTrainingJob's (PyTorch.attach): the
+        backend, its section, the code as the first host got it, ... ({} where DescribeTrainingJob says all)."""
+
     def how(self, record: dict) -> str:
         """How the job its record describes runs, in a few words (`submitted NAME (local, process runner)`)."""
 

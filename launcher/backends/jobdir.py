@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # Imports inside functions: preparing a job loads the code bundle and request builders, which
 # status, logs and list never need (CLI start-up).
@@ -144,6 +145,10 @@ class JobDirBackend:
     def metrics(self, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMetrics:
         """Rank 0's metrics.jsonl in the job directory, or metric_definitions over its log (jobmetrics)."""
         return jobmetrics.from_job_dir(self, self.resolve(name), logs)
+
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        """The backend, and the code as the first host got it."""
+        return {"source_dir": str(Path(desc["LocalJobDir"]) / "hosts" / "algo-1" / "code"), "backend": self.name}
 
     def job_dir(self, name: str) -> Path:
         return self._dir(self.resolve(name))

@@ -120,6 +120,9 @@ class KubernetesBackend:
         return (cluster.connect(where.get("kubeconfig"), where.get("context")), where["namespace"],
                 kind_named(where.get("kind")))
 
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        return {}  # DescribeTrainingJob's fields say it all
+
     def how(self, record: dict) -> str:
         return self.name
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, Options
 from launcher.backends.jobdir import JobDirBackend
@@ -76,6 +77,9 @@ class LocalBackend(JobDirBackend):
         return spec.name
 
     # --- following -----------------------------------------------------------------------
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        return {**super().attach_fields(desc), "local_runner": desc.get("LocalRunner", "process")}
+
     def how(self, record: dict) -> str:
         return f"local, {self.runner_name} runner"
 

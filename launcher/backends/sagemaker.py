@@ -218,6 +218,9 @@ class SageMakerBackend:
         s3.create_bucket(Bucket=bucket, **kwargs)
 
     # --- following a job ------------------------------------------------------------------
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        return {}  # DescribeTrainingJob's fields say it all
+
     def how(self, record: dict) -> str:
         return self.name
 

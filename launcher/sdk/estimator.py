@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 # Imports inside functions: constructing an estimator validates without the backends or the planner;
@@ -101,16 +100,6 @@ def _argument_types(hyperparameters: Any, sagemaker_session: Any, session: Any) 
         issues.append(Issue("session", session, "and sagemaker_session are both given",
                             "pass one of them"))
     return issues
-
-
-def _slurm_settings(desc: dict) -> dict[str, Any]:
-    """A Slurm job's slurm section and processes per node, as its spec.json kept them."""
-    from launcher.config.backends.slurm import SlurmSettings
-    from launcher.local.spec import LocalJobSpec
-
-    spec = LocalJobSpec.load(Path(desc["LocalJobDir"]))
-    kept = {k: v for k, v in spec.runner_settings.items() if k in SlurmSettings.model_fields and v not in (None, [])}
-    return {"slurm": kept, "processes_per_host": spec.processes_per_host}
 
 
 class TrainingJob:
@@ -312,13 +301,7 @@ class PyTorch:
         metrics = desc.get("AlgorithmSpecification", {}).get("MetricDefinitions")
         if metrics:
             args["metric_definitions"] = metrics
-        if "LocalJobDir" in desc:  # a local or Slurm job: its backend, and the code as the first host got it
-            args.update(source_dir=str(Path(desc["LocalJobDir"]) / "hosts" / "algo-1" / "code"),
-                        backend=backend.name)
-            if backend.name == "local":
-                args["local_runner"] = desc.get("LocalRunner", "process")
-            else:
-                args.update(_slurm_settings(desc))
+        args.update(backend.attach_fields(desc))  # a local or Slurm job's backend, its code as the first host got it
         est = cls(session=getattr(backend, "session", None), **{k: v for k, v in args.items() if v is not None})
         est.latest_training_job = TrainingJob(training_job_name, backend)
         return est

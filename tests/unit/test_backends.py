@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import tarfile
 
 import pytest
 import yaml
@@ -185,6 +186,21 @@ def test_spot_settings_off_sagemaker_are_said_to_have_no_effect(backend, monkeyp
         validate_job(spot)
     assert [i.path for i in info.value.issues] == ["max_wait"] and "is less than max_run" in str(info.value)
     assert "checkpoint_s3_uri" in [w.path for w in info.value.warnings]
+
+
+def test_attach_gives_a_slurm_job_back_its_section_processes_and_code(home):
+    """PyTorch.attach of a Slurm job: backend slurm, the slurm section and processes per node as its spec.json kept
+    them, and the code as the first host got it (SlurmBackend.attach_fields)."""
+    from launcher.sdk.estimator import PyTorch
+
+    SlurmBackend()._prepare(validate_job({**JOB, "backend": "slurm", "slurm": {"partition": "gpu", "time": "2-0"}}),
+                            "s-1")
+    code = home / "jobs" / "s-1" / "hosts" / "algo-1" / "code"
+    with tarfile.open(home / "jobs" / "s-1" / "sourcedir.tar.gz") as tar:  # as the first host's bootstrap does
+        tar.extractall(code, filter="data")
+    cfg = PyTorch.attach("slurm:s-1").config
+    assert (cfg.backend, cfg.slurm.partition, cfg.slurm.time, cfg.processes_per_host) == ("slurm", "gpu", "2-0", 2)
+    assert cfg.source_dir == str(code)
 
 
 def test_slurm_submit_without_slurm_says_so_and_writes_nothing(tmp_path, home, monkeypatch):
