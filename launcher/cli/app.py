@@ -117,21 +117,11 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool, verbose:
 
 
 def _image_text(job) -> tuple[str, str | None]:
-    """The image and why it is the one (images.py decides both)."""
+    """The image and why it is the one (images.py decides both; a backend whose hosts run another says it)."""
     cfg = job.config
     row = backend_table.named(cfg.backend_name)
-    if row is not None and row.cluster_image:  # image_uri, which the rules require, whatever the instance type
-        return f"{cfg.image_uri} (every host runs it on the cluster)", None
-    if cfg.backend_name == "slurm":
-        image = cfg.slurm.container_image if cfg.slurm else None
-        return (f"{image} (srun --container-image)" if image else "none: the nodes run the bootstrap with "
-                "slurm.python (default: this Python)"), None
-    if cfg.is_local:
-        if cfg.local_runner == "docker":
-            from launcher.local.docker import DEFAULT_IMAGE
-
-            return f"{cfg.image_uri or DEFAULT_IMAGE} (local docker runner)", None
-        return "none: the local process runner uses this machine's Python", None
+    if row.image is not None:
+        return backend_table.load(row.image)(job), None
     if job.instance is None:
         return cfg.image_uri or "unknown (the instance type is not in the catalog)", None
     from launcher.config.images import job_image_choice

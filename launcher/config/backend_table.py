@@ -37,6 +37,9 @@ class BackendRow:
     # every host runs image_uri on the cluster's own storage: the job's paths are not on this machine (its
     # rules check them) and its script's imports are the image's, not this machine's Python
     cluster_image: bool = False
+    # "module:function" (the validated job) -> what its hosts run, as validate's summary says it; None: the image of
+    # AWS's catalog for the job's instance type
+    image: str | None = None
     # SageMaker runs the job, so the settings only SageMaker carries out take effect there (VPC, KMS keys,
     # spot, Debugger, ...: aws_rules.AWS_ONLY); elsewhere validate says each one is left out
     aws_settings: bool = False
@@ -67,6 +70,7 @@ BACKENDS = (
                  "only SageMaker's internal errors), and a resubmission with the same checkpoint_s3_uri resumes"),
     BackendRow(
         "local", "launcher.backends.local:LocalBackend", "local", sweeps=True,
+        image="launcher.local.docker:image_text",
         restarts="the bootstrap of each simulated host restarts torchrun on every host together after a fault "
                  "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
                  "killed; each restart resumes from the newest verified checkpoint"),
@@ -75,6 +79,7 @@ BACKENDS = (
         settings="launcher.config.backends.slurm:SlurmSettings",
         settings_description="backend: slurm: partition, account, time, ...",
         rules="launcher.config.backends.slurm:check_slurm", host_gpus="launcher.config.backends.slurm:node_gpus",
+        image="launcher.config.backends.slurm:image_text",
         restarts="the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
                  "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
                  "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
@@ -84,6 +89,7 @@ BACKENDS = (
         settings="launcher.config.backends.kubernetes:KubernetesSettings",
         settings_description="backend: kubernetes: namespace, Kueue queue, storage claim, ... (docs/kubernetes.md)",
         rules="launcher.config.backends.kubernetes:check_kubernetes",
+        image="launcher.config.backends.kubernetes:image_text",
         restarts="the bootstrap in each pod restarts torchrun on every pod together after a fault (a failed, "
                  "killed, hung or frozen rank); a lost pod or node is not smlaunch's: a TrainJob's JobSet's "
                  "(its failure policy), and ends a HyperPodPyTorchJob, whose operator's retries smlaunch turns "

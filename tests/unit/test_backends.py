@@ -165,6 +165,18 @@ def test_slurm_jobs_validate_like_local_ones(tmp_path):
                                                           "parameters": {"context_parallel_degree": 3}}}}})
 
 
+@pytest.mark.parametrize(("fields", "said"), [
+    ({"backend": "slurm"}, "none: the nodes run the bootstrap with slurm.python (default: this Python)"),
+    ({"backend": "slurm", "slurm": {"container_image": "nvcr.io#nvidia/pytorch:25.01-py3"}},
+     "nvcr.io#nvidia/pytorch:25.01-py3 (srun --container-image)"),
+    ({"local_runner": "docker", "image_uri": "mine:1"}, "mine:1 (local docker runner)")])
+def test_validate_says_what_the_hosts_run(tmp_path, fields, said):
+    """The image line of validate's summary is the backend's own (its row's image column)."""
+    result = CliRunner().invoke(main, ["validate", str(job_file(tmp_path, **fields)), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["summary"]["image"] == said
+
+
 @pytest.mark.parametrize("backend", ["local", "slurm"])
 def test_spot_settings_off_sagemaker_are_said_to_have_no_effect(backend, monkeypatch):
     """Issue 49: use_spot_instances and max_wait validated silently on local and Slurm runs (and got the

@@ -160,6 +160,11 @@ class KubernetesSettings(Strict):
         return value
 
 
+def image_text(job) -> str:
+    """What the pods run (validate's summary): image_uri, which the rules require, whatever the instance type."""
+    return f"{job.config.image_uri} (every host runs it on the cluster)"
+
+
 def check_kubernetes(ctx: Context) -> list[Issue]:
     """The section against the job: what the pods need that a local job does not."""
     job, inst = ctx.job, ctx.instance

@@ -115,6 +115,13 @@ def node_gpus(settings: SlurmSettings | None, accelerators: int | None) -> int |
     return accelerators
 
 
+def image_text(job) -> str:
+    """What the nodes run (validate's summary): slurm.container_image, else the bootstrap in slurm.python."""
+    image = job.config.slurm.container_image if job.config.slurm else None
+    return (f"{image} (srun --container-image)" if image else "none: the nodes run the bootstrap with slurm.python "
+            "(default: this Python)")
+
+
 def check_slurm(ctx: Context) -> list[Issue]:
     """The section's GPUs and time limit against the job's, and the job's settings Slurm does not read."""
     job, inst = ctx.job, ctx.instance
