@@ -283,6 +283,22 @@ def test_a_v3_model_trainer_runs_on_the_same_backends(home):
     assert not home.exists()
 
 
+def test_a_v3_model_trainer_takes_each_backends_section_by_its_name(home):
+    """ModelTrainer(kubernetes={...}) as ModelTrainer(slurm={...}): every section of the backend table's rows."""
+    from launcher import ModelTrainer
+    from launcher.sdk.model_trainer import Compute, SourceCode, Torchrun
+
+    trainer = ModelTrainer(source_code=SourceCode(source_dir=JOB["source_dir"], entry_script="train.py"),
+                           compute=Compute(instance_type="ml.p5.48xlarge", instance_count=2), distributed=Torchrun(),
+                           hyperparameters=JOB["hyperparameters"], backend="kubernetes", training_image="repo/img:1",
+                           kubernetes={"namespace": "ml", "storage": {"pvc": "fsx-claim"}})
+    manifests = trainer.dryrun()["KubernetesJob"]["Manifests"]
+    assert [m["metadata"]["namespace"] for m in manifests] == ["ml"] * len(manifests)
+    with pytest.raises(ConfigError, match="kubernetes"):  # the control: a section of no backend is refused
+        ModelTrainer(source_code=SourceCode(source_dir=JOB["source_dir"], entry_script="train.py"),
+                     kubernetes_section={"namespace": "ml"})
+
+
 def test_a_followed_jobs_failure_report_is_named_not_repeated():
     """The report a followed local job printed in its output (issue 38, item 8) is given by its first
     line; not followed, the whole reason; a one-line reason stays whole either way (the control)."""
