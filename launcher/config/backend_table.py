@@ -40,6 +40,9 @@ class BackendRow:
     # "module:function" (the validated job) -> what its hosts run, as validate's summary says it; None: the image of
     # AWS's catalog for the job's instance type
     image: str | None = None
+    # "module:function" (the JobConfig) -> (kind, label) of the Python a script of the user's own runs in there
+    # (script_rules.Target); None: an image of AWS's catalog, or image_uri
+    target: str | None = None
     # SageMaker runs the job, so the settings only SageMaker carries out take effect there (VPC, KMS keys,
     # spot, Debugger, ...: aws_rules.AWS_ONLY); elsewhere validate says each one is left out
     aws_settings: bool = False
@@ -70,7 +73,7 @@ BACKENDS = (
                  "only SageMaker's internal errors), and a resubmission with the same checkpoint_s3_uri resumes"),
     BackendRow(
         "local", "launcher.backends.local:LocalBackend", "local", sweeps=True,
-        image="launcher.local.docker:image_text",
+        image="launcher.local.docker:image_text", target="launcher.config.backends.local:target",
         restarts="the bootstrap of each simulated host restarts torchrun on every host together after a fault "
                  "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
                  "killed; each restart resumes from the newest verified checkpoint"),
@@ -79,7 +82,7 @@ BACKENDS = (
         settings="launcher.config.backends.slurm:SlurmSettings",
         settings_description="backend: slurm: partition, account, time, ...",
         rules="launcher.config.backends.slurm:check_slurm", host_gpus="launcher.config.backends.slurm:node_gpus",
-        image="launcher.config.backends.slurm:image_text",
+        image="launcher.config.backends.slurm:image_text", target="launcher.config.backends.slurm:target",
         restarts="the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
                  "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
                  "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
@@ -89,7 +92,7 @@ BACKENDS = (
         settings="launcher.config.backends.kubernetes:KubernetesSettings",
         settings_description="backend: kubernetes: namespace, Kueue queue, storage claim, ... (docs/kubernetes.md)",
         rules="launcher.config.backends.kubernetes:check_kubernetes",
-        image="launcher.config.backends.kubernetes:image_text",
+        image="launcher.config.backends.kubernetes:image_text", target="launcher.config.backends.kubernetes:target",
         restarts="the bootstrap in each pod restarts torchrun on every pod together after a fault (a failed, "
                  "killed, hung or frozen rank); a lost pod or node is not smlaunch's: a TrainJob's JobSet's "
                  "(its failure policy), and ends a HyperPodPyTorchJob, whose operator's retries smlaunch turns "
