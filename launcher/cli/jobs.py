@@ -131,7 +131,8 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
     def run():
         from launcher.backends import registry
 
-        chosen = tuple(dict.fromkeys(backends + (("local",) if local else ()))) or None  # None: every backend
+        here = tuple(b.name for b in backend_table.BACKENDS if b.on_this_machine) if local else ()
+        chosen = tuple(dict.fromkeys(backends + here)) or None  # None: every backend
         jobs, notes, unlisted = registry.list_all(chosen, region=region, status=status_filter,
                                                   name_contains=name_contains, max_results=max_results)
         if as_json:
