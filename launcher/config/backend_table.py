@@ -1,5 +1,9 @@
 """The backends, declared once: each one's name, the class that runs its jobs, the instance types
-it runs, its own section of the job file with that section's rules, and how its job handles read.
+it runs, its own section of the job file with that section's rules, how its job handles read, and
+each rule of the client that differs by backend (a column: what its hosts run, whether its jobs are
+SageMaker training jobs, whether smlaunch's sweeps run there, ...). What differs in running a job is
+a method of its class (launcher.backends.base.Backend); no caller tests a backend's name
+(tests/unit/test_backend_switches.py).
 
 Everything that lists backends derives from `BACKENDS`: the job file's `backend` choices and
 sections (`with_backends`), the rules relating them to the job (backend_rules.py), what
