@@ -40,9 +40,10 @@ class BackendChoice(click.Choice):
 def local_overrides(job_file: Path, overrides: tuple[str, ...]) -> tuple[str, ...]:
     """`--local`: the job file's instance type becomes `local`, unless it already is local or local_gpu."""
     from launcher.config.jobfile import load_job_file
+    from launcher.wire.training.catalog import LOCAL_TYPES
 
     data, _ = load_job_file(job_file, overrides)
-    if data.get("instance_type") in ("local", "local_gpu"):
+    if data.get("instance_type") in LOCAL_TYPES:
         return overrides
     return (*overrides, "instance_type=local")
 

@@ -28,13 +28,14 @@ def _change(job: str, region: str | None, seconds: int) -> None:
 
     def run():
         from launcher.backends import registry
+        from launcher.config.backend_table import named
 
         check_keep_alive(seconds)  # both checks before any AWS call
         kind, _ = registry.parse_handle(job)
-        if kind not in (None, "sagemaker"):
+        if kind is not None and not named(kind).sagemaker_jobs:
             raise not_sagemaker(kind)
         backend, name = registry.find(job, region=region)
-        if backend.name != "sagemaker":  # a bare name of a local or Slurm job
+        if not named(backend.name).sagemaker_jobs:  # a bare name of a job of smlaunch's job store
             raise not_sagemaker(backend.name)
         pool = backend.update_keep_alive(name, seconds)
         if seconds == 0:

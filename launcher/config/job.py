@@ -20,7 +20,7 @@ from launcher.config.aws_settings import (
     ProfilerConfig,
     TensorBoardOutputConfig,
 )
-from launcher.config.backend_table import with_backends
+from launcher.config.backend_table import default_for, named, with_backends
 from launcher.config.distribution import Distribution
 from launcher.config.job_names import JOB_NAME_PATTERN
 from launcher.config.paths import LocalPathText
@@ -28,6 +28,7 @@ from launcher.config.restarts import MAX_RESTARTS
 from launcher.config.tuning import TuningConfig
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
 from launcher.wire.training.base import JsonValue, Strict, WholeNumber
+from launcher.wire.training.catalog import LOCAL_TYPES
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from launcher.wire.training.limits import (
     ENVIRONMENT_KEY_MAX,
@@ -319,17 +320,18 @@ class JobConfig(_JobBackends):
     @property
     def is_local(self) -> bool:
         """The instance type is this machine's own devices (local: CPU, local_gpu: its GPUs)."""
-        return self.instance_type in ("local", "local_gpu")
+        return self.instance_type in LOCAL_TYPES
 
     @property
     def backend_name(self) -> str:
         """The backend that runs the job: the one asked for, else what the instance type implies."""
-        return self.backend or ("local" if self.is_local else "sagemaker")
+        return self.backend or default_for(self.is_local).name
 
     @property
     def on_sagemaker(self) -> bool:
-        """SageMaker runs it (S3 channels and artifacts, an image); local and Slurm jobs use paths."""
-        return self.backend_name == "sagemaker"
+        """It is a SageMaker training job (S3 channels and artifacts, an image): its backend's row says so
+        (backend_table's sagemaker_jobs); the other backends' jobs use paths."""
+        return named(self.backend_name).sagemaker_jobs
 
 
 class JobFile(JobConfig):

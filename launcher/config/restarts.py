@@ -54,12 +54,12 @@ def check_restarts(ctx) -> list[Issue]:
                             f"remove {faults.FAULT_ENV} for a real job", "warning"))
     if not job.max_restarts:
         return issues
-    if job.backend_name == "sagemaker":
+    if job.on_sagemaker:
         refused = _sagemaker_refusals(ctx)
         if refused:
             return issues + refused
     issues.append(Issue("max_restarts", job.max_restarts, backend_table.named(job.backend_name).restarts, level="info"))
-    if job.backend_name == "sagemaker":
+    if job.on_sagemaker:
         issues.append(Issue("max_restarts", job.max_restarts, REQUEST_NOTE, level="info"))
     if ctx.runtime and not job.hyperparameters.checkpoint_freq:
         issues.append(Issue("max_restarts", job.max_restarts, "each restart starts training again from step 1: "

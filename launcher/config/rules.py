@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from launcher.config.backends.slurm import node_gpus
+from launcher.config import backend_table
 from launcher.config.context import Context
 from launcher.config.job import JobConfig
 from launcher.wire.training import attention, catalog
@@ -73,9 +73,7 @@ def processes_per_host(job: JobConfig, inst: catalog.InstanceType | None) -> tup
         explicit = explicit or mpi.processes_per_host
     if inst is None:
         return explicit, issues
-    gpus = inst.accelerators
-    if job.backend_name == "slurm":
-        gpus = node_gpus(job.slurm, gpus)
+    gpus = backend_table.host_gpus(job, inst.accelerators)
     if gpus is None:  # local_gpu: known only on the machine that runs it
         return explicit, issues
     if gpus == 0:

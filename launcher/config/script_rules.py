@@ -84,17 +84,10 @@ class Target:
 
 
 def target_of(job, instance_type: str | None, region: str) -> Target:
-    """The job's target (`job` a JobConfig)."""
-    if job.is_local and job.local_runner == "docker":
-        if job.image_uri:
-            return Target("image", f"the local container image {job.image_uri}")
-        return Target("smlaunch-image", "smlaunch's training image (the local docker runner's default)")
+    """The job's target (`job` a JobConfig): its backend's (the backend table's target), else its image."""
     row = backend_table.named(job.backend_name)
-    if row is not None and row.cluster_image:
-        return Target("image", f"the image {job.image_uri} on the cluster")
-    if not job.on_sagemaker:
-        return Target("process", "this machine's Python (the local process runner)" if job.is_local else
-                      "the cluster's Python (Slurm)")
+    if row.target is not None:
+        return Target(*backend_table.load(row.target)(job))
     if job.image_uri and not re.search(r"/(pytorch-training|smdistributed-modelparallel):", job.image_uri):
         return Target("image", f"the image {job.image_uri}")
     try:

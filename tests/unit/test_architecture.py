@@ -190,11 +190,11 @@ def test_the_runtime_reaches_of_the_launcher_only_the_contract():
 
 def test_the_contract_check_follows_a_chain_to_the_job_schema():
     # the control: one import of the client's rules from the contract (as the compile rule's of
-    # config.rules.is_moe was) brings the rules, the job schema and the backend sections to every rank
+    # config.rules.is_moe was) brings the rules, the job schema and the backend table to every rank
     graph = dict(GRAPH)
     graph["launcher.wire.training.speed_rules"] = [*GRAPH["launcher.wire.training.speed_rules"],
                                                    ("launcher.config.rules", 1, True)]
     outside = _outside_the_contract(graph)
-    assert {"launcher.config.rules", "launcher.config.job", "launcher.config.backends.slurm"} <= set(outside)
+    assert {"launcher.config.rules", "launcher.config.job", "launcher.config.backend_table"} <= set(outside)
     assert outside["launcher.config.job"].endswith(
         "launcher.wire.training.speed_rules -> launcher.config.rules -> launcher.config.job")

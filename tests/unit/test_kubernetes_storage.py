@@ -209,7 +209,8 @@ def test_a_pod_downloads_its_shard_of_a_sharded_channel_and_every_checkpoint(tmp
 def test_a_completed_jobs_summary_names_a_claims_unpacked_directories(capsys, artifacts, shown, not_shown):
     from launcher.cli.app import _report_completed
 
-    backend = SimpleNamespace(artifacts=lambda name: artifacts, restarts=lambda name: [], goodput=lambda name: None)
+    backend = SimpleNamespace(artifacts=lambda name: artifacts, restarts=lambda name: [], goodput=lambda name: None,
+                              job_dir=lambda name: None)  # a Kubernetes job's: no job directory here
     _report_completed(backend, "j", {"TrainingJobStatus": "Completed"})
     out = capsys.readouterr().out
     assert shown in out and not_shown not in out

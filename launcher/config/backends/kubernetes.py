@@ -161,6 +161,16 @@ class KubernetesSettings(Strict):
         return value
 
 
+def target(job) -> tuple[str, str]:
+    """(kind, label) of script_rules.Target: the pods' image, whose contents smlaunch does not know."""
+    return "image", f"the image {job.image_uri} on the cluster"
+
+
+def image_text(job) -> str:
+    """What the pods run (validate's summary): image_uri, which the rules require, whatever the instance type."""
+    return f"{job.config.image_uri} (every host runs it on the cluster)"
+
+
 def check_kubernetes(ctx: Context) -> list[Issue]:
     """The section against the job: what the pods need that a local job does not."""
     job, inst = ctx.job, ctx.instance

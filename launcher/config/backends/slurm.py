@@ -116,6 +116,18 @@ def node_gpus(settings: SlurmSettings | None, accelerators: int | None) -> int |
     return accelerators
 
 
+def target(job) -> tuple[str, str]:
+    """(kind, label) of script_rules.Target: what runs a script of the user's own on the nodes."""
+    return "process", "the cluster's Python (Slurm)"
+
+
+def image_text(job) -> str:
+    """What the nodes run (validate's summary): slurm.container_image, else the bootstrap in slurm.python."""
+    image = job.config.slurm.container_image if job.config.slurm else None
+    return (f"{image} (srun --container-image)" if image else "none: the nodes run the bootstrap with slurm.python "
+            "(default: this Python)")
+
+
 def check_slurm(ctx: Context) -> list[Issue]:
     """The section's GPUs and time limit against the job's, and the job's settings Slurm does not read."""
     job, inst = ctx.job, ctx.instance
