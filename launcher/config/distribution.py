@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from launcher.wire.training.base import Strict, WholeNumber
-from launcher.wire.training.limits import MAX_PROCESSES_PER_HOST
+from launcher.wire.training.base import MAX_PROCESSES_PER_HOST, Strict, WholeNumber
 from launcher.wire.training.mp_parameters import ModelParallelParameters
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, create_model
 
-from launcher.wire.training.limits import MAX_WORLD
+from launcher.wire.training.base import MAX_WORLD
 
 
 @dataclass(frozen=True)

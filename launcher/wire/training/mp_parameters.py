@@ -8,9 +8,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from launcher.wire.training.base import FiniteNumber, Strict, WholeNumber
+from launcher.wire.training.base import MAX_DIMENSION, MAX_WORLD, FiniteNumber, Strict, WholeNumber
 from launcher.wire.training.degrees import BY_KEY, model_with_degrees
-from launcher.wire.training.limits import MAX_DIMENSION, MAX_WORLD
 
 # The degrees' fields come from launcher.wire.training.degrees (one definition for every list of them).
 _Degrees = model_with_degrees("_Degrees", Strict, kind=WholeNumber)
