@@ -73,8 +73,8 @@ from container.checkpoint.collectives import (
 )
 from launcher.wire import checkpoints, data_streams
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
-from launcher.wire.training.async_checkpoint import DISABLED, is_async
 from launcher.wire.training.resume import RunIdentity, compare, may_change
+from launcher.wire.training.speed import DISABLED, is_async
 
 log = logging.getLogger(__name__)
 
