@@ -16,7 +16,7 @@ from container.distributed.runtime import Runtime
 from container.models import attention
 from launcher.wire import data_streams
 from launcher.wire.token_shards import tokenizer_identity
-from launcher.wire.training.attention import DESCRIPTIONS
+from launcher.wire.training.models import ATTENTION_KERNEL_DESCRIPTIONS
 from launcher.wire.training.run_settings import RunSettings
 
 log = logging.getLogger("smlaunch")
@@ -68,7 +68,8 @@ def describe_data(rt: Runtime, source, s: RunSettings) -> None:
         kernel = attention.kernel().name
         marks = {IndexedSource: "the index marks documents", ChatSource: "every chat example is a document"}
         log.info("data: %s; document masking %s", marks.get(type(source), "records mark documents (position_ids)"),
-                 f"on: attention stays within each document ({kernel} kernel: {DESCRIPTIONS[kernel]}), "
+                 f"on: attention stays within each document ({kernel} kernel: "
+                 f"{ATTENTION_KERNEL_DESCRIPTIONS[kernel]}), "
                  "positions restart" if s.document_masking else
                  "off (document_masking=0): packed documents see each other")
     else:

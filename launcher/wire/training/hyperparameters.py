@@ -20,10 +20,10 @@ from pydantic import (
     model_validator,
 )
 
-from launcher.wire.training.attention import ATTENTION_KERNELS
 from launcher.wire.training.base import MAX_DIMENSION, HyperparameterName, JsonValue, Strict, reject_boolean
 from launcher.wire.training.data_order import DATASET_TYPES
 from launcher.wire.training.degrees import model_with_degrees
+from launcher.wire.training.models import ATTENTION_KERNELS
 from launcher.wire.training.nonfinite import DEFAULT_NONFINITE_MAX, NONFINITE_POLICIES
 from launcher.wire.training.speed import (
     AC_MODES,
