@@ -11,7 +11,7 @@ from launcher.config import backend_table
 from launcher.config.context import Context
 from launcher.config.job import JobConfig
 from launcher.wire.training import catalog
-from launcher.wire.training.degrees import script_arguments
+from launcher.wire.training.degrees import ModelParallelParameters, script_arguments
 from launcher.wire.training.hyperparameters import FP8Config
 from launcher.wire.training.issues import Issue, did_you_mean
 from launcher.wire.training.layout import (
@@ -28,7 +28,6 @@ from launcher.wire.training.models import (
     attention_kernel_problem,
     vocab_rows,
 )
-from launcher.wire.training.mp_parameters import ModelParallelParameters
 from launcher.wire.training.pipeline import PipelineJob, pipeline_problems
 from launcher.wire.training.run_settings import run_settings
 

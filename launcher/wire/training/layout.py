@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from launcher.wire.training.mp_parameters import ModelParallelParameters
+from launcher.wire.training.degrees import ModelParallelParameters
 
 
 @dataclass(frozen=True)

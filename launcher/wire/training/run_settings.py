@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.wire.training import data_order
+from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import FP8Config, TrainingHyperparameters
 from launcher.wire.training.models import DEFAULT_ATTENTION_KERNEL
-from launcher.wire.training.mp_parameters import ModelParallelParameters
 from launcher.wire.training.nonfinite import DEFAULT_NONFINITE_MAX, FAIL
 from launcher.wire.training.speed import DISABLED
 
