@@ -15,9 +15,11 @@ from launcher.wire.training.degrees import ModelParallelParameters, script_argum
 from launcher.wire.training.hyperparameters import FP8Config
 from launcher.wire.training.issues import Issue, did_you_mean
 from launcher.wire.training.layout import (
+    PipelineJob,
     divisors,
     layout_problems,
     moe_problems,
+    pipeline_problems,
     sharding_group,
     with_sharding_strategy,
 )
@@ -28,7 +30,6 @@ from launcher.wire.training.models import (
     attention_kernel_problem,
     vocab_rows,
 )
-from launcher.wire.training.pipeline import PipelineJob, pipeline_problems
 from launcher.wire.training.run_settings import run_settings
 
 MP = "distribution.smdistributed.modelparallel.parameters"
@@ -219,7 +220,7 @@ def _tp_shape_issues(ctx: Context, model: ModelSpec, tp: int) -> list[Issue]:
 
 
 def check_pipeline(ctx: Context) -> list[Issue]:
-    """Pipeline parallelism in smlaunch's runtime (launcher.wire.training.pipeline, which the container
+    """Pipeline parallelism in smlaunch's runtime (launcher.wire.training.layout, which the container
     enforces too); a user script pipelines, or not, by its own rules."""
     if not ctx.runtime:
         return []
