@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.wire import s3io
+# Imports inside functions: s3io (and botocore) only where a checkpoint is looked for under an s3://
+# prefix, which the client does; every rank's checkpointer imports this module and never does.
 
 DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path
 MARKER = ".complete"
@@ -66,6 +67,8 @@ def latest_in_s3(s3_client, uri: str) -> Checkpoint | None:
     """The newest step-<N>/ under the s3:// prefix `uri` whose marker is there (SageMaker syncs
     each host's /opt/ml/checkpoints to that prefix)."""
     from botocore.exceptions import ClientError
+
+    from launcher.wire import s3io
 
     bucket, prefix = s3io.split(uri)
     prefix = prefix.strip("/")
