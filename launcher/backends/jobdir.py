@@ -28,8 +28,7 @@ from launcher.local.spec import LocalJobSpec, Runner, RunnerError
 from launcher.wire.checkpoints import Checkpoint, latest_local
 from launcher.wire.faults import Restart
 from launcher.wire.goodput import Goodput, measure
-from launcher.wire.metric_lines import DamagedMetrics, parse_records
-from launcher.wire.progress import Progress, as_datetime, read_progress
+from launcher.wire.metric_lines import DamagedMetrics, Progress, as_datetime, parse_records, read_progress
 from launcher.wire.terminal import printable
 
 # How long a follower waits, after a job is recorded Failed while its other hosts are stopped, for

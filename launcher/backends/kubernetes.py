@@ -31,7 +31,7 @@ from launcher.local.restarts import job_restarts
 from launcher.wire.checkpoints import Checkpoint
 from launcher.wire.faults import Restart
 from launcher.wire.goodput import Goodput, measure
-from launcher.wire.progress import Progress, as_datetime, read_progress
+from launcher.wire.metric_lines import Progress, as_datetime, read_progress
 from launcher.wire.terminal import printable
 from launcher.wire.training.issues import ConfigError, Issue
 

@@ -28,14 +28,14 @@ from launcher.config.job_names import check_job_name, default_base_name, make_jo
 from launcher.wire import s3io
 from launcher.wire.checkpoints import latest_in_s3
 from launcher.wire.masking import Masker, mask_secrets
-from launcher.wire.progress import from_line
+from launcher.wire.metric_lines import from_line
 from launcher.wire.terminal import printable
 from launcher.wire.training.issues import ConfigError, Issue
 
 if TYPE_CHECKING:
     from launcher.backends.metric_records import JobMetrics
     from launcher.wire.checkpoints import Checkpoint
-    from launcher.wire.progress import Progress
+    from launcher.wire.metric_lines import Progress
 
 # What a dry run shows for the account of the default bucket: finding it takes credentials and STS.
 DEFAULT_ACCOUNT_PLACEHOLDER = "<account-id>"

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from launcher.config.warm_pools import mismatches
-from launcher.wire.progress import as_datetime, clock
+from launcher.wire.metric_lines import as_datetime, clock
 from launcher.wire.training.base import KEEP_ALIVE_MAX
 
 STATUSES = ("Available", "InUse", "Reused", "Terminated")  # botocore: WarmPoolResourceStatus

@@ -1,6 +1,6 @@
 """What `smlaunch status` and `smlaunch list` print, for a job of any backend.
 
-`status` adds to DescribeTrainingJob's fields the job's progress (launcher.wire.progress) and its newest
+`status` adds to DescribeTrainingJob's fields the job's progress (launcher.wire.metric_lines) and its newest
 complete checkpoint (launcher.wire.checkpoints), as `Progress` and `LastCheckpoint`; `list` is a table
 that fits an 80-column terminal: the handle whole (it is what the other commands take), the
 status, the restarts and the goodput where there are some, when it was created and how long it ran.
@@ -15,8 +15,7 @@ from launcher.backends import warm_pools
 from launcher.backends.base import TERMINAL_STATUSES
 from launcher.wire.checkpoints import UNVERIFIED
 from launcher.wire.masking import mask_secrets
-from launcher.wire.metric_lines import DamagedMetrics
-from launcher.wire.progress import Progress, as_datetime, clock
+from launcher.wire.metric_lines import DamagedMetrics, Progress, as_datetime, clock
 from launcher.wire.terminal import printable
 
 
