@@ -245,3 +245,18 @@ def read_progress(directory: Path) -> Progress | None:
     except (OSError, ValueError):
         return None
     return Progress.of(values) if isinstance(values, dict) else None
+
+
+# --- the time ledger's fields in a metrics record (container/resilience/ledger.py; goodput.py reads them)
+ATTEMPT = "attempt"
+START_STEP = "start_step"
+LOOP_START = "loop_start"  # ISO 8601, UTC: when this attempt's training loop began
+STEPS, DATA, CHECKPOINT, VALIDATION = "steps", "data", "checkpoint", "validation"
+TIME_FIELDS = {STEPS: "time_steps_s", DATA: "time_data_s", CHECKPOINT: "time_checkpoint_s",
+               VALIDATION: "time_validation_s"}
+
+
+def ledger_fields(attempt: int, start_step: int, loop_start: datetime, seconds: Mapping[str, float]) -> dict:
+    """What rank 0 adds to a metrics record (cumulative seconds of this attempt's loop)."""
+    return {ATTEMPT: attempt, START_STEP: start_step, LOOP_START: loop_start.isoformat(timespec="milliseconds"),
+            **{TIME_FIELDS[k]: round(seconds[k], 3) for k in TIME_FIELDS}}

@@ -1,6 +1,6 @@
 """Goodput measured (launcher/wire/goodput.py): hand-built metrics and restart records with known
-times give known shares; the time ledger's fields (container/resilience/ledger.py). A real run's
-records are checked in tests/integration/test_goodput_ledger.py."""
+times give known shares; the time ledger's fields (container/resilience/ledger.py,
+launcher/wire/metric_lines.py). A real run's records are checked in tests/integration/test_goodput_ledger.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from container.resilience.ledger import DATA, TimeLedger
 from launcher.wire import goodput as gw
+from launcher.wire import metric_lines as fields
 from launcher.wire.faults import FAULT, Restart, append_restart
 
 T0 = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
@@ -25,9 +26,9 @@ def record(attempt: int, start_step: int, loop_start: float, step: int, steps: f
            checkpoint: float = 0.0, validation: float = 0.0) -> dict:
     """A metrics record as rank 0 writes it, with the loss fields a record has besides."""
     return {"step": step, "loss": 2.5, "tokens_per_s": 100.0,
-            **gw.ledger_fields(attempt, start_step, at(loop_start), {gw.STEPS: steps, gw.DATA: data,
-                                                                     gw.CHECKPOINT: checkpoint,
-                                                                     gw.VALIDATION: validation})}
+            **fields.ledger_fields(attempt, start_step, at(loop_start), {fields.STEPS: steps, fields.DATA: data,
+                                                                     fields.CHECKPOINT: checkpoint,
+                                                                     fields.VALIDATION: validation})}
 
 
 def failure(attempt: int, when: float, step: int, resumed_from: int = 0, host: str = "algo-1") -> Restart:
