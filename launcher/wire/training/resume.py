@@ -19,7 +19,7 @@ rule before a job that resumes is submitted (resume_rules.py). No torch here: th
 imports this module.
 
 What a resume makes of data that changed since its checkpoint was saved (`compare` of the records
-of launcher.wire.data_streams): the runtime applies it before it loads a checkpoint, `smlaunch
+of launcher.wire.checkpoints): the runtime applies it before it loads a checkpoint, `smlaunch
 validate` where it sees the checkpoint and the channels on this machine.
 
 - Another tokenizer (vocabulary digest or size) on an indexed channel is refused: the same ids
