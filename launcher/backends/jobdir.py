@@ -91,23 +91,14 @@ class JobDirBackend:
 
     def _record(self, name: str) -> dict:
         """The job's record, if this backend owns it; BackendError naming where it looked."""
-        try:
-            record = store.read(name, self.root)
-        except store.DamagedRecord:
-            raise  # bad input, not a missing job: the CLI says so with exit code 2
-        except LookupError as exc:
-            raise BackendError(str(exc)) from None
-        if store.backend_of(record) != self.name:
-            raise BackendError(f"job {name} is a {store.backend_of(record)} job, not a {self.name} one: "
-                               f"use {store.backend_of(record)}:{name}")
-        return record
+        return store.owned_record(self.name, name, self.root)
 
     def resolve(self, job: str) -> str:
         """The job's name, given its name (or, for Slurm, its scheduler's id)."""
         return job
 
     def exists(self, name: str) -> bool:
-        return store.exists(name, self.root) and store.backend_of(store.read(name, self.root)) == self.name
+        return store.owns(self.name, name, self.root)
 
     def artifacts(self, name: str) -> dict[str, str]:
         """Where the job's model.tar.gz and output.tar.gz are (once it has ended): those in S3, and
