@@ -1,4 +1,4 @@
-"""Tensor allocations per training step of entrypoints/train.py's loop (container/trainer.py), counted on CPU.
+"""Tensor allocations per training step of entrypoints/train.py's loop (container/loop.py), counted on CPU.
 
 Every op's output that does not share storage with one of its inputs is a new allocation (a view
 or an in-place op allocates nothing); its storage's bytes are counted with it. This runs train.py's
@@ -41,7 +41,7 @@ from bench import in_process  # noqa: E402 - after the path it is found on
 # (phase, a frame's file:function that puts an op in it), innermost match first
 PHASES = (("optimizer", ("optim.py:step", "adamw.py:", "optimizer.py:")),
           ("clip", ("optim.py:clip_grad_norm_",)),
-          ("forward_backward", ("trainer.py:forward_backward", "pipeline.py:step")))
+          ("forward_backward", ("loop.py:forward_backward", "pipeline.py:step")))
 
 
 class CountAllocations(TorchDispatchMode):

@@ -1,4 +1,4 @@
-"""Host syncs per training step of entrypoints/train.py's loop (container/trainer.py), counted on CPU.
+"""Host syncs per training step of entrypoints/train.py's loop (container/loop.py), counted on CPU.
 
 A host sync is a read of a tensor's value into Python (`.item()`, `float(t)`, `bool(t)`, `.tolist()`):
 every one is `aten::_local_scalar_dense`, which on a GPU waits for every kernel queued before it.
@@ -53,7 +53,7 @@ class CountReads(TorchDispatchMode):
 
 def _site() -> str:
     """The innermost frame of smlaunch's runtime that asked for the value, and torch's function
-    under it that read it, if any ("trainer.py:train_step > adamw.py:_multi_tensor_adamw")."""
+    under it that read it, if any ("loop.py:train_step > adamw.py:_multi_tensor_adamw")."""
     stack = [f for f in traceback.extract_stack()[:-1]
              if not any(part in f.filename for part in ("_python_dispatch", "/_dynamo/", "torch/_compile.py"))]
     inner = ""

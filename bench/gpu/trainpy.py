@@ -1,7 +1,7 @@
 """smlaunch's runtime, driven as a job drives it: `python entrypoints/train.py --key value ...` in
 its own process (one rank, no torchrun), its figures read back from the metrics.jsonl it writes.
 
-The step a job's records time is the trainer's own (container/trainer.py: synchronize, the data,
+The step a job's records time is the trainer's own (container/loop.py: synchronize, the data,
 forward, backward, clipping, the update, `loss.item()`, synchronize), so the per-step time here is
 the difference of the cumulative `time_steps_s` + `time_data_s` of consecutive records (1 ms
 resolution), and the peak memory is its `peak_memory_gib` (torch.cuda.max_memory_allocated).

@@ -1,6 +1,6 @@
 """A SIGTERM (SageMaker's warning before it stops an instance: a spot interruption,
 StopTrainingJob) becomes a flag the training loop polls at each step boundary, so every rank
-saves a checkpoint and stops at the same step (container/trainer.py)."""
+saves a checkpoint and stops at the same step (container/loop.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The communication of one training pass under smlaunch's runtime, and how much compute hides.
 
 A pass is one micro-batch's forward and backward on one rank (a pipeline microbatch under
-pipeline parallelism); the trainer syncs gradients on every one (container/trainer.py). The
+pipeline parallelism); the trainer syncs gradients on every one (container/loop.py). The
 model follows what the runtime does (docs/planner.md has the formulas and their sources):
 
 - FSDP2 (container/distributed/parallelize.py): every block is a unit; its bf16 parameters are all-gathered
