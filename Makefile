@@ -21,7 +21,7 @@ UV     := $(VENV)/bin/uv
 UV_PIP := $(PY) scripts/uv-pip.py
 QUIET_PIP := $(PY) scripts/uv-pip.py --pip
 
-.PHONY: demo test unit lint install image bench schema clean lock
+.PHONY: demo test unit check durations lint install image bench schema clean lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -119,7 +119,8 @@ test: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@mkdir -p build/image && scripts/build-image.sh --if-engine --tag $(TEST_IMAGE) >build/image/test-build.log 2>&1 \
 		|| { tail -n 40 build/image/test-build.log; exit 1; }; tail -n 1 build/image/test-build.log
 	$(VENV)/bin/ruff check .
-	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -q -n 2 --dist loadfile --durations=25
+	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -q -n 2 --dist loadfile --durations=25 \
+		--durations-file $(DURATIONS)
 	MKL_CBWR=COMPATIBLE $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
 
 # The tests that compare two code paths' floating-point results, once more on MKL's COMPATIBLE code
@@ -132,9 +133,26 @@ NUMERICS := tests/unit/test_close.py tests/unit/test_vocab_padding.py tests/unit
 	tests/unit/test_moe.py tests/unit/test_model_types.py tests/integration/test_context_parallel.py
 
 # The inner loop: tests/unit starts no process and opens no socket (its conftest refuses both),
-# and runs in under 3 minutes. tests/integration and tests/e2e run in `make test`.
+# and runs in under 2 minutes. tests/integration and tests/e2e run in `make test`.
 unit: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile tests/unit
+
+# The everyday loop: the unit tests and the integration and e2e modules that differ from main
+# (scripts/changed-tests.sh: this branch's commits, the work tree, new files; CHECK_BASE=<ref> compares
+# with another), under 5 minutes where few changed. `make test` and CI run everything.
+CHECK_BASE ?=
+check: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
+	@changed=$$(scripts/changed-tests.sh $(CHECK_BASE)) || exit $$?; \
+		echo "make check: tests/unit $${changed:-(no integration or e2e module changed)}" | tr '\n' ' '; echo; \
+		$(PY) -m pytest -q -n 2 --dist loadfile --durations=10 tests/unit $$changed
+
+# Each module's seconds as the last `make test` measured them (its --durations-file), kept in the
+# repository: the scheduler (tests/conftest.py) starts the longest modules first. Run after a green
+# `make test` where modules were added or their costs changed, and commit tests/durations.json.
+DURATIONS := build/test-durations.json
+durations:
+	@test -f $(DURATIONS) || { echo "$(DURATIONS) is missing: run make test first" >&2; exit 1; }
+	cp $(DURATIONS) tests/durations.json
 
 # The rules are pyproject.toml's [tool.ruff]; `make test` runs this too, so CI enforces it.
 lint: $(STAMP)
