@@ -34,7 +34,7 @@ from container.loss import token_loss_sum
 from container.models import attention
 from container.models.document_kernels import build
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 
 
 def packed_batch(seq: int, batch: int, documents: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:

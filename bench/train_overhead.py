@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from container.data.loader import build_dataloader
 from container.loss import token_loss_sum
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from container.tensorboard import configured_local_path
-from launcher.config import TrainingHyperparameters
-from launcher.config.hyperparameters import DIRECTORY_ARGUMENTS as DIRECTORY_ARGS
 from launcher.wire.datafiles import TRAIN_CHANNELS, VALIDATION_CHANNELS
+from launcher.wire.training.hyperparameters import DIRECTORY_ARGUMENTS as DIRECTORY_ARGS
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
 
 OPT_ML = Path("/opt/ml")
 

@@ -14,7 +14,7 @@ rank 0's weights arrive later by the usual broadcast. Swapped modules keep nn.Li
 state-dict keys (`weight` only), so checkpoints and the Hugging Face export are the same with
 and without FP8.
 
-Backends (the client's `fp8_*` hyperparameters, `launcher.config.FP8Config`):
+Backends (the client's `fp8_*` hyperparameters, `launcher.wire.training.hyperparameters.FP8Config`):
 - transformer_engine: `te.Linear` under TE's autocast, recipe "delayed" =
   `DelayedScaling(HYBRID, amax_history_len, amax_compute_algo, margin)`, "current" =
   `Float8CurrentScaling(HYBRID)`. Amaxes are reduced over every rank (see `_amax_group`), and
@@ -45,8 +45,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from launcher.config import FP8Config
-from launcher.config.speed import TORCHAO, fp8_recipe_problem, rowwise_capability_problem, torchao_recipe
+from launcher.wire.training.hyperparameters import FP8Config
+from launcher.wire.training.speed import TORCHAO, fp8_recipe_problem, rowwise_capability_problem, torchao_recipe
 
 log = logging.getLogger("smlaunch")
 

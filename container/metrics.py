@@ -13,8 +13,8 @@ import torch
 from container.distributed.runtime import Runtime
 from container.tensorboard import TensorBoardScalars
 from container.trackers.sink import FAILED, FINISHED
-from launcher.config import flops
 from launcher.wire.metric_lines import format_metric_line
+from launcher.wire.training import flops
 
 log = logging.getLogger("smlaunch")
 

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.optim.lr_scheduler import LambdaLR
 
-from launcher.config.speed import (
+from launcher.wire.training.speed import (
     FOREACH,
     FUSED,
     OPTIMIZER_CAN_RUN,
@@ -40,7 +40,7 @@ def build_optimizer(model: torch.nn.Module, *, lr: float, weight_decay: float,
                     kind: str = "adamw", implementation: str | None = None) -> torch.optim.Optimizer:
     """torch's AdamW ("adamw"; states in the parameters' dtype; its fused and foreach paths run on
     DTensor parameters, even on several meshes) or "anyprecision" (bf16 states, Kahan summation).
-    `implementation`: fused, foreach or for-loop (launcher.config.speed); None: the default for
+    `implementation`: fused, foreach or for-loop (launcher.wire.training.speed); None: the default for
     the parameters' device."""
     if kind not in OPTIMIZER_CAN_RUN:
         raise ValueError(f"optimizer kind must be 'adamw' or 'anyprecision', not {kind!r}")

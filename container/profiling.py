@@ -23,7 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from container.resilience import step_watch
-from launcher.config.speed import profile_window
+from launcher.wire.training.speed import profile_window
 
 log = logging.getLogger("smlaunch")
 TABLE_ROWS = 40

@@ -14,10 +14,10 @@ from container.data.chat_source import ChatSource
 from container.data.indexed_source import IndexedSource
 from container.distributed.runtime import Runtime
 from container.models import attention
-from launcher.config.attention import DESCRIPTIONS
-from launcher.config.run_settings import RunSettings
 from launcher.wire import data_streams
 from launcher.wire.token_shards import tokenizer_identity
+from launcher.wire.training.attention import DESCRIPTIONS
+from launcher.wire.training.run_settings import RunSettings
 
 log = logging.getLogger("smlaunch")
 

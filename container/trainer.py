@@ -53,21 +53,22 @@ from container.resilience.nonfinite import nonfinite_guard
 from container.run_data import chat_tokenizer, check_tokenizer, describe_data, stream_record
 from container.trackers import open_trackers
 from container.trackers.sink import STOPPED
-from launcher.config import TrainingHyperparameters, aws_arguments, flops
-from launcher.config.compile_rules import compile_issues
-from launcher.config.data_rules import mixture_issues
-from launcher.config.models import ModelSpec, vocab_rows
-from launcher.config.nonfinite_rules import nonfinite_issues
-from launcher.config.resume import RunIdentity
-from launcher.config.run_settings import RunSettings, run_settings
-from launcher.config.speed_rules import speed_issues
-from launcher.config.tracker_rules import tracker_issues
+from launcher.wire.training import aws_arguments, flops
+from launcher.wire.training.compile_rules import compile_issues
+from launcher.wire.training.data_order import mixture_issues
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.models import ModelSpec, vocab_rows
+from launcher.wire.training.nonfinite_rules import nonfinite_issues
+from launcher.wire.training.resume import RunIdentity
+from launcher.wire.training.run_settings import RunSettings, run_settings
+from launcher.wire.training.speed_rules import speed_issues
+from launcher.wire.training.tracker_rules import tracker_issues
 
 log = logging.getLogger("smlaunch")
 
 
 def settings(rt: Runtime, hp: TrainingHyperparameters) -> RunSettings:
-    """What this run does: decided by launcher.config.run_settings, which the planner sizes too."""
+    """What this run does: decided by launcher.wire.training.run_settings, which the planner sizes too."""
     return run_settings(hp, rt.params, rt.world_size)
 
 
@@ -206,7 +207,7 @@ def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
     """AWS's script's arguments that this runtime does not do, trackers' settings that would do
     nothing, a data_mixture the loader cannot read, the speed settings this GPU or library cannot
     run and what compile cannot compile fail the job before anything is built, with validation's
-    words (launcher.config.aws_arguments, tracker_rules, data_rules, speed_rules, compile_rules)."""
+    words (launcher.wire.training.aws_arguments, tracker_rules, data_order, speed_rules, compile_rules)."""
     problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
                 + speed_issues(hp) + compile_issues(hp))
     if problems:

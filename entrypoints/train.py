@@ -21,12 +21,14 @@ if os.path.isdir(_SHIPPED) and _SHIPPED not in sys.path:
     sys.path.insert(0, _SHIPPED)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (_SHIPPED, os.environ.get("PYTHONPATH"))))
 
+# Imports inside functions: smlaunch's packages load once _smlaunch/ is first on the path (above).
+
 
 def main(argv: list[str]) -> int:
     from container.args import parse_args
     from container.distributed.runtime import distribution_parameters, init_runtime, shutdown
     from container.trainer import train
-    from launcher.config.degrees import script_arguments
+    from launcher.wire.training.degrees import script_arguments
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     hp, dirs, pairs = parse_args(argv)

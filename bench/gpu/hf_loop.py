@@ -1,6 +1,6 @@
 """The peer a team would write first: a plain Hugging Face transformers loop, one process.
 
-`LlamaForCausalLM` built from the same shape's config.json (launcher.config.hf_config, as smlaunch
+`LlamaForCausalLM` built from the same shape's config.json (launcher.wire.training.hf_config, as smlaunch
 exports it), attn_implementation="sdpa", random weights from the same seed, fp32 weights under
 bf16 autocast (mixed precision, as train.py's FSDP2 and torchtitan train), fused AdamW (foreach on
 the CPU) with the same learning rate, betas and weight decay, gradient clipping at 1.0, and the
@@ -21,9 +21,9 @@ import time
 import torch
 
 from container.data.loader import SyntheticSource
-from launcher.config.hf_config import hf_config
-from launcher.config.models import PRESETS
-from launcher.config.run_settings import DEFAULT_BETAS
+from launcher.wire.training.hf_config import hf_config
+from launcher.wire.training.models import PRESETS
+from launcher.wire.training.run_settings import DEFAULT_BETAS
 
 
 def build(hp: dict, device: torch.device):

@@ -1,6 +1,6 @@
 """What a run gives back (`Outcome`) and the figures made of it, the same way for every stack:
 the median step after the warm-up, tokens/s, TFLOPS and MFU from the project's FLOP count
-(launcher/config/flops.py: 6·N + the causal attention term) over one device peak."""
+(launcher/wire/training/flops.py: 6·N + the causal attention term) over one device peak."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def tail(*texts) -> str:
 
 
 def flops_per_token(model: str, seq_len: int) -> float:
-    from launcher.config.flops import flops_per_token as count
-    from launcher.config.models import PRESETS
+    from launcher.wire.training.flops import flops_per_token as count
+    from launcher.wire.training.models import PRESETS
 
     return count(PRESETS[model], seq_len)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wheels bench/gpu/run.py needs on the GPU machine that its image lacks (KINDS.md's package
-# list): what launcher.config imports (pydantic and its three), torchao for float8 (0.16.0: its
+# list): what launcher.wire imports (pydantic and its three), torchao for float8 (0.16.0: its
 # float8 training is Python and Triton; its C++ extension is optional and only warns when it does
 # not load). Not torchtitan 0.3.0: it imports torch.distributed.fsdp.DataParallelMeshDims, which the
 # machine's torch 2.11 lacks (bench/gpu/titan.py records that as the reason). One version of each, no deps

@@ -74,9 +74,9 @@ def environment(dry_run: bool, commit_given: str | None = None) -> dict:
 
 
 def device_peak(env: dict) -> float | None:
-    """bf16 dense peak of the device (launcher/config/flops.py), the one MFU denominator for every
+    """bf16 dense peak of the device (launcher/wire/training/flops.py), the one MFU denominator for every
     run, FP8 runs too, so that their MFU reads as the same work per second."""
-    from launcher.config.flops import peak_tflops
+    from launcher.wire.training.flops import peak_tflops
 
     return None if env["dry_run"] else peak_tflops(None, "bf16", env["device"])
 

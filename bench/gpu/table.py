@@ -29,7 +29,7 @@ SEED = 1234  # the same random weights and data on every stack
 
 @dataclass(frozen=True)
 class Shape:
-    model: str  # a preset of launcher/config/models.py (PRESETS)
+    model: str  # a preset of launcher/wire/training/models.py (PRESETS)
     seq_len: int
     steps: int  # speed runs: warm-up + timed
     warmup: int  # steps left out of the timing (allocator, first-step kernels)

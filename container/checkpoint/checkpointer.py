@@ -4,7 +4,7 @@ Layout of `<directory>/step-<N>/`:
     .metadata, __<rank>_0.distcp   DCP's sharded model and optimizer state (reshardable)
     rng-<rank>.pt                  each rank's torch RNG state
     trainer.pt                     step, world size, scheduler, data position, extra, and what a
-                                   resume must keep (launcher.config.resume) (rank 0)
+                                   resume must keep (launcher.wire.training.resume) (rank 0)
     data-streams.json              the data the position indexes, per channel (launcher.wire.data_streams)
     manifest-<rank>.json           size and sha256 of every file that rank wrote
     .complete                      written last by rank 0: the step and how many manifest parts
@@ -30,9 +30,9 @@ and other parallel degrees. The RNG states are then left alone, as they belong t
 longer exist; the runtime draws no random numbers while training (no dropout; synthetic data is
 a function of the sample index), so the resumed run is still the uninterrupted one. What may not
 change (global batch, sequence length, model, ...) is recorded in trainer.pt and checked before
-anything is loaded: launcher.config.resume decides it, and validation explains the same rule. So is
+anything is loaded: launcher.wire.training.resume decides it, and validation explains the same rule. So is
 the data itself (data-streams.json): another tokenizer is refused, other shards or files are a
-warning saying what that does to the order (launcher.config.resume_data).
+warning saying what that does to the order (launcher.wire.training.resume_data).
 """
 
 from __future__ import annotations
@@ -71,11 +71,11 @@ from container.checkpoint.collectives import (
     together,
     world,
 )
-from launcher.config.async_checkpoint import DISABLED, is_async
-from launcher.config.resume import RunIdentity, may_change
-from launcher.config.resume_data import compare
 from launcher.wire import checkpoints, data_streams
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
+from launcher.wire.training.async_checkpoint import DISABLED, is_async
+from launcher.wire.training.resume import RunIdentity, may_change
+from launcher.wire.training.resume_data import compare
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
 )
 
-from launcher.config.hf_config import WEIGHT_FILES, generation_config, hf_config
-from launcher.config.models import ModelSpec
+from launcher.wire.training.hf_config import WEIGHT_FILES, generation_config, hf_config
+from launcher.wire.training.models import ModelSpec
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

@@ -20,11 +20,12 @@ from pathlib import Path
 import torch.distributed as dist
 
 from container.args import channels
-from launcher.config import TrainingHyperparameters, hub
-from launcher.config.hf_config import WEIGHT_FILES
-from launcher.config.model_resolution import resolve_model, trainable_issues
-from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
-from launcher.config.models import ModelSpec
+from launcher.wire.training import hub
+from launcher.wire.training.hf_config import WEIGHT_FILES
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.model_resolution import resolve_model, trainable_issues
+from launcher.wire.training.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
+from launcher.wire.training.models import ModelSpec
 
 log = logging.getLogger("smlaunch")
 

@@ -1,10 +1,10 @@
 """The vocabulary rows the newest checkpoint was saved with, read before the model is built.
 
-Tensor parallelism pads a vocabulary it cannot split (launcher.config.models.vocab_rows), and
+Tensor parallelism pads a vocabulary it cannot split (launcher.wire.training.models.vocab_rows), and
 DCP restores tensors only into the shapes they were saved with. So a run that resumes builds its
 embedding and head with the saved rows wherever its degree splits them: a checkpoint of tp 2
 (50257 entries in 50304 rows) resumes at tp 1, 4 or 8. Where the degree cannot split them, the
-resume's identity check (launcher.config.resume, `vocab_rows`) says so before anything is loaded.
+resume's identity check (launcher.wire.training.resume, `vocab_rows`) says so before anything is loaded.
 """
 
 from __future__ import annotations

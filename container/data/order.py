@@ -12,7 +12,7 @@ it exactly.
   memory is a few integers, not an n-long array (Megatron's shuffle index of a 10^9-sample
   corpus is 8 GB).
 - `Mixture(weights)`: rounds of ROUND slots; data set d takes slots_d of each round (its weight's
-  share, rounded by largest remainder: launcher.config.data_order.round_slots), spread through
+  share, rounded by largest remainder: launcher.wire.training.data_order.round_slots), spread through
   the round by smooth weighted round-robin (each slot goes to the set furthest behind its
   share), the same layout every round. Global sample g is then sample k of data set d, with d
   and k from g's round and slot: O(1).
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from launcher.config.data_order import ROUND, round_slots
+from launcher.wire.training.data_order import ROUND, round_slots
 
 _MASK64 = (1 << 64) - 1
 

@@ -36,7 +36,7 @@ def within_documents(labels: torch.Tensor, starts: torch.Tensor) -> dict[str, to
 
 def attended_length(batch: dict[str, torch.Tensor], seq_len: int) -> float:
     """The mean length a token's causal attention spans in this batch, for its useful FLOPs
-    (launcher.config.flops): seq_len for whole rows; with documents, Σ l² / S over each row's
+    (launcher.wire.training.flops): seq_len for whole rows; with documents, Σ l² / S over each row's
     documents (a causal row's attention work is S²/2, its documents' Σ l²/2)."""
     documents = batch.get("documents")
     if documents is None:

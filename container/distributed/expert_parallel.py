@@ -30,15 +30,15 @@ from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
 
 from container.distributed.runtime import Runtime, refuse
 from container.models.moe import GroupedExperts
-from launcher.config import ModelParallelParameters
-from launcher.config.layout import moe_problems
+from launcher.wire.training.layout import moe_problems
+from launcher.wire.training.mp_parameters import ModelParallelParameters
 
 log = logging.getLogger("smlaunch")
 
 
 def expert_meshes(rt: Runtime) -> tuple[DeviceMesh, DeviceMesh]:
     """(ep mesh, the mesh FSDP shards the experts over): the sharding group split into
-    (efsdp, ep), beside dp_replicate for hybrid sharding. The layout rules (launcher.config.layout)
+    (efsdp, ep), beside dp_replicate for hybrid sharding. The layout rules (launcher.wire.training.layout)
     have made sure ep divides the sharding group."""
     ep, group = rt.layout.ep, rt.layout.sharding_group
     mesh = rt.fsdp_mesh._unflatten("dp_shard_cp", (group // ep, ep), ("efsdp", "ep"))

@@ -34,11 +34,11 @@ from torch.distributed.distributed_c10d import _set_pg_timeout
 
 from container.resilience.attempt import record_failure
 from container.resilience.step_watch import stacks_on_signal
-from launcher.config import ModelParallelParameters, ParallelLayout
-from launcher.config.hyperparameters import COLLECTIVE_TIMEOUT_DEFAULT_S
-from launcher.config.layout import layout_problems, with_sharding_strategy
 from launcher.wire.hyperparameters import parse_mp_parameters
 from launcher.wire.opt_ml import free_port
+from launcher.wire.training.hyperparameters import COLLECTIVE_TIMEOUT_DEFAULT_S
+from launcher.wire.training.layout import ParallelLayout, layout_problems, with_sharding_strategy
+from launcher.wire.training.mp_parameters import ModelParallelParameters
 
 log = logging.getLogger("smlaunch")
 
@@ -176,7 +176,7 @@ def _die_with_parent() -> None:
 
 def _check_layout(params: ModelParallelParameters, world: int) -> None:
     """The client validated the job; a job built by hand fails here, before any work, with the
-    client's own check (launcher.config.layout.layout_problems)."""
+    client's own check (launcher.wire.training.layout.layout_problems)."""
     refuse(layout_problems(params, world))
 
 

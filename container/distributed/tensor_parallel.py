@@ -51,7 +51,7 @@ GPT_NEOX_PROJECTIONS = (("attention.wqkv", "feed_forward.w1"), ("attention.wo", 
 
 def check_tp_degree(model: Transformer, tp: int) -> None:
     """Every split must be even: heads (whole heads per rank), MLP features, the vocabulary's rows
-    (padded where the vocabulary does not split: launcher.config.models.vocab_rows), and the
+    (padded where the vocabulary does not split: launcher.wire.training.models.vocab_rows), and the
     sequence (sequence-parallel slices are rebuilt from local tensors assuming equal sizes)."""
     args = model.args
     sizes = {"attention heads": args.n_heads, "key/value heads": args.n_kv_heads,

@@ -22,7 +22,7 @@ each kernel also shards its mask for context parallelism without a second implem
   within one contiguous run of positions, attending to its document's keys up to its last query
   (flash's causal mask is bottom-right aligned, which is exactly that). Half precision, CUDA.
 
-`build` picks one from the resolved `attention_kernel` (launcher.config.attention decides).
+`build` picks one from the resolved `attention_kernel` (launcher.wire.training.attention decides).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from launcher.config import attention as choice
+from launcher.wire.training import attention as choice
 
 
 def _query_positions(documents: torch.Tensor, q_positions: torch.Tensor | None) -> torch.Tensor:

@@ -25,7 +25,7 @@ from container.models import attention
 from container.models.gpt_neox import GPTNeoXBlock
 from container.models.moe import MoE
 from container.models.rope import apply_rope, rope_inv_freq, rope_tables
-from launcher.config.models import ModelSpec
+from launcher.wire.training.models import ModelSpec
 
 __all__ = ["Transformer", "TransformerArgs", "build_model", "rope_inv_freq", "rope_tables", "apply_rope"]
 
@@ -56,7 +56,7 @@ class TransformerArgs:
     parallel_residual: bool = False
     attention_bias: bool = False
     # rows of the embedding and head: vocab_size, or more where tensor parallelism pads the
-    # vocabulary (launcher.config.models.vocab_rows); 0: vocab_size
+    # vocabulary (launcher.wire.training.models.vocab_rows); 0: vocab_size
     padded_vocab: int = 0
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Non-finite steps (`nonfinite_policy`, launcher.config.nonfinite; docs/faults.md).
+"""Non-finite steps (`nonfinite_policy`, launcher.wire.training.nonfinite; docs/faults.md).
 
 The trainer asks the guard, after a step's backward and gradient clipping and before its update,
 whether the update applies (`NonFiniteGuard.__call__`). The step is non-finite when its loss
@@ -27,10 +27,10 @@ import torch.distributed as dist
 
 from container.checkpoint.collectives import from_rank0
 from container.resilience.attempt import record_failure
-from launcher.config.nonfinite import FAIL, ROLLBACK
-from launcher.config.run_settings import RunSettings
 from launcher.wire.faults import EXIT_NONFINITE_ROLLBACK, attempt
 from launcher.wire.nonfinite import SKIP_FILE, SkipFileError, SkippedBatch, read_skips, write_skips
+from launcher.wire.training.nonfinite import FAIL, ROLLBACK
+from launcher.wire.training.run_settings import RunSettings
 
 log = logging.getLogger("smlaunch")
 CHECKPOINT_KEY = "nonfinite_skipped"  # the checkpoint's `extra`: the steps skipped in place up to it

@@ -48,14 +48,14 @@ from pathlib import Path
 import torch._C._distributed_c10d as c10d
 
 from container.resilience import attempt
-from launcher.config.hyperparameters import (
+from launcher.wire import diagnostics, faults
+from launcher.wire.faults import EXIT_HUNG
+from launcher.wire.training.hyperparameters import (
     INIT_TIMEOUT_DEFAULT_S,
     STEP_TIMEOUT_FLOOR_S,
     STEP_TIMEOUT_MEDIANS,
     TrainingHyperparameters,
 )
-from launcher.wire import diagnostics, faults
-from launcher.wire.faults import EXIT_HUNG
 
 log = logging.getLogger("smlaunch")
 

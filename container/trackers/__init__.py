@@ -12,7 +12,7 @@ from container.trackers import mlflow_tracking, sagemaker_experiments, weights_a
 from container.trackers.continuity import RunIds
 from container.trackers.run_info import run_info
 from container.trackers.sink import Sink, Tracker, start
-from launcher.config import TrainingHyperparameters
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
 
 __all__ = ["Sink", "Tracker", "open_trackers"]
 

@@ -16,7 +16,7 @@ import time
 from container.trackers.continuity import RunIds, SentSteps
 from container.trackers.run_info import RunInfo
 from container.trackers.sink import FAILED, FINISHED, STOPPED, TrackerUnavailable, scalars
-from launcher.config import TrainingHyperparameters
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
 
 log = logging.getLogger("smlaunch")
 NAME = "MLflow"

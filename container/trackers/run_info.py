@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import container
-from launcher.config import TrainingHyperparameters
 from launcher.wire import job_plan
 from launcher.wire.masking import mask_secrets
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
 
 # SageMaker sets TRAINING_JOB_NAME in every training container (smlaunch's docker runner too); the
 # bootstrap hands the ranks SAGEMAKER_JOB_NAME from the job's sagemaker_job_name hyperparameter.

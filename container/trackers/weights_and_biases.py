@@ -21,8 +21,8 @@ import sys
 from container.trackers.continuity import RunIds, SentSteps
 from container.trackers.run_info import RunInfo
 from container.trackers.sink import FAILED, STOPPED, TrackerUnavailable, scalars
-from launcher.config import TrainingHyperparameters
 from launcher.wire.masking import installed, mask_command
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
 
 NAME = "Weights & Biases"
 KEY = "wandb"  # its entry in the checkpoint directory's run ids (container.trackers.continuity)

@@ -9,12 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from launcher.backends.errors import BackendError, FilesElsewhere, SettingError  # noqa: F401 - the interface's errors
 from launcher.wire.masking import Masker, mask_secrets
 from launcher.wire.opt_ml import failure_headline
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from launcher.backends.log_metrics import LogMetrics
+    from launcher.backends.metric_records import JobMetrics
     from launcher.backends.sourcedir import SourceBundle
     from launcher.config.validate import ValidatedJob
     from launcher.wire.checkpoints import Checkpoint
@@ -41,6 +44,8 @@ class Options:
     runner: str = "process"  # local: how the simulated hosts run (process or docker)
     printer: Callable[[str], None] | None = None  # where the backend's own messages go (default: print)
     console: Callable[[str, str, str], None] | None = None  # a local job run in this process: its hosts' lines
+    # the caller's process runs nothing but the job (`smlaunch submit`): a job run in it may adopt its orphans
+    adopt_orphans: bool = False
 
 
 class Backend(Protocol):
@@ -63,8 +68,19 @@ class Backend(Protocol):
 
     def describe(self, name: str) -> dict: ...
 
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        """The job file's fields its description gives back beyond DescribeTrainingJob's (PyTorch.attach): the
+        backend, its section, the code as the first host got it, ... ({} where DescribeTrainingJob says all)."""
+
+    def how(self, record: dict) -> str:
+        """How the job its record describes runs, in a few words (`submitted NAME (local, process runner)`)."""
+
     def wait(self, name: str, logs: bool = True, poll: float = 5.0) -> dict:
         """Follow to the end; JobFailedError unless it completed."""
+
+    def interrupted(self, name: str) -> str | None:
+        """What a Ctrl-C during `wait` did to a job that ran in the caller's process (local mode: its hosts
+        stopped), for the caller to say; None where it only stopped following."""
 
     def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None: ...
 
@@ -86,6 +102,10 @@ class Backend(Protocol):
     def checkpoint(self, name: str) -> Checkpoint | None:
         """The job's newest complete checkpoint (launcher.wire.checkpoints); None if it has none."""
 
+    def metrics(self, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMetrics:
+        """The job's metric records, wherever it keeps them (launcher.backends.jobmetrics); NoMetricsError if it
+        has none yet. `logs`: readers of jobs' logs by name that read on from where they stopped (a sweep's)."""
+
     def goodput(self, name: str) -> Goodput | None:
         """The job's measured goodput (launcher.wire.goodput); None where its records are not here
         (SageMaker: in output.tar.gz) or it wrote none (a script of the user's own)."""
@@ -95,6 +115,10 @@ class Backend(Protocol):
         """The job's failed attempts, one record each, oldest first (launcher.wire.faults); the
         backends whose jobs restart by themselves read them, the others have none."""
         return []
+
+    def job_dir(self, name: str) -> Path | None:
+        """The job's directory in smlaunch's job store, where its supervisor keeps its log (logs/job.log), records
+        and outputs on this machine (local and Slurm jobs); None for a job that runs from none."""
 
     def output_data_dirs(self, name: str) -> dict[str, Path]:
         """{host: its output data directory}, as readable on this machine (`smlaunch logs --diagnostics`
@@ -117,20 +141,6 @@ class JobDryRun:
         if self.text is not None:  # the request's secrets, wherever the text quotes them
             return Masker.of(self.request)(self.text)
         return json.dumps(self.to_dict(), indent=2, default=str)
-
-
-class BackendError(RuntimeError):
-    """A backend could not do what was asked (missing bucket, name taken, AWS error, ...)."""
-
-
-class SettingError(BackendError):
-    """What was asked of a submitted job needs a setting it was not given (the message names the field
-    and the fix): a usage error, exit code 2, as a refused job file is."""
-
-
-class FilesElsewhere(BackendError):
-    """A job's files are not readable on this machine; the message says where they are and how to read
-    them (an answer, not a failure: a SageMaker job's output.tar.gz, a claim not mounted here)."""
 
 
 class JobFailedError(RuntimeError):

@@ -13,11 +13,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 # Imports inside functions: preparing a job loads the code bundle and request builders, which
 # status, logs and list never need (CLI start-up).
+from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
-from launcher.backends.metric_records import JOBDIR_METRICS, jobdir_metrics, read_records
+from launcher.backends.log_metrics import LogMetrics
+from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics, read_records
 from launcher.config import ValidatedJob
 from launcher.local import store
 from launcher.local.restarts import job_restarts
@@ -139,6 +142,17 @@ class JobDirBackend:
         """The job's failed attempts: its hosts' bootstraps' records and its supervisor's."""
         return job_restarts(list(self.output_data_dirs(name).values()))
 
+    def metrics(self, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMetrics:
+        """Rank 0's metrics.jsonl in the job directory, or metric_definitions over its log (jobmetrics)."""
+        return jobmetrics.from_job_dir(self, self.resolve(name), logs)
+
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        """The backend, and the code as the first host got it."""
+        return {"source_dir": str(Path(desc["LocalJobDir"]) / "hosts" / "algo-1" / "code"), "backend": self.name}
+
+    def job_dir(self, name: str) -> Path:
+        return self._dir(self.resolve(name))
+
     def output_data_dirs(self, name: str) -> dict[str, Path]:
         """{host: its output data directory} (`hosts/<host>/output/data`, where diagnostics/ is)."""
         name = self.resolve(name)
@@ -185,6 +199,9 @@ class JobDirBackend:
     def wait(self, name: str, logs: bool = True, poll: float = 1.0) -> dict:
         """Follow the job to its end; raise JobFailedError if it fails or is stopped."""
         return self._completed(name, self._follow(name, logs, poll), shown=logs)
+
+    def interrupted(self, name: str) -> str | None:
+        return None  # followed from here, run elsewhere (its supervisor's own process, the Slurm allocation)
 
     def logs(self, name: str, follow: bool = False, poll: float = 1.0) -> None:
         self.describe(name)

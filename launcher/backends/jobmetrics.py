@@ -39,18 +39,16 @@ class NoMetricsError(BackendError):
 
 def job_metrics(handle: str, region: str | None = None) -> JobMetrics:
     """The metrics of the job a handle names (local:NAME, slurm:JOBID, sagemaker:NAME or a bare name)."""
-    return load(*registry.find(handle, region=region))
+    backend, name = registry.find(handle, region=region)
+    return backend.metrics(name)
 
 
-def load(backend, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMetrics:
-    """The metrics of job `name` of `backend`; NoMetricsError if it has none yet. `logs`: readers of
-    jobs' logs by job name, which read on from where they stopped (a sweep's controller's)."""
+def from_job_dir(backend, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMetrics:
+    """Rank 0's metrics.jsonl in the job's directory here (a local or Slurm job's); for a script of the user's
+    own, its metric_definitions over the job's log. `logs`: readers of jobs' logs by job name, which read on
+    from where they stopped (a sweep's controller's)."""
     handle = f"{backend.name}:{name}"
-    if backend.name == "sagemaker":
-        return _from_sagemaker(backend, name, handle)
     record = backend.describe(name)
-    if "LocalJobDir" not in record:  # kubernetes: its files on the cluster's storage, read back from there
-        return _from_job_files(backend, name, handle, record)
     path = jobdir_metrics(record)
     records = read_records(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
     if records:
@@ -75,10 +73,11 @@ def load(backend, name: str, logs: dict[str, LogMetrics] | None = None) -> JobMe
                          f"{looked}")
 
 
-def _from_job_files(backend, name: str, handle: str, record: dict) -> JobMetrics:
+def from_job_files(backend, name: str) -> JobMetrics:
     """Rank 0's metrics.jsonl in a job directory the backend reads back (a Kubernetes job's S3 records,
     or its claim where this machine mounts it: launcher.kubernetes.readback); for a script of the user's
     own, its metric_definitions over the pods' logs, as SageMaker applies them to the hosts' logs."""
+    handle, record = f"{backend.name}:{name}", backend.describe(name)
     definitions = (record.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
     try:
         files, source = backend.job_files(name)
@@ -115,8 +114,9 @@ def _from_pod_logs(backend, name: str, handle: str, record: dict, definitions: l
                          "(a pod's log goes with the pod: a job deleted from the cluster has none)")
 
 
-def _from_sagemaker(backend, name: str, handle: str) -> JobMetrics:
-    desc = backend.describe(name)
+def from_sagemaker(backend, name: str) -> JobMetrics:
+    """metrics.jsonl in the job's output.tar.gz once it has ended, else CloudWatch's averages of its log's values."""
+    handle, desc = f"{backend.name}:{name}", backend.describe(name)
     looked = []
     if desc["TrainingJobStatus"] in TERMINAL_STATUSES:
         uri = backend.artifacts(name).get("output.tar.gz")

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
-from launcher.backends.metric_records import JOBDIR_METRICS, algorithm_record
+from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, algorithm_record
 from launcher.config import ValidatedJob
-from launcher.config.issues import ConfigError, Issue
 from launcher.kubernetes import cluster, kueue, readback, render
 from launcher.kubernetes.kinds import JobKind, kind_named
 from launcher.kubernetes.manifest import claim_checkpoint_dir, config_map_name, env_secret_name
@@ -33,6 +33,7 @@ from launcher.wire.faults import Restart
 from launcher.wire.goodput import Goodput, measure
 from launcher.wire.progress import Progress, as_datetime, read_progress
 from launcher.wire.terminal import printable
+from launcher.wire.training.issues import ConfigError, Issue
 
 # `status` reads progress, restarts and goodput from the same records: one S3 download serves them all.
 # The pods upload every 10 s (container.toolkit.pod_storage), so a download this recent is as new as S3's.
@@ -119,6 +120,12 @@ class KubernetesBackend:
         return (cluster.connect(where.get("kubeconfig"), where.get("context")), where["namespace"],
                 kind_named(where.get("kind")))
 
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        return {}  # DescribeTrainingJob's fields say it all
+
+    def how(self, record: dict) -> str:
+        return self.name
+
     def describe(self, name: str) -> dict:
         """The record with what the cluster says now; an ended job's outcome is recorded once."""
         record = self._record(name)
@@ -156,6 +163,9 @@ class KubernetesBackend:
             raise JobFailedError(name, record["TrainingJobStatus"], record.get("FailureReason", ""),
                                  f"smlaunch logs kubernetes:{name}")
         return record
+
+    def interrupted(self, name: str) -> None:
+        return None  # the job runs on in the cluster
 
     def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None:
         """Every pod's log, each line after its host (`algo-2 | ...`), as a local job's merged log;
@@ -284,9 +294,17 @@ class KubernetesBackend:
             return None
         return measure(_output_data(files), started, as_datetime(record.get("TrainingEndTime")))
 
+    def metrics(self, name: str, logs: dict | None = None) -> JobMetrics:
+        """metrics.jsonl as the pods store it, or the pods' logs through metric_definitions (jobmetrics)."""
+        return jobmetrics.from_job_files(self, name)
+
     def restarts(self, name: str) -> list[Restart]:
         files = self._readable(name)
         return job_restarts(_output_data(files)) if files else []
+
+    def job_dir(self, name: str) -> None:
+        """None: the job runs from the cluster's storage (job_files reads it back)."""
+        return None
 
     def output_data_dirs(self, name: str) -> dict[str, Path]:
         """{host: its output data directory}: on S3 as the pods mirror it (downloaded now), on a claim through

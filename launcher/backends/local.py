@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, Options
 from launcher.backends.jobdir import JobDirBackend
@@ -32,6 +33,7 @@ class LocalBackend(JobDirBackend):
         self.runner_name = runner
         self.console = console
         self._prepared: dict[str, LocalJobSpec] = {}
+        self._ran: set[str] = set()  # the jobs `wait` ran in this process
         # Set by a caller whose process runs nothing but the job (`smlaunch submit`): its supervisor
         # may then adopt every orphaned descendant (launcher.local.leftovers). Never in a user's Python.
         self.adopt_orphans = False
@@ -39,7 +41,9 @@ class LocalBackend(JobDirBackend):
     @classmethod
     def create(cls, options: Options) -> LocalBackend:
         console = {"console": options.console} if options.console else {}  # else the default: print them
-        return cls(runner=options.runner, printer=options.printer, **console)
+        backend = cls(runner=options.runner, printer=options.printer, **console)
+        backend.adopt_orphans = options.adopt_orphans
+        return backend
 
     # --- submitting ----------------------------------------------------------------------
     def _runner_for(self, job: ValidatedJob):
@@ -73,6 +77,12 @@ class LocalBackend(JobDirBackend):
         return spec.name
 
     # --- following -----------------------------------------------------------------------
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        return {**super().attach_fields(desc), "local_runner": desc.get("LocalRunner", "process")}
+
+    def how(self, record: dict) -> str:
+        return f"local, {self.runner_name} runner"
+
     def describe(self, name: str) -> dict:
         record = self._record(name)
         supervisor, watchdog = identity.recorded(record, "Supervisor"), identity.recorded(record, "Watchdog")
@@ -107,9 +117,16 @@ class LocalBackend(JobDirBackend):
         spec = self._prepared.pop(name, None)
         if spec is None:
             return super().wait(name, logs, poll)
+        self._ran.add(name)
         record = Supervisor(spec, runner_named(spec.runner), printer=self.console if logs else None,
                             adopt_orphans=self.adopt_orphans).run()
         return self._completed(name, record, shown=logs)
+
+    def interrupted(self, name: str) -> str | None:
+        """A job run here stops with its supervisor, every host with it (Ctrl-C reaches the whole session)."""
+        if name not in self._ran:
+            return None
+        return f"{name} stopped; every host has ended. Logs: {self._dir(name)}/logs/job.log"
 
     def stop(self, name: str) -> None:
         record = self.describe(name)

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.backends.base import BackendError
+from launcher.backends.errors import BackendError
 
 METRICS_FILE = "metrics.jsonl"
 # Where rank 0 (on the first host) writes it in a local or Slurm job directory.

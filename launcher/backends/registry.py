@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 # local:...` never imports the SageMaker backend's boto3.
 from launcher.backends.base import Backend, BackendError, Options
 from launcher.config import backend_table
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name
 from launcher.wire.progress import as_datetime
+from launcher.wire.training.issues import ConfigError, Issue
 
 if TYPE_CHECKING:  # `status` and `list` load this module, and need none of validation's rules
     from launcher.config.validate import ValidatedJob
@@ -41,22 +41,25 @@ def handle_fix() -> str:
 
 def backend_named(name: str, *, region: str | None = None, session: Any = None, runner: str = "process",
                   printer: Callable[[str], None] | None = None,
-                  console: Callable[[str, str, str], None] | None = None) -> Backend:
-    """`console`: where a local job run in this process prints its hosts' lines (label, colour, line)."""
+                  console: Callable[[str, str, str], None] | None = None, adopt_orphans: bool = False) -> Backend:
+    """`console`: where a local job run in this process prints its hosts' lines (label, colour, line);
+    the rest: launcher.backends.base.Options."""
     row = backend_table.named(name)
     if row is None:
         raise ConfigError([Issue("backend", name, "is not a backend of smlaunch",
                                  "use " + ", ".join(backend_table.names()))])
-    options = Options(region=region, session=session, runner=runner, printer=printer, console=console)
+    options = Options(region=region, session=session, runner=runner, printer=printer, console=console,
+                      adopt_orphans=adopt_orphans)
     return backend_table.load(row.engine).create(options)
 
 
 def for_job(job: ValidatedJob, *, session: Any = None, printer: Callable[[str], None] | None = None,
-            runner: str | None = None, console: Callable[[str, str, str], None] | None = None) -> Backend:
+            runner: str | None = None, console: Callable[[str, str, str], None] | None = None,
+            adopt_orphans: bool = False) -> Backend:
     """The backend the validated job names (its `backend`, or what its instance type implies)."""
     cfg = job.config
-    return backend_named(cfg.backend_name, region=cfg.region, session=session,
-                         runner=runner or cfg.local_runner, printer=printer, console=console)
+    return backend_named(cfg.backend_name, region=cfg.region, session=session, runner=runner or cfg.local_runner,
+                         printer=printer, console=console, adopt_orphans=adopt_orphans)
 
 
 def parse_handle(handle: str, field: str = "job_name") -> tuple[str | None, str]:

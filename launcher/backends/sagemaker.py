@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer, newest
 from launcher.backends.live import active
@@ -24,14 +25,15 @@ from launcher.backends.request import build_request
 from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
 from launcher.backends.warm_pools import WarmPool, reusable, updatable, update_request
 from launcher.config import ValidatedJob
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.wire.checkpoints import latest_in_s3
 from launcher.wire.masking import Masker, mask_secrets
 from launcher.wire.progress import from_line
 from launcher.wire.terminal import printable
+from launcher.wire.training.issues import ConfigError, Issue
 
 if TYPE_CHECKING:
+    from launcher.backends.metric_records import JobMetrics
     from launcher.wire.checkpoints import Checkpoint
     from launcher.wire.progress import Progress
 
@@ -216,6 +218,12 @@ class SageMakerBackend:
         s3.create_bucket(Bucket=bucket, **kwargs)
 
     # --- following a job ------------------------------------------------------------------
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        return {}  # DescribeTrainingJob's fields say it all
+
+    def how(self, record: dict) -> str:
+        return self.name
+
     def describe(self, name: str) -> dict:
         from botocore.exceptions import ClientError
 
@@ -291,6 +299,9 @@ class SageMakerBackend:
             raise JobFailedError(name, status, masker(desc.get("FailureReason", "")), where)
         return desc
 
+    def interrupted(self, name: str) -> None:
+        return None  # the job runs on in the cluster
+
     def logs(self, name: str, follow: bool = False, poll: float = 5.0) -> None:
         if follow:
             self.wait(name, logs=True, poll=poll)
@@ -324,6 +335,10 @@ class SageMakerBackend:
         uri = (self.describe(name).get("CheckpointConfig") or {}).get("S3Uri")
         return latest_in_s3(self.client("s3"), uri) if uri else None
 
+    def metrics(self, name: str, logs: dict | None = None) -> JobMetrics:
+        """metrics.jsonl in the job's output.tar.gz once it has ended, else CloudWatch's (jobmetrics)."""
+        return jobmetrics.from_sagemaker(self, name)
+
     def restarts(self, name: str) -> list:
         """None read back: a SageMaker job's restart records are in its output.tar.gz
         (restarts.jsonl) and its log's `[smlaunch] restart` lines (docs/faults.md)."""
@@ -331,6 +346,10 @@ class SageMakerBackend:
 
     def goodput(self, name: str) -> None:
         """Not measured from here: the ledger's records are in the job's output.tar.gz."""
+        return None
+
+    def job_dir(self, name: str) -> None:
+        """None: SageMaker runs the job from its own storage."""
         return None
 
     def output_data_dirs(self, name: str) -> dict[str, Path]:

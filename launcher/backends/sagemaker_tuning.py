@@ -18,9 +18,9 @@ from launcher.backends.base import BackendError
 from launcher.backends.sagemaker import SageMakerBackend, _s3_split, newest_summaries
 from launcher.backends.tuning_request import build_tuning_request
 from launcher.config import ValidatedJob
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import default_base_name
 from launcher.config.tuning import TUNING_JOB_NAME_PATTERN, TuningConfig
+from launcher.wire.training.issues import ConfigError, Issue
 
 TUNING_TERMINAL = ("Completed", "Failed", "Stopped", "DeleteFailed")
 MAX_TUNING_NAME = 32

@@ -11,13 +11,15 @@ named by its smlaunch name or its Slurm job id (`slurm:1234`). docs/slurm.md has
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Any
 
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun
 from launcher.backends.jobdir import JobDirBackend
 from launcher.config import ValidatedJob
 from launcher.config.backends.slurm import SlurmSettings, node_gpus
 from launcher.local import store
-from launcher.local.spec import STOP_REQUEST
+from launcher.local.spec import STOP_REQUEST, LocalJobSpec
 from launcher.slurm import commands, script
 from launcher.slurm.runner import SlurmRunner
 
@@ -91,6 +93,16 @@ class SlurmBackend(JobDirBackend):
             return super().exists(self.resolve(name))
         except BackendError:
             return False
+
+    def attach_fields(self, desc: dict) -> dict[str, Any]:
+        """The slurm section and processes per node too, as the job's spec.json kept them."""
+        spec = LocalJobSpec.load(Path(desc["LocalJobDir"]))
+        kept = {k: v for k, v in spec.runner_settings.items()
+                if k in SlurmSettings.model_fields and v not in (None, [])}
+        return {**super().attach_fields(desc), "slurm": kept, "processes_per_host": spec.processes_per_host}
+
+    def how(self, record: dict) -> str:
+        return f"Slurm job {record.get('SlurmJobId')}"
 
     def describe(self, name: str) -> dict:
         name = self.resolve(name)

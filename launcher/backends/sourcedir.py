@@ -69,12 +69,12 @@ from launcher.config.code_tree import (
     resolved,
     walk,
 )
-from launcher.config.issues import SourceDirError
 from launcher.config.job_rules import outside_source_dir
 from launcher.config.requirements import REQUIREMENTS, runtime_requirements, with_requirements
 from launcher.plan.prediction import prediction
 from launcher.wire import job_plan, restart_loop
 from launcher.wire.masking import MIN_SECRET_LENGTH, credential_pattern, secret_values
+from launcher.wire.training.issues import SourceDirError
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,9 @@ LARGEST_SHOWN = 5  # files named in the note about a large archive
 # name no importable package has, so nothing of the user's is shadowed (entrypoints/train.py puts it
 # on the path). RUNTIME_PACKAGES are what smlaunch's runtime imports.
 PACKAGES_DIR = "_smlaunch"
-# The training container imports of the launcher only config/ and wire/ (docs/architecture.md; the
-# import tests hold it): the client's backends, CLI, SDK and planner stay home.
-RUNTIME_PACKAGES = ("container", "launcher.config", "launcher.wire")
+# The training container imports of the launcher only the contract, wire/ (docs/architecture.md; the
+# import tests hold it): the client's job schema, rules, backends, CLI, SDK and planner stay home.
+RUNTIME_PACKAGES = ("container", "launcher.wire")
 # A SageMaker job with max_restarts: AWS's toolkit runs RESTART_LOOP_PROGRAM in place of torchrun
 # (launcher.wire.restart_loop), which imports these (the bootstrap: the standard library and wire).
 RESTART_LOOP_PACKAGES = ("container.toolkit", "launcher.wire")
@@ -223,7 +223,7 @@ def build_sourcedir(
         if packages_dir:
             part = {f"{packages_dir}/{name}": entry for name, entry in part.items()}
             part[packages_dir] = (None, 0o755)
-        # the parts of one package (launcher.config, launcher.wire) share its top-level name
+        # the parts of one package (say launcher.config and launcher.wire) share its top-level name
         origin = "smlaunch's packages" if packages_dir else f"include_packages entry '{top}'"
         _merge(entries, origins, part, origin)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from launcher.backends.request import build_request
 from launcher.config import ValidatedJob
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.tuning import CategoricalRange, ContinuousRange, TuningConfig
+from launcher.wire.training.issues import ConfigError, Issue
 
 # The SDK writes these for a Framework estimator so that its HyperparameterTuner.attach finds the
 # estimator class again; smlaunch writes the SDK's own names, so either SDK can attach the job.

@@ -31,8 +31,9 @@ from launcher.cli.support import (
     report_invalid,
     set_option,
 )
-from launcher.config import attention, backend_table, data_order
-from launcher.config.issues import ConfigError
+from launcher.config import backend_table
+from launcher.wire.training import attention, data_order
+from launcher.wire.training.issues import ConfigError
 
 # The commands defined in the other modules of launcher.cli, by name.
 ELSEWHERE = ("list", "logs", "metrics", "plan", "status", "stop", "tune", "warm-pool")
@@ -117,21 +118,11 @@ def validate(job_file: Path, overrides: tuple[str, ...], as_json: bool, verbose:
 
 
 def _image_text(job) -> tuple[str, str | None]:
-    """The image and why it is the one (images.py decides both)."""
+    """The image and why it is the one (images.py decides both; a backend whose hosts run another says it)."""
     cfg = job.config
     row = backend_table.named(cfg.backend_name)
-    if row is not None and row.cluster_image:  # image_uri, which the rules require, whatever the instance type
-        return f"{cfg.image_uri} (every host runs it on the cluster)", None
-    if cfg.backend_name == "slurm":
-        image = cfg.slurm.container_image if cfg.slurm else None
-        return (f"{image} (srun --container-image)" if image else "none: the nodes run the bootstrap with "
-                "slurm.python (default: this Python)"), None
-    if cfg.is_local:
-        if cfg.local_runner == "docker":
-            from launcher.local.docker import DEFAULT_IMAGE
-
-            return f"{cfg.image_uri or DEFAULT_IMAGE} (local docker runner)", None
-        return "none: the local process runner uses this machine's Python", None
+    if row.image is not None:
+        return backend_table.load(row.image)(job), None
     if job.instance is None:
         return cfg.image_uri or "unknown (the instance type is not in the catalog)", None
     from launcher.config.images import job_image_choice
@@ -264,21 +255,19 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
         from launcher.backends.live import LiveProgress
 
         view = LiveProgress(plain=echo)  # the log lines, and a progress bar on a terminal
-        backend = registry.for_job(job, runner=runner, printer=view.line, console=view.host_line)
+        # this process runs nothing but the job: a job run in it may adopt the job's orphans
+        backend = registry.for_job(job, runner=runner, printer=view.line, console=view.host_line, adopt_orphans=True)
         if dry_run:
             result = backend.dryrun(job, job_name)
             click.echo(result.render())
             if getattr(result, "bundle", None) is not None:  # on stderr: stdout stays the request alone
                 click.echo(result.bundle.summary(), err=True)
             return
-        if backend.name == "local":  # this process runs nothing but the job: it may adopt the job's orphans
-            backend.adopt_orphans = True
         name = backend.submit(job, job_name, detach=no_wait)
         record = backend.describe(name)
-        how = {"local": f"local, {runner or job.config.local_runner} runner",
-               "slurm": f"Slurm job {record.get('SlurmJobId')}"}.get(backend.name, backend.name)
-        where = f": {record['LocalJobDir']}" if "LocalJobDir" in record else ""
-        click.echo(f"submitted {name} ({how}){where}")
+        directory = backend.job_dir(name)
+        where = f": {directory}" if directory else ""
+        click.echo(f"submitted {name} ({backend.how(record)}){where}")
         if no_wait:
             click.echo(f"  follow it: smlaunch logs {backend.name}:{name} --follow\n"
                        f"  stop it:   smlaunch stop {backend.name}:{name}")
@@ -287,9 +276,9 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
             with view:
                 record = backend.wait(name, logs=True)
         except KeyboardInterrupt:
-            if backend.name == "local":
-                click.echo(f"\n{name} stopped; every host has ended. Logs: {record['LocalJobDir']}/logs/job.log",
-                           err=True)
+            said = backend.interrupted(name)
+            if said:
+                click.echo(f"\n{said}", err=True)
             raise
         _report_completed(backend, name, record)
 
@@ -310,7 +299,7 @@ def _report_completed(backend, name: str, record: dict) -> None:
             click.echo(f"  {key}: {where}")
     if not {"model.tar.gz", "model"} & set(artifacts):
         click.echo("  model artifact:  none (the job left its model directory empty)")
-    summary = run_summary(record) if "LocalJobDir" in record else {}
+    summary = run_summary(record) if backend.job_dir(name) else {}
     if summary:
         line = (f"  loss {summary['first_loss']:.4f} (step {summary['first_step']}) -> "
                 f"{summary['last_loss']:.4f} (step {summary['steps']})")

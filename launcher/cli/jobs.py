@@ -131,7 +131,8 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
     def run():
         from launcher.backends import registry
 
-        chosen = tuple(dict.fromkeys(backends + (("local",) if local else ()))) or None  # None: every backend
+        here = tuple(b.name for b in backend_table.BACKENDS if b.on_this_machine) if local else ()
+        chosen = tuple(dict.fromkeys(backends + here)) or None  # None: every backend
         jobs, notes, unlisted = registry.list_all(chosen, region=region, status=status_filter,
                                                   name_contains=name_contains, max_results=max_results)
         if as_json:
@@ -155,8 +156,8 @@ def list_jobs(region: str | None, status_filter: str | None, name_contains: str 
 def _sweep(handle: str, region: str | None = None):
     """The tuning job a handle names: `sagemaker-tuning:NAME` on SageMaker, a bare name of a local or
     Slurm sweep (launcher.tune); None for job handles (backend:NAME) and names of no tuning job."""
-    from launcher.config.issues import ConfigError, Issue
     from launcher.tune import state
+    from launcher.wire.training.issues import ConfigError, Issue
 
     if handle.startswith("sagemaker-tuning:"):  # launcher.backends.sagemaker_tuning.HANDLE_PREFIX
         from launcher.backends.sagemaker_tuning import SageMakerSweep
@@ -191,31 +192,21 @@ def _sweep_status(sweep, as_json: bool) -> str:
 
 def _list_sweeps(status_filter: str | None, name_contains: str | None, max_results: int, as_json: bool,
                  backends: tuple[str, ...] = (), region: str | None = None) -> None:
-    """Local and Slurm sweeps (launcher.tune), and with --backend sagemaker SageMaker's tuning jobs."""
+    """smlaunch's sweeps (launcher.tune: local and Slurm), and, for a backend asked for by name whose jobs are
+    SageMaker training jobs, SageMaker's tuning jobs."""
     from launcher.cli import tuneview
 
     found, damaged = [], []
-    if not backends or set(backends) - {"sagemaker"}:
-        from launcher.tune import state
-        from launcher.tune.sweep import SweepHandle
+    asked = [backend_table.named(name) for name in dict.fromkeys(backends)]
+    if not asked or not all(row.sagemaker_jobs for row in asked):
+        found, damaged = _smlaunch_sweeps(status_filter, name_contains)
+    for row in asked:
+        if row.sagemaker_jobs:
+            from launcher.backends import registry
+            from launcher.backends.sagemaker_tuning import SageMakerTuning, as_sweep_row
 
-        records, damaged = state.list_sweeps()
-        for record in records:
-            if name_contains and name_contains not in record["HyperParameterTuningJobName"]:
-                continue
-            try:
-                found.append(SweepHandle(record["HyperParameterTuningJobName"]).describe())
-            except state.DamagedSweep as exc:  # damaged since it was listed
-                damaged.append(str(exc))
-            except LookupError:  # deleted since it was listed
-                continue
-        found = [d for d in found if not status_filter or d["HyperParameterTuningJobStatus"] == status_filter]
-    if "sagemaker" in backends:
-        from launcher.backends import registry
-        from launcher.backends.sagemaker_tuning import SageMakerTuning, as_sweep_row
-
-        api = SageMakerTuning(registry.backend_named("sagemaker", region=region))
-        found += [as_sweep_row(s) for s in api.list(status_filter, name_contains, max_results)]
+            api = SageMakerTuning(registry.backend_named(row.name, region=region))
+            found += [as_sweep_row(s) for s in api.list(status_filter, name_contains, max_results)]
     found = found[:max_results]
     if as_json:
         click.echo(json.dumps({"tuning_jobs": found, "damaged": damaged}, indent=2, default=str))
@@ -223,3 +214,22 @@ def _list_sweeps(status_filter: str | None, name_contains: str | None, max_resul
         make_console().print(tuneview.sweeps_table(found))
     for why in damaged:
         click.echo(f"not listed: {printable(why)}", err=True)
+
+
+def _smlaunch_sweeps(status_filter: str | None, name_contains: str | None) -> tuple[list[dict], list[str]]:
+    """The descriptions of smlaunch's sweeps, and what was left out as damaged."""
+    from launcher.tune import state
+    from launcher.tune.sweep import SweepHandle
+
+    found = []
+    records, damaged = state.list_sweeps()
+    for record in records:
+        if name_contains and name_contains not in record["HyperParameterTuningJobName"]:
+            continue
+        try:
+            found.append(SweepHandle(record["HyperParameterTuningJobName"]).describe())
+        except state.DamagedSweep as exc:  # damaged since it was listed
+            damaged.append(str(exc))
+        except LookupError:  # deleted since it was listed
+            continue
+    return [d for d in found if not status_filter or d["HyperParameterTuningJobStatus"] == status_filter], damaged

@@ -34,7 +34,7 @@ def describe(backend, name: str) -> dict:
     measured = backend.goodput(name)
     if measured is not None:
         desc["Goodput"] = {**measured.to_dict(), "text": measured.text()}
-    if current is None and "LocalJobDir" in desc:  # a user script: its metric_definitions over the job's log here
+    if current is None and backend.job_dir(name):  # a user script: its metric_definitions over the job's log here
         last = _last_log_metrics(backend, name)
         if last:
             desc["LastMetrics"] = last
@@ -44,10 +44,9 @@ def describe(backend, name: str) -> dict:
 def _last_log_metrics(backend, name: str) -> dict[str, tuple[int, float]]:
     """Each metric's last (point, value) from the job's metric_definitions on its log."""
     from launcher.backends.base import BackendError
-    from launcher.backends.jobmetrics import load
 
     try:
-        metrics = load(backend, name)
+        metrics = backend.metrics(name)
     except (BackendError, KeyError):  # no metrics, or a backend whose jobs keep no job directory
         return {}
     if metrics.x != "point":

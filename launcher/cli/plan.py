@@ -19,7 +19,7 @@ from launcher.cli.support import (
     report_invalid,
     set_option,
 )
-from launcher.config.issues import ConfigError
+from launcher.wire.training.issues import ConfigError
 
 
 class PositiveNumber(click.ParamType):
@@ -176,7 +176,7 @@ def _goodput_planner(failure_rate: float | None, write_gb_s: float | None):
 
     rate = goodput.DEFAULT_FAILURE_RATE if failure_rate is None else failure_rate
     bandwidth = goodput.DEFAULT_WRITE_GB_S if write_gb_s is None else write_gb_s
-    return lambda result: goodput.plan_goodput(result, rate, bandwidth)
+    return lambda result: goodput.plan_goodput(result.job, result.throughput, result.memory, rate, bandwidth)
 
 
 def _plan_search(job_file: Path, overrides, instance_types, families, max_instances, tokens, deadline,

@@ -12,8 +12,8 @@ import click
 # Imports inside functions: botocore and the backends' errors load only when a command reports an
 # error (CLI start-up).
 from launcher.config import backend_table
-from launcher.config.issues import ConfigError
 from launcher.wire.terminal import printable
+from launcher.wire.training.issues import ConfigError
 
 EXIT_FAILED, EXIT_INVALID, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -40,9 +40,10 @@ class BackendChoice(click.Choice):
 def local_overrides(job_file: Path, overrides: tuple[str, ...]) -> tuple[str, ...]:
     """`--local`: the job file's instance type becomes `local`, unless it already is local or local_gpu."""
     from launcher.config.jobfile import load_job_file
+    from launcher.wire.training.catalog import LOCAL_TYPES
 
     data, _ = load_job_file(job_file, overrides)
-    if data.get("instance_type") in ("local", "local_gpu"):
+    if data.get("instance_type") in LOCAL_TYPES:
         return overrides
     return (*overrides, "instance_type=local")
 
@@ -78,8 +79,8 @@ def aws_call(fn):
     from launcher.backends.base import BackendError, JobFailedError, SettingError
     from launcher.backends.warm_pools import WarmPoolError
     from launcher.config.images import ImageResolutionError
-    from launcher.config.issues import SourceDirError
     from launcher.local.store import DamagedRecord
+    from launcher.wire.training.issues import SourceDirError
 
     try:
         return fn()

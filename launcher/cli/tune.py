@@ -23,7 +23,7 @@ from launcher.cli.support import (
     report_invalid,
     set_option,
 )
-from launcher.config.issues import ConfigError
+from launcher.wire.training.issues import ConfigError
 
 
 @click.command(name="tune")
@@ -82,7 +82,7 @@ def tune(job_file: Path, overrides: tuple[str, ...], backend_name: str | None, l
     def run():
         from launcher.tune.sweep import SweepHandle, check_sweep, start_sweep
 
-        if job.config.backend_name == "sagemaker":
+        if job.config.on_sagemaker:
             return _on_sagemaker(job, name, dry_run, wait)
         issues = check_sweep(tuning, job.config.backend_name)
         if issues:
@@ -126,7 +126,7 @@ def _on_sagemaker(job, name: str | None, dry_run: bool, wait: bool) -> str | Non
     from launcher.backends import registry
     from launcher.backends.sagemaker_tuning import SageMakerTuning
 
-    api = SageMakerTuning(registry.backend_named("sagemaker", region=job.config.region))
+    api = SageMakerTuning(registry.backend_named(job.config.backend_name, region=job.config.region))
     if dry_run:
         click.echo(json.dumps(api.dryrun(job, job.config.tuning, name), indent=2, default=str))
         return None

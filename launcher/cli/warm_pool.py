@@ -11,7 +11,7 @@ import click
 
 # Imports inside functions: the backends load when the command runs (CLI start-up).
 from launcher.cli.support import JOB_HELP, aws_call, region_option
-from launcher.config.limits import KEEP_ALIVE_MAX
+from launcher.wire.training.limits import KEEP_ALIVE_MAX
 
 
 @click.group(name="warm-pool")
@@ -28,13 +28,14 @@ def _change(job: str, region: str | None, seconds: int) -> None:
 
     def run():
         from launcher.backends import registry
+        from launcher.config.backend_table import named
 
         check_keep_alive(seconds)  # both checks before any AWS call
         kind, _ = registry.parse_handle(job)
-        if kind not in (None, "sagemaker"):
+        if kind is not None and not named(kind).sagemaker_jobs:
             raise not_sagemaker(kind)
         backend, name = registry.find(job, region=region)
-        if backend.name != "sagemaker":  # a bare name of a local or Slurm job
+        if not named(backend.name).sagemaker_jobs:  # a bare name of a job of smlaunch's job store
             raise not_sagemaker(backend.name)
         pool = backend.update_keep_alive(name, seconds)
         if seconds == 0:

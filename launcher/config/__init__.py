@@ -1,7 +1,7 @@
 """Job configuration: pydantic models and the rules that check them (no boto3, no torch).
 
 The names below load on first use, so that importing one module of the package (the CLI's error
-reporting imports launcher.config.issues) does not import every model and rule with it.
+reporting imports launcher.wire.training.issues) does not import every model and rule with it.
 """
 
 __all__ = [
@@ -26,14 +26,16 @@ __all__ = [
 def __getattr__(name: str):
     if name in ("ChannelInput", "JobConfig", "JobFile"):
         from launcher.config import job as home
-    elif name in ("Distribution", "ModelParallelParameters"):
+    elif name == "Distribution":
         from launcher.config import distribution as home
+    elif name == "ModelParallelParameters":
+        from launcher.wire.training import mp_parameters as home
     elif name in ("FP8Config", "TrainingHyperparameters"):
-        from launcher.config import hyperparameters as home
+        from launcher.wire.training import hyperparameters as home
     elif name in ("ConfigError", "Issue"):
-        from launcher.config import issues as home
+        from launcher.wire.training import issues as home
     elif name == "ParallelLayout":
-        from launcher.config import layout as home
+        from launcher.wire.training import layout as home
     elif name in ("ValidatedJob", "validate_job"):
         from launcher.config import validate as home
     else:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 
 from launcher.config import backend_table
+from launcher.config.context import Context
 from launcher.config.debugger import DebuggerSettingError, debugger_fields, profiler_fields
-from launcher.config.issues import Issue
 from launcher.config.job_rules import DEFAULT_REGION
-from launcher.config.model_source import FIELD as MODEL_SOURCE
-from launcher.config.model_source import ModelSourceError, parse_model_source
-from launcher.config.rules import Context
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.model_source import FIELD as MODEL_SOURCE
+from launcher.wire.training.model_source import ModelSourceError, parse_model_source
 
 # Settings only SageMaker itself can carry out; a run elsewhere (a backend whose row of the backend
 # table has no aws_settings) says it leaves them out.

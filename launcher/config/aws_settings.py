@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from launcher.config.base import Strict, WholeNumber
-from launcher.config.limits import MAX_INSTANCE_COUNT
+from launcher.wire.training.base import Strict, WholeNumber
+from launcher.wire.training.limits import MAX_INSTANCE_COUNT
 
 S3_URI = r"^s3://[^/]+(/.*)?$"
 

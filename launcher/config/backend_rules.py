@@ -4,20 +4,20 @@ instance types a backend runs, a section read only by its own backend, and each 
 from __future__ import annotations
 
 from launcher.config import backend_table
-from launcher.config.issues import Issue
-from launcher.config.rules import Context
+from launcher.config.context import Context
+from launcher.wire.training.issues import Issue
 
 
 def check_backend_choice(ctx: Context) -> list[Issue]:
     job = ctx.job
     issues = []
     chosen = backend_table.named(job.backend) if job.backend else None
-    if chosen is not None and chosen.instance_types == "ml" and job.is_local:
+    if chosen is not None and not chosen.runs(job.is_local) and job.is_local:
         issues.append(Issue("backend", chosen.name, f"runs on ml.* instances, and instance_type is {job.instance_type}",
-                            "pick an ml.* instance type, or use backend: " + _running("local")))
-    if chosen is not None and chosen.instance_types == "local" and not job.is_local:
+                            "pick an ml.* instance type, or use backend: " + _running(local=True)))
+    elif chosen is not None and not chosen.runs(job.is_local):
         issues.append(Issue("backend", chosen.name, f"runs on this machine, which is not a {job.instance_type}",
-                            "set instance_type: local (CPU) or local_gpu, or use backend: " + _running("ml")))
+                            "set instance_type: local (CPU) or local_gpu, or use backend: " + _running(local=False)))
     for row in backend_table.with_sections():
         if getattr(job, row.name) is not None and job.backend_name != row.name:
             issues.append(Issue(row.name, "{...}", f"is only read by backend {row.name}, and the job runs on "
@@ -29,6 +29,6 @@ def check_backend_choice(ctx: Context) -> list[Issue]:
     return issues
 
 
-def _running(instance_types: str) -> str:
+def _running(local: bool) -> str:
     """The backends that run this kind of instance type, as a fix names them."""
-    return " or ".join(b.name for b in backend_table.BACKENDS if b.instance_types in (instance_types, "any"))
+    return " or ".join(b.name for b in backend_table.BACKENDS if b.runs(local))

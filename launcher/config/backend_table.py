@@ -1,5 +1,9 @@
 """The backends, declared once: each one's name, the class that runs its jobs, the instance types
-it runs, its own section of the job file with that section's rules, and how its job handles read.
+it runs, its own section of the job file with that section's rules, how its job handles read, and
+each rule of the client that differs by backend (a column: what its hosts run, whether its jobs are
+SageMaker training jobs, whether smlaunch's sweeps run there, ...). What differs in running a job is
+a method of its class (launcher.backends.base.Backend); no caller tests a backend's name
+(tests/unit/test_backend_switches.py).
 
 Everything that lists backends derives from `BACKENDS`: the job file's `backend` choices and
 sections (`with_backends`), the rules relating them to the job (backend_rules.py), what
@@ -28,35 +32,61 @@ class BackendRow:
     restarts: str  # what `max_restarts` means there (validate says it)
     settings: str | None = None  # "module:Class" of its section of the job file, a field named after the backend
     settings_description: str = ""  # that field's description in the job schema
-    rules: str | None = None  # "module:function" of its rules (rules.Context -> Issues) for a job that runs there
+    rules: str | None = None  # "module:function" of its rules (context.Context -> Issues) for a job that runs there
+    # "module:function" (its section or None, the instance type's GPUs) -> GPUs per host, where its section may
+    # say otherwise (slurm.gpus_per_node: a node that is not an instance of the catalog)
+    host_gpus: str | None = None
     job_ids: bool = False  # a handle may name a job by the engine's own number (slurm:1234)
     in_job_store: bool = True  # its jobs have records in smlaunch's job store (launcher.local.store), not remote
     # every host runs image_uri on the cluster's own storage: the job's paths are not on this machine (its
     # rules check them) and its script's imports are the image's, not this machine's Python
     cluster_image: bool = False
+    # "module:function" (the validated job) -> what its hosts run, as validate's summary says it; None: the image of
+    # AWS's catalog for the job's instance type
+    image: str | None = None
+    # "module:function" (the JobConfig) -> (kind, label) of the Python a script of the user's own runs in there
+    # (script_rules.Target); None: an image of AWS's catalog, or image_uri
+    target: str | None = None
     # SageMaker runs the job, so the settings only SageMaker carries out take effect there (VPC, KMS keys,
     # spot, Debugger, ...: aws_rules.AWS_ONLY); elsewhere validate says each one is left out
     aws_settings: bool = False
+    # its jobs are SageMaker training jobs (CreateTrainingJob; JobConfig.on_sagemaker): S3 channels and outputs, an
+    # image of AWS's catalog whose toolkit runs the code (and smlaunch's restart loop), the SageMaker SDK's rules,
+    # warm pools, and sweeps as SageMaker tuning jobs; the others' jobs read this machine's or the cluster's paths
+    sagemaker_jobs: bool = False
+    sweeps: bool = False  # smlaunch's sweep controller (launcher.tune, `smlaunch tune`) runs the trials as its jobs
+
+    def runs(self, local: bool) -> bool:
+        """Whether it runs a job of this machine's instance types (`local`: local, local_gpu) or of ml.* ones."""
+        return self.instance_types in ("any", "local" if local else "ml")
+
+    @property
+    def on_this_machine(self) -> bool:
+        """Its jobs run on this machine's own devices, and nowhere else."""
+        return self.instance_types == "local"
 
 
 BACKENDS = (
     BackendRow(
         "sagemaker", "launcher.backends.sagemaker:SageMakerBackend", "ml", in_job_store=False, aws_settings=True,
+        sagemaker_jobs=True,
         restarts="the image's toolkit runs smlaunch's restart loop (shipped in the code, _smlaunch/restart_loop.py) "
                  "in place of torchrun on each instance, and the loop restarts torchrun on every instance together "
                  "after a fault (a failed, killed, hung or frozen rank); each restart resumes from the newest "
                  "verified checkpoint. A lost instance is SageMaker's: the job fails (max_retry_attempts retries "
                  "only SageMaker's internal errors), and a resubmission with the same checkpoint_s3_uri resumes"),
     BackendRow(
-        "local", "launcher.backends.local:LocalBackend", "local",
+        "local", "launcher.backends.local:LocalBackend", "local", sweeps=True,
+        image="launcher.local.docker:image_text", target="launcher.config.backends.local:target",
         restarts="the bootstrap of each simulated host restarts torchrun on every host together after a fault "
                  "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
                  "killed; each restart resumes from the newest verified checkpoint"),
     BackendRow(
-        "slurm", "launcher.backends.slurm:SlurmBackend", "any", job_ids=True,
+        "slurm", "launcher.backends.slurm:SlurmBackend", "any", job_ids=True, sweeps=True,
         settings="launcher.config.backends.slurm:SlurmSettings",
         settings_description="backend: slurm: partition, account, time, ...",
-        rules="launcher.config.backends.slurm:check_slurm",
+        rules="launcher.config.backends.slurm:check_slurm", host_gpus="launcher.config.backends.slurm:node_gpus",
+        image="launcher.config.backends.slurm:image_text", target="launcher.config.backends.slurm:target",
         restarts="the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
                  "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
                  "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
@@ -66,6 +96,7 @@ BACKENDS = (
         settings="launcher.config.backends.kubernetes:KubernetesSettings",
         settings_description="backend: kubernetes: namespace, Kueue queue, storage claim, ... (docs/kubernetes.md)",
         rules="launcher.config.backends.kubernetes:check_kubernetes",
+        image="launcher.config.backends.kubernetes:image_text", target="launcher.config.backends.kubernetes:target",
         restarts="the bootstrap in each pod restarts torchrun on every pod together after a fault (a failed, "
                  "killed, hung or frozen rank); a lost pod or node is not smlaunch's: a TrainJob's JobSet's "
                  "(its failure policy), and ends a HyperPodPyTorchJob, whose operator's retries smlaunch turns "
@@ -83,9 +114,21 @@ def named(name: str) -> BackendRow | None:
     return next((b for b in BACKENDS if b.name == name), None)
 
 
+def default_for(local: bool) -> BackendRow:
+    """The backend of a job that names none: the one that runs its kind of instance type only (a local
+    instance type: this machine's backend; an ml.* one: SageMaker's)."""
+    return next(b for b in BACKENDS if b.instance_types == ("local" if local else "ml"))
+
+
 def with_sections() -> tuple[BackendRow, ...]:
     """The backends that have a section of their own in the job file."""
     return tuple(b for b in BACKENDS if b.settings is not None)
+
+
+def host_gpus(job: Any, accelerators: int | None) -> int | None:
+    """GPUs per host of the job (a JobConfig) whose instance type has `accelerators` (None: unknown)."""
+    row = named(job.backend_name)
+    return load(row.host_gpus)(getattr(job, row.name, None), accelerators) if row.host_gpus else accelerators
 
 
 def load(path: str) -> Any:

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from launcher.config.code_tree import TreeError, a_credential, job_ignore, resolved, walk
-from launcher.config.issues import Issue
 from launcher.config.job_rules import resolve_path
 from launcher.config.paths import smlaunch_home
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
+from launcher.wire.training.issues import Issue
 
 
 def job_state(cfg, base: Path) -> list[Path]:
@@ -28,7 +28,7 @@ def job_state(cfg, base: Path) -> list[Path]:
 
 
 def check_code_trees(ctx) -> list[Issue]:
-    """Each of the job's code trees on this machine walked as its archive will be (rules.Context)."""
+    """Each of the job's code trees on this machine walked as its archive will be (context.Context)."""
     job, base = ctx.job, ctx.base_dir
     trees = [("source_dir", job.source_dir, ctx.code_dir)] if job.source_dir and ctx.code_dir else []
     trees += [(f"dependencies[{i}]", dep, resolve_path(base, dep)) for i, dep in enumerate(job.dependencies)]

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from launcher.config.issues import SourceDirError
 from launcher.wire.masking import credential_pattern
+from launcher.wire.training.issues import SourceDirError
 
 DEFAULT_IGNORE: tuple[str, ...] = (
     ".git",

@@ -1,5 +1,5 @@
 """What smlaunch's train.py will read, checked on the client where it can be seen: the order
-settings (shuffle, data_mixture: launcher.config.data_order) against the data's format and the
+settings (shuffle, data_mixture: launcher.wire.training.data_order) against the data's format and the
 job's channels, and the channels on this machine (local paths) against the run: a JSON Lines
 channel's block length, an indexed channel's shards (complete, of the model's vocabulary, at
 least one row), a chat channel's every record (its shape and roles, and a chat template in the
@@ -12,13 +12,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from launcher.config import data_order
-from launcher.config.issues import Issue
 from launcher.config.job import JobConfig
 from launcher.config.job_rules import code_dir, resolve_path
-from launcher.config.model_source import ModelSourceError, parse_model_source
-from launcher.config.models import ModelSpec
-from launcher.config.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
 from launcher.wire.chat_records import (
     TEXT,
     ChatRecordError,
@@ -42,26 +37,18 @@ from launcher.wire.token_shards import (
     tokenizer_json_vocabulary,
     unindexed_tokens,
 )
+from launcher.wire.training import data_order
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.model_source import ModelSourceError, parse_model_source
+from launcher.wire.training.models import ModelSpec
+from launcher.wire.training.run_settings import DEFAULT_DATASET_TYPE, DEFAULT_SEQ_LEN
 
 HP = "hyperparameters"
 _INDEXED_FIX = "pack the data with python -m container.data pack --format indexed and set dataset_type: indexed"
 
 
-def mixture_issues(hp) -> list[Issue]:
-    """data_mixture's form and the job's rule that every channel gets a sample in a round
-    (container.data.order.Mixture). Validate runs it, and so does the container before anything is
-    built: a job made by hand with a malformed mixture must not train on the train channel alone."""
-    try:
-        mixture = data_order.parse_mixture(hp.data_mixture)
-        if mixture:
-            data_order.round_slots([w for _, w in mixture], [name for name, _ in mixture])
-    except data_order.MixtureError as exc:
-        return [Issue(f"{HP}.data_mixture", hp.data_mixture, exc.problem, exc.fix)]
-    return []
-
-
 def check_data_order(ctx) -> list[Issue]:
-    """shuffle and data_mixture against dataset_type and the job's channels (rules.Context)."""
+    """shuffle and data_mixture against dataset_type and the job's channels (context.Context)."""
     job, hp = ctx.job, ctx.job.hyperparameters
     if not ctx.runtime:
         return []
@@ -80,7 +67,7 @@ def check_data_order(ctx) -> list[Issue]:
         issues.append(Issue(f"{HP}.truncation_mode", hp.truncation_mode,
                             f"cuts chat examples longer than a row, and dataset_type is {dataset_type}",
                             "set dataset_type: chat, or drop truncation_mode"))
-    if problems := mixture_issues(hp):
+    if problems := data_order.mixture_issues(hp):
         return [*issues, *problems]
     mixture = data_order.parse_mixture(hp.data_mixture)
     if mixture and dataset_type != data_order.INDEXED:
@@ -192,7 +179,7 @@ def _readable_here(file: Path) -> bool:
 
 def _named_dir(job: JobConfig, base_dir: Path, value: str) -> Path | None:
     """The directory a tokenizer or model value names on this machine, read as the runtime reads it
-    (relative to the code: launcher.config.model_source); None for a channel, a Hub id or nothing
+    (relative to the code: launcher.wire.training.model_source); None for a channel, a Hub id or nothing
     (model_rules names a value that is nothing)."""
     code = code_dir(job, base_dir)
     if code is None and not Path(value).expanduser().is_absolute():

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from launcher.config.aws_settings import GitConfig
-from launcher.config.issues import ConfigError, Issue
+from launcher.wire.training.issues import ConfigError, Issue
 
 _CLONES: dict[tuple, Path] = {}  # one clone per repository and revision, for this process
 _TIMEOUT_S = 600

@@ -4,8 +4,8 @@ the steps, which only smlaunch's runtime has."""
 
 from __future__ import annotations
 
-from launcher.config.hyperparameters import COLLECTIVE_TIMEOUT_DEFAULT_S
-from launcher.config.issues import Issue
+from launcher.wire.training.hyperparameters import COLLECTIVE_TIMEOUT_DEFAULT_S
+from launcher.wire.training.issues import Issue
 
 HP = "hyperparameters"
 WATCHED = ("init_timeout", "step_timeout")

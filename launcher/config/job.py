@@ -20,12 +20,17 @@ from launcher.config.aws_settings import (
     ProfilerConfig,
     TensorBoardOutputConfig,
 )
-from launcher.config.backend_table import with_backends
-from launcher.config.base import JsonValue, Strict, WholeNumber
+from launcher.config.backend_table import default_for, named, with_backends
 from launcher.config.distribution import Distribution
-from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.job_names import JOB_NAME_PATTERN
-from launcher.config.limits import (
+from launcher.config.paths import LocalPathText
+from launcher.config.restarts import MAX_RESTARTS
+from launcher.config.tuning import TuningConfig
+from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
+from launcher.wire.training.base import JsonValue, Strict, WholeNumber
+from launcher.wire.training.catalog import LOCAL_TYPES
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.limits import (
     ENVIRONMENT_KEY_MAX,
     ENVIRONMENT_MAX,
     ENVIRONMENT_VALUE_MAX,
@@ -37,10 +42,6 @@ from launcher.config.limits import (
     TAG_VALUE_MAX,
     TAGS_MAX,
 )
-from launcher.config.paths import LocalPathText
-from launcher.config.restarts import MAX_RESTARTS
-from launcher.config.tuning import TuningConfig
-from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
 
 MAX_RUN_LIMIT = 28 * 24 * 3600  # SageMaker's StoppingCondition.MaxRuntimeInSeconds ceiling
 ROLE_ARN_RE = r"^arn:aws[a-z\-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$"
@@ -106,7 +107,7 @@ class _JobHead(Strict):
     """JobConfig's fields before `backend` (the fields from the backend table follow them)."""
 
     # Built on first use: the CLI validates JobFile and its user-script variant, the SDK JobConfig
-    # (launcher.config.base.Strict says why the inner models do not defer).
+    # (launcher.wire.training.base.Strict says why the inner models do not defer).
     model_config = ConfigDict(defer_build=True)
 
     entry_point: LocalPathText = Field(description="Training script, relative to source_dir when that is set.")
@@ -319,17 +320,18 @@ class JobConfig(_JobBackends):
     @property
     def is_local(self) -> bool:
         """The instance type is this machine's own devices (local: CPU, local_gpu: its GPUs)."""
-        return self.instance_type in ("local", "local_gpu")
+        return self.instance_type in LOCAL_TYPES
 
     @property
     def backend_name(self) -> str:
         """The backend that runs the job: the one asked for, else what the instance type implies."""
-        return self.backend or ("local" if self.is_local else "sagemaker")
+        return self.backend or default_for(self.is_local).name
 
     @property
     def on_sagemaker(self) -> bool:
-        """SageMaker runs it (S3 channels and artifacts, an image); local and Slurm jobs use paths."""
-        return self.backend_name == "sagemaker"
+        """It is a SageMaker training job (S3 channels and artifacts, an image): its backend's row says so
+        (backend_table's sagemaker_jobs); the other backends' jobs use paths."""
+        return named(self.backend_name).sagemaker_jobs
 
 
 class JobFile(JobConfig):

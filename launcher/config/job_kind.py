@@ -23,8 +23,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, create_model
 
-from launcher.config.base import JsonValue
-from launcher.config.hyperparameters import RUNTIME_CHOICES, TrainingHyperparameters
+from launcher.wire.training.base import JsonValue
+from launcher.wire.training.hyperparameters import RUNTIME_CHOICES, TrainingHyperparameters
 
 SCRIPT_READ_LIMIT = 1 << 20  # a script's imports are at its top; a bigger file is not read further
 _TRAINER_IMPORT = re.compile(r"^\s*(from\s+container\.trainer\s+import|import\s+container\.trainer\b)", re.MULTILINE)

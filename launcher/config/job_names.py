@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from launcher.config.issues import ConfigError, Issue
+from launcher.wire.training.issues import ConfigError, Issue
 
 MAX_JOB_NAME = 63
 # CreateTrainingJob's TrainingJobName; it is also a directory name locally and an S3 key part.

@@ -11,16 +11,18 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from launcher.config import aws_arguments, backend_table
-from launcher.config.hyperparameters import DIRECTORY_ARGUMENTS, TrainingHyperparameters
+from launcher.config import backend_table
+from launcher.config.context import Context
 from launcher.config.images import ImageResolutionError, ecr_region, job_image_choice
-from launcher.config.issues import Issue, did_you_mean
 from launcher.config.job import JobConfig
-from launcher.config.models import PRESETS
-from launcher.config.rules import HP, Context
+from launcher.config.rules import HP
 from launcher.config.trainer_names import known_name_hint, meant_as_known
 from launcher.wire.file_kinds import not_data
 from launcher.wire.masking import secret_values
+from launcher.wire.training import aws_arguments
+from launcher.wire.training.hyperparameters import DIRECTORY_ARGUMENTS, TrainingHyperparameters
+from launcher.wire.training.issues import Issue, did_you_mean
+from launcher.wire.training.models import PRESETS
 
 # Imports inside functions: the runtime's requirements load only for the warning that names them
 # (CLI start-up).
@@ -73,7 +75,7 @@ def _check_local_paths(ctx: Context) -> list[Issue]:
         path = resolve_path(ctx.base_dir, channel.s3_data)
         if not os.path.exists(path):
             issues.append(Issue(f"inputs.{name}", channel.s3_data, f"no such file or directory ({path})",
-                                "give a path relative to the job file, an absolute path, or s3://..."))
+                                "give a path relative to the job file that sets it, an absolute path, or s3://..."))
         elif problem := not_data(path):
             issues.append(Issue(f"inputs.{name}", channel.s3_data, f"{problem}: a channel holds regular files "
                                 "and directories only", "remove it from the channel, or give another path"))
@@ -108,7 +110,7 @@ def _check_files(ctx: Context) -> list[Issue]:
     for i, dep in enumerate(job.dependencies):
         if not os.path.exists(resolve_path(ctx.base_dir, dep)):
             issues.append(Issue(f"dependencies[{i}]", dep, "no such file or directory",
-                                "give a path relative to the job file, or an absolute path"))
+                                "give a path relative to the job file that sets it, or an absolute path"))
     return issues
 
 

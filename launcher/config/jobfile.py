@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from launcher.config import JobFile, ModelParallelParameters, ValidatedJob, validate_job
-from launcher.config.issues import ConfigError, Issue, did_you_mean, show_value
 from launcher.config.safe_yaml import MAX_DEPTH, YamlProblem, loads
 from launcher.wire.file_kinds import file_kind
+from launcher.wire.training.issues import ConfigError, Issue, did_you_mean, show_value
 
 MP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")
 MAX_FILE_BYTES = 256 * 1024  # a job file is a few KiB; more is a wrong file, not a job

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.config.issues import Issue
 from launcher.config.safe_yaml import MAX_DEPTH, MAX_NODES
+from launcher.wire.training.issues import Issue
 
 
 def value_issues(data: Mapping[str, Any]) -> list[Issue]:

@@ -16,13 +16,13 @@ from pathlib import Path
 
 # Imports inside functions: huggingface_hub loads only for a model named on the Hub.
 from launcher.config.data_rules import channel_issues, tokenizer_issues
-from launcher.config.hf_config import WEIGHT_FILES, hf_config
-from launcher.config.issues import Issue
 from launcher.config.job import JobConfig
 from launcher.config.job_rules import code_dir, resolve_path
-from launcher.config.model_resolution import ModelResolution, resolve_model, trainable_issues
-from launcher.config.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
-from launcher.config.models import preset_for_hf_name
+from launcher.wire.training.hf_config import WEIGHT_FILES, hf_config
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.model_resolution import ModelResolution, resolve_model, trainable_issues
+from launcher.wire.training.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
+from launcher.wire.training.models import preset_for_hf_name
 
 HP = "hyperparameters"
 
@@ -53,7 +53,7 @@ def job_model(job: JobConfig, base_dir: Path, trainer: bool) -> ModelResolution:
 
 def _source(job: JobConfig, base_dir: Path, field: str, value: str, what: str) -> tuple[ModelSource | None,
                                                                                        list[Issue]]:
-    """`value` read as the runtime reads it (launcher.config.model_source: a directory relative to
+    """`value` read as the runtime reads it (launcher.wire.training.model_source: a directory relative to
     the code, an input channel, a Hub id): its source, or None and why it names nothing."""
     try:
         source = parse_model_source(value, job.channels(), code_dir(job, base_dir))
@@ -119,7 +119,7 @@ def _hub_config(job: JobConfig, source: ModelSource, trainer: bool) -> _Config:
     preset = preset_for_hf_name(source.repo_id)
     if preset is not None:
         return _Config(hf_config(preset), preset.name)
-    from launcher.config import hub
+    from launcher.wire.training import hub
 
     try:
         config = hub.cached_config(source.repo_id, source.revision)

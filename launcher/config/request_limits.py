@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 
 from launcher.config import sent_hyperparameters
-from launcher.config.issues import Issue
-from launcher.config.limits import (
+from launcher.config.context import Context
+from launcher.config.rules import HP
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.limits import (
     HYPERPARAMETER_KEY_MAX,
     HYPERPARAMETER_VALUE_MAX,
     HYPERPARAMETERS_MAX,
 )
-from launcher.config.rules import HP, Context
 
 _TOO_BIG = "put large settings in a file under source_dir (or an input channel) and pass its name"
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from launcher.config.issues import Issue
+from launcher.wire.training.issues import Issue
 
 REQUIREMENTS = "requirements.txt"
 # Options whose value is a path or URL pip reads, by every spelling pip takes.
@@ -113,7 +113,7 @@ def content_digest(paths: list[LocalPath], code_dir: Path) -> list[tuple[str, by
 
 
 def check_requirement_paths(ctx) -> list[Issue]:
-    """Every path requirements.txt names that the job's code does not hold: an error (rules.Context)."""
+    """Every path requirements.txt names that the job's code does not hold: an error (context.Context)."""
     if not ctx.job.source_dir or ctx.code_dir is None or not (ctx.code_dir / REQUIREMENTS).is_file():
         return []
     return [Issue("source_dir", ctx.job.source_dir, local.problem(), local.fix())

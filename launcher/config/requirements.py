@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from launcher.config.issues import SourceDirError
+from launcher.wire.training.issues import SourceDirError
 
 # What smlaunch's runtime imports beyond the image's PyTorch (distribution names). Their versions
 # are smlaunch's own requirements (runtime_requirements); torch is the image's, checked in images.py.

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 
 from launcher.config import backend_table
 from launcher.config.code_tree import ignored_by, job_ignore
-from launcher.config.issues import Issue
 from launcher.wire import control_env, faults, restart_loop
+from launcher.wire.training.issues import Issue
 
 MAX_RESTARTS = 100  # a job that fails more often than this is not running, it is failing
 SETUP = "setup.py"  # what makes AWS's toolkit take a code directory for a package
@@ -54,12 +54,12 @@ def check_restarts(ctx) -> list[Issue]:
                             f"remove {faults.FAULT_ENV} for a real job", "warning"))
     if not job.max_restarts:
         return issues
-    if job.backend_name == "sagemaker":
+    if job.on_sagemaker:
         refused = _sagemaker_refusals(ctx)
         if refused:
             return issues + refused
     issues.append(Issue("max_restarts", job.max_restarts, backend_table.named(job.backend_name).restarts, level="info"))
-    if job.backend_name == "sagemaker":
+    if job.on_sagemaker:
         issues.append(Issue("max_restarts", job.max_restarts, REQUEST_NOTE, level="info"))
     if ctx.runtime and not job.hyperparameters.checkpoint_freq:
         issues.append(Issue("max_restarts", job.max_restarts, "each restart starts training again from step 1: "

@@ -1,22 +1,22 @@
 """The validator's note on a job that resumes from checkpoints: what a resume may change and what
-it must keep (launcher.config.resume decides both; the runtime enforces them at resume); and where
+it must keep (launcher.wire.training.resume decides both; the runtime enforces them at resume); and where
 this machine has both the newest checkpoint and the channels (a local job's checkpoint_local_path,
-local inputs), what the resume would make of data that changed since (launcher.config.resume_data)."""
+local inputs), what the resume would make of data that changed since (launcher.wire.training.resume_data)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.config.issues import Issue
+from launcher.config.context import Context
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH, JobConfig
 from launcher.config.job_rules import resolve_path
-from launcher.config.layout import ParallelLayout, layout_problems, with_sharding_strategy
-from launcher.config.resume import KEPT, batch_text, data_stream, global_batch, may_change
-from launcher.config.resume_data import compare
-from launcher.config.rules import Context
-from launcher.config.run_settings import run_settings
 from launcher.wire import checkpoints, data_streams
 from launcher.wire.datafiles import TRAIN_CHANNELS
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.layout import ParallelLayout, layout_problems, with_sharding_strategy
+from launcher.wire.training.resume import KEPT, batch_text, data_stream, global_batch, may_change
+from launcher.wire.training.resume_data import compare
+from launcher.wire.training.run_settings import run_settings
 
 
 def check_resume(ctx: Context) -> list[Issue]:

@@ -5,27 +5,26 @@ Each returns Issues; none raises, so all are reported. Job-level rules are in jo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
-from launcher.config import attention, catalog
-from launcher.config.backends.slurm import node_gpus
-from launcher.config.degrees import script_arguments
-from launcher.config.distribution import ModelParallelParameters
-from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
-from launcher.config.issues import Issue, did_you_mean
+from launcher.config import backend_table
+from launcher.config.context import Context
 from launcher.config.job import JobConfig
-from launcher.config.layout import (
+from launcher.wire.training import attention, catalog
+from launcher.wire.training.degrees import script_arguments
+from launcher.wire.training.hyperparameters import FP8Config
+from launcher.wire.training.issues import Issue, did_you_mean
+from launcher.wire.training.layout import (
     divisors,
     layout_problems,
     moe_problems,
     sharding_group,
     with_sharding_strategy,
 )
-from launcher.config.models import MOE_MODEL_TYPES, VOCAB_MULTIPLE, ModelSpec, vocab_rows
-from launcher.config.pipeline import PipelineJob, pipeline_problems
-from launcher.config.run_settings import run_settings
-from launcher.config.script_rules import uses_smp
+from launcher.wire.training.models import MOE_MODEL_TYPES, VOCAB_MULTIPLE, ModelSpec, vocab_rows
+from launcher.wire.training.mp_parameters import ModelParallelParameters
+from launcher.wire.training.pipeline import PipelineJob, pipeline_problems
+from launcher.wire.training.run_settings import run_settings
 
 MP = "distribution.smdistributed.modelparallel.parameters"
 HP = "hyperparameters"
@@ -41,40 +40,6 @@ SMP_V2_ONLY = (
 )
 
 
-@dataclass
-class Context:
-    """What the rules know about a job: its instance, world size and model, where knowable."""
-
-    job: JobConfig
-    instance: catalog.InstanceType | None
-    processes_per_host: int | None
-    model: ModelSpec | None
-    base_dir: Path
-    runtime: bool = True  # smlaunch's training runtime, else a user script (job_kind.py)
-    imports: list | None = None  # a user script's imports where its files are here (script_imports.py)
-    code_dir: Path | None = None  # source_dir on this machine (None: on S3, or no source_dir)
-    region: str = "us-east-1"  # the job's region, else validation's default (job_rules.DEFAULT_REGION)
-
-    @property
-    def smp_script(self) -> bool:
-        """A user script that uses AWS's SMP library (v2 or v1): it lives by SMP's documented rules."""
-        return not self.runtime and uses_smp(self.imports)
-
-    @property
-    def world(self) -> int | None:
-        if self.processes_per_host is None:
-            return None
-        return self.job.instance_count * self.processes_per_host
-
-    @property
-    def params(self) -> ModelParallelParameters:
-        return self.job.distribution.parameters if self.job.distribution else ModelParallelParameters()
-
-    @property
-    def hp(self) -> TrainingHyperparameters:
-        return self.job.hyperparameters
-
-
 def check_instance(job: JobConfig) -> tuple[catalog.InstanceType | None, list[Issue]]:
     name = catalog.normalize_instance_type(job.instance_type)
     inst = catalog.get_instance_type(name)
@@ -85,7 +50,7 @@ def check_instance(job: JobConfig) -> tuple[catalog.InstanceType | None, list[Is
             Issue(
                 "instance_type", job.instance_type,
                 "known to SageMaker but not to smlaunch's catalog, so accelerator checks are skipped",
-                "check the degrees by hand, or add the type to launcher/config/catalog.py", "warning",
+                "check the degrees by hand, or add the type to launcher/wire/training/catalog.py", "warning",
             )
         ]
     suggestions = did_you_mean(name, catalog.catalog_names())
@@ -108,9 +73,7 @@ def processes_per_host(job: JobConfig, inst: catalog.InstanceType | None) -> tup
         explicit = explicit or mpi.processes_per_host
     if inst is None:
         return explicit, issues
-    gpus = inst.accelerators
-    if job.backend_name == "slurm":
-        gpus = node_gpus(job.slurm, gpus)
+    gpus = backend_table.host_gpus(job, inst.accelerators)
     if gpus is None:  # local_gpu: known only on the machine that runs it
         return explicit, issues
     if gpus == 0:
@@ -228,7 +191,7 @@ def check_degrees(ctx: Context) -> list[Issue]:
 def _tp_shape_issues(ctx: Context, model: ModelSpec, tp: int) -> list[Issue]:
     """Whole heads and MLP columns per tp rank: smlaunch's runtime (and SMP's tensor parallelism)
     splits them evenly. A vocabulary they cannot split is padded (smlaunch's runtime:
-    launcher.config.models.vocab_rows; SMP pads too), which validate notes for the runtime."""
+    launcher.wire.training.models.vocab_rows; SMP pads too), which validate notes for the runtime."""
     issues = []
     world = ctx.world
     for attr, label in (("num_heads", "attention heads"), ("num_kv_heads", "key/value heads"),
@@ -251,7 +214,7 @@ def _tp_shape_issues(ctx: Context, model: ModelSpec, tp: int) -> list[Issue]:
 
 
 def check_pipeline(ctx: Context) -> list[Issue]:
-    """Pipeline parallelism in smlaunch's runtime (launcher.config.pipeline, which the container
+    """Pipeline parallelism in smlaunch's runtime (launcher.wire.training.pipeline, which the container
     enforces too); a user script pipelines, or not, by its own rules."""
     if not ctx.runtime:
         return []
@@ -362,7 +325,7 @@ def check_memory_options(ctx: Context) -> list[Issue]:
 
 def check_attention_kernel(ctx: Context) -> list[Issue]:
     """The document-masking kernel smlaunch's train.py is asked for, against the precision and the
-    instance's devices (the container checks again with the device it gets: launcher.config.attention)."""
+    instance's devices (the container checks again with the device it gets: launcher.wire.training.attention)."""
     kernel = ctx.hp.attention_kernel
     if not ctx.runtime or kernel is None:
         return []

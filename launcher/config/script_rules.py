@@ -22,9 +22,9 @@ from pathlib import Path
 from launcher.config import backend_table
 from launcher.config.image_libraries import LIBRARIES, SMDDP, SMP_V1, SMP_V2, image_libraries
 from launcher.config.images import ImageResolutionError, job_image_choice
-from launcher.config.issues import Issue
 from launcher.config.requirement_paths import local_paths
 from launcher.config.script_imports import Import, script_imports
+from launcher.wire.training.issues import Issue
 
 _RUN_ON = {
     SMP_V2: "run it on SageMaker with distribution {torch_distributed: {enabled: true}, smdistributed: "
@@ -84,17 +84,10 @@ class Target:
 
 
 def target_of(job, instance_type: str | None, region: str) -> Target:
-    """The job's target (`job` a JobConfig)."""
-    if job.is_local and job.local_runner == "docker":
-        if job.image_uri:
-            return Target("image", f"the local container image {job.image_uri}")
-        return Target("smlaunch-image", "smlaunch's training image (the local docker runner's default)")
+    """The job's target (`job` a JobConfig): its backend's (the backend table's target), else its image."""
     row = backend_table.named(job.backend_name)
-    if row is not None and row.cluster_image:
-        return Target("image", f"the image {job.image_uri} on the cluster")
-    if not job.on_sagemaker:
-        return Target("process", "this machine's Python (the local process runner)" if job.is_local else
-                      "the cluster's Python (Slurm)")
+    if row.target is not None:
+        return Target(*backend_table.load(row.target)(job))
     if job.image_uri and not re.search(r"/(pytorch-training|smdistributed-modelparallel):", job.image_uri):
         return Target("image", f"the image {job.image_uri}")
     try:
@@ -217,7 +210,7 @@ def uses_smp(imports: list[Import] | None) -> bool:
 
 
 def check_script_imports(ctx) -> list[Issue]:
-    """A user script's imports against its target (rules.Context; the runtime's are smlaunch's own)."""
+    """A user script's imports against its target (context.Context; the runtime's are smlaunch's own)."""
     if ctx.runtime or ctx.imports is None:
         return []
     target = target_of(ctx.job, ctx.instance.name if ctx.instance else None, ctx.region)

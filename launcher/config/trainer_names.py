@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from launcher.config.issues import did_you_mean
+from launcher.wire.training.issues import did_you_mean
 
 # Trainer/TRL name -> (train.py's name, what differs, if anything)
 TRAINER_NAMES: dict[str, tuple[str, str]] = {

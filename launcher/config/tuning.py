@@ -16,9 +16,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from launcher.config.base import FiniteNumber, Strict, WholeNumber
-from launcher.config.issues import show_value
 from launcher.wire.terminal import as_data
+from launcher.wire.training.base import FiniteNumber, Strict, WholeNumber
+from launcher.wire.training.issues import show_value
 
 STRATEGIES = ("Bayesian", "Random", "Hyperband", "Grid")
 SCALINGS = ("Auto", "Linear", "Logarithmic", "ReverseLogarithmic")

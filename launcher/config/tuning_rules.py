@@ -15,11 +15,11 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from launcher.config.hyperparameters import TrainingHyperparameters
-from launcher.config.issues import Issue, did_you_mean
 from launcher.config.trainer_names import known_name_hint
 from launcher.config.tuning import CategoricalRange, ContinuousRange, TuningConfig
 from launcher.wire.metric_lines import METRICS
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.issues import Issue, did_you_mean
 
 RESERVED_PREFIX = "sagemaker_"
 # validate.py's check of one trial's job (its settings as a job file holds them): its errors.

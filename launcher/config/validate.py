@@ -20,36 +20,34 @@ from pydantic import BaseModel, ValidationError
 from launcher.config import (
     aws_rules,
     backend_rules,
-    catalog,
     checkpoint_rules,
     code_rules,
-    compile_rules,
     data_rules,
     hang_rules,
     job_rules,
     json_values,
     model_rules,
-    nonfinite_rules,
     request_limits,
     requirement_paths,
     restarts,
     resume_rules,
     rules,
+    runtime_rules,
     script_rules,
-    speed_rules,
-    tracker_rules,
     tuning_rules,
     warm_pools,
 )
-from launcher.config.base import BOOLEAN_NOT_NUMBER
-from launcher.config.hyperparameters import FP8Config
-from launcher.config.issues import ConfigError, Issue, did_you_mean
+from launcher.config.context import Context
 from launcher.config.job import JobConfig
 from launcher.config.job_kind import JobKind, for_user_scripts, job_kind
-from launcher.config.layout import ParallelLayout, with_sharding_strategy
-from launcher.config.models import ModelSpec
 from launcher.config.paths import check_path_text
-from launcher.config.run_settings import RunSettings, run_settings
+from launcher.wire.training import catalog
+from launcher.wire.training.base import BOOLEAN_NOT_NUMBER
+from launcher.wire.training.hyperparameters import FP8Config
+from launcher.wire.training.issues import ConfigError, Issue, did_you_mean
+from launcher.wire.training.layout import ParallelLayout, with_sharding_strategy
+from launcher.wire.training.models import ModelSpec
+from launcher.wire.training.run_settings import RunSettings, run_settings
 
 
 @dataclass
@@ -74,7 +72,7 @@ class ValidatedJob:
 
     @property
     def settings(self) -> RunSettings | None:
-        """What smlaunch's runtime would do (launcher.config.run_settings: the function the trainer
+        """What smlaunch's runtime would do (launcher.wire.training.run_settings: the function the trainer
         runs and the planner sizes); None while the world is unknown (local_gpu). A user script's
         job gets them too: the planner sizes it as the runtime would run it."""
         if self.layout is None:
@@ -182,7 +180,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
     model = model_rules.job_model(job, base, trainer=kind.runtime)
     issues += model.issues
     source = job_rules.code_dir(job, base)
-    ctx = rules.Context(job, inst, pph, model.spec, base, runtime=kind.runtime,
+    ctx = Context(job, inst, pph, model.spec, base, runtime=kind.runtime,
                         imports=None if kind.runtime else script_rules.entry_imports(
                             job_rules.entry_point_path(job, base), source),
                         code_dir=source, region=job.region or job_rules.DEFAULT_REGION)
@@ -197,11 +195,11 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   job_rules.check_job_fields, job_rules.check_hyperparameters, job_rules.check_image,
                   aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume,
                   resume_rules.check_resume_data, checkpoint_rules.check_async_checkpoint,
-                  nonfinite_rules.check_nonfinite, hang_rules.check_hang_timeouts,
-                  speed_rules.check_speed, compile_rules.check_compile,
+                  runtime_rules.check_nonfinite, hang_rules.check_hang_timeouts,
+                  runtime_rules.check_speed, runtime_rules.check_compile,
                   script_rules.check_script_imports, requirement_paths.check_requirement_paths,
                   code_rules.check_code_trees,
-                  tracker_rules.check_trackers, restarts.check_restarts, warm_pools.check_warm_pool):
+                  runtime_rules.check_trackers, restarts.check_restarts, warm_pools.check_warm_pool):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from launcher.config import backend_table
-from launcher.config.issues import Issue
-from launcher.config.rules import Context
+from launcher.config.context import Context
+from launcher.wire.training.issues import Issue
 
 FIELD = "keep_alive_period_in_seconds"
 
@@ -61,8 +61,7 @@ def check_warm_pool(ctx: Context) -> list[Issue]:
         return []
     if not job.on_sagemaker:
         row = backend_table.named(job.backend_name)
-        local = row is not None and row.instance_types == "local"
-        hosts = "this machine" if local else f"{job.backend_name}'s own nodes"
+        hosts = "this machine" if row is not None and row.on_this_machine else f"{job.backend_name}'s own nodes"
         return [Issue(FIELD, seconds, f"warm pools are SageMaker's: with backend {job.backend_name} the job runs on "
                       f"{hosts}, and nothing is kept for a next job",
                       f"drop it for {job.backend_name} runs, or run on SageMaker", "warning")]

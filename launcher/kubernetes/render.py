@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from launcher.backends.base import JobDryRun, SettingError
 from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.backends.kubernetes_names import name_issue
-from launcher.config.issues import ConfigError
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.kubernetes.hyperpod import hyperpod_job
 from launcher.kubernetes.kinds import HYPERPOD_JOB
 from launcher.kubernetes.manifest import env_secret, pod_config_map, train_job
 from launcher.wire import pod_config
 from launcher.wire.masking import MASK, Masker
+from launcher.wire.training.issues import ConfigError
 
 if TYPE_CHECKING:
     from launcher.config.validate import ValidatedJob

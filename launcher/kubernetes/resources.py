@@ -1,7 +1,7 @@
 """What each pod of a Kubernetes job asks of its node: the instance type's GPUs, its EFA interfaces
 (the EFA device plugin's `vpc.amazonaws.com/efa`), CPU and memory, and a memory-backed /dev/shm.
 
-Defaults come from the instance catalog (launcher.config.catalog): every GPU of the type; on a job of
+Defaults come from the instance catalog (launcher.wire.training.catalog): every GPU of the type; on a job of
 several nodes every EFA interface of the type (an inter-node network: a one-node job asks for none, so
 it schedules on a cluster without the EFA device plugin too); on GPU nodes a /dev/shm without a size
 limit (the container runtime's own is 64 MiB, too small for NCCL's shared-memory transport and data

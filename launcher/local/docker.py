@@ -59,6 +59,13 @@ CNI_PLUGIN_DIRS = ("/usr/lib/cni", "/usr/libexec/cni", "/opt/cni/bin")
 log = logging.getLogger(__name__)
 
 
+def image_text(job) -> str:
+    """What a local job's hosts run (validate's summary): the docker runner's image, or this machine's Python."""
+    if job.config.local_runner == "docker":
+        return f"{job.config.image_uri or DEFAULT_IMAGE} (local docker runner)"
+    return "none: the local process runner uses this machine's Python"
+
+
 @dataclass(frozen=True)
 class Engine:
     """A container engine that answers, and the compose command that drives it."""

@@ -22,7 +22,6 @@ from launcher.backends.metric_records import algorithm_record
 from launcher.backends.request import tensorboard_config
 from launcher.backends.sourcedir import build_job_sourcedir, program_name
 from launcher.config import ValidatedJob
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
 from launcher.config.job_rules import resolve_path
@@ -34,6 +33,7 @@ from launcher.local import s3io, store
 from launcher.local.spec import LocalJobSpec, Runner
 from launcher.wire import hyperparameters as wire
 from launcher.wire.opt_ml import write_opt_ml
+from launcher.wire.training.issues import ConfigError, Issue
 
 MIN_FREE_BYTES = 1 << 20  # less, and not even the job's record, code archive and logs fit
 

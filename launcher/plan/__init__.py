@@ -24,7 +24,7 @@ _EXPORTS = {
     "ThroughputEstimate": "throughput",
     "CALIBRATION": "throughput",
     "plan": "sweep",
-    "PlanResult": "sweep",
+    "PlanResult": "report",
     "sweep": "sweep",
     "sweep_job_file": "sweep",
     "parse_sweeps": "sweep",

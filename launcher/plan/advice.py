@@ -14,9 +14,9 @@ import math
 
 from launcher.config import ConfigError, ValidatedJob, validate_job
 from launcher.config.jobfile import apply_overrides
-from launcher.config.layout import divisors
 from launcher.plan import memory, throughput
 from launcher.plan.workload import PlanError, Workload, workload_of
+from launcher.wire.training.layout import divisors
 
 
 def raw_job(job: ValidatedJob) -> dict:

@@ -28,7 +28,7 @@ an all-reduce twice that) at the bandwidth of the slowest link its ring crosses:
 of the host's network, network x (the group's ranks on a host) / (GPUs on a host): the network
 is wired per GPU (p4d: a 100 Gbit/s EFA per 2 GPUs, p5: 4 x 100 per GPU), and every group of
 that dimension on the host crosses it at once. Mesh order is (pp, dp_replicate,
-dp_shard, cp, tp), tp innermost, and ranks fill hosts in order (launcher/config/layout.py).
+dp_shard, cp, tp), tp innermost, and ranks fill hosts in order (launcher/wire/training/layout.py).
 Nominal bandwidths are used: the calibrated efficiency of compute absorbs what NCCL loses.
 Pipeline send/receive of activations, expert all-to-all and the optimizer step are not counted.
 """

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.plan.report import explain_oom
-from launcher.plan.sweep import PlanResult, plan
+from launcher.plan.report import PlanResult, explain_oom
+from launcher.plan.sweep import plan
 
 
 class PredictedOOMError(ValueError):

@@ -20,20 +20,19 @@ checkpoints restarts from step 0: its expected wall time for T of training is
 (M + R)(e^(T/M) - 1) (failures arrive as a Poisson process; the renewal argument is in
 docs/faults.md), so its goodput is T over that.
 
-Pure arithmetic on a PlanResult: no torch.
+Pure arithmetic on a plan's job, speed and memory: no torch.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from launcher.config.async_checkpoint import is_async
+from launcher.config import ValidatedJob
 from launcher.plan.host_staging import STAGED_TERMS
-
-if TYPE_CHECKING:  # a plan's report() prints its goodput: sweep imports this module
-    from launcher.plan.sweep import PlanResult
+from launcher.plan.memory import MemoryEstimate
+from launcher.plan.throughput import ThroughputEstimate
+from launcher.wire.training.async_checkpoint import is_async
 
 # Meta, "The Llama 3 Herd of Models" (arXiv:2407.21783, 2024), section 3.3.4: 419 unexpected
 # interruptions in a 54-day snapshot of pre-training on 16,384 H100 GPUs.
@@ -257,11 +256,12 @@ class GoodputPlan:
         }
 
 
-def plan_goodput(result: PlanResult, failure_rate: float = DEFAULT_FAILURE_RATE,
+def plan_goodput(job: ValidatedJob | None, speed: ThroughputEstimate | None, memory: MemoryEstimate | None,
+                 failure_rate: float = DEFAULT_FAILURE_RATE,
                  write_gb_s: float = DEFAULT_WRITE_GB_S) -> GoodputPlan | None:
-    """The goodput plan of a planned configuration; None where it has no step time (invalid, a
-    local job, a script without its model, an accelerator without a throughput model)."""
-    job, speed, memory = result.job, result.throughput, result.memory
+    """The goodput plan of a planned configuration (a PlanResult's job, throughput and memory); None
+    where it has no step time (invalid, a local job, a script without its model, an accelerator
+    without a throughput model)."""
     if job is None or speed is None or memory is None or job.layout is None or not job.processes_per_host:
         return None
     s, hp = job.settings, job.config.hyperparameters

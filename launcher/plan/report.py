@@ -1,18 +1,98 @@
-"""What the planner prints: a table of configurations, a plan in words (`PlanResult.report()`,
-`smlaunch plan`), and why a job would run out of memory."""
+"""A configuration's plan (`PlanResult`) and what the planner prints of it: a table of
+configurations, a plan in words (`PlanResult.report()`, `smlaunch plan`), and why a job would run
+out of memory."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import Any
 
-from launcher.config.degrees import DEGREES
+from launcher.config import ValidatedJob
 from launcher.plan.goodput import GoodputPlan, plan_goodput
+from launcher.plan.host_staging import HostStaging
 from launcher.plan.memory import PHASES, MemoryEstimate
 from launcher.plan.throughput import ThroughputEstimate
+from launcher.plan.workload import modeled_program
+from launcher.wire.training.degrees import DEGREES
 
-if TYPE_CHECKING:  # sweep.PlanResult's report() and repr are written here
-    from launcher.plan.sweep import PlanResult
+
+@dataclass
+class PlanResult:
+    """One configuration: what identifies it, and its plan (or why it has none)."""
+
+    settings: dict[str, Any]
+    overrides: tuple[str, ...] = ()  # the sweep's --set strings that made this configuration
+    memory: MemoryEstimate | None = None
+    throughput: ThroughputEstimate | None = None
+    errors: list[str] = field(default_factory=list)  # validation errors, or why it cannot be planned
+    job: ValidatedJob | None = field(default=None, repr=False)
+    # why nothing is planned, where that is no error: a local job (this machine), a script of the
+    # user's own that does not say its model
+    nothing_to_plan: str | None = None
+    staging: HostStaging | None = None  # host memory of asynchronous checkpoints, when the job has them
+    no_throughput: str | None = None  # why a planned job has no speed and cost (throughput.estimate_or_reason)
+
+    @property
+    def models(self) -> str | None:
+        """What the plan models (launcher.plan.workload.modeled_program)."""
+        return modeled_program(self.job) if self.job is not None else None
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+    @property
+    def fits(self) -> bool | None:
+        """True/False against the accelerator's memory; None when invalid or capacity unknown."""
+        return self.memory.fits if self.memory else None
+
+    @property
+    def oom(self) -> bool:
+        return self.memory is not None and self.memory.oom
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.throughput.tokens_per_s if self.throughput else None
+
+    @property
+    def usd_per_billion_tokens(self) -> float | None:
+        return self.throughput.usd_per_billion_tokens if self.throughput else None
+
+    def report(self) -> str:
+        """What `smlaunch plan` says of this job, as text (print it)."""
+        return report(self)
+
+    def __repr__(self) -> str:
+        return f"PlanResult({summary(self)})"
+
+    def to_dict(self) -> dict:
+        mem, speed = self.memory, self.throughput
+        out = {
+            "valid": self.valid,
+            "errors": self.errors,
+            "models": self.models,
+            **({"nothing_to_plan": self.nothing_to_plan} if self.nothing_to_plan else {}),
+            "overrides": list(self.overrides),
+            **self.settings,
+            "fits": self.fits,
+            "peak_gib": round(mem.peak_gib, 3) if mem else None,
+            "capacity_gib": mem.capacity_gib if mem else None,
+            "largest_allocation_gib": round(mem.largest_allocation.gib, 3) if mem else None,
+            "largest_allocation": mem.largest_allocation.name if mem else None,
+            "dominant": mem.dominant.key if mem else None,
+            "tokens_per_s": round(speed.tokens_per_s, 1) if speed else None,
+            "step_s": round(speed.step_s, 4) if speed else None,
+            "usd_per_hour": speed.usd_per_hour if speed else None,
+            "usd_per_billion_tokens": None if self.usd_per_billion_tokens is None
+            else round(self.usd_per_billion_tokens, 2),
+            **({"no_throughput": self.no_throughput} if self.no_throughput else {}),
+        }
+        out["memory"] = mem.to_dict() if mem else None
+        out["throughput"] = speed.to_dict() if speed else None
+        out["host_staging"] = self.staging.to_dict() if self.staging else None
+        return out
+
 
 _SETTING_LABELS = {
     **{d.key: d.short for d in DEGREES},
@@ -60,7 +140,7 @@ def report(result: PlanResult) -> str:
     if not result.valid:
         return "cannot plan: " + "; ".join(result.errors)
     lines = [f"models: {result.models}", summary(result)]
-    lines += speed_lines(result, plan_goodput(result))
+    lines += speed_lines(result, plan_goodput(result.job, result.throughput, result.memory))
     lines.append(explain_oom(result.memory))
     if result.staging is not None:
         lines.append(result.staging.text())

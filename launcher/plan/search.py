@@ -28,15 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from launcher.config import Issue, ValidatedJob, validate_job
-from launcher.config.catalog import InstanceType, catalog_names, get_instance_type
-from launcher.config.degrees import by_short
-from launcher.config.issues import did_you_mean
 from launcher.config.job import JobFile
 from launcher.config.jobfile import load_job_file
-from launcher.config.layout import divisors
-from launcher.config.limits import MAX_INSTANCE_COUNT
-from launcher.plan.sweep import PlanResult, plan_overrides, settings_of
+from launcher.plan.report import PlanResult
+from launcher.plan.sweep import plan_overrides, settings_of
 from launcher.plan.workload import modeled_program, workload_of
+from launcher.wire.training.catalog import InstanceType, catalog_names, get_instance_type
+from launcher.wire.training.degrees import by_short
+from launcher.wire.training.issues import did_you_mean
+from launcher.wire.training.layout import divisors
+from launcher.wire.training.limits import MAX_INSTANCE_COUNT
 
 DEFAULT_MAX_INSTANCES = 4  # counts 1, 2, 4 unless --max-instances or --deadline says otherwise
 DEADLINE_MAX_INSTANCES = 64  # how far counts double looking for one that meets --deadline
@@ -150,7 +151,8 @@ def candidate_types(job: ValidatedJob, instance_types: str | None,
         if bad:
             gpu_types = [n for n in catalog_names() if (get_instance_type(n).accelerators or 0) > 0]
             raise SearchOptionError([Issue("--instance-types", n, "is not an accelerated SageMaker instance type "
-                                     "in the catalog", did_you_mean(n, gpu_types) or "see launcher/config/catalog.py")
+                                     "in the catalog",
+                                     did_you_mean(n, gpu_types) or "see launcher/wire/training/catalog.py")
                                for n in bad])
         pool = list(dict.fromkeys(found.values()))
     elif families is not None:

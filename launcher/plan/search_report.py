@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from launcher.plan.report import PlanResult
 from launcher.plan.search import SearchResult, set_lines
-from launcher.plan.sweep import PlanResult
 
 
 def print_search(console, found: SearchResult, title: str) -> None:

@@ -15,99 +15,20 @@ import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.config import ConfigError, Issue, ValidatedJob, degrees, validate_job
+from launcher.config import ConfigError, Issue, ValidatedJob, validate_job
 from launcher.config.job import JobFile
 from launcher.config.jobfile import MP_PATH, apply_overrides, load_job_file
-from launcher.config.layout import divisors
-from launcher.config.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_settings
-from launcher.plan import report
 from launcher.plan.advice import estimate_memory
-from launcher.plan.host_staging import HostStaging, host_staging
-from launcher.plan.memory import MemoryEstimate
-from launcher.plan.throughput import ThroughputEstimate, estimate_or_reason
-from launcher.plan.workload import PlanError, UnmodeledScript, modeled_program, workload_of
-
-
-@dataclass
-class PlanResult:
-    """One configuration: what identifies it, and its plan (or why it has none)."""
-
-    settings: dict[str, Any]
-    overrides: tuple[str, ...] = ()  # the sweep's --set strings that made this configuration
-    memory: MemoryEstimate | None = None
-    throughput: ThroughputEstimate | None = None
-    errors: list[str] = field(default_factory=list)  # validation errors, or why it cannot be planned
-    job: ValidatedJob | None = field(default=None, repr=False)
-    # why nothing is planned, where that is no error: a local job (this machine), a script of the
-    # user's own that does not say its model
-    nothing_to_plan: str | None = None
-    staging: HostStaging | None = None  # host memory of asynchronous checkpoints, when the job has them
-    no_throughput: str | None = None  # why a planned job has no speed and cost (throughput.estimate_or_reason)
-
-    @property
-    def models(self) -> str | None:
-        """What the plan models (launcher.plan.workload.modeled_program)."""
-        return modeled_program(self.job) if self.job is not None else None
-
-    @property
-    def valid(self) -> bool:
-        return not self.errors
-
-    @property
-    def fits(self) -> bool | None:
-        """True/False against the accelerator's memory; None when invalid or capacity unknown."""
-        return self.memory.fits if self.memory else None
-
-    @property
-    def oom(self) -> bool:
-        return self.memory is not None and self.memory.oom
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        return self.throughput.tokens_per_s if self.throughput else None
-
-    @property
-    def usd_per_billion_tokens(self) -> float | None:
-        return self.throughput.usd_per_billion_tokens if self.throughput else None
-
-    def report(self) -> str:
-        """What `smlaunch plan` says of this job, as text (print it)."""
-        return report.report(self)
-
-    def __repr__(self) -> str:
-        return f"PlanResult({report.summary(self)})"
-
-    def to_dict(self) -> dict:
-        mem, speed = self.memory, self.throughput
-        out = {
-            "valid": self.valid,
-            "errors": self.errors,
-            "models": self.models,
-            **({"nothing_to_plan": self.nothing_to_plan} if self.nothing_to_plan else {}),
-            "overrides": list(self.overrides),
-            **self.settings,
-            "fits": self.fits,
-            "peak_gib": round(mem.peak_gib, 3) if mem else None,
-            "capacity_gib": mem.capacity_gib if mem else None,
-            "largest_allocation_gib": round(mem.largest_allocation.gib, 3) if mem else None,
-            "largest_allocation": mem.largest_allocation.name if mem else None,
-            "dominant": mem.dominant.key if mem else None,
-            "tokens_per_s": round(speed.tokens_per_s, 1) if speed else None,
-            "step_s": round(speed.step_s, 4) if speed else None,
-            "usd_per_hour": speed.usd_per_hour if speed else None,
-            "usd_per_billion_tokens": None if self.usd_per_billion_tokens is None
-            else round(self.usd_per_billion_tokens, 2),
-            **({"no_throughput": self.no_throughput} if self.no_throughput else {}),
-        }
-        out["memory"] = mem.to_dict() if mem else None
-        out["throughput"] = speed.to_dict() if speed else None
-        out["host_staging"] = self.staging.to_dict() if self.staging else None
-        return out
-
+from launcher.plan.host_staging import host_staging
+from launcher.plan.report import PlanResult
+from launcher.plan.throughput import estimate_or_reason
+from launcher.plan.workload import PlanError, UnmodeledScript, workload_of
+from launcher.wire.training import degrees
+from launcher.wire.training.layout import divisors
+from launcher.wire.training.run_settings import DEFAULT_AC_MODE, DEFAULT_SEQ_LEN, run_settings
 
 # A local job planned as the job it will become: the figures are the instance type's whichever backend
 # runs it, and Slurm's hosts read this machine's paths, so its local inputs and output_path stay valid
@@ -146,7 +67,7 @@ def settings_of(job: ValidatedJob) -> dict[str, Any]:
         "instance_type": job.instance.name if job.instance else cfg.instance_type,
         "instance_count": cfg.instance_count,
         **degrees.settings(p),
-        # SMP v1's sharding group, in force where it is set (launcher.config.layout.sharding_group)
+        # SMP v1's sharding group, in force where it is set (launcher.wire.training.layout.sharding_group)
         "sharded_data_parallel_degree": p.sharded_data_parallel_degree if p else None,
         "sharding_group": job.layout.sharding_group if job.layout else None,
         "activation_checkpointing": run.ac_mode or False,

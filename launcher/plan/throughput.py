@@ -1,7 +1,7 @@
 """Step time, tokens/s and dollars of a job: compute from FLOPs and a calibrated efficiency, plus
 the communication compute does not hide (launcher.plan.comms), plus the pipeline bubble.
 
-FLOPs per token are the runtime's own (`launcher.config.flops`), so the plan and the training logs
+FLOPs per token are the runtime's own (`launcher.wire.training.flops`), so the plan and the training logs
 agree: 6·N + 6·L·H·d_head·S (causal attention halved), N = the matmul weights including the LM
 head. The seed's formula is reported beside it. Per optimizer step, on one rank:
 
@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from functools import cache
 
 from launcher.config import ValidatedJob
-from launcher.config.catalog import InstanceType, get_instance_type
-from launcher.config.flops import flops_per_token, matmul_params, seed_flops_per_token
-from launcher.config.layout import ParallelLayout
-from launcher.config.models import PRESETS, ModelSpec
 from launcher.plan.comms import Communication, LayerCompute, UnknownLink, pass_communication
 from launcher.plan.workload import Workload, workload_of
+from launcher.wire.training.catalog import InstanceType, get_instance_type
+from launcher.wire.training.flops import flops_per_token, matmul_params, seed_flops_per_token
+from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.models import PRESETS, ModelSpec
 
 
 @dataclass(frozen=True)

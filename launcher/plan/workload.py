@@ -1,6 +1,6 @@
 """What the training runtime will do with a validated job, as plain numbers for the planner.
 
-The decisions are the trainer's own (launcher.config.run_settings, which container/trainer.py
+The decisions are the trainer's own (launcher.wire.training.run_settings, which container/trainer.py
 runs), so the memory and throughput models size THIS runtime, not a generic one.
 """
 
@@ -11,16 +11,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from launcher.config import ValidatedJob, data_order
-from launcher.config.catalog import InstanceType
-from launcher.config.distribution import ModelParallelParameters
-from launcher.config.flops import attended_length
+from launcher.config import ValidatedJob
 from launcher.config.job_rules import resolve_path
-from launcher.config.layout import ParallelLayout
-from launcher.config.models import ModelSpec, vocab_rows
-from launcher.config.pipeline import bubble_fraction, in_flight_microbatches
 from launcher.wire.datafiles import TRAIN_CHANNELS
 from launcher.wire.token_shards import ShardError, read_header, shard_indexes
+from launcher.wire.training import data_order
+from launcher.wire.training.catalog import InstanceType
+from launcher.wire.training.flops import attended_length
+from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.models import ModelSpec, vocab_rows
+from launcher.wire.training.mp_parameters import ModelParallelParameters
+from launcher.wire.training.pipeline import bubble_fraction, in_flight_microbatches
 
 
 class PlanError(ValueError):
@@ -47,7 +48,7 @@ def modeled_program(job: ValidatedJob) -> str:
     if job.kind.runtime:
         return RUNTIME_PROGRAM + (COMPILED if job.settings.compile else "")
     sdp = job.config.distribution.parameters.sharded_data_parallel_degree if job.config.distribution else None
-    if sdp:  # an SMP v1 job: its sharding group is the layout's shard degree (config.layout)
+    if sdp:  # an SMP v1 job: its sharding group is the layout's shard degree (wire.training.layout)
         return (f"{SCRIPT_PROGRAM}; SMP v1's sharded data parallelism (MiCS) as SMP v2's hybrid sharding, "
                 f"parameters sharded over groups of sharded_data_parallel_degree = {sdp} GPUs")
     return SCRIPT_PROGRAM
@@ -79,7 +80,7 @@ class Workload:
     instance_count: int
     processes_per_host: int
     # the length each token's attention spans: seq_len, or with document masking the documents'
-    # (launcher.config.flops.attended_length) where the shards' headers say their lengths
+    # (launcher.wire.training.flops.attended_length) where the shards' headers say their lengths
     attended: float | None = None
     attended_basis: str | None = None  # where `attended` comes from, for the report
     ac_freq: int = 1  # activation_checkpointing_freq: every ac_freq-th block is checkpointed
@@ -121,7 +122,7 @@ class Workload:
 
 def allocated_model(spec: ModelSpec, tp: int) -> ModelSpec:
     """The model as smlaunch's runtime allocates and computes it: the embedding's and head's rows
-    padded where tensor parallelism does not split the vocabulary (launcher.config.models.vocab_rows;
+    padded where tensor parallelism does not split the vocabulary (launcher.wire.training.models.vocab_rows;
     a resume's saved rows are not known to a plan)."""
     return replace(spec, vocab_size=vocab_rows(spec.vocab_size, tp))
 

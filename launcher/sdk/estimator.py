@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 # Imports inside functions: constructing an estimator validates without the backends or the planner;
 # they load when a job is planned, run or attached.
 from launcher.config import JobConfig, ValidatedJob, validate_job
-from launcher.config.issues import ConfigError, Issue, did_you_mean
 from launcher.config.sent_hyperparameters import distribution_from_hyperparameters
 from launcher.sdk import sdk_objects
 from launcher.wire import hyperparameters as wire
 from launcher.wire import restart_loop
+from launcher.wire.training.issues import ConfigError, Issue, did_you_mean
 
 _RECIPES = ("SageMaker HyperPod recipes are launched by the SageMaker SDK's recipe machinery",
             "submit recipes with the SageMaker SDK, or give entry_point a training script")
@@ -103,16 +102,6 @@ def _argument_types(hyperparameters: Any, sagemaker_session: Any, session: Any) 
     return issues
 
 
-def _slurm_settings(desc: dict) -> dict[str, Any]:
-    """A Slurm job's slurm section and processes per node, as its spec.json kept them."""
-    from launcher.config.backends.slurm import SlurmSettings
-    from launcher.local.spec import LocalJobSpec
-
-    spec = LocalJobSpec.load(Path(desc["LocalJobDir"]))
-    kept = {k: v for k, v in spec.runner_settings.items() if k in SlurmSettings.model_fields and v not in (None, [])}
-    return {"slurm": kept, "processes_per_host": spec.processes_per_host}
-
-
 class TrainingJob:
     """A submitted job: its name and the backend that follows it."""
 
@@ -132,6 +121,7 @@ class TrainingJob:
         or the dict `{"KeepAlivePeriodInSeconds": N}` of the SDK v2's `Session.update_training_job`: the
         job's Available warm pool is kept N s from the job's end; 0 ends it. Nothing else may change."""
         from launcher.backends.warm_pools import WarmPoolError
+        from launcher.config.backend_table import named
 
         if isinstance(resource_config, dict):  # ResourceConfigForUpdate has this one member
             only = set(resource_config) == {"KeepAlivePeriodInSeconds"}
@@ -142,7 +132,7 @@ class TrainingJob:
             raise WarmPoolError(f"resource_config = {resource_config!r}: only KeepAlivePeriodInSeconds may be updated; "
                                 "pass {'KeepAlivePeriodInSeconds': N} (or ResourceConfigForUpdate("
                                 "keep_alive_period_in_seconds=N))")
-        if self.backend.name != "sagemaker":
+        if not named(self.backend.name).sagemaker_jobs:
             raise WarmPoolError(f"job {self.name} runs on {self.backend.name}: warm pools are SageMaker's, so there "
                                 "is no pool to update; run the job on SageMaker to keep one")
         self.backend.update_keep_alive(self.name, seconds)
@@ -311,13 +301,7 @@ class PyTorch:
         metrics = desc.get("AlgorithmSpecification", {}).get("MetricDefinitions")
         if metrics:
             args["metric_definitions"] = metrics
-        if "LocalJobDir" in desc:  # a local or Slurm job: its backend, and the code as the first host got it
-            args.update(source_dir=str(Path(desc["LocalJobDir"]) / "hosts" / "algo-1" / "code"),
-                        backend=backend.name)
-            if backend.name == "local":
-                args["local_runner"] = desc.get("LocalRunner", "process")
-            else:
-                args.update(_slurm_settings(desc))
+        args.update(backend.attach_fields(desc))  # a local or Slurm job's backend, its code as the first host got it
         est = cls(session=getattr(backend, "session", None), **{k: v for k, v in args.items() if v is not None})
         est.latest_training_job = TrainingJob(training_job_name, backend)
         return est

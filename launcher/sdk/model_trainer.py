@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from launcher.config.issues import ConfigError, Issue, did_you_mean
+from launcher.config import backend_table
 from launcher.config.requirements import REQUIREMENTS
 from launcher.sdk import v3_configs
 from launcher.sdk.estimator import PyTorch
@@ -46,6 +46,7 @@ from launcher.sdk.v3_configs import (
     TrainingRepositoryAuthConfig,
     as_shape,
 )
+from launcher.wire.training.issues import ConfigError, Issue, did_you_mean
 
 __all__ = ["MPI", "SMP", "CheckpointConfig", "Compute", "InputData", "InstanceGroup", "Mode", "ModelTrainer",
            "Networking", "OutputDataConfig", "S3DataSource", "SourceCode", "StoppingCondition", "Tag", "Torchrun",
@@ -136,8 +137,9 @@ def v3_errors() -> Iterator[None]:
 class ModelTrainer:
     """The SDK v3 `ModelTrainer`'s arguments; validation (all of smlaunch's rules) runs here.
 
-    smlaunch's additions: `backend` ("sagemaker", "local" or "slurm") and `slurm` (the job file's
-    `slurm:` section, docs/slurm.md), `local_runner` ("process" or "docker") for local jobs, `plan()`,
+    smlaunch's additions: `backend` (a name of launcher.config.backend_table: "sagemaker", "local", "slurm",
+    ...) and its section of the job file as a keyword of its name (`slurm={...}`, docs/slurm.md;
+    `kubernetes={...}`, docs/kubernetes.md), `local_runner` ("process" or "docker") for local jobs, `plan()`,
     `dryrun()`, and `train(force=True)` to submit a job the planner predicts to run out of memory."""
 
     def __init__(self, *, training_mode: Any = Mode.SAGEMAKER_TRAINING_JOB, sagemaker_session: Any = None,
@@ -148,12 +150,13 @@ class ModelTrainer:
                  input_data_config: list | None = None, checkpoint_config: Any = None,
                  training_input_mode: str | None = "File", environment: dict | None = None,
                  hyperparameters: dict | str | None = None, tags: list | None = None,
-                 local_runner: str = "process", backend: str | None = None, slurm: dict | None = None,
-                 max_restarts: int = 0, **kwargs: Any):
+                 local_runner: str = "process", backend: str | None = None, max_restarts: int = 0, **kwargs: Any):
         given = {"source_code": source_code, "distributed": distributed, "compute": compute,
                  "networking": networking, "stopping_condition": stopping_condition,
                  "training_image_config": training_image_config, "output_data_config": output_data_config,
                  "checkpoint_config": checkpoint_config}
+        # each backend's section of the job file (slurm=, kubernetes=, ...: the backend table's)
+        self.sections = {row.name: kwargs.pop(row.name) for row in backend_table.with_sections() if row.name in kwargs}
         issues = _unknown_and_refused(kwargs)
         for name, value in given.items():
             shape, found = as_shape(value, SHAPES[name], name)
@@ -167,7 +170,7 @@ class ModelTrainer:
         issues += found
         self.training_image, self.role, self.environment = training_image, role, environment
         self.training_input_mode, self.local_runner = training_input_mode, local_runner
-        self.backend, self.slurm, self.max_restarts = backend, slurm, max_restarts
+        self.backend, self.max_restarts = backend, max_restarts
         self.local = _local_mode(training_mode, self.compute, issues)
         self.base_job_name = base_job_name or (
             f"{v3_configs.repository(training_image)}-job" if training_image else None)
@@ -198,7 +201,7 @@ class ModelTrainer:
             "debugger_hook_config": False, "disable_profiler": True,
         }
         args.update(_compute_args(compute, self.local), local_runner=self.local_runner, backend=self.backend,
-                    slurm=self.slurm, max_restarts=self.max_restarts or None)
+                    max_restarts=self.max_restarts or None, **self.sections)
         args.update(_distribution_args(self.distributed))
         args.update(_aws_args(self))
         return {k: v for k, v in args.items() if v is not None}
@@ -246,6 +249,7 @@ class ModelTrainer:
 
 def _unknown_and_refused(kwargs: dict[str, Any]) -> list[Issue]:
     allowed = [p for p in inspect.signature(ModelTrainer).parameters if p != "kwargs"]
+    allowed += [row.name for row in backend_table.with_sections()]
     out = []
     for name, value in kwargs.items():
         if name in REFUSED:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.config.issues import ConfigError, Issue
+from launcher.wire.training.issues import ConfigError, Issue
 
 
 def _attrs(obj: Any, names: tuple[str, ...]) -> dict[str, Any]:

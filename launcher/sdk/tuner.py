@@ -18,9 +18,9 @@ import sys
 from typing import Any
 
 from launcher.config import ValidatedJob, validate_job
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.tuning import TuningConfig
 from launcher.sdk.tuner_objects import tuning_config
+from launcher.wire.training.issues import ConfigError, Issue
 
 # SDK v2 arguments smlaunch refuses, and why.
 _REFUSED = {

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.tuning import TuningConfig
+from launcher.wire.training.issues import ConfigError, Issue
 
 
 class ContinuousParameter:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.config.issues import ConfigError, Issue
 from launcher.sdk import tuner as v2
+from launcher.wire.training.issues import ConfigError, Issue
 
 
 class HyperparameterTuner(v2.HyperparameterTuner):

@@ -23,10 +23,10 @@ from pydantic import Tag as UnionTag
 
 from launcher.config import safe_yaml
 from launcher.config.aws_settings import InstanceGroup
-from launcher.config.base import JsonValue, Strict, WholeNumber
-from launcher.config.degrees import model_with_degrees
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.validate import issue_from_pydantic
+from launcher.wire.training.base import JsonValue, Strict, WholeNumber
+from launcher.wire.training.degrees import model_with_degrees
+from launcher.wire.training.issues import ConfigError, Issue
 
 # sagemaker.core.training.configs.SourceCode.ignore_patterns
 DEFAULT_IGNORE_PATTERNS = [".env", ".git", "__pycache__", ".DS_Store", ".cache", ".ipynb_checkpoints"]
@@ -156,7 +156,7 @@ class InputData(V3Config):
 
 class SMP(model_with_degrees("_SMPDegrees", V3Config, "smp_v3", kind=WholeNumber, optional=True)):
     """SageMaker model parallelism v2's parameters (the SDK v3 checks none of them; smlaunch checks
-    all of them against the instance and the model); the degrees come from launcher.config.degrees."""
+    all of them against the instance and the model); the degrees come from launcher.wire.training.degrees."""
 
     sm_activation_offloading: bool | None = Field(None, description="Offload checkpointed activations.")
     activation_loading_horizon: WholeNumber | None = Field(None, description="Offloaded layers on the GPU at once.")

@@ -22,7 +22,6 @@ from pathlib import Path
 from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError
 from launcher.backends.log_metrics import LogMetrics
-from launcher.config.issues import ConfigError
 from launcher.config.tuning import TuningConfig
 from launcher.local import identity, store
 from launcher.tune import state as sweep_state
@@ -31,6 +30,7 @@ from launcher.tune.objective import ObjectiveUnreadable, better, final, objectiv
 from launcher.tune.strategies import strategy_for
 from launcher.tune.trials import stop_trial, trial_job, trial_name
 from launcher.wire.terminal import as_data
+from launcher.wire.training.issues import ConfigError
 
 POLL_S = 2.0
 

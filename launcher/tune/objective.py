@@ -8,7 +8,7 @@ before it are what the median rule compares (launcher.tune.median).
 
 from __future__ import annotations
 
-from launcher.backends.jobmetrics import NoMetricsError, load
+from launcher.backends.jobmetrics import NoMetricsError
 from launcher.backends.log_metrics import POINT, LogMetrics
 from launcher.wire.metric_lines import METRICS
 
@@ -23,7 +23,7 @@ def objective_series(backend, name: str, metric: str, logs: dict[str, LogMetrics
     """The objective's values of job `name` so far; [] while it has written none. `logs`: the readers
     of the trials' logs by name, each reading on from where it stopped (launcher.backends.jobmetrics)."""
     try:
-        metrics = load(backend, name, logs)
+        metrics = backend.metrics(name, logs)
     except NoMetricsError:
         metrics = None
     given_up = (logs or {}).get(name, LogMetrics([])).given_up.get(metric)

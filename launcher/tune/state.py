@@ -13,10 +13,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from launcher.config.issues import ConfigError
 from launcher.config.job_names import check_job_name
 from launcher.local import identity, store
 from launcher.wire.opt_ml import write_private
+from launcher.wire.training.issues import ConfigError
 
 STATE = "sweep.json"
 LOG = "sweep.log"

@@ -13,8 +13,8 @@ import math
 import random
 from typing import Any
 
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.tuning import CategoricalRange, IntegerRange, TuningConfig
+from launcher.wire.training.issues import ConfigError, Issue
 
 LOCAL_STRATEGIES = ("Bayesian", "Random", "Grid")
 

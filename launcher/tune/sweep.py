@@ -19,8 +19,7 @@ from pathlib import Path
 
 from launcher.backends import registry
 from launcher.backends.base import BackendError
-from launcher.config import JobConfig, validate_job
-from launcher.config.issues import ConfigError, Issue
+from launcher.config import JobConfig, backend_table, validate_job
 from launcher.config.tuning import TuningConfig
 from launcher.local import identity, store
 from launcher.tune import state as sweep_state
@@ -28,8 +27,8 @@ from launcher.tune.controller import Controller
 from launcher.tune.describe import best_summary, describe_state
 from launcher.tune.strategies import local_refusals
 from launcher.tune.trials import base_job_data, check_sweep_name, stop_trial, sweep_name
+from launcher.wire.training.issues import ConfigError, Issue
 
-BACKENDS = ("local", "slurm")
 CONTROLLER_START_S = 30.0  # how long a detached start waits for its controller to record itself
 
 
@@ -71,12 +70,14 @@ def start_sweep(job: JobConfig, tuning: TuningConfig, *, name: str | None = None
 def check_sweep(tuning: TuningConfig, backend: str) -> list[Issue]:
     """What stops this sweep from running on `backend` here (the ranges' and the objective's rules are
     launcher.config.tuning_rules', which validation runs)."""
-    if backend == "sagemaker":
+    row = backend_table.named(backend)
+    swept = " or ".join(b.name for b in backend_table.BACKENDS if b.sweeps)
+    if row.sagemaker_jobs:
         return [Issue("backend", backend, "runs its sweeps as SageMaker tuning jobs, which `start_sweep` does not "
-                      "start (local and Slurm sweeps only)", "use the HyperparameterTuner, or backend local or slurm")]
-    if backend not in BACKENDS:
-        return [Issue("backend", backend, "runs no sweeps: smlaunch runs a sweep's trials here or on Slurm",
-                      "use backend local or slurm for the sweep")]
+                      f"start (sweeps of backend {swept} only)", f"use the HyperparameterTuner, or backend {swept}")]
+    if not row.sweeps:
+        return [Issue("backend", backend, f"runs no sweeps: smlaunch runs a sweep's trials as jobs of backend {swept}",
+                      f"use backend {swept} for the sweep")]
     return local_refusals(tuning)
 
 

@@ -11,11 +11,10 @@ from typing import Any
 
 from launcher.backends.base import BackendError
 from launcher.config import JobConfig, ValidatedJob, validate_job
-from launcher.config.issues import ConfigError, Issue
 from launcher.config.job_names import default_base_name
 from launcher.config.tuning import TUNING_JOB_NAME_PATTERN
-from launcher.local import store
 from launcher.local.spec import STOP_REASON
+from launcher.wire.training.issues import ConfigError, Issue
 
 MAX_SWEEP_NAME = 32  # SageMaker's HyperParameterTuningJobName; a trial adds -NNN (a job name takes 63)
 
@@ -43,7 +42,9 @@ def stop_trial(backend, name: str, reason: str) -> str | None:
     """Stop a running trial through its backend's own stop (SIGTERM: it checkpoints), with the reason
     its record keeps; None, or why it was not stopped (it had ended, or its directory is gone)."""
     try:
-        (store.job_dir(name, backend.root) / STOP_REASON).write_text(reason + "\n", encoding="utf-8")
+        directory = backend.job_dir(name)
+        if directory is not None:  # the supervisor records it with the job's end
+            (directory / STOP_REASON).write_text(reason + "\n", encoding="utf-8")
         backend.stop(name)
     except (BackendError, OSError) as exc:
         return str(exc)

@@ -4,7 +4,7 @@ by the runtime and by `smlaunch validate` for a local checkpoint directory (stdl
 
 A data position (the global index of the next sample) means something only for the stream it was
 counted in. The stream's settings (dataset_type, seed, shuffle, mixture) are the checkpoint's
-`keeps` (launcher.config.resume); this is the data itself, per channel the loader reads:
+`keeps` (launcher.wire.training.resume); this is the data itself, per channel the loader reads:
 
     {"dataset_type": "indexed", "shuffled": true,
      "channels": {"train": {"tokenizer": {"name", "vocabulary_sha256"}, "vocab_size": 32000,
@@ -13,7 +13,7 @@ counted in. The stream's settings (dataset_type, seed, shuffle, mixture) are the
 
 An indexed channel: its shards in reading order (name relative to the channel, the .bin's size,
 the header's documents and tokens) and the tokenizer the headers record. A JSON Lines or chat
-channel: {"files": [{"name", "bytes"}, ...]}, in reading order. launcher.config.resume_data says
+channel: {"files": [{"name", "bytes"}, ...]}, in reading order. launcher.wire.training.resume_data says
 what a resume makes of a difference.
 """
 

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_import_and_lookups_load_no_heavy_modules():
     code = (
-        "import sys; import launcher.config.catalog as c\n"
+        "import sys; import launcher.wire.training.catalog as c\n"
         "c.get_instance_type('p5.48xlarge'); c.catalog_names(); c.fp8_instance_types()\n"
         "assert c.botocore_training_instance_types()\n"
         "print(sorted(m for m in ('boto3', 'botocore', 'torch') if m in sys.modules))\n"

@@ -21,7 +21,7 @@ def _build(delayed: bool, bf16: bool, tied: bool):
     from container import trainer
     from container.args import parse_args
     from container.distributed.runtime import distribution_parameters, init_runtime
-    from launcher.config.models import PRESETS
+    from launcher.wire.training.models import PRESETS
 
     hp, _, _ = parse_args(["--model_preset", "llama3-tiny", "--dataset_type", "synthetic",
                            "--max_context_width", str(SEQ), "--bf16", str(int(bf16)),

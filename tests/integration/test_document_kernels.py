@@ -16,7 +16,7 @@ from container.loss import token_loss_sum
 from container.models import attention
 from container.models.document_kernels import build
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.document_kernels import attend_as_cp_ranks, documents_alone, random_documents
 
 pytestmark = [pytest.mark.gpu,

@@ -121,7 +121,8 @@ def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
     assert record["TrainingJobStatus"] == "InProgress" and record["ProcessesPerHost"] == 2
     with tarfile.open(spec.source_archive) as tar:  # the code SageMaker would get, the runtime under _smlaunch/
         names = set(tar.getnames())
-    assert {"train.py", "_smlaunch/container/toolkit/bootstrap.py", "_smlaunch/launcher/config/__init__.py"} <= names
+    assert {"train.py", "_smlaunch/container/toolkit/bootstrap.py",
+            "_smlaunch/launcher/wire/training/__init__.py"} <= names
 
 
 # The toolkit's trainer fetches the code with files.download_and_extract(env.module_dir,

@@ -11,7 +11,6 @@ import json
 
 import pytest
 
-from launcher.backends import jobmetrics
 from launcher.backends.local import LocalBackend
 from launcher.cli import metrics_view
 from tests.support.local_jobs import cli_env, job_file, smlaunch
@@ -76,7 +75,7 @@ def test_metrics_of_local_jobs_as_table_json_and_plot(tmp_path, home, corpus, mo
 
     # The picture's data is the file's: loss and validation loss, tokens/s, grad norm against step.
     backend = LocalBackend()
-    fig = metrics_view.plot([jobmetrics.load(backend, first)])
+    fig = metrics_view.plot([backend.metrics(first)])
     loss_ax, speed_ax, grad_ax = fig.axes
     assert loss_ax.lines[0].get_xydata().tolist() == [[r["step"], r["loss"]] for r in train]
     assert loss_ax.lines[1].get_xydata().tolist() == [[r["step"], r["val_loss"]] for r in val]
@@ -85,7 +84,7 @@ def test_metrics_of_local_jobs_as_table_json_and_plot(tmp_path, home, corpus, mo
     assert grad_ax.get_xlabel() == "step" and loss_ax.get_ylabel() == "loss"
 
     # Two jobs: one line each per panel, named in the legend.
-    both = metrics_view.plot([jobmetrics.load(backend, first), jobmetrics.load(backend, second)])
+    both = metrics_view.plot([backend.metrics(first), backend.metrics(second)])
     assert [line.get_label() for line in both.axes[2].lines] == [f"local:{first}", f"local:{second}"]
     legend = [t.get_text() for t in both.axes[0].get_legend().get_texts()]
     assert {f"local:{first}", f"local:{second}"} <= set(legend)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config.issues import ConfigError
 from launcher.sdk.model_trainer import (
     Compute,
     InputData,
@@ -21,6 +20,7 @@ from launcher.sdk.model_trainer import (
     ModelTrainer,
     SourceCode,
 )
+from launcher.wire.training.issues import ConfigError
 from tests.support.model_trainer import ROOT
 
 pytestmark = pytest.mark.usefixtures("no_network", "fake_credentials")  # nothing here reaches AWS or the network

@@ -16,7 +16,7 @@ import torch
 from container.checkpoint.hf_export import load_hf_weights
 from container.models.llama import build_model
 from launcher.config import TrainingHyperparameters
-from launcher.config.model_resolution import resolve_model
+from launcher.wire.training.model_resolution import resolve_model
 from tests.support.close import assert_close, logits_terms
 from tests.support.train_runs import REL, TINY, assert_same_training, run_train, series
 

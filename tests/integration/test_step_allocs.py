@@ -6,7 +6,7 @@ AdamW (the CUDA default) allocates nothing in its update."""
 from __future__ import annotations
 
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.bench_runs import bench_json
 
 

@@ -17,7 +17,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 from container.checkpoint.hf_export import export_hf, load_hf_weights
 from container.distributed.tensor_parallel import apply_tp, check_tp_degree, loss_context
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.close import assert_close, llama_terms
 from tests.support.gloo import spawn
 

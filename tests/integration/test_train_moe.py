@@ -11,7 +11,7 @@ import pytest
 
 from container.distributed.expert_parallel import check_moe_layout
 from launcher.config import ModelParallelParameters
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.train_runs import assert_same_export, layout_tolerance, run_train, series
 
 MOE = {"model_preset": "mixtral-tiny"}

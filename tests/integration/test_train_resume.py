@@ -13,7 +13,7 @@ import torch
 from container.checkpoint import hf_export as hf
 from container.models.llama import build_model
 from container.trainer import check_writable
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.train_runs import run_train, series
 
 

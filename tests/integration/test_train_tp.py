@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.train_runs import assert_same_export, assert_same_training, run_train, series
 
 

@@ -161,7 +161,7 @@ def test_tuning_request_matches_the_sdk(name, tmp_path, monkeypatch):
 def test_a_setting_the_trials_cannot_have_is_refused_where_the_sdk_drops_it(tmp_path, monkeypatch):
     """A warm pool (keep_alive_period_in_seconds) has no place in a tuning job's trials: the SDK's
     request silently goes without it; smlaunch refuses the sweep, naming the setting."""
-    from launcher.config.issues import ConfigError
+    from launcher.wire.training.issues import ConfigError
 
     with aws(monkeypatch):
         boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="parity-bucket")

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.train_runs import assert_same_export, assert_same_training, run_train, series
 
 VOCAB = {"vocab_size": 251}  # prime: no tensor-parallel degree splits it

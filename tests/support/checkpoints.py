@@ -16,7 +16,7 @@ from torch.distributed.fsdp import fully_shard
 
 from container.checkpoint.checkpointer import Checkpointer
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.gloo import spawn
 
 SPEC = replace(PRESETS["llama3-tiny"], max_position_embeddings=32)

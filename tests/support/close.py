@@ -75,7 +75,7 @@ def _as_tensor(value) -> torch.Tensor:
 
 
 def logits_terms(spec, seq: int) -> int:
-    """The additions on the way to a Llama's logits (`spec`: a launcher.config.models.ModelSpec):
+    """The additions on the way to a Llama's logits (`spec`: a launcher.wire.training.models.ModelSpec):
     per layer the products over hidden, attention's over `seq` keys and the feed-forward's over
     intermediate; then the head's over hidden."""
     return spec.num_layers * (spec.hidden_size + seq + spec.intermediate_size) + spec.hidden_size

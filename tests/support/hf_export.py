@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 
 # Original context 64 with head_dim 16: one frequency is smoothed, six are divided by 8.
 SCALED = replace(

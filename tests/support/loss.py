@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from container.data.loader import IGNORE_INDEX, shift_labels
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.close import assert_close, llama_terms
 
 SEQ, BATCH = 64, 3  # 192 tokens: no dimension of the model is that long, nor the vocabulary's 256

@@ -6,9 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from launcher.config.jobfile import validate_job_file
-from launcher.config.layout import ParallelLayout
-from launcher.config.models import PRESETS
 from launcher.plan.workload import workload_of
+from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.models import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config import validate_job
-from launcher.config.issues import ConfigError
+from launcher.wire.training.issues import ConfigError
 
 ROLE = "arn:aws:iam::111122223333:role/R"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-from launcher.config.models import PRESETS
 from launcher.wire.opt_ml import free_port
+from launcher.wire.training.models import PRESETS
 from tests.support import forkserver
 from tests.support.close import assert_close, llama_terms, logits_terms, order_tolerance
 

@@ -14,9 +14,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from container.distributed.parallelize import apply_activation_checkpointing, checkpointed_blocks
 from container.models.llama import build_model
-from launcher.config.layout import ParallelLayout
-from launcher.config.models import PRESETS
 from launcher.plan.terms import GIB, Ctx, activations
+from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.models import PRESETS
 from tests.support.plan_memory import BASE
 
 TINY = PRESETS["llama3-tiny"]

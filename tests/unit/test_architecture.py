@@ -1,6 +1,7 @@
 """The package grammar of docs/architecture.md, held on every run: which package may import which,
-no import cycles (imports inside functions count), and a function-level import of smlaunch's own
-code says why it is one. Read from the source with ast: nothing is imported or executed."""
+no import cycles (imports inside functions and for type checking count), a function-level import of
+smlaunch's own code says why it is one, and the runtime reaches of the launcher only the contract
+(launcher.wire). Read from the source with ast: nothing is imported or executed."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ ALLOWED = {
     "tune": {"wire", "config", "plan", "backends", "tune"},
     "sdk": {"wire", "config", "plan", "backends", "tune", "sdk"},
     "cli": {"wire", "config", "plan", "backends", "tune", "sdk", "cli"},
-    "container": {"wire", "config", "container"},
+    # the runtime (container/, entrypoints/) takes of the launcher only the contract both sides share
+    "container": {"wire", "container"},
+    "entrypoints": {"wire", "container"},
     "launcher": {"wire", "config", "sdk", "launcher"},
 }
 ENGINES = {"local", "slurm", "kubernetes", "backends"}  # the backends and their engines form one layer
@@ -40,6 +43,7 @@ def _modules() -> dict[str, Path]:
         for path in sorted((ROOT / package).rglob("*.py")):
             name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
             found[name.removesuffix(".__init__")] = path
+    found["entrypoints.train"] = ROOT / "entrypoints" / "train.py"  # the script a job ships, not a package
     return found
 
 
@@ -53,16 +57,16 @@ def _owner(target: str) -> str | None:
     return target or None
 
 
-def _imports(path: Path) -> list[tuple[str, int, bool]]:
-    """(imported module, line, at module level) for each import of smlaunch's own code."""
-    tree = ast.parse(path.read_text())
+def _imports(source: str) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level) for each import of smlaunch's own code, those under
+    `if TYPE_CHECKING:` too: a module that names another's class depends on it as much as one that
+    calls it, and a circle of them is a circle all the same."""
+    tree = ast.parse(source)
     top = {id(node) for node in tree.body}
-    typing_only = {id(n) for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-                   for n in ast.walk(node)}
+    top |= {id(n) for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in node.body}
     out = []
     for node in ast.walk(tree):
-        if id(node) in typing_only:  # never imported at run time
-            continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -70,7 +74,7 @@ def _imports(path: Path) -> list[tuple[str, int, bool]]:
         else:
             continue
         for name in names:
-            if name.split(".")[0] in ("launcher", "container"):
+            if name.split(".")[0] in ("launcher", "container", "entrypoints"):
                 owner = _owner(name)
                 if owner:
                     out.append((owner, node.lineno, id(node) in top))
@@ -79,8 +83,8 @@ def _imports(path: Path) -> list[tuple[str, int, bool]]:
 
 def _layer(module: str) -> str:
     parts = module.split(".")
-    if parts[0] == "container":
-        return "container"
+    if parts[0] in ("container", "entrypoints"):
+        return parts[0]
     if len(parts) == 1:
         return "launcher"
     if parts[1] in ENGINES:
@@ -88,7 +92,7 @@ def _layer(module: str) -> str:
     return PUBLIC_NAMES.get(parts[1], parts[1])
 
 
-GRAPH = {module: _imports(path) for module, path in MODULES.items()}
+GRAPH = {module: _imports(path.read_text()) for module, path in MODULES.items()}
 
 
 def test_every_package_imports_only_the_layers_below_it():
@@ -102,6 +106,8 @@ def test_the_layer_rule_would_catch_a_config_module_importing_a_backend():
     # the control: the rule is not vacuous
     assert "backends" not in ALLOWED[_layer("launcher.config.job")]
     assert _layer("launcher.local.prepare") == "backends" and "backends" not in ALLOWED["container"]
+    assert _layer("entrypoints.train") == "entrypoints"
+    assert "config" not in ALLOWED["container"] | ALLOWED["entrypoints"]
     assert _layer("launcher.tune.sweep") == "tune" and "tune" not in ALLOWED["backends"]
 
 
@@ -146,7 +152,14 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-@pytest.mark.parametrize("package", ["launcher", "container"])
+def test_an_import_for_type_checking_counts():
+    # the control: the circle config/rules.py <-> config/backends/slurm.py hid behind one of these
+    source = ("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+              "    from launcher.config.rules import Context\n")
+    assert _imports(source) == [("launcher.config.rules", 4, True)]
+
+
+@pytest.mark.parametrize("package", ["launcher", "container", "entrypoints"])
 def test_function_level_imports_say_why(package):
     unexplained = sorted(module for module, imports in GRAPH.items()
                          if module.startswith(package) and any(not at_top for _, _, at_top in imports)
@@ -154,7 +167,34 @@ def test_function_level_imports_say_why(package):
     assert unexplained == []
 
 
-def test_the_container_imports_only_config_and_wire_of_the_launcher():
-    outside = sorted({t for m, imports in GRAPH.items() if m.startswith("container")
-                      for t, _, _ in imports if t.startswith("launcher") and _layer(t) not in ("config", "wire")})
-    assert outside == []
+def _outside_the_contract(graph: dict[str, list[tuple[str, int, bool]]]) -> dict[str, str]:
+    """Each module of the launcher outside the contract (launcher.wire) that the runtime's modules
+    reach through any chain of imports, with the chain that reaches it first."""
+    runtime = [m for m in graph if _layer(m) in ("container", "entrypoints")]
+    chain = {m: m for m in runtime}
+    queue = list(runtime)
+    while queue:
+        module = queue.pop(0)
+        for target, _, _ in graph.get(module, []):
+            if target not in chain:
+                chain[target] = f"{chain[module]} -> {target}"
+                queue.append(target)
+    return {m: path for m, path in chain.items() if m.startswith("launcher") and _layer(m) != "wire"}
+
+
+def test_the_runtime_reaches_of_the_launcher_only_the_contract():
+    """container/ and entrypoints/ import launcher.wire only, and launcher.wire imports nothing else of
+    smlaunch: no chain of imports brings a rank the client's job schema, rules, backends or sweeps."""
+    assert _outside_the_contract(GRAPH) == {}
+
+
+def test_the_contract_check_follows_a_chain_to_the_job_schema():
+    # the control: one import of the client's rules from the contract (as compile_rules' of
+    # config.rules.is_moe was) brings the rules, the job schema and the backend table to every rank
+    graph = dict(GRAPH)
+    graph["launcher.wire.training.compile_rules"] = [*GRAPH["launcher.wire.training.compile_rules"],
+                                                     ("launcher.config.rules", 1, True)]
+    outside = _outside_the_contract(graph)
+    assert {"launcher.config.rules", "launcher.config.job", "launcher.config.backend_table"} <= set(outside)
+    assert outside["launcher.config.job"].endswith(
+        "launcher.wire.training.compile_rules -> launcher.config.rules -> launcher.config.job")

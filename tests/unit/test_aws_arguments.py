@@ -10,8 +10,8 @@ import pytest
 from container.args import parse_args
 from container.trainer import refuse_unimplemented
 from launcher.config import ConfigError, TrainingHyperparameters, validate_job
-from launcher.config.aws_arguments import ARGUMENTS, BY_NAME, runtime_issues
 from launcher.config.sent_hyperparameters import user_hyperparameters
+from launcher.wire.training.aws_arguments import ARGUMENTS, BY_NAME, runtime_issues
 from tests.support.train_runs import ROOT
 
 # The union of aws/amazon-sagemaker-examples' model_parallel_v2 shared-scripts/arguments.py over

@@ -10,19 +10,19 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import tarfile
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from launcher.backends import registry
-from launcher.backends.local import LocalBackend
-from launcher.backends.sagemaker import SageMakerBackend
 from launcher.backends.slurm import SlurmBackend
 from launcher.cli.app import main
-from launcher.config import validate_job
-from launcher.config.issues import ConfigError
+from launcher.config import backend_table, validate_job
 from launcher.local import store
+from launcher.wire.training.issues import ConfigError
+from tests.support.fifth_backend import has_the_interface
 from tests.support.train_runs import ROOT
 
 JOB = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
@@ -46,13 +46,12 @@ def job_file(tmp_path, **fields):
     return path
 
 
-@pytest.mark.parametrize("cls", [SageMakerBackend, LocalBackend, SlurmBackend])
-def test_every_backend_has_the_whole_interface(cls):
-    for method in ("create", "dryrun", "submit", "describe", "wait", "logs", "stop", "list", "exists", "artifacts"):
-        assert callable(getattr(cls, method)), method
+@pytest.mark.parametrize("name", backend_table.names())
+def test_every_backend_has_the_whole_interface(name):
+    cls = backend_table.load(backend_table.named(name).engine)
+    has_the_interface(cls)
     assert inspect.signature(cls.submit).parameters["detach"].kind is inspect.Parameter.KEYWORD_ONLY
-    assert list(inspect.signature(cls.dryrun).parameters)[:3] == ["self", "job", "job_name"]
-    assert cls.name in registry.BACKENDS
+    assert cls.name == name
 
 
 @pytest.mark.parametrize(("handle", "parsed"), [
@@ -164,6 +163,18 @@ def test_slurm_jobs_validate_like_local_ones(tmp_path):
                                                           "parameters": {"context_parallel_degree": 3}}}}})
 
 
+@pytest.mark.parametrize(("fields", "said"), [
+    ({"backend": "slurm"}, "none: the nodes run the bootstrap with slurm.python (default: this Python)"),
+    ({"backend": "slurm", "slurm": {"container_image": "nvcr.io#nvidia/pytorch:25.01-py3"}},
+     "nvcr.io#nvidia/pytorch:25.01-py3 (srun --container-image)"),
+    ({"local_runner": "docker", "image_uri": "mine:1"}, "mine:1 (local docker runner)")])
+def test_validate_says_what_the_hosts_run(tmp_path, fields, said):
+    """The image line of validate's summary is the backend's own (its row's image column)."""
+    result = CliRunner().invoke(main, ["validate", str(job_file(tmp_path, **fields)), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["summary"]["image"] == said
+
+
 @pytest.mark.parametrize("backend", ["local", "slurm"])
 def test_spot_settings_off_sagemaker_are_said_to_have_no_effect(backend, monkeypatch):
     """Issue 49: use_spot_instances and max_wait validated silently on local and Slurm runs (and got the
@@ -185,6 +196,21 @@ def test_spot_settings_off_sagemaker_are_said_to_have_no_effect(backend, monkeyp
         validate_job(spot)
     assert [i.path for i in info.value.issues] == ["max_wait"] and "is less than max_run" in str(info.value)
     assert "checkpoint_s3_uri" in [w.path for w in info.value.warnings]
+
+
+def test_attach_gives_a_slurm_job_back_its_section_processes_and_code(home):
+    """PyTorch.attach of a Slurm job: backend slurm, the slurm section and processes per node as its spec.json kept
+    them, and the code as the first host got it (SlurmBackend.attach_fields)."""
+    from launcher.sdk.estimator import PyTorch
+
+    SlurmBackend()._prepare(validate_job({**JOB, "backend": "slurm", "slurm": {"partition": "gpu", "time": "2-0"}}),
+                            "s-1")
+    code = home / "jobs" / "s-1" / "hosts" / "algo-1" / "code"
+    with tarfile.open(home / "jobs" / "s-1" / "sourcedir.tar.gz") as tar:  # as the first host's bootstrap does
+        tar.extractall(code, filter="data")
+    cfg = PyTorch.attach("slurm:s-1").config
+    assert (cfg.backend, cfg.slurm.partition, cfg.slurm.time, cfg.processes_per_host) == ("slurm", "gpu", "2-0", 2)
+    assert cfg.source_dir == str(code)
 
 
 def test_slurm_submit_without_slurm_says_so_and_writes_nothing(tmp_path, home, monkeypatch):
@@ -253,6 +279,22 @@ def test_a_v3_model_trainer_runs_on_the_same_backends(home):
     shown = trainer.dryrun()["SlurmJob"]
     assert shown["Nodes"] == 2 and "#SBATCH --partition=debug" in shown["BatchScript"]
     assert not home.exists()
+
+
+def test_a_v3_model_trainer_takes_each_backends_section_by_its_name(home):
+    """ModelTrainer(kubernetes={...}) as ModelTrainer(slurm={...}): every section of the backend table's rows."""
+    from launcher import ModelTrainer
+    from launcher.sdk.model_trainer import Compute, SourceCode, Torchrun
+
+    trainer = ModelTrainer(source_code=SourceCode(source_dir=JOB["source_dir"], entry_script="train.py"),
+                           compute=Compute(instance_type="ml.p5.48xlarge", instance_count=2), distributed=Torchrun(),
+                           hyperparameters=JOB["hyperparameters"], backend="kubernetes", training_image="repo/img:1",
+                           kubernetes={"namespace": "ml", "storage": {"pvc": "fsx-claim"}})
+    manifests = trainer.dryrun()["KubernetesJob"]["Manifests"]
+    assert [m["metadata"]["namespace"] for m in manifests] == ["ml"] * len(manifests)
+    with pytest.raises(ConfigError, match="kubernetes"):  # the control: a section of no backend is refused
+        ModelTrainer(source_code=SourceCode(source_dir=JOB["source_dir"], entry_script="train.py"),
+                     kubernetes_section={"namespace": "ml"})
 
 
 def test_a_followed_jobs_failure_report_is_named_not_repeated():

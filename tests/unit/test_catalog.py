@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from launcher.config import catalog
-from launcher.config.catalog import get_instance_type, normalize_instance_type
+from launcher.wire.training import catalog
+from launcher.wire.training.catalog import get_instance_type, normalize_instance_type
 
 ACCELERATED_PREFIXES = ("p", "g", "trn", "inf", "dl")
 # Accelerated types with no public on-demand price (documented line by line in the catalog).
@@ -48,7 +48,7 @@ def test_every_gpu_and_trainium_training_type_is_cataloged(enum):
     assert len(accelerated) >= 50
     found = {n: get_instance_type(n) for n in accelerated}
     missing = [n for n, t in found.items() if t is None or not t.accelerators or not t.accelerator]
-    assert not missing, f"add these SageMaker training types to launcher/config/catalog.py: {missing}"
+    assert not missing, f"add these SageMaker training types to launcher/wire/training/catalog.py: {missing}"
 
 
 def test_every_training_type_resolves_and_cpu_types_have_no_accelerators(enum):

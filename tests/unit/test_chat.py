@@ -20,9 +20,9 @@ from container.data.loader import build_dataloader, build_validation_loader
 from container.data.order import Permutation
 from container.data.rows import IGNORE_INDEX
 from launcher.config import TrainingHyperparameters
-from launcher.config.resume import data_stream
-from launcher.config.run_settings import run_settings
 from launcher.wire.chat_records import ChatRecordError, has_chat_template, record_shape
+from launcher.wire.training.resume import data_stream
+from launcher.wire.training.run_settings import run_settings
 from tests.support.hf_models import VOCAB, save_chat_tokenizer
 
 transformers = pytest.importorskip("transformers")

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from launcher.cli.app import main
 from launcher.config import ModelParallelParameters
-from launcher.config.hyperparameters import TrainingHyperparameters
 from launcher.config.schema import job_file_schema
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from tests.support.time_limit import time_limit
 
 ROOT = Path(__file__).resolve().parents[2]

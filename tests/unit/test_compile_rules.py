@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from container.args import parse_args
-from launcher.config.run_settings import run_settings
+from launcher.wire.training.run_settings import run_settings
 from tests.support.config_checks import issues_of, only_issue, paths
 from tests.unit.test_config_rules import make_job
 
@@ -73,7 +73,7 @@ def test_the_container_refuses_a_mixture_of_experts_model_before_compiling():
     from container import loss
     from container.distributed.compile import apply_compile
     from container.models.llama import build_model
-    from launcher.config.models import PRESETS
+    from launcher.wire.training.models import PRESETS
 
     with pytest.raises(ValueError, match="compile=1 with a mixture-of-experts model is not supported"):
         apply_compile(build_model(PRESETS["mixtral-tiny"], 64, device="meta"))

@@ -277,7 +277,7 @@ def test_unknown_instance_type_suggests(runtime_dir):
 
 
 def test_instance_type_known_to_botocore_only_warns(runtime_dir, monkeypatch):
-    from launcher.config import catalog
+    from launcher.wire.training import catalog
 
     monkeypatch.setattr(catalog, "get_instance_type", lambda name: None)
     data = make_job(runtime_dir, instance_type="ml.p5.48xlarge")

@@ -1,4 +1,4 @@
-"""One table of the parallel degrees (launcher.config.degrees): every list of degrees derives from it,
+"""One table of the parallel degrees (launcher.wire.training.degrees): every list of degrees derives from it,
 so a new degree is one entry there (docs/architecture.md, "Where a new thing goes")."""
 
 from __future__ import annotations
@@ -7,13 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from launcher.config import ModelParallelParameters, TrainingHyperparameters, degrees
-from launcher.config.base import Strict
-from launcher.config.resume import PARALLEL_DEGREES
+from launcher.config import ModelParallelParameters, TrainingHyperparameters
 from launcher.plan.report import _SETTING_LABELS
 from launcher.plan.search import fleet_layouts
 from launcher.plan.sweep import _raw_settings
 from launcher.sdk.v3_configs import SMP
+from launcher.wire.training import degrees
+from launcher.wire.training.base import Strict
+from launcher.wire.training.resume import PARALLEL_DEGREES
 
 
 def test_the_distribution_has_every_degree_with_its_default_and_bound():

@@ -17,7 +17,7 @@ from container.data.loader import IGNORE_INDEX, JsonlSource, build_dataloader, s
 from container.loss import token_loss_sum
 from container.models.llama import build_model
 from container.run_data import describe_data
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.close import assert_close, llama_terms, order_tolerance
 
 SPEC = PRESETS["llama3-tiny"]

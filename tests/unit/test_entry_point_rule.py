@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from launcher.cli.app import main
 from launcher.config import validate_job
-from launcher.config.issues import ConfigError
+from launcher.wire.training.issues import ConfigError
 
 JOB = 'entry_point: {entry}\nsource_dir: src\ninstance_type: local\nframework_version: "2.8.0"\npy_version: py312\n'
 

@@ -12,7 +12,7 @@ from moto import mock_aws
 
 from launcher import PyTorch  # the seed: from sagemaker.pytorch import PyTorch
 from launcher.backends.sagemaker import SageMakerBackend
-from launcher.config.issues import ConfigError
+from launcher.wire.training.issues import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from launcher import PyTorch
-from launcher.config.issues import ConfigError
+from launcher.wire.training.issues import ConfigError
 from tests.support.cli import ROOT
 
 ROLE = "arn:aws:iam::111122223333:role/SageMakerExecutionRole"

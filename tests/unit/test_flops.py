@@ -2,8 +2,8 @@
 
 import pytest
 
-from launcher.config.flops import flops_per_token, matmul_params, mfu, peak_tflops, seed_flops_per_token
-from launcher.config.models import PRESETS, ModelSpec
+from launcher.wire.training.flops import flops_per_token, matmul_params, mfu, peak_tflops, seed_flops_per_token
+from launcher.wire.training.models import PRESETS, ModelSpec
 
 # h=8, L=2, H=4 (d_head 2), kv=2, I=12, V=10: every term is countable by hand.
 TINY = ModelSpec("tiny", 8, 2, 4, 2, 12, 10, 64)
@@ -90,7 +90,7 @@ def test_the_405b_preset_has_meta_s_published_parameter_count():
 
 
 def test_documents_attend_their_own_length_and_a_long_one_a_whole_row():
-    from launcher.config.flops import attended_length
+    from launcher.wire.training.flops import attended_length
 
     # ten documents of 100 tokens (bucket 6: [64, 128)): each token attends 100 on average
     assert attended_length([[6, 10, 1000, 100_000]], 1024) == 100

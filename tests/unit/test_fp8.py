@@ -15,7 +15,7 @@ from torch import nn
 from container import fp8
 from container.models.llama import build_model
 from launcher.config import FP8Config, ParallelLayout, TrainingHyperparameters
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 
 TINY = PRESETS["llama3-tiny"]  # dims 64, 32 (k/v), 176: all multiples of 16
 TORCHAO = FP8Config(enabled=True, backend="torchao", recipe="current", emulate=True)
@@ -66,7 +66,7 @@ def test_torchao_emulation_quantizes_within_fp8_tolerance():
 def test_torchao_swaps_gpt_neox_biased_projections():
     from torchao.float8.float8_linear import Float8Linear
 
-    from launcher.config.model_resolution import resolve_model
+    from launcher.wire.training.model_resolution import resolve_model
 
     spec = resolve_model(TrainingHyperparameters(model_type="gpt_neox", hidden_width=64, num_layers=2, num_heads=4,
                                                  vocab_size=256, max_context_width=64)).spec
@@ -82,7 +82,7 @@ def test_torchao_swaps_gpt_neox_biased_projections():
 
 
 def test_transformer_engine_refuses_biased_projections(monkeypatch):
-    from launcher.config.model_resolution import resolve_model
+    from launcher.wire.training.model_resolution import resolve_model
 
     spec = resolve_model(TrainingHyperparameters(model_type="gpt_neox", hidden_width=64, num_layers=2, num_heads=4,
                                                  vocab_size=256, max_context_width=64)).spec

@@ -1,4 +1,4 @@
-"""torchao's FP8 recipes (container/fp8.py, launcher/config/speed.py): rowwise and tensorwise as
+"""torchao's FP8 recipes (container/fp8.py, launcher/wire/training/speed.py): rowwise and tensorwise as
 fp8_recipe, what each library runs, rowwise's GPU, and FSDP2's FP8 all-gather (tensorwise only).
 Emulated on CPU, as tests/unit/test_fp8.py's."""
 
@@ -13,7 +13,7 @@ import torch
 from container import fp8
 from container.models.llama import build_model
 from launcher.config import FP8Config, ParallelLayout, TrainingHyperparameters
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 
 TINY = PRESETS["llama3-tiny"]  # dims 64, 32 (k/v), 176: every projection runs in FP8
 E4M3_U = 2.0 ** -4  # e4m3's unit roundoff: 3 mantissa bits, round to nearest

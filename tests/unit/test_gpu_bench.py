@@ -42,7 +42,7 @@ def test_the_table_runs_every_stack_eager_and_compiled_on_the_same_tokens():
 
 def test_every_trainpy_run_profiles_its_last_step_and_the_runtime_takes_the_window():
     from launcher.config import TrainingHyperparameters
-    from launcher.config.speed_rules import speed_issues
+    from launcher.wire.training.speed_rules import speed_issues
 
     for dry_run in (False, True):
         runs = [r for runs in table.table(dry_run).values() for r in runs if r.stack == "trainpy"]

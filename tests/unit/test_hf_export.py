@@ -11,7 +11,7 @@ import torch
 
 from container.checkpoint.hf_export import export_hf, from_hf_name, load_hf_weights, to_hf_name
 from container.models.llama import TransformerArgs, rope_inv_freq
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 from tests.support.hf_export import SCALED, SEQ, _model, _tensors
 
 

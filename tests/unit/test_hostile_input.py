@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli.app import main
-from launcher.config.issues import ConfigError
 from launcher.config.jobfile import MAX_EXTENDS, MAX_FILE_BYTES, apply_overrides, load_job_file
 from launcher.config.safe_yaml import MAX_DEPTH, MAX_NODES, YamlProblem, loads
+from launcher.wire.training.issues import ConfigError
 from tests.support.time_limit import time_limit
 
 MINIMAL = "entry_point: train.py\ninstance_type: local\n"

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from launcher.backends.base import BackendError
 from launcher.cli.app import main
 from launcher.config import validate_job
-from launcher.config.issues import ConfigError
 from launcher.config.job_names import check_job_name, make_job_name
 from launcher.local import prepare as prepare_module
 from launcher.local.prepare import prepare
 from launcher.local.process import ProcessRunner
+from launcher.wire.training.issues import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "configs" / "seed" / "p4d-cp8.yaml"

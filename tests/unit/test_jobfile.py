@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config.issues import ConfigError
 from launcher.config.jobfile import apply_overrides, deep_merge, load_job_file, validate_job_file
+from launcher.wire.training.issues import ConfigError
 
 MP = ("distribution", "smdistributed", "modelparallel", "parameters")
 

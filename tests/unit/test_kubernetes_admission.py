@@ -14,12 +14,12 @@ from launcher.backends.base import SettingError
 from launcher.config import validate_job
 from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.config.backends.kubernetes_names import name_issue, planned_name_issue
-from launcher.config.catalog import EFA_INTERFACES, get_instance_type
-from launcher.config.issues import ConfigError
 from launcher.config.jobfile import validate_job_file
 from launcher.kubernetes.hyperpod import hyperpod_job
 from launcher.kubernetes.manifest import train_job
 from launcher.kubernetes.render import render
+from launcher.wire.training.catalog import EFA_INTERFACES, get_instance_type
+from launcher.wire.training.issues import ConfigError
 from tests.support import hyperpod_reference
 from tests.support.train_runs import ROOT
 from tests.unit.test_kubernetes_manifest import JOB, MIN_KUBERNETES, SECTION, _pod_template, _schema_errors

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from launcher.backends.base import BackendError
 from launcher.config import validate_job
 from launcher.config.backends.kubernetes import KubernetesSettings, check_kubernetes
-from launcher.config.issues import ConfigError
 from launcher.kubernetes.manifest import env_secret, pod_config_map, train_job
+from launcher.wire.training.issues import ConfigError
 from tests.support.train_runs import ROOT
 
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/smlaunch:latest"

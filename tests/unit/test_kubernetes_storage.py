@@ -17,9 +17,9 @@ from container.toolkit.pod_storage import Mirror
 from launcher.backends.base import SettingError
 from launcher.config import validate_job
 from launcher.config.backends.kubernetes import KubernetesSettings, KubernetesStorage, check_kubernetes
-from launcher.config.issues import ConfigError
 from launcher.kubernetes import readback
 from launcher.kubernetes.manifest import pod_config_map, train_job
+from launcher.wire.training.issues import ConfigError
 from tests.unit.test_kubernetes_manifest import JOB, SECTION, _core, _validated
 
 S3_SECTION = {**SECTION, "storage": {"s3": "s3://bucket/jobs"}}
@@ -209,7 +209,8 @@ def test_a_pod_downloads_its_shard_of_a_sharded_channel_and_every_checkpoint(tmp
 def test_a_completed_jobs_summary_names_a_claims_unpacked_directories(capsys, artifacts, shown, not_shown):
     from launcher.cli.app import _report_completed
 
-    backend = SimpleNamespace(artifacts=lambda name: artifacts, restarts=lambda name: [], goodput=lambda name: None)
+    backend = SimpleNamespace(artifacts=lambda name: artifacts, restarts=lambda name: [], goodput=lambda name: None,
+                              job_dir=lambda name: None)  # a Kubernetes job's: no job directory here
     _report_completed(backend, "j", {"TrainingJobStatus": "Completed"})
     out = capsys.readouterr().out
     assert shown in out and not_shown not in out

@@ -69,12 +69,12 @@ def test_the_runtime_ships_under_a_name_that_shadows_nothing(tmp_path, target):
     assert top - {"requirements.txt"} == {"train.py", "_smlaunch"}  # no container/ or launcher/ at the root
     shipped = {name.removeprefix("_smlaunch/") for name in bundle.files if name.startswith("_smlaunch/")}
     assert {"container/trainer.py", "container/toolkit/bootstrap.py", "launcher/__init__.py",
-            "launcher/config/pytorch_images.json", "launcher/wire/masking.py"} <= shipped
-    # of the launcher, only what the training container imports (docs/architecture.md)
-    assert {name.split("/")[1] for name in shipped if name.startswith("launcher/")} == {"__init__.py", "config", "wire"}
+            "launcher/wire/training/hyperparameters.py", "launcher/wire/masking.py"} <= shipped
+    # of the launcher, only the contract the training container imports (docs/architecture.md)
+    assert {name.split("/")[1] for name in shipped if name.startswith("launcher/")} == {"__init__.py", "wire"}
     assert not [name for name in bundle.files if "__pycache__" in name]
-    assert bundle.smlaunch == (f"smlaunch's runtime in _smlaunch/ ({len(shipped)} files: container, launcher.config, "
-                               "launcher.wire), which train.py imports")
+    assert bundle.smlaunch == (f"smlaunch's runtime in _smlaunch/ ({len(shipped)} files: container, launcher.wire), "
+                               "which train.py imports")
 
 
 def run_cli(*args):

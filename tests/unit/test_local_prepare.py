@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from launcher.backends.base import BackendError
 from launcher.cli.app import main
 from launcher.config import validate_job
-from launcher.config.issues import ConfigError
 from launcher.local import prepare as prepare_module
 from launcher.local import store
 from launcher.local.prepare import MIN_FREE_BYTES, prepare
 from launcher.local.process import ProcessRunner
+from launcher.wire.training.issues import ConfigError
 
 NO_SPACE = OSError(errno.ENOSPC, "No space left on device")
 

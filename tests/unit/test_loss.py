@@ -14,7 +14,7 @@ import torch
 from container.data.loader import IGNORE_INDEX
 from container.loss import token_loss_sum
 from launcher.config import TrainingHyperparameters
-from launcher.config.run_settings import DEFAULT_LOSS_CHUNK_TOKENS, run_settings
+from launcher.wire.training.run_settings import DEFAULT_LOSS_CHUNK_TOKENS, run_settings
 from tests.support.close import assert_close
 from tests.support.loss import BATCH, SEQ, TERMS, TINY, LargestLogits, _assert_close, _batch, _grads, _model, _reference
 

@@ -110,7 +110,7 @@ def test_a_local_job_without_metrics_yet_says_where_it_looked(tmp_path, home, co
     backend = LocalBackend()  # prepared, not run: `wait` would run it
     name = backend.submit(validate_job_file(spec, ()), job_name="not-started")
     with pytest.raises(jobmetrics.NoMetricsError) as exc:
-        jobmetrics.load(backend, name)
+        backend.metrics(name)
     expected = store.job_dir(name) / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl"
     assert f"job local:{name} (InProgress) has no metrics yet: {expected} does not exist" in str(exc.value)
 
@@ -154,7 +154,7 @@ def test_a_completed_sagemaker_job_reads_metrics_from_its_output_archive(sagemak
     [job] = json.loads(result.stdout)
     assert job["records"] == RECORDS and job["x"] == "step"
     assert job["source"] == f"s3://{BUCKET}/output/{name}/output/output.tar.gz (metrics.jsonl)"
-    fig = metrics_view.plot([jobmetrics.load(backend, name)])
+    fig = metrics_view.plot([backend.metrics(name)])
     assert fig.axes[0].lines[1].get_xydata().tolist() == [[20, 3.25]]
 
 
@@ -172,7 +172,7 @@ def test_a_running_sagemaker_job_reads_cloudwatch(sagemaker):
             {"MetricName": metric, "Value": values[minute], "Timestamp": start + timedelta(minutes=minute, seconds=5),
              "Dimensions": [{"Name": "TrainingJobName", "Value": name}]}
             for metric, values in points.items() if values[minute] is not None])
-    loaded = jobmetrics.load(backend, name)
+    loaded = backend.metrics(name)
     assert loaded.x == "elapsed_s"
     assert loaded.source == "CloudWatch /aws/sagemaker/TrainingJobs (job InProgress: no output.tar.gz yet)"
     # moto's periods start at StartTime: the points fall in the periods starting 0 s and 60 s in

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from launcher.config import ConfigError, validate_job
-from launcher.config.model_source import FIELD
+from launcher.wire.training.model_source import FIELD
 from tests.support.hf_models import hub_cache, llama_config, save_llama
 from tests.support.model_rules import job, warnings
 from tests.support.train_runs import ROOT

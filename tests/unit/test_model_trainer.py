@@ -12,7 +12,6 @@ import boto3
 import pytest
 
 from launcher import PyTorch
-from launcher.config.issues import ConfigError
 from launcher.sdk.model_trainer import (
     MPI,
     SMP,
@@ -27,6 +26,7 @@ from launcher.sdk.model_trainer import (
     StoppingCondition,
     Torchrun,
 )
+from launcher.wire.training.issues import ConfigError
 from tests.support.model_trainer import ROOT, issues
 
 pytestmark = pytest.mark.usefixtures("no_network", "fake_credentials")  # nothing here reaches AWS or the network

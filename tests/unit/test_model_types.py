@@ -17,10 +17,11 @@ import torch
 
 from container.checkpoint.hf_export import export_hf, load_hf_weights
 from container.models.llama import build_model
-from launcher.config import TrainingHyperparameters, flops
-from launcher.config.hf_config import hf_config, spec_from_hf_config
-from launcher.config.model_resolution import resolve_model
-from launcher.config.models import ModelSpec
+from launcher.config import TrainingHyperparameters
+from launcher.wire.training import flops
+from launcher.wire.training.hf_config import hf_config, spec_from_hf_config
+from launcher.wire.training.model_resolution import resolve_model
+from launcher.wire.training.models import ModelSpec
 from tests.support.close import assert_close, logits_terms, order_tolerance
 
 transformers = pytest.importorskip("transformers")
@@ -254,8 +255,8 @@ def test_moe_arguments_reach_the_model():
 
 def test_planner_sizes_are_the_parameter_counts(tmp_path):
     from launcher.config import ModelParallelParameters
-    from launcher.config.layout import ParallelLayout
     from launcher.plan.terms import Sizes
+    from launcher.wire.training.layout import ParallelLayout
 
     layout = ParallelLayout.from_parameters(ModelParallelParameters(), 1)
     for name in ("gpt_neox", "mistral", "mixtral"):

@@ -17,7 +17,7 @@ from container.checkpoint.hf_export import export_hf, load_hf_weights
 from container.models.llama import build_model
 from container.models.moe import load_balancing_sum
 from launcher.config import TrainingHyperparameters
-from launcher.config.hf_config import spec_from_hf_config
+from launcher.wire.training.hf_config import spec_from_hf_config
 from tests.support.close import assert_close, llama_terms
 from tests.support.hf_models import SEQ, hub_cache, mixtral_config, save_mixtral
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from launcher.config import ConfigError, validate_job
-from launcher.config.models import PRESETS
 from launcher.plan.memory import GIB, estimate_workload
 from launcher.plan.workload import workload_of
+from launcher.wire.training.models import PRESETS
 
 MP = "distribution.smdistributed.modelparallel.parameters"
 MIXTRAL = PRESETS["mixtral-8x7b"]

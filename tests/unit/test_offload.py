@@ -8,7 +8,7 @@ import torch
 from container.distributed.offload import ActivationOffloader
 from container.distributed.parallelize import apply_activation_checkpointing
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
+from launcher.wire.training.models import PRESETS
 
 SPEC = PRESETS["llama3-tiny"].__class__(**{**PRESETS["llama3-tiny"].__dict__, "num_layers": 5})
 

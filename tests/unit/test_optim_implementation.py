@@ -1,4 +1,4 @@
-"""optimizer_implementation (container/optim.py, launcher/config/speed.py): fused, foreach and for-loop
+"""optimizer_implementation (container/optim.py, launcher/wire/training/speed.py): fused, foreach and for-loop
 AdamW update the parameters alike, the one asked for is the one built, and one that cannot run is
 refused by name."""
 
@@ -11,8 +11,8 @@ import torch
 
 from container import optim
 from container.models.llama import build_model
-from launcher.config.models import PRESETS
-from launcher.config.speed import default_optimizer_implementation
+from launcher.wire.training.models import PRESETS
+from launcher.wire.training.speed import default_optimizer_implementation
 
 TINY = PRESETS["llama3-tiny"]
 STEPS, LR = 5, 1e-2

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from launcher.cli.app import main
 from launcher.config import ModelParallelParameters, ParallelLayout, validate_job
-from launcher.config.layout import layout_problems
-from launcher.config.models import PRESETS
-from launcher.config.run_settings import run_settings
+from launcher.wire.training.layout import layout_problems
+from launcher.wire.training.models import PRESETS
+from launcher.wire.training.run_settings import run_settings
 from tests.support.config_checks import MP, only_issue, paths
 
 HP = "hyperparameters"
@@ -112,9 +112,9 @@ def test_a_user_script_pipelines_by_its_own_rules(user_script_dir):
 
 
 def test_container_refuses_with_the_clients_check():
-    # a job built by hand: the runtime's check is launcher.config.pipeline's, in the same words
+    # a job built by hand: the runtime's check is launcher.wire.training.pipeline's, in the same words
     from container.distributed.pipeline import check_pipeline
-    from launcher.config.hyperparameters import TrainingHyperparameters
+    from launcher.wire.training.hyperparameters import TrainingHyperparameters
 
     params = ModelParallelParameters(pipeline_parallel_degree=2, microbatches=3)
     rt = SimpleNamespace(params=params)

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from launcher.cli.app import main
 from launcher.config.jobfile import validate_job_file
-from launcher.config.models import PRESETS
 from launcher.plan import estimate_throughput, sweep_job_file
+from launcher.wire.training.models import PRESETS
 
 SEED = Path(__file__).resolve().parents[2] / "configs" / "seed"
 S = PRESETS["llama3.1-8b"]

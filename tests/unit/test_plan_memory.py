@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from launcher.config import ConfigError, validate_job
 from launcher.config.jobfile import validate_job_file
-from launcher.config.layout import ParallelLayout
-from launcher.config.models import PRESETS
 from launcher.plan import estimate_memory, explain_oom
 from launcher.plan.memory import GIB, SAFETY_MARGIN, estimate_workload
 from launcher.plan.workload import PlanError, workload_of
+from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.models import PRESETS
 from tests.support.plan_memory import ROOT, SEED, WHOLE_LOGITS, seed, workload
 
 SPEC_8B = PRESETS["llama3.1-8b"]
@@ -135,7 +135,7 @@ def test_tensor_parallelism_splits_the_vocabulary():
 
 def test_a_vocabulary_tensor_parallelism_pads_is_planned_with_its_padded_rows():
     """smlaunch's runtime pads a vocabulary tp does not split to lcm(128, tp) rows (50,257 -> 50,304
-    at tp 2: launcher.config.models.vocab_rows): its job plans exactly as one that declares 50,304;
+    at tp 2: launcher.wire.training.models.vocab_rows): its job plans exactly as one that declares 50,304;
     at tp 1 nothing is padded, and 50,257 plans as itself (the control)."""
     shape = ["hyperparameters.hf_pretrained_model_name_or_dir=null", "hyperparameters.model_type=llama_v3",
              "hyperparameters.hidden_width=2048", "hyperparameters.num_layers=4", "hyperparameters.num_heads=16",

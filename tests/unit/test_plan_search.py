@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli.app import main
-from launcher.config.catalog import catalog_names, get_instance_type
 from launcher.config.jobfile import validate_job_file
 from launcher.plan import plan
 from launcher.plan.search import search_job_file, set_lines
+from launcher.wire.training.catalog import catalog_names, get_instance_type
 
 SEED = Path(__file__).resolve().parents[2] / "configs" / "seed"
 P4D_NO_CP = SEED / "p4d-no-cp.yaml"

@@ -9,12 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import flops as runtime_flops
 from launcher.config import validate_job
-from launcher.config.catalog import catalog_names, get_instance_type
 from launcher.config.jobfile import validate_job_file
-from launcher.config.layout import ParallelLayout
-from launcher.config.models import PRESETS
 from launcher.plan import estimate_throughput, plan
 from launcher.plan.throughput import (
     CALIBRATION,
@@ -24,6 +20,10 @@ from launcher.plan.throughput import (
     recompute_factor,
 )
 from launcher.plan.workload import workload_of
+from launcher.wire.training import flops as runtime_flops
+from launcher.wire.training.catalog import catalog_names, get_instance_type
+from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.models import PRESETS
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "configs" / "seed"

@@ -13,7 +13,7 @@ from container.checkpoint import pretrained
 from container.checkpoint.hf_export import export_hf, load_hf_weights
 from container.models.llama import build_model
 from launcher.config import TrainingHyperparameters
-from launcher.config.hf_config import generation_config, hf_config, spec_from_hf_config
+from launcher.wire.training.hf_config import generation_config, hf_config, spec_from_hf_config
 from tests.support.hf_models import (
     COMMIT,
     LLAMA3_ROPE,

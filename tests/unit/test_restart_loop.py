@@ -16,10 +16,10 @@ from container.toolkit.restart_loop import loop_environment
 from launcher.backends.sagemaker import SageMakerBackend
 from launcher.backends.sourcedir import build_job_sourcedir
 from launcher.config import validate_job
-from launcher.config.issues import ConfigError
 from launcher.wire import restart_loop
 from launcher.wire.hyperparameters import decode, encode
 from launcher.wire.opt_ml import write_opt_ml
+from launcher.wire.training.issues import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = "arn:aws:iam::111122223333:role/SageMakerExecutionRole"

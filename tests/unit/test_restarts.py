@@ -156,7 +156,7 @@ def test_every_smlaunch_variable_the_code_reads_is_a_control_variable_or_a_clien
 
 def test_validate_says_what_max_restarts_means_and_refuses_smlaunchs_own_variables():
     from launcher.config import validate_job
-    from launcher.config.issues import ConfigError
+    from launcher.wire.training.issues import ConfigError
     from tests.support.train_runs import ROOT
 
     job = validate_job(_local(max_restarts=2), base_dir=ROOT)

@@ -1,4 +1,4 @@
-"""A resume on data that changed since its checkpoint was saved (launcher/config/resume_data.py, on
+"""A resume on data that changed since its checkpoint was saved (launcher/wire/training/resume_data.py, on
 the records of launcher/wire/data_streams.py): another tokenizer is refused, other shards or files
 are a warning saying what changed and what it does to the order, the same data says nothing; and
 `smlaunch validate` says the same where this machine has the checkpoint and the channels. Through
@@ -12,9 +12,9 @@ import pytest
 
 from container.data.indexed import write_shards
 from launcher.config import ConfigError, validate_job
-from launcher.config.resume_data import IN_ORDER_APPENDED, REPACKED, REPLACED, SHUFFLED_APPENDED, compare
 from launcher.wire import data_streams
 from launcher.wire.checkpoints import MARKER
+from launcher.wire.training.resume_data import IN_ORDER_APPENDED, REPACKED, REPLACED, SHUFFLED_APPENDED, compare
 
 BYTES = {"name": "UTF-8 bytes", "vocabulary_sha256": None}
 BPE = {"name": "my-bpe", "vocabulary_sha256": "ab" * 32}
@@ -92,7 +92,7 @@ def test_json_lines_and_chat_files():
 
 
 def test_a_channel_or_format_the_checkpoint_keeps_otherwise_is_not_compared_here():
-    """dataset_type and data_mixture are the checkpoint's `keeps`: launcher.config.resume refuses them."""
+    """dataset_type and data_mixture are the checkpoint's `keeps`: launcher.wire.training.resume refuses them."""
     assert compare(SAVED, files("jsonl", ("a.jsonl", 10))).warnings == []
     other_channel = {**SAVED, "channels": {"web": SAVED["channels"]["train"]}}
     assert compare(SAVED, indexed([], BPE, 300) | other_channel).refusals == []

@@ -1,4 +1,4 @@
-"""What a resume may change and what it must keep (launcher/config/resume.py): the runtime's check
+"""What a resume may change and what it must keep (launcher/wire/training/resume.py): the runtime's check
 of a checkpoint's record, and the note validation gives a job that resumes from checkpoints
 (`smlaunch validate`, the estimator). Resuming itself, through train.py: test_resume_world_size.py."""
 
@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from launcher.cli.app import main
 from launcher.config import TrainingHyperparameters, validate_job
-from launcher.config.models import PRESETS
-from launcher.config.resume import RunIdentity
-from launcher.config.run_settings import run_settings
+from launcher.wire.training.models import PRESETS
+from launcher.wire.training.resume import RunIdentity
+from launcher.wire.training.run_settings import run_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 URI = "s3://my-bucket/llama/checkpoints/"

@@ -17,7 +17,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from launcher.backends.base import BackendError, JobFailedError
 from launcher.backends.cwlogs import LOG_GROUP
 from launcher.backends.sagemaker import SageMakerBackend
-from launcher.config.issues import ConfigError
+from launcher.wire.training.issues import ConfigError
 from tests.support.sagemaker_jobs import (
     BUCKET,
     REGION,

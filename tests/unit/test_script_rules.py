@@ -105,6 +105,16 @@ def test_torch_sagemaker_where_it_cannot_exist_is_an_error_saying_where_it_does(
     assert "entry_point" not in errors(aws_job(optional, **DLC))
 
 
+@pytest.mark.parametrize(("fields", "target"), [
+    ({"backend": "slurm"}, "the cluster's Python (Slurm)"),
+    ({"local_runner": "docker"}, "smlaunch's training image (the local docker runner's default)")])
+def test_each_backend_says_what_runs_the_script(tmp_path, fields, target):
+    """The target is the backend's own (its row's target column)."""
+    local = aws_job(write_script(tmp_path / "src"), instance_type="local",
+                    distribution={"torch_distributed": {"enabled": True}}, **fields)
+    assert f"this job runs on {target}" in errors(local)["entry_point"]
+
+
 def test_a_module_the_target_lacks_and_requirements_do_not_list_is_a_warning(tmp_path):
     script = "import torch\nimport transformers\nimport definitely_not_installed_pkg\n"
     job = validate_job(aws_job(write_script(tmp_path / "src", script, requirements="transformers\n"), **DLC))

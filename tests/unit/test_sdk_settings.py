@@ -10,7 +10,7 @@ import pytest
 
 from launcher import PyTorch
 from launcher.config import validate_job
-from launcher.config.issues import ConfigError
+from launcher.wire.training.issues import ConfigError
 from tests.support.sdk_settings import ROLE, issues_of, job
 
 

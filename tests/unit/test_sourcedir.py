@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launcher.backends.sourcedir import ARCHIVE_MTIME, DEFAULT_IGNORE, build_sourcedir
-from launcher.config.issues import SourceDirError
+from launcher.wire.training.issues import SourceDirError
 from tests.support.sourcedir import ROOT, write
 
 
@@ -350,7 +350,7 @@ def test_validate_refuses_the_links_submit_refuses_in_the_same_words(tmp_path: P
     the tree with launcher.config.code_tree; a link inside the tree, and links in an ignored or a credential
     directory, pass both (the controls)."""
     from launcher.backends.sourcedir import build_job_sourcedir
-    from launcher.config.issues import ConfigError
+    from launcher.wire.training.issues import ConfigError
 
     code, dep = tmp_path / "code", tmp_path / "dep"
     write(code / "train.py", "print('mine')\n")

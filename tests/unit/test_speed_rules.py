@@ -1,4 +1,4 @@
-"""The client's rules for the speed choices (launcher/config/speed_rules.py): an FP8 recipe its library
+"""The client's rules for the speed choices (launcher/wire/training/speed_rules.py): an FP8 recipe its library
 runs, rowwise FP8 on a GPU with its GEMM, an optimizer implementation the optimizer has, and
 activation checkpointing settings that apply, and steps to profile that the run has; each names
 the field, the value and the fix."""

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from container.resilience import step_watch
 from container.resilience.step_watch import Limits, StepWatch
 from launcher.config import TrainingHyperparameters
-from launcher.config.hyperparameters import INIT_TIMEOUT_DEFAULT_S, STEP_TIMEOUT_FLOOR_S, STEP_TIMEOUT_MEDIANS
 from launcher.wire import diagnostics
 from launcher.wire.faults import EXIT_HUNG, FAULT_DIR_ENV, HUNG_EXCEPTION
+from launcher.wire.training.hyperparameters import INIT_TIMEOUT_DEFAULT_S, STEP_TIMEOUT_FLOOR_S, STEP_TIMEOUT_MEDIANS
 from tests.support.config_checks import issues_of, only_issue
 from tests.unit.test_config_rules import make_job
 

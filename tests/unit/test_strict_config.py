@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from launcher.cli.app import main
 from launcher.config import ConfigError, ParallelLayout, validate_job
-from launcher.config.layout import divisors
-from launcher.config.models import ModelSpec
 from launcher.plan import PlanError, plan, workload_of
 from launcher.sdk.estimator import PyTorch
+from launcher.wire.training.layout import divisors
+from launcher.wire.training.models import ModelSpec
 
 MP = "distribution.smdistributed.modelparallel.parameters"
 HF = "hyperparameters.hf_pretrained_model_name_or_dir"

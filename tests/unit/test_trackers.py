@@ -17,8 +17,8 @@ from container.trackers import open_trackers
 from container.trackers.sink import Tracker, start
 from launcher.cli.app import main
 from launcher.config import TrainingHyperparameters
-from launcher.config.tracker_rules import tracker_issues
 from launcher.wire.masking import is_secret_name
+from launcher.wire.training.tracker_rules import tracker_issues
 from tests.support.cli import ROOT
 
 CREDENTIALS = ("WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD")

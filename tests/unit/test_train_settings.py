@@ -1,4 +1,4 @@
-"""What a run does is decided once (launcher.config.run_settings): the trainer runs it and the
+"""What a run does is decided once (launcher.wire.training.run_settings): the trainer runs it and the
 planner sizes it, so a default changed there reaches both."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from container import trainer
 from launcher.cli.app import _summary
 from launcher.config import ModelParallelParameters, TrainingHyperparameters, validate_job
-from launcher.config import run_settings as rs
-from launcher.config.run_settings import run_settings
 from launcher.plan.workload import workload_of
+from launcher.wire.training import run_settings as rs
+from launcher.wire.training.run_settings import run_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312"
@@ -54,10 +54,10 @@ def test_a_default_changed_in_one_place_reaches_the_trainer_and_the_planner(monk
 
 
 def test_the_container_refuses_a_layout_with_the_clients_own_check():
-    """One divisibility check (launcher.config.layout.layout_problems): what validation reports
+    """One divisibility check (launcher.wire.training.layout.layout_problems): what validation reports
     is what the runtime refuses for a job built by hand."""
     from container.distributed.runtime import _check_layout
-    from launcher.config.layout import layout_problems
+    from launcher.wire.training.layout import layout_problems
 
     params = ModelParallelParameters(context_parallel_degree=3, hybrid_shard_degree=2)
     assert [(p.key, p.value) for p in layout_problems(params, 4)] == [("context_parallel_degree", 3)] * 2

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from launcher.config.issues import ConfigError
 from launcher.config.tuning import TuningConfig
 from launcher.tune.strategies import strategy_for
+from launcher.wire.training.issues import ConfigError
 
 OBJECTIVE = {"metric": "validation:loss", "type": "Minimize"}
 

@@ -14,6 +14,7 @@ import stat
 
 import pytest
 
+from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError
 from launcher.backends.metric_records import JOBDIR_METRICS
 from launcher.config import JobConfig
@@ -51,6 +52,12 @@ class FakeBackend:
 
     def describe(self, name):
         return self.jobs[name]
+
+    def job_dir(self, name):
+        return store.job_dir(name)
+
+    def metrics(self, name, logs=None):  # a local job's: the job directory's records
+        return jobmetrics.from_job_dir(self, name, logs)
 
     def stop(self, name):
         if self.jobs[name]["TrainingJobStatus"] in TERMINAL_STATUSES:

@@ -1,4 +1,4 @@
-"""A vocabulary tensor parallelism cannot split is padded (launcher.config.models.vocab_rows): the
+"""A vocabulary tensor parallelism cannot split is padded (launcher.wire.training.models.vocab_rows): the
 padded model draws the same initial weights as the unpadded one, its padding logits are masked to
 -inf so its loss is the unpadded model's, transformers' weights load into it, and it exports the
 vocabulary's rows only. Under tp through train.py: tests/integration/test_vocab_padding.py."""
@@ -12,7 +12,7 @@ import torch
 
 from container.checkpoint.hf_export import export_hf, load_hf_weights
 from container.models.llama import build_model
-from launcher.config.models import PRESETS, VOCAB_MULTIPLE, vocab_rows
+from launcher.wire.training.models import PRESETS, VOCAB_MULTIPLE, vocab_rows
 from tests.support.close import assert_close
 
 SPEC = replace(PRESETS["llama3-tiny"], vocab_size=251)

@@ -18,15 +18,16 @@ from pydantic import Field, field_validator, model_validator
 
 from launcher.config import images
 from launcher.config.backends.kubernetes_names import planned_name_issue
-from launcher.config.base import Strict, WholeNumber
-from launcher.config.issues import Issue
 from launcher.config.job_names import default_base_name
 from launcher.config.paths import LocalPathText
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
 from launcher.wire.pod_config import HYPERPOD_ENV, RESERVED_ENV
+from launcher.wire.training.base import Strict, WholeNumber
+from launcher.wire.training.issues import Issue
 
-if TYPE_CHECKING:  # the rules read a Context; launcher.config.rules imports the job, which imports the table
-    from launcher.config.rules import Context
+# the rules read a Context, whose module imports the job: the job's backend table loads this module by name
+if TYPE_CHECKING:
+    from launcher.config.context import Context
 
 # Kubernetes' object names: a DNS-1123 label (namespaces, queues) or subdomain (most other objects).
 # (A subdomain's 253 characters at most are each field's max_length: pydantic's regex has no lookahead.)
@@ -158,6 +159,16 @@ class KubernetesSettings(Strict):
         if bad:
             raise ValueError(f"{bad}: a Secret's name is lower-case letters, digits, '-' and '.'")
         return value
+
+
+def target(job) -> tuple[str, str]:
+    """(kind, label) of script_rules.Target: the pods' image, whose contents smlaunch does not know."""
+    return "image", f"the image {job.image_uri} on the cluster"
+
+
+def image_text(job) -> str:
+    """What the pods run (validate's summary): image_uri, which the rules require, whatever the instance type."""
+    return f"{job.config.image_uri} (every host runs it on the cluster)"
 
 
 def check_kubernetes(ctx: Context) -> list[Issue]:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 
-from launcher.config.issues import Issue
 from launcher.config.job_names import make_job_name
+from launcher.wire.training.issues import Issue
 
 TRAINER = "node"  # the replicated job, and its container, that Kubeflow's torch runtimes train in
 # A name Kubernetes gives a TrainJob's JobSet, Jobs and Service (DNS-1035): SageMaker's may hold capitals.

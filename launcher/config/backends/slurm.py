@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
-from launcher.config.base import Strict, WholeNumber
-from launcher.config.issues import Issue
 from launcher.config.paths import LocalPathText
+from launcher.wire.training.base import Strict, WholeNumber
+from launcher.wire.training.issues import Issue
 
-if TYPE_CHECKING:  # the rules read a Context; launcher.config.rules imports the job, which imports this
-    from launcher.config.rules import Context
+# the rules read a Context, whose module imports the job: the job's backend table loads this module by name
+if TYPE_CHECKING:
+    from launcher.config.context import Context
 
 # sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
 # days-hours:minutes, days-hours:minutes:seconds (sbatch(1)).
@@ -113,6 +114,18 @@ def node_gpus(settings: SlurmSettings | None, accelerators: int | None) -> int |
     if settings is not None and settings.gpus_per_node is not None:
         return settings.gpus_per_node
     return accelerators
+
+
+def target(job) -> tuple[str, str]:
+    """(kind, label) of script_rules.Target: what runs a script of the user's own on the nodes."""
+    return "process", "the cluster's Python (Slurm)"
+
+
+def image_text(job) -> str:
+    """What the nodes run (validate's summary): slurm.container_image, else the bootstrap in slurm.python."""
+    image = job.config.slurm.container_image if job.config.slurm else None
+    return (f"{image} (srun --container-image)" if image else "none: the nodes run the bootstrap with slurm.python "
+            "(default: this Python)")
 
 
 def check_slurm(ctx: Context) -> list[Issue]:

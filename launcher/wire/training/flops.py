@@ -11,7 +11,7 @@ Two numbers are reported side by side (docs/seed-runs.md, "The seed's TFLOPS for
 
 from __future__ import annotations
 
-from launcher.config.catalog import (
+from launcher.wire.training.catalog import (
     A10G,
     A100_40,
     B200,
@@ -23,7 +23,7 @@ from launcher.config.catalog import (
     L40S,
     get_instance_type,
 )
-from launcher.config.models import ModelSpec
+from launcher.wire.training.models import ModelSpec
 
 
 def matmul_params(spec: ModelSpec) -> int:

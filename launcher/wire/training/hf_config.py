@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import math
 
-from launcher.config.limits import MAX_DIMENSION
-from launcher.config.models import GELU_ACTIVATIONS, ModelShapeError, ModelSpec
+from launcher.wire.training.limits import MAX_DIMENSION
+from launcher.wire.training.models import GELU_ACTIVATIONS, ModelShapeError, ModelSpec
 
 LLAMA_DEFAULTS = {"rope_theta": 10_000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 2048,
                   "bos_token_id": 1, "eos_token_id": 2}

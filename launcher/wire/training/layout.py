@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from launcher.config.distribution import ModelParallelParameters
+from launcher.wire.training.mp_parameters import ModelParallelParameters
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def _stage_problems(params: ModelParallelParameters, ranks: int, name: str) -> l
 def moe_problems(params: ModelParallelParameters, num_experts: int) -> list[LayoutProblem]:
     """What smlaunch's runtime needs of the layout for a model of `num_experts` experts (0: dense):
     expert parallelism only for an MoE model, over a divisor of its experts; no tensor parallelism
-    of the MoE layers (pipeline parallelism: launcher.config.pipeline). Validation reports these
+    of the MoE layers (pipeline parallelism: launcher.wire.training.pipeline). Validation reports these
     and the runtime refuses them (container.distributed.expert_parallel)."""
     ep, tp = params.expert_parallel_degree, params.tensor_parallel_degree
     if not num_experts:

@@ -51,7 +51,7 @@ class DataChanges:
 def compare(saved: dict, now: dict) -> DataChanges:
     """What changed from the data `saved` (a checkpoint's record) to `now`, channel by channel.
     Channels in only one of them, or read in another format, are the data stream's difference,
-    which the checkpoint's `keeps` refuse (launcher.config.resume)."""
+    which the checkpoint's `keeps` refuse (launcher.wire.training.resume)."""
     changes = DataChanges()
     if saved.get("dataset_type") != now["dataset_type"]:
         return changes

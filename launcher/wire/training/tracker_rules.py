@@ -1,11 +1,12 @@
 """The metrics trackers' hyperparameters, checked together: a setting of a tracker the job does not
 turn on would be ignored, and a job that requires trackers must name one. Validation runs these
-for smlaunch's train.py; the container runs them again before anything is built (container/trackers)."""
+for smlaunch's train.py (launcher.config.runtime_rules); the container runs them again before
+anything is built (container/trackers)."""
 
 from __future__ import annotations
 
-from launcher.config.hyperparameters import TrainingHyperparameters
-from launcher.config.issues import Issue
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.issues import Issue
 
 HP = "hyperparameters"
 # the hyperparameter that turns a tracker on -> the settings that mean something only with it
@@ -36,8 +37,3 @@ def tracker_issues(hp: TrainingHyperparameters) -> list[Issue]:
                             f"requires the trackers the job names, and it names none ({', '.join(TRACKER_SETTINGS)})",
                             "set wandb_project or mlflow_tracking_uri, or remove metrics_required"))
     return issues
-
-
-def check_trackers(ctx) -> list[Issue]:
-    """tracker_issues for smlaunch's runtime (rules.Context); a user's own script reads these keys as it likes."""
-    return tracker_issues(ctx.hp) if ctx.runtime else []

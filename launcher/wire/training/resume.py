@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from launcher.config import data_order
-from launcher.config.degrees import DEGREES
-from launcher.config.models import ModelSpec
-from launcher.config.run_settings import RunSettings
+from launcher.wire.training import data_order
+from launcher.wire.training.degrees import DEGREES
+from launcher.wire.training.models import ModelSpec
+from launcher.wire.training.run_settings import RunSettings
 
 # The degrees a resume may change: checkpoints name parameters by their global names and DCP
 # reshards them onto every layout these make (tests/integration/test_resume_world_size.py, and the resume
@@ -59,7 +59,7 @@ KEPT = (
     Kept("model", "model shape", "model_preset or the model's config"),
     Kept("optimizer", "optimizer", "optimizer"),
     # the embedding's and head's rows: the vocabulary, padded where tensor parallelism cannot split
-    # it (launcher.config.models.vocab_rows); a resume keeps the saved rows wherever its degree splits them
+    # it (launcher.wire.training.models.vocab_rows); a resume keeps the saved rows wherever its degree splits them
     Kept("vocab_rows", "vocabulary rows (padded for tensor parallelism)", "tensor_parallel_degree", noted=False),
 )
 

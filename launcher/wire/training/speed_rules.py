@@ -1,22 +1,21 @@
-"""What the speed choices (launcher.config.speed) ask of a job run by smlaunch's train.py: an FP8
+"""What the speed choices (launcher.wire.training.speed) ask of a job run by smlaunch's train.py: an FP8
 recipe its library runs, rowwise FP8 on a GPU that has its GEMM, an optimizer implementation the
 optimizer has, activation checkpointing settings that apply, steps to profile that the run has.
-Validation runs these; the container runs `speed_issues` again before anything is built (and
-checks the GPU it finds itself)."""
+Validation runs these, and rowwise FP8 against the instance's GPU (launcher.config.runtime_rules);
+the container runs `speed_issues` again before anything is built (and checks the GPU it finds itself)."""
 
 from __future__ import annotations
 
-from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
-from launcher.config.issues import Issue
-from launcher.config.run_settings import DEFAULT_MAX_STEPS
-from launcher.config.speed import (
+from launcher.wire.training.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.run_settings import DEFAULT_MAX_STEPS
+from launcher.wire.training.speed import (
     PROFILE_WARMUP_STEPS,
     Problem,
     fp8_recipe_problem,
     optimizer_implementation_problem,
     profile_problem,
     profile_window,
-    rowwise_capability_problem,
 )
 
 HP = "hyperparameters"
@@ -68,19 +67,3 @@ def profile_notes(hp: TrainingHyperparameters) -> list[Issue]:
 
 def _issue(key: str, value, problem: Problem) -> Issue:
     return Issue(f"{HP}.{key}", value, problem.what, problem.fix)
-
-
-def check_speed(ctx) -> list[Issue]:
-    """speed_issues for smlaunch's runtime (rules.Context), and rowwise FP8 against the instance's GPU;
-    a user's own script reads these keys as it likes."""
-    if not ctx.runtime:
-        return []
-    issues = speed_issues(ctx.hp) + profile_notes(ctx.hp)
-    fp8 = FP8Config.from_hyperparameters(ctx.hp)
-    acc = ctx.instance.accelerator if ctx.instance else None
-    # an accelerator without FP8 at all is check_precision's issue; this one has FP8 but maybe not rowwise's GEMM
-    if fp8.enabled and fp8.recipe == "rowwise" and not fp8.emulate and acc is not None and acc.fp8:
-        where = f"{acc.model} ({ctx.instance.name})"
-        if problem := rowwise_capability_problem(acc.compute_capability, where):
-            issues.append(_issue("fp8_recipe", "rowwise", problem))
-    return issues

@@ -20,14 +20,14 @@ from pydantic import (
     model_validator,
 )
 
-from launcher.config.async_checkpoint import ASYNC_MODES
-from launcher.config.attention import ATTENTION_KERNELS
-from launcher.config.base import HyperparameterName, JsonValue, Strict, reject_boolean
-from launcher.config.data_order import DATASET_TYPES
-from launcher.config.degrees import model_with_degrees
-from launcher.config.limits import MAX_DIMENSION
-from launcher.config.nonfinite import DEFAULT_NONFINITE_MAX, NONFINITE_POLICIES
-from launcher.config.speed import AC_MODES, FP8_RECIPES, OPTIMIZER_IMPLEMENTATIONS, default_fp8_backend
+from launcher.wire.training.async_checkpoint import ASYNC_MODES
+from launcher.wire.training.attention import ATTENTION_KERNELS
+from launcher.wire.training.base import HyperparameterName, JsonValue, Strict, reject_boolean
+from launcher.wire.training.data_order import DATASET_TYPES
+from launcher.wire.training.degrees import model_with_degrees
+from launcher.wire.training.limits import MAX_DIMENSION
+from launcher.wire.training.nonfinite import DEFAULT_NONFINITE_MAX, NONFINITE_POLICIES
+from launcher.wire.training.speed import AC_MODES, FP8_RECIPES, OPTIMIZER_IMPLEMENTATIONS, default_fp8_backend
 
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_shard_zero2", "no_shard")
 # Long enough for rank 0 to load a large pretrained model while the others wait; short enough
@@ -56,7 +56,7 @@ RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activa
                    "checkpoint_async_mode", "nonfinite_policy")
 
 
-# The degrees the seed's script also accepts as arguments (launcher.config.degrees); they must
+# The degrees the seed's script also accepts as arguments (launcher.wire.training.degrees); they must
 # match the distribution's.
 _SeedDegrees = model_with_degrees("_SeedDegrees", BaseModel, "script_argument", optional=True,
                                   description="Must match the distribution.")

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from launcher.config.data_order import DATASET_TYPES
-from launcher.config.issues import Issue
+from launcher.wire.training.data_order import DATASET_TYPES
+from launcher.wire.training.issues import Issue
 
 HP = "hyperparameters"
 Status = Literal["implemented", "equivalent", "values", "refused"]
@@ -71,25 +71,25 @@ def _seed(value: Any) -> bool:
     return 0 <= seed < SEED_END
 
 
-_MODEL = "launcher/config/model_resolution.py (MODEL_TYPES) -> container/models"
+_MODEL = "launcher/wire/training/model_resolution.py (MODEL_TYPES) -> container/models"
 _GPT2_DROPOUT = ("AWS's script sets it on gpt2 only; its GPT-NeoX, Llama, Mistral and Mixtral configs train "
                  "without dropout, as smlaunch's models do")
 
 ARGUMENTS: tuple[Argument, ...] = (
     # optimization
-    _implemented("train_batch_size", "launcher/config/run_settings.py (micro_batch)"),
-    _implemented("gradient_accumulation_steps", "launcher/config/run_settings.py (grad_accum)"),
-    _implemented("max_steps", "launcher/config/run_settings.py; container/trainer.py"),
+    _implemented("train_batch_size", "launcher/wire/training/run_settings.py (micro_batch)"),
+    _implemented("gradient_accumulation_steps", "launcher/wire/training/run_settings.py (grad_accum)"),
+    _implemented("max_steps", "launcher/wire/training/run_settings.py; container/trainer.py"),
     Argument("max_training_steps", "refused", "AWS's script's second name for max_steps",
              "rename it max_steps"),
     _equivalent("epochs", "AWS's script declares it and never reads it: both train max_steps steps, starting "
                           "another pass over the data when one ends"),
-    Argument("seed", "values", "launcher/config/run_settings.py: initialisation, synthetic data, shuffles, with "
+    Argument("seed", "values", "launcher/wire/training/run_settings.py: initialisation, synthetic data, shuffles, with "
                                "seeds 0 to 2^63 - 1 (torch holds a seed in a signed 64-bit integer, numpy's "
                                "generators take none below 0)",
              f"use a seed from 0 to {SEED_END - 1} (2^63 - 1)", _seed),
     _equivalent("same_seed", "AWS's script declares it and never reads it"),
-    _implemented("bf16", "launcher/config/run_settings.py; FSDP2's mixed precision"),
+    _implemented("bf16", "launcher/wire/training/run_settings.py; FSDP2's mixed precision"),
     _implemented("fp8", "container/fp8.py"),
     _implemented("fp8_amax_history_len", "container/fp8.py (Transformer Engine's delayed scaling)"),
     _implemented("fp8_amax_compute_algo", "container/fp8.py (Transformer Engine's delayed scaling)"),
@@ -148,7 +148,7 @@ ARGUMENTS: tuple[Argument, ...] = (
     _implemented("test_dir", "container/args.py"),
     # model
     _implemented("hf_pretrained_model_name_or_dir", "container/checkpoint/pretrained.py; docs/models.md"),
-    _implemented("max_context_width", "launcher/config/run_settings.py; max_position_embeddings of a "
+    _implemented("max_context_width", "launcher/wire/training/run_settings.py; max_position_embeddings of a "
                                       "model_type model"),
     _implemented("vocab_size", _MODEL),
     _implemented("hidden_width", _MODEL),
@@ -196,7 +196,7 @@ ARGUMENTS: tuple[Argument, ...] = (
     # FSDP
     _equivalent("limit_all_gathers", "FSDP2 holds at most the next unit's all-gather in flight by design"),
     _equivalent("forward_prefetch", "FSDP2 overlaps the next unit's all-gather with the forward by design"),
-    _implemented("sharding_strategy", "launcher/config/layout.py; container/distributed/parallelize.py"),
+    _implemented("sharding_strategy", "launcher/wire/training/layout.py; container/distributed/parallelize.py"),
     _equivalent("use_orig_params", "FSDP2 shards the original parameters, never flattened ones"),
     Argument("backward_fetch_policy", "values", "FSDP2 gathers the previous unit before its backward "
                                                 "(backward_pre); backward_post is not there",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from launcher.config.limits import MAX_DIMENSION
+from launcher.wire.training.limits import MAX_DIMENSION
 
 # transformers' model_type of each architecture smlaunch's runtime builds
 ARCHITECTURES = ("llama", "mistral", "mixtral", "gpt_neox")

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from launcher.config.hf_config import ModelConfigError, spec_from_hf_config
-from launcher.config.hyperparameters import TrainingHyperparameters
-from launcher.config.issues import Issue
-from launcher.config.models import LLAMA_ROPE_SCALING_DEFAULTS, PRESETS, ModelShapeError, ModelSpec
-from launcher.config.run_settings import DEFAULT_SEQ_LEN
+from launcher.wire.training.hf_config import ModelConfigError, spec_from_hf_config
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.models import LLAMA_ROPE_SCALING_DEFAULTS, PRESETS, ModelShapeError, ModelSpec
+from launcher.wire.training.run_settings import DEFAULT_SEQ_LEN
 
 HP = "hyperparameters"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, create_model
 
-from launcher.config.limits import MAX_WORLD
+from launcher.wire.training.limits import MAX_WORLD
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Degree:
     smp_v3: bool  # a field of SDK v3's SMP(...) (SMP v2's parameters; pipelines are SMP v1's)
     script_argument: bool  # the seed's script also takes it as an argument, which must agree
     searched: bool  # `plan --auto` searches it
-    resharded: bool  # a resume may change it: its checkpoints are shown to reshard (config/resume.py)
+    resharded: bool  # a resume may change it: its checkpoints are shown to reshard (launcher/wire/training/resume.py)
     alias: str | None = None  # an older SMP name; the larger of the two is in force
 
     def field(self, *, optional: bool = False, description: str | None = None) -> Any:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.config import data_order
-from launcher.config.async_checkpoint import DISABLED
-from launcher.config.attention import DEFAULT_ATTENTION_KERNEL
-from launcher.config.distribution import ModelParallelParameters
-from launcher.config.hyperparameters import FP8Config, TrainingHyperparameters
-from launcher.config.nonfinite import DEFAULT_NONFINITE_MAX, FAIL
+from launcher.wire.training import data_order
+from launcher.wire.training.async_checkpoint import DISABLED
+from launcher.wire.training.attention import DEFAULT_ATTENTION_KERNEL
+from launcher.wire.training.hyperparameters import FP8Config, TrainingHyperparameters
+from launcher.wire.training.mp_parameters import ModelParallelParameters
+from launcher.wire.training.nonfinite import DEFAULT_NONFINITE_MAX, FAIL
 
 DEFAULT_SEQ_LEN = 2048
 DEFAULT_DATASET_TYPE = "jsonl"
@@ -49,7 +49,7 @@ class RunSettings:
     max_steps: int
     seed: int
     dataset_type: str
-    shuffle: bool  # shuffle, else on for indexed shards and chat examples (launcher.config.data_order)
+    shuffle: bool  # shuffle, else on for indexed shards and chat examples (launcher.wire.training.data_order)
     data_mixture: tuple[tuple[str, float], ...]  # data_mixture: (channel, weight); (): the train channel
     truncation_mode: str  # truncation_mode: what a chat example longer than a row keeps (keep_start, keep_end, drop)
     val_batch: int  # val_batch_size
@@ -59,7 +59,7 @@ class RunSettings:
     checkpoint_freq: int  # 0: no checkpoints
     keep_checkpoints: int  # num_kept_checkpoints
     checkpoint_async_mode: str  # checkpoint_async_mode: disabled, async, async_with_pinned_mem
-    nonfinite_policy: str  # nonfinite_policy: fail, skip or rollback (launcher.config.nonfinite)
+    nonfinite_policy: str  # nonfinite_policy: fail, skip or rollback (launcher.wire.training.nonfinite)
     nonfinite_max: int  # nonfinite_max: the non-finite steps skip or rollback tolerate in the run
     # optimizer and schedule
     optimizer: str  # "adamw" (fp32 moments) or "anyprecision" (bf16 moments, Kahan buffer)
@@ -83,7 +83,7 @@ class RunSettings:
     delayed_init: bool  # delayed_param / delayed_parameter_initialization: meta-device init
     loss_chunk_tokens: int  # loss_chunk_tokens: cross-entropy over chunks of this many tokens; 0: whole logits
     document_masking: bool  # document_masking: records' documents attend only within themselves (docs/data.md)
-    attention_kernel: str  # attention_kernel: what attends within documents (launcher.config.attention)
+    attention_kernel: str  # attention_kernel: what attends within documents (launcher.wire.training.attention)
     clean_cache: bool  # clean_cache: empty the CUDA caching allocator after each step (AWS's script's)
     # sharding
     fsdp: bool  # FSDP2 applied: more than one rank, or bf16 (its mixed-precision policy)
@@ -163,7 +163,7 @@ def run_settings(hp: TrainingHyperparameters, params: ModelParallelParameters | 
 
 def _mixture(text: str | None) -> tuple[tuple[str, float], ...]:
     """data_mixture's pairs; a malformed one is validation's error and the container's before it
-    builds anything (data_rules.mixture_issues), so none here."""
+    builds anything (data_order.mixture_issues), so none here."""
     try:
         return data_order.parse_mixture(text)
     except data_order.MixtureError:

@@ -19,6 +19,8 @@ import math
 import re
 from collections.abc import Sequence
 
+from launcher.wire.training.issues import Issue
+
 INDEXED = "indexed"
 CHAT = "chat"
 # dataset_type: what smlaunch's train.py reads (the hyperparameter's choices, and AWS's argument of that name)
@@ -89,9 +91,23 @@ def round_slots(weights: Sequence[float], names: Sequence[str] | None = None, ro
     return slots
 
 
+def mixture_issues(hp) -> list[Issue]:
+    """data_mixture's form and the job's rule that every channel gets a sample in a round
+    (container.data.order.Mixture). Validate runs it (launcher.config.data_rules), and so does the
+    container before anything is built: a job made by hand with a malformed mixture must not train
+    on the train channel alone."""
+    try:
+        mixture = parse_mixture(hp.data_mixture)
+        if mixture:
+            round_slots([w for _, w in mixture], [name for name, _ in mixture])
+    except MixtureError as exc:
+        return [Issue("hyperparameters.data_mixture", hp.data_mixture, exc.problem, exc.fix)]
+    return []
+
+
 def describe(dataset_type: str, shuffle: bool, seed: int, mixture: tuple[tuple[str, float], ...],
              truncation_mode: str = "keep_start") -> str:
-    """The sample stream a data position indexes (a resume must keep it: launcher.config.resume).
+    """The sample stream a data position indexes (a resume must keep it: launcher.wire.training.resume).
     Chat rows are packed from the examples truncation_mode keeps, so it is part of the stream."""
     if dataset_type == CHAT:
         order = f"shuffled with seed {seed}" if shuffle else "in order"

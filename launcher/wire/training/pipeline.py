@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.config.distribution import ModelParallelParameters
-from launcher.config.layout import divisors
+from launcher.wire.training.layout import divisors
+from launcher.wire.training.mp_parameters import ModelParallelParameters
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 # SMP v1's `pipeline` values, by the torch schedule that does the same

@@ -1,0 +1,66 @@
+"""Validate's side of the checks smlaunch's runtime repeats before it builds anything (the
+hyperparameters' rules: compile_rules, speed_rules, tracker_rules, nonfinite_rules): each applies
+to a job that runs smlaunch's train.py only (a user's own script reads these keys as it likes),
+and adds what only the client knows of the job (context.Context): the instance's GPU, the model it
+resolved, the job's max_restarts."""
+
+from __future__ import annotations
+
+from launcher.config.context import Context
+from launcher.config.rules import HP, is_moe
+from launcher.wire.training.compile_rules import MOE_FIX, MOE_REFUSAL, compile_issues
+from launcher.wire.training.hyperparameters import FP8Config
+from launcher.wire.training.issues import Issue
+from launcher.wire.training.nonfinite import ROLLBACK
+from launcher.wire.training.nonfinite_rules import nonfinite_issues
+from launcher.wire.training.speed import rowwise_capability_problem
+from launcher.wire.training.speed_rules import profile_notes, speed_issues
+from launcher.wire.training.tracker_rules import tracker_issues
+
+
+def check_compile(ctx: Context) -> list[Issue]:
+    """compile_issues, and the model's: a mixture of experts does not compile."""
+    if not ctx.runtime or not ctx.hp.compile:
+        return []
+    issues = compile_issues(ctx.hp)
+    if is_moe(ctx):
+        issues.append(Issue(f"{HP}.compile", ctx.hp.compile, MOE_REFUSAL, MOE_FIX))
+    return issues
+
+
+def check_speed(ctx: Context) -> list[Issue]:
+    """speed_issues and profile_notes, and rowwise FP8 against the instance's GPU."""
+    if not ctx.runtime:
+        return []
+    issues = speed_issues(ctx.hp) + profile_notes(ctx.hp)
+    fp8 = FP8Config.from_hyperparameters(ctx.hp)
+    acc = ctx.instance.accelerator if ctx.instance else None
+    # an accelerator without FP8 at all is check_precision's issue; this one has FP8 but maybe not rowwise's GEMM
+    if fp8.enabled and fp8.recipe == "rowwise" and not fp8.emulate and acc is not None and acc.fp8:
+        where = f"{acc.model} ({ctx.instance.name})"
+        if problem := rowwise_capability_problem(acc.compute_capability, where):
+            issues.append(Issue(f"{HP}.fp8_recipe", "rowwise", problem.what, problem.fix))
+    return issues
+
+
+def check_trackers(ctx: Context) -> list[Issue]:
+    """tracker_issues."""
+    return tracker_issues(ctx.hp) if ctx.runtime else []
+
+
+def check_nonfinite(ctx: Context) -> list[Issue]:
+    """nonfinite_issues, and a rollback's restart (the restart budget is the job's, not the runtime's)."""
+    if not ctx.runtime:
+        return []
+    return nonfinite_issues(ctx.hp) + _rollback_restarts(ctx.job)
+
+
+def _rollback_restarts(job) -> list[Issue]:
+    """A rollback is a restart (the ranks leave, the bootstrap starts them again from the checkpoint):
+    without max_restarts nothing restarts them, and the job would fail at its first non-finite step
+    as under fail, while its log says it rolls back. Refused rather than quietly run as fail."""
+    if job.hyperparameters.nonfinite_policy != ROLLBACK or job.max_restarts:
+        return []
+    return [Issue(f"{HP}.nonfinite_policy", ROLLBACK, "restarts the job from its newest checkpoint at a "
+                  "non-finite step, but max_restarts is 0, so nothing restarts it: the job would fail there",
+                  "set max_restarts: N (each rollback uses one restart), or use nonfinite_policy: skip or fail")]
