@@ -4,7 +4,7 @@
 shapes (docs/planner.md). Here the runtime itself runs the job's training step: the model
 build and parallelisation of delayed init (meta device, then FP8/TP/AC/FSDP2 as
 container.trainer.parallelize does), context-parallel sharding, the chunked loss, clipping and
-AdamW through `container.trainer.train_step`. It runs on fake tensors (torch's FakeTensorMode:
+AdamW through `container.loop.train_step`. It runs on fake tensors (torch's FakeTensorMode:
 shapes, dtypes and lifetimes, no memory and no arithmetic) and a fake process group of the
 job's world size (torch's "fake" backend: rank 0 of that world in one process, collectives
 return shaped outputs). torch's FSDPMemTracker counts the live tensors' bytes by kind and
@@ -142,7 +142,7 @@ def trace(job) -> dict:
     from torch.distributed.fsdp import FSDPModule
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from container import trainer
+    from container import loop, trainer
     from container.data import loader as data
     from container.distributed.context_parallel import apply_context_parallel
     from container.distributed.parallelize import allocate
@@ -178,7 +178,7 @@ def trace(job) -> dict:
 
             def step() -> None:
                 micro = [cp_shard(loader.next_batch()) for _ in range(s.grad_accum)]
-                trainer.train_step(rt, model, None, optimizer, scheduler, micro, s, job.model, sequences)
+                loop.train_step(rt, model, None, optimizer, scheduler, micro, s, job.model, sequences)
 
             step()  # untracked warm-up (see the module docstring)
             if isinstance(model, FSDPModule):

@@ -1,6 +1,6 @@
 """The pipeline bubble (issue 14): the idle share of a step under GPipe and 1F1B, measured on CPU
 with torch.distributed.pipelining over gloo, against the schedule's theoretical fraction
-(pp - 1) / (m + pp - 1) (launcher.wire.training.pipeline.bubble_fraction).
+(pp - 1) / (m + pp - 1) (launcher.wire.training.layout.bubble_fraction).
 
 Each of the `--pp` processes (one compute thread each) holds one stage of equal work: `--layers`
 blocks of Linear(width, 4·width), GELU, Linear(4·width, width). A step pushes `m` microbatches of
@@ -29,7 +29,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from launcher.wire.opt_ml import free_port
-from launcher.wire.training.pipeline import bubble_fraction
+from launcher.wire.training.layout import bubble_fraction
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 

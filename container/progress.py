@@ -1,4 +1,4 @@
-"""Rank 0's progress record (launcher.wire.progress): what `smlaunch status` shows of a running job.
+"""Rank 0's progress record (launcher.wire.metric_lines): what `smlaunch status` shows of a running job.
 
 At every logged step the metrics record gains `max_steps`, `elapsed_s` and `eta_s` (so the
 `[metrics]` line a SageMaker job leaves in CloudWatch says how far it is), and `progress.json`
@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from launcher.wire import progress
+from launcher.wire import metric_lines
 
 
 class ProgressWriter:
@@ -23,12 +23,12 @@ class ProgressWriter:
         """What the metrics record of `step` carries for the launcher."""
         elapsed = round(time.monotonic() - self.started, 1)
         return {"max_steps": self.max_steps, "elapsed_s": elapsed,
-                "eta_s": progress.eta_seconds(step, self.max_steps, self.start_step, elapsed)}
+                "eta_s": metric_lines.eta_seconds(step, self.max_steps, self.start_step, elapsed)}
 
     def write(self, record: dict) -> None:
         """progress.json from a metrics record that has `fields`."""
         if not self.enabled:
             return
-        current = progress.Progress.of({**record, "updated": progress.now()})
+        current = metric_lines.Progress.of({**record, "updated": metric_lines.now()})
         if current is not None:
-            progress.write_progress(self.directory, current)
+            metric_lines.write_progress(self.directory, current)

@@ -14,9 +14,9 @@ from container.data.chat_source import ChatSource
 from container.data.indexed_source import IndexedSource
 from container.distributed.runtime import Runtime
 from container.models import attention
-from launcher.wire import data_streams
+from launcher.wire import checkpoints
 from launcher.wire.token_shards import tokenizer_identity
-from launcher.wire.training.attention import DESCRIPTIONS
+from launcher.wire.training.models import ATTENTION_KERNEL_DESCRIPTIONS
 from launcher.wire.training.run_settings import RunSettings
 
 log = logging.getLogger("smlaunch")
@@ -31,12 +31,12 @@ def check_tokenizer(source, sources: pretrained.Sources) -> None:
 
 
 def stream_record(source, s: RunSettings, dirs: Directories) -> dict | None:
-    """What each checkpoint records of the data its position indexes (launcher.wire.data_streams):
+    """What each checkpoint records of the data its position indexes (launcher.wire.checkpoints):
     the channels the loader reads; None for synthetic data, made from the seed the checkpoint keeps."""
     if isinstance(source, IndexedSource):
-        return data_streams.record(s.dataset_type, s.shuffle, {c.name: c.path for c in source.channels})
+        return checkpoints.data_streams(s.dataset_type, s.shuffle, {c.name: c.path for c in source.channels})
     if isinstance(source, (data.JsonlSource, ChatSource)):
-        return data_streams.record(s.dataset_type, s.shuffle, {"train": dirs.train})
+        return checkpoints.data_streams(s.dataset_type, s.shuffle, {"train": dirs.train})
     return None
 
 
@@ -68,7 +68,8 @@ def describe_data(rt: Runtime, source, s: RunSettings) -> None:
         kernel = attention.kernel().name
         marks = {IndexedSource: "the index marks documents", ChatSource: "every chat example is a document"}
         log.info("data: %s; document masking %s", marks.get(type(source), "records mark documents (position_ids)"),
-                 f"on: attention stays within each document ({kernel} kernel: {DESCRIPTIONS[kernel]}), "
+                 f"on: attention stays within each document ({kernel} kernel: "
+                 f"{ATTENTION_KERNEL_DESCRIPTIONS[kernel]}), "
                  "positions restart" if s.document_masking else
                  "off (document_masking=0): packed documents see each other")
     else:

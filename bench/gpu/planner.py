@@ -1,4 +1,4 @@
-"""The planner's prediction for a train.py run, the way `smlaunch plan` makes it (launcher/plan/sweep.py:
+"""The planner's prediction for a train.py run, the way `smlaunch plan` makes it (launcher/plan/configurations.py:
 the job validated like `smlaunch validate`, then `plan`), against what the run measured.
 
 The planner models SageMaker instance types; the one-GPU H100 type is ml.p5.4xlarge (launcher/config/
@@ -27,7 +27,7 @@ def job_data(run: Run, instance_type: str = ONE_GPU_TYPE) -> dict:
 
 def predict(run: Run, instance_type: str = ONE_GPU_TYPE) -> dict:
     """{"peak_gib", "step_s", "fits"} as the planner predicts them, or {"error": why not}."""
-    from launcher.plan.sweep import plan_overrides
+    from launcher.plan.configurations import plan_overrides
 
     result = plan_overrides(job_data(run, instance_type), (), base_dir=".")
     if result.errors or result.nothing_to_plan or result.memory is None or result.throughput is None:

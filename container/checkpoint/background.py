@@ -1,4 +1,4 @@
-"""Asynchronous checkpoint saves (`checkpoint_async_mode`, launcher.wire.training.async_checkpoint).
+"""Asynchronous checkpoint saves (`checkpoint_async_mode`, launcher.wire.training.speed).
 
 The training thread stages the state: DCP's `async_save` copies every tensor of this rank's shards
 into host memory and returns; only that copy stalls training. `async` stages as torchtitan's mode
@@ -34,7 +34,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from launcher.wire.training.async_checkpoint import NO_CUDA_FIX, PINNED, is_async, needs_cuda
+from launcher.wire.training.speed import NO_CUDA_FIX, PINNED, is_async, needs_cuda
 
 
 class CheckpointWriteError(RuntimeError):

@@ -5,7 +5,7 @@ Layout of `<directory>/step-<N>/`:
     rng-<rank>.pt                  each rank's torch RNG state
     trainer.pt                     step, world size, scheduler, data position, extra, and what a
                                    resume must keep (launcher.wire.training.resume) (rank 0)
-    data-streams.json              the data the position indexes, per channel (launcher.wire.data_streams)
+    data-streams.json              the data the position indexes, per channel (launcher.wire.checkpoints)
     manifest-<rank>.json           size and sha256 of every file that rank wrote
     .complete                      written last by rank 0: the step and how many manifest parts
 
@@ -32,7 +32,7 @@ a function of the sample index), so the resumed run is still the uninterrupted o
 change (global batch, sequence length, model, ...) is recorded in trainer.pt and checked before
 anything is loaded: launcher.wire.training.resume decides it, and validation explains the same rule. So is
 the data itself (data-streams.json): another tokenizer is refused, other shards or files are a
-warning saying what that does to the order (launcher.wire.training.resume_data).
+warning saying what that does to the order (launcher.wire.training.resume.compare).
 """
 
 from __future__ import annotations
@@ -71,11 +71,10 @@ from container.checkpoint.collectives import (
     together,
     world,
 )
-from launcher.wire import checkpoints, data_streams
+from launcher.wire import checkpoints
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
-from launcher.wire.training.async_checkpoint import DISABLED, is_async
-from launcher.wire.training.resume import RunIdentity, may_change
-from launcher.wire.training.resume_data import compare
+from launcher.wire.training.resume import RunIdentity, compare, may_change
+from launcher.wire.training.speed import DISABLED, is_async
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +150,7 @@ class Checkpointer:
     `rank` and `local_rank` default to the process group's rank and torchrun's `LOCAL_RANK`.
     `identity` (this run's values of what a resume must keep) is recorded in every save and
     checked at resume; without it nothing is recorded or checked; so is `streams`, the record of
-    the data the run reads (launcher.wire.data_streams; None: synthetic data). `async_mode` (a
+    the data the run reads (launcher.wire.checkpoints; None: synthetic data). `async_mode` (a
     checkpoint_async_mode) other than disabled writes in the background: `wait` or `close`
     before the process ends; its collectives time out after `timeout` (the job's collective_timeout;
     None: torch's default).
@@ -260,9 +259,9 @@ class Checkpointer:
         write_errors.save(trainer, tmp / TRAINER_FILE)
         written = [rng_file, TRAINER_FILE]
         if self.streams is not None:
-            with write_errors.writing(tmp / data_streams.FILE):
-                data_streams.write(tmp, self.streams)
-            written.append(data_streams.FILE)
+            with write_errors.writing(tmp / checkpoints.DATA_STREAMS_FILE):
+                checkpoints.write_data_streams(tmp, self.streams)
+            written.append(checkpoints.DATA_STREAMS_FILE)
         return [*written, DCP_METADATA]
 
     def wait(self) -> None:
@@ -414,7 +413,7 @@ class Checkpointer:
     def _check_data(self, path: Path) -> None:
         """The data this run reads against the data the checkpoint was trained on; every rank
         decides alike (the same files), rank 0 says it."""
-        saved = data_streams.read(path)
+        saved = checkpoints.read_data_streams(path)
         if saved is None:
             if self.rank == 0:
                 log.info("checkpoint %s does not record its data (saved by an earlier smlaunch): the data this run "

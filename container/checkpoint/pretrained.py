@@ -20,11 +20,17 @@ from pathlib import Path
 import torch.distributed as dist
 
 from container.args import channels
-from launcher.wire.training import hub
 from launcher.wire.training.hf_config import WEIGHT_FILES
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from launcher.wire.training.model_resolution import resolve_model, trainable_issues
-from launcher.wire.training.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
+from launcher.wire.training.model_source import (
+    FIELD,
+    ModelSource,
+    ModelSourceError,
+    explain,
+    parse_model_source,
+    token_from,
+)
 from launcher.wire.training.models import ModelSpec
 
 log = logging.getLogger("smlaunch")
@@ -118,7 +124,7 @@ def _locate(value: str | None, field: str, weights: bool) -> Located | None:
 def _download(source: ModelSource, field: str, weights: bool) -> Located:
     from huggingface_hub import snapshot_download
 
-    token = hub.token_from()
+    token = token_from()
     try:
         kwargs = {"revision": source.revision, "token": token, "ignore_patterns": ["original/*"]}
         path = Path(snapshot_download(source.repo_id, allow_patterns=_HUB_CONFIG, **kwargs))
@@ -126,8 +132,8 @@ def _download(source: ModelSource, field: str, weights: bool) -> Located:
             path = Path(snapshot_download(source.repo_id, allow_patterns=_HUB_CONFIG + patterns, **kwargs))
             if any((path / name).is_file() for name in WEIGHT_FILES):
                 break
-    except Exception as exc:  # noqa: BLE001 - each failure becomes one message: hub.explain
-        problem, fix = hub.explain(exc, source.repo_id, source.revision, token)
+    except Exception as exc:  # noqa: BLE001 - each failure becomes one message: explain
+        problem, fix = explain(exc, source.repo_id, source.revision, token)
         raise PretrainedError(f"{field} = {source.text!r}: {problem}; {fix}") from None
     return Located(source, path, commit=path.name)
 

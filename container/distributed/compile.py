@@ -14,7 +14,7 @@ never a silent return to eager. Every block has the same code and shapes, so the
 (parameters are graph inputs). Under activation offloading the checkpoint inside the offloader is
 compiled: the offloader's saved-tensor hooks cannot be traced, and around the compiled call they
 see the graph's saved tensors as they see eager ones. What cannot compile is refused before
-anything is built (launcher.wire.training.compile_rules); a mixture-of-experts model here too.
+anything is built (launcher.wire.training.speed_rules.compile_issues); a mixture-of-experts model here too.
 
 The loss compiles per chunk (container.loss `use_compiled`): the chunked loss's checkpoint stays
 eager around it, and a micro-batch's last, shorter chunk is one more shape, compiled once.
@@ -48,7 +48,7 @@ from torch import nn
 
 from container import loss
 from container.distributed.offload import Offloaded
-from launcher.wire.training.compile_rules import MOE_FIX, MOE_REFUSAL
+from launcher.wire.training.speed_rules import MOE_FIX, MOE_REFUSAL
 
 log = logging.getLogger("smlaunch")
 

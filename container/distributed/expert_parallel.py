@@ -30,8 +30,8 @@ from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
 
 from container.distributed.runtime import Runtime, refuse
 from container.models.moe import GroupedExperts
+from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.layout import moe_problems
-from launcher.wire.training.mp_parameters import ModelParallelParameters
 
 log = logging.getLogger("smlaunch")
 

@@ -40,8 +40,8 @@ from torch.distributed.pipelining import (
 from container.distributed.runtime import Runtime, refuse
 from container.distributed.tensor_parallel import loss_context
 from container.models.llama import Transformer, build_model
+from launcher.wire.training.layout import PipelineJob, num_stages, pipeline_problems, stage_layers
 from launcher.wire.training.models import ModelSpec
-from launcher.wire.training.pipeline import PipelineJob, num_stages, pipeline_problems, stage_layers
 from launcher.wire.training.run_settings import RunSettings
 
 log = logging.getLogger("smlaunch")
@@ -72,7 +72,7 @@ class StageModule(Transformer):
 
 
 def check_pipeline(rt: Runtime, spec: ModelSpec, s: RunSettings, pretrained_weights: bool) -> None:
-    """The client's pipeline rules (launcher.wire.training.pipeline), for a job built by hand."""
+    """The client's pipeline rules (launcher.wire.training.layout), for a job built by hand."""
     job = PipelineJob(num_layers=spec.num_layers, batch_per_rank=s.micro_batch * s.grad_accum,
                       tied_embeddings=spec.tie_embeddings, moe=spec.is_moe, fp8=s.fp8.enabled,
                       delayed_init=s.delayed_init, pretrained_weights=pretrained_weights,

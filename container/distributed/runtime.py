@@ -36,9 +36,9 @@ from container.resilience.attempt import record_failure
 from container.resilience.step_watch import stacks_on_signal
 from launcher.wire.hyperparameters import parse_mp_parameters
 from launcher.wire.opt_ml import free_port
+from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import COLLECTIVE_TIMEOUT_DEFAULT_S
 from launcher.wire.training.layout import ParallelLayout, layout_problems, with_sharding_strategy
-from launcher.wire.training.mp_parameters import ModelParallelParameters
 
 log = logging.getLogger("smlaunch")
 

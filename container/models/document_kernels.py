@@ -22,7 +22,7 @@ each kernel also shards its mask for context parallelism without a second implem
   within one contiguous run of positions, attending to its document's keys up to its last query
   (flash's causal mask is bottom-right aligned, which is exactly that). Half precision, CUDA.
 
-`build` picks one from the resolved `attention_kernel` (launcher.wire.training.attention decides).
+`build` picks one from the resolved `attention_kernel` (launcher.wire.training.models decides).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from launcher.wire.training import attention as choice
+from launcher.wire.training.models import attention_kernel_problem, resolve_attention_kernel
 
 
 def _query_positions(documents: torch.Tensor, q_positions: torch.Tensor | None) -> torch.Tensor:
@@ -224,10 +224,10 @@ class VarlenKernel:
 def build(kernel: str, device: torch.device, bf16: bool):
     """The kernel the job's `attention_kernel` asks for on `device` (auto resolved here); a
     kernel that cannot train here is an error naming the hyperparameter, before training."""
-    found = choice.problem(kernel, bf16, device.type == "cuda")
+    found = attention_kernel_problem(kernel, bf16, device.type == "cuda")
     if found is not None:
         raise ValueError(f"attention_kernel {kernel}: {found[0]}. Fix: {found[1]}")
-    name = choice.resolve(kernel, device.type == "cuda")
+    name = resolve_attention_kernel(kernel, device.type == "cuda")
     if name == "flex":
         return FlexKernel(compiled=device.type == "cuda")
     if name == "varlen":

@@ -18,7 +18,7 @@ from launcher.wire.faults import (
     read_restarts,
     write_rank_failure,
 )
-from launcher.wire.progress import now
+from launcher.wire.metric_lines import now
 
 _state: dict[str, int | None] = {"start_step": None, "step": None, "restarts": None}
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from launcher.wire.faults import attempt
-from launcher.wire.goodput import CHECKPOINT, DATA, STEPS, TIME_FIELDS, VALIDATION, ledger_fields
+from launcher.wire.metric_lines import CHECKPOINT, DATA, STEPS, TIME_FIELDS, VALIDATION, ledger_fields
 
 __all__ = ["CHECKPOINT", "DATA", "VALIDATION", "TimeLedger"]
 

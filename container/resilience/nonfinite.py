@@ -9,7 +9,7 @@ not finite on any rank; one all-reduce of a flag makes every rank take the same 
 - skip: no update (no optimizer step, no learning-rate schedule step); the batch is spent and the
   step number goes on, so a run of max_steps with k skipped steps makes max_steps - k updates.
   The skipped steps are kept in each checkpoint, so a restart counts them once.
-- rollback: the step's data position goes into the skip file (launcher.wire.nonfinite) and the
+- rollback: the step's data position goes into the skip file (launcher.wire.training.nonfinite) and the
   rank leaves with EXIT_NONFINITE_ROLLBACK; the next attempt resumes from the newest checkpoint
   and `before_step` moves the loader past those samples. The step numbers stay: the step that
   was non-finite trains on the batch after the skipped one.
@@ -28,8 +28,15 @@ import torch.distributed as dist
 from container.checkpoint.collectives import from_rank0
 from container.resilience.attempt import record_failure
 from launcher.wire.faults import EXIT_NONFINITE_ROLLBACK, attempt
-from launcher.wire.nonfinite import SKIP_FILE, SkipFileError, SkippedBatch, read_skips, write_skips
-from launcher.wire.training.nonfinite import FAIL, ROLLBACK
+from launcher.wire.training.nonfinite import (
+    FAIL,
+    ROLLBACK,
+    SKIP_FILE,
+    SkipFileError,
+    SkippedBatch,
+    read_skips,
+    write_skips,
+)
 from launcher.wire.training.run_settings import RunSettings
 
 log = logging.getLogger("smlaunch")

@@ -62,8 +62,8 @@ from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import faults, masking
 from launcher.wire.diagnostics import attempt_dir
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
+from launcher.wire.metric_lines import now
 from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, private_dir, process_ended, scratch_dir
-from launcher.wire.progress import now
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)

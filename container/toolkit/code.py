@@ -20,7 +20,7 @@ from pathlib import Path
 from container.toolkit.console import log
 from container.toolkit.contract import ContractError, TrainingEnv
 from container.toolkit.failure_report import MESSAGE_LIMIT, fit, toolkit_error
-from launcher.wire import code_archive, masking, pip_output
+from launcher.wire import code_archive, masking, pip_output, s3io
 from launcher.wire.opt_ml import REQUIREMENTS_INSTALLED_ENV
 
 
@@ -76,7 +76,7 @@ def fetch_code(env: TrainingEnv) -> None:
 def _download_s3(uri: str, dest: Path, region: str | None) -> None:
     import boto3  # only jobs whose code is on S3 pay for importing boto3
 
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    bucket, key = s3io.split(uri)
     # boto3 honours AWS_ENDPOINT_URL itself; S3_ENDPOINT_URL is the toolkit's own override.
     client = boto3.client(
         "s3", region_name=region or None, endpoint_url=os.environ.get("S3_ENDPOINT_URL") or None

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import container
-from launcher.wire import job_plan
 from launcher.wire.masking import mask_secrets
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
+
+# Imports inside functions: the plan's file (launcher.wire.job_plan) only where a W&B or MLflow run is
+# told about the job, on rank 0 of a job that names one; every rank imports this module (the trackers').
 
 # SageMaker sets TRAINING_JOB_NAME in every training container (smlaunch's docker runner too); the
 # bootstrap hands the ranks SAGEMAKER_JOB_NAME from the job's sagemaker_job_name hyperparameter.
@@ -43,4 +45,6 @@ def run_info(hp: TrainingHyperparameters, world_size: int, instance_type: str | 
 
 def shipped_plan() -> dict | None:
     """The prediction in `_smlaunch/`, where this runtime's packages came from; None run from a checkout."""
+    from launcher.wire import job_plan
+
     return job_plan.read(Path(container.__file__).resolve().parents[1])

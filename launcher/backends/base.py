@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from launcher.wire.checkpoints import Checkpoint
     from launcher.wire.faults import Restart
     from launcher.wire.goodput import Goodput
-    from launcher.wire.progress import Progress
+    from launcher.wire.metric_lines import Progress
 
 TERMINAL_STATUSES = ("Completed", "Failed", "Stopped")
 
@@ -96,7 +96,7 @@ class Backend(Protocol):
         """{"model.tar.gz": where, "output.tar.gz": where} for what the job has stored."""
 
     def progress(self, name: str) -> Progress | None:
-        """The job's last progress record (launcher.wire.progress); None before its first logged step,
+        """The job's last progress record (launcher.wire.metric_lines); None before its first logged step,
         or for a script that writes none."""
 
     def checkpoint(self, name: str) -> Checkpoint | None:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from launcher.wire.metric_lines import PREFIX, parse_metric_line
-from launcher.wire.progress import clock
+from launcher.wire.metric_lines import PREFIX, clock, parse_metric_line
 
 # The bootstrap's launch line: `[smlaunch] algo-1: <python> -m torch.distributed.run <options>
 # <program> <arguments> (in <code dir>)` (container.toolkit.bootstrap).

@@ -20,7 +20,7 @@ from typing import Any
 from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
 from launcher.backends.log_metrics import LogMetrics
-from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics, read_records
+from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics
 from launcher.config import ValidatedJob
 from launcher.local import store
 from launcher.local.restarts import job_restarts
@@ -28,7 +28,7 @@ from launcher.local.spec import LocalJobSpec, Runner, RunnerError
 from launcher.wire.checkpoints import Checkpoint, latest_local
 from launcher.wire.faults import Restart
 from launcher.wire.goodput import Goodput, measure
-from launcher.wire.progress import Progress, as_datetime, read_progress
+from launcher.wire.metric_lines import DamagedMetrics, Progress, as_datetime, parse_records, read_progress
 from launcher.wire.terminal import printable
 
 # How long a follower waits, after a job is recorded Failed while its other hosts are stopped, for
@@ -91,23 +91,14 @@ class JobDirBackend:
 
     def _record(self, name: str) -> dict:
         """The job's record, if this backend owns it; BackendError naming where it looked."""
-        try:
-            record = store.read(name, self.root)
-        except store.DamagedRecord:
-            raise  # bad input, not a missing job: the CLI says so with exit code 2
-        except LookupError as exc:
-            raise BackendError(str(exc)) from None
-        if store.backend_of(record) != self.name:
-            raise BackendError(f"job {name} is a {store.backend_of(record)} job, not a {self.name} one: "
-                               f"use {store.backend_of(record)}:{name}")
-        return record
+        return store.owned_record(self.name, name, self.root)
 
     def resolve(self, job: str) -> str:
         """The job's name, given its name (or, for Slurm, its scheduler's id)."""
         return job
 
     def exists(self, name: str) -> bool:
-        return store.exists(name, self.root) and store.backend_of(store.read(name, self.root)) == self.name
+        return store.owns(self.name, name, self.root)
 
     def artifacts(self, name: str) -> dict[str, str]:
         """Where the job's model.tar.gz and output.tar.gz are (once it has ended): those in S3, and
@@ -212,8 +203,9 @@ class JobDirBackend:
 
     def list(self, status: str | None = None, name_contains: str | None = None, max_results: int = 50) -> list[dict]:
         """The jobs, newest first. Records that could not be listed (damaged, or their job deleted
-        while listing) are left out and said in `unlisted`, so one bad record hides no other job."""
-        rows, damaged, vanished = [], [], 0
+        while listing) are left out and said in `unlisted`, so one bad record hides no other job;
+        so is a goodput not measured (damaged metrics)."""
+        rows, damaged, vanished, notes = [], [], 0, []
         for record in store.list_jobs(self.root, None, name_contains, None, damaged=damaged):
             if store.backend_of(record) != self.name:
                 continue
@@ -229,19 +221,29 @@ class JobDirBackend:
                 continue
             if status and record["TrainingJobStatus"] != status:
                 continue
-            row = {k: record.get(k) for k in ("TrainingJobName", "TrainingJobStatus", "CreationTime",
-                                                "TrainingEndTime", "TrainingStartTime")}
-            restarted = sum(1 for r in self.restarts(record["TrainingJobName"]) if r.restarted)
-            if restarted:
-                row["Restarts"] = restarted
-            measured = self.goodput(record["TrainingJobName"])  # smlaunch's runtime's jobs: its time ledger
-            if measured is not None:
-                row["Goodput"] = round(measured.fraction, 4)
-            rows.append(row)
+            rows.append(self._row(record, notes))
         self.unlisted = [f"{len(damaged)} damaged job record(s) not listed: {', '.join(damaged)}"] if damaged else []
         if vanished:
             self.unlisted.append(f"{vanished} job(s) deleted while listing, not listed")
+        self.unlisted += notes
         return rows[:max_results]
+
+    def _row(self, record: dict, notes: list[str]) -> dict:
+        """A job's row of `list`: its record's times and status, its restarts and its goodput."""
+        name = record["TrainingJobName"]
+        row = {k: record.get(k) for k in ("TrainingJobName", "TrainingJobStatus", "CreationTime",
+                                            "TrainingEndTime", "TrainingStartTime")}
+        restarted = sum(1 for r in self.restarts(name) if r.restarted)
+        if restarted:
+            row["Restarts"] = restarted
+        try:
+            measured = self.goodput(name)  # smlaunch's runtime's jobs: its time ledger
+        except DamagedMetrics as exc:  # the job is listed all the same; the note says why it has no goodput
+            notes.append(f"{name}: goodput not measured: {exc}")
+            measured = None
+        if measured is not None:
+            row["Goodput"] = round(measured.fraction, 4)
+        return row
 
 
 def _holds_a_file(archive: Path) -> bool:
@@ -257,7 +259,7 @@ def run_summary(record: dict) -> dict:
     metrics = jobdir_metrics(record)
     if not metrics.is_file():
         return {}
-    rows = read_records(metrics.read_text(encoding="utf-8"), str(metrics))
+    rows = parse_records(metrics.read_text(encoding="utf-8"), str(metrics))
     train = [r for r in rows if "loss" in r and "val_loss" not in r]
     if not train:
         return {}

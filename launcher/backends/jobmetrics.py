@@ -19,14 +19,9 @@ from pathlib import Path
 from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, SettingError
 from launcher.backends.log_metrics import POINT, LogMetrics
-from launcher.backends.metric_records import (
-    JOBDIR_METRICS,
-    METRICS_FILE,
-    JobMetrics,
-    jobdir_metrics,
-    read_records,
-)
-from launcher.wire.metric_lines import METRICS
+from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics
+from launcher.wire import s3io
+from launcher.wire.metric_lines import METRICS, METRICS_FILE, parse_records
 
 # sagemaker.analytics.TrainingJobAnalytics: the namespace, dimension and period SageMaker uses.
 CLOUDWATCH_NAMESPACE = "/aws/sagemaker/TrainingJobs"
@@ -50,7 +45,7 @@ def from_job_dir(backend, name: str, logs: dict[str, LogMetrics] | None = None) 
     handle = f"{backend.name}:{name}"
     record = backend.describe(name)
     path = jobdir_metrics(record)
-    records = read_records(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
+    records = parse_records(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
     if records:
         return JobMetrics(handle, str(path), records)
     definitions = (record.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
@@ -87,7 +82,7 @@ def from_job_files(backend, name: str) -> JobMetrics:
         return _from_pod_logs(backend, name, handle, record, definitions, "")
     path = files / JOBDIR_METRICS
     shown = f"{source.rstrip('/')}/{JOBDIR_METRICS.as_posix()}"
-    records = read_records(path.read_text(encoding="utf-8"), shown) if path.is_file() else []
+    records = parse_records(path.read_text(encoding="utf-8"), shown) if path.is_file() else []
     if records:
         return JobMetrics(handle, shown, records)
     looked = f"{shown} {'is empty' if path.is_file() else 'does not exist'}"
@@ -136,7 +131,7 @@ def _from_output_archive(backend, uri: str) -> tuple[list[dict], str]:
     """(records of metrics.jsonl in the archive, or [] and why not)."""
     from botocore.exceptions import ClientError
 
-    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    bucket, key = s3io.split(uri)
     try:
         body = backend.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError as exc:
@@ -148,7 +143,7 @@ def _from_output_archive(backend, uri: str) -> tuple[list[dict], str]:
             member = tar.extractfile(METRICS_FILE)
         except KeyError:
             return [], f"holds no {METRICS_FILE}"
-        return read_records(member.read().decode("utf-8"), f"{uri}:{METRICS_FILE}"), ""
+        return parse_records(member.read().decode("utf-8"), f"{uri}:{METRICS_FILE}"), ""
 
 
 def _from_cloudwatch(backend, name: str, desc: dict) -> list[dict]:

@@ -31,7 +31,7 @@ from launcher.local.restarts import job_restarts
 from launcher.wire.checkpoints import Checkpoint
 from launcher.wire.faults import Restart
 from launcher.wire.goodput import Goodput, measure
-from launcher.wire.progress import Progress, as_datetime, read_progress
+from launcher.wire.metric_lines import Progress, as_datetime, read_progress
 from launcher.wire.terminal import printable
 from launcher.wire.training.issues import ConfigError, Issue
 
@@ -101,19 +101,10 @@ class KubernetesBackend:
         return job
 
     def exists(self, name: str) -> bool:
-        return store.exists(name, self.root) and store.backend_of(store.read(name, self.root)) == self.name
+        return store.owns(self.name, name, self.root)
 
     def _record(self, name: str) -> dict:
-        try:
-            record = store.read(name, self.root)
-        except store.DamagedRecord:
-            raise
-        except LookupError as exc:
-            raise BackendError(str(exc)) from None
-        if store.backend_of(record) != self.name:
-            raise BackendError(f"job {name} is a {store.backend_of(record)} job, not a kubernetes one: "
-                               f"use {store.backend_of(record)}:{name}")
-        return record
+        return store.owned_record(self.name, name, self.root)
 
     def _where(self, record: dict) -> tuple[Any, str, JobKind]:
         where = record["Kubernetes"]

@@ -3,7 +3,7 @@
 Written to a file or a pipe, the output is the log's lines, whole, and nothing else. On a terminal
 a training record's line and the launch command print short (launcher.backends.console_lines), and
 a rich progress bar stays below the lines, fed by the `[metrics]` lines among them
-(launcher.wire.progress: step of max_steps, loss, tokens/s, ETA), so every backend's bar comes from
+(launcher.wire.metric_lines: step of max_steps, loss, tokens/s, ETA), so every backend's bar comes from
 what its logs already say.
 """
 
@@ -15,7 +15,7 @@ from typing import Self
 
 from launcher.backends.console_lines import shown
 from launcher.local.supervise import console_printer
-from launcher.wire.progress import Progress, from_line
+from launcher.wire.metric_lines import Progress, from_line
 
 _ACTIVE: LiveProgress | None = None
 STARTING, TRAINING = "starting", "training"  # the bar's words until a backend says more (SageMaker does)

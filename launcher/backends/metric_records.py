@@ -1,18 +1,17 @@
 """A job's metric records: the JSON Lines rank 0 writes (`metrics.jsonl`), where a local or Slurm job
 directory keeps them, and one job's records as the CLI shows them (docs/metrics.md).
 
-Records are read generically: whatever keys the trainer writes are kept.
+Records are read generically (launcher.wire.metric_lines.parse_records, the one reader and its rule
+for a damaged line): whatever keys the trainer writes are kept.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.backends.errors import BackendError
+from launcher.wire.metric_lines import METRICS_FILE
 
-METRICS_FILE = "metrics.jsonl"
 # Where rank 0 (on the first host) writes it in a local or Slurm job directory.
 JOBDIR_METRICS = Path("hosts") / "algo-1" / "output" / "data" / METRICS_FILE
 
@@ -49,22 +48,6 @@ class JobMetrics:
         """The x of each restart: the step a restarted attempt resumed from, where rank 0 writes a
         record with `restart_reason` (container/resilience/attempt.py)."""
         return [r[self.x] for r in self.records if "restart_reason" in r and r.get(self.x) is not None]
-
-
-def read_records(text: str, where: str) -> list[dict]:
-    """The JSON Lines records of a metrics file; a line being written (the last, unfinished) is skipped."""
-    records = []
-    lines = text.splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            if number == len(lines) and not text.endswith("\n"):
-                break  # the trainer is appending it right now
-            raise BackendError(f"{where}: line {number} is not JSON ({line[:80]!r}); the file is damaged") from None
-    return records
 
 
 def jobdir_metrics(record: dict) -> Path:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.backends.base import Backend, BackendError, Options
 from launcher.config import backend_table
 from launcher.config.job_names import check_job_name
-from launcher.wire.progress import as_datetime
+from launcher.wire.metric_lines import as_datetime
 from launcher.wire.training.issues import ConfigError, Issue
 
 if TYPE_CHECKING:  # `status` and `list` load this module, and need none of validation's rules

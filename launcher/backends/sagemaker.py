@@ -10,12 +10,11 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
@@ -26,16 +25,17 @@ from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
 from launcher.backends.warm_pools import WarmPool, reusable, updatable, update_request
 from launcher.config import ValidatedJob
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
+from launcher.wire import s3io
 from launcher.wire.checkpoints import latest_in_s3
 from launcher.wire.masking import Masker, mask_secrets
-from launcher.wire.progress import from_line
+from launcher.wire.metric_lines import from_line
 from launcher.wire.terminal import printable
 from launcher.wire.training.issues import ConfigError, Issue
 
 if TYPE_CHECKING:
     from launcher.backends.metric_records import JobMetrics
     from launcher.wire.checkpoints import Checkpoint
-    from launcher.wire.progress import Progress
+    from launcher.wire.metric_lines import Progress
 
 # What a dry run shows for the account of the default bucket: finding it takes credentials and STS.
 DEFAULT_ACCOUNT_PLACEHOLDER = "<account-id>"
@@ -58,11 +58,6 @@ class DryRun:
 
     def render(self) -> str:
         return dumps(self.to_dict())
-
-
-def _s3_split(uri: str) -> tuple[str, str]:
-    parsed = urlparse(uri)
-    return parsed.netloc, parsed.path.lstrip("/")
 
 
 class SageMakerBackend:
@@ -114,26 +109,32 @@ class SageMakerBackend:
         if issues:
             raise ConfigError(issues)
         name = check_job_name(job_name or make_job_name(cfg.base_job_name or default_base_name(cfg.entry_point)))
-        bucket, prefix = self._code_location(cfg, lookup)
-        key = "/".join(p for p in (prefix, name, "source", "sourcedir.tar.gz") if p)
-        source_uri = f"s3://{bucket}/{key}"
+        source_uri = self.code_uri(cfg, name, lookup)
         bundle = None
         if build:
             with tempfile.TemporaryDirectory() as tmp:
                 bundle = self._bundle(job, Path(tmp))
-        output_path = cfg.output_path or f"s3://{self._default_bucket(lookup)}/"
         request = build_request(job, job_name=name, region=self.region, source_uri=source_uri,
-                                output_path=output_path)
+                                output_path=self.output_path(cfg, lookup))
         return DryRun(request=request, source_uri=source_uri, bundle=bundle)
 
     def _bundle(self, job: ValidatedJob, dest_dir: Path) -> SourceBundle:
         return build_job_sourcedir(job, dest_dir / "sourcedir.tar.gz")
 
+    def code_uri(self, cfg, name: str, lookup: bool) -> str:
+        """Where the code bundle of the job (or tuning job) `name` goes, as the SDK puts it:
+        `s3://<bucket>/<prefix>/<name>/source/sourcedir.tar.gz`; every trial of a tuning job reads it."""
+        bucket, prefix = self._code_location(cfg, lookup)
+        return "s3://" + "/".join(p for p in (bucket, prefix, name, "source", "sourcedir.tar.gz") if p)
+
+    def output_path(self, cfg, lookup: bool) -> str:
+        return cfg.output_path or f"s3://{self._default_bucket(lookup)}/"
+
     def _code_location(self, cfg, lookup: bool) -> tuple[str, str]:
         if cfg.code_location:
-            return _s3_split(cfg.code_location.rstrip("/"))
+            return s3io.split(cfg.code_location.rstrip("/"))
         if cfg.output_path and cfg.output_path.startswith("s3://"):
-            return _s3_split(cfg.output_path)[0], ""
+            return s3io.split(cfg.output_path)[0], ""
         return self._default_bucket(lookup), ""
 
     def _account(self) -> str:
@@ -159,11 +160,21 @@ class SageMakerBackend:
         if self.exists(name):
             raise BackendError(f"job_name {name!r} is already used by a training job in {self.region}; "
                                "pick another name or drop job_name to get a timestamped one")
-        bucket, key = _s3_split(plan.source_uri)
-        output_bucket = _s3_split(plan.request["OutputDataConfig"]["S3OutputPath"])[0]
-        default = getattr(self, "_default_bucket_name", None)
         self._note_warm_pool(plan.request)
-        for needed in dict.fromkeys((bucket, output_bucket)):  # both exist before anything is written
+        with self.code_uploaded(job, plan.source_uri, plan.request["OutputDataConfig"]["S3OutputPath"]):
+            self.client("sagemaker").create_training_job(**plan.request)
+        return name
+
+    @contextmanager
+    def code_uploaded(self, job: ValidatedJob, source_uri: str, output_path: str) -> Iterator[None]:
+        """The job's code bundle built and uploaded to `source_uri` (`code_uri`), for the body to
+        create what reads it: a training job, or a tuning job's trials. The code's bucket and the
+        output's exist before anything is written (the default one is made); the code is taken back
+        if the body fails or is interrupted, as nothing will read it."""
+        bucket, key = s3io.split(source_uri)
+        output_bucket = s3io.split(output_path)[0]
+        default = getattr(self, "_default_bucket_name", None)
+        for needed in dict.fromkeys((bucket, output_bucket)):
             self._ensure_bucket(needed, created_ok=needed == default)
         with tempfile.TemporaryDirectory() as tmp:
             bundle = self._bundle(job, Path(tmp))
@@ -171,11 +182,10 @@ class SageMakerBackend:
             self.client("s3").upload_file(str(bundle.path), bucket, key,
                                           ExtraArgs=self._upload_settings(job.config, bucket, output_bucket))
         try:
-            self.client("sagemaker").create_training_job(**plan.request)
-        except BaseException:  # refused, or interrupted: no job will read the code, so take it back
+            yield
+        except BaseException:
             self.client("s3").delete_object(Bucket=bucket, Key=key)
             raise
-        return name
 
     def _upload_settings(self, cfg, code_bucket: str, output_bucket: str) -> dict[str, str]:
         """As the SDK's `tar_and_upload_dir`: the code is encrypted at rest with KMS, with

@@ -1,21 +1,20 @@
 """SageMaker hyperparameter tuning jobs: create, describe, list, stop, the trials and the best one.
 
-A sibling of the SageMaker backend, using its account, buckets and code upload: the code goes
-where the SDK puts it (`<bucket>/<tuning job>/source/sourcedir.tar.gz`) and every trial reads it.
+A sibling of the SageMaker backend, using its account, buckets and code upload (`code_uri`,
+`code_uploaded`): the code goes where the SDK puts it (`<bucket>/<tuning job>/source/sourcedir.tar.gz`)
+and every trial reads it.
 """
 
 from __future__ import annotations
 
 import re
-import tempfile
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from launcher.backends import registry
 from launcher.backends.base import BackendError
-from launcher.backends.sagemaker import SageMakerBackend, _s3_split, newest_summaries
+from launcher.backends.sagemaker import SageMakerBackend, newest_summaries
 from launcher.backends.tuning_request import build_tuning_request
 from launcher.config import ValidatedJob
 from launcher.config.job_names import default_base_name
@@ -62,11 +61,9 @@ class SageMakerTuning:
                                      "set role: arn:aws:iam::<account>:role/<name>")])
         base = tuning.base_tuning_job_name or default_base_name(cfg.entry_point)
         name = check_tuning_name(name or make_tuning_name(base))
-        bucket, prefix = self.backend._code_location(cfg, lookup)
-        source_uri = "s3://" + "/".join(p for p in (bucket, prefix, name, "source", "sourcedir.tar.gz") if p)
-        output_path = cfg.output_path or f"s3://{self.backend._default_bucket(lookup)}/"
+        source_uri = self.backend.code_uri(cfg, name, lookup)
         request = build_tuning_request(job, tuning, name=name, region=self.backend.region, source_uri=source_uri,
-                                       output_path=output_path, tags=tags)
+                                       output_path=self.backend.output_path(cfg, lookup), tags=tags)
         return request, source_uri
 
     def create(self, job: ValidatedJob, tuning: TuningConfig, name: str | None = None,
@@ -77,23 +74,9 @@ class SageMakerTuning:
         if self.exists(name):
             raise BackendError(f"job_name {name!r} is already used by a tuning job in {self.backend.region}; "
                                "pick another name or leave it out to get a timestamped one")
-        definition = request["TrainingJobDefinition"]
-        bucket, key = _s3_split(source_uri)
-        output_bucket = _s3_split(definition["OutputDataConfig"]["S3OutputPath"])[0]
-        default = getattr(self.backend, "_default_bucket_name", None)
-        for needed in dict.fromkeys((bucket, output_bucket)):
-            self.backend._ensure_bucket(needed, created_ok=needed == default)
-        s3 = self.backend.client("s3")
-        with tempfile.TemporaryDirectory() as tmp:
-            bundle = self.backend._bundle(job, Path(tmp))
-            self.backend.print(bundle.summary())
-            s3.upload_file(str(bundle.path), bucket, key,
-                           ExtraArgs=self.backend._upload_settings(job.config, bucket, output_bucket))
-        try:
+        output_path = request["TrainingJobDefinition"]["OutputDataConfig"]["S3OutputPath"]
+        with self.backend.code_uploaded(job, source_uri, output_path):
             self.client.create_hyper_parameter_tuning_job(**request)
-        except BaseException:  # refused or interrupted: no trial will read the code
-            s3.delete_object(Bucket=bucket, Key=key)
-            raise
         return name
 
     def exists(self, name: str) -> bool:

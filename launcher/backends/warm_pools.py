@@ -11,8 +11,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from launcher.config.warm_pools import mismatches
-from launcher.wire.progress import as_datetime, clock
-from launcher.wire.training.limits import KEEP_ALIVE_MAX
+from launcher.wire.metric_lines import as_datetime, clock
+from launcher.wire.training.base import KEEP_ALIVE_MAX
 
 STATUSES = ("Available", "InUse", "Reused", "Terminated")  # botocore: WarmPoolResourceStatus
 # How many Available pools submit compares its request with (one DescribeTrainingJob each).

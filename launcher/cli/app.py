@@ -32,8 +32,9 @@ from launcher.cli.support import (
     set_option,
 )
 from launcher.config import backend_table
-from launcher.wire.training import attention, data_order
+from launcher.wire.training import data_order
 from launcher.wire.training.issues import ConfigError
+from launcher.wire.training.models import describe_attention_kernel
 
 # The commands defined in the other modules of launcher.cli, by name.
 ELSEWHERE = ("list", "logs", "metrics", "plan", "status", "stop", "tune", "warm-pool")
@@ -192,7 +193,7 @@ def _summary(job) -> dict:
                                           settings.data_mixture, settings.truncation_mode)
         out["document_masking"] = (f"on where the data marks documents (position_ids restarting at 0, "
                                    f"indexed shards, chat examples); "
-                                   f"{attention.describe(settings.attention_kernel)}"
+                                   f"{describe_attention_kernel(settings.attention_kernel)}"
                                    if settings.document_masking else "off: packed documents see each other")
     elif cfg.hyperparameters.max_context_width:
         out["sequence_length"] = cfg.hyperparameters.max_context_width

@@ -1,6 +1,6 @@
 """What `smlaunch status` and `smlaunch list` print, for a job of any backend.
 
-`status` adds to DescribeTrainingJob's fields the job's progress (launcher.wire.progress) and its newest
+`status` adds to DescribeTrainingJob's fields the job's progress (launcher.wire.metric_lines) and its newest
 complete checkpoint (launcher.wire.checkpoints), as `Progress` and `LastCheckpoint`; `list` is a table
 that fits an 80-column terminal: the handle whole (it is what the other commands take), the
 status, the restarts and the goodput where there are some, when it was created and how long it ran.
@@ -15,7 +15,7 @@ from launcher.backends import warm_pools
 from launcher.backends.base import TERMINAL_STATUSES
 from launcher.wire.checkpoints import UNVERIFIED
 from launcher.wire.masking import mask_secrets
-from launcher.wire.progress import Progress, as_datetime, clock
+from launcher.wire.metric_lines import DamagedMetrics, Progress, as_datetime, clock
 from launcher.wire.terminal import printable
 
 
@@ -31,7 +31,11 @@ def describe(backend, name: str) -> dict:
     restarts = backend.restarts(name)
     if restarts:
         desc["Restarts"] = [asdict(r) for r in restarts]
-    measured = backend.goodput(name)
+    try:
+        measured = backend.goodput(name)
+    except DamagedMetrics as exc:  # the job's status all the same, and why it has no goodput
+        desc["Goodput"] = {"error": str(exc), "text": f"goodput not measured: {exc}"}
+        measured = None
     if measured is not None:
         desc["Goodput"] = {**measured.to_dict(), "text": measured.text()}
     if current is None and backend.job_dir(name):  # a user script: its metric_definitions over the job's log here
@@ -47,7 +51,7 @@ def _last_log_metrics(backend, name: str) -> dict[str, tuple[int, float]]:
 
     try:
         metrics = backend.metrics(name)
-    except (BackendError, KeyError):  # no metrics, or a backend whose jobs keep no job directory
+    except (BackendError, DamagedMetrics, KeyError):  # no metrics, or a backend whose jobs keep no job directory
         return {}
     if metrics.x != "point":
         return {}

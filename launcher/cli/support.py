@@ -80,6 +80,7 @@ def aws_call(fn):
     from launcher.backends.warm_pools import WarmPoolError
     from launcher.config.images import ImageResolutionError
     from launcher.local.store import DamagedRecord
+    from launcher.wire.metric_lines import DamagedMetrics
     from launcher.wire.training.issues import SourceDirError
 
     try:
@@ -94,7 +95,7 @@ def aws_call(fn):
     except NoCredentialsError:
         fail("no AWS credentials found: configure them (aws configure, AWS_PROFILE, or an instance "
               "role), or use --dry-run to see the request without sending it", EXIT_FAILED)
-    except (ClientError, BotoCoreError, BackendError) as exc:
+    except (ClientError, BotoCoreError, BackendError, DamagedMetrics) as exc:
         fail(str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)

@@ -11,7 +11,7 @@ import click
 
 # Imports inside functions: the backends load when the command runs (CLI start-up).
 from launcher.cli.support import JOB_HELP, aws_call, region_option
-from launcher.wire.training.limits import KEEP_ALIVE_MAX
+from launcher.wire.training.base import KEEP_ALIVE_MAX
 
 
 @click.group(name="warm-pool")

@@ -29,7 +29,7 @@ def __getattr__(name: str):
     elif name == "Distribution":
         from launcher.config import distribution as home
     elif name == "ModelParallelParameters":
-        from launcher.wire.training import mp_parameters as home
+        from launcher.wire.training import degrees as home
     elif name in ("FP8Config", "TrainingHyperparameters"):
         from launcher.wire.training import hyperparameters as home
     elif name in ("ConfigError", "Issue"):

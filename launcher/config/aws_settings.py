@@ -13,8 +13,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from launcher.wire.training.base import Strict, WholeNumber
-from launcher.wire.training.limits import MAX_INSTANCE_COUNT
+from launcher.wire.training.base import MAX_INSTANCE_COUNT, Strict, WholeNumber
 
 S3_URI = r"^s3://[^/]+(/.*)?$"
 

@@ -1,12 +1,12 @@
 """What `checkpoint_async_mode` asks of the job: checkpoints to write, and CUDA for pinned staging
-(launcher.wire.training.async_checkpoint; docs/checkpoints.md)."""
+(launcher.wire.training.speed; docs/checkpoints.md)."""
 
 from __future__ import annotations
 
 from launcher.config.context import Context
 from launcher.config.rules import HP
-from launcher.wire.training.async_checkpoint import NO_CUDA_FIX, is_async, needs_cuda
 from launcher.wire.training.issues import Issue
+from launcher.wire.training.speed import NO_CUDA_FIX, is_async, needs_cuda
 
 FIELD = f"{HP}.checkpoint_async_mode"
 

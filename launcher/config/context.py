@@ -9,9 +9,9 @@ from pathlib import Path
 from launcher.config.job import JobConfig
 from launcher.config.script_rules import uses_smp
 from launcher.wire.training import catalog
+from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from launcher.wire.training.models import ModelSpec
-from launcher.wire.training.mp_parameters import ModelParallelParameters
 
 
 @dataclass

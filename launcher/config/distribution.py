@@ -1,7 +1,7 @@
 """The `distribution` dict exactly as users write it for the SageMaker SDK's PyTorch estimator.
 
 Keys and defaults follow SMP v2 (`smdistributed.modelparallel.parameters`) and, for sharded
-data parallelism, SMP v1 (their parameters: launcher.wire.training.mp_parameters); see docs/smp.md.
+data parallelism, SMP v1 (their parameters: launcher.wire.training.degrees); see docs/smp.md.
 Cross-field rules live in `launcher.config.rules`.
 """
 
@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from launcher.wire.training.base import Strict, WholeNumber
-from launcher.wire.training.limits import MAX_PROCESSES_PER_HOST
-from launcher.wire.training.mp_parameters import ModelParallelParameters
+from launcher.wire.training.base import MAX_PROCESSES_PER_HOST, Strict, WholeNumber
+from launcher.wire.training.degrees import ModelParallelParameters
 
 
 class TorchDistributed(Strict):

@@ -27,10 +27,7 @@ from launcher.config.paths import LocalPathText
 from launcher.config.restarts import MAX_RESTARTS
 from launcher.config.tuning import TuningConfig
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
-from launcher.wire.training.base import JsonValue, Strict, WholeNumber
-from launcher.wire.training.catalog import LOCAL_TYPES
-from launcher.wire.training.hyperparameters import TrainingHyperparameters
-from launcher.wire.training.limits import (
+from launcher.wire.training.base import (
     ENVIRONMENT_KEY_MAX,
     ENVIRONMENT_MAX,
     ENVIRONMENT_VALUE_MAX,
@@ -41,7 +38,12 @@ from launcher.wire.training.limits import (
     TAG_PATTERN,
     TAG_VALUE_MAX,
     TAGS_MAX,
+    JsonValue,
+    Strict,
+    WholeNumber,
 )
+from launcher.wire.training.catalog import LOCAL_TYPES
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
 
 MAX_RUN_LIMIT = 28 * 24 * 3600  # SageMaker's StoppingCondition.MaxRuntimeInSeconds ceiling
 ROLE_ARN_RE = r"^arn:aws[a-z\-]*:iam::\d{12}:role/[A-Za-z0-9_+=,.@/-]+$"

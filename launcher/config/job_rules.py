@@ -17,7 +17,7 @@ from launcher.config.images import ImageResolutionError, ecr_region, job_image_c
 from launcher.config.job import JobConfig
 from launcher.config.rules import HP
 from launcher.config.trainer_names import known_name_hint, meant_as_known
-from launcher.wire.file_kinds import not_data
+from launcher.wire.datafiles import not_data
 from launcher.wire.masking import secret_values
 from launcher.wire.training import aws_arguments
 from launcher.wire.training.hyperparameters import DIRECTORY_ARGUMENTS, TrainingHyperparameters

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from launcher.config import JobFile, ModelParallelParameters, ValidatedJob, validate_job
 from launcher.config.safe_yaml import MAX_DEPTH, YamlProblem, loads
-from launcher.wire.file_kinds import file_kind
+from launcher.wire.datafiles import file_kind
 from launcher.wire.training.issues import ConfigError, Issue, did_you_mean, show_value
 
 MP_PATH = ("distribution", "smdistributed", "modelparallel", "parameters")

@@ -21,7 +21,16 @@ from launcher.config.job_rules import code_dir, resolve_path
 from launcher.wire.training.hf_config import WEIGHT_FILES, hf_config
 from launcher.wire.training.issues import Issue
 from launcher.wire.training.model_resolution import ModelResolution, resolve_model, trainable_issues
-from launcher.wire.training.model_source import FIELD, ModelSource, ModelSourceError, parse_model_source
+from launcher.wire.training.model_source import (
+    FIELD,
+    HubError,
+    ModelSource,
+    ModelSourceError,
+    cached_config,
+    fetch_config,
+    parse_model_source,
+    token_from,
+)
 from launcher.wire.training.models import preset_for_hf_name
 
 HP = "hyperparameters"
@@ -119,16 +128,14 @@ def _hub_config(job: JobConfig, source: ModelSource, trainer: bool) -> _Config:
     preset = preset_for_hf_name(source.repo_id)
     if preset is not None:
         return _Config(hf_config(preset), preset.name)
-    from launcher.wire.training import hub
-
     try:
-        config = hub.cached_config(source.repo_id, source.revision)
+        config = cached_config(source.repo_id, source.revision)
     except (OSError, ValueError):
         config = None
     if config is None and trainer:
         try:
-            config = hub.fetch_config(source.repo_id, source.revision, hub.token_from(job.environment))
-        except hub.HubError as exc:
+            config = fetch_config(source.repo_id, source.revision, token_from(job.environment))
+        except HubError as exc:
             return _Config(issues=[Issue(FIELD, source.text, exc.problem, exc.fix)])
     return _Config(config, source.text if config is not None else None)
 

@@ -1,4 +1,4 @@
-"""SageMaker's limits on a job's hyperparameters (limits.py), checked on what the request carries:
+"""SageMaker's limits on a job's hyperparameters (launcher.wire.training.base), checked on what the request carries:
 the values json.dumps'ed as the SDK sends them, and the keys the launcher adds counted in.
 
 The environment and tag limits are field constraints of JobConfig; these depend on the wire form.
@@ -11,12 +11,12 @@ import json
 from launcher.config import sent_hyperparameters
 from launcher.config.context import Context
 from launcher.config.rules import HP
-from launcher.wire.training.issues import Issue
-from launcher.wire.training.limits import (
+from launcher.wire.training.base import (
     HYPERPARAMETER_KEY_MAX,
     HYPERPARAMETER_VALUE_MAX,
     HYPERPARAMETERS_MAX,
 )
+from launcher.wire.training.issues import Issue
 
 _TOO_BIG = "put large settings in a file under source_dir (or an input channel) and pass its name"
 

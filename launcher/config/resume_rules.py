@@ -1,7 +1,7 @@
 """The validator's note on a job that resumes from checkpoints: what a resume may change and what
 it must keep (launcher.wire.training.resume decides both; the runtime enforces them at resume); and where
 this machine has both the newest checkpoint and the channels (a local job's checkpoint_local_path,
-local inputs), what the resume would make of data that changed since (launcher.wire.training.resume_data)."""
+local inputs), what the resume would make of data that changed since (launcher.wire.training.resume.compare)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from pathlib import Path
 from launcher.config.context import Context
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH, JobConfig
 from launcher.config.job_rules import resolve_path
-from launcher.wire import checkpoints, data_streams
+from launcher.wire import checkpoints
 from launcher.wire.datafiles import TRAIN_CHANNELS
 from launcher.wire.training.issues import Issue
 from launcher.wire.training.layout import ParallelLayout, layout_problems, with_sharding_strategy
-from launcher.wire.training.resume import KEPT, batch_text, data_stream, global_batch, may_change
-from launcher.wire.training.resume_data import compare
+from launcher.wire.training.resume import KEPT, batch_text, compare, data_stream, global_batch, may_change
 from launcher.wire.training.run_settings import run_settings
 
 
@@ -55,8 +54,8 @@ def check_resume_data(ctx: Context) -> list[Issue]:
     s = run_settings(ctx.hp, ctx.params, ctx.world or 1)
     inputs = _local_channels(ctx, [name for name, _ in s.data_mixture])
     try:
-        saved = data_streams.read(Path(latest.where)) if latest is not None else None
-        now = (data_streams.record(s.dataset_type, s.shuffle, {key: path for key, (_, path) in inputs.items()})
+        saved = checkpoints.read_data_streams(Path(latest.where)) if latest is not None else None
+        now = (checkpoints.data_streams(s.dataset_type, s.shuffle, {key: path for key, (_, path) in inputs.items()})
                if saved is not None and inputs else None)
     except (OSError, ValueError):  # unreadable channels are the data rules' to report; a damaged record the runtime's
         return []

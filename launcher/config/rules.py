@@ -10,20 +10,26 @@ from dataclasses import replace
 from launcher.config import backend_table
 from launcher.config.context import Context
 from launcher.config.job import JobConfig
-from launcher.wire.training import attention, catalog
-from launcher.wire.training.degrees import script_arguments
+from launcher.wire.training import catalog
+from launcher.wire.training.degrees import ModelParallelParameters, script_arguments
 from launcher.wire.training.hyperparameters import FP8Config
 from launcher.wire.training.issues import Issue, did_you_mean
 from launcher.wire.training.layout import (
+    PipelineJob,
     divisors,
     layout_problems,
     moe_problems,
+    pipeline_problems,
     sharding_group,
     with_sharding_strategy,
 )
-from launcher.wire.training.models import MOE_MODEL_TYPES, VOCAB_MULTIPLE, ModelSpec, vocab_rows
-from launcher.wire.training.mp_parameters import ModelParallelParameters
-from launcher.wire.training.pipeline import PipelineJob, pipeline_problems
+from launcher.wire.training.models import (
+    MOE_MODEL_TYPES,
+    VOCAB_MULTIPLE,
+    ModelSpec,
+    attention_kernel_problem,
+    vocab_rows,
+)
 from launcher.wire.training.run_settings import run_settings
 
 MP = "distribution.smdistributed.modelparallel.parameters"
@@ -214,7 +220,7 @@ def _tp_shape_issues(ctx: Context, model: ModelSpec, tp: int) -> list[Issue]:
 
 
 def check_pipeline(ctx: Context) -> list[Issue]:
-    """Pipeline parallelism in smlaunch's runtime (launcher.wire.training.pipeline, which the container
+    """Pipeline parallelism in smlaunch's runtime (launcher.wire.training.layout, which the container
     enforces too); a user script pipelines, or not, by its own rules."""
     if not ctx.runtime:
         return []
@@ -325,7 +331,7 @@ def check_memory_options(ctx: Context) -> list[Issue]:
 
 def check_attention_kernel(ctx: Context) -> list[Issue]:
     """The document-masking kernel smlaunch's train.py is asked for, against the precision and the
-    instance's devices (the container checks again with the device it gets: launcher.wire.training.attention)."""
+    instance's devices (the container checks again with the device it gets: launcher.wire.training.models)."""
     kernel = ctx.hp.attention_kernel
     if not ctx.runtime or kernel is None:
         return []
@@ -335,7 +341,7 @@ def check_attention_kernel(ctx: Context) -> list[Issue]:
         gpu = False
     elif inst is not None and inst.accelerator is not None and inst.accelerator.vendor == "nvidia":
         gpu = True
-    found = attention.problem(kernel, bool(ctx.hp.bf16 or ctx.params.bf16), gpu)
+    found = attention_kernel_problem(kernel, bool(ctx.hp.bf16 or ctx.params.bf16), gpu)
     return [Issue(f"{HP}.attention_kernel", kernel, found[0], found[1])] if found else []
 
 

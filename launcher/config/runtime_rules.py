@@ -1,5 +1,5 @@
 """Validate's side of the checks smlaunch's runtime repeats before it builds anything (the
-hyperparameters' rules: compile_rules, speed_rules, tracker_rules, nonfinite_rules): each applies
+hyperparameters' rules: speed_rules, tracker_rules, nonfinite): each applies
 to a job that runs smlaunch's train.py only (a user's own script reads these keys as it likes),
 and adds what only the client knows of the job (context.Context): the instance's GPU, the model it
 resolved, the job's max_restarts."""
@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from launcher.config.context import Context
 from launcher.config.rules import HP, is_moe
-from launcher.wire.training.compile_rules import MOE_FIX, MOE_REFUSAL, compile_issues
 from launcher.wire.training.hyperparameters import FP8Config
 from launcher.wire.training.issues import Issue
-from launcher.wire.training.nonfinite import ROLLBACK
-from launcher.wire.training.nonfinite_rules import nonfinite_issues
+from launcher.wire.training.nonfinite import ROLLBACK, nonfinite_issues
 from launcher.wire.training.speed import rowwise_capability_problem
-from launcher.wire.training.speed_rules import profile_notes, speed_issues
+from launcher.wire.training.speed_rules import MOE_FIX, MOE_REFUSAL, compile_issues, profile_notes, speed_issues
 from launcher.wire.training.tracker_rules import tracker_issues
 
 

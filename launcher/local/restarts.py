@@ -17,8 +17,8 @@ from pathlib import Path
 
 from launcher.local.spec import LocalJobSpec
 from launcher.wire import faults
+from launcher.wire.metric_lines import now, read_progress
 from launcher.wire.opt_ml import process_ended
-from launcher.wire.progress import now, read_progress
 
 LOST = faults.HOST_LOST
 

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from launcher.backends.errors import BackendError
 from launcher.config.job_names import check_job_name
 from launcher.config.paths import smlaunch_home
 from launcher.wire.opt_ml import write_private
@@ -160,6 +161,27 @@ def _merge(record: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
 def backend_of(record: dict[str, Any]) -> str:
     """Which backend runs the job of this record ("local" or "slurm"; records before Slurm are local)."""
     return record.get("Backend", "local")
+
+
+def owns(backend: str, name: str, root: Path | None = None) -> bool:
+    """Whether job `name` is in the store and `backend`'s."""
+    return exists(name, root) and backend_of(read(name, root)) == backend
+
+
+def owned_record(backend: str, name: str, root: Path | None = None) -> dict[str, Any]:
+    """The record of job `name` if `backend` runs it; BackendError naming where it looked, or the
+    backend that runs it. A damaged record raises DamagedRecord: bad input, not a missing job (the
+    CLI says so with exit code 2)."""
+    try:
+        record = read(name, root)
+    except DamagedRecord:
+        raise
+    except LookupError as exc:
+        raise BackendError(str(exc)) from None
+    if backend_of(record) != backend:
+        raise BackendError(f"job {name} is a {backend_of(record)} job, not a {backend} one: "
+                           f"use {backend_of(record)}:{name}")
+    return record
 
 
 def list_jobs(root: Path | None = None, status: str | None = None, name_contains: str | None = None,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from launcher.plan.configurations import plan
 from launcher.plan.report import PlanResult, explain_oom
-from launcher.plan.sweep import plan
 
 
 class PredictedOOMError(ValueError):

@@ -32,7 +32,7 @@ from launcher.config import ValidatedJob
 from launcher.plan.host_staging import STAGED_TERMS
 from launcher.plan.memory import MemoryEstimate
 from launcher.plan.throughput import ThroughputEstimate
-from launcher.wire.training.async_checkpoint import is_async
+from launcher.wire.training.speed import is_async
 
 # Meta, "The Llama 3 Herd of Models" (arXiv:2407.21783, 2024), section 3.3.4: 419 unexpected
 # interruptions in a 54-day snapshot of pre-training on 16,384 H100 GPUs.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from launcher.config import ValidatedJob
 from launcher.plan.memory import MemoryEstimate
-from launcher.wire.training.async_checkpoint import PINNED, is_async
+from launcher.wire.training.speed import PINNED, is_async
 
 # The share of the instance's memory left to the staging copies: the rest holds the OS, each
 # rank's Python process and data loader, and the page cache the checkpoint files pass through.

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 
 from launcher.config import ValidatedJob
+from launcher.plan.configurations import plan
 from launcher.plan.report import PlanResult
-from launcher.plan.sweep import plan
 
 log = logging.getLogger(__name__)
 

@@ -30,14 +30,14 @@ from typing import Any
 from launcher.config import Issue, ValidatedJob, validate_job
 from launcher.config.job import JobFile
 from launcher.config.jobfile import load_job_file
+from launcher.plan.configurations import plan_overrides, settings_of
 from launcher.plan.report import PlanResult
-from launcher.plan.sweep import plan_overrides, settings_of
 from launcher.plan.workload import modeled_program, workload_of
+from launcher.wire.training.base import MAX_INSTANCE_COUNT
 from launcher.wire.training.catalog import InstanceType, catalog_names, get_instance_type
 from launcher.wire.training.degrees import by_short
 from launcher.wire.training.issues import did_you_mean
 from launcher.wire.training.layout import divisors
-from launcher.wire.training.limits import MAX_INSTANCE_COUNT
 
 DEFAULT_MAX_INSTANCES = 4  # counts 1, 2, 4 unless --max-instances or --deadline says otherwise
 DEADLINE_MAX_INSTANCES = 64  # how far counts double looking for one that meets --deadline

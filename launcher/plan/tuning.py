@@ -16,9 +16,9 @@ from typing import Any
 from launcher.config import ValidatedJob, validate_job
 from launcher.config.tuning import TuningConfig
 from launcher.config.tuning_rules import trial_instances, trial_settings, trial_variants
+from launcher.plan.configurations import plan
 from launcher.plan.fits import PredictedOOMError
 from launcher.plan.report import PlanResult
-from launcher.plan.sweep import plan
 
 
 @dataclass

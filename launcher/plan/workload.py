@@ -17,11 +17,10 @@ from launcher.wire.datafiles import TRAIN_CHANNELS
 from launcher.wire.token_shards import ShardError, read_header, shard_indexes
 from launcher.wire.training import data_order
 from launcher.wire.training.catalog import InstanceType
+from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.flops import attended_length
-from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.layout import ParallelLayout, bubble_fraction, in_flight_microbatches
 from launcher.wire.training.models import ModelSpec, vocab_rows
-from launcher.wire.training.mp_parameters import ModelParallelParameters
-from launcher.wire.training.pipeline import bubble_fraction, in_flight_microbatches
 
 
 class PlanError(ValueError):

@@ -5,14 +5,27 @@ marker, after every rank's files and manifest part (container/checkpoint/checkpo
 container/checkpoint/manifest.py, which take these names from here). `smlaunch status` names the
 newest complete one: in a local or Slurm job's checkpoint directory, or under a SageMaker job's
 checkpoint_s3_uri.
+
+And what a checkpoint records of the data its position indexes (`data-streams.json`
+in a step-<N> directory, written by rank 0 beside trainer.pt, read at resume by the runtime and by
+`smlaunch validate` for a local checkpoint directory; the section at the end says what it holds).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
+
+from launcher.wire.chat_records import chat_files
+from launcher.wire.datafiles import data_files
+from launcher.wire.token_shards import read_header, shard_indexes
+
+# Imports inside functions: s3io (and botocore) only where a checkpoint is looked for under an s3://
+# prefix, which the client does; every rank's checkpointer imports this module and never does.
 
 DEFAULT_CHECKPOINT_PATH = "/opt/ml/checkpoints"  # SageMaker's checkpoint_local_path
 MARKER = ".complete"
@@ -66,8 +79,10 @@ def latest_in_s3(s3_client, uri: str) -> Checkpoint | None:
     each host's /opt/ml/checkpoints to that prefix)."""
     from botocore.exceptions import ClientError
 
-    parsed = urlparse(uri)
-    bucket, prefix = parsed.netloc, parsed.path.strip("/")
+    from launcher.wire import s3io
+
+    bucket, prefix = s3io.split(uri)
+    prefix = prefix.strip("/")
     base = f"{prefix}/" if prefix else ""
     steps = []
     for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base, Delimiter="/"):
@@ -83,3 +98,60 @@ def latest_in_s3(s3_client, uri: str) -> Checkpoint | None:
             raise
         return Checkpoint(step, f"s3://{bucket}/{base}step-{step}")
     return None
+
+
+# --- what a checkpoint records of the data its position indexes: data-streams.json ----------------
+# A data position (the global index of the next sample) means something only for the stream it was
+# counted in. The stream's settings (dataset_type, seed, shuffle, mixture) are the checkpoint's
+# `keeps` (launcher.wire.training.resume); this is the data itself, per channel the loader reads:
+#
+#     {"dataset_type": "indexed", "shuffled": true,
+#      "channels": {"train": {"tokenizer": {"name", "vocabulary_sha256"}, "vocab_size": 32000,
+#                             "shards": [{"name": "web-00000.idx", "bytes": 2147483648,
+#                                         "documents": 812345, "tokens": 1073741824}, ...]}}}
+#
+# An indexed channel: its shards in reading order (name relative to the channel, the .bin's size,
+# the header's documents and tokens) and the tokenizer the headers record. A JSON Lines or chat
+# channel: {"files": [{"name", "bytes"}, ...]}, in reading order. launcher.wire.training.resume says
+# what a resume makes of a difference.
+DATA_STREAMS_FILE = "data-streams.json"
+_INDEXED, _CHAT = "indexed", "chat"
+
+
+def _name(file: Path, channel: Path) -> str:
+    """A file's name as the record keeps it: relative to the channel directory, which is mounted at
+    another path in every job (/opt/ml/input/data/<channel>, a local directory)."""
+    return file.relative_to(channel).as_posix() if channel.is_dir() else file.name
+
+
+def channel_record(dataset_type: str, path: str | Path) -> dict:
+    """What one channel (a directory, or a file) holds, as `data_streams` keeps it; a channel without
+    data raises FileNotFoundError, a damaged shard ShardError."""
+    path = Path(path)
+    if dataset_type == _INDEXED:
+        headers = [read_header(idx) for idx in shard_indexes(path)]
+        if not headers:
+            raise FileNotFoundError(f"{path}: no indexed token shards")
+        return {"tokenizer": headers[0].tokenizer, "vocab_size": headers[0].vocab_size,
+                "shards": [{"name": _name(h.idx, path), "bytes": os.path.getsize(h.bin), "documents": h.documents,
+                            "tokens": h.tokens} for h in headers]}
+    files = chat_files(path) if dataset_type == _CHAT else data_files(path)
+    return {"files": [{"name": _name(f, path), "bytes": f.stat().st_size} for f in files]}
+
+
+def data_streams(dataset_type: str, shuffled: bool, channels: Mapping[str, str | Path]) -> dict:
+    """The record of the training stream read from `channels` (name -> path, in the loader's order)."""
+    return {"dataset_type": dataset_type, "shuffled": shuffled,
+            "channels": {name: channel_record(dataset_type, path) for name, path in channels.items()}}
+
+
+def write_data_streams(step_dir: Path, streams: dict) -> None:
+    (Path(step_dir) / DATA_STREAMS_FILE).write_text(json.dumps(streams, indent=1) + "\n")
+
+
+def read_data_streams(step_dir: Path) -> dict | None:
+    """The record of a checkpoint; None for one saved before smlaunch wrote it."""
+    try:
+        return json.loads((Path(step_dir) / DATA_STREAMS_FILE).read_text())
+    except FileNotFoundError:
+        return None

@@ -2,10 +2,10 @@
 (docs/faults.md, "Goodput").
 
 Rank 0 of smlaunch's runtime puts its time ledger into every metrics record
-(container/resilience/ledger.py): the attempt, the step it started from, when its loop began, and
-the seconds its loop has spent so far in steps, in waiting for batches, in checkpoint saves and in
-validation. With the job's start and end and the bootstrap's restart records
-(launcher.wire.faults), the job's wall time splits into:
+(container/resilience/ledger.py; the fields are launcher.wire.metric_lines'): the attempt, the step
+it started from, when its loop began, and the seconds its loop has spent so far in steps, in waiting
+for batches, in checkpoint saves and in validation. With the job's start and end and the bootstrap's
+restart records (launcher.wire.faults), the job's wall time splits into:
 
 - productive: the time of the steps that count, each step once;
 - start-up: from the job's start to its first loop (failed attempts before any loop included);
@@ -21,32 +21,26 @@ the container writes the fields and the launcher reads them with this module.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from launcher.wire.faults import Restart, read_restarts
-
-METRICS_FILE = "metrics.jsonl"
-
-# The ledger's fields in a metrics record.
-ATTEMPT = "attempt"
-START_STEP = "start_step"
-LOOP_START = "loop_start"  # ISO 8601, UTC: when this attempt's training loop began
-STEPS, DATA, CHECKPOINT, VALIDATION = "steps", "data", "checkpoint", "validation"
-TIME_FIELDS = {STEPS: "time_steps_s", DATA: "time_data_s", CHECKPOINT: "time_checkpoint_s",
-               VALIDATION: "time_validation_s"}
+from launcher.wire.metric_lines import (
+    ATTEMPT,
+    CHECKPOINT,
+    DATA,
+    LOOP_START,
+    START_STEP,
+    STEPS,
+    TIME_FIELDS,
+    VALIDATION,
+    read_records,
+)
 
 # Where the time that did not train went, in the order `text` names them.
 LOST = ("start-up", "restarts", "replayed", "checkpoints", "input waits", "validation", "other")
-
-
-def ledger_fields(attempt: int, start_step: int, loop_start: datetime, seconds: Mapping[str, float]) -> dict:
-    """What rank 0 adds to a metrics record (cumulative seconds of this attempt's loop)."""
-    return {ATTEMPT: attempt, START_STEP: start_step, LOOP_START: loop_start.isoformat(timespec="milliseconds"),
-            **{TIME_FIELDS[k]: round(seconds[k], 3) for k in TIME_FIELDS}}
 
 
 @dataclass(frozen=True)
@@ -129,29 +123,13 @@ def goodput(started: datetime, ended: datetime, restarts: Sequence[Restart],
 def measure(output_data_dirs: Sequence[Path], started: datetime, ended: datetime | None = None) -> Goodput | None:
     """The goodput of a job from its output data directories (one per host: rank 0's holds the
     metrics, every host's bootstrap writes its restart records, and a local or Slurm supervisor its
-    record of a lost host); `ended` None: now (a running job)."""
+    record of a lost host); `ended` None: now (a running job). A damaged metrics file is
+    DamagedMetrics (launcher.wire.metric_lines): a goodput without some of its records would be wrong."""
     records, restarts = [], []
     for directory in output_data_dirs:
         records += read_records(Path(directory))
         restarts += read_restarts(Path(directory))
     return goodput(started, ended or datetime.now(timezone.utc), restarts, records)
-
-
-def read_records(output_data: Path) -> list[dict]:
-    """metrics.jsonl's records; lines that are not JSON objects are skipped (a line cut by a kill)."""
-    try:
-        lines = (output_data / METRICS_FILE).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
 
 
 def _attempts(records: Iterable[Mapping]) -> list[_Attempt]:

@@ -21,7 +21,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from launcher.wire.file_kinds import not_data
+from launcher.wire.datafiles import not_data
 
 # SageMaker's name for the single instance group of a job that declares no instance groups.
 HOMOGENEOUS_GROUP = "homogeneousCluster"

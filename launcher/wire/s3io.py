@@ -18,6 +18,8 @@ class EmptyPrefix(LookupError):
 
 
 def split(uri: str) -> tuple[str, str]:
+    """(bucket, key) of `s3://bucket/key`: the key as written, a prefix's trailing slash kept. The one
+    split of an S3 URI on both sides of the wire (the launcher's backends, the bootstrap's code download)."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     return bucket, key
 

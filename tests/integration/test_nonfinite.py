@@ -16,7 +16,7 @@ import random
 import pytest
 
 from launcher.wire.faults import ATTEMPT_ENV, EXIT_NONFINITE_ROLLBACK, FAULT_DIR_ENV, FAULT_ENV, Fault, fault_spec
-from launcher.wire.nonfinite import SkippedBatch, read_skips
+from launcher.wire.training.nonfinite import SkippedBatch, read_skips
 from tests.support.train_runs import run_train, series
 
 ROWS = 16

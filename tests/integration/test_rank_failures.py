@@ -62,7 +62,7 @@ INJECTIONS = {
     "checkpoint resume": ("import container.checkpoint.checkpointer; "
                           "container.checkpoint.checkpointer.Checkpointer.load_latest = fail"),
     "mid-step": """
-import container.trainer as t
+import container.loop as t
 calls = []
 real = t.token_loss_sum
 def flaky(*args, **kwargs):

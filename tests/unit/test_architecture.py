@@ -189,12 +189,65 @@ def test_the_runtime_reaches_of_the_launcher_only_the_contract():
 
 
 def test_the_contract_check_follows_a_chain_to_the_job_schema():
-    # the control: one import of the client's rules from the contract (as compile_rules' of
+    # the control: one import of the client's rules from the contract (as the compile rule's of
     # config.rules.is_moe was) brings the rules, the job schema and the backend table to every rank
     graph = dict(GRAPH)
-    graph["launcher.wire.training.compile_rules"] = [*GRAPH["launcher.wire.training.compile_rules"],
-                                                     ("launcher.config.rules", 1, True)]
+    graph["launcher.wire.training.speed_rules"] = [*GRAPH["launcher.wire.training.speed_rules"],
+                                                   ("launcher.config.rules", 1, True)]
     outside = _outside_the_contract(graph)
     assert {"launcher.config.rules", "launcher.config.job", "launcher.config.backend_table"} <= set(outside)
     assert outside["launcher.config.job"].endswith(
-        "launcher.wire.training.compile_rules -> launcher.config.rules -> launcher.config.job")
+        "launcher.wire.training.speed_rules -> launcher.config.rules -> launcher.config.job")
+
+
+def _loaded_at_import(source: str) -> list[str]:
+    """The modules of smlaunch's own code that importing `source` runs: imports at module level, in
+    its `if` and `try` blocks too, but not those under `if TYPE_CHECKING:` nor inside functions."""
+    found, blocks = [], list(ast.parse(source).body)
+    while blocks:
+        node = blocks.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+            blocks += node.body + node.orelse
+        elif isinstance(node, ast.Try):
+            blocks += node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body]
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+    return [owner for name in found if name.split(".")[0] in ("launcher", "container", "entrypoints")
+            and (owner := _owner(name))]
+
+
+def _loaded_by(module: str) -> set[str]:
+    """Every module of smlaunch that `import module` loads: what its imports run, and each one's packages."""
+    loaded, queue = set(), [module]
+    while queue:
+        name = queue.pop()
+        parts = name.split(".")
+        for package in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):
+            if package in MODULES and package not in loaded:
+                loaded.add(package)
+                queue += _loaded_at_import(MODULES[package].read_text())
+    return loaded
+
+
+# What a training rank loads of the launcher: the packages launcher, launcher.wire, launcher.wire.training
+# and the contract's modules the runtime uses. tests/integration/test_container_imports.py measures
+# the same in a fresh interpreter.
+RUNTIME_LAUNCHER_MODULES_MAX = 32
+
+
+def test_a_training_rank_loads_few_modules_of_the_launcher():
+    loaded = sorted(m for m in _loaded_by("container.trainer") if m.split(".")[0] == "launcher")
+    assert "launcher.wire.training.hyperparameters" in loaded  # it did follow the imports
+    assert len(loaded) <= RUNTIME_LAUNCHER_MODULES_MAX, loaded
+
+
+def test_the_loaded_modules_follow_packages_and_skip_type_checking_and_functions():
+    # the control: an import under TYPE_CHECKING or inside a function loads nothing when the module
+    # is imported; one at module level loads its module and its packages
+    source = ("from typing import TYPE_CHECKING\nimport launcher.wire.masking\n"
+              "if TYPE_CHECKING:\n    from launcher.config.job import JobConfig\n"
+              "def f():\n    from launcher.backends import sagemaker\n")
+    assert _loaded_at_import(source) == ["launcher.wire.masking"]
+    assert {"launcher", "launcher.wire", "launcher.wire.masking"} <= _loaded_by("launcher.wire.masking")

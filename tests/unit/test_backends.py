@@ -17,6 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from launcher.backends import registry
+from launcher.backends.base import BackendError
 from launcher.backends.slurm import SlurmBackend
 from launcher.cli.app import main
 from launcher.config import backend_table, validate_job
@@ -76,6 +77,19 @@ def test_a_handle_of_another_backend_is_not_found_there(home):
     assert result.exit_code == 1 and "no slurm job 'done-1'" in result.stderr
     result = CliRunner().invoke(main, ["status", "local:done-1"])
     assert result.exit_code == 0 and "done-1: Completed" in result.stdout and "backend: local" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["local", "kubernetes"])
+def test_the_job_store_gives_a_backend_its_own_jobs_only(home, name):
+    # one lookup (store.owned_record) for the job-directory backends and Kubernetes
+    store.write(home / "jobs" / "slu-2", {"TrainingJobName": "slu-2", "TrainingJobStatus": "Completed",
+                                         "Backend": "slurm"})
+    backend = registry.backend_named(name)
+    assert not backend.exists("slu-2") and registry.backend_named("slurm").exists("slu-2")  # the control
+    with pytest.raises(BackendError, match=f"^job slu-2 is a slurm job, not a {name} one: use slurm:slu-2$"):
+        backend._record("slu-2")
+    with pytest.raises(BackendError, match="none-2"):
+        backend._record("none-2")
 
 
 @pytest.mark.parametrize("backend", ["local", "slurm"])

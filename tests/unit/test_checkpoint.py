@@ -100,7 +100,7 @@ def test_keep_and_partial_checkpoints(tmp_path):
 
 
 def streams(tokenizer: dict, vocab_size: int) -> dict:
-    """A record of the data read (launcher.wire.data_streams), as the runtime gives the checkpointer."""
+    """A record of the data read (launcher.wire.checkpoints), as the runtime gives the checkpointer."""
     shard = {"name": "web-00000.idx", "bytes": 2000, "documents": 10, "tokens": 1000}
     return {"dataset_type": "indexed", "shuffled": True,
             "channels": {"train": {"tokenizer": tokenizer, "vocab_size": vocab_size, "shards": [shard]}}}

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from launcher.backends.sagemaker import SageMakerBackend
 from launcher.cli.app import main
-from launcher.wire.training.limits import KEEP_ALIVE_MAX
+from launcher.wire.training.base import KEEP_ALIVE_MAX
 from tests.unit.test_warm_pools import REGION, _describe, _update_sent
 
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from launcher.config import ModelParallelParameters, TrainingHyperparameters
+from launcher.plan.configurations import _raw_settings
 from launcher.plan.report import _SETTING_LABELS
 from launcher.plan.search import fleet_layouts
-from launcher.plan.sweep import _raw_settings
 from launcher.sdk.v3_configs import SMP
 from launcher.wire.training import degrees
 from launcher.wire.training.base import Strict

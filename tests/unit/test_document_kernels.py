@@ -147,7 +147,7 @@ def test_auto_is_dense_on_cpu_and_gpu_kernels_are_refused_there():
 
 
 def test_varlen_needs_half_precision():
-    from launcher.wire.training.attention import problem
+    from launcher.wire.training.models import attention_kernel_problem as problem
 
     assert problem("varlen", bf16=True, gpu=True) is None
     assert "half precision only" in problem("varlen", bf16=False, gpu=True)[0]

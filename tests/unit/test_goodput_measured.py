@@ -1,6 +1,6 @@
 """Goodput measured (launcher/wire/goodput.py): hand-built metrics and restart records with known
-times give known shares; the time ledger's fields (container/resilience/ledger.py). A real run's
-records are checked in tests/integration/test_goodput_ledger.py."""
+times give known shares; the time ledger's fields (container/resilience/ledger.py,
+launcher/wire/metric_lines.py). A real run's records are checked in tests/integration/test_goodput_ledger.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from container.resilience.ledger import DATA, TimeLedger
 from launcher.wire import goodput as gw
+from launcher.wire import metric_lines as fields
 from launcher.wire.faults import FAULT, Restart, append_restart
 
 T0 = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
@@ -25,9 +26,9 @@ def record(attempt: int, start_step: int, loop_start: float, step: int, steps: f
            checkpoint: float = 0.0, validation: float = 0.0) -> dict:
     """A metrics record as rank 0 writes it, with the loss fields a record has besides."""
     return {"step": step, "loss": 2.5, "tokens_per_s": 100.0,
-            **gw.ledger_fields(attempt, start_step, at(loop_start), {gw.STEPS: steps, gw.DATA: data,
-                                                                     gw.CHECKPOINT: checkpoint,
-                                                                     gw.VALIDATION: validation})}
+            **fields.ledger_fields(attempt, start_step, at(loop_start), {fields.STEPS: steps, fields.DATA: data,
+                                                                     fields.CHECKPOINT: checkpoint,
+                                                                     fields.VALIDATION: validation})}
 
 
 def failure(attempt: int, when: float, step: int, resumed_from: int = 0, host: str = "algo-1") -> Restart:
@@ -180,3 +181,35 @@ def test_list_shows_each_jobs_goodput_beside_its_restarts(tmp_path):
     long = table([rows["lost"]], "smlaunch-demo-2026-11-28-22-32-05-154")
     assert long[0].split() == ["job", "status", "restarts", "duration"] and max(map(len, long)) <= 80
     assert table([rows["lost"]], "a" * 56)[0].split() == ["job", "status"]
+
+
+def test_a_damaged_metrics_line_is_said_by_status_list_and_metrics_not_skipped(home):
+    """One rule for metrics.jsonl (launcher.wire.metric_lines.parse_records): goodput skipped a
+    damaged middle line, a record missing from its sums, while `smlaunch metrics` refused the file.
+    Now goodput is not measured and `status` and `list` say why, listing the job all the same; the
+    metrics command fails naming the line (exit 1, no traceback). The control: a cut last line is
+    being written, and the goodput is measured."""
+    from click.testing import CliRunner
+
+    from launcher.backends.local import LocalBackend
+    from launcher.cli.app import main
+    from launcher.wire.metric_lines import DamagedMetrics
+
+    jobs = home / "jobs"
+    _local_job(jobs, [], [failure(0, 50, 25)])
+    record = json.loads((jobs / "lost" / "job.json").read_text())
+    (jobs / "lost" / "job.json").write_text(json.dumps({**record, "LocalJobDir": str(jobs / "lost")}))
+    metrics = jobs / "lost" / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"step": 101, "lo')
+    assert LocalBackend(root=jobs).goodput("lost").fraction == 0.5
+    metrics.write_text(whole.replace("\n", "\n{garbage\n", 1))
+    with pytest.raises(DamagedMetrics, match="metrics.jsonl: line 2 is not a JSON object"):
+        LocalBackend(root=jobs).goodput("lost")
+    status = CliRunner().invoke(main, ["status", "local:lost"])
+    assert status.exit_code == 0 and "goodput not measured: " in status.output and "line 2" in status.output
+    listed = CliRunner().invoke(main, ["list", "--backend", "local"])
+    assert listed.exit_code == 0 and "local:lost" in listed.output
+    assert "lost: goodput not measured: " in listed.output
+    shown = CliRunner().invoke(main, ["metrics", "local:lost"])
+    assert shown.exit_code == 1 and "line 2 is not a JSON object" in shown.output and "Traceback" not in shown.output

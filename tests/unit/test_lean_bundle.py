@@ -130,7 +130,7 @@ def test_only_the_runtimes_bundle_carries_the_plans_prediction_and_a_local_job_s
     test_trackers.py follows it into W&B and MLflow); a user script has no smlaunch trackers."""
     import tarfile
 
-    from launcher.plan.sweep import LOCAL_JOB
+    from launcher.plan.configurations import LOCAL_JOB
     from launcher.wire import job_plan
 
     runtime = build_job_sourcedir(job(ROOT / "entrypoints", "train.py", instance_type="local",

@@ -14,7 +14,7 @@ from launcher.local.spec import LocalJobSpec, RunnerError
 from launcher.slurm import commands
 from launcher.slurm.runner import SlurmRunner
 from launcher.wire import faults
-from launcher.wire.progress import Progress, write_progress
+from launcher.wire.metric_lines import Progress, write_progress
 
 
 def spec(tmp_path, hosts=("algo-1", "algo-2")) -> LocalJobSpec:

@@ -19,6 +19,7 @@ from launcher.backends import jobmetrics, metric_records
 from launcher.backends.local import LocalBackend
 from launcher.cli import metrics_view
 from launcher.cli.app import main
+from launcher.wire.metric_lines import DamagedMetrics, drop_cut_line, parse_records
 from tests.support.local_jobs import job_file
 from tests.support.metrics_cli import ONE_PROCESS, RUN_HP
 from tests.support.sagemaker_jobs import BUCKET, REGION, make_job, moto_job, set_status
@@ -27,11 +28,31 @@ pytest.importorskip("matplotlib")
 
 
 def test_a_line_being_written_is_skipped_and_a_damaged_one_is_an_error():
-    records = metric_records.read_records('{"step": 1, "loss": 2.5}\n{"step": 2, "lo', "m.jsonl")
+    records = parse_records('{"step": 1, "loss": 2.5}\n{"step": 2, "lo', "m.jsonl")
     assert records == [{"step": 1, "loss": 2.5}]  # the trainer is still appending the second line
-    with pytest.raises(jobmetrics.BackendError) as exc:
-        metric_records.read_records('{"step": 1\n{"step": 2, "loss": 2.5}\n', "m.jsonl")
-    assert "m.jsonl: line 1 is not JSON" in str(exc.value)
+    for damaged in ('{"step": 1\n{"step": 2, "loss": 2.5}\n', '[1, 2]\n{"step": 2, "loss": 2.5}\n'):
+        with pytest.raises(DamagedMetrics) as exc:
+            parse_records(damaged, "m.jsonl")
+        assert "m.jsonl: line 1 is not a JSON object" in str(exc.value) and "delete that line" in str(exc.value)
+    # the last line, once it has its newline, is a line like any other: damaged, not being written
+    with pytest.raises(DamagedMetrics, match="line 2 is not a JSON object"):
+        parse_records('{"step": 1, "loss": 2.5}\n{"step": 2, "lo\n', "m.jsonl")
+
+
+def test_a_line_a_crash_cut_is_dropped_before_the_next_attempt_appends(tmp_path):
+    """A record cut before its newline (a lost host, a full disk) is removed when the next attempt
+    opens the file, so that its first record does not join the cut one in a damaged middle line."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 2.5}\n{"step": 2, "lo')
+    assert drop_cut_line(path) == len('{"step": 2, "lo')
+    with path.open("a") as f:
+        f.write('{"step": 2, "loss": 2.25}\n')
+    assert parse_records(path.read_text(), str(path)) == [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 2.25}]
+    # control: a file whose lines are whole, and one that is a single cut line, and none at all
+    assert drop_cut_line(path) == 0 and len(path.read_text().splitlines()) == 2
+    path.write_text('{"st' + "x" * 5000)
+    assert drop_cut_line(path) == 5004 and path.read_text() == ""
+    assert drop_cut_line(tmp_path / "none.jsonl") == 0
 
 
 def test_a_scripts_own_metrics_get_a_column_and_a_panel_each():

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from launcher.wire.nonfinite import SKIP_FILE, SkipFileError, SkippedBatch, read_skips, write_skips
-from launcher.wire.progress import Progress
+from launcher.wire.metric_lines import Progress
+from launcher.wire.training.nonfinite import SKIP_FILE, SkipFileError, SkippedBatch, read_skips, write_skips
 from tests.support.config_checks import issues_of, only_issue, paths
 from tests.unit.test_config_rules import make_job
 

@@ -112,7 +112,7 @@ def test_a_user_script_pipelines_by_its_own_rules(user_script_dir):
 
 
 def test_container_refuses_with_the_clients_check():
-    # a job built by hand: the runtime's check is launcher.wire.training.pipeline's, in the same words
+    # a job built by hand: the runtime's check is launcher.wire.training.layout's, in the same words
     from container.distributed.pipeline import check_pipeline
     from launcher.wire.training.hyperparameters import TrainingHyperparameters
 

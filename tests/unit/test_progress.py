@@ -17,8 +17,15 @@ from rich.console import Console
 from launcher.backends.live import LiveProgress
 from launcher.cli.jobview import jobs_table, status_lines
 from launcher.wire.checkpoints import UNVERIFIED, Checkpoint, latest_in_s3, latest_local
-from launcher.wire.metric_lines import format_metric_line, parse_metric_line
-from launcher.wire.progress import Progress, eta_seconds, from_line, read_progress, write_progress
+from launcher.wire.metric_lines import (
+    Progress,
+    eta_seconds,
+    format_metric_line,
+    from_line,
+    parse_metric_line,
+    read_progress,
+    write_progress,
+)
 
 # step 40 of 200 after 48 s: 1.2 s a step, 160 steps left -> 192 s = 0:03:12
 LINE = format_metric_line(40, loss=2.71, tokens_per_s=12300.0, max_steps=200, elapsed_s=48.0, eta_s=192.0)

@@ -1,5 +1,5 @@
-"""A resume on data that changed since its checkpoint was saved (launcher/wire/training/resume_data.py, on
-the records of launcher/wire/data_streams.py): another tokenizer is refused, other shards or files
+"""A resume on data that changed since its checkpoint was saved (launcher/wire/training/resume.py, compare, on
+the records of launcher/wire/checkpoints.py): another tokenizer is refused, other shards or files
 are a warning saying what changed and what it does to the order, the same data says nothing; and
 `smlaunch validate` says the same where this machine has the checkpoint and the channels. Through
 train.py: tests/integration/test_indexed_training.py; the checkpointer's part: test_checkpoint.py."""
@@ -12,9 +12,9 @@ import pytest
 
 from container.data.indexed import write_shards
 from launcher.config import ConfigError, validate_job
-from launcher.wire import data_streams
+from launcher.wire import checkpoints
 from launcher.wire.checkpoints import MARKER
-from launcher.wire.training.resume_data import IN_ORDER_APPENDED, REPACKED, REPLACED, SHUFFLED_APPENDED, compare
+from launcher.wire.training.resume import IN_ORDER_APPENDED, REPACKED, REPLACED, SHUFFLED_APPENDED, compare
 
 BYTES = {"name": "UTF-8 bytes", "vocabulary_sha256": None}
 BPE = {"name": "my-bpe", "vocabulary_sha256": "ab" * 32}
@@ -105,13 +105,13 @@ def test_the_record_of_channels_on_disk(tmp_path):
     (tmp_path / "jsonl").mkdir()
     (tmp_path / "jsonl" / "b.jsonl").write_text('{"input_ids": [1]}\n')
     (tmp_path / "jsonl" / "a.jsonl").write_text("")
-    assert data_streams.record("indexed", True, {"web": channel}) == {
+    assert checkpoints.data_streams("indexed", True, {"web": channel}) == {
         "dataset_type": "indexed", "shuffled": True, "channels": {"web": {
             "tokenizer": BYTES, "vocab_size": 256, "shards": [  # uint16 tokens: 2 bytes each
                 {"name": "later/web-00000.idx", "bytes": 14, "documents": 1, "tokens": 7},
                 {"name": "web-00000.idx", "bytes": 6, "documents": 1, "tokens": 3},
                 {"name": "web-00001.idx", "bytes": 4, "documents": 1, "tokens": 2}]}}}
-    assert data_streams.record("jsonl", False, {"train": tmp_path / "jsonl"})["channels"] == {
+    assert checkpoints.data_streams("jsonl", False, {"train": tmp_path / "jsonl"})["channels"] == {
         "train": {"files": [{"name": "a.jsonl", "bytes": 0}, {"name": "b.jsonl", "bytes": 19}]}}
 
 
@@ -128,7 +128,7 @@ def test_validate_compares_a_local_checkpoint_with_the_local_channels(runtime_di
     step = tmp_path / "ckpt" / "step-3"
     step.mkdir(parents=True)
     (step / MARKER).write_text("{}")
-    data_streams.write(step, data_streams.record("indexed", True, {"train": old}))
+    checkpoints.write_data_streams(step, checkpoints.data_streams("indexed", True, {"train": old}))
 
     def validated(channel):
         return validate_job({

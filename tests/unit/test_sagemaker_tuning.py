@@ -71,6 +71,26 @@ def test_a_refused_sweep_creates_and_uploads_nothing(tmp_path, aws):
     assert make_tuner(tmp_path, aws)._sagemaker().list() == []  # control: the same tuner, its objective right
 
 
+def test_a_refused_create_tuning_job_takes_the_uploaded_code_back(tmp_path, aws, monkeypatch):
+    # the code upload is the training job's (SageMakerBackend.code_uploaded), taken back the same way
+    from botocore.exceptions import ClientError
+
+    tuner = make_tuner(tmp_path, aws)
+    sagemaker = tuner._sagemaker()
+    tuner._sagemaker = lambda job=None: sagemaker
+
+    def refuse(**request):
+        assert [o["Key"] for o in aws.client("s3").list_objects_v2(Bucket="tune-bucket")["Contents"]] == [
+            "refused-sweep/source/sourcedir.tar.gz"]  # uploaded first, as the SDK does
+        raise ClientError({"Error": {"Code": "ResourceLimitExceeded", "Message": "tuning jobs"}},
+                          "CreateHyperParameterTuningJob")
+
+    monkeypatch.setattr(sagemaker.client, "create_hyper_parameter_tuning_job", refuse)
+    with pytest.raises(ClientError, match="ResourceLimitExceeded"):
+        tuner.fit("s3://tune-bucket/train", job_name="refused-sweep", wait=False)
+    assert "Contents" not in aws.client("s3").list_objects_v2(Bucket="tune-bucket")
+
+
 def _stubbed(tuner: HyperparameterTuner, name: str):
     backend = tuner._sagemaker()
     client = backend.client

@@ -16,7 +16,7 @@ from launcher.backends.sagemaker import SageMakerBackend
 from launcher.backends.warm_pools import WarmPool, WarmPoolError, reusable, status_line
 from launcher.config import validate_job
 from launcher.config.warm_pools import MATCH_FIELDS, mismatches
-from launcher.wire.training.limits import KEEP_ALIVE_MAX
+from launcher.wire.training.base import KEEP_ALIVE_MAX
 from tests.support.config_checks import issues_of, only_issue, paths
 from tests.unit.test_config_rules import make_job
 

@@ -79,7 +79,7 @@ ARGUMENTS: tuple[Argument, ...] = (
     # optimization
     _implemented("train_batch_size", "launcher/wire/training/run_settings.py (micro_batch)"),
     _implemented("gradient_accumulation_steps", "launcher/wire/training/run_settings.py (grad_accum)"),
-    _implemented("max_steps", "launcher/wire/training/run_settings.py; container/trainer.py"),
+    _implemented("max_steps", "launcher/wire/training/run_settings.py; container/loop.py"),
     Argument("max_training_steps", "refused", "AWS's script's second name for max_steps",
              "rename it max_steps"),
     _equivalent("epochs", "AWS's script declares it and never reads it: both train max_steps steps, starting "
@@ -114,9 +114,9 @@ ARGUMENTS: tuple[Argument, ...] = (
     _implemented("delayed_param", "container/distributed/parallelize.py (materialize_on_rank0_init)"),
     _equivalent("enable_memory_profiling", "smlaunch reports the peak memory of every logged step "
                                            "(peak_memory_gib) whatever it says"),
-    _implemented("clean_cache", "container/trainer.py (torch.cuda.empty_cache after each step)"),
+    _implemented("clean_cache", "container/loop.py (torch.cuda.empty_cache after each step)"),
     # logging
-    _implemented("logging_freq", "container/trainer.py"),
+    _implemented("logging_freq", "container/loop.py"),
     Argument("logging_freq_for_avg", "refused", "smlaunch logs each logged step's loss, not a running average",
              "remove it: metrics.jsonl holds every logged step's loss, to average as you like"),
     _equivalent("log_reduced_training_loss", "smlaunch's logged loss is always the step's loss over every "
@@ -203,7 +203,7 @@ ARGUMENTS: tuple[Argument, ...] = (
              "remove it, or set backward_pre", _is("backward_pre")),
     _implemented("auto_wrap_policy", "container/distributed/parallelize.py (fsdp_units)"),
     # validation
-    _implemented("validation_freq", "container/trainer.py"),
+    _implemented("validation_freq", "container/loop.py"),
     _implemented("validation_batches", "container/trainer.py"),
     _equivalent("preserve_np_state", "smlaunch's data order is a function of the sample's index: no NumPy "
                                      "random state to keep"),

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from launcher.wire.training.limits import MAX_DIMENSION
+from launcher.wire.training.base import MAX_DIMENSION
 from launcher.wire.training.models import GELU_ACTIVATIONS, ModelShapeError, ModelSpec
 
 LLAMA_DEFAULTS = {"rope_theta": 10_000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 2048,

@@ -20,14 +20,18 @@ from pydantic import (
     model_validator,
 )
 
-from launcher.wire.training.async_checkpoint import ASYNC_MODES
-from launcher.wire.training.attention import ATTENTION_KERNELS
-from launcher.wire.training.base import HyperparameterName, JsonValue, Strict, reject_boolean
+from launcher.wire.training.base import MAX_DIMENSION, HyperparameterName, JsonValue, Strict, reject_boolean
 from launcher.wire.training.data_order import DATASET_TYPES
 from launcher.wire.training.degrees import model_with_degrees
-from launcher.wire.training.limits import MAX_DIMENSION
+from launcher.wire.training.models import ATTENTION_KERNELS
 from launcher.wire.training.nonfinite import DEFAULT_NONFINITE_MAX, NONFINITE_POLICIES
-from launcher.wire.training.speed import AC_MODES, FP8_RECIPES, OPTIMIZER_IMPLEMENTATIONS, default_fp8_backend
+from launcher.wire.training.speed import (
+    AC_MODES,
+    ASYNC_MODES,
+    FP8_RECIPES,
+    OPTIMIZER_IMPLEMENTATIONS,
+    default_fp8_backend,
+)
 
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "_hybrid_shard_zero2", "no_shard")
 # Long enough for rank 0 to load a large pretrained model while the others wait; short enough

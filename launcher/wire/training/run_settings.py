@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.wire.training import data_order
-from launcher.wire.training.async_checkpoint import DISABLED
-from launcher.wire.training.attention import DEFAULT_ATTENTION_KERNEL
+from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import FP8Config, TrainingHyperparameters
-from launcher.wire.training.mp_parameters import ModelParallelParameters
+from launcher.wire.training.models import DEFAULT_ATTENTION_KERNEL
 from launcher.wire.training.nonfinite import DEFAULT_NONFINITE_MAX, FAIL
+from launcher.wire.training.speed import DISABLED
 
 DEFAULT_SEQ_LEN = 2048
 DEFAULT_DATASET_TYPE = "jsonl"
@@ -83,7 +83,7 @@ class RunSettings:
     delayed_init: bool  # delayed_param / delayed_parameter_initialization: meta-device init
     loss_chunk_tokens: int  # loss_chunk_tokens: cross-entropy over chunks of this many tokens; 0: whole logits
     document_masking: bool  # document_masking: records' documents attend only within themselves (docs/data.md)
-    attention_kernel: str  # attention_kernel: what attends within documents (launcher.wire.training.attention)
+    attention_kernel: str  # attention_kernel: what attends within documents (launcher.wire.training.models)
     clean_cache: bool  # clean_cache: empty the CUDA caching allocator after each step (AWS's script's)
     # sharding
     fsdp: bool  # FSDP2 applied: more than one rank, or bf16 (its mixed-precision policy)

@@ -1,7 +1,8 @@
 """The runtime's speed choices, named as torchtitan names them, declared once: the FP8 recipes and the
-library that runs each, the AdamW implementations, the activation checkpointing modes. The
-hyperparameters' choices, the client's rules (`speed_rules`), the container and the planner read
-these; nothing here imports torch.
+library that runs each, the AdamW implementations, the activation checkpointing modes, the
+asynchronous checkpoint modes (`checkpoint_async_mode`) and what each needs. The hyperparameters'
+choices, the client's rules (`speed_rules`), the container and the planner read these; nothing here
+imports torch.
 """
 
 from __future__ import annotations
@@ -130,3 +131,26 @@ def profile_problem(text: str, max_steps: int) -> Problem | None:
         return Problem(f"reaches past the run's last step, max_steps = {max_steps}",
                        f"profile steps {min(first, max_steps)}-{max_steps} or fewer, or raise max_steps")
     return None
+
+
+# --- Asynchronous checkpoints (container/checkpoint/background.py, docs/checkpoints.md) -----------
+# The modes of `checkpoint_async_mode`, named as torchtitan's `checkpoint.async_mode`: `disabled`
+# saves while every rank waits; `async` copies the model and optimizer state to host memory and
+# writes it in a background thread while training goes on; `async_with_pinned_mem` stages into pinned
+# (page-locked) host memory, which a GPU copies into faster, and keeps that buffer from save to save.
+DISABLED = "disabled"
+ASYNC = "async"
+PINNED = "async_with_pinned_mem"
+ASYNC_MODES = (DISABLED, ASYNC, PINNED)
+
+
+def is_async(mode: str | None) -> bool:
+    return mode not in (None, DISABLED)
+
+
+def needs_cuda(mode: str | None) -> bool:
+    """Pinned memory is CUDA's page-locked host memory: without a CUDA device there is none."""
+    return mode == PINNED
+
+
+NO_CUDA_FIX = "use checkpoint_async_mode: async (plain host copies), or run on a GPU instance"

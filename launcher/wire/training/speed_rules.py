@@ -1,8 +1,12 @@
-"""What the speed choices (launcher.wire.training.speed) ask of a job run by smlaunch's train.py: an FP8
-recipe its library runs, rowwise FP8 on a GPU that has its GEMM, an optimizer implementation the
-optimizer has, activation checkpointing settings that apply, steps to profile that the run has.
-Validation runs these, and rowwise FP8 against the instance's GPU (launcher.config.runtime_rules);
-the container runs `speed_issues` again before anything is built (and checks the GPU it finds itself)."""
+"""What the speed choices (launcher.wire.training.speed, and `compile: 1`) ask of a job run by
+smlaunch's train.py: an FP8 recipe its library runs, rowwise FP8 on a GPU that has its GEMM, an
+optimizer implementation the optimizer has, activation checkpointing settings that apply, steps to
+profile that the run has, and what compile composes with (`compile_issues`: a compiled block is one
+graph or nothing, fullgraph, so what dynamo cannot trace, or traces into wrong numbers, is refused
+here by name with the fix, never left to run eager; container.distributed.compile, docs/smp.md
+"compile"). Validation runs these, with rowwise FP8 against the instance's GPU and compile against
+the job's model (launcher.config.runtime_rules); the container runs `speed_issues` and
+`compile_issues` again before anything is built (and checks the GPU it finds itself)."""
 
 from __future__ import annotations
 
@@ -19,6 +23,10 @@ from launcher.wire.training.speed import (
 )
 
 HP = "hyperparameters"
+# The container refuses it too, where the model's blocks are built (container.distributed.compile).
+MOE_REFUSAL = ("compile=1 with a mixture-of-experts model is not supported: its routing gives each expert a "
+               "data-dependent number of tokens (a split by counts.tolist()), which one graph cannot hold")
+MOE_FIX = "set compile=0, or train a dense model"
 
 
 def speed_issues(hp: TrainingHyperparameters) -> list[Issue]:
@@ -63,6 +71,18 @@ def profile_notes(hp: TrainingHyperparameters) -> list[Issue]:
                   f"profiles warm-up: the first {PROFILE_WARMUP_STEPS} steps compile, fill the allocator's pool and "
                   "make the first all-gathers", f"start at step {PROFILE_WARMUP_STEPS + 1} or later to see the "
                   "steady step", level="warning")]
+
+
+def compile_issues(hp: TrainingHyperparameters) -> list[Issue]:
+    """What the hyperparameters ask for that compile cannot compile. FSDP, tensor, context and
+    pipeline parallelism compose (tensor parallelism with container.distributed.compile's three
+    torch 2.13 workarounds); a mixture-of-experts model does not (runtime_rules.check_compile)."""
+    fp8 = FP8Config.from_hyperparameters(hp)
+    if not hp.compile or not (fp8.enabled and fp8.backend == "transformer_engine"):
+        return []
+    return [Issue(f"{HP}.fp8_backend", fp8.backend, "compile=1 with Transformer Engine's FP8 is not supported: "
+                  "te.Linear and its FP8 autocast are not traceable by torch.compile (graph breaks)",
+                  "set compile=0, or fp8_backend=torchao, whose float8 linears compile")]
 
 
 def _issue(key: str, value, problem: Problem) -> Issue:
