@@ -47,7 +47,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None  # another --dist, as asked
     from xdist.scheduler import LoadFileScheduling
 
-    from tests.support.durations import estimate, module_of, recorded
+    from tests.support.durations import estimate, longest, module_of, recorded
 
     seconds = estimate(recorded())
 
@@ -57,9 +57,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return SHARED_GROUPS.get(module, module)
 
         def _assign_work_unit(self, node) -> None:
-            longest = max(self.workqueue, key=lambda scope: sum(
-                seconds(module) for module in {module_of(nodeid) for nodeid in self.workqueue[scope]}))
-            self.workqueue.move_to_end(longest, last=False)  # the unit xdist takes next
+            self.workqueue.move_to_end(longest(self.workqueue, seconds), last=False)  # the unit xdist takes next
             super()._assign_work_unit(node)
 
     return LongestModulesAndSharedGroupsFirst(config, log)

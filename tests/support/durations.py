@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,12 @@ def estimate(known: dict[str, float]):
         by_folder[folder_of(module)].append(seconds)
     mean = {folder: sum(values) / len(values) for folder, values in by_folder.items()}
     return lambda module: known.get(module, mean.get(folder_of(module), 0.0))
+
+
+def longest(workqueue: dict[str, Iterable[str]], seconds) -> str:
+    """The scope (a module, or a group of modules that run together) of the most recorded seconds,
+    among a scheduler's scopes of test ids."""
+    return max(workqueue, key=lambda scope: sum(seconds(module) for module in {module_of(n) for n in workqueue[scope]}))
 
 
 class Costs:
