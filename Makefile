@@ -29,11 +29,13 @@ $(PY):
 $(UV): | $(PY)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-# torch first, by pip (with its few dependencies, whose versions the lock then sets; --no-compile:
-# compileall does it below, in parallel, where pip took most of a minute); then the lock exactly as
+# torch first, by uv with pip's configuration (scripts/uv-pip.py: its find-links, where the CPU
+# wheel lies, and its constraint), with its few dependencies, whose versions the lock then sets
+# (--no-compile: compileall does it below, in parallel; pip took 2 min of a fresh clone's CI to
+# unpack the wheel, uv 7 s with an empty cache); then the lock exactly as
 # written: --no-deps (nothing resolved), every hash checked, and --compile-bytecode (uv compiles
 # what it installs); then smlaunch itself, editable. Then compileall over smlaunch and the whole
-# venv: torch, and torch's dependencies that pip installed and uv found already there (sympy,
+# venv: torch, and torch's dependencies installed with it and found there by the lock's install (sympy,
 # networkx, typing_extensions, jinja2, ...), have no bytecode otherwise, and an editable install
 # has none (a fifth of `validate`'s start-up, BENCHMARKS.md). Where PYTHONDONTWRITEBYTECODE is set
 # (this machine, CI), Python never writes bytecode itself: every process compiled again what had
@@ -42,7 +44,7 @@ $(UV): | $(PY)
 # of whose modules had no bytecode). The check fails the install where pyproject.toml asks for what
 # the lock lacks.
 $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
-	$(QUIET_PIP) install --quiet --disable-pip-version-check --no-compile $(TORCH)
+	$(UV_PIP) install --quiet --no-compile $(TORCH)
 	$(UV_PIP) install --quiet --no-deps --require-hashes --compile-bytecode -r $(LOCK)
 	$(UV_PIP) install --quiet --no-deps -e .
 	$(PY) -m compileall -q -j 0 launcher container
