@@ -21,7 +21,7 @@ UV     := $(VENV)/bin/uv
 UV_PIP := $(PY) scripts/uv-pip.py
 QUIET_PIP := $(PY) scripts/uv-pip.py --pip
 
-.PHONY: demo test unit lint install image bench schema clean lock
+.PHONY: demo test unit check durations lint install image bench schema clean lock
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,11 +29,13 @@ $(PY):
 $(UV): | $(PY)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-# torch first, by pip (with its few dependencies, whose versions the lock then sets; --no-compile:
-# compileall does it below, in parallel, where pip took most of a minute); then the lock exactly as
+# torch first, by uv with pip's configuration (scripts/uv-pip.py: its find-links, where the CPU
+# wheel lies, and its constraint), with its few dependencies, whose versions the lock then sets
+# (--no-compile: compileall does it below, in parallel; pip took 2 min of a fresh clone's CI to
+# unpack the wheel, uv 7 s with an empty cache); then the lock exactly as
 # written: --no-deps (nothing resolved), every hash checked, and --compile-bytecode (uv compiles
 # what it installs); then smlaunch itself, editable. Then compileall over smlaunch and the whole
-# venv: torch, and torch's dependencies that pip installed and uv found already there (sympy,
+# venv: torch, and torch's dependencies installed with it and found there by the lock's install (sympy,
 # networkx, typing_extensions, jinja2, ...), have no bytecode otherwise, and an editable install
 # has none (a fifth of `validate`'s start-up, BENCHMARKS.md). Where PYTHONDONTWRITEBYTECODE is set
 # (this machine, CI), Python never writes bytecode itself: every process compiled again what had
@@ -42,7 +44,7 @@ $(UV): | $(PY)
 # of whose modules had no bytecode). The check fails the install where pyproject.toml asks for what
 # the lock lacks.
 $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
-	$(QUIET_PIP) install --quiet --disable-pip-version-check --no-compile $(TORCH)
+	$(UV_PIP) install --quiet --no-compile $(TORCH)
 	$(UV_PIP) install --quiet --no-deps --require-hashes --compile-bytecode -r $(LOCK)
 	$(UV_PIP) install --quiet --no-deps -e .
 	$(PY) -m compileall -q -j 0 launcher container
@@ -119,7 +121,8 @@ test: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@mkdir -p build/image && scripts/build-image.sh --if-engine --tag $(TEST_IMAGE) >build/image/test-build.log 2>&1 \
 		|| { tail -n 40 build/image/test-build.log; exit 1; }; tail -n 1 build/image/test-build.log
 	$(VENV)/bin/ruff check .
-	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -q -n 2 --dist loadfile --durations=25
+	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -q -n 2 --dist loadfile --durations=25 \
+		--durations-file $(DURATIONS)
 	MKL_CBWR=COMPATIBLE $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
 
 # The tests that compare two code paths' floating-point results, once more on MKL's COMPATIBLE code
@@ -132,9 +135,26 @@ NUMERICS := tests/unit/test_close.py tests/unit/test_vocab_padding.py tests/unit
 	tests/unit/test_moe.py tests/unit/test_model_types.py tests/integration/test_context_parallel.py
 
 # The inner loop: tests/unit starts no process and opens no socket (its conftest refuses both),
-# and runs in under 3 minutes. tests/integration and tests/e2e run in `make test`.
+# and runs in under 2 minutes. tests/integration and tests/e2e run in `make test`.
 unit: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile tests/unit
+
+# The everyday loop: the unit tests and the integration and e2e modules that differ from main
+# (scripts/changed-tests.sh: this branch's commits, the work tree, new files; CHECK_BASE=<ref> compares
+# with another), under 5 minutes where few changed. `make test` and CI run everything.
+CHECK_BASE ?=
+check: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
+	@changed=$$(scripts/changed-tests.sh $(CHECK_BASE)) || exit $$?; \
+		echo "make check: tests/unit $${changed:-(no integration or e2e module changed)}" | tr '\n' ' '; echo; \
+		$(PY) -m pytest -q -n 2 --dist loadfile --durations=10 tests/unit $$changed
+
+# Each module's seconds as the last `make test` measured them (its --durations-file), kept in the
+# repository: the scheduler (tests/conftest.py) starts the longest modules first. Run after a green
+# `make test` where modules were added or their costs changed, and commit tests/durations.json.
+DURATIONS := build/test-durations.json
+durations:
+	@test -f $(DURATIONS) || { echo "$(DURATIONS) is missing: run make test first" >&2; exit 1; }
+	cp $(DURATIONS) tests/durations.json
 
 # The rules are pyproject.toml's [tool.ruff]; `make test` runs this too, so CI enforces it.
 lint: $(STAMP)

@@ -10,6 +10,7 @@ import pytest
 # The fixtures of the helpers that unit and integration tests share (tests/support/), for every
 # test: a fixture there may request another (the docker runner's `job` requests `channels`).
 pytest_plugins = [
+    "tests.support.durations",  # seconds per module and folder at the end; the recorded costs
     "tests.support.checkpoints",
     "tests.support.docker_runner",
     "tests.support.job_kind",
@@ -27,6 +28,9 @@ pytest_plugins = [
 # that share something a second worker must not start beside them: the Slurm tests one cluster per
 # session, the container tests one image and podman store. (xdist's loadgroup does this with
 # marks, but on pytest 9.2 its groups are silently lost: pytest-dev/pytest-xdist#1386.)
+# The longest start first, by the seconds tests/durations.json records (`make durations`): xdist's
+# own order (most tests first) started the traced planner and the container group last, and one
+# worker ran them alone at the end while the other had finished.
 SHARED_GROUPS = {
     "tests/e2e/test_slurm_backend.py": "slurm",
     "tests/e2e/test_slurm_cluster.py": "slurm",
@@ -43,12 +47,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         return None  # another --dist, as asked
     from xdist.scheduler import LoadFileScheduling
 
-    class ModulesAndSharedGroups(LoadFileScheduling):
+    from tests.support.durations import estimate, longest, module_of, recorded
+
+    seconds = estimate(recorded())
+
+    class LongestModulesAndSharedGroupsFirst(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
+            module = module_of(nodeid)
             return SHARED_GROUPS.get(module, module)
 
-    return ModulesAndSharedGroups(config, log)
+        def _assign_work_unit(self, node) -> None:
+            self.workqueue.move_to_end(longest(self.workqueue, seconds), last=False)  # the unit xdist takes next
+            super()._assign_work_unit(node)
+
+    return LongestModulesAndSharedGroupsFirst(config, log)
 
 
 REGION = "us-east-1"

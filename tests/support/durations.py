@@ -1,0 +1,100 @@
+"""What the suite costs, and the order its modules start in.
+
+Each test's seconds (setup, call and teardown) are summed per module and per folder, and `make test`
+ends with them: the time of tests/unit, tests/integration and tests/e2e, and with `--durations=N`
+the N slowest modules beside pytest's N slowest tests, so that a module added later shows what it
+costs. `--durations-file PATH` writes the modules' seconds as JSON (`make test` writes
+build/test-durations.json); `make durations` copies that file to tests/durations.json, the recorded
+costs that tests/conftest.py's scheduler starts the longest modules by.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+RECORDED = Path(__file__).resolve().parents[1] / "durations.json"
+FOLDERS = ("unit", "integration", "e2e")
+
+
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def folder_of(module: str) -> str:
+    parts = Path(module).parts
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" else "other"
+
+
+def recorded(path: Path = RECORDED) -> dict[str, float]:
+    """Module -> seconds, as the last `make durations` recorded them ({} without the file)."""
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def estimate(known: dict[str, float]):
+    """module -> the seconds it should take: as recorded, or for a module not yet recorded its
+    folder's average module (a new module starts among its peers, not last)."""
+    by_folder: dict[str, list[float]] = defaultdict(list)
+    for module, seconds in known.items():
+        by_folder[folder_of(module)].append(seconds)
+    mean = {folder: sum(values) / len(values) for folder, values in by_folder.items()}
+    return lambda module: known.get(module, mean.get(folder_of(module), 0.0))
+
+
+def longest(workqueue: dict[str, Iterable[str]], seconds) -> str:
+    """The scope (a module, or a group of modules that run together) of the most recorded seconds,
+    among a scheduler's scopes of test ids."""
+    return max(workqueue, key=lambda scope: sum(seconds(module) for module in {module_of(n) for n in workqueue[scope]}))
+
+
+class Costs:
+    """Seconds per module and tests per folder, from the reports of every test (on the controller
+    of an xdist run, which receives every worker's reports)."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.tests: dict[str, int] = defaultdict(int)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        module = module_of(report.nodeid)
+        self.seconds[module] += report.duration
+        if report.when == "call" or (report.when == "setup" and report.skipped):
+            self.tests[folder_of(module)] += 1
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.seconds:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("seconds per folder (tests' setup, call and teardown, all workers)")
+        folder_seconds: dict[str, float] = defaultdict(float)
+        for module, seconds in self.seconds.items():
+            folder_seconds[folder_of(module)] += seconds
+        for folder in sorted(folder_seconds, key=lambda f: FOLDERS.index(f) if f in FOLDERS else len(FOLDERS)):
+            write(f"{folder_seconds[folder]:9.1f} s  {self.tests[folder]:5d} tests  tests/{folder}")
+        write(f"{sum(folder_seconds.values()):9.1f} s  {sum(self.tests.values()):5d} tests  in all")
+        slowest = self.config.option.durations
+        if slowest:
+            terminalreporter.section(f"slowest {slowest} modules")
+            for module, seconds in sorted(self.seconds.items(), key=lambda kv: -kv[1])[:slowest]:
+                write(f"{seconds:9.1f} s  {module}")
+        path = self.config.option.durations_file
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps({m: round(s, 1) for m, s in sorted(self.seconds.items())}, indent=0)
+                                  + "\n")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--durations-file", metavar="PATH", default=None,
+                     help="write each module's seconds as JSON (make durations records them in tests/durations.json)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # an xdist worker's reports reach the controller
+        config.pluginmanager.register(Costs(config), "smlaunch-costs")
