@@ -121,7 +121,7 @@ test: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@mkdir -p build/image && scripts/build-image.sh --if-engine --tag $(TEST_IMAGE) >build/image/test-build.log 2>&1 \
 		|| { tail -n 40 build/image/test-build.log; exit 1; }; tail -n 1 build/image/test-build.log
 	$(VENV)/bin/ruff check .
-	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -q -n 2 --dist loadfile --durations=25 \
+	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=25 \
 		--durations-file $(DURATIONS)
 	MKL_CBWR=COMPATIBLE $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
 
@@ -135,9 +135,10 @@ NUMERICS := tests/unit/test_close.py tests/unit/test_vocab_padding.py tests/unit
 	tests/unit/test_moe.py tests/unit/test_model_types.py tests/integration/test_context_parallel.py
 
 # The inner loop: tests/unit starts no process and opens no socket (its conftest refuses both),
-# and runs in under 2 minutes. tests/integration and tests/e2e run in `make test`.
+# and runs in under 2 minutes: a tenth of the CLI fuzz's examples (SMLAUNCH_FUZZ_SHARE; make test runs
+# them all). tests/integration and tests/e2e run in `make test`.
 unit: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests/unit
+	SMLAUNCH_FUZZ_SHARE=0.1 $(PY) -m pytest -q -n 2 --dist loadfile tests/unit
 
 # The everyday loop: the unit tests and the integration and e2e modules that differ from main
 # (scripts/changed-tests.sh: this branch's commits, the work tree, new files; CHECK_BASE=<ref> compares
@@ -146,7 +147,7 @@ CHECK_BASE ?=
 check: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@changed=$$(scripts/changed-tests.sh $(CHECK_BASE)) || exit $$?; \
 		echo "make check: tests/unit $${changed:-(no integration or e2e module changed)}" | tr '\n' ' '; echo; \
-		$(PY) -m pytest -q -n 2 --dist loadfile --durations=10 tests/unit $$changed
+		SMLAUNCH_FUZZ_SHARE=0.1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=10 tests/unit $$changed
 
 # Each module's seconds as the last `make test` measured them (its --durations-file), kept in the
 # repository: the scheduler (tests/conftest.py) starts the longest modules first. Run after a green

@@ -247,6 +247,17 @@ def invoke(args: list[str], codes: tuple[int, ...]):
     return result
 
 
+def test_the_everyday_loops_run_a_share_of_the_examples(monkeypatch):
+    monkeypatch.setenv("SMLAUNCH_FUZZ_SHARE", "0.1")
+    assert examples(3000) == 300 and examples(3) == 1
+    monkeypatch.delenv("SMLAUNCH_FUZZ_SHARE")
+    assert examples(3000) == 3000  # the control: make test's, every example
+    for wrong in ("0", "1.5", "a tenth"):
+        monkeypatch.setenv("SMLAUNCH_FUZZ_SHARE", wrong)
+        with pytest.raises(pytest.UsageError, match=f"SMLAUNCH_FUZZ_SHARE='{wrong}'"):
+            examples(3000)
+
+
 def test_the_fuzz_runs_offline_and_warm(workdir):
     """Warm-up (imports, catalogs) outside the timed examples; a minimal job is valid."""
     (workdir / "job.yaml").write_text("entry_point: train.py\ninstance_type: local\n")
@@ -257,7 +268,21 @@ FUZZ = settings(deadline=DEADLINE, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@settings(FUZZ, max_examples=3000)
+def examples(full: int) -> int:
+    """`make test` and CI run every example (a third of tests/unit's time); the everyday loops,
+    `make unit` and `make check`, a share of them (SMLAUNCH_FUZZ_SHARE=0.1: the first examples of
+    the same derandomized sequence), to stay under two minutes."""
+    raw = os.environ.get("SMLAUNCH_FUZZ_SHARE", "1")
+    try:
+        share = float(raw)
+    except ValueError:
+        share = 0.0
+    if not 0 < share <= 1:
+        raise pytest.UsageError(f"SMLAUNCH_FUZZ_SHARE={raw!r}: give a number above 0 and at most 1 (1: every example)")
+    return max(1, round(full * share))
+
+
+@settings(FUZZ, max_examples=examples(3000))
 @given(data=job_file(), as_json=st.booleans())
 def test_validate_of_any_job_file_answers_0_or_2(workdir, data, as_json):
     path = workdir / "job.yaml"
@@ -265,7 +290,7 @@ def test_validate_of_any_job_file_answers_0_or_2(workdir, data, as_json):
     event(f"exit {invoke(['validate', str(path)] + (['--json'] if as_json else []), (0, 2)).exit_code}")
 
 
-@settings(FUZZ, max_examples=2000)
+@settings(FUZZ, max_examples=examples(2000))
 @given(base=st.sampled_from(SEED_FILES + ["minimal"]), sets=st.lists(set_item, min_size=1, max_size=3))
 def test_validate_with_any_set_answers_0_or_2(workdir, base, sets):
     """Overrides of valid jobs (one bad --set is reported before validation, so few per example)."""
@@ -286,7 +311,7 @@ sweep_item = st.one_of(
 ).filter(lambda s: "\0" not in s)
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=examples(300))
 @given(seed=st.sampled_from(SEED_FILES), sweeps=st.lists(sweep_item, min_size=1, max_size=2),
        sets=st.lists(set_item, max_size=1), auto=st.booleans())
 def test_plan_sweep_answers_0_1_or_2(seed, sweeps, sets, auto):
