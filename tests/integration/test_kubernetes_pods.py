@@ -121,8 +121,44 @@ def _start_pods(tmp_path, kube, job_file: dict) -> list[subprocess.Popen]:
     port = free_port()
     pods = [(_hyperpod_pod if kind == "HyperPodPyTorchJob" else _train_job_pod)(kube, secret, mount, rank, port)
             for rank in range(2)]
-    return [subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True) for command, env in pods]
+    started = []
+    for rank, (command, env) in enumerate(pods):
+        # the pod's output to a file, as a kubelet keeps a container's log: a pipe nobody read while
+        # the test polled for step 5 filled at 64 KiB and blocked the bootstrap, and with it the ranks
+        path = tmp_path / f"pod-{rank}.log"
+        with open(path, "w") as log:
+            pod = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+        pod.log_path = path
+        started.append(pod)
+    _RUNNING.extend(started)
+    return started
+
+
+def _output(pod: subprocess.Popen, timeout: float) -> str:
+    """The pod's output, once it has exited (within `timeout` seconds)."""
+    pod.wait(timeout=timeout)
+    return pod.log_path.read_text(errors="replace")
+
+
+# The pods a test started: one that fails mid-run stops them (they trained on, steps without end,
+# beside the rest of the suite). SIGTERM first, as a pod's deletion: the bootstrap stops torchrun's
+# process group, which runs in a session of its own.
+_RUNNING: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_pod_left():
+    yield
+    for pod in _RUNNING:
+        if pod.poll() is None:
+            pod.terminate()
+    for pod in _RUNNING:
+        try:
+            pod.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pod.kill()
+            pod.wait()
+    _RUNNING.clear()
 
 
 def _cli(*args: str) -> str:
@@ -136,7 +172,7 @@ def test_two_pods_train_like_one_process(tmp_path, kube, corpus, kind):
     train, _ = corpus
     claim = tmp_path / "claim"
     pods = _start_pods(tmp_path, kube, _job(claim, train, {**HP, "checkpoint_freq": 2}, kind))
-    outputs = [pod.communicate(timeout=400)[0] for pod in pods]
+    outputs = [_output(pod, timeout=400) for pod in pods]
     assert [pod.returncode for pod in pods] == [0, 0], "\n".join(out[-3000:] for out in outputs)
     # the client reads the claim where this machine mounts it (storage.client_path)
     status = _cli("status", "kubernetes:k-1")
@@ -168,7 +204,7 @@ def test_a_stop_sigterms_the_pods_whose_ranks_save_a_checkpoint(tmp_path, kube, 
         time.sleep(0.5)
     for pod in pods:
         pod.send_signal(signal.SIGTERM)
-    outputs = [pod.communicate(timeout=120)[0] for pod in pods]  # within the grace period: no SIGKILL needed
+    outputs = [_output(pod, timeout=120) for pod in pods]  # within the grace period: no SIGKILL needed
     assert [pod.returncode for pod in pods] == [143, 143], "\n".join(out[-3000:] for out in outputs)  # 128 + 15
     saved = int(re.search(r"SIGTERM: saved a checkpoint at step (\d+) and stopping", "".join(outputs)).group(1))
     assert saved >= 5  # the control: at no checkpoint_freq step, so only the stop saved it
@@ -185,7 +221,7 @@ def test_pods_on_s3_storage_train_like_one_process_and_the_client_reads_the_job_
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     for rank in range(2):  # the pods as the API server lists them: their start is the job's training start
         kube.add_pod("ml", "k-1", rank, start_time=started)
-    outputs = [pod.communicate(timeout=400)[0] for pod in pods]
+    outputs = [_output(pod, timeout=400) for pod in pods]
     assert [pod.returncode for pod in pods] == [0, 0], "\n".join(out[-3000:] for out in outputs)
     assert not (tmp_path / "claim" / "smlaunch-jobs").exists()  # the control: nothing written on a claim
     shown = json.loads(_cli("metrics", "kubernetes:k-1", "--json"))[0]
@@ -221,7 +257,7 @@ def test_a_stop_on_s3_storage_uploads_the_checkpoint_the_sigterm_saved(tmp_path,
     assert backend.checkpoint("k-1") is None  # the control: no checkpoint before the stop
     for pod in pods:
         pod.send_signal(signal.SIGTERM)
-    outputs = [pod.communicate(timeout=120)[0] for pod in pods]
+    outputs = [_output(pod, timeout=120) for pod in pods]
     assert [pod.returncode for pod in pods] == [143, 143], "\n".join(out[-3000:] for out in outputs)
     saved = int(re.search(r"SIGTERM: saved a checkpoint at step (\d+) and stopping", "".join(outputs)).group(1))
     assert saved >= 5
