@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -84,23 +85,33 @@ def _pods(tmp_path, kube, engine, image, train, hyperparameters: dict):
             env = [arg for k, v in _env(trainer, secret, rank, pods[0]).items() for arg in ("-e", f"{k}={v}")]
             # the docker runner's limits: podman's defaults exceed this machine's hard limits
             limits = [arg for k, v in ULIMITS.items() for arg in ("--ulimit", f"{k}={v['soft']}:{v['hard']}")]
-            started.append(subprocess.Popen(
-                [*engine.cli, "run", "--name", pod, "--hostname", pod, "--network", network, "--shm-size", SHM_SIZE,
-                 *limits,
-                 "-v", f"{claim}:{CLAIM}", "-v", f"{mount}:{CONFIG}:ro", "-v", f"{ROOT}:/src:ro", *env,
-                 "--entrypoint", trainer["command"][0], image, *trainer["command"][1:]],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            # the container's output to a file, as a kubelet keeps its log: a pipe the test does not
+            # read while it polls for step 5 fills at 64 KiB and blocks the pod (test_kubernetes_pods.py)
+            with open(tmp_path / f"pod-{rank}.log", "w") as log:
+                started.append(subprocess.Popen(
+                    [*engine.cli, "run", "--name", pod, "--hostname", pod, "--network", network, "--shm-size",
+                     SHM_SIZE, *limits,
+                     "-v", f"{claim}:{CLAIM}", "-v", f"{mount}:{CONFIG}:ro", "-v", f"{ROOT}:/src:ro", *env,
+                     "--entrypoint", trainer["command"][0], image, *trainer["command"][1:]],
+                    stdout=log, stderr=subprocess.STDOUT))
         yield started, pods, claim
     finally:
         subprocess.run([*engine.cli, "rm", "-f", *pods], capture_output=True, check=False)
         subprocess.run([*engine.cli, "network", "rm", "-f", network], capture_output=True, check=False)
 
 
+def _outputs(tmp_path: Path, started: list[subprocess.Popen], timeout: float) -> list[str]:
+    """Each pod's output, once it has exited (within `timeout` seconds)."""
+    for pod in started:
+        pod.wait(timeout=timeout)
+    return [(tmp_path / f"pod-{rank}.log").read_text(errors="replace") for rank in range(len(started))]
+
+
 def test_two_pods_in_containers_train_like_one_process(tmp_path, kube, corpus, engine_image):  # noqa: F811
     engine, image = engine_image
     train, _ = corpus
     with _pods(tmp_path, kube, engine, image, train, HP) as (started, _, claim):
-        outputs = [pod.communicate(timeout=500)[0] for pod in started]
+        outputs = _outputs(tmp_path, started, timeout=500)
         assert [pod.returncode for pod in started] == [0, 0], "\n".join(out[-3000:] for out in outputs)
     assert_pods_trained_like_one_process(claim, train, tmp_path / "ref")
 
@@ -120,7 +131,7 @@ def test_a_stop_of_the_containers_checkpoints_every_rank(tmp_path, kube, corpus,
             assert time.monotonic() < deadline and all(p.poll() is None for p in started), "no step 5 in 300 s"
             time.sleep(0.5)
         subprocess.run([*engine.cli, "stop", "-t", grace, *pods], check=True, capture_output=True, timeout=200)
-        outputs = [pod.communicate(timeout=60)[0] for pod in started]
+        outputs = _outputs(tmp_path, started, timeout=60)
     assert [pod.returncode for pod in started] == [143, 143], "\n".join(out[-3000:] for out in outputs)  # 128 + 15
     saved = int(re.search(r"SIGTERM: saved a checkpoint at step (\d+) and stopping", "".join(outputs)).group(1))
     assert saved >= 5  # the control: at no checkpoint_freq step, so only the stop saved it
