@@ -36,10 +36,15 @@ def test_two_hosts_through_the_bootstrap_match_one_process(tmp_path, corpus):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SMLAUNCH_"))}
         env.update(SAGEMAKER_BASE_DIR=str(base), SMLAUNCH_MASTER_ADDR="127.0.0.1", SMLAUNCH_MASTER_PORT=port,
                    OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-        procs.append(subprocess.Popen([sys.executable, "-m", "container", "train"], cwd=base, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        # each host's output to a file: read one after the other, the second host's pipe could fill
+        # while the first waits on it in a collective
+        with open(tmp_path / f"{host}.log", "w") as log:
+            procs.append(subprocess.Popen([sys.executable, "-m", "container", "train"], cwd=base, env=env,
+                                          stdout=log, stderr=subprocess.STDOUT))
         bases.append(base)
-    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    for p in procs:
+        p.wait(timeout=240)
+    outputs = [(tmp_path / f"{host}.log").read_text(errors="replace") for host in hosts]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     assert all((b / "output" / "success").exists() for b in bases)
 
