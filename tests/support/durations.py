@@ -6,11 +6,21 @@ the N slowest modules beside pytest's N slowest tests, so that a module added la
 costs. `--durations-file PATH` writes the modules' seconds as JSON (`make test` writes
 build/test-durations.json); `make durations` copies that file to tests/durations.json, the recorded
 costs that tests/conftest.py's scheduler starts the longest modules by.
+
+Seconds are wall time, and on a loaded 2-core machine a module's seconds also hold the other
+worker's load. What a module costs everyone is the CPU it uses: each phase of each test also counts
+the CPU seconds of the worker and of every process under it, reaped (RUSAGE_CHILDREN: a job's CLI,
+supervisor, torchrun and ranks) or still running (/proc: a fork server's ranks, which the server
+reaps, count while it lives), and the summary prints them beside the seconds. A container's
+processes are the engine's children, not the worker's: the container tests' CPU is mostly not
+counted, nor a process that left the worker's tree.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import resource
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -51,6 +61,75 @@ def longest(workqueue: dict[str, Iterable[str]], seconds) -> str:
     return max(workqueue, key=lambda scope: sum(seconds(module) for module in {module_of(n) for n in workqueue[scope]}))
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process, of the children it has reaped so far, and of
+    the processes under it that still run (with what they reaped)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + _running_descendants()
+
+
+def _running_descendants() -> float:
+    """CPU seconds of the live processes under this one (Linux's /proc; 0 elsewhere): each one's
+    utime, stime, cutime and cstime (its own and its reaped children's)."""
+    kids: dict[int, list[int]] = defaultdict(list)
+    ticks: dict[int, int] = {}
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return 0.0
+    for pid in entries:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:  # it ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after the command, which may hold spaces
+        kids[int(fields[1])].append(int(pid))
+        ticks[int(pid)] = sum(int(value) for value in fields[11:15])
+    total, todo = 0, list(kids[os.getpid()])
+    while todo:
+        pid = todo.pop()
+        total += ticks[pid]
+        todo += kids[pid]
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+_PHASE_START = pytest.StashKey[dict]()
+
+
+def _phase(item: pytest.Item, when: str):
+    item.stash.setdefault(_PHASE_START, {})[when] = cpu_seconds()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    yield from _phase(item, "setup")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    yield from _phase(item, "call")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    yield from _phase(item, "teardown")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """The phase's CPU seconds in its report's user_properties (xdist carries them to the controller)."""
+    outcome = yield
+    start = item.stash.get(_PHASE_START, {}).get(call.when)
+    if start is not None:
+        outcome.get_result().user_properties.append(("cpu_s", cpu_seconds() - start))
+
+
+def cpu_of(report: pytest.TestReport) -> float:
+    return sum(value for name, value in report.user_properties if name == "cpu_s")
+
+
 class Costs:
     """Seconds per module and tests per folder, from the reports of every test (on the controller
     of an xdist run, which receives every worker's reports)."""
@@ -58,11 +137,13 @@ class Costs:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
         self.tests: dict[str, int] = defaultdict(int)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         module = module_of(report.nodeid)
         self.seconds[module] += report.duration
+        self.cpu[module] += cpu_of(report)
         if report.when == "call" or (report.when == "setup" and report.skipped):
             self.tests[folder_of(module)] += 1
 
@@ -70,23 +151,29 @@ class Costs:
         if not self.seconds:
             return
         write = terminalreporter.write_line
-        terminalreporter.section("seconds per folder (tests' setup, call and teardown, all workers)")
+        terminalreporter.section("seconds and CPU seconds per folder (tests' setup, call and teardown, all workers)")
         folder_seconds: dict[str, float] = defaultdict(float)
+        folder_cpu: dict[str, float] = defaultdict(float)
         for module, seconds in self.seconds.items():
             folder_seconds[folder_of(module)] += seconds
+            folder_cpu[folder_of(module)] += self.cpu[module]
         for folder in sorted(folder_seconds, key=lambda f: FOLDERS.index(f) if f in FOLDERS else len(FOLDERS)):
-            write(f"{folder_seconds[folder]:9.1f} s  {self.tests[folder]:5d} tests  tests/{folder}")
-        write(f"{sum(folder_seconds.values()):9.1f} s  {sum(self.tests.values()):5d} tests  in all")
+            write(f"{folder_seconds[folder]:9.1f} s  {folder_cpu[folder]:9.1f} cpu s  {self.tests[folder]:5d} tests"
+                  f"  tests/{folder}")
+        write(f"{sum(folder_seconds.values()):9.1f} s  {sum(folder_cpu.values()):9.1f} cpu s"
+              f"  {sum(self.tests.values()):5d} tests  in all")
         slowest = self.config.option.durations
         if slowest:
-            terminalreporter.section(f"slowest {slowest} modules")
+            terminalreporter.section(f"slowest {slowest} modules (seconds, CPU seconds)")
             for module, seconds in sorted(self.seconds.items(), key=lambda kv: -kv[1])[:slowest]:
-                write(f"{seconds:9.1f} s  {module}")
+                write(f"{seconds:9.1f} s  {self.cpu[module]:9.1f} cpu s  {module}")
         path = self.config.option.durations_file
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps({m: round(s, 1) for m, s in sorted(self.seconds.items())}, indent=0)
                                   + "\n")
+            cpu = Path(path).with_name(Path(path).stem + "-cpu.json")  # beside it: what each module used
+            cpu.write_text(json.dumps({m: round(c, 1) for m, c in sorted(self.cpu.items())}, indent=0) + "\n")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
