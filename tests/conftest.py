@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
 import pytest
+
+# Inductor compiles in the process that asks, not in a pool of its own: on 2 cores a compiled
+# rank's pool (a fresh interpreter importing torch and inductor, and its workers) cost 52 s of CPU
+# where compiling in-process cost 43 s, for the same kernels (BENCHMARKS.md, the suite's CPU).
+# Every process the tests start inherits it.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 # The fixtures of the helpers that unit and integration tests share (tests/support/), for every
 # test: a fixture there may request another (the docker runner's `job` requests `channels`).

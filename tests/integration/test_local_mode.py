@@ -80,6 +80,7 @@ def test_two_hosts_with_hybrid_sharding_and_cp_train_like_one_process(tmp_path, 
     assert [t["Status"] for t in described["SecondaryStatusTransitions"]] == [
         "Starting", "Training", "Uploading", "Completed"]
     assert described["HostExitCodes"] == {"algo-1": 0, "algo-2": 0}
+    assert "Restarts" not in described  # the control of test_restarts: a job without faults has none
     listed = smlaunch("list", "--local", env=cli_env(home, COLUMNS="200"))
     assert name in listed.stdout and "Completed" in listed.stdout
     logs = smlaunch("logs", name, env=env)

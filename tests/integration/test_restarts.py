@@ -16,7 +16,7 @@ import yaml
 from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
 from launcher.wire.opt_ml import SCRATCH_DIR
 from tests.support.local_jobs import cli_env, script_job, smlaunch
-from tests.support.train_runs import ROOT
+from tests.support.train_runs import ROOT, run_train
 
 # fp32 on CPU, synthetic data: a resume is exact, so the steps after a restart equal the
 # uninterrupted run's bit for bit (tests/integration/test_train_resume.py holds the resume itself)
@@ -63,11 +63,12 @@ def _losses(job_dir: Path) -> dict[int, float]:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> dict[int, float]:
-    tmp = tmp_path_factory.mktemp("uninterrupted")
-    done, desc, job_dir = _submit(tmp, _job(tmp))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "Restarts" not in desc  # control: a run without faults has none
-    return _losses(job_dir)
+    """The job's two ranks run once without faults, as train.py's ranks forked from the fork server:
+    the same numbers as a submitted job (tests/e2e/test_slurm_restarts.py compares them so), for a
+    fifth of its CPU (no CLI, supervisor, bootstraps or torchruns, nor two fresh imports of torch).
+    That a job without faults records no restarts is test_local_mode's control."""
+    records = run_train(tmp_path_factory.mktemp("uninterrupted"), 2, **{"min_lr": None, **HP})  # TINY sets min_lr; HP does not
+    return {r["step"]: r["loss"] for r in records if "loss" in r}
 
 
 def test_a_killed_hung_frozen_rank_and_a_lost_host_restart_and_the_run_ends_as_uninterrupted(tmp_path,
