@@ -67,7 +67,8 @@ def uninterrupted(tmp_path_factory) -> dict[int, float]:
     the same numbers as a submitted job (tests/e2e/test_slurm_restarts.py compares them so), for a
     fifth of its CPU (no CLI, supervisor, bootstraps or torchruns, nor two fresh imports of torch).
     That a job without faults records no restarts is test_local_mode's control."""
-    records = run_train(tmp_path_factory.mktemp("uninterrupted"), 2, **{"min_lr": None, **HP})  # TINY sets min_lr; HP does not
+    # None: run_train's TINY sets a min_lr, which the job's HP does not
+    records = run_train(tmp_path_factory.mktemp("uninterrupted"), 2, **{"min_lr": None, **HP})
     return {r["step"]: r["loss"] for r in records if "loss" in r}
 
 

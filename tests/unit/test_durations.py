@@ -37,3 +37,31 @@ def test_the_recorded_costs_name_modules_of_this_suite(tmp_path):
     assert costs, "tests/durations.json is missing: make test, then make durations"
     assert {folder_of(module) for module in costs} <= set(FOLDERS)
     assert all(module.startswith("tests/") and module.endswith(".py") for module in costs)
+
+
+class _Report:
+    def __init__(self, nodeid: str, when: str, duration: float, cpu: float | None):
+        self.nodeid, self.when, self.duration, self.skipped = nodeid, when, duration, False
+        self.user_properties = [] if cpu is None else [("other", 9.0), ("cpu_s", cpu)]
+
+
+def test_each_module_sums_its_phases_cpu_seconds_beside_their_wall_seconds(tmp_path):
+    from types import SimpleNamespace
+
+    from tests.support.durations import Costs, cpu_of
+
+    assert cpu_of(_Report("tests/unit/test_a.py::t", "call", 1.0, None)) == 0.0  # a report without it
+    options = SimpleNamespace(durations=0, durations_file=str(tmp_path / "d.json"))
+    costs = Costs(SimpleNamespace(option=options))
+    for report in (_Report("tests/unit/test_a.py::t", "setup", 2.0, 1.5),
+                   _Report("tests/unit/test_a.py::t", "call", 3.0, 0.25),
+                   _Report("tests/integration/test_c.py::t", "call", 10.0, 7.0)):
+        costs.pytest_runtest_logreport(report)
+    assert costs.seconds == {"tests/unit/test_a.py": 5.0, "tests/integration/test_c.py": 10.0}
+    assert costs.cpu == {"tests/unit/test_a.py": 1.75, "tests/integration/test_c.py": 7.0}
+    lines: list[str] = []
+    costs.pytest_terminal_summary(SimpleNamespace(section=lambda *a, **k: None, write_line=lines.append))
+    assert "      5.0 s        1.8 cpu s      1 tests  tests/unit" in lines
+    assert json.loads((tmp_path / "d-cpu.json").read_text()) == {"tests/integration/test_c.py": 7.0,
+                                                                  "tests/unit/test_a.py": 1.8}
+    assert json.loads((tmp_path / "d.json").read_text())["tests/unit/test_a.py"] == 5.0  # the seconds as before
