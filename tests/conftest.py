@@ -19,6 +19,7 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 pytest_plugins = [
     "tests.support.durations",  # seconds per module and folder at the end; the recorded costs
     "tests.support.checkpoints",
+    "tests.support.demo_job",  # the demo's layout submitted once per run, for the tests that only read it
     "tests.support.docker_runner",
     "tests.support.job_kind",
     "tests.support.model_trainer",
@@ -110,18 +111,9 @@ def fake_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def corpus(tmp_path_factory) -> tuple[Path, Path]:
     """(train dir, validation dir): byte-level JSON Lines blocks of 64 tokens of this project's
     own source, as the training script reads them from its channels."""
-    from container.data.packing import (  # imports torch: only when used
-        byte_tokenize,
-        pack,
-        write_jsonl,
-    )
+    from tests.support.demo_job import write_corpus
 
-    root = tmp_path_factory.mktemp("corpus")
-    text = (Path(__file__).resolve().parents[1] / "launcher" / "config" / "rules.py").read_text()
-    blocks = list(pack([text], byte_tokenize, 64))
-    write_jsonl(blocks[:96], root / "train" / "train.jsonl")
-    write_jsonl(blocks[96:112], root / "validation" / "validation.jsonl")
-    return root / "train", root / "validation"
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture

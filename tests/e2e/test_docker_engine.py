@@ -28,8 +28,9 @@ from launcher.local.spec import LocalJobSpec
 from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
 from launcher.wire.hyperparameters import encode
 from launcher.wire.opt_ml import write_opt_ml
+from tests.support.demo_job import HYPERPARAMETERS
 from tests.support.docker_runner import engine_image  # noqa: F401 - the fixture
-from tests.support.local_jobs import HP, cli_env, job_file, script_job, smlaunch, wait_for
+from tests.support.local_jobs import cli_env, job_file, script_job, smlaunch, wait_for
 from tests.support.train_runs import run_train
 
 
@@ -57,21 +58,20 @@ def losses(records: list[dict]) -> list[tuple[int, str, float]]:
 
 # --- training ----------------------------------------------------------------------------------
 
-def test_the_demo_layout_trains_in_containers_like_the_process_runner(tmp_path, home, corpus, engine_image):  # noqa: F811
+def test_the_demo_layout_trains_in_containers_like_the_process_runner(
+        tmp_path, home, demo_process_job, engine_image):  # noqa: F811
     engine, image = engine_image
-    train, validation = corpus
-    hyperparameters = {**HP, "validation_freq": 2, "validation_batches": 2, "checkpoint_freq": 2,
-                       "checkpoint_dir": "/opt/ml/checkpoints"}
-    runs = {}
-    for runner in ("process", "docker"):
-        out = tmp_path / runner / "artifacts"
-        spec = job_file(tmp_path / f"{runner}.yaml", output_path=str(out), image_uri=image,
-                        local_runner=runner, inputs={"train": str(train), "validation": str(validation)},
-                        hyperparameters=hyperparameters)
-        proc = smlaunch("submit", str(spec), "--job-name", f"demo-{runner}", env=cli_env(home), timeout=400)
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-        assert f"submitted demo-{runner} (local, {runner} runner)" in proc.stdout
-        runs[runner] = out / f"demo-{runner}" / "output"
+    process = demo_process_job  # the same job file with the process runner, submitted once per test run
+    runs = {"process": process.output}
+    out = tmp_path / "docker" / "artifacts"
+    spec = job_file(tmp_path / "docker.yaml", output_path=str(out), image_uri=image, local_runner="docker",
+                    inputs={"train": str(process.train), "validation": str(process.validation)},
+                    hyperparameters=HYPERPARAMETERS)
+    proc = smlaunch("submit", str(spec), "--job-name", "demo-docker", env=cli_env(home), timeout=400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "submitted demo-docker (local, docker runner)" in proc.stdout
+    assert "submitted demo-process (local, process runner)" in process.stdout
+    runs["docker"] = out / "demo-docker" / "output"
 
     # One job file, two runners, the same numbers: bit for bit (same torch, same CPU).
     reference, contained = (metrics(runs[r] / "output.tar.gz") for r in ("process", "docker"))

@@ -38,24 +38,16 @@ from tests.support.local_jobs import (
 from tests.support.train_runs import ROOT, run_train, series
 
 
-def test_two_hosts_with_hybrid_sharding_and_cp_train_like_one_process(tmp_path, home, corpus):
-    train, validation = corpus
-    out = tmp_path / "artifacts"
-    spec = job_file(tmp_path / "job.yaml", output_path=str(out), base_job_name="e2e",
-                    inputs={"train": str(train), "validation": f"file://{validation}"},
-                    hyperparameters={**HP, "validation_freq": 2, "validation_batches": 2, "checkpoint_freq": 2,
-                                     "checkpoint_dir": "/opt/ml/checkpoints"})
-    env = cli_env(home)
-    proc = smlaunch("submit", str(spec), "--local", env=env)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    name = next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("submitted "))
+def test_two_hosts_with_hybrid_sharding_and_cp_train_like_one_process(tmp_path, demo_process_job):
+    job = demo_process_job  # submitted once per test run (tests/support/demo_job.py); read here, not changed
+    name, env = job.name, job.env()
     # the merged console log: every host's lines, each prefixed with its host
-    assert "algo-1 | " in proc.stdout and "algo-2 | " in proc.stdout
-    assert "algo-1 | [metrics] step=4 loss=" in proc.stdout  # the rank's line as printed, after the host
+    assert "algo-1 | " in job.stdout and "algo-2 | " in job.stdout
+    assert "algo-1 | [metrics] step=4 loss=" in job.stdout  # the rank's line as printed, after the host
 
-    model = out / name / "output" / "model.tar.gz"
-    output = out / name / "output" / "output.tar.gz"
-    assert f"model artifact:  {model}" in proc.stdout
+    model = job.output / "model.tar.gz"
+    output = job.output / "output.tar.gz"
+    assert f"model artifact:  {model}" in job.stdout
     files = members(model)
     assert {"model.safetensors", "config.json"} <= set(files)
     assert json.loads(files["config.json"])["num_hidden_layers"] == 2
@@ -65,12 +57,12 @@ def test_two_hosts_with_hybrid_sharding_and_cp_train_like_one_process(tmp_path, 
     assert [r["step"] for r in records if "val_loss" in r] == [2, 4]
 
     # The seed's --checkpoint_dir /opt/ml/checkpoints lands in the job's shared directory.
-    checkpoints = home / "jobs" / name / "checkpoints"
+    checkpoints = job.home / "jobs" / name / "checkpoints"
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-2", "step-4"]
     assert {p.name for p in (checkpoints / "step-4").glob("__*_0.distcp")} == {f"__{r}_0.distcp" for r in range(4)}
 
     # world 4 (2 data-parallel replicas x cp 2) trains exactly like one process
-    reference = run_train(tmp_path / "ref", 1, **{**HP, "train_batch_size": 4}, training_dir=str(train))
+    reference = run_train(tmp_path / "ref", 1, **{**HP, "train_batch_size": 4}, training_dir=str(job.train))
     assert losses == pytest.approx(series(reference, "loss"), rel=1e-5)
 
     status = smlaunch("status", name, env=env)
@@ -81,11 +73,11 @@ def test_two_hosts_with_hybrid_sharding_and_cp_train_like_one_process(tmp_path, 
         "Starting", "Training", "Uploading", "Completed"]
     assert described["HostExitCodes"] == {"algo-1": 0, "algo-2": 0}
     assert "Restarts" not in described  # the control of test_restarts: a job without faults has none
-    listed = smlaunch("list", "--local", env=cli_env(home, COLUMNS="200"))
+    listed = smlaunch("list", "--local", env=job.env(COLUMNS="200"))
     assert name in listed.stdout and "Completed" in listed.stdout
     logs = smlaunch("logs", name, env=env)
     assert "algo-2 | " in logs.stdout and "[metrics] step=4" in logs.stdout
-    assert (home / "jobs" / name / "logs" / "algo-2.log").read_text().count("[metrics]") == 0  # rank 0 logs
+    assert (job.home / "jobs" / name / "logs" / "algo-2.log").read_text().count("[metrics]") == 0  # rank 0 logs
 
 
 def test_runner_trees_give_the_toolkit_environment(tmp_path, home, corpus):
