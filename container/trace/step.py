@@ -1,0 +1,135 @@
+"""One rank of a job's whole world, built by the runtime's own code and traced for one step.
+
+The rank joins torch's fake process group at the job's world size (`init_process_group("fake")`:
+one process, collectives return shaped outputs), builds the runtime's mesh (init_runtime), the model
+on the meta device parallelized as container.trainer does, and runs `container.loop.train_step` on
+fake tensors (FakeTensorMode: shapes, dtypes and lifetimes, no memory, no arithmetic). Its data is
+synthetic: only the batch's shapes matter.
+
+The first step runs untracked: DTensor's first sharding propagation of each op runs on fake tensors
+that the tracker would count as memory (it caches the result; on a GPU it allocates nothing). AdamW's
+`foreach` is set on, CUDA's default (CPU's is the per-tensor loop): sqrt(exp_avg_sq) then exists for
+every parameter at once, as on a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.distributed._tools.mod_tracker import ModTracker
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from container import loop, trainer
+from container.data import loader as data
+from container.distributed.context_parallel import apply_context_parallel
+from container.distributed.parallelize import allocate
+from container.distributed.runtime import Runtime, init_runtime
+from container.models.llama import build_model
+from container.trace.collectives import CollectiveCounter, group_names
+from container.trace.memory import HeldBytes, module_name, peak_kinds, peak_tracker
+from launcher.wire.trace_record import TraceRequest
+from launcher.wire.training.degrees import ModelParallelParameters
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.run_settings import RunSettings
+
+
+def not_traced(rt: Runtime, s: RunSettings, is_moe: bool) -> str | None:
+    """Why this job's step cannot be traced on fake CPU tensors, or None."""
+    reasons = [(s.fp8.enabled, "FP8's modules (Transformer Engine, torchao) need CUDA kernels"),
+               (s.offload, "activation offload needs CUDA streams"),
+               (rt.layout.pp > 1, "pipeline parallelism's schedule is not traced yet"),
+               (is_moe, "an MoE layer's dispatch depends on the router's data")]
+    return next((why for flag, why in reasons if flag), None)
+
+
+def join_fake_world(request: TraceRequest, hp: TrainingHyperparameters) -> Runtime:
+    """This process becomes rank `request.rank` of the job's world, with the runtime's mesh."""
+    local = request.processes_per_host
+    os.environ.update(RANK=str(request.rank), WORLD_SIZE=str(request.world_size),
+                      LOCAL_RANK=str(request.rank % local), LOCAL_WORLD_SIZE=str(local))
+    dist.init_process_group("fake", store=FakeStore(), rank=request.rank, world_size=request.world_size)
+    params = ModelParallelParameters.model_validate(request.mp_parameters)
+    return init_runtime(params, sharding_strategy=hp.sharding_strategy)
+
+
+def trace_rank(request: TraceRequest) -> dict:
+    """The rank's figures (launcher.wire.trace_record), or why its step is not traced."""
+    started = time.perf_counter()
+    hp = TrainingHyperparameters.model_validate(request.hyperparameters)
+    spec = request.spec()
+    rt = join_fake_world(request, hp)
+    try:
+        s = trainer.settings(rt, hp)
+        result = {"rank": request.rank, "mesh": dict(zip(ParallelLayout.mesh_dim_names, rt.layout.mesh_shape))}
+        why = not_traced(rt, s, spec.is_moe)
+        if why:
+            return {**result, "not_traced": why}
+        return {**result, **_traced_step(rt, s, spec), "seconds": round(time.perf_counter() - started, 2)}
+    except StepFailure as exc:
+        return {"rank": request.rank, "error": f"rank {request.rank} of {request.world_size}: {exc}"}
+    finally:
+        dist.destroy_process_group()
+
+
+class StepFailure(RuntimeError):
+    """The layout could not be built or stepped: where, in which module, with its shapes."""
+
+
+def _failed(where: str, exc: Exception, model=None, fqn: str | None = None) -> StepFailure:
+    shapes = ""
+    if model is not None and fqn and fqn != "Global":
+        module = model.get_submodule(".".join(fqn.split(".")[1:]))
+        params = [f"{name or 'weight'} {tuple(p.shape)}" for name, p in list(module.named_parameters())[:6]]
+        shapes = f" (its parameters: {', '.join(params)})" if params else ""
+    return StepFailure(f"{where}{shapes}: {type(exc).__name__}: {exc}")
+
+
+def _innermost(tracker: ModTracker) -> str:
+    return max(tracker.parents, key=lambda fqn: (fqn != "Global", fqn.count(".")))
+
+
+def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
+    model = build_model(spec, s.seq_len, device="meta")
+    try:
+        trainer.parallelize(rt, model, s)  # outside fake mode: the meshes it builds hold real tensors
+    except Exception as exc:  # noqa: BLE001 - reported with the rank, not swallowed
+        raise _failed("parallelizing the model (container.trainer.parallelize: FP8, tensor parallel, "
+                      "checkpointing, FSDP)", exc) from exc
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        allocate(model, rt.device)  # delayed init's storage, without rank 0's weights (values do not matter)
+        optimizer, scheduler = trainer.build_optimization(model, s)
+        for group in optimizer.param_groups:
+            if "foreach" in group:
+                group["foreach"] = True  # CUDA's default (see the module docstring)
+        cp_shard = apply_context_parallel(rt, s.cp_comm_type)
+        loader = data.build_dataloader(
+            dataset_type="synthetic", path=None, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
+            dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size,
+            seed=s.seed, document_masking=s.document_masking)
+        sequences = s.micro_batch * s.grad_accum * rt.dp_size
+
+        def step() -> None:
+            micro = [cp_shard(loader.next_batch()) for _ in range(s.grad_accum)]
+            loop.train_step(rt, model, None, optimizer, scheduler, micro, s, spec, sequences)
+
+        modules = ModTracker()
+        try:
+            with modules:
+                step()  # untracked warm-up (see the module docstring)
+        except Exception as exc:  # noqa: BLE001 - reported with the rank and the module, not swallowed
+            fqn = _innermost(modules)
+            phase = "backward" if modules.is_bw else "forward or optimizer step"
+            raise _failed(f"the step's {phase}, in {module_name(fqn)}", exc, model, fqn) from exc
+        held = HeldBytes(model, optimizer)
+        tracker, counter = peak_tracker(model, optimizer), CollectiveCounter(group_names(rt))
+        with tracker, counter:
+            step()
+        held.remove()
+        kinds = peak_kinds(tracker, rt.device)
+        return {"parameter_bytes": held.parameter_bytes, "gradient_bytes": held.gradient_bytes,
+                "optimizer_bytes": held.optimizer_bytes, "peak_bytes": kinds["Total"], "peak_kinds": kinds,
+                "peak_at": tracker.peak_at, "collectives": counter.rows()}
