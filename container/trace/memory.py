@@ -57,7 +57,7 @@ class HeldBytes:
 
 
 # what wrappers add to a module's name (activation checkpointing, torch.compile)
-_WRAPPERS = ("_checkpoint_wrapped_module", "_orig_mod")
+WRAPPERS = ("_checkpoint_wrapped_module", "_orig_mod")
 
 
 def module_name(fqn: str) -> str:
@@ -65,7 +65,7 @@ def module_name(fqn: str) -> str:
     ("FSDPTransformer.layers.1..."), "Global" is outside every module."""
     if fqn == "Global":
         return "outside the model"
-    parts = [p for p in fqn.split(".")[1:] if p not in _WRAPPERS]
+    parts = [p for p in fqn.split(".")[1:] if p not in WRAPPERS]
     return ".".join(parts) or "the model's root"
 
 

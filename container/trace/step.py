@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import time
 
+import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.distributed._tools.mod_tracker import ModTracker
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from container import loop, trainer
@@ -29,7 +30,7 @@ from container.distributed.parallelize import allocate
 from container.distributed.runtime import Runtime, init_runtime
 from container.models.llama import build_model
 from container.trace.collectives import CollectiveCounter, group_names
-from container.trace.memory import HeldBytes, module_name, peak_kinds, peak_tracker
+from container.trace.memory import WRAPPERS, HeldBytes, peak_kinds, peak_tracker
 from launcher.wire.trace_record import TraceRequest
 from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
@@ -75,21 +76,57 @@ def trace_rank(request: TraceRequest) -> dict:
         dist.destroy_process_group()
 
 
+def _step_failure(exc: Exception, forward: ForwardStack) -> StepFailure:
+    if torch._C._current_graph_task_id() != -1:  # autograd is running: the backward
+        return _failed("the step's backward", exc)
+    found = forward.innermost()
+    if found is None:
+        return _failed("the step, outside the model's modules (the loss, clipping or the optimizer)", exc)
+    name, module = found
+    return _failed(f"the step's forward, in {name}", exc, module)
+
+
 class StepFailure(RuntimeError):
     """The layout could not be built or stepped: where, in which module, with its shapes."""
 
 
-def _failed(where: str, exc: Exception, model=None, fqn: str | None = None) -> StepFailure:
+def _failed(where: str, exc: Exception, module=None) -> StepFailure:
     shapes = ""
-    if model is not None and fqn and fqn != "Global":
-        module = model.get_submodule(".".join(fqn.split(".")[1:]))
-        params = [f"{name or 'weight'} {tuple(p.shape)}" for name, p in list(module.named_parameters())[:6]]
+    if module is not None:
+        params = [f"{name} {tuple(p.shape)}" for name, p in list(module.named_parameters())[:6]]
         shapes = f" (its parameters: {', '.join(params)})" if params else ""
     return StepFailure(f"{where}{shapes}: {type(exc).__name__}: {exc}")
 
 
-def _innermost(tracker: ModTracker) -> str:
-    return max(tracker.parents, key=lambda fqn: (fqn != "Global", fqn.count(".")))
+class ForwardStack:
+    """The modules whose forward is running, innermost last. torch's ModTracker forgets them when an
+    exception leaves a forward (its hooks always run); these hooks do not, so the stack still holds
+    the module that failed."""
+
+    def __init__(self, model) -> None:
+        self.names = {m: name for name, m in model.named_modules()}
+        self.stack: list = []
+
+    def __enter__(self) -> ForwardStack:
+        self._hooks = [register_module_forward_pre_hook(self._enter), register_module_forward_hook(self._leave)]
+        return self
+
+    def _enter(self, module, _args) -> None:  # a hook that returned something would replace the input
+        self.stack.append(module)
+
+    def _leave(self, _module, _args, _output) -> None:
+        self.stack.pop()
+
+    def __exit__(self, *_) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+    def innermost(self) -> tuple[str, object] | None:
+        """(the innermost model module's name, as the model names it, and the module)."""
+        module = next((m for m in reversed(self.stack) if m in self.names), None)
+        if module is None:
+            return None
+        return ".".join(p for p in self.names[module].split(".") if p not in WRAPPERS) or "the model's root", module
 
 
 def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
@@ -116,14 +153,11 @@ def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
             micro = [cp_shard(loader.next_batch()) for _ in range(s.grad_accum)]
             loop.train_step(rt, model, None, optimizer, scheduler, micro, s, spec, sequences)
 
-        modules = ModTracker()
-        try:
-            with modules:
+        with ForwardStack(model) as forward:
+            try:
                 step()  # untracked warm-up (see the module docstring)
-        except Exception as exc:  # noqa: BLE001 - reported with the rank and the module, not swallowed
-            fqn = _innermost(modules)
-            phase = "backward" if modules.is_bw else "forward or optimizer step"
-            raise _failed(f"the step's {phase}, in {module_name(fqn)}", exc, model, fqn) from exc
+            except Exception as exc:  # noqa: BLE001 - reported with the rank and the module, not swallowed
+                raise _step_failure(exc, forward) from exc
         held = HeldBytes(model, optimizer)
         tracker, counter = peak_tracker(model, optimizer), CollectiveCounter(group_names(rt))
         with tracker, counter:

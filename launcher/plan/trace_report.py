@@ -66,16 +66,23 @@ def trace_lines(trace: Trace) -> list[str]:
         lines.append(f"trace: rank {r['rank']} of {trace.world_size} ({mesh}), one step of the runtime's code on a "
                      f"fake process group in {r['seconds']:.0f} s" + (f"; traced with {trace.traced_as}"
                                                                      if trace.traced_as else ""))
-        lines.append(f"  {'':22}{'traced GiB':>12}{'planned GiB':>13}")
+        unit, size = _unit(r["peak_bytes"])
+        lines.append(f"  {'':22}{'traced ' + unit:>12}{'planned ' + unit:>13}")
         flagged = {d["figure"]: d for d in differences(r, planned)}
         for key, label in LABELS.items():
             mark = f"  {flagged[key]['planned_vs_traced']:+.0%} !" if key in flagged else ""
-            lines.append(f"  {label:22}{r[key] / GIB:12.2f}{planned[key] / GIB:13.2f}{mark}")
+            lines.append(f"  {label:22}{r[key] / size:12.2f}{planned[key] / size:13.2f}{mark}")
         at = r["peak_at"]
         lines.append(f"  the traced peak is in the {at['phase']}, in {at['module']}")
         lines += [f"  ! {LABELS[d['figure']]} differs by {d['planned_vs_traced']:+.0%}: {d['why']}"
                   for d in flagged.values()]
         lines.append("  collectives of the step: " + "; ".join(
-            f"{c['kind']} over {c['group']} ({c['group_size']} ranks) x{c['count']}, {c['bytes'] / GIB:.2f} GiB"
+            f"{c['kind']} over {c['group']} ({c['group_size']} ranks) x{c['count']}, {c['bytes'] / size:.2f} {unit}"
             for c in r["collectives"]))
     return lines
+
+
+def _unit(peak: int) -> tuple[str, int]:
+    """GiB for a real job's figures, MiB or KiB for a tiny model's, whose GiB would all read 0.00."""
+    return next((name, size) for name, size in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+                if peak >= size / 10 or size == 1)

@@ -98,6 +98,8 @@ def test_the_words_put_each_traced_figure_beside_the_planned_one():
     assert "in the backward, in layers.1.feed_forward" in text
     assert "! peak of live tensors differs by +25%" in text
     assert "_allgather_base over dp_shard_cp (8 ranks) x65, 3.00 GiB" in text
+    tiny = Trace(world_size=8, seconds=1.0, ranks=[rank_result(peak_bytes=3 * 2**20)], planned=dict(PLANNED))
+    assert "traced MiB" in trace_lines(tiny)[1]  # a tiny model's figures would all read 0.00 GiB
     assert trace_lines(Trace(world_size=8, seconds=0.1, not_traced="FP8's modules need CUDA kernels")) == [
         "trace: not traced: FP8's modules need CUDA kernels"]
 
