@@ -42,8 +42,10 @@ def not_traced(rt: Runtime, s: RunSettings, is_moe: bool) -> str | None:
     """Why this job's step cannot be traced on fake CPU tensors, or None."""
     reasons = [(s.fp8.enabled, "FP8's modules (Transformer Engine, torchao) need CUDA kernels"),
                (s.offload, "activation offload needs CUDA streams"),
-               (rt.layout.pp > 1, "pipeline parallelism's schedule is not traced yet"),
-               (is_moe, "an MoE layer's dispatch depends on the router's data")]
+               (rt.layout.pp > 1, "pipeline stages exchange their inputs' shapes as objects over the process group at "
+                                  "the first step (recv_object_list), which the fake group does not carry"),
+               (is_moe, "an MoE layer sizes its dispatch from the router's counts (bincount, all-to-all splits), which "
+                         "fake tensors do not have")]
     return next((why for flag, why in reasons if flag), None)
 
 

@@ -5,6 +5,7 @@ FLAG_AT flagged with what explains it, and the collectives the step issued."""
 from __future__ import annotations
 
 from launcher.plan.trace import Trace
+from launcher.wire.training.layout import ParallelLayout
 
 GIB = 2**30
 FLAG_AT = 0.10  # a difference larger than this share of the traced figure is flagged
@@ -62,7 +63,8 @@ def trace_lines(trace: Trace) -> list[str]:
         return [f"trace: not traced: {trace.not_traced}"]
     lines, planned = [], trace.planned
     for r in trace.ranks:
-        mesh = " x ".join(f"{name} {size}" for name, size in r["mesh"].items() if size > 1) or "one rank"
+        mesh = " x ".join(f"{name} {r['mesh'][name]}" for name in ParallelLayout.mesh_dim_names
+                          if r["mesh"].get(name, 1) > 1) or "one rank"
         lines.append(f"trace: rank {r['rank']} of {trace.world_size} ({mesh}), one step of the runtime's code on a "
                      f"fake process group in {r['seconds']:.0f} s" + (f"; traced with {trace.traced_as}"
                                                                      if trace.traced_as else ""))
