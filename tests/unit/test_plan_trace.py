@@ -18,6 +18,7 @@ from launcher.plan.trace_report import differences, trace_dict, trace_lines
 from launcher.wire.trace_record import TraceRequest, read_result, result_line, spec_from_dict, spec_to_dict
 from launcher.wire.training.layout import ParallelLayout
 from launcher.wire.training.models import PRESETS
+from tests.conftest import SEED_BUCKET
 from tests.support.train_runs import ROOT
 
 SEED_P5 = ROOT / "configs" / "seed" / "p5-cp8-bf16.yaml"
@@ -115,13 +116,21 @@ def test_the_json_has_the_documented_fields():
     assert untraced["not_traced"] == "why" and "ranks" not in untraced
 
 
+def use_trace(monkeypatch, run_trace) -> None:
+    """The runtime's answer as data: `plan --trace` and submit's check (launcher.plan.fits) call this."""
+    from launcher.plan import fits
+
+    monkeypatch.setattr(trace_module, "run_trace", run_trace)
+    monkeypatch.setattr(fits, "run_trace", run_trace)
+
+
 def run_cli(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def test_plan_trace_json_carries_the_trace_in_the_configuration(monkeypatch):
     asked = []
-    monkeypatch.setattr(trace_module, "run_trace", lambda job: asked.append(job.layout.world) or a_trace())
+    use_trace(monkeypatch, lambda job: asked.append(job.layout.world) or a_trace())
     result = run_cli("plan", SEED_P5, "--set", "instance_count=16", "--trace", "--json")
     assert result.exit_code == 0, result.output
     assert asked == [128]
@@ -136,7 +145,7 @@ def test_a_failed_trace_exits_2_with_where_and_no_traceback(monkeypatch):
         raise TraceError("rank 0 of 128: the step's forward, in layers.0.attention (its parameters: wq.weight "
                          "(4096, 4096)): RuntimeError: shape mismatch")
 
-    monkeypatch.setattr(trace_module, "run_trace", fails)
+    use_trace(monkeypatch, fails)
     result = run_cli("plan", SEED_P5, "--set", "instance_count=16", "--trace")
     assert result.exit_code == 2
     assert "rank 0 of 128" in result.output and "layers.0.attention" in result.output
@@ -156,3 +165,56 @@ def test_trace_refuses_a_sweep_or_the_search():
     for extra in (("--sweep", "context_parallel_degree=1,2"), ("--auto",)):
         result = run_cli("plan", SEED_P5, "--trace", *extra)
         assert result.exit_code == 2 and "--trace traces one configuration" in result.output
+
+
+# --- submit and fit() with the trace asked for (trace: true, submit --trace) -------------------------------
+
+
+def test_submit_trace_refuses_a_failed_trace_and_sends_nothing(aws, monkeypatch):
+    def fails(job):
+        raise TraceError("rank 0 of 128: parallelizing the model (...): ValueError: tp must divide the heads")
+
+    use_trace(monkeypatch, fails)
+    result = run_cli("submit", SEED_P5, "--set", "instance_count=16", "--no-wait", "--job-name", "traced", "--trace")
+    assert result.exit_code == 2
+    assert "refused: the trace failed: rank 0 of 128: parallelizing the model" in result.output
+    assert "Traceback" not in result.output
+    assert aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+    assert "Contents" not in aws.client("s3").list_objects_v2(Bucket=SEED_BUCKET)
+
+
+def test_submit_with_trace_true_refuses_a_traced_peak_that_does_not_fit(aws, monkeypatch):
+    # 76 GiB of live tensors + 5% allocator reserve + 1 GiB of CUDA context and NCCL > 76 GiB usable of 80
+    use_trace(monkeypatch, lambda job: a_trace(peak_bytes=76 * GIB))
+    refused = run_cli("submit", SEED_P5, "--set", "instance_count=16", "--set", "trace=true", "--no-wait",
+                      "--job-name", "traced")
+    assert refused.exit_code == 2
+    assert "rank 0 peaks at 80.80 GiB" in refused.output and "76.00 GiB of 80 are usable" in refused.output
+    assert aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+    use_trace(monkeypatch, lambda job: a_trace())  # the control: 20 GiB fits
+    sent = run_cli("submit", SEED_P5, "--set", "instance_count=16", "--set", "trace=true", "--no-wait",
+                   "--job-name", "traced")
+    assert sent.exit_code == 0, sent.output
+    assert aws.client("sagemaker").describe_training_job(TrainingJobName="traced")["TrainingJobStatus"]
+
+
+def test_a_job_asking_for_a_trace_it_cannot_have_is_refused_not_sent_untraced(aws, monkeypatch):
+    untraced = Trace(world_size=8, seconds=0.1, not_traced="FP8's modules (Transformer Engine, torchao) need CUDA")
+    use_trace(monkeypatch, lambda job: untraced)
+    result = run_cli("submit", ROOT / "configs" / "seed" / "p5-cp8-fp8.yaml", "--no-wait", "--trace")
+    assert result.exit_code == 2 and "cannot be traced: FP8's modules" in result.output
+    assert "trace: false" in result.output
+    assert aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
+
+
+def test_fit_with_trace_refuses_before_submitting(aws, monkeypatch):
+    from launcher import PyTorch
+    from launcher.plan import TraceRefusal
+
+    use_trace(monkeypatch, lambda job: a_trace(peak_bytes=90 * GIB))
+    job = validate_job_file(SEED_P5, ["instance_count=16"])
+    config = job.config.model_dump(exclude_unset=True, exclude={"extends"})
+    est = PyTorch(**{**config, "trace": True})
+    with pytest.raises(TraceRefusal, match="does not fit"):
+        est.fit(wait=False)
+    assert aws.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] == []
