@@ -28,9 +28,10 @@ from container.data import loader as data
 from container.distributed.context_parallel import apply_context_parallel
 from container.distributed.parallelize import allocate
 from container.distributed.runtime import Runtime, init_runtime
+from container.holdings import Holdings
 from container.models.llama import build_model
 from container.trace.collectives import CollectiveCounter, group_names
-from container.trace.memory import WRAPPERS, HeldBytes, peak_kinds, peak_tracker
+from container.trace.memory import WRAPPERS, peak_kinds, peak_tracker
 from launcher.wire.trace_record import TraceRequest
 from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
@@ -160,7 +161,7 @@ def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
                 step()  # untracked warm-up (see the module docstring)
             except Exception as exc:  # noqa: BLE001 - reported with the rank and the module, not swallowed
                 raise _step_failure(exc, forward) from exc
-        held = HeldBytes(model, optimizer)
+        held = Holdings(model, optimizer)
         tracker, counter = peak_tracker(model, optimizer), CollectiveCounter(group_names(rt))
         with tracker, counter:
             step()

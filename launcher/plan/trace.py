@@ -83,7 +83,7 @@ def run_trace(job: ValidatedJob) -> Trace:
     job, traced_as = as_traced(job)
     ranks = traced_ranks(job.layout)
     with ThreadPoolExecutor(max_workers=len(ranks)) as pool:  # each rank is a process of its own
-        results = list(pool.map(lambda rank: _trace_one(request(job, rank)), ranks))
+        results = list(pool.map(lambda rank: trace_one(request(job, rank)), ranks))
     trace = Trace(world_size=job.layout.world, seconds=round(time.perf_counter() - started, 1),
                   traced_as=traced_as, planned=planned_figures(estimate_memory(job, advise=False)))
     untraced = next((r["not_traced"] for r in results if "not_traced" in r), None)
@@ -94,7 +94,8 @@ def run_trace(job: ValidatedJob) -> Trace:
     return trace
 
 
-def _trace_one(req: TraceRequest) -> dict:
+def trace_one(req: TraceRequest) -> dict:
+    """One rank traced by `python -m container trace`: its result, or a TraceError saying where it failed."""
     proc = subprocess.run([sys.executable, *COMMAND], input=req.to_json(), capture_output=True, text=True,
                           check=False)
     result = read_result(proc.stdout)

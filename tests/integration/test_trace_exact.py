@@ -1,0 +1,79 @@
+"""The trace is exact where a real run can check it (issue 51, section 2): at world 2 on gloo, what
+`plan --trace`'s runtime side (`python -m container trace`) says each rank holds equals what a real
+train.py run of the same job holds on that rank, as the run logs it after its first step
+(container.holdings: "rank r holds ... (parameters / gradients / optimizer state B)"). The layouts
+are each a family's: FSDP2 over both ranks, tensor parallelism (its norms are replicated, so the
+figures change: the control), and hybrid sharding that replicates the whole model on each rank.
+The collectives' counts in a real run are not compared yet (docs/planner.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from container.args import parse_args
+from container.distributed.runtime import distribution_parameters
+from launcher.plan.trace import trace_one
+from launcher.wire.trace_record import TraceRequest, spec_to_dict
+from launcher.wire.training.degrees import script_arguments
+from launcher.wire.training.models import PRESETS
+from tests.support.train_runs import TINY, run_train
+
+HOLDS = re.compile(r"rank (\d+) holds .*\(([\d,]+) / ([\d,]+) / ([\d,]+) B\)")
+LAYOUTS = {"fsdp2": "hybrid_shard_degree=2", "tp2": "tensor_parallel_degree=2", "replicated": "hybrid_shard_degree=1"}
+WORLD = 2
+
+
+def logged_holdings(tmp: Path) -> dict[int, tuple[int, int, int]]:
+    found = {}
+    for log in sorted((tmp / "rank-logs").glob("rank*.log")):
+        match = HOLDS.search(log.read_text())
+        assert match, f"{log.name} has no holdings line"
+        found[int(match[1])] = tuple(int(n.replace(",", "")) for n in match.groups()[1:])
+    return found
+
+
+def traced_holdings(tmp: Path, mp_parameters: str, hyperparameters: dict) -> dict[int, tuple[int, int, int]]:
+    argv = [f"--{k}={v}" for k, v in {**TINY, **hyperparameters}.items()] + [
+        f"--mp_parameters={mp_parameters}", f"--output_data_dir={tmp}/out", f"--model_dir={tmp}/model",
+        f"--checkpoint_dir={tmp}/checkpoints"]
+    hp, _, pairs = parse_args(argv)
+    params = distribution_parameters(pairs["mp_parameters"], **script_arguments(hp))
+    found = {}
+    for rank in range(WORLD):
+        result = trace_one(TraceRequest(rank=rank, world_size=WORLD, processes_per_host=WORLD,
+                                        hyperparameters=hp.model_dump(mode="json", exclude_unset=True),
+                                        mp_parameters=params.model_dump(mode="json", exclude_unset=True),
+                                        model=spec_to_dict(PRESETS[TINY["model_preset"]])))
+        found[rank] = (result["parameter_bytes"], result["gradient_bytes"], result["optimizer_bytes"])
+    return found
+
+
+@pytest.fixture(scope="module")
+def holdings(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+    """Each layout's (real run's, trace's) holdings by rank."""
+    out = {}
+    for name, layout in LAYOUTS.items():
+        tmp = tmp_path_factory.mktemp(name)
+        extra = {"max_steps": 1, "bf16": 1}
+        run_train(tmp, WORLD, mp_parameters=layout, **extra)
+        out[name] = (logged_holdings(tmp), traced_holdings(tmp, layout, extra))
+    return out
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_trace_holds_what_a_real_run_holds_on_each_rank(holdings, layout):
+    real, traced = holdings[layout]
+    assert set(real) == {0, 1}
+    assert traced == real
+
+
+def test_the_layouts_hold_different_figures(holdings):
+    """The control: a layout that changes what a rank holds changes both the run's and the trace's."""
+    rank0 = {layout: holdings[layout][0][0] for layout in LAYOUTS}
+    assert len(set(rank0.values())) == len(LAYOUTS), rank0
+    fsdp, replicated = rank0["fsdp2"][0], rank0["replicated"][0]
+    assert replicated == 2 * fsdp  # the whole model (no padding: every dim 0 of the tiny model is even)
+
