@@ -30,7 +30,8 @@ def request(spec=TINY, **mp_parameters) -> TraceRequest:
 def _quiet(monkeypatch):
     """The trace makes this process a rank (RANK, WORLD_SIZE, ...): put the variables back after."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # recorded as it was (unset, most often), so teardown restores that
+        monkeypatch.delenv(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
