@@ -9,7 +9,8 @@ synthetic: only the batch's shapes matter.
 The first step runs untracked: DTensor's first sharding propagation of each op runs on fake tensors
 that the tracker would count as memory (it caches the result; on a GPU it allocates nothing). AdamW's
 `foreach` is set on, CUDA's default (CPU's is the per-tensor loop): sqrt(exp_avg_sq) then exists for
-every parameter at once, as on a GPU.
+every parameter at once, as on a GPU. The non-finite guard issues its collective as in a run and
+lets the step's update apply (a fake loss has no value to find non-finite).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from container.distributed.parallelize import allocate
 from container.distributed.runtime import Runtime, init_runtime
 from container.holdings import Holdings
 from container.models.llama import build_model
+from container.resilience.nonfinite import nonfinite_guard
 from container.trace.collectives import CollectiveCounter, group_names
 from container.trace.memory import WRAPPERS, peak_kinds, peak_tracker
 from launcher.wire.trace_record import TraceRequest
@@ -151,10 +153,15 @@ def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
             dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size,
             seed=s.seed, document_masking=s.document_masking)
         sequences = s.micro_batch * s.grad_accum * rt.dp_size
+        nonfinite = nonfinite_guard(s, rt.rank, rt.local_rank, rt.device, None, None)
+
+        def guard(_step, loss, grad_norm) -> bool:  # its collective, and a finite step (fake values are none)
+            nonfinite.agreed_finite(loss, grad_norm)
+            return True
 
         def step() -> None:
             micro = [cp_shard(loader.next_batch()) for _ in range(s.grad_accum)]
-            loop.train_step(rt, model, None, optimizer, scheduler, micro, s, spec, sequences)
+            loop.train_step(rt, model, None, optimizer, scheduler, micro, s, spec, sequences, guard=guard)
 
         with ForwardStack(model) as forward:
             try:

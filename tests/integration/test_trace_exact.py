@@ -4,10 +4,12 @@ train.py run of the same job holds on that rank, as the run logs it after its fi
 (container.holdings: "rank r holds ... (parameters / gradients / optimizer state B)"). The layouts
 are each a family's: FSDP2 over both ranks, tensor parallelism (its norms are replicated, so the
 figures change: the control), and hybrid sharding that replicates the whole model on each rank.
-The collectives' counts in a real run are not compared yet (docs/planner.md)."""
+The collectives are compared too: each rank's second step of the real run counted by the trace's own
+counter (tests/support/counted_steps.py) against the trace's traced step: kind, group, count, bytes."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from launcher.plan.trace import trace_one
 from launcher.wire.trace_record import TraceRequest, spec_to_dict
 from launcher.wire.training.degrees import script_arguments
 from launcher.wire.training.models import PRESETS
+from tests.support.counted_steps import counted_rank
 from tests.support.train_runs import TINY, run_train
 
 HOLDS = re.compile(r"rank (\d+) holds .*\(([\d,]+) / ([\d,]+) / ([\d,]+) B\)")
@@ -35,7 +38,11 @@ def logged_holdings(tmp: Path) -> dict[int, tuple[int, int, int]]:
     return found
 
 
-def traced_holdings(tmp: Path, mp_parameters: str, hyperparameters: dict) -> dict[int, tuple[int, int, int]]:
+def counted_collectives(tmp: Path) -> dict[int, list[dict]]:
+    return {rank: json.loads((tmp / "rank-logs" / f"collectives-rank{rank}.json").read_text()) for rank in range(WORLD)}
+
+
+def traced_ranks(tmp: Path, mp_parameters: str, hyperparameters: dict) -> dict[int, dict]:
     argv = [f"--{k}={v}" for k, v in {**TINY, **hyperparameters}.items()] + [
         f"--mp_parameters={mp_parameters}", f"--output_data_dir={tmp}/out", f"--model_dir={tmp}/model",
         f"--checkpoint_dir={tmp}/checkpoints"]
@@ -47,20 +54,28 @@ def traced_holdings(tmp: Path, mp_parameters: str, hyperparameters: dict) -> dic
                                         hyperparameters=hp.model_dump(mode="json", exclude_unset=True),
                                         mp_parameters=params.model_dump(mode="json", exclude_unset=True),
                                         model=spec_to_dict(PRESETS[TINY["model_preset"]])))
-        found[rank] = (result["parameter_bytes"], result["gradient_bytes"], result["optimizer_bytes"])
+        found[rank] = result
     return found
 
 
 @pytest.fixture(scope="module")
-def holdings(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
-    """Each layout's (real run's, trace's) holdings by rank."""
+def runs(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    """Each layout's real run (its directory) and its trace's results by rank."""
     out = {}
     for name, layout in LAYOUTS.items():
         tmp = tmp_path_factory.mktemp(name)
-        extra = {"max_steps": 1, "bf16": 1}
-        run_train(tmp, WORLD, mp_parameters=layout, **extra)
-        out[name] = (logged_holdings(tmp), traced_holdings(tmp, layout, extra))
+        extra = {"max_steps": 2, "bf16": 1}
+        run_train(tmp, WORLD, rank=counted_rank, mp_parameters=layout, **extra)
+        out[name] = (tmp, traced_ranks(tmp, layout, extra))
     return out
+
+
+@pytest.fixture(scope="module")
+def holdings(runs) -> dict[str, tuple[dict, dict]]:
+    """Each layout's (real run's, trace's) holdings by rank."""
+    return {name: (logged_holdings(tmp), {rank: (r["parameter_bytes"], r["gradient_bytes"], r["optimizer_bytes"])
+                                          for rank, r in traced.items()})
+            for name, (tmp, traced) in runs.items()}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -77,3 +92,12 @@ def test_the_layouts_hold_different_figures(holdings):
     fsdp, replicated = rank0["fsdp2"][0], rank0["replicated"][0]
     assert replicated == 2 * fsdp  # the whole model (no padding: every dim 0 of the tiny model is even)
 
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_trace_issues_the_collectives_a_real_step_issues(runs, layout):
+    tmp, traced = runs[layout]
+    real = counted_collectives(tmp)
+    for rank in range(WORLD):
+        assert traced[rank]["collectives"] == real[rank], f"rank {rank}"
+    assert any(c["count"] for c in real[0])  # the counter saw the step's collectives at all
