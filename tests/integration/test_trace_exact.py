@@ -3,7 +3,8 @@
 train.py run of the same job holds on that rank, as the run logs it after its first step
 (container.holdings: "rank r holds ... (parameters / gradients / optimizer state B)"). The layouts
 are each a family's: FSDP2 over both ranks, tensor parallelism (its norms are replicated, so the
-figures change: the control), and hybrid sharding that replicates the whole model on each rank.
+figures change: the control), hybrid sharding that replicates the whole model on each rank, and
+context parallelism (its K/V all-gathers among the collectives).
 The collectives are compared too: each rank's second step of the real run counted by the trace's own
 counter (tests/support/counted_steps.py) against the trace's traced step: kind, group, count, bytes."""
 
@@ -25,7 +26,8 @@ from tests.support.counted_steps import counted_rank
 from tests.support.train_runs import TINY, run_train
 
 HOLDS = re.compile(r"rank (\d+) holds .*\(([\d,]+) / ([\d,]+) / ([\d,]+) B\)")
-LAYOUTS = {"fsdp2": "hybrid_shard_degree=2", "tp2": "tensor_parallel_degree=2", "replicated": "hybrid_shard_degree=1"}
+LAYOUTS = {"fsdp2": "hybrid_shard_degree=2", "tp2": "tensor_parallel_degree=2", "replicated": "hybrid_shard_degree=1",
+           "cp2": "context_parallel_degree=2"}
 WORLD = 2
 
 
@@ -87,8 +89,9 @@ def test_the_trace_holds_what_a_real_run_holds_on_each_rank(holdings, layout):
 
 def test_the_layouts_hold_different_figures(holdings):
     """The control: a layout that changes what a rank holds changes both the run's and the trace's."""
-    rank0 = {layout: holdings[layout][0][0] for layout in LAYOUTS}
-    assert len(set(rank0.values())) == len(LAYOUTS), rank0
+    rank0 = {layout: holdings[layout][0][0] for layout in ("fsdp2", "tp2", "replicated")}
+    assert len(set(rank0.values())) == len(rank0), rank0
+    assert holdings["cp2"][0][0] == rank0["fsdp2"]  # cp ranks shard the parameters as dp_shard ranks do
     fsdp, replicated = rank0["fsdp2"][0], rank0["replicated"][0]
     assert replicated == 2 * fsdp  # the whole model (no padding: every dim 0 of the tiny model is even)
 
