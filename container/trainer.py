@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from container import optim
+from container import holdings, optim
 from container.args import Directories, channels
 from container.checkpoint import checkpointer as ckpt
 from container.checkpoint import hf_export as hf
@@ -192,6 +192,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         model, pipe = build_parallel_model(rt, spec, s, sources, rows), None
     cp_shard = apply_context_parallel(rt, s.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer, scheduler = build_optimization(model, s)
+    holdings.log_after_first_step(rt.rank, model, optimizer)  # to compare with `smlaunch plan --trace`
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
                                      identity=RunIdentity(s, spec, rt.dp_size, rows),
                                      async_mode=s.checkpoint_async_mode, timeout=rt.collective_timeout,

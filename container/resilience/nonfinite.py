@@ -82,15 +82,20 @@ class NonFiniteGuard:
             loader.load_state_dict({"next_sample": position})
         self._first_sample, self._samples = position, loader.global_batch_size
 
+    def agreed_finite(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
+        """1 when every rank's loss and gradient norm are finite, else 0 (int32, on the device): the
+        guard's one collective per step (`plan --trace` issues it without reading the flag)."""
+        finite = (torch.isfinite(loss.to(self.device)) & torch.isfinite(grad_norm.to(self.device))).to(torch.int32)
+        if dist.is_initialized() and dist.get_world_size() > 1:  # a stage without the loss agrees too
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        return finite
+
     def __call__(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
         """Whether `step`'s update applies: True for a finite step, False for one skipped; raises
         under fail or past nonfinite_max, and leaves the process under rollback."""
         # the flag is made on the device and read once: one host sync per step, and the values
         # themselves only for a non-finite step's message
-        finite = (torch.isfinite(loss.to(self.device)) & torch.isfinite(grad_norm.to(self.device))).to(torch.int32)
-        if dist.is_initialized() and dist.get_world_size() > 1:  # a stage without the loss agrees too
-            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
-        if finite.item():
+        if self.agreed_finite(loss, grad_norm).item():
             return True
         loss_value, norm_value = loss.item(), float(grad_norm)
         what = (f"loss is {loss_value}" if not math.isfinite(loss_value)

@@ -217,11 +217,14 @@ def _summary(job) -> dict:
 @click.option("--local", "local", is_flag=True,
               help="Run on this machine: instance_type becomes local (kept if local or local_gpu).")
 @click.option("--force", is_flag=True, help="Submit even if the planner predicts it will not fit in memory.")
+@click.option("--trace", "trace", is_flag=True,
+              help="First trace one step of the runtime at the job's whole world (as `plan --trace`, the job "
+                   "file's trace: true) and refuse the job if the trace fails or its peak does not fit.")
 @click.option("--runner", type=click.Choice(["process", "docker"]), default=None,
               help="Local mode: simulated hosts as processes, or as containers (docker/podman compose); "
                    "default: the job's local_runner (process).")
 def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: bool, job_name: str | None,
-           backend_name: str | None, local: bool, runner: str | None, force: bool) -> None:
+           backend_name: str | None, local: bool, runner: str | None, force: bool, trace: bool) -> None:
     """Validate, pack and submit a job (or show what would be submitted with --dry-run).
 
     Local jobs (instance_type local or local_gpu, or --local) run here, as SageMaker would run
@@ -251,6 +254,8 @@ def submit(job_file: Path, overrides: tuple[str, ...], dry_run: bool, no_wait: b
     for issue in job.notes:
         click.echo(click.style("note ", fg="cyan") + str(issue), err=True)
     _check_memory(job, force=force, dry_run=dry_run)
+    if trace or job.config.trace:
+        _check_trace(job)
 
     def run():
         from launcher.backends.live import LiveProgress
@@ -332,6 +337,18 @@ def _check_memory(job, force: bool, dry_run: bool) -> None:
         click.secho("refused: the job is predicted to run out of accelerator memory", fg="red", bold=True, err=True)
         click.echo(str(exc), err=True)
         sys.exit(EXIT_INVALID)
+
+
+def _check_trace(job) -> None:
+    """Refuse the job (exit 2, nothing submitted) when its trace fails or its traced peak does not fit."""
+    from launcher.plan import TraceRefusal, check_trace
+
+    try:
+        check_trace(job)
+    except TraceRefusal as exc:
+        click.secho("refused: " + str(exc), fg="red", bold=True, err=True)
+        sys.exit(EXIT_INVALID)
+    click.echo("trace: every traced rank's step fits", err=True)
 
 
 @main.command()

@@ -68,6 +68,10 @@ class PositiveNumber(click.ParamType):
               help="One host's checkpoint write and read bandwidth, GB/s, for the goodput plan (default 1).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per configuration, in a list "
               "(--auto's search: one object with the Pareto rows).")
+@click.option("--trace", "trace", is_flag=True,
+              help="Also run the runtime's own code for the job's whole world on a fake process group (one "
+                   "training step on fake tensors, no GPU; needs torch) and print each traced rank's parameters, "
+                   "gradients, optimizer state, peak and collectives beside the plan.")
 @click.option("--data", "data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Indexed token shards on this machine (a copy of the training data, e.g. pack's DIR/train): "
                    "the attention FLOPs are planned from their documents' lengths (dataset_type: indexed, "
@@ -75,7 +79,7 @@ class PositiveNumber(click.ParamType):
 def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...], auto_pick: bool,
              instance_types: str | None, families: str | None, max_instances: int | None, deadline: str | None,
              tokens: float | None, failure_rate: float | None, write_gb_s: float | None, as_json: bool,
-             data: Path | None) -> None:
+             trace: bool, data: Path | None) -> None:
     """Predict memory per GPU, speed and cost before launch; explain a predicted OOM.
 
     Exit codes: 0 the (picked) configuration fits, 1 it does not (or none does, or none meets
@@ -93,6 +97,9 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
     _check_goodput_options({"--failure-rate": failure_rate, "--checkpoint-write-gb-s": write_gb_s},
                            auto_pick, sweeps)
     goodput_of = _goodput_planner(failure_rate, write_gb_s)
+    if trace and (auto_pick or sweeps):
+        fail(f"--trace traces one configuration, not {'--auto' if auto_pick else '--sweep'}'s; plan the configuration "
+             "you picked with --set and --trace", EXIT_INVALID)
     if auto_pick and not sweeps:
         _plan_search(job_file, overrides, instance_types, families, max_instances, tokens, deadline, as_json)
     try:
@@ -109,6 +116,7 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
         report_invalid(exc)
         sys.exit(EXIT_INVALID)
     chosen = best if auto_pick else (results[0] if len(results) == 1 else None)
+    traced = _trace(chosen) if trace else None
     if as_json:
         rows = []
         for r in results:
@@ -120,6 +128,10 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
                 row.update(hours_for_tokens=round(hours, 3), usd_for_tokens=None if usd is None else round(usd, 2))
             goodput = goodput_of(r)
             row["goodput"] = goodput.to_dict() if goodput else None
+            if traced is not None:
+                from launcher.plan.trace_report import trace_dict
+
+                row["trace"] = trace_dict(traced)
             rows.append(row)
         click.echo(json.dumps(rows, indent=2, default=str))
     else:
@@ -140,6 +152,11 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
                 console.print(planner.explain_oom(chosen.memory), highlight=False, markup=False)
             if chosen.staging is not None:
                 console.print(chosen.staging.text(), highlight=False, markup=False)
+            if traced is not None:
+                from launcher.plan.trace_report import trace_lines
+
+                for line in trace_lines(traced):
+                    console.print(line, highlight=False, markup=False)
         elif auto_pick:
             console.print("no configuration fits: see the table for the lowest peaks")
         elif len(results) == 1 and not results[0].valid:
@@ -151,6 +168,19 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
     if not chosen.valid:  # nothing to plan (the model or world size is unknown): the job needs a fix
         sys.exit(EXIT_INVALID)
     sys.exit(EXIT_FAILED if chosen.oom else 0)
+
+
+def _trace(chosen):
+    """The trace of the planned job (launcher.plan.trace), or None when there is nothing to trace
+    (an invalid job or one without a model: plan says why and exits as it does without --trace)."""
+    if chosen is None or not chosen.valid or chosen.nothing_to_plan:
+        return None
+    from launcher.plan.trace import TraceError, run_trace
+
+    try:
+        return run_trace(chosen.job)
+    except TraceError as exc:
+        fail(f"trace: {exc}", EXIT_INVALID)
 
 
 def _check_search_options(options: dict, auto_pick: bool, sweeps: tuple[str, ...]) -> None:

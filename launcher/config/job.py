@@ -168,6 +168,12 @@ class JobConfig(_JobBackends):
         description="Automatic restarts after a failure (torchrun's name), from the newest verified checkpoint "
                     "(docs/faults.md).",
     )
+    trace: bool = Field(
+        False,
+        description="Before submitting, trace one step of smlaunch's runtime at the job's whole world on a fake "
+                    "process group (`smlaunch plan --trace`; needs torch) and refuse the job if the trace fails or "
+                    "its traced peak does not fit the accelerator's memory.",
+    )
     use_spot_instances: bool = Field(False, description="Managed spot training.")
     checkpoint_s3_uri: str | None = Field(
         None, pattern=r"^s3://[^/]+(/.*)?$", description="S3 prefix synced with checkpoint_local_path."

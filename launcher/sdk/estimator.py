@@ -203,13 +203,19 @@ class PyTorch:
         `logs` may be the SDK's "All"/"None" as well as a bool.
 
         A job the planner predicts to run out of accelerator memory is refused
-        (`launcher.plan.PredictedOOMError`, which says what fixes it) unless `force=True`."""
+        (`launcher.plan.PredictedOOMError`, which says what fixes it) unless `force=True`; a job with
+        `trace=True` is traced first and refused (`launcher.plan.TraceRefusal`) when its trace fails or its
+        traced peak does not fit."""
         logs = logs not in (False, "None")
         job = self._with_inputs(inputs, experiment_config)
         if not force:
             from launcher.plan import check_fits
 
             check_fits(job)
+        if job.config.trace:
+            from launcher.plan import check_trace
+
+            check_trace(job)
         backend = self._backend()
         name = backend.submit(job, job_name, detach=not wait)
         self.latest_training_job = TrainingJob(name, backend)

@@ -2,7 +2,8 @@
 
 Each job's training step runs in the real runtime (container.trainer's build, parallelisation
 and train_step) on fake tensors, with a fake process group of the job's world size, and torch's
-FSDPMemTracker measures the peak of live tensors. The planner's prediction must be within 10%
+FSDPMemTracker measures the peak of live tensors: `smlaunch plan --trace`'s code
+(launcher.plan.trace), which bench/memory_trace.py calls. The planner's prediction must be within 10%
 of it. The jobs are the ones each part of the model rests on: AdamW's foreach temporaries
 (AC at 4K), one process without FSDP (fp32; its tied embeddings kept tied by delayed init),
 activations without checkpointing, the first block's backward under context
@@ -38,8 +39,8 @@ def rows() -> dict[str, dict]:
     bench = _bench()
     cases = [case for case in bench.default_cases() if case.label in CASES]
     assert {case.label for case in cases} == set(CASES)
-    with ThreadPoolExecutor(max_workers=2) as pool:  # each case is a process of its own
-        return {row["label"]: row for row in pool.map(bench.run_isolated, cases)}
+    with ThreadPoolExecutor(max_workers=2) as pool:  # each traced rank is a process of its own
+        return {row["label"]: row for row in pool.map(bench.run_case, cases)}
 
 
 @pytest.mark.parametrize("label", [c for c in CASES if "fp8" not in c])

@@ -45,10 +45,11 @@ TINY = {
 GRACE_S = 5
 
 
-def run_train(tmp: Path, nproc: int, timeout: int = 240, **hyperparameters) -> list[dict]:
+def run_train(tmp: Path, nproc: int, timeout: int = 240, rank=None, **hyperparameters) -> list[dict]:
     """Run train.py on `nproc` local ranks; return metrics.jsonl's records. A failed run raises
     AssertionError with the end of every rank's output. A hyperparameter given as None is left
-    out (model_preset=None: the model of other hyperparameters)."""
+    out (model_preset=None: the model of other hyperparameters). `rank`: what each rank runs, when
+    not `_rank` (a module-level function of the same arguments that ends by calling it)."""
     tmp.mkdir(parents=True, exist_ok=True)
     args = {key: value for key, value in {**TINY, **hyperparameters}.items() if value is not None}
     argv = []
@@ -62,7 +63,7 @@ def run_train(tmp: Path, nproc: int, timeout: int = 240, **hyperparameters) -> l
     env.pop("SAGEMAKER_BASE_DIR", None)
     logs = tmp / "rank-logs"
     logs.mkdir(exist_ok=True)
-    context = mp.start_processes(_rank, args=(argv, env, str(tmp), str(logs)), nprocs=nproc, join=False,
+    context = mp.start_processes(rank or _rank, args=(argv, env, str(tmp), str(logs)), nprocs=nproc, join=False,
                                  start_method=forkserver.start_method())
     deadline = time.monotonic() + timeout
     try:

@@ -1,0 +1,179 @@
+"""One rank of a job's whole world, built by the runtime's own code and traced for one step.
+
+The rank joins torch's fake process group at the job's world size (`init_process_group("fake")`:
+one process, collectives return shaped outputs), builds the runtime's mesh (init_runtime), the model
+on the meta device parallelized as container.trainer does, and runs `container.loop.train_step` on
+fake tensors (FakeTensorMode: shapes, dtypes and lifetimes, no memory, no arithmetic). Its data is
+synthetic: only the batch's shapes matter.
+
+The first step runs untracked: DTensor's first sharding propagation of each op runs on fake tensors
+that the tracker would count as memory (it caches the result; on a GPU it allocates nothing). AdamW's
+`foreach` is set on, CUDA's default (CPU's is the per-tensor loop): sqrt(exp_avg_sq) then exists for
+every parameter at once, as on a GPU. The non-finite guard issues its collective as in a run and
+lets the step's update apply (a fake loss has no value to find non-finite).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from container import loop, trainer
+from container.data import loader as data
+from container.distributed.context_parallel import apply_context_parallel
+from container.distributed.parallelize import allocate
+from container.distributed.runtime import Runtime, init_runtime
+from container.holdings import Holdings
+from container.models.llama import build_model
+from container.resilience.nonfinite import nonfinite_guard
+from container.trace.collectives import CollectiveCounter, group_names
+from container.trace.memory import WRAPPERS, peak_kinds, peak_tracker
+from launcher.wire.trace_record import TraceRequest
+from launcher.wire.training.degrees import ModelParallelParameters
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.run_settings import RunSettings
+
+
+def not_traced(rt: Runtime, s: RunSettings, is_moe: bool) -> str | None:
+    """Why this job's step cannot be traced on fake CPU tensors, or None."""
+    reasons = [(s.fp8.enabled, "FP8's modules (Transformer Engine, torchao) need CUDA kernels"),
+               (s.offload, "activation offload needs CUDA streams"),
+               (rt.layout.pp > 1, "pipeline stages exchange their inputs' shapes as objects over the process group at "
+                                  "the first step (recv_object_list), which the fake group does not carry"),
+               (is_moe, "an MoE layer sizes its dispatch from the router's counts (bincount, all-to-all splits), which "
+                         "fake tensors do not have")]
+    return next((why for flag, why in reasons if flag), None)
+
+
+def join_fake_world(request: TraceRequest, hp: TrainingHyperparameters) -> Runtime:
+    """This process becomes rank `request.rank` of the job's world, with the runtime's mesh."""
+    local = request.processes_per_host
+    os.environ.update(RANK=str(request.rank), WORLD_SIZE=str(request.world_size),
+                      LOCAL_RANK=str(request.rank % local), LOCAL_WORLD_SIZE=str(local))
+    dist.init_process_group("fake", store=FakeStore(), rank=request.rank, world_size=request.world_size)
+    params = ModelParallelParameters.model_validate(request.mp_parameters)
+    return init_runtime(params, sharding_strategy=hp.sharding_strategy)
+
+
+def trace_rank(request: TraceRequest) -> dict:
+    """The rank's figures (launcher.wire.trace_record), or why its step is not traced."""
+    started = time.perf_counter()
+    hp = TrainingHyperparameters.model_validate(request.hyperparameters)
+    spec = request.spec()
+    rt = join_fake_world(request, hp)
+    try:
+        s = trainer.settings(rt, hp)
+        result = {"rank": request.rank, "mesh": dict(zip(ParallelLayout.mesh_dim_names, rt.layout.mesh_shape))}
+        why = not_traced(rt, s, spec.is_moe)
+        if why:
+            return {**result, "not_traced": why}
+        return {**result, **_traced_step(rt, s, spec), "seconds": round(time.perf_counter() - started, 2)}
+    except StepFailure as exc:
+        return {"rank": request.rank, "error": f"rank {request.rank} of {request.world_size}: {exc}"}
+    finally:
+        dist.destroy_process_group()
+
+
+def _step_failure(exc: Exception, forward: ForwardStack) -> StepFailure:
+    if torch._C._current_graph_task_id() != -1:  # autograd is running: the backward
+        return _failed("the step's backward", exc)
+    found = forward.innermost()
+    if found is None:
+        return _failed("the step, outside the model's modules (the loss, clipping or the optimizer)", exc)
+    name, module = found
+    return _failed(f"the step's forward, in {name}", exc, module)
+
+
+class StepFailure(RuntimeError):
+    """The layout could not be built or stepped: where, in which module, with its shapes."""
+
+
+def _failed(where: str, exc: Exception, module=None) -> StepFailure:
+    shapes = ""
+    if module is not None:
+        params = [f"{name} {tuple(p.shape)}" for name, p in list(module.named_parameters())[:6]]
+        shapes = f" (its parameters: {', '.join(params)})" if params else ""
+    return StepFailure(f"{where}{shapes}: {type(exc).__name__}: {exc}")
+
+
+class ForwardStack:
+    """The modules whose forward is running, innermost last. torch's ModTracker forgets them when an
+    exception leaves a forward (its hooks always run); these hooks do not, so the stack still holds
+    the module that failed."""
+
+    def __init__(self, model) -> None:
+        self.names = {m: name for name, m in model.named_modules()}
+        self.stack: list = []
+
+    def __enter__(self) -> ForwardStack:
+        self._hooks = [register_module_forward_pre_hook(self._enter), register_module_forward_hook(self._leave)]
+        return self
+
+    def _enter(self, module, _args) -> None:  # a hook that returned something would replace the input
+        self.stack.append(module)
+
+    def _leave(self, _module, _args, _output) -> None:
+        self.stack.pop()
+
+    def __exit__(self, *_) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+    def innermost(self) -> tuple[str, object] | None:
+        """(the innermost model module's name, as the model names it, and the module)."""
+        module = next((m for m in reversed(self.stack) if m in self.names), None)
+        if module is None:
+            return None
+        return ".".join(p for p in self.names[module].split(".") if p not in WRAPPERS) or "the model's root", module
+
+
+def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
+    model = build_model(spec, s.seq_len, device="meta")
+    try:
+        trainer.parallelize(rt, model, s)  # outside fake mode: the meshes it builds hold real tensors
+    except Exception as exc:  # noqa: BLE001 - reported with the rank, not swallowed
+        raise _failed("parallelizing the model (container.trainer.parallelize: FP8, tensor parallel, "
+                      "checkpointing, FSDP)", exc) from exc
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        allocate(model, rt.device)  # delayed init's storage, without rank 0's weights (values do not matter)
+        optimizer, scheduler = trainer.build_optimization(model, s)
+        for group in optimizer.param_groups:
+            if "foreach" in group:
+                group["foreach"] = True  # CUDA's default (see the module docstring)
+        cp_shard = apply_context_parallel(rt, s.cp_comm_type)
+        loader = data.build_dataloader(
+            dataset_type="synthetic", path=None, seq_len=s.seq_len, micro_batch_size=s.micro_batch,
+            dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size,
+            seed=s.seed, document_masking=s.document_masking)
+        sequences = s.micro_batch * s.grad_accum * rt.dp_size
+        nonfinite = nonfinite_guard(s, rt.rank, rt.local_rank, rt.device, None, None)
+
+        def guard(_step, loss, grad_norm) -> bool:  # its collective, and a finite step (fake values are none)
+            nonfinite.agreed_finite(loss, grad_norm)
+            return True
+
+        def step() -> None:
+            micro = [cp_shard(loader.next_batch()) for _ in range(s.grad_accum)]
+            loop.train_step(rt, model, None, optimizer, scheduler, micro, s, spec, sequences, guard=guard)
+
+        with ForwardStack(model) as forward:
+            try:
+                step()  # untracked warm-up (see the module docstring)
+            except Exception as exc:  # noqa: BLE001 - reported with the rank and the module, not swallowed
+                raise _step_failure(exc, forward) from exc
+        held = Holdings(model, optimizer)
+        tracker, counter = peak_tracker(model, optimizer), CollectiveCounter(group_names(rt))
+        with tracker, counter:
+            step()
+        held.remove()
+        kinds = peak_kinds(tracker, rt.device)
+        return {"parameter_bytes": held.parameter_bytes, "gradient_bytes": held.gradient_bytes,
+                "optimizer_bytes": held.optimizer_bytes, "peak_bytes": kinds["Total"], "peak_kinds": kinds,
+                "peak_at": tracker.peak_at, "collectives": counter.rows()}
