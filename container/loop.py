@@ -33,6 +33,7 @@ from container.distributed.runtime import Runtime
 from container.distributed.tensor_parallel import loss_context
 from container.fp8 import precompute_fp8_scales
 from container.loss import label_tokens, token_loss_sum
+from container.memory_snapshots import MemorySnapshots
 from container.metrics import MetricsWriter, Throughput
 from container.models.llama import Transformer
 from container.models.moe import load_balancing_sum
@@ -138,6 +139,7 @@ class _Meters(NamedTuple):
     throughput: Throughput
     compiles: CompileCount
     profiler: StepProfiler
+    snapshots: MemorySnapshots
 
 
 class _Step(NamedTuple):
@@ -150,7 +152,8 @@ class _Step(NamedTuple):
     flops_token: float  # its useful FLOPs per token
 
 
-def run_steps(run: Run, profile_steps: str | None, instance_type: str | None) -> dict:
+def run_steps(run: Run, profile_steps: str | None, instance_type: str | None,
+              memory_snapshot_steps: str | None = None) -> dict:
     """The steps from the resumed one to max_steps, each with its record, validation and checkpoint;
     then the last checkpoint and the model's export, or, at a SIGTERM, a checkpoint and a stop."""
     rt, s, dirs = run.rt, run.s, run.dirs
@@ -160,7 +163,8 @@ def run_steps(run: Run, profile_steps: str | None, instance_type: str | None) ->
         run.metrics.write(event)  # the trackers see the restart at the step it resumed from
     meters = _Meters(ProgressWriter(rt.is_main, dirs.output_data, s.max_steps, run.start_step),
                      TimeLedger(run.start_step), Throughput(rt, s, run.spec, instance_type, run.start_step),
-                     CompileCount(s.compile), StepProfiler(profile_steps, dirs.output_data, rt.rank, rt.device))
+                     CompileCount(s.compile), StepProfiler(profile_steps, dirs.output_data, rt.rank, rt.device),
+                     MemorySnapshots(memory_snapshot_steps, dirs.output_data, rt.rank, rt.device))
     last = {}
     for step in range(run.start_step + 1, s.max_steps + 1):
         done = _train_one(run, meters, step)
@@ -176,6 +180,7 @@ def run_steps(run: Run, profile_steps: str | None, instance_type: str | None) ->
             _save(run, meters, step, done.loss, stopping)
         if stopping:
             meters.profiler.close()
+            meters.snapshots.close()
             if rt.is_main:
                 log.warning("SIGTERM: saved a checkpoint at step %d and stopping", step)
             step_watch.stop()
@@ -191,6 +196,7 @@ def _train_one(run: Run, meters: _Meters, step: int) -> _Step:
     _sync(rt)
     inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
     meters.profiler.before(step)
+    meters.snapshots.before(step)
     t0 = time.perf_counter()
     run.guard.before_step(run.loader)  # past the batches a rollback skips
     with meters.ledger.timing(DATA):
@@ -203,8 +209,12 @@ def _train_one(run: Run, meters: _Meters, step: int) -> _Step:
     # (this rank's rows stand for every rank's: they are drawn alike)
     flops_token = flops.flops_per_token(run.spec, sum(attended_length(b, s.seq_len) for b in batches) / len(batches))
     micro = [_to(run.cp_shard(batch), rt.device) for batch in batches]
-    loss, aux_sum, _, grad_norm = train_step(rt, run.model, run.pipe, run.optimizer, run.scheduler, micro, s,
-                                             run.spec, global_batch(s, rt.dp_size), step, run.guard)
+    try:
+        loss, aux_sum, _, grad_norm = train_step(rt, run.model, run.pipe, run.optimizer, run.scheduler, micro, s,
+                                                 run.spec, global_batch(s, rt.dp_size), step, run.guard)
+    except torch.OutOfMemoryError:
+        meters.snapshots.out_of_memory(step)  # the recorded history up to it, then the error as it was
+        raise
     # the loss is read (a host sync) only where a record or a checkpoint takes it
     _sync(rt)
     if s.clean_cache and rt.device.type == "cuda":
@@ -213,6 +223,7 @@ def _train_one(run: Run, meters: _Meters, step: int) -> _Step:
     meters.ledger.step(elapsed)
     meters.compiles.step_done()
     meters.profiler.after(step)  # outside the step's time: the window's last step writes the profile
+    meters.snapshots.after(step)  # and the memory snapshot
     meters.throughput.step(step, elapsed, flops_token)
     return _Step(loss, aux_sum, grad_norm, elapsed, flops_token)
 
@@ -249,6 +260,7 @@ def _finish(run: Run, meters: _Meters) -> None:
     """The end of max_steps: the last checkpoint committed and the model exported."""
     meters.compiles.log()
     meters.profiler.close()  # a window the run ended inside is written (the rules keep windows within max_steps)
+    meters.snapshots.close()
     with step_watch.section("the last checkpoint and the model export"):
         if run.checkpointer:
             run.checkpointer.close()

@@ -201,7 +201,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     guard = nonfinite_guard(s, rt.rank, rt.local_rank, rt.device, dirs.checkpoints if checkpointer else None, extra)
     run = Run(rt, s, spec, dirs, sources, metrics, model, pipe, optimizer, scheduler, loader, validation, cp_shard,
                checkpointer, guard, start_step)
-    return run_steps(run, hp.profile_steps, instance_type)
+    return run_steps(run, hp.profile_steps, instance_type, hp.memory_snapshot_steps)
 
 
 def build_data(rt: Runtime, dirs: Directories, s: RunSettings, spec: ModelSpec, sources: pretrained.Sources):

@@ -8,7 +8,9 @@ resolution), and the peak memory is its `peak_memory_gib` (torch.cuda.max_memory
 
 Each run profiles its last step (`profile_steps`, container/profiling.py): the table of that
 step's ops by device time comes back in the run's notes (`profile`: where the step's time goes),
-and the step is left out of the timed ones (the profiler slows it).
+and the step is left out of the timed ones (the profiler slows it). The same step's CUDA memory
+snapshot (`memory_snapshot_steps`, container/memory_snapshots.py) is written too; its file and
+size come back in the notes (the GPU check of a feature the CPU cannot run).
 """
 
 from __future__ import annotations
@@ -68,8 +70,15 @@ def environment() -> dict:
 
 
 def profiled(run: Run) -> Run:
-    """The run with its last step profiled."""
-    return replace(run, hyperparameters={**run.hyperparameters, "profile_steps": str(run.steps)})
+    """The run with its last step profiled and its memory snapshot taken."""
+    return replace(run, hyperparameters={**run.hyperparameters, "profile_steps": str(run.steps),
+                                         "memory_snapshot_steps": str(run.steps)})
+
+
+def snapshot_note(data: Path) -> str:
+    """The memory snapshot's file and size, or that it is missing."""
+    found = sorted((data / "memory").glob("rank-0-*.pickle"))
+    return ", ".join(f"{p.name} {p.stat().st_size:,} B" for p in found) or "missing: no rank-0 snapshot written"
 
 
 def run_trainpy(run: Run, timeout_s: float | None, scratch: Path) -> Outcome:
@@ -89,9 +98,11 @@ def run_trainpy(run: Run, timeout_s: float | None, scratch: Path) -> Outcome:
         records = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.is_file() else []
         table = out / "data" / "profile" / "rank-0.txt"
         profile = table.read_text() if table.is_file() else None
+        snapshot = snapshot_note(out / "data")
     records = [r for r in records if "loss" in r]
     if done.returncode != 0 or not records:
         return Outcome.failed(f"train.py exited {done.returncode}", tail(done.stdout, done.stderr))
     return Outcome(status="ok", step_s=step_seconds(records)[:-1], losses=[r["loss"] for r in records],
                    peak_memory_gib=records[-1]["peak_memory_gib"],
-                   notes={"profile": profile, "profiled_step": run.steps, "step_s": "without the profiled step"})
+                   notes={"profile": profile, "profiled_step": run.steps, "step_s": "without the profiled step",
+                          "memory_snapshot": snapshot})

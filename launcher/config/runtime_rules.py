@@ -27,10 +27,11 @@ def check_compile(ctx: Context) -> list[Issue]:
 
 
 def check_speed(ctx: Context) -> list[Issue]:
-    """speed_issues and profile_notes, and rowwise FP8 against the instance's GPU."""
+    """speed_issues and profile_notes, rowwise FP8 against the instance's GPU, and memory snapshots
+    where there is no CUDA GPU."""
     if not ctx.runtime:
         return []
-    issues = speed_issues(ctx.hp) + profile_notes(ctx.hp)
+    issues = speed_issues(ctx.hp) + profile_notes(ctx.hp) + _snapshots_without_cuda(ctx)
     fp8 = FP8Config.from_hyperparameters(ctx.hp)
     acc = ctx.instance.accelerator if ctx.instance else None
     # an accelerator without FP8 at all is check_precision's issue; this one has FP8 but maybe not rowwise's GEMM
@@ -39,6 +40,22 @@ def check_speed(ctx: Context) -> list[Issue]:
         if problem := rowwise_capability_problem(acc.compute_capability, where):
             issues.append(Issue(f"{HP}.fp8_recipe", "rowwise", problem.what, problem.fix))
     return issues
+
+
+def _snapshots_without_cuda(ctx: Context) -> list[Issue]:
+    """memory_snapshot_steps records CUDA's caching allocator: an instance without a CUDA GPU gets no
+    snapshot (said here; the runtime logs it too). local_gpu's GPU is found at run time."""
+    window, instance = ctx.hp.memory_snapshot_steps, ctx.instance
+    if window is None or instance is None or instance.accelerators is None:
+        return []
+    acc = instance.accelerator
+    if instance.accelerators and acc is not None and acc.vendor == "nvidia":
+        return []
+    has = "no GPU" if not instance.accelerators or acc is None else f"{acc.model}, not a CUDA GPU"
+    return [Issue(f"{HP}.memory_snapshot_steps", window,
+                  f"records the CUDA caching allocator's history, and {instance.name} has {has}: the job will "
+                  "write no memory snapshot", "run it on an NVIDIA instance (ml.p4d, ml.p5, ml.g5, ...) or "
+                  "local_gpu, or remove memory_snapshot_steps", level="warning")]
 
 
 def check_trackers(ctx: Context) -> list[Issue]:

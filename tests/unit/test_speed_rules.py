@@ -84,7 +84,7 @@ def test_profile_steps_are_steps_the_run_has(runtime_dir):
         assert paths(make_job(runtime_dir, hp={"max_steps": 20, "profile_steps": value})) == []
     issue = only_issue(make_job(runtime_dir, hp={"max_steps": 20, "profile_steps": "18-25"}),
                        "hyperparameters.profile_steps")[0]
-    assert "max_steps = 20" in issue.problem and "profile steps 18-20" in issue.fix
+    assert "max_steps = 20" in issue.problem and "profile_steps: 18-20" in issue.fix
     # without max_steps, the run's default length (100) bounds it
     assert only_issue(make_job(runtime_dir, hp={"profile_steps": "99-101"}), "hyperparameters.profile_steps")
 

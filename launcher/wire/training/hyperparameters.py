@@ -91,7 +91,7 @@ class TrainingHyperparameters(_SeedDegrees):
     def _numbers_are_not_booleans(cls, value, info: ValidationInfo):
         return reject_boolean(value, cls.model_fields[info.field_name].annotation)
 
-    @field_validator("profile_steps", mode="before")
+    @field_validator("profile_steps", "memory_snapshot_steps", mode="before")
     @classmethod
     def _one_step_may_be_a_number(cls, value):
         """`profile_steps: 5` in YAML is the window 5 (the wire carries it as text anyway)."""
@@ -328,6 +328,12 @@ class TrainingHyperparameters(_SeedDegrees):
                           "counted from 1: 5-7) or one step; every rank writes a trace (Perfetto, "
                           "chrome://tracing) and a table of its ops by time into output_data_dir/profile/. Default "
                           "off. docs/speed.md")
+    memory_snapshot_steps: str | None = Field(
+        None, description="smlaunch: record the CUDA caching allocator's history (every allocation and free, with "
+                          "its Python stack) over these training steps, FIRST-LAST or one step as profile_steps; "
+                          "every rank writes a snapshot into output_data_dir/memory/ at the window's end, and at a "
+                          "CUDA out-of-memory error inside it, for pytorch.org/memory_viz. CUDA only: without a "
+                          "CUDA GPU it records nothing. Default off. docs/speed.md")
     nonfinite_policy: Literal[NONFINITE_POLICIES] | None = Field(
         None, description="smlaunch: what a step whose loss or gradient norm is not finite does: fail (default: the "
                           "job fails at that step), skip (the step applies no update and its batch is spent), "

@@ -104,14 +104,15 @@ def optimizer_implementation_problem(optimizer: str, implementation: str) -> Pro
 AC_MODES = ("full", "selective", "selective_op")
 
 
-# --- Profiling a step (container/profiling.py, docs/speed.md "Profiling steps") ------------------
-PROFILE_STEPS_FORM = "FIRST-LAST (training steps, counted from 1, both profiled: 5-7) or one step (5)"
+# --- Windows of steps: profile_steps (container/profiling.py, docs/speed.md "Profiling steps") and
+# memory_snapshot_steps (container/memory_snapshots.py) ---------------------------------------------
+PROFILE_STEPS_FORM = "FIRST-LAST (training steps, counted from 1, both recorded: 5-7) or one step (5)"
 # the first steps compile, fill the allocator's pool and make the first all-gathers: not the steady step
 PROFILE_WARMUP_STEPS = 2
 
 
 def profile_window(text: str) -> tuple[int, int]:
-    """profile_steps' (first, last) step; ValueError saying what is wrong."""
+    """A window's (first, last) step (profile_steps, memory_snapshot_steps); ValueError saying what is wrong."""
     match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(text))
     if not match:
         raise ValueError(f"is not {PROFILE_STEPS_FORM}")
@@ -121,15 +122,16 @@ def profile_window(text: str) -> tuple[int, int]:
     return first, last
 
 
-def profile_problem(text: str, max_steps: int) -> Problem | None:
-    """What is wrong with profile_steps for a run of `max_steps` steps, or None."""
+def profile_problem(text: str, max_steps: int, name: str = "profile_steps") -> Problem | None:
+    """What is wrong with the window `name` (profile_steps, memory_snapshot_steps) for a run of
+    `max_steps` steps, or None."""
     try:
         first, last = profile_window(text)
     except ValueError as exc:
-        return Problem(str(exc), "write e.g. profile_steps: 5-7, or remove it")
+        return Problem(str(exc), f"write e.g. {name}: 5-7, or remove it")
     if last > max_steps:
         return Problem(f"reaches past the run's last step, max_steps = {max_steps}",
-                       f"profile steps {min(first, max_steps)}-{max_steps} or fewer, or raise max_steps")
+                       f"set {name}: {min(first, max_steps)}-{max_steps} or fewer, or raise max_steps")
     return None
 
 

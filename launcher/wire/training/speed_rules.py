@@ -54,9 +54,10 @@ def speed_issues(hp: TrainingHyperparameters) -> list[Issue]:
                                 "offload_activations moves every block's checkpointed input to host memory, and "
                                 "with a frequency above 1 some blocks keep everything on the GPU",
                                 "use activation_checkpointing_freq: 1 with offload_activations, or turn offload off"))
-    if hp.profile_steps is not None and (problem := profile_problem(hp.profile_steps,
-                                                                     hp.max_steps or DEFAULT_MAX_STEPS)):
-        issues.append(_issue("profile_steps", hp.profile_steps, problem))
+    for name in ("profile_steps", "memory_snapshot_steps"):
+        window = getattr(hp, name)
+        if window is not None and (problem := profile_problem(window, hp.max_steps or DEFAULT_MAX_STEPS, name)):
+            issues.append(_issue(name, window, problem))
     return issues
 
 
