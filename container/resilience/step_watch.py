@@ -45,10 +45,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import torch._C._distributed_c10d as c10d
 
 from container.resilience import attempt
-from launcher.wire import diagnostics, faults
+from launcher.wire import diagnostics, faults, masking
 from launcher.wire.faults import EXIT_HUNG
 from launcher.wire.training.hyperparameters import (
     INIT_TIMEOUT_DEFAULT_S,
@@ -64,6 +65,8 @@ HANG_EXIT_GRACE_S = 3.0
 VICTIM_EXTRA_S = 2.0
 # torch reads the first of these that is set (getCvarString): the Flight Recorder's dump file prefix
 FLIGHT_RECORDER_FILE_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+NO_FLIGHT_RECORDER = ("not dumped (no Flight Recorder file variable in this rank's environment, or the dump failed: "
+                      "see the log)")
 
 
 class StepTimeout(RuntimeError):
@@ -196,9 +199,11 @@ class StepWatch:
         reason = f"{due.what} did not complete within {due.limit:g} s ({due.source}); waited {waited:.1f} s"
         main = threading.main_thread().ident
         victim = _waiting_in_collective(sys._current_frames().get(main))
-        written = write_stacks(self.diag_dir, self.rank, self.world, self.host, reason=reason,
-                               main_thread=f"0x{main:016x}", last_completed_step=str(self.step))
         trace = dump_flight_recorder(self.rank)
+        written = write_stacks(self.diag_dir, self.rank, self.world, self.host, reason=reason,
+                               main_thread=f"0x{main:016x}", last_completed_step=str(self.step),
+                               flight_recorder=str(trace) if trace else NO_FLIGHT_RECORDER,
+                               **diagnostics.nccl_fields(os.environ, nccl_version()))
         attempt.record_failure(StepTimeout(reason), in_collective=victim)
         log.error("rank %d: %s; stacks in %s%s; %s; leaving with exit code %d", self.rank, reason, written,
                   f", Flight Recorder trace in {trace}" if trace else "",
@@ -219,9 +224,18 @@ def _waiting_in_collective(frame) -> bool:
     return diagnostics.Frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name).waiting
 
 
+def nccl_version() -> str:
+    """The NCCL this rank's torch runs, or why it runs none."""
+    if not torch.cuda.is_available():
+        return "none in this process (no CUDA device: gloo)"
+    version = torch.cuda.nccl.version()
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def write_stacks(diag_dir: Path, rank: int, world: int | None, host: str, **fields: str) -> Path | str:
-    """Append a header and every thread's stacks to this rank's file; on an OSError, to stderr (said)."""
-    header = diagnostics.stacks_header(rank, world, host, os.getpid(), **fields)
+    """Append a header and every thread's stacks to this rank's file; on an OSError, to stderr (said).
+    The header goes through the job's masker: its fields carry the rank's settings."""
+    header = masking.installed()(diagnostics.stacks_header(rank, world, host, os.getpid(), **fields))
     path = diagnostics.rank_file(diag_dir, rank)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from container.toolkit.frozen_ranks import children, rank_environ
@@ -93,6 +93,7 @@ class _Rank:
     stderr: Path | None
     offset: int = 0  # the stderr file's size before the signal: the stacks follow it
     signalled: bool = False
+    environ: dict[str, str] = field(default_factory=dict)  # its environment, as /proc shows it
 
 
 def collect_stacks(torchrun_pid: int, log_dir: Path, diag_dir: Path, log: Callable[[str], None],
@@ -108,7 +109,7 @@ def collect_stacks(torchrun_pid: int, log_dir: Path, diag_dir: Path, log: Callab
         local_rank = int(environ.get("LOCAL_RANK", "0"))
         path = stderr_file(log_dir, local_rank)
         ranks.append(_Rank(pid, int(environ["RANK"]), local_rank, state, path,
-                           path.stat().st_size if path and path.exists() else 0))
+                           path.stat().st_size if path and path.exists() else 0, environ=environ))
     for rank in ranks:
         if rank.state != "T" and _catches(rank.pid, signal.SIGUSR1):
             try:
@@ -136,6 +137,30 @@ def _catches(pid: int, signum: int) -> bool:
     return False
 
 
+def nccl_package_version() -> str | None:
+    """The NCCL of the pip wheel torch loads (nvidia-nccl-cu12, ...), read from its metadata: the
+    bootstrap does not import torch. None where NCCL is not a wheel here (a CPU build, or an image's
+    own NCCL: the rank's own file names it, container.resilience.step_watch)."""
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        if name.lower().startswith("nvidia-nccl"):
+            return f"{dist.version} ({name})"
+    return None
+
+
+def _nccl_lines(rank: _Rank) -> dict[str, str]:
+    """The rank's NCCL lines, and where its Flight Recorder dump is (torch writes it on a collective
+    timeout, to the prefix the bootstrap set, and the rank's step watchdog on a hang)."""
+    lines = diagnostics.nccl_fields(rank.environ, nccl_package_version())
+    prefix = next((rank.environ[n["file"]] for n in (_NEW_NAMES, _OLD_NAMES) if rank.environ.get(n["file"])), None)
+    if prefix:
+        dump = Path(prefix + str(rank.rank))
+        lines["flight_recorder"] = str(dump) if dump.exists() else f"{dump} (not written by the time of the stacks)"
+    else:
+        lines["flight_recorder"] = "not recorded: the job set no Flight Recorder file variable"
+    return lines
+
+
 def _write_rank(rank: _Rank, diag_dir: Path, host: str, reason: str, py_spy: str | None) -> Path:
     if rank.signalled:
         stacks = _read_from(rank.stderr, rank.offset) or "(no stacks were written within the wait)\n"
@@ -145,7 +170,7 @@ def _write_rank(rank: _Rank, diag_dir: Path, host: str, reason: str, py_spy: str
             "it does not catch SIGUSR1 (not smlaunch's runtime, or still starting)")
         stacks, how = f"(not asked: {why})\n", "none"
     header = diagnostics.stacks_header(rank.rank, None, host, rank.pid, reason=reason, stacks=how,
-                                       local_rank=str(rank.local_rank))
+                                       local_rank=str(rank.local_rank), **_nccl_lines(rank))
     before = _read_from(rank.stderr, 0, end=rank.offset).splitlines()[-LOG_TAIL_LINES:]
     text = (header + stacks + _py_spy(rank.pid, py_spy)
             + f"--- the last {len(before)} lines of its stderr ({rank.stderr or 'no stderr file'}) ---\n"

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.wire import masking
 from launcher.wire.faults import DIAGNOSTICS_DIR
 
 SUMMARY_FILE = "summary.txt"
@@ -53,6 +54,19 @@ def stacks_header(rank: int, world: int | None, host: str, pid: int, **fields: s
     lines = [f"{_SECTION} rank {rank}{of}, host {host}, pid {pid} ==="]
     lines += [f"{key.replace('_', ' ')}: {value}" for key, value in fields.items()]
     return "\n".join(lines) + "\n"
+
+
+def nccl_fields(environ, version: str | None = None) -> dict[str, str]:
+    """A hang's NCCL lines for a rank's header: NCCL's version where the writer knows it, and the
+    rank's NCCL_* settings, each secret-looking value masked (a plugin's key, a proxy's password)."""
+    settings = masking.mask_secrets({k: v for k, v in sorted(environ.items()) if k.startswith("NCCL_")})
+    fields = {"nccl": version} if version else {}
+    fields["nccl_settings"] = ", ".join(f"{k}={v}" for k, v in settings.items()) or "none set (NCCL's defaults)"
+    return fields
+
+
+# the header fields summary.txt repeats under each rank (stacks_header writes "_" as a space)
+SUMMARY_FIELDS = ("nccl", "nccl settings", "flight recorder")
 
 
 @dataclass(frozen=True)
@@ -189,7 +203,9 @@ def write_summary(directory: Path) -> str:
     ranks = read_ranks([directory])
     line = diagnose(ranks)
     detail = "".join(f"rank {r.rank} (host {r.host}): {r.fields.get('reason', 'stacks on request')}\n"
-                     f"  main thread in {r.where}\n" for r in ranks)
+                     f"  main thread in {r.where}\n"
+                     + "".join(f"  {key}: {r.fields[key]}\n" for key in SUMMARY_FIELDS if key in r.fields)
+                     for r in ranks)
     (Path(directory) / SUMMARY_FILE).write_text(f"{line}\n\n{detail}", encoding="utf-8")
     return line
 

@@ -29,6 +29,7 @@ from tests.support.train_runs import ROOT
 
 COLLECTIVE_TIMEOUT_S = 120  # the hang must end the job long before a collective would time out
 TOKEN = "hf_hangTokenValue73"
+NCCL_KEY = "ncclPluginKey4096x"  # a secret-named NCCL setting: masked in the rank files too
 HP = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": 64, "max_steps": 5,
       "train_batch_size": 2, "checkpoint_freq": 2, "logging_freq": 1, "step_timeout": 5,
       "collective_timeout": COLLECTIVE_TIMEOUT_S}
@@ -62,7 +63,8 @@ def test_a_hung_rank_ends_the_job_with_every_ranks_stacks(tmp_path, home):
     traces = tmp_path / "fr"
     proc, name, elapsed = submit(tmp_path, home, {FAULT_ENV: fault_spec(Fault("hang", rank=1, step=3)),
                                                   "TORCH_FR_DUMP_TEMP_FILE": str(traces / "nccl_trace_rank_"),
-                                                  "HF_TOKEN": TOKEN}, logs_its_token(tmp_path))
+                                                  "HF_TOKEN": TOKEN, "NCCL_DEBUG": "WARN",
+                                                  "NCCL_PLUGIN_API_KEY": NCCL_KEY}, logs_its_token(tmp_path))
     output = proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.returncode == 1, output
     assert "token ****" in proc.stdout + proc.stderr and TOKEN not in proc.stdout + proc.stderr  # logged, masked
@@ -82,13 +84,21 @@ def test_a_hung_rank_ends_the_job_with_every_ranks_stacks(tmp_path, home):
     # the Flight Recorder's trace of each rank, where the job asked for it
     entries = pickle.loads((traces / "nccl_trace_rank_1").read_bytes())["entries"]
     assert entries and all("profiling_name" in e for e in entries)
+    # the hung rank's file and the summary name NCCL (none on CPU), its settings masked, and the dump
+    for fields in (hung.fields, waiting.fields):
+        assert fields["nccl settings"] == "NCCL_DEBUG=WARN, NCCL_PLUGIN_API_KEY=****"
+    assert hung.fields["nccl"] == "none in this process (no CUDA device: gloo)"
+    assert hung.fields["flight recorder"] == str(traces / "nccl_trace_rank_1")
+    summary = (found[0] / "summary.txt").read_text()
+    assert "  nccl settings: NCCL_DEBUG=WARN, NCCL_PLUGIN_API_KEY=****\n" in summary
+    assert f"  flight recorder: {traces / 'nccl_trace_rank_1'}\n" in summary
 
     shown = smlaunch("logs", name, "--diagnostics", env=cli_env(home))
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[1].startswith(
         "diagnosis: rank(s) 1 did not reach the collective that rank(s) 0 waited in: rank 1 (host algo-1) in at_step")
     # no file the job wrote holds the token: the stacks files with their stderr tails, the archives
-    assert TOKEN not in shown.stdout and secrets_in_files(home / "jobs" / name, [TOKEN]) == {}
+    assert TOKEN not in shown.stdout and secrets_in_files(home / "jobs" / name, [TOKEN, NCCL_KEY]) == {}
 
     # control: the same job without the fault completes and leaves no diagnostics
     control = tmp_path / "control"

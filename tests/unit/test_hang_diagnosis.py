@@ -130,6 +130,42 @@ def test_the_flight_recorder_variables_and_the_jobs_own_values(tmp_path):
     assert not (tmp_path / "attempt-1").exists()
 
 
+def test_a_ranks_nccl_lines_mask_its_secret_settings_and_say_where_the_dump_is(tmp_path, monkeypatch):
+    prefix = tmp_path / "flight_recorder" / "nccl_trace_rank_"
+    environ = {"NCCL_DEBUG": "INFO", "NCCL_NET_PLUGIN_TOKEN": "tok-123456789", "NCCL_PROXY": "http://u:pw@proxy:3128",
+               "TORCH_FR_DUMP_TEMP_FILE": str(prefix), "HOME": "/root"}
+    rank = collector._Rank(pid=7, rank=3, local_rank=1, state="S", stderr=None, environ=environ)
+    monkeypatch.setattr(collector, "nccl_package_version", lambda: "2.27.3 (nvidia-nccl-cu12)")
+    lines = collector._nccl_lines(rank)
+    assert lines["nccl"] == "2.27.3 (nvidia-nccl-cu12)"
+    settings = lines["nccl_settings"]
+    assert settings.startswith("NCCL_DEBUG=INFO, NCCL_NET_PLUGIN_TOKEN=****, NCCL_PROXY=http://u:")
+    assert "tok-123456789" not in settings and "pw@" not in settings and "HOME" not in settings
+    assert lines["flight_recorder"] == f"{prefix}3 (not written by the time of the stacks)"
+    prefix.parent.mkdir()
+    (tmp_path / "flight_recorder" / "nccl_trace_rank_3").write_bytes(b"trace")
+    assert collector._nccl_lines(rank)["flight_recorder"] == f"{prefix}3"  # written: named as it is
+    # the control: a rank with no NCCL setting, in a Python whose torch has no NCCL wheel
+    monkeypatch.setattr(collector, "nccl_package_version", lambda: None)
+    bare = collector._nccl_lines(collector._Rank(pid=8, rank=0, local_rank=0, state="S", stderr=None))
+    assert bare == {"nccl_settings": "none set (NCCL's defaults)",
+                    "flight_recorder": "not recorded: the job set no Flight Recorder file variable"}
+
+
+def test_the_summary_repeats_each_ranks_nccl_and_flight_recorder_lines(tmp_path):
+    fields = diagnostics.nccl_fields({"NCCL_DEBUG": "WARN"}, "2.21.5")
+    header = diagnostics.stacks_header(0, 2, "algo-1", 100, reason="step 9 did not complete",
+                                       main_thread="0x00007f0000000001", flight_recorder="/x/fr_0", **fields)
+    write(tmp_path, 0, header + WATCHDOG.format(site=SITE) + IN_COLLECTIVE.format(site=SITE))
+    write(tmp_path, 1, section(1, IN_DATA, world=2))  # the control: a header without them
+    diagnostics.write_summary(tmp_path)
+    summary = (tmp_path / "summary.txt").read_text()
+    detail = summary.split("\n\n", 1)[1]  # after the diagnosis's line: each rank's lines
+    rank0 = detail[detail.index("rank 0 (host algo-1)"):detail.index("rank 1 (host algo-1)")]
+    assert rank0.endswith("  nccl: 2.21.5\n  nccl settings: NCCL_DEBUG=WARN\n  flight recorder: /x/fr_0\n")
+    assert summary.count("nccl settings") == 1  # rank 1's header has none
+
+
 def test_only_a_process_that_catches_sigusr1_is_asked():
     assert not collector._catches(os.getpid(), signal.SIGUSR1)  # its default action would end the process
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
