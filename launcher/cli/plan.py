@@ -71,7 +71,8 @@ class PositiveNumber(click.ParamType):
 @click.option("--trace", "trace", is_flag=True,
               help="Also run the runtime's own code for the job's whole world on a fake process group (one "
                    "training step on fake tensors, no GPU; needs torch) and print each traced rank's parameters, "
-                   "gradients, optimizer state, peak and collectives beside the plan.")
+                   "gradients, optimizer state, peak and collectives beside the plan (with --auto: the picked, "
+                   "cheapest configuration).")
 @click.option("--data", "data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Indexed token shards on this machine (a copy of the training data, e.g. pack's DIR/train): "
                    "the attention FLOPs are planned from their documents' lengths (dataset_type: indexed, "
@@ -97,11 +98,11 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
     _check_goodput_options({"--failure-rate": failure_rate, "--checkpoint-write-gb-s": write_gb_s},
                            auto_pick, sweeps)
     goodput_of = _goodput_planner(failure_rate, write_gb_s)
-    if trace and (auto_pick or sweeps):
-        fail(f"--trace traces one configuration, not {'--auto' if auto_pick else '--sweep'}'s; plan the configuration "
-             "you picked with --set and --trace", EXIT_INVALID)
+    if trace and sweeps and not auto_pick:
+        fail("--trace traces one configuration, not --sweep's; add --auto to trace the one it picks, or plan the "
+             "configuration you picked with --set and --trace", EXIT_INVALID)
     if auto_pick and not sweeps:
-        _plan_search(job_file, overrides, instance_types, families, max_instances, tokens, deadline, as_json)
+        _plan_search(job_file, overrides, instance_types, families, max_instances, tokens, deadline, as_json, trace)
     try:
         if auto_pick:
             best, results = planner.auto_job_file(job_file, overrides, sweeps)
@@ -128,7 +129,7 @@ def plan_cmd(job_file: Path, overrides: tuple[str, ...], sweeps: tuple[str, ...]
                 row.update(hours_for_tokens=round(hours, 3), usd_for_tokens=None if usd is None else round(usd, 2))
             goodput = goodput_of(r)
             row["goodput"] = goodput.to_dict() if goodput else None
-            if traced is not None:
+            if traced is not None and r is chosen:
                 from launcher.plan.trace_report import trace_dict
 
                 row["trace"] = trace_dict(traced)
@@ -210,9 +211,10 @@ def _goodput_planner(failure_rate: float | None, write_gb_s: float | None):
 
 
 def _plan_search(job_file: Path, overrides, instance_types, families, max_instances, tokens, deadline,
-                 as_json: bool) -> None:
+                 as_json: bool, trace: bool = False) -> None:
     """`plan --auto`: search, print the Pareto table (or JSON), exit 0 when something fits
-    (within --deadline), 1 when nothing does, 2 for an invalid job or option."""
+    (within --deadline), 1 when nothing does, 2 for an invalid job or option. With `trace`, the
+    cheapest configuration (the one a single `--auto --sweep` picks too) is traced after it."""
     from launcher.plan.search import SearchOptionError, search_job_file
     from launcher.plan.workload import PlanError
 
@@ -228,8 +230,24 @@ def _plan_search(job_file: Path, overrides, instance_types, families, max_instan
         fail(f"cannot plan {job_file}: {exc}", EXIT_INVALID)
     from launcher.plan.search_report import print_search, search_to_dict
 
+    traced = _trace(found.cheapest) if trace else None
     if as_json:
-        click.echo(json.dumps(search_to_dict(found), indent=2, default=str))
+        result = search_to_dict(found)
+        if traced is not None:  # in the cheapest row's object, as a single plan's trace is in its own
+            from launcher.plan.trace_report import trace_dict
+
+            next(row for row in result["pareto"] if row["cheapest"])["trace"] = trace_dict(traced)
+        click.echo(json.dumps(result, indent=2, default=str))
     else:
-        print_search(make_console(), found, title=f"plan --auto: {job_file} (Pareto front, time vs $)")
+        console = make_console()
+        print_search(console, found, title=f"plan --auto: {job_file} (Pareto front, time vs $)")
+        if traced is not None:
+            from launcher.plan.search_report import describe_row
+            from launcher.plan.trace_report import trace_lines
+
+            console.print(f"traced: the cheapest, {describe_row(found, found.cheapest)}", markup=False)
+            for line in trace_lines(traced):
+                console.print(line, highlight=False, markup=False)
+        elif trace:
+            console.print("nothing traced: no configuration qualifies", markup=False)
     sys.exit(0 if found.front else EXIT_FAILED)

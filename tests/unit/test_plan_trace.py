@@ -161,10 +161,38 @@ def test_without_torch_trace_exits_2_naming_what_to_install(monkeypatch):
     assert "pip install 'smlaunch[train]'" in result.output and "Traceback" not in result.output
 
 
-def test_trace_refuses_a_sweep_or_the_search():
-    for extra in (("--sweep", "context_parallel_degree=1,2"), ("--auto",)):
-        result = run_cli("plan", SEED_P5, "--trace", *extra)
-        assert result.exit_code == 2 and "--trace traces one configuration" in result.output
+def test_trace_refuses_a_sweep_it_would_not_pick_from():
+    result = run_cli("plan", SEED_P5, "--trace", "--sweep", "context_parallel_degree=1,2")
+    assert result.exit_code == 2 and "--trace traces one configuration" in result.output and "--auto" in result.output
+
+
+def test_auto_trace_traces_the_cheapest_configuration_of_the_search(monkeypatch):
+    traced = []
+    use_trace(monkeypatch, lambda job: traced.append(job) or a_trace())
+    search = ("plan", SEED_P5, "--auto", "--instance-types", "ml.p5.48xlarge", "--max-instances", "2")
+    result = run_cli(*search, "--trace", "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["pareto"]
+    cheapest = next(r for r in rows if r["cheapest"])
+    assert cheapest["trace"]["ranks"][0]["peak_bytes"] == 20 * GIB
+    assert [r for r in rows if "trace" in r] == [cheapest]  # the cheapest row only
+    (job,) = traced
+    assert job.layout.world == 8 * cheapest["instance_count"]  # the cheapest's job, not the file's
+    words = run_cli(*search, "--trace")
+    assert "traced: the cheapest" in words.output and "peak of live tensors" in words.output
+    control = run_cli(*search, "--json")  # without --trace: no trace anywhere, nothing traced again
+    assert all("trace" not in r for r in json.loads(control.output)["pareto"]) and len(traced) == 2
+
+
+def test_auto_with_a_sweep_traces_the_configuration_it_picks(monkeypatch):
+    traced = []
+    use_trace(monkeypatch, lambda job: traced.append(job.layout.cp) or a_trace())
+    result = run_cli("plan", SEED_P5, "--auto", "--sweep", "context_parallel_degree=4,8", "--trace", "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    (picked,) = [r for r in rows if r["picked"]]
+    assert "trace" in picked and all("trace" not in r for r in rows if not r["picked"])
+    assert traced == [picked["context_parallel_degree"]]
 
 
 # --- submit and fit() with the trace asked for (trace: true, submit --trace) -------------------------------
