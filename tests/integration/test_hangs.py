@@ -85,12 +85,14 @@ def test_a_hung_rank_ends_the_job_with_every_ranks_stacks(tmp_path, home):
     entries = pickle.loads((traces / "nccl_trace_rank_1").read_bytes())["entries"]
     assert entries and all("profiling_name" in e for e in entries)
     # the hung rank's file and the summary name NCCL (none on CPU), its settings masked, and the dump
+    # (the toolkit's environment adds its own: NCCL_SOCKET_IFNAME=lo, NCCL_PROTO=simple)
     for fields in (hung.fields, waiting.fields):
-        assert fields["nccl settings"] == "NCCL_DEBUG=WARN, NCCL_PLUGIN_API_KEY=****"
+        assert fields["nccl settings"].startswith("NCCL_DEBUG=WARN, NCCL_PLUGIN_API_KEY=****, ")
+        assert "NCCL_SOCKET_IFNAME=lo" in fields["nccl settings"]
     assert hung.fields["nccl"] == "none in this process (no CUDA device: gloo)"
     assert hung.fields["flight recorder"] == str(traces / "nccl_trace_rank_1")
     summary = (found[0] / "summary.txt").read_text()
-    assert "  nccl settings: NCCL_DEBUG=WARN, NCCL_PLUGIN_API_KEY=****\n" in summary
+    assert "  nccl settings: NCCL_DEBUG=WARN, NCCL_PLUGIN_API_KEY=****, " in summary
     assert f"  flight recorder: {traces / 'nccl_trace_rank_1'}\n" in summary
 
     shown = smlaunch("logs", name, "--diagnostics", env=cli_env(home))
