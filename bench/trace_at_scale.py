@@ -25,7 +25,7 @@ GIB = 2**30
 # (label, seed file, --set overrides): the seeds as written (1 host of 8 GPUs) and at fleet sizes
 CASES = [
     ("seed p4d cp 8", "p4d-cp8.yaml", []),
-    ("seed p4d no cp (OOM predicted)", "p4d-no-cp.yaml", []),
+    ("seed p4d no cp", "p4d-no-cp.yaml", []),
     ("seed p5 cp 8 bf16", "p5-cp8-bf16.yaml", []),
     ("seed p5 cp 8 bf16, 16 hosts", "p5-cp8-bf16.yaml", ["instance_count=16"]),
     ("seed p5 tp 2 cp 4, 4 hosts", "p5-cp8-bf16.yaml",
