@@ -18,6 +18,7 @@ counted, nor a process that left the worker's tree.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import resource
@@ -69,29 +70,32 @@ def cpu_seconds() -> float:
 
 
 def _running_descendants() -> float:
-    """CPU seconds of the live processes under this one (Linux's /proc; 0 elsewhere): each one's
-    utime, stime, cutime and cstime (its own and its reaped children's)."""
-    kids: dict[int, list[int]] = defaultdict(list)
-    ticks: dict[int, int] = {}
-    try:
-        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
-    except OSError:
-        return 0.0
-    for pid in entries:
+    """CPU seconds of the live processes under this one: each one's utime, stime, cutime and cstime
+    (its own and its reaped children's), found through Linux's /proc/<pid>/task/<tid>/children, so
+    that a test without processes reads a few small files, not every process's (0 without them)."""
+    ticks, todo = 0, _children(os.getpid())
+    while todo:
+        pid = todo.pop()
         try:
             with open(f"/proc/{pid}/stat") as f:
                 stat = f.read()
         except OSError:  # it ended meanwhile
             continue
         fields = stat[stat.rindex(")") + 2:].split()  # after the command, which may hold spaces
-        kids[int(fields[1])].append(int(pid))
-        ticks[int(pid)] = sum(int(value) for value in fields[11:15])
-    total, todo = 0, list(kids[os.getpid()])
-    while todo:
-        pid = todo.pop()
-        total += ticks[pid]
-        todo += kids[pid]
-    return total / os.sysconf("SC_CLK_TCK")
+        ticks += sum(int(value) for value in fields[11:15])
+        todo += _children(pid)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):  # each thread's children
+        try:
+            with open(path) as f:
+                found += [int(child) for child in f.read().split()]
+        except OSError:
+            continue
+    return found
 
 
 _PHASE_START = pytest.StashKey[dict]()
