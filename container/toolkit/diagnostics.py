@@ -120,7 +120,8 @@ def collect_stacks(torchrun_pid: int, log_dir: Path, diag_dir: Path, log: Callab
     if any(r.signalled for r in ranks):
         time.sleep(wait_s)
     py_spy = shutil.which("py-spy")
-    written = [_write_rank(rank, diag_dir, host, reason, py_spy) for rank in ranks]
+    nccl = nccl_package_version()  # once: it reads every installed package's metadata
+    written = [_write_rank(rank, diag_dir, host, reason, py_spy, nccl) for rank in ranks]
     log(f"{host}: the stacks of {len(written)} rank(s) are in {diag_dir}" if written
         else f"{host}: no live rank to collect stacks from")
     return written
@@ -148,10 +149,11 @@ def nccl_package_version() -> str | None:
     return None
 
 
-def _nccl_lines(rank: _Rank) -> dict[str, str]:
-    """The rank's NCCL lines, and where its Flight Recorder dump is (torch writes it on a collective
-    timeout, to the prefix the bootstrap set, and the rank's step watchdog on a hang)."""
-    lines = diagnostics.nccl_fields(rank.environ, nccl_package_version())
+def _nccl_lines(rank: _Rank, nccl: str | None) -> dict[str, str]:
+    """The rank's NCCL lines (`nccl`: nccl_package_version's), and where its Flight Recorder dump is
+    (torch writes it on a collective timeout, to the prefix the bootstrap set, and the rank's step
+    watchdog on a hang)."""
+    lines = diagnostics.nccl_fields(rank.environ, nccl)
     prefix = next((rank.environ[n["file"]] for n in (_NEW_NAMES, _OLD_NAMES) if rank.environ.get(n["file"])), None)
     if prefix:
         dump = Path(prefix + str(rank.rank))
@@ -161,7 +163,8 @@ def _nccl_lines(rank: _Rank) -> dict[str, str]:
     return lines
 
 
-def _write_rank(rank: _Rank, diag_dir: Path, host: str, reason: str, py_spy: str | None) -> Path:
+def _write_rank(rank: _Rank, diag_dir: Path, host: str, reason: str, py_spy: str | None,
+                nccl: str | None) -> Path:
     if rank.signalled:
         stacks = _read_from(rank.stderr, rank.offset) or "(no stacks were written within the wait)\n"
         how = "SIGUSR1"
@@ -170,7 +173,7 @@ def _write_rank(rank: _Rank, diag_dir: Path, host: str, reason: str, py_spy: str
             "it does not catch SIGUSR1 (not smlaunch's runtime, or still starting)")
         stacks, how = f"(not asked: {why})\n", "none"
     header = diagnostics.stacks_header(rank.rank, None, host, rank.pid, reason=reason, stacks=how,
-                                       local_rank=str(rank.local_rank), **_nccl_lines(rank))
+                                       local_rank=str(rank.local_rank), **_nccl_lines(rank, nccl))
     before = _read_from(rank.stderr, 0, end=rank.offset).splitlines()[-LOG_TAIL_LINES:]
     text = (header + stacks + _py_spy(rank.pid, py_spy)
             + f"--- the last {len(before)} lines of its stderr ({rank.stderr or 'no stderr file'}) ---\n"

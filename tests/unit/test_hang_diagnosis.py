@@ -130,13 +130,13 @@ def test_the_flight_recorder_variables_and_the_jobs_own_values(tmp_path):
     assert not (tmp_path / "attempt-1").exists()
 
 
-def test_a_ranks_nccl_lines_mask_its_secret_settings_and_say_where_the_dump_is(tmp_path, monkeypatch):
+def test_a_ranks_nccl_lines_mask_its_secret_settings_and_say_where_the_dump_is(tmp_path):
     prefix = tmp_path / "flight_recorder" / "nccl_trace_rank_"
     environ = {"NCCL_DEBUG": "INFO", "NCCL_NET_PLUGIN_TOKEN": "tok-123456789", "NCCL_PROXY": "http://u:pw@proxy:3128",
                "TORCH_FR_DUMP_TEMP_FILE": str(prefix), "HOME": "/root"}
     rank = collector._Rank(pid=7, rank=3, local_rank=1, state="S", stderr=None, environ=environ)
-    monkeypatch.setattr(collector, "nccl_package_version", lambda: "2.27.3 (nvidia-nccl-cu12)")
-    lines = collector._nccl_lines(rank)
+    wheel = "2.27.3 (nvidia-nccl-cu12)"  # nccl_package_version's answer where torch loads NCCL's wheel
+    lines = collector._nccl_lines(rank, wheel)
     assert lines["nccl"] == "2.27.3 (nvidia-nccl-cu12)"
     settings = lines["nccl_settings"]
     assert settings.startswith("NCCL_DEBUG=INFO, NCCL_NET_PLUGIN_TOKEN=****, NCCL_PROXY=http://u:")
@@ -144,10 +144,9 @@ def test_a_ranks_nccl_lines_mask_its_secret_settings_and_say_where_the_dump_is(t
     assert lines["flight_recorder"] == f"{prefix}3 (not written by the time of the stacks)"
     prefix.parent.mkdir()
     (tmp_path / "flight_recorder" / "nccl_trace_rank_3").write_bytes(b"trace")
-    assert collector._nccl_lines(rank)["flight_recorder"] == f"{prefix}3"  # written: named as it is
+    assert collector._nccl_lines(rank, wheel)["flight_recorder"] == f"{prefix}3"  # written: named as it is
     # the control: a rank with no NCCL setting, in a Python whose torch has no NCCL wheel
-    monkeypatch.setattr(collector, "nccl_package_version", lambda: None)
-    bare = collector._nccl_lines(collector._Rank(pid=8, rank=0, local_rank=0, state="S", stderr=None))
+    bare = collector._nccl_lines(collector._Rank(pid=8, rank=0, local_rank=0, state="S", stderr=None), None)
     assert bare == {"nccl_settings": "none set (NCCL's defaults)",
                     "flight_recorder": "not recorded: the job set no Flight Recorder file variable"}
 
