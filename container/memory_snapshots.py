@@ -42,7 +42,7 @@ class MemorySnapshots:
     def before(self, step: int) -> None:
         """At the start of `step`: start recording at the window's first step (or a resumed attempt's
         first step inside it)."""
-        if self.window and not self.recording and self.first is None and self.window[0] <= step <= self.window[1]:
+        if self.window and self.first is None and self.window[0] <= step <= self.window[1]:
             torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
                                                      max_entries=MAX_ENTRIES)
             self.recording, self.first = True, step

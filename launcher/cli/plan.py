@@ -228,7 +228,7 @@ def _plan_search(job_file: Path, overrides, instance_types, families, max_instan
         sys.exit(EXIT_INVALID)
     except PlanError as exc:
         fail(f"cannot plan {job_file}: {exc}", EXIT_INVALID)
-    from launcher.plan.search_report import print_search, search_to_dict
+    from launcher.plan.search_report import describe_row, print_search, search_to_dict
 
     traced = _trace(found.cheapest) if trace else None
     if as_json:
@@ -242,7 +242,6 @@ def _plan_search(job_file: Path, overrides, instance_types, families, max_instan
         console = make_console()
         print_search(console, found, title=f"plan --auto: {job_file} (Pareto front, time vs $)")
         if traced is not None:
-            from launcher.plan.search_report import describe_row
             from launcher.plan.trace_report import trace_lines
 
             console.print(f"traced: the cheapest, {describe_row(found, found.cheapest)}", markup=False)

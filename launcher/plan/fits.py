@@ -5,7 +5,7 @@ peak does not fit."""
 from __future__ import annotations
 
 from launcher.plan.configurations import plan
-from launcher.plan.memory import ALLOCATOR_RESERVE, CUDA_CONTEXT_GIB, NCCL_GIB, SAFETY_MARGIN
+from launcher.plan.memory import SAFETY_MARGIN, required_gib
 from launcher.plan.report import PlanResult, explain_oom
 from launcher.plan.trace import Trace, TraceError, run_trace
 
@@ -63,4 +63,4 @@ def check_trace(job) -> Trace:
 
 def traced_peak_gib(live_bytes: int, world: int) -> float:
     """A traced peak of live tensors as the planner turns its own into what must fit (memory.py)."""
-    return live_bytes / GIB * (1 + ALLOCATOR_RESERVE) + CUDA_CONTEXT_GIB + (NCCL_GIB if world > 1 else 0.0)
+    return required_gib(live_bytes / GIB, world)

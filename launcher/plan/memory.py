@@ -137,6 +137,17 @@ class MemoryEstimate:
         }
 
 
+def gpu_overhead_gib(world: int) -> float:
+    """What a GPU holds beside the allocator's tensors: CUDA's context, and NCCL's buffers with peers."""
+    return CUDA_CONTEXT_GIB + (NCCL_GIB if world > 1 else 0.0)
+
+
+def required_gib(allocated: float, world: int) -> float:
+    """The memory a GPU needs for a peak of `allocated` GiB of live tensors (the planner's, or a
+    trace's: launcher.plan.fits): the allocator's reserve on top, and the overhead."""
+    return allocated * (1 + ALLOCATOR_RESERVE) + gpu_overhead_gib(world)
+
+
 def estimate_workload(w: Workload) -> MemoryEstimate:
     """The memory estimate of a workload (no advice; see advice.estimate_memory)."""
     found = terms(w)
@@ -145,7 +156,7 @@ def estimate_workload(w: Workload) -> MemoryEstimate:
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
     on_gpu = w.instance is not None and w.instance.accelerator is not None
-    overhead = CUDA_CONTEXT_GIB + (NCCL_GIB if w.world > 1 else 0.0)
+    overhead = gpu_overhead_gib(w.world)
     if on_gpu:
         found.append(MemoryTerm("reserve", "allocator reserve", ALLOCATOR_RESERVE * allocated,
                                 f"{ALLOCATOR_RESERVE:.0%} of the {allocated:.2f} GiB peak of live tensors "
@@ -154,7 +165,7 @@ def estimate_workload(w: Workload) -> MemoryEstimate:
                                 f"{CUDA_CONTEXT_GIB} GiB CUDA context and workspaces"
                                 + (f" + {NCCL_GIB} GiB NCCL buffers" if w.world > 1 else ""),
                                 tuple(phases), allocated=False))
-    peak = allocated * (1 + ALLOCATOR_RESERVE) + overhead if on_gpu else allocated
+    peak = required_gib(allocated, w.world) if on_gpu else allocated
     return MemoryEstimate(
         terms=found, phases=phases, peak_phase=peak_phase, allocated_gib=allocated, peak_gib=peak,
         capacity_gib=w.instance.accelerator.memory_gib if on_gpu else None,
