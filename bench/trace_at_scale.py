@@ -22,6 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "configs" / "seed"
 GIB = 2**30
 
+# the p5 seed's job with Mixtral 8x7B: experts split over the host's 8 GPUs, the rest FSDP-sharded
+MIXTRAL = ["hyperparameters.hf_pretrained_model_name_or_dir=mistralai/Mixtral-8x7B-v0.1",
+           "hyperparameters.model_type=mixtral", "hyperparameters.vocab_size=32000",
+           "hyperparameters.max_context_width=8192", "hyperparameters.train_batch_size=1",
+           "context_parallel_degree=1", "hybrid_shard_degree=8", "expert_parallel_degree=8"]
 # (label, seed file, --set overrides): the seeds as written (1 host of 8 GPUs) and at fleet sizes
 CASES = [
     ("seed p4d cp 8", "p4d-cp8.yaml", []),
@@ -31,6 +36,9 @@ CASES = [
     ("seed p5 tp 2 cp 4, 4 hosts", "p5-cp8-bf16.yaml",
      ["instance_count=4", "tensor_parallel_degree=2", "context_parallel_degree=4"]),
     ("seed p5 cp 8 fp8", "p5-cp8-fp8.yaml", []),
+    ("seed p5 with Mixtral 8x7B: ep 8 at 8K batch 1", "p5-cp8-bf16.yaml", MIXTRAL),
+    ("the same without activation checkpointing", "p5-cp8-bf16.yaml",
+     MIXTRAL + ["hyperparameters.activation_checkpointing=0"]),
 ]
 
 

@@ -36,7 +36,7 @@ from container.loss import label_tokens, token_loss_sum
 from container.memory_snapshots import MemorySnapshots
 from container.metrics import MetricsWriter, Throughput
 from container.models.llama import Transformer
-from container.models.moe import load_balancing_sum
+from container.models.moe import discard_router_stats, load_balancing_sum
 from container.profiling import StepProfiler
 from container.progress import ProgressWriter
 from container.resilience import attempt, inject, step_watch
@@ -71,6 +71,8 @@ def forward_backward(rt: Runtime, model: Transformer, micro: list[dict], s: RunS
                 objective = objective + spec.router_aux_loss_coef * aux / global_sequences
                 aux_sum += aux.detach()
             objective.backward()
+        if aux_sum is not None:
+            discard_router_stats(model)  # a checkpointed backward's recomputation set them again
         loss_sum += loss.detach()
     return loss_sum, aux_sum
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed._functional_collectives import all_to_all_single_autograd
 from torch.distributed.device_mesh import DeviceMesh
@@ -29,7 +28,7 @@ from torch.distributed.distributed_c10d import _set_pg_timeout
 from torch.distributed.tensor import Shard, distribute_module, distribute_tensor
 
 from container.distributed.runtime import Runtime, refuse
-from container.models.moe import GroupedExperts
+from container.models.moe import GroupedExperts, routing
 from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.layout import moe_problems
 
@@ -43,10 +42,8 @@ def expert_meshes(rt: Runtime) -> tuple[DeviceMesh, DeviceMesh]:
     ep, group = rt.layout.ep, rt.layout.sharding_group
     mesh = rt.fsdp_mesh._unflatten("dp_shard_cp", (group // ep, ep), ("efsdp", "ep"))
     fsdp = mesh["dp_replicate", "efsdp"] if rt.layout.dp_replicate > 1 else mesh["efsdp"]
-    # the new groups get the runtime's collective timeout, like every group of its mesh
-    timeout = rt.flat["dp_shard_cp"].get_group()._get_backend(rt.device).options._timeout
-    for name in ("efsdp", "ep"):
-        _set_pg_timeout(timeout, mesh.get_group(name))
+    for name in ("efsdp", "ep"):  # the runtime's collective timeout, like every group of its mesh
+        _set_pg_timeout(rt.collective_timeout, mesh.get_group(name))
     return mesh["ep"], fsdp
 
 
@@ -59,16 +56,16 @@ class _Dispatcher:
 
     def dispatch(self, module: nn.Module, inputs: tuple, mesh: DeviceMesh) -> tuple:
         rows, counts = inputs  # rows grouped by expert; counts[e] for each of the E experts
-        ep, group = mesh.size(), mesh.get_group()
-        received = torch.empty_like(counts)
-        dist.all_to_all_single(received, counts, group=group)
-        received = received.view(ep, -1)  # [source rank, local expert]
-        send = counts.view(ep, -1).sum(1).tolist()
-        recv = received.sum(1).tolist()
+        ep, group, routed = mesh.size(), mesh.get_group(), routing()
+        received = routed.exchange(counts, group)
+        with routed.integers():
+            received = received.view(ep, -1)  # [source rank, local expert]
+            send = counts.view(ep, -1).sum(1).tolist()
+            recv = received.sum(1).tolist()
+            self.order, local = _expert_major(received), received.sum(0)
         rows = all_to_all_single_autograd(rows, recv, send, group)
         self.splits = (send, recv)
-        self.order = _expert_major(received)
-        return rows[self.order], received.sum(0)
+        return rows[self.order], local
 
     def combine(self, module: nn.Module, out: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
         send, recv = self.splits

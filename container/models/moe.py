@@ -8,6 +8,12 @@ expert e to the Hub's `experts.e.w1.weight`. Dispatch is dropless: the (token, e
 sorted by expert and each expert runs on its contiguous slice. Expert parallelism
 (`container.distributed.expert_parallel`) moves those slices between ranks around `GroupedExperts`.
 
+Routing: how many (token, expert) pairs each expert gets is a value, read back to the host to
+split the rows (the experts' loop here, the all-to-all's splits under expert parallelism). `Routing`
+takes those values from the router's choices; a traced step (container.trace.routing), whose fake
+tensors have no values, assumes them even. The layers ask `routing()`, which is the run's unless a
+trace has set its own (`routed_by`).
+
 Auxiliary loss (docs/moe.md): Hugging Face's `load_balancing_loss_func` of ONE sequence, over all
 layers jointly, summed over a rank's sequences here and averaged over the step's sequences by the
 trainer. Per sequence it does not depend on how sequences are spread over ranks or micro-batches.
@@ -15,6 +21,9 @@ trainer. Per sequence it does not depend on how sequences are spread over ranks 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +31,42 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
+
+
+class Routing:
+    """The run's: each expert's count of (token, expert) pairs from the router's choices, and under
+    expert parallelism each rank's counts exchanged with one all-to-all."""
+
+    def counts(self, choices: torch.Tensor, num_experts: int) -> torch.Tensor:
+        """[E] pairs per expert, from the flattened top-k choices."""
+        return torch.bincount(choices, minlength=num_experts)
+
+    def exchange(self, counts: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+        """[ep * E/ep]: what each rank of `group` sends this rank for each of its local experts."""
+        received = torch.empty_like(counts)
+        dist.all_to_all_single(received, counts, group=group)
+        return received
+
+    def integers(self):
+        """The context in which the counts' own arithmetic (splits, orders) runs."""
+        return nullcontext()
+
+
+_RUN_ROUTING = Routing()
+_ROUTING: ContextVar[Routing | None] = ContextVar("smlaunch_moe_routing", default=None)
+
+
+def routing() -> Routing:
+    return _ROUTING.get() or _RUN_ROUTING
+
+
+@contextmanager
+def routed_by(chosen: Routing) -> Iterator[None]:
+    token = _ROUTING.set(chosen)
+    try:
+        yield
+    finally:
+        _ROUTING.reset(token)
 
 
 class GroupedExperts(nn.Module):
@@ -76,7 +121,7 @@ class MoE(nn.Module):
         flat = chosen.flatten()
         order = flat.argsort(stable=True)  # (token, expert) pairs grouped by expert, tokens in order
         rows = order // self.top_k
-        out = self.experts(tokens[rows], torch.bincount(flat, minlength=self.num_experts))
+        out = self.experts(tokens[rows], routing().counts(flat, self.num_experts))
         # Hugging Face's order of operations: weight in fp32, cast, add up the experts from zero
         out = (out * weights.flatten()[order, None]).to(x.dtype)
         return torch.zeros_like(tokens).index_add_(0, rows, out).view(bsz, seq, dim)
@@ -90,6 +135,16 @@ class MoE(nn.Module):
     def init_weights(self, std: float) -> None:
         nn.init.trunc_normal_(self.gate.weight, mean=0.0, std=self.init_std)
         self.experts.init_weights(std, self.init_std)
+
+
+def discard_router_stats(model: nn.Module) -> None:
+    """Forget the last forward's router statistics. After a backward that recomputed the blocks
+    (activation checkpointing), they are the recomputation's, and their probabilities' graph holds
+    each recomputed block's activations up to its router: dropped, so that graph does not live
+    through the optimizer step (on Mixtral 8x7B at 8K tokens a rank, 21 GiB: docs/moe.md)."""
+    for m in model.modules():
+        if isinstance(m, MoE):
+            m.router_stats = None
 
 
 def load_balancing_sum(model: nn.Module, cp_group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -106,9 +161,7 @@ def load_balancing_sum(model: nn.Module, cp_group: dist.ProcessGroup | None = No
     stats = [m.router_stats for m in model.modules() if isinstance(m, MoE) and m.router_stats is not None]
     if not stats:
         raise RuntimeError("no router statistics: run the MoE model's forward first")
-    for m in model.modules():
-        if isinstance(m, MoE):
-            m.router_stats = None
+    discard_router_stats(model)
     counts = torch.stack([s.counts for s in stats]).sum(0)
     probs = torch.stack([s.probs for s in stats]).sum(0)
     rows = len(stats) * stats[0].tokens

@@ -6,7 +6,8 @@ parallelism's are functional collectives (`torch.ops._c10d_functional.*`, which 
 name). torch's CommDebugMode sees both but counts ops only; this mode keeps the same op sets
 (torch.distributed.tensor.debug._comm_mode) and adds the group and the bytes. A group is named by
 the runtime's mesh dimension or flattened view ("dp_shard_cp", "tp", ...; a view of the whole world
-is the default group, named by the view). Bytes are what the rank passes
+is the default group, named by the view; one carved from it later by the dimension it was made
+for). Bytes are what the rank passes
 in: an all-gather's shard, a reduce-scatter's whole input.
 """
 
@@ -64,7 +65,7 @@ class CollectiveCounter(TorchDispatchMode):
         name, size = _group(named)
         packet = func._overloadpacket
         kind = packet._qualified_op_name.split("::")[-1].rstrip("_")
-        group = self.names.get(name, name)
+        group = self.names.get(name) or _described(name)
         self.sizes[group] = size
         self.counts[kind, group] += 1
         self.bytes[kind, group] += _input_bytes(named)
@@ -88,6 +89,13 @@ def _group(named: dict) -> tuple[str, int]:
         return group.group_name, group.size()
     name = named["group_name"]
     return name, dist.distributed_c10d._resolve_process_group(name).size()
+
+
+def _described(name: str) -> str:
+    """A group the runtime's mesh does not name (expert parallelism's "ep" and "efsdp", carved
+    from it later) by the dimension the mesh made it for ("mesh_ep"), else by its name."""
+    desc = dist.distributed_c10d._resolve_process_group(name).group_desc
+    return desc.removeprefix("mesh_") if desc.startswith("mesh_") else name
 
 
 def _input_bytes(named: dict) -> int:

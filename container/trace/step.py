@@ -10,7 +10,8 @@ The first step runs untracked: DTensor's first sharding propagation of each op r
 that the tracker would count as memory (it caches the result; on a GPU it allocates nothing). AdamW's
 `foreach` is set on, CUDA's default (CPU's is the per-tensor loop): sqrt(exp_avg_sq) then exists for
 every parameter at once, as on a GPU. The non-finite guard issues its collective as in a run and
-lets the step's update apply (a fake loss has no value to find non-finite).
+lets the step's update apply (a fake loss has no value to find non-finite). MoE layers route evenly
+(container.trace.routing: the router's choices have no values).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from container.distributed.parallelize import allocate
 from container.distributed.runtime import Runtime, init_runtime
 from container.holdings import Holdings
 from container.models.llama import build_model
+from container.models.moe import routed_by
 from container.resilience.nonfinite import nonfinite_guard
 from container.trace.collectives import CollectiveCounter, group_names
 from container.trace.memory import WRAPPERS, peak_kinds, peak_tracker
+from container.trace.routing import EvenRouting
 from launcher.wire.trace_record import TraceRequest
 from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
@@ -41,14 +44,13 @@ from launcher.wire.training.layout import ParallelLayout
 from launcher.wire.training.run_settings import RunSettings
 
 
-def not_traced(rt: Runtime, s: RunSettings, is_moe: bool) -> str | None:
+def not_traced(rt: Runtime, s: RunSettings) -> str | None:
     """Why this job's step cannot be traced on fake CPU tensors, or None."""
     reasons = [(s.fp8.enabled, "FP8's modules (Transformer Engine, torchao) need CUDA kernels"),
                (s.offload, "activation offload needs CUDA streams"),
-               (rt.layout.pp > 1, "pipeline stages exchange their inputs' shapes as objects over the process group at "
-                                  "the first step (recv_object_list), which the fake group does not carry"),
-               (is_moe, "an MoE layer sizes its dispatch from the router's counts (bincount, all-to-all splits), which "
-                         "fake tensors do not have")]
+               (rt.layout.pp > 1, "torch's pipeline schedule agrees its stages' shapes at the first step by values "
+                                  "sent over the process group (a vote, then the shapes as objects), which a fake "
+                                  "group, with no peers, does not carry")]
     return next((why for flag, why in reasons if flag), None)
 
 
@@ -71,7 +73,7 @@ def trace_rank(request: TraceRequest) -> dict:
     try:
         s = trainer.settings(rt, hp)
         result = {"rank": request.rank, "mesh": dict(zip(ParallelLayout.mesh_dim_names, rt.layout.mesh_shape))}
-        why = not_traced(rt, s, spec.is_moe)
+        why = not_traced(rt, s)
         if why:
             return {**result, "not_traced": why}
         return {**result, **_traced_step(rt, s, spec), "seconds": round(time.perf_counter() - started, 2)}
@@ -161,7 +163,8 @@ def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
 
         def step() -> None:
             micro = [cp_shard(loader.next_batch()) for _ in range(s.grad_accum)]
-            loop.train_step(rt, model, None, optimizer, scheduler, micro, s, spec, sequences, guard=guard)
+            with routed_by(EvenRouting()):  # MoE layers: fake tensors have no counts to route by
+                loop.train_step(rt, model, None, optimizer, scheduler, micro, s, spec, sequences, guard=guard)
 
         with ForwardStack(model) as forward:
             try:

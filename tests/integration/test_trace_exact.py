@@ -5,10 +5,13 @@ train.py run of the same job holds on that rank, as the run logs it after its fi
 (container.holdings: "rank r holds ... (parameters / gradients / optimizer state B)"). The layouts
 are each a family's: FSDP2 over both ranks, tensor parallelism (its norms are replicated, so the
 figures change: the control), hybrid sharding that replicates the whole model on each rank,
-context parallelism (its K/V all-gathers among the collectives), and at world 4 HSDP: 2 replicas of
-a 2-way shard (the replicas' gradient all-reduce among the collectives).
+context parallelism (its K/V all-gathers among the collectives), expert parallelism on the tiny
+Mixtral (its tokens' all-to-alls among the collectives), and at world 4 HSDP: 2 replicas of a
+2-way shard (the replicas' gradient all-reduce among the collectives).
 The collectives are compared too: each rank's second step of the real run counted by the trace's own
-counter (tests/support/counted_steps.py) against the trace's traced step: kind, group, count, bytes."""
+counter (tests/support/counted_steps.py) against the trace's traced step: kind, group, count, bytes.
+That step routes MoE tokens evenly, as the trace does (container.trace.routing): the all-to-alls'
+sizes follow the routing, which a trace cannot know."""
 
 from __future__ import annotations
 
@@ -30,7 +33,9 @@ HOLDS = re.compile(r"rank (\d+) holds .*\(([\d,]+) / ([\d,]+) / ([\d,]+) B\)")
 # name: (world, mp_parameters)
 LAYOUTS = {"fsdp2": (2, "hybrid_shard_degree=2"), "tp2": (2, "tensor_parallel_degree=2"),
            "replicated": (2, "hybrid_shard_degree=1"), "cp2": (2, "context_parallel_degree=2"),
-           "hsdp4": (4, "hybrid_shard_degree=2")}
+           "hsdp4": (4, "hybrid_shard_degree=2"), "ep2": (2, "expert_parallel_degree=2")}
+# the tiny Mixtral for expert parallelism (its experts split over the 2 ranks, the rest FSDP-sharded)
+MOE = {"ep2": {"model_preset": "mixtral-tiny", "train_batch_size": 2}}
 
 
 def logged_holdings(tmp: Path) -> dict[int, tuple[int, int, int]]:
@@ -55,7 +60,7 @@ def traced_ranks(tmp: Path, world: int, mp_parameters: str, hyperparameters: dic
     requests = [TraceRequest(rank=rank, world_size=world, processes_per_host=world,
                              hyperparameters=hp.model_dump(mode="json", exclude_unset=True),
                              mp_parameters=params.model_dump(mode="json", exclude_unset=True),
-                             model=spec_to_dict(PRESETS[TINY["model_preset"]])).to_json() for rank in range(world)]
+                             model=spec_to_dict(PRESETS[hp.model_preset])).to_json() for rank in range(world)]
     return trace_world(requests, tmp)
 
 
@@ -65,7 +70,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     out = {}
     for name, (world, layout) in LAYOUTS.items():
         tmp = tmp_path_factory.mktemp(name)
-        extra = {"max_steps": 2, "bf16": 1}
+        extra = {"max_steps": 2, "bf16": 1, **MOE.get(name, {})}
         run_train(tmp, world, rank=counted_rank, mp_parameters=layout, **extra)
         out[name] = (tmp, traced_ranks(tmp, world, layout, extra))
     return out
@@ -105,3 +110,6 @@ def test_the_trace_issues_the_collectives_a_real_step_issues(runs, layout):
     for rank in range(world):
         assert traced[rank]["collectives"] == real[rank], f"rank {rank}"
     assert any(c["count"] for c in real[0])  # the counter saw the step's collectives at all
+    # the control of expert parallelism: its tokens' all-to-alls (over "dp_shard": at world 2 the ep
+    # group is that dimension's), which no dense layout has
+    assert any("to_all" in c["kind"] for c in real[0]) == (layout == "ep2")

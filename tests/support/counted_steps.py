@@ -1,6 +1,7 @@
 """A train.py rank (tests/support/train_runs) whose second optimizer step runs under the trace's own
 collective counter (container.trace.collectives), so a real gloo run's collectives can be compared
-with what `plan --trace` counts in its traced step (also the second: the first is its warm-up).
+with what `plan --trace` counts in its traced step (also the second: the first is its warm-up),
+its MoE tokens routed evenly as the trace routes them.
 Each rank writes its rows to `collectives-rank<r>.json` in the run's rank-log directory. And the
 trace of every rank of a world, each rank a process forked from the fork server (the trace is
 process-wide; a fresh `python -m container trace` would import torch again for each rank)."""
@@ -20,7 +21,9 @@ COUNTED_STEP = 2
 
 def counted_rank(local_rank: int, argv: list[str], env: dict[str, str], cwd: str, logs: str) -> None:
     from container import loop
+    from container.models.moe import routed_by
     from container.trace.collectives import CollectiveCounter, group_names
+    from container.trace.routing import EvenRouting
 
     real, calls = loop.train_step, []
 
@@ -28,7 +31,7 @@ def counted_rank(local_rank: int, argv: list[str], env: dict[str, str], cwd: str
         calls.append(None)
         if len(calls) != COUNTED_STEP:
             return real(rt, *args, **kwargs)
-        with CollectiveCounter(group_names(rt)) as counter:
+        with CollectiveCounter(group_names(rt)) as counter, routed_by(EvenRouting()):  # the trace's routing
             out = real(rt, *args, **kwargs)
         (Path(logs) / f"collectives-rank{local_rank}.json").write_text(json.dumps(counter.rows()))
         return out
