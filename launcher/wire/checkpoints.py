@@ -22,6 +22,7 @@ from pathlib import Path
 
 from launcher.wire.chat_records import chat_files
 from launcher.wire.datafiles import data_files
+from launcher.wire.megatron_index import FORMAT, MegatronHeader, fingerprint
 from launcher.wire.token_shards import read_header, shard_indexes
 
 # Imports inside functions: s3io (and botocore) only where a checkpoint is looked for under an s3://
@@ -111,7 +112,8 @@ def latest_in_s3(s3_client, uri: str) -> Checkpoint | None:
 #                                         "documents": 812345, "tokens": 1073741824}, ...]}}}
 #
 # An indexed channel: its shards in reading order (name relative to the channel, the .bin's size,
-# the header's documents and tokens) and the tokenizer the headers record. A JSON Lines or chat
+# the header's documents and tokens) and the tokenizer the headers record; a Megatron-Core corpus's pairs
+# with a fingerprint of their content (launcher.wire.megatron_index.fingerprint), and no tokenizer. A JSON Lines or chat
 # channel: {"files": [{"name", "bytes"}, ...]}, in reading order. launcher.wire.training.resume says
 # what a resume makes of a difference.
 DATA_STREAMS_FILE = "data-streams.json"
@@ -132,11 +134,21 @@ def channel_record(dataset_type: str, path: str | Path) -> dict:
         headers = [read_header(idx) for idx in shard_indexes(path)]
         if not headers:
             raise FileNotFoundError(f"{path}: no indexed token shards")
+        if isinstance(headers[0], MegatronHeader):
+            return _megatron_record(headers, path)
         return {"tokenizer": headers[0].tokenizer, "vocab_size": headers[0].vocab_size,
                 "shards": [{"name": _name(h.idx, path), "bytes": os.path.getsize(h.bin), "documents": h.documents,
                             "tokens": h.tokens} for h in headers]}
     files = chat_files(path) if dataset_type == _CHAT else data_files(path)
     return {"files": [{"name": _name(f, path), "bytes": f.stat().st_size} for f in files]}
+
+
+def _megatron_record(headers: list, path: Path) -> dict:
+    """A Megatron corpus records no tokenizer (the model's vocabulary is the checkpoint's identity),
+    and a rebuilt one may keep its sizes: each pair's fingerprint tells it apart."""
+    return {"tokenizer": {"name": FORMAT, "vocabulary_sha256": None}, "vocab_size": None,
+            "shards": [{"name": _name(h.idx, path), "bytes": os.path.getsize(h.bin), "documents": h.documents,
+                        "tokens": h.tokens, "fingerprint": fingerprint(h)} for h in headers]}
 
 
 def data_streams(dataset_type: str, shuffled: bool, channels: Mapping[str, str | Path]) -> dict:

@@ -258,7 +258,9 @@ def _difference(was: list[dict], now: list[dict], unit: str) -> tuple[str, bool]
     old, new = {e["name"]: e for e in was}, {e["name"]: e for e in now}
     parts = []
     for label, names in (("added", [n for n in new if n not in old]), ("removed", [n for n in old if n not in new]),
-                         ("changed in size", [n for n in old if n in new and old[n] != new[n]])):
+                         ("changed in size", [n for n in old if n in new and _size(old[n]) != _size(new[n])]),
+                         ("changed in content", [n for n in old if n in new and old[n] != new[n]
+                                                 and _size(old[n]) == _size(new[n])])):
         if names:
             parts.append(f"{len(names)} {unit}(s) {label} ({_some(names)})")
     if not parts:  # the same entries, read in another order
@@ -266,6 +268,10 @@ def _difference(was: list[dict], now: list[dict], unit: str) -> tuple[str, bool]
     tokens = (f", {sum(e['tokens'] for e in was):,} -> {sum(e['tokens'] for e in now):,} tokens"
               if unit == "shard" else f", {sum(e['bytes'] for e in was):,} -> {sum(e['bytes'] for e in now):,} bytes")
     return f"{', '.join(parts)}: {len(was)} -> {len(now)} {unit}s{tokens}", now[:len(was)] == was
+
+
+def _size(entry: dict) -> dict:
+    return {key: value for key, value in entry.items() if key != "fingerprint"}
 
 
 def _some(names: list[str], shown: int = 3) -> str:

@@ -1,0 +1,196 @@
+"""Megatron-Core's indexed corpora (`MMIDIDX`), read where they are: the layout of the `.idx` file
+Megatron's IndexedDatasetBuilder and preprocess_data.py write, checked against both files' sizes
+(stdlib only: `smlaunch validate` reads these headers on the client, which has no numpy).
+
+    9 bytes   MAGIC (b"MMIDIDX\\x00\\x00")
+    8 bytes   version, uint64 little-endian: 1
+    1 byte    the tokens' dtype code (DTYPES; 6 and 7 are float64 and float32: not token ids)
+    8 bytes   S, the sequences, uint64
+    8 bytes   D + 1, the document index's entries, uint64
+    4·S       each sequence's length in tokens, int32
+    8·S       each sequence's byte offset into .bin, int64
+    8·(D+1)   the document index, int64: document d is sequences [index[d], index[d+1]),
+              index[0] = 0, index[D] = S
+   (S bytes   each sequence's mode, int8: multimodal corpora only, not read here)
+
+A smlaunch document is one of Megatron's documents: its sequences' tokens back to back (a corpus
+preprocessed without --split-sentences has one sequence a document). The files carry no tokenizer
+and no vocabulary size: the job supplies them, and its largest token id is found by reading the
+.bin (`token_range`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import sys
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.wire.shard_error import BIN_SUFFIX, ShardError
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+# Megatron's DType codes: every integer type it writes, with its size and the stdlib array code
+DTYPES = {1: ("uint8", 1, "B"), 2: ("int8", 1, "b"), 3: ("int16", 2, "h"), 4: ("int32", 4, "i"),
+          5: ("int64", 8, "q"), 8: ("uint16", 2, "H")}
+FLOAT_DTYPES = {6: "float64", 7: "float32"}
+_PREFIX = struct.Struct("<9sQBQQ")
+FORMAT = "Megatron MMIDIDX v1"
+_REBUILD = "rebuild the corpus with Megatron's preprocess_data.py (or IndexedDatasetBuilder), or copy both files again"
+
+
+def is_megatron(idx: str | Path) -> bool:
+    """Whether an .idx file starts with Megatron's magic."""
+    try:
+        with open(idx, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class MegatronHeader:
+    """One Megatron .idx/.bin pair, checked: what a reader needs and where the arrays are."""
+
+    idx: Path
+    dtype: str
+    sequences: int
+    documents: int
+    tokens: int
+
+    @property
+    def bin(self) -> Path:
+        return self.idx.with_suffix(BIN_SUFFIX)
+
+    @property
+    def itemsize(self) -> int:
+        return next(size for name, size, _ in DTYPES.values() if name == self.dtype)
+
+    @property
+    def lengths_at(self) -> int:
+        return _PREFIX.size
+
+    @property
+    def pointers_at(self) -> int:
+        return _PREFIX.size + 4 * self.sequences
+
+    @property
+    def document_index_at(self) -> int:
+        return self.pointers_at + 8 * self.sequences
+
+    # what smlaunch's own shard header records and these files do not: the job supplies the tokenizer
+    # and the vocabulary, and the largest id is found by reading the tokens (token_range)
+    tokenizer = vocab_size = max_token_id = None
+
+    @property
+    def fields(self) -> dict:
+        return {}  # no length buckets: the planner takes rows as causal
+
+    def describe(self) -> str:
+        return f"{FORMAT}, {self.dtype}, {self.documents:,} documents, {_short(self.tokens)} tokens"
+
+
+def _short(count: int) -> str:
+    for size, unit in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
+        if count >= size:
+            return f"{count / size:.1f}{unit}"
+    return str(count)
+
+
+def read_megatron_header(idx: str | Path) -> MegatronHeader:
+    """The header of one Megatron .idx file, checked against its size and its .bin's (a truncated
+    file, a missing .bin, a float or unknown dtype, a multimodal index: a ShardError naming the
+    file), reading 34 bytes and four numbers of the arrays."""
+    idx = Path(idx)
+    try:
+        with idx.open("rb") as f:
+            prefix = f.read(_PREFIX.size)
+            if len(prefix) < _PREFIX.size or prefix[:len(MAGIC)] != MAGIC:
+                raise ShardError(idx, f"not a {FORMAT} index (its header is truncated)", _REBUILD)
+            _, version, code, sequences, entries = _PREFIX.unpack(prefix)
+            if version != VERSION:
+                raise ShardError(idx, f"Megatron index version {version}; smlaunch reads version {VERSION}", _REBUILD)
+            if code in FLOAT_DTYPES:
+                raise ShardError(idx, f"its tokens are {FLOAT_DTYPES[code]} (dtype code {code}), not token ids",
+                                 "tokenize the corpus into an integer dtype (uint16 or int32, as preprocess_data.py "
+                                 "writes)")
+            if code not in DTYPES:
+                raise ShardError(idx, f"dtype code {code} is none of Megatron's ({_codes()})", _REBUILD)
+            header = MegatronHeader(idx, DTYPES[code][0], sequences, max(entries - 1, 0), 0)
+            want = header.document_index_at + 8 * entries
+            size = os.path.getsize(idx)
+            if size == want + sequences and sequences:
+                raise ShardError(idx, "a multimodal index (sequence modes follow the document index): its "
+                                      "sequences are not all text tokens", "give a text-only corpus")
+            if size != want or entries < 1:
+                raise ShardError(idx, f"the index is {size:,} bytes where its {sequences:,} sequences and "
+                                      f"{entries:,} document entries make {want:,} (truncated or mismatched)", _REBUILD)
+            first_doc, last_doc = _read_at(f, header.document_index_at, "<q"), _read_at(f, want - 8, "<q")
+            if first_doc != 0 or last_doc != sequences:
+                raise ShardError(idx, f"the document index runs from sequence {first_doc} to {last_doc}, not from 0 "
+                                      f"to its {sequences:,} sequences", _REBUILD)
+            end = (_read_at(f, header.document_index_at - 8, "<q") +
+                   header.itemsize * _read_at(f, header.pointers_at - 4, "<i")) if sequences else 0
+    except OSError as exc:
+        raise ShardError(idx, f"cannot be read ({exc.strerror or exc})", _REBUILD) from None
+    return _with_tokens(header, end)
+
+
+def _with_tokens(header: MegatronHeader, end: int) -> MegatronHeader:
+    """The header with its token count, once the .bin is there and of the size the index says."""
+    try:
+        have = os.path.getsize(header.bin)
+    except OSError:
+        raise ShardError(header.bin, f"missing: the tokens of {header.idx.name}", "copy both files of the corpus") \
+            from None
+    if have != end:
+        raise ShardError(header.bin, f"{have:,} bytes where {header.idx.name} says its sequences end at byte "
+                                     f"{end:,} ({header.dtype}): truncated or mismatched", _REBUILD)
+    return MegatronHeader(header.idx, header.dtype, header.sequences, header.documents, end // header.itemsize)
+
+
+def _read_at(f, offset: int, fmt: str) -> int:
+    f.seek(offset)
+    return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+
+def _codes() -> str:
+    return ", ".join(f"{code} {name}" for code, (name, _, _) in sorted(DTYPES.items()))
+
+
+def token_range(header: MegatronHeader, chunk_tokens: int = 1 << 24) -> tuple[int, int]:
+    """(smallest, largest) token id of the .bin, read in chunks (numpy where installed, else the
+    stdlib's array: the same answer, slower); (0, 0) for an empty corpus."""
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+    low, high, name = None, None, header.dtype
+    with header.bin.open("rb") as f:
+        while chunk := f.read(chunk_tokens * header.itemsize):
+            if np is not None:
+                values = np.frombuffer(chunk, dtype=f"<{name[0]}{header.itemsize}")  # <u2, <i4, ...
+                lo, hi = int(values.min()), int(values.max())
+            else:
+                values = array(next(c for n, _, c in DTYPES.values() if n == name), chunk)
+                if sys.byteorder == "big":
+                    values.byteswap()
+                lo, hi = min(values), max(values)
+            low, high = lo if low is None else min(low, lo), hi if high is None else max(high, hi)
+    return (low or 0, high or 0)
+
+
+def fingerprint(header: MegatronHeader, window: int = 1 << 16) -> str:
+    """A cheap identity of a corpus's content (the files' sizes are recorded beside it): the sha256
+    of the first and last `window` bytes of both files, so a rebuilt corpus of the same sizes is
+    told apart without reading terabytes."""
+    digest = hashlib.sha256()
+    for path in (header.idx, header.bin):
+        with path.open("rb") as f:
+            digest.update(f.read(window))
+            f.seek(max(os.path.getsize(path) - window, 0))
+            digest.update(f.read(window))
+    return digest.hexdigest()

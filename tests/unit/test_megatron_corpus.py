@@ -1,0 +1,222 @@
+"""Megatron-Core corpora read in place (launcher.wire.megatron_index, container.data.megatron),
+checked against megatron-core itself: corpora written by its IndexedDatasetBuilder, for every
+integer dtype it writes and several document shapes, are read by smlaunch document for document as
+its IndexedDataset reads them; rows of such a corpus train as the same documents packed in
+smlaunch's own shards; damaged files and float tokens are errors naming the file, at validate too."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from container.data.indexed import TokenStream, write_shards
+from container.data.indexed_source import Channel, IndexedSource
+from launcher.cli.app import main
+from launcher.wire import checkpoints
+from launcher.wire.megatron_index import token_range
+from launcher.wire.token_shards import ShardError, read_header
+from launcher.wire.training.resume import compare
+from tests.support.cli import ROOT
+
+with warnings.catch_warnings():  # megatron.core warns that Transformer Engine and Apex are absent
+    warnings.simplefilter("ignore")
+    indexed_dataset = pytest.importorskip("megatron.core.datasets.indexed_dataset",
+                                          reason="megatron-core (the test extra) is not installed")
+
+# its builder's numpy.array(tensor) under numpy 2 (megatron-core's, not smlaunch's)
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")
+DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64, np.uint16]
+BYTES = {"name": "UTF-8 bytes", "vocabulary_sha256": None}
+
+
+def documents(seed: int, count: int = 40, vocab: int = 100) -> list[list[list[int]]]:
+    """Documents as lists of sequences (sentences), some of them empty, as preprocess_data.py with
+    --split-sentences makes them."""
+    g = np.random.default_rng(seed)
+    return [[g.integers(0, vocab, g.integers(0, 30)).tolist() for _ in range(g.integers(0, 4))]
+            for _ in range(count)]
+
+
+def build(prefix: Path, docs, dtype=np.uint16, how: str = "items") -> Path:
+    """A corpus written by Megatron's IndexedDatasetBuilder: sequence by sequence (add_item and
+    end_document), or a document at a time (add_document)."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    builder = indexed_dataset.IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+    for doc in docs:
+        if how == "items":
+            for sequence in doc:
+                builder.add_item(torch.tensor(sequence, dtype=torch.int64))
+            builder.end_document()
+        else:
+            builder.add_document(torch.tensor([t for s in doc for t in s], dtype=torch.int64), [len(s) for s in doc])
+    builder.finalize(f"{prefix}.idx")
+    return prefix.parent
+
+
+def megatron_documents(prefix: Path) -> list[list[int]]:
+    """Each document's tokens as Megatron's own reader gives them: its sequences, back to back."""
+    dataset = indexed_dataset.IndexedDataset(str(prefix))
+    index = dataset.document_indices
+    return [[int(t) for s in range(index[d], index[d + 1]) for t in dataset[s]] for d in range(len(index) - 1)]
+
+
+def smlaunch_documents(stream: TokenStream) -> list[list[int]]:
+    out = []
+    for shard in stream.shards:
+        for d in range(shard.header.documents):
+            begin, end = shard.documents.bounds(d)
+            out.append(shard.tokens[begin:end].tolist())
+    return out
+
+
+# --- every document as Megatron's reader gives it ------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+@pytest.mark.parametrize("how", ["items", "documents"])
+def test_every_document_reads_as_megatrons_indexed_dataset_reads_it(tmp_path, dtype, how):
+    docs = documents(seed=DTYPES.index(dtype)) + [[[1, 2, 3]], [], [[], [4]]]  # one, no, and an empty sequence
+    channel = build(tmp_path / "train" / "web_text_document", docs, dtype, how)
+    stream = TokenStream(channel)
+    expected = megatron_documents(tmp_path / "train" / "web_text_document")
+    assert expected == [[t for s in doc for t in s] for doc in docs]  # the reference reads what was written
+    assert smlaunch_documents(stream) == expected
+    header = stream.header
+    assert (header.dtype, header.documents, header.tokens) == (dtype.__name__, len(docs), sum(map(len, expected)))
+    assert header.describe().startswith(f"Megatron MMIDIDX v1, {dtype.__name__}, {len(docs)} documents")
+    assert token_range(header) == (min(t for d in expected for t in d), max(t for d in expected for t in d))
+
+
+def test_rows_mark_megatrons_documents_and_cross_its_files(tmp_path):
+    first, second = documents(seed=1), documents(seed=2)
+    build(tmp_path / "train" / "a_document", first)
+    build(tmp_path / "train" / "b_document", second, how="documents")
+    stream = TokenStream(tmp_path / "train")
+    flat = [[t for s in doc for t in s] for doc in first + second]
+    tokens, starts = [], []
+    for doc in flat:
+        tokens += doc
+        starts += [True] + [False] * (len(doc) - 1) if doc else []
+    seq = 16
+    for row in range(stream.rows(seq)):
+        got_tokens, got_starts = stream.row(row, seq)
+        assert got_tokens.tolist() == tokens[row * seq:(row + 1) * seq]
+        assert got_starts.tolist() == [True] + starts[row * seq + 1:(row + 1) * seq]
+
+
+def test_a_megatron_corpus_trains_as_the_same_documents_in_smlaunchs_shards(tmp_path):
+    """Every sample of the shuffled, document-masked stream (tokens, labels, positions, documents)
+    equals the one of smlaunch's own shards of the same documents: the same job trains the same."""
+    docs = documents(seed=3, count=120)
+    flat = [[t for s in doc for t in s] for doc in docs]
+    build(tmp_path / "megatron" / "corpus_text_document", docs, np.int32)
+    write_shards(flat, tmp_path / "smlaunch", "train", vocab_size=100, tokenizer=BYTES)
+    sources = [IndexedSource([Channel("train", tmp_path / name)], 16, 100, seed=7, shuffle=True)
+               for name in ("megatron", "smlaunch")]
+    assert sources[0].rows == sources[1].rows and sources[0].rows[0] > 10
+    megatron, smlaunch = (source.read(0, 2 * sources[0].rows[0]) for source in sources)
+    assert megatron.keys() == smlaunch.keys() and "positions" in megatron
+    for key in megatron:
+        assert torch.equal(megatron[key], smlaunch[key]), key
+
+
+# --- what is refused -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
+def test_float_tokens_are_refused_by_name(tmp_path, dtype):
+    build(tmp_path / "train" / "floats", [[[1, 2]]], dtype)
+    with pytest.raises(ShardError, match=f"floats.idx: its tokens are {dtype.__name__} .*not token ids"):
+        read_header(tmp_path / "train" / "floats.idx")
+
+
+def _damage(idx: Path, how: str) -> None:
+    data = idx.read_bytes()
+    if how == "short bin":
+        idx.with_suffix(".bin").write_bytes(idx.with_suffix(".bin").read_bytes()[:-2])
+    elif how == "no bin":
+        idx.with_suffix(".bin").unlink()
+    elif how == "version":
+        idx.write_bytes(data[:9] + (2).to_bytes(8, "little") + data[17:])
+    elif how == "dtype code":
+        idx.write_bytes(data[:17] + bytes([9]) + data[18:])
+    elif how == "short idx":
+        idx.write_bytes(data[:-8])
+    elif how == "pointers":  # the second sequence's byte offset moved: the tokens would be misread
+        at = 34 + 4 * int.from_bytes(data[18:26], "little") + 8
+        idx.write_bytes(data[:at] + (4).to_bytes(8, "little") + data[at + 8:])
+
+
+@pytest.mark.parametrize(("how", "file", "message"), [
+    ("short bin", "web.bin", "bytes where web.idx says its sequences end at byte"),
+    ("no bin", "web.bin", "missing: the tokens of web.idx"),
+    ("version", "web.idx", "Megatron index version 2"),
+    ("dtype code", "web.idx", "dtype code 9 is none of Megatron's"),
+    ("short idx", "web.idx", "(truncated or mismatched)"),
+    ("pointers", "web.idx", "sequence 1 does not start where the one before it ends"),
+])
+def test_a_damaged_corpus_is_an_error_naming_its_file(tmp_path, how, file, message):
+    build(tmp_path / "train" / "web", [[[1, 2, 3]], [[4, 5], [6]], [[7, 8, 9, 10]]])
+    assert smlaunch_documents(TokenStream(tmp_path / "train"))[1] == [4, 5, 6]  # the control
+    _damage(tmp_path / "train" / "web.idx", how)
+    with pytest.raises(ShardError) as error:
+        TokenStream(tmp_path / "train")
+    assert error.value.path.name == file and message in str(error.value), str(error.value)
+
+
+def test_a_corpus_beside_smlaunchs_shards_in_one_channel_is_refused(tmp_path):
+    build(tmp_path / "train" / "web", [[[1, 2, 3]]])
+    write_shards([[1, 2]], tmp_path / "train", "train", vocab_size=100, tokenizer=BYTES)
+    with pytest.raises(ShardError, match="keep one format in a channel"):
+        TokenStream(tmp_path / "train")
+
+
+def test_an_id_past_the_models_vocabulary_is_caught_when_its_row_is_read(tmp_path):
+    build(tmp_path / "train" / "web", [[[1, 2, 3, 4, 5, 6, 7, 8]], [[9, 10, 11, 12, 13, 14, 15, 99]]])
+    source = IndexedSource([Channel("train", tmp_path / "train")], 8, 50, seed=0, shuffle=False)
+    assert source.read(0, 1)["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6, 7, 8]]  # the control
+    with pytest.raises(ShardError, match="row 1 of channel train holds token id 99 outside the vocabulary"):
+        source.read(1, 1)
+
+
+# --- validate ------------------------------------------------------------------------------------
+
+def validate(tmp_path: Path, train: Path, **hyperparameters) -> tuple[int, str]:
+    hp = {"model_preset": "llama3-tiny", "max_context_width": 8, "dataset_type": "indexed", "vocab_size": 256,
+          **hyperparameters}
+    job = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
+           "instance_count": 1, "processes_per_host": 1, "inputs": {"train": str(train)},
+           "hyperparameters": {k: v for k, v in hp.items() if v is not None}}
+    path = tmp_path / "job.yaml"
+    path.write_text(json.dumps(job))
+    result = CliRunner().invoke(main, ["validate", str(path)], catch_exceptions=False)
+    return result.exit_code, " ".join((result.stdout + result.stderr).split())
+
+
+def test_validate_names_the_format_and_checks_ids_vocabulary_and_files(tmp_path):
+    docs = [[[1, 2, 3, 4]], [[5, 6], [7, 200]]] * 5
+    train = build(tmp_path / "train" / "web_text_document", docs, np.int32)
+    code, out = validate(tmp_path, train)
+    assert code == 0, out
+    assert "web_text_document.idx: Megatron MMIDIDX v1, int32, 10 documents, 40 tokens" in out
+    code, out = validate(tmp_path, train, vocab_size=None)
+    assert code == 2 and "records neither the tokenizer it was made with nor its vocabulary size" in out, out
+    code, out = validate(tmp_path, train, vocab_size=128)
+    assert code == 2 and "web_text_document.bin holds token id 200, outside" in out, out
+    (train / "web_text_document.bin").write_bytes((train / "web_text_document.bin").read_bytes()[:-4])
+    code, out = validate(tmp_path, train)
+    assert code == 2 and "web_text_document.bin: 156 bytes where web_text_document.idx says" in out, out
+
+
+def test_a_rebuilt_corpus_of_the_same_sizes_is_named_on_resume(tmp_path):
+    build(tmp_path / "train" / "web", [[[1, 2, 3, 4]], [[5, 6]]])
+    saved = checkpoints.data_streams("indexed", True, {"train": tmp_path / "train"})
+    assert not compare(saved, checkpoints.data_streams("indexed", True, {"train": tmp_path / "train"})).warnings
+    build(tmp_path / "train" / "web", [[[1, 2, 3, 4]], [[5, 7]]])  # one token changed: the same sizes
+    changes = compare(saved, checkpoints.data_streams("indexed", True, {"train": tmp_path / "train"}))
+    assert [str(c) for c in changes.warnings][0].startswith("channel train changed since the checkpoint was saved: "
+                                                            "1 shard(s) changed in content (web.idx)")
