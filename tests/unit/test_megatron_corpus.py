@@ -220,3 +220,15 @@ def test_a_rebuilt_corpus_of_the_same_sizes_is_named_on_resume(tmp_path):
     changes = compare(saved, checkpoints.data_streams("indexed", True, {"train": tmp_path / "train"}))
     assert [str(c) for c in changes.warnings][0].startswith("channel train changed since the checkpoint was saved: "
                                                             "1 shard(s) changed in content (web.idx)")
+
+
+def test_the_job_refuses_a_corpus_whose_vocabulary_it_was_not_told(tmp_path):
+    """What validate says, the container says too (a job built by hand, an S3 channel)."""
+    from container.checkpoint.pretrained import Sources
+    from container.run_data import check_tokenizer
+
+    build(tmp_path / "train" / "web", [[[1, 2, 3, 4]]] * 4)
+    source = IndexedSource([Channel("train", tmp_path / "train")], 8, 50, seed=0, shuffle=False)
+    check_tokenizer(source, Sources(None, None, False), vocab_size_given=True)  # the control
+    with pytest.raises(ShardError, match="channel train holds a Megatron MMIDIDX v1 corpus, which records neither"):
+        check_tokenizer(source, Sources(None, None, False), vocab_size_given=False)
