@@ -51,7 +51,11 @@ class MegatronDocuments:
             if (np.diff(np.asarray(self.index[max(begin - 1, 0):begin + _CHUNK])) < 0).any():
                 raise ShardError(self.header.idx, "the document index is not in order", _REBUILD)
 
-    def _start_of(self, sequences: np.ndarray) -> np.ndarray:
+    def starts_of(self, documents: np.ndarray) -> np.ndarray:
+        """The token where each of these documents starts (document D: the corpus's end)."""
+        return self._sequence_starts(self.index[np.asarray(documents, dtype=np.int64)])
+
+    def _sequence_starts(self, sequences: np.ndarray) -> np.ndarray:
         """The token where each of these sequences starts (sequence S: the corpus's end)."""
         sequences = np.asarray(sequences, dtype=np.int64)
         inside = sequences < len(self.pointers)
@@ -64,11 +68,11 @@ class MegatronDocuments:
         a, b = np.searchsorted(self.pointers, [lo * self.itemsize, hi * self.itemsize])
         # the documents whose first sequence starts there (an empty document starts where the next does)
         c, d = np.searchsorted(self.index[:-1], [a, b])
-        return self._start_of(self.index[c:d])
+        return self._sequence_starts(self.index[c:d])
 
     def bounds(self, document: int) -> tuple[int, int]:
         """Document `document`'s tokens: [begin, end)."""
-        begin, end = self._start_of(self.index[document:document + 2])
+        begin, end = self.starts_of([document, document + 1])
         return int(begin), int(end)
 
 

@@ -232,3 +232,30 @@ def test_the_job_refuses_a_corpus_whose_vocabulary_it_was_not_told(tmp_path):
     check_tokenizer(source, Sources(None, None, False), vocab_size_given=True)  # the control
     with pytest.raises(ShardError, match="channel train holds a Megatron MMIDIDX v1 corpus, which records neither"):
         check_tokenizer(source, Sources(None, None, False), vocab_size_given=False)
+
+
+# --- python -m container.data inspect ------------------------------------------------------------
+
+def test_inspect_prints_every_document_as_megatrons_reader_gives_it(tmp_path, capsys):
+    from container.data.inspect_corpus import main as inspect
+
+    build(tmp_path / "train" / "a_document", documents(seed=4), np.int16)
+    build(tmp_path / "train" / "b_document", documents(seed=5), np.int16, how="documents")
+    expected = megatron_documents(tmp_path / "train" / "a_document") + megatron_documents(tmp_path / "train" /
+                                                                                          "b_document")
+    assert inspect([str(tmp_path / "train"), "--documents", "0:", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines == [{"document": i, "input_ids": ids} for i, ids in enumerate(expected)]
+    assert inspect([str(tmp_path / "train"), "--documents", "38:42", "--json"]) == 0  # across the two files
+    assert [json.loads(line)["input_ids"] for line in capsys.readouterr().out.splitlines()] == expected[38:42]
+    assert inspect([str(tmp_path / "train"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    lengths = [len(d) for d in expected]
+    assert report["documents"] == len(expected) and report["tokens"] == sum(lengths)
+    assert [f["format"] for f in report["files"]] == ["Megatron MMIDIDX v1"] * 2
+    assert report["files"][0]["tokenizer"] is None and report["files"][0]["dtype"] == "int16"
+    by_hand = {}
+    for length in lengths:
+        row = by_hand.setdefault(str(max(length, 1).bit_length() - 1), [0, 0])
+        row[0], row[1] = row[0] + 1, row[1] + length
+    assert report["lengths"] == dict(sorted(by_hand.items(), key=lambda kv: int(kv[0])))

@@ -1,0 +1,152 @@
+"""`python -m container.data inspect PATH`: what an indexed channel holds, smlaunch's own shards or
+a Megatron-Core corpus (PATH: a directory, read as a job reads the channel, or one .idx file).
+
+    python -m container.data inspect build/data/train                  # each file and the total
+    python -m container.data inspect web_text_document.idx --json      # the same, as one JSON object
+    python -m container.data inspect build/data/train --documents 0:10 --json   # their token ids
+
+The summary: each file's format, dtype, documents and tokens, the tokenizer it records (Megatron's
+files record none), and the documents' lengths in power-of-two buckets (a bucket b: lengths in
+[2^b, 2^(b+1)), as smlaunch's headers keep them; a Megatron corpus's are counted from its index,
+one pass over 20 bytes a sequence, never over the tokens). `--documents A:B` prints documents A to
+B-1 of the channel, numbered across its files in reading order, one JSON object a line
+({"document", "input_ids"}): for a Megatron corpus a document is its sequences back to back, as
+its IndexedDataset gives them. Errors are one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from container.data.indexed import TokenStream
+from container.data.megatron import MegatronDocuments
+from launcher.wire.megatron_index import FORMAT, MegatronHeader
+from launcher.wire.token_shards import ShardError
+
+_CHUNK = 1 << 20  # documents whose lengths are counted at a time
+
+
+def parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description="What an indexed channel (smlaunch's shards or a "
+                                                            "Megatron-Core corpus) holds.")
+    parser.add_argument("path", help="a channel directory, or one .idx file")
+    parser.add_argument("--documents", metavar="A:B", help="print documents A to B-1 (numbered across the "
+                                                           "channel's files): their token ids, one JSON line each")
+    parser.add_argument("--json", action="store_true", help="the summary as one JSON object")
+    args = parser.parse_args(argv)
+    if args.documents is not None:
+        args.documents = _span(parser, args.documents)
+    return args
+
+
+def _span(parser: argparse.ArgumentParser, text: str) -> tuple[int, int | None]:
+    begin, sep, end = text.partition(":")
+    try:
+        span = (int(begin or 0), int(end) if end else None)
+    except ValueError:
+        span = None
+    if not sep or span is None or span[0] < 0 or (span[1] is not None and span[1] < span[0]):
+        parser.error(f"--documents {text!r}: give A:B, whole numbers with 0 <= A <= B (B may be left out: to the end)")
+    return span
+
+
+def length_buckets(shard) -> dict[int, list[int]]:
+    """bucket -> [count, tokens] of a shard's documents' lengths (max(length, 1)'s bit length - 1):
+    smlaunch's header records them, a Megatron corpus's index is read for them."""
+    documents = shard.documents
+    if not isinstance(documents, MegatronDocuments):
+        return {row[0]: [row[1], row[2]] for row in shard.header.fields.get("lengths", {}).get("buckets", [])}
+    buckets: dict[int, list[int]] = {}
+    count = len(documents.index) - 1
+    for begin in range(0, count, _CHUNK):
+        starts = documents.starts_of(np.arange(begin, min(begin + _CHUNK, count) + 1))
+        lengths = np.diff(starts)
+        bits = np.floor(np.log2(np.maximum(lengths, 1))).astype(np.int64)
+        for b in np.unique(bits):
+            row = buckets.setdefault(int(b), [0, 0])
+            row[0] += int((bits == b).sum())
+            row[1] += int(lengths[bits == b].sum())
+    return dict(sorted(buckets.items()))
+
+
+def file_summary(shard, path: Path) -> dict:
+    header = shard.header
+    megatron = isinstance(header, MegatronHeader)
+    summary = {"file": str(header.idx.relative_to(path) if path.is_dir() else header.idx.name),
+               "format": FORMAT if megatron else "smlaunch indexed tokens v1",
+               "dtype": header.dtype, "documents": header.documents, "tokens": header.tokens,
+               "tokenizer": header.tokenizer, "vocab_size": header.vocab_size, "max_token_id": header.max_token_id,
+               "lengths": {str(b): row for b, row in length_buckets(shard).items()}}
+    if megatron:
+        summary["sequences"] = header.sequences
+    return summary
+
+
+def summary(stream: TokenStream, path: Path) -> dict:
+    files = [file_summary(shard, path) for shard in stream.shards]
+    totals: dict[str, list[int]] = {}
+    for f in files:
+        for b, (count, tokens) in f["lengths"].items():
+            row = totals.setdefault(b, [0, 0])
+            row[0], row[1] = row[0] + count, row[1] + tokens
+    return {"path": str(path), "files": files, "documents": sum(f["documents"] for f in files),
+            "tokens": stream.tokens, "lengths": dict(sorted(totals.items(), key=lambda kv: int(kv[0])))}
+
+
+def text(report: dict) -> str:
+    lines = [f"{report['path']}: {len(report['files'])} file(s), {report['documents']:,} documents, "
+             f"{report['tokens']:,} tokens"]
+    for f in report["files"]:
+        tokenizer = (f"tokenizer {f['tokenizer']['name']} (vocab_size {f['vocab_size']:,}, largest id "
+                     f"{f['max_token_id']:,})" if f["tokenizer"] else "no tokenizer recorded (the job names it)")
+        lines.append(f"  {f['file']}: {f['format']}, {f['dtype']}, {f['documents']:,} documents, "
+                     f"{f['tokens']:,} tokens; {tokenizer}")
+    lines.append("  document lengths (tokens)      documents        tokens")
+    for b, (count, tokens) in report["lengths"].items():
+        low, high = 2 ** int(b), 2 ** (int(b) + 1)
+        span = f"[{0 if int(b) == 0 else low:,}, {high:,})"
+        lines.append(f"  {span:<28} {count:>11,} {tokens:>13,}")
+    return "\n".join(lines)
+
+
+def documents(stream: TokenStream, begin: int, end: int | None):
+    """(number, token ids) of the channel's documents [begin, end), numbered across its files."""
+    first = 0
+    for shard in stream.shards:
+        count = shard.header.documents
+        stop = count if end is None else min(count, end - first)
+        for d in range(max(begin - first, 0), stop):
+            a, b = shard.documents.bounds(d)
+            yield first + d, shard.tokens[a:b].tolist()
+        first += count
+        if end is not None and first >= end:
+            return
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m container.data.inspect_corpus") -> int:
+    args = parse_args(argv, prog)
+    path = Path(args.path)
+    try:
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such file or directory")
+        stream = TokenStream(path)
+        if args.documents is not None:
+            for number, ids in documents(stream, *args.documents):
+                print(json.dumps({"document": number, "input_ids": ids}))
+            return 0
+        report = summary(stream, path)
+    except (ShardError, FileNotFoundError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=1) if args.json else text(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

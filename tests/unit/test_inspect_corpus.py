@@ -1,0 +1,37 @@
+"""`python -m container.data inspect` on smlaunch's own shards (container.data.inspect_corpus; a
+Megatron-Core corpus: tests/unit/test_megatron_corpus.py): the header's facts, the documents'
+token ids as they were written, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+from container.data.indexed import write_shards
+from container.data.inspect_corpus import main as inspect
+
+BYTES = {"name": "UTF-8 bytes", "vocabulary_sha256": None}
+DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], list(range(100, 140))]
+
+
+def test_inspect_shows_a_shards_header_lengths_and_documents(tmp_path, capsys):
+    write_shards(DOCS * 3, tmp_path / "train", "train", vocab_size=256, tokenizer=BYTES, shard_tokens=60)
+    assert inspect([str(tmp_path / "train")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{tmp_path / 'train'}: 3 file(s), 12 documents, 144 tokens\n")
+    # 60 tokens a shard at most: the first seven documents (56 tokens), the next four, the last
+    assert ("  train-00000.idx: smlaunch indexed tokens v1, uint16, 7 documents, 56 tokens; tokenizer UTF-8 bytes "
+            "(vocab_size 256, largest id 139)") in out
+    assert "[32, 64)" in out and "[0, 2)" in out  # the 40-token and the empty documents' buckets
+    assert inspect([str(tmp_path / "train"), "--documents", "2:6", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines == [{"document": i, "input_ids": (DOCS * 3)[i]} for i in range(2, 6)]
+
+
+def test_inspect_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    assert inspect([str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.strip().endswith("missing: no such file or directory")
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "web.idx").write_bytes(b"not an index")
+    assert inspect([str(tmp_path / "train")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "web.idx: not an indexed token shard" in err[0], err
