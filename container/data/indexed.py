@@ -22,7 +22,6 @@ from container.data.megatron import MegatronDocuments, OffsetDocuments, token_dt
 from launcher.wire.megatron_index import MegatronHeader
 from launcher.wire.token_shards import (
     BIN_SUFFIX,
-    DTYPE_BYTES,
     IDX_SUFFIX,
     ShardError,
     ShardHeader,
@@ -87,7 +86,7 @@ class ShardWriter:
         if len(tokens) and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
             bad = int(tokens[(tokens < 0) | (tokens >= self.vocab_size)][0])
             raise ValueError(f"token id {bad} outside the vocabulary [0, {self.vocab_size})")
-        self._bin.write(tokens.astype(f"<{self.dtype[0]}{DTYPE_BYTES[self.dtype]}").tobytes())
+        self._bin.write(tokens.astype(np.dtype(self.dtype).newbyteorder("<")).tobytes())
         self._offsets.append(self._offsets[-1] + len(tokens))
         self._max = max(self._max, int(tokens.max()) if len(tokens) else 0)
         self._lengths.add(len(tokens))

@@ -261,3 +261,38 @@ def test_inspect_prints_every_document_as_megatrons_reader_gives_it(tmp_path, ca
         row = by_hand.setdefault(str(max(length, 1).bit_length() - 1), [0, 0])
         row[0], row[1] = row[0] + 1, row[1] + length
     assert report["lengths"] == dict(sorted(by_hand.items(), key=lambda kv: int(kv[0])))
+
+
+# --- pack --format megatron ----------------------------------------------------------------------
+
+def test_pack_format_megatron_writes_what_megatrons_reader_reads(tmp_path, capsys):
+    """The other way: smlaunch packs, Megatron's IndexedDataset reads every document, split by
+    document and cut into pairs as --format indexed cuts shards; the job reads them the same."""
+    from container.data.packing import is_validation
+    from tests.support.pack import DOCS, run, write_docs
+
+    src = write_docs(tmp_path / "src", DOCS)
+    assert run("--input", src, "--format", "megatron", "--output-dir", tmp_path / "data", "--shard-tokens", 400,
+               "--validation-fraction", 0.25, "--seed", 3) == 0
+    assert "wrote Megatron-Core .bin/.idx pairs (train: " in capsys.readouterr().out
+    want = [list(text.encode()) for text in DOCS]  # UTF-8 bytes: no --tokenizer
+    split = [is_validation(i, 0.25, 3) for i in range(len(DOCS))]
+    for name, in_split in (("train", False), ("validation", True)):
+        prefixes = sorted(p.with_suffix("") for p in (tmp_path / "data" / name).glob("*.idx"))
+        assert len(prefixes) > (name == "train")  # the train split takes several pairs
+        read = [doc for prefix in prefixes for doc in megatron_documents(prefix)]
+        assert read == [d for d, v in zip(want, split) if v == in_split], name
+        assert smlaunch_documents(TokenStream(tmp_path / "data" / name)) == read
+    assert indexed_dataset.IndexedDataset(str(prefixes[0])).index.dtype == np.uint16
+
+
+def test_a_vocabulary_past_65500_ids_is_packed_as_int32_as_megatron_chooses(tmp_path):
+    from container.data.megatron_writer import MegatronWriter
+
+    docs = [[0, 65_535, 69_999], [], [12]]
+    with MegatronWriter(tmp_path / "train", "train", vocab_size=70_000, tokenizer=BYTES) as writer:
+        for doc in docs:
+            writer.add(doc)
+    dataset = indexed_dataset.IndexedDataset(str(tmp_path / "train" / "train-00000"))
+    assert dataset.index.dtype == indexed_dataset.DType.optimal_dtype(70_000) == np.int32
+    assert megatron_documents(tmp_path / "train" / "train-00000") == docs
