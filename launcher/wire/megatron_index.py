@@ -42,6 +42,12 @@ FORMAT = "Megatron MMIDIDX v1"
 _REBUILD = "rebuild the corpus with Megatron's preprocess_data.py (or IndexedDatasetBuilder), or copy both files again"
 
 
+def encode_prefix(dtype: str, sequences: int, documents: int) -> bytes:
+    """The 34 bytes an index starts with (the arrays follow): what `pack --format megatron` writes."""
+    code = next(code for code, (name, _, _) in DTYPES.items() if name == dtype)
+    return _PREFIX.pack(MAGIC, VERSION, code, sequences, documents + 1)
+
+
 def is_megatron(idx: str | Path) -> bool:
     """Whether an .idx file starts with Megatron's magic."""
     try:
