@@ -17,7 +17,8 @@ _GIVEN = ("tokenizer", "hf_pretrained_model_name_or_dir", "vocab_size")
 
 def megatron_issues(field: str, header: MegatronHeader, spec: ModelSpec) -> list[Issue]:
     """The format as a note, and the corpus's ids within [0, the model's vocabulary)."""
-    issues = [Issue(field, str(header.idx), f"{header.idx.name}: {header.describe()}", level="info")]
+    # the directory as the value (a long one is shortened on screen), the file named in the note
+    issues = [Issue(field, str(header.idx.parent), f"{header.idx.name}: {header.describe()}", level="info")]
     if header.dtype.startswith("uint") and 2 ** (8 * header.itemsize) <= spec.vocab_size:
         return issues  # every id its dtype holds is in the vocabulary: nothing to read
     low, high = token_range(header)

@@ -204,7 +204,7 @@ def test_validate_names_the_format_and_checks_ids_vocabulary_and_files(tmp_path)
     train = build(tmp_path / "train" / "web_text_document", docs, np.int32)
     code, out = validate(tmp_path, train)
     assert code == 0, out
-    assert "web_text_document.idx: Megatron MMIDIDX v1, int32, 10 documents, 40 tokens" in out
+    assert "/train\": web_text_document.idx: Megatron MMIDIDX v1, int32, 10 documents, 40 tokens" in out
     code, out = validate(tmp_path, train, vocab_size=None)
     assert code == 2 and "records neither the tokenizer it was made with nor its vocabulary size" in out, out
     code, out = validate(tmp_path, train, vocab_size=128)
