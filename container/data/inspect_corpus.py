@@ -1,5 +1,6 @@
-"""`python -m container.data inspect PATH`: what an indexed channel holds, smlaunch's own shards or
-a Megatron-Core corpus (PATH: a directory, read as a job reads the channel, or one .idx file).
+"""`python -m container.data inspect PATH`: what a token channel holds, smlaunch's own shards, a
+Megatron-Core corpus or JSON Lines token records (container.data.inspect_records); PATH: a
+directory, read as a job reads the channel, or one file.
 
     python -m container.data inspect build/data/train                  # each file and the total
     python -m container.data inspect web_text_document.idx --json      # the same, as one JSON object
@@ -24,18 +25,19 @@ from pathlib import Path
 
 import numpy as np
 
+from container.data import inspect_records as records
 from container.data.indexed import TokenStream
 from container.data.megatron import MegatronDocuments
 from launcher.wire.megatron_index import FORMAT, MegatronHeader
-from launcher.wire.token_shards import ShardError
+from launcher.wire.token_shards import ShardError, is_indexed
 
 _CHUNK = 1 << 20  # documents whose lengths are counted at a time
 
 
 def parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog, description="What an indexed channel (smlaunch's shards or a "
-                                                            "Megatron-Core corpus) holds.")
-    parser.add_argument("path", help="a channel directory, or one .idx file")
+    parser = argparse.ArgumentParser(prog=prog, description="What a token channel (smlaunch's shards, a "
+                                                            "Megatron-Core corpus, JSON Lines token records) holds.")
+    parser.add_argument("path", help="a channel directory, or one .idx or .jsonl file")
     parser.add_argument("--documents", metavar="A:B", help="print documents A to B-1 (numbered across the "
                                                            "channel's files): their token ids, one JSON line each")
     parser.add_argument("--json", action="store_true", help="the summary as one JSON object")
@@ -88,15 +90,27 @@ def file_summary(shard, path: Path) -> dict:
     return summary
 
 
-def summary(stream: TokenStream, path: Path) -> dict:
-    files = [file_summary(shard, path) for shard in stream.shards]
+def add_length(lengths: dict[str, list[int]], length: int) -> None:
+    """Count one document of `length` tokens into its bucket's [count, tokens]."""
+    row = lengths.setdefault(str(max(length, 1).bit_length() - 1), [0, 0])
+    row[0], row[1] = row[0] + 1, row[1] + length
+
+
+def with_totals(report: dict) -> dict:
+    """The report with the channel's documents, tokens and lengths summed over its files."""
     totals: dict[str, list[int]] = {}
-    for f in files:
+    for f in report["files"]:
         for b, (count, tokens) in f["lengths"].items():
             row = totals.setdefault(b, [0, 0])
             row[0], row[1] = row[0] + count, row[1] + tokens
-    return {"path": str(path), "files": files, "documents": sum(f["documents"] for f in files),
-            "tokens": stream.tokens, "lengths": dict(sorted(totals.items(), key=lambda kv: int(kv[0])))}
+        f["lengths"] = dict(sorted(f["lengths"].items(), key=lambda kv: int(kv[0])))
+    return {**report, "documents": sum(f["documents"] for f in report["files"]),
+            "tokens": sum(f["tokens"] for f in report["files"]),
+            "lengths": dict(sorted(totals.items(), key=lambda kv: int(kv[0])))}
+
+
+def summary(stream: TokenStream, path: Path) -> dict:
+    return with_totals({"path": str(path), "files": [file_summary(shard, path) for shard in stream.shards]})
 
 
 def text(report: dict) -> str:
@@ -105,7 +119,9 @@ def text(report: dict) -> str:
     for f in report["files"]:
         tokenizer = (f"tokenizer {f['tokenizer']['name']} (vocab_size {f['vocab_size']:,}, largest id "
                      f"{f['max_token_id']:,})" if f["tokenizer"] else "no tokenizer recorded (the job names it)")
-        lines.append(f"  {f['file']}: {f['format']}, {f['dtype']}, {f['documents']:,} documents, "
+        dtype = f"{f['dtype']}, " if f["dtype"] else ""
+        records = f"{f['records']:,} records, " if "records" in f else ""
+        lines.append(f"  {f['file']}: {f['format']}, {dtype}{records}{f['documents']:,} documents, "
                      f"{f['tokens']:,} tokens; {tokenizer}")
     lines.append("  document lengths (tokens)      documents        tokens")
     for b, (count, tokens) in report["lengths"].items():
@@ -115,7 +131,7 @@ def text(report: dict) -> str:
     return "\n".join(lines)
 
 
-def documents(stream: TokenStream, begin: int, end: int | None):
+def shard_documents(stream: TokenStream, begin: int, end: int | None):
     """(number, token ids) of the channel's documents [begin, end), numbered across its files."""
     first = 0
     for shard in stream.shards:
@@ -135,13 +151,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m container.dat
     try:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such file or directory")
-        stream = TokenStream(path)
+        stream = TokenStream(path) if is_indexed(path) else None
         if args.documents is not None:
-            for number, ids in documents(stream, *args.documents):
+            found = (shard_documents(stream, *args.documents) if stream is not None else
+                     records.documents(path, *args.documents))
+            for number, ids in found:
                 print(json.dumps({"document": number, "input_ids": ids}))
             return 0
-        report = summary(stream, path)
-    except (ShardError, FileNotFoundError) as exc:
+        report = summary(stream, path) if stream is not None else with_totals(records.summary(path, add_length))
+    except (ShardError, FileNotFoundError, records.RecordError, UnicodeDecodeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=1) if args.json else text(report))

@@ -35,3 +35,24 @@ def test_inspect_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert inspect([str(tmp_path / "train")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "web.idx: not an indexed token shard" in err[0], err
+
+
+def test_inspect_reads_json_lines_records_as_the_job_cuts_their_documents(tmp_path, capsys):
+    records = [{"input_ids": [1, 2, 3, 4], "position_ids": [0, 1, 0, 1]},  # two documents
+               {"input_ids": [5, 6, 7, 8], "position_ids": [2, 3, 4, 0], "text": "metadata"},  # one goes on
+               {"input_ids": [9, 10, 11, 300]}]  # no position_ids: one sequence
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:2]))
+    (tmp_path / "train" / "b.jsonl").write_text(json.dumps(records[2]) + "\n\n")
+    want = [[1, 2], [3, 4], [5, 6, 7], [8], [9, 10, 11, 300]]
+    assert inspect([str(tmp_path / "train"), "--documents", "1:", "--json"]) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
+        {"document": i, "input_ids": ids} for i, ids in enumerate(want) if i >= 1]
+    assert inspect([str(tmp_path / "train"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(f["file"], f["records"], f["documents"], f["tokens"], f["max_token_id"]) for f in report["files"]] == [
+        ("a.jsonl", 2, 4, 8, 8), ("b.jsonl", 1, 1, 4, 300)]
+    assert report["lengths"] == {"0": [1, 1], "1": [3, 7], "2": [1, 4]}  # 1; 2, 2 and 3; 4 tokens
+    (tmp_path / "train" / "b.jsonl").write_text('{"messages": []}\n')
+    assert inspect([str(tmp_path / "train")]) == 2
+    assert "b.jsonl:1: not a token record (no list 'input_ids')" in capsys.readouterr().err
