@@ -23,15 +23,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from container.data import inspect_records as records
 from container.data.indexed import TokenStream
-from container.data.megatron import MegatronDocuments
 from launcher.wire.megatron_index import FORMAT, MegatronHeader
+from launcher.wire.megatron_index import length_buckets as megatron_lengths
 from launcher.wire.token_shards import ShardError, is_indexed
-
-_CHUNK = 1 << 20  # documents whose lengths are counted at a time
 
 
 def parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
@@ -59,22 +55,12 @@ def _span(parser: argparse.ArgumentParser, text: str) -> tuple[int, int | None]:
 
 
 def length_buckets(shard) -> dict[int, list[int]]:
-    """bucket -> [count, tokens] of a shard's documents' lengths (max(length, 1)'s bit length - 1):
-    smlaunch's header records them, a Megatron corpus's index is read for them."""
-    documents = shard.documents
-    if not isinstance(documents, MegatronDocuments):
-        return {row[0]: [row[1], row[2]] for row in shard.header.fields.get("lengths", {}).get("buckets", [])}
-    buckets: dict[int, list[int]] = {}
-    count = len(documents.index) - 1
-    for begin in range(0, count, _CHUNK):
-        starts = documents.starts_of(np.arange(begin, min(begin + _CHUNK, count) + 1))
-        lengths = np.diff(starts)
-        bits = np.floor(np.log2(np.maximum(lengths, 1))).astype(np.int64)
-        for b in np.unique(bits):
-            row = buckets.setdefault(int(b), [0, 0])
-            row[0] += int((bits == b).sum())
-            row[1] += int(lengths[bits == b].sum())
-    return dict(sorted(buckets.items()))
+    """bucket -> [count, tokens] of a shard's documents' lengths: smlaunch's header records them,
+    a Megatron corpus's index is read for them (launcher.wire.megatron_index.length_buckets)."""
+    header = shard.header
+    rows = (megatron_lengths(header) if isinstance(header, MegatronHeader)
+            else header.fields.get("lengths", {}).get("buckets", []))
+    return {row[0]: [row[1], row[2]] for row in rows}
 
 
 def file_summary(shard, path: Path) -> dict:

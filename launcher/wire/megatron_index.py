@@ -93,7 +93,7 @@ class MegatronHeader:
 
     @property
     def fields(self) -> dict:
-        return {}  # no length buckets: the planner takes rows as causal
+        return {}  # no header fields: the lengths are read from the index (length_buckets)
 
     def describe(self) -> str:
         return f"{FORMAT}, {self.dtype}, {self.documents:,} documents, {_short(self.tokens)} tokens"
@@ -194,6 +194,68 @@ def _stdlib_range(header: MegatronHeader, chunk_tokens: int) -> tuple[int, int]:
             low = min(values) if low is None else min(low, min(values))
             high = max(values) if high is None else max(high, max(values))
     return low, high
+
+
+def length_buckets(header: MegatronHeader, chunk: int = 1 << 16) -> list[list[int]]:
+    """The documents' lengths as smlaunch's shard header keeps them (`lengths.buckets`: [b, count,
+    sum, sum of squares] of the lengths in [2^b, 2^(b+1)), 0 and 1 in bucket 0), read from the
+    index a chunk of documents at a time (their first sequences' offsets: never the tokens); numpy
+    where installed (2.5M documents in ~0.5 s), else the stdlib (~30 s)."""
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+    rows: dict[int, list[int]] = {}
+    with header.idx.open("rb") as f:
+        for begin in range(0, header.documents, chunk):
+            lengths = _document_lengths(f, header, begin, min(begin + chunk, header.documents), np)
+            for b, count, total, squares in (_numpy_rows(np, lengths) if np is not None else _rows(lengths)):
+                row = rows.setdefault(b, [0, 0, 0])
+                row[0], row[1], row[2] = row[0] + count, row[1] + total, row[2] + squares
+    return [[b, *rows[b]] for b in sorted(rows)]
+
+
+def _rows(lengths: list[int]) -> list[tuple[int, int, int, int]]:
+    rows: dict[int, list[int]] = {}
+    for length in lengths:
+        row = rows.setdefault(max(length, 1).bit_length() - 1, [0, 0, 0])
+        row[0], row[1], row[2] = row[0] + 1, row[1] + length, row[2] + length * length
+    return [(b, *row) for b, row in rows.items()]
+
+
+def _numpy_rows(np, lengths: list[int]) -> list[tuple[int, int, int, int]]:
+    values = np.asarray(lengths, dtype=np.int64)
+    buckets = np.frexp(np.maximum(values, 1))[1] - 1  # the bit length - 1, exactly
+    rows = []
+    for b in np.unique(buckets):
+        inside = values[buckets == b]
+        # int64 squares sum exactly while a chunk's 2^16 documents stay under 2^23 tokens each
+        squares = int(inside @ inside) if b < 23 else sum(int(v) * int(v) for v in inside)
+        rows.append((int(b), len(inside), int(inside.sum()), squares))
+    return rows
+
+
+def _int64s(f, offset: int, count: int) -> array:
+    f.seek(offset)
+    values = array("q", f.read(8 * count))
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values
+
+
+def _document_lengths(f, header: MegatronHeader, begin: int, end: int, np=None):
+    """The lengths in tokens of documents [begin, end): the next one's first token minus its own."""
+    firsts = _int64s(f, header.document_index_at + 8 * begin, end - begin + 1)  # and the next's
+    low, high = firsts[0], min(firsts[-1], header.sequences - 1)
+    pointers = _int64s(f, header.pointers_at + 8 * low, high - low + 1) if high >= low else array("q")
+    if np is not None:
+        firsts, pointers = np.asarray(firsts), np.asarray(pointers)
+        inside = firsts < header.sequences
+        starts = np.full(len(firsts), header.tokens, dtype=np.int64)
+        starts[inside] = pointers[firsts[inside] - low] // header.itemsize
+        return np.diff(starts)
+    starts = [pointers[s - low] // header.itemsize if s < header.sequences else header.tokens for s in firsts]
+    return [b - a for a, b in zip(starts, starts[1:])]
 
 
 def fingerprint(header: MegatronHeader, window: int = 1 << 16) -> str:

@@ -7,6 +7,7 @@ smlaunch's own shards; damaged files and float tokens are errors naming the file
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -296,3 +297,37 @@ def test_a_vocabulary_past_65500_ids_is_packed_as_int32_as_megatron_chooses(tmp_
     dataset = indexed_dataset.IndexedDataset(str(tmp_path / "train" / "train-00000"))
     assert dataset.index.dtype == indexed_dataset.DType.optimal_dtype(70_000) == np.int32
     assert megatron_documents(tmp_path / "train" / "train-00000") == docs
+
+
+# --- the documents' lengths: inspect and the planner ---------------------------------------------
+
+def test_a_corpus_lengths_are_those_smlaunchs_header_records_of_the_same_documents(tmp_path, monkeypatch):
+    from launcher.wire.megatron_index import length_buckets
+
+    docs = documents(seed=6, count=300) + [[[]], [[1] * 70_000]]  # an empty document, one past 2^16
+    build(tmp_path / "megatron" / "web", docs, np.int32)
+    write_shards([[t for s in doc for t in s] for doc in docs], tmp_path / "smlaunch", "train", vocab_size=100,
+                 tokenizer=BYTES)
+    recorded = read_header(tmp_path / "smlaunch" / "train-00000.idx").fields["lengths"]["buckets"]
+    header = read_header(tmp_path / "megatron" / "web.idx")
+    assert length_buckets(header, chunk=64) == recorded
+    monkeypatch.setitem(sys.modules, "numpy", None)  # a client without numpy: the stdlib's reading
+    assert length_buckets(header, chunk=64) == recorded
+
+
+def test_the_planner_reads_a_corpus_lengths_as_it_reads_smlaunchs_shards(tmp_path):
+    docs = [[[7] * 1000, [8] * 24]] * 40  # documents of 1,024 tokens, two sequences each
+    build(tmp_path / "megatron" / "web", docs, np.int32)
+    write_shards([[t for s in doc for t in s] for doc in docs], tmp_path / "smlaunch", "train",
+                 vocab_size=128_256, tokenizer=BYTES)
+
+    def plan(channel: Path) -> str:
+        result = CliRunner().invoke(main, ["plan", str(ROOT / "configs" / "seed" / "p5-cp8-bf16.yaml"), "--set",
+                                           "hyperparameters.dataset_type=indexed", "--data", str(channel)])
+        assert result.exit_code in (0, 1), result.output
+        return " ".join(result.output.split())
+
+    megatron = plan(tmp_path / "megatron")
+    assert "attend 1,024 tokens per token on average with document masking" in megatron
+    assert megatron.replace(str(tmp_path / "megatron"), "X") == plan(tmp_path / "smlaunch").replace(
+        str(tmp_path / "smlaunch"), "X")
