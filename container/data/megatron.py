@@ -6,6 +6,8 @@ smlaunch's own shards are (container.data.indexed), and nothing of the index is 
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from launcher.wire.megatron_index import MegatronHeader
@@ -64,10 +66,12 @@ class MegatronDocuments:
         return starts
 
     def within(self, lo: int, hi: int) -> np.ndarray:
-        """The tokens in [lo, hi) where a document starts."""
-        a, b = np.searchsorted(self.pointers, [lo * self.itemsize, hi * self.itemsize])
+        """The tokens in [lo, hi) where a document starts. The arrays follow a 34-byte prefix, so
+        they are not 8-byte aligned, and np.searchsorted would copy them whole at every call (2 ms
+        for 2.5M documents): bisect reads the ~22 entries a search needs."""
+        a, b = (bisect_left(self.pointers, value * self.itemsize) for value in (lo, hi))
         # the documents whose first sequence starts there (an empty document starts where the next does)
-        c, d = np.searchsorted(self.index[:-1], [a, b])
+        c, d = (bisect_left(self.index, sequence, 0, len(self.index) - 1) for sequence in (a, b))
         return self._sequence_starts(self.index[c:d])
 
     def bounds(self, document: int) -> tuple[int, int]:
