@@ -37,14 +37,16 @@ def check_tokenizer(source, sources: pretrained.Sources, vocab_size_given: bool)
                              "the corpus was made with, or at least vocab_size")
     if isinstance(source, IndexedSource) and sources.tokenizer is not None:
         located = sources.tokenizer
-        source.check_tokenizer(tokenizer_identity(located.source.describe(), located.directory / "tokenizer.json"))
+        source.given_tokenizer = tokenizer_identity(located.source.describe(), located.directory / "tokenizer.json")
+        source.check_tokenizer(source.given_tokenizer)
 
 
 def stream_record(source, s: RunSettings, dirs: Directories) -> dict | None:
     """What each checkpoint records of the data its position indexes (launcher.wire.checkpoints):
     the channels the loader reads; None for synthetic data, made from the seed the checkpoint keeps."""
     if isinstance(source, IndexedSource):
-        return checkpoints.data_streams(s.dataset_type, s.shuffle, {c.name: c.path for c in source.channels})
+        return checkpoints.data_streams(s.dataset_type, s.shuffle, {c.name: c.path for c in source.channels},
+                                        tokenizer=source.given_tokenizer)
     if isinstance(source, (data.JsonlSource, ChatSource)):
         return checkpoints.data_streams(s.dataset_type, s.shuffle, {"train": dirs.train})
     return None

@@ -21,6 +21,7 @@ from container.data.indexed import TokenStream
 from container.data.order import Mixture, Permutation
 from container.data.rows import EndOfData, positions_from_starts, shift_labels, within_documents
 from launcher.wire.megatron_index import FORMAT as MEGATRON_FORMAT
+from launcher.wire.megatron_index import NO_TOKENIZER
 from launcher.wire.token_shards import ShardError
 
 
@@ -45,6 +46,7 @@ class IndexedSource:
         self.channels, self.seq_len, self.vocab_size = list(channels), seq_len, vocab_size
         self.seed, self.shuffle, self.repeat, self.document_masking = seed, shuffle, repeat, document_masking
         self.ignored_fields: dict[str, str] = {}  # shards have no record fields to ignore
+        self.given_tokenizer = NO_TOKENIZER  # the job's, which a Megatron corpus is of (run_data.check_tokenizer)
         self.streams = [TokenStream(c.path) for c in self.channels]
         for channel, stream in zip(self.channels, self.streams):
             self._check(channel, stream)

@@ -30,7 +30,7 @@ from launcher.wire.datafiles import (
     first_record,
     refused_field,
 )
-from launcher.wire.megatron_index import MegatronHeader
+from launcher.wire.megatron_index import NO_TOKENIZER, MegatronHeader
 from launcher.wire.token_shards import (
     ShardError,
     read_header,
@@ -241,6 +241,14 @@ def _local_tokenizer(job: JobConfig, base_dir: Path) -> dict | None:
     if directory is None or not (directory / "tokenizer.json").is_file():
         return None
     return tokenizer_identity(named[1], directory / "tokenizer.json")
+
+
+def given_tokenizer(job: JobConfig, base_dir: Path) -> dict | None:
+    """The tokenizer's identity a checkpoint records of a Megatron corpus, as the job will record it
+    (container.run_data); None where the tokenizer is not on this machine (not compared here)."""
+    if _tokenizer_value(job) is None:
+        return NO_TOKENIZER
+    return _local_tokenizer(job, base_dir)
 
 
 def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dict | None,

@@ -38,6 +38,8 @@ DTYPES = {1: ("uint8", 1, "B"), 2: ("int8", 1, "b"), 3: ("int16", 2, "h"), 4: ("
           5: ("int64", 8, "q"), 8: ("uint16", 2, "H")}
 FLOAT_DTYPES = {6: "float64", 7: "float32"}
 _PREFIX = struct.Struct("<9sQBQQ")
+# what a checkpoint records as a Megatron corpus's tokenizer when the job names none (vocab_size alone)
+NO_TOKENIZER = {"name": "no tokenizer named (vocab_size)", "vocabulary_sha256": None}
 FORMAT = "Megatron MMIDIDX v1"
 _REBUILD = "rebuild the corpus with Megatron's preprocess_data.py (or IndexedDatasetBuilder), or copy both files again"
 

@@ -331,3 +331,18 @@ def test_the_planner_reads_a_corpus_lengths_as_it_reads_smlaunchs_shards(tmp_pat
     assert "attend 1,024 tokens per token on average with document masking" in megatron
     assert megatron.replace(str(tmp_path / "megatron"), "X") == plan(tmp_path / "smlaunch").replace(
         str(tmp_path / "smlaunch"), "X")
+
+
+def test_a_resume_with_another_tokenizer_given_is_refused_where_both_are_known(tmp_path):
+    build(tmp_path / "train" / "web", [[[1, 2, 3, 4]], [[5, 6]]])
+    llama, mistral = ({"name": name, "vocabulary_sha256": digit * 64} for name, digit in (("llama", "a"), ("m", "b")))
+
+    def record(tokenizer):
+        return checkpoints.data_streams("indexed", True, {"train": tmp_path / "train"}, tokenizer=tokenizer)
+
+    assert not compare(record(llama), record(dict(llama, name="./llama"))).refusals  # the control: a label
+    refused = compare(record(llama), record(mistral)).refusals
+    assert [str(c) for c in refused][0].startswith("channel train was read as tokens of llama (vocabulary sha256 "
+                                                   "aaaaaaaaaaaaaaaa...) when the checkpoint was saved, and is now "
+                                                   "read as tokens of m (vocabulary sha256 bbbbbbbbbbbbbbbb...)")
+    assert not compare(record(llama), record(None)).refusals  # validate, without the tokenizer here
