@@ -11,8 +11,8 @@ files record none), and the documents' lengths in power-of-two buckets (a bucket
 [2^b, 2^(b+1)), as smlaunch's headers keep them; a Megatron corpus's are counted from its index,
 one pass over 20 bytes a sequence, never over the tokens). `--documents A:B` prints documents A to
 B-1 of the channel, numbered across its files in reading order, one JSON object a line
-({"document", "input_ids"}): for a Megatron corpus a document is its sequences back to back, as
-its IndexedDataset gives them. Errors are one line on stderr and exit code 2.
+({"document", "input_ids"}, and "text" with --decode TOKENIZER): for a Megatron corpus a document
+is its sequences back to back, as its IndexedDataset gives them. Errors are one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from container.data import inspect_records as records
+from container.data.corpus import PackError
+from container.data.encoders import load_tokenizer
 from container.data.indexed import TokenStream
+from container.data.inspect_records import RecordError
 from launcher.wire.megatron_index import FORMAT, MegatronHeader
 from launcher.wire.megatron_index import length_buckets as megatron_lengths
 from launcher.wire.token_shards import ShardError, is_indexed
@@ -37,10 +40,32 @@ def parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     parser.add_argument("--documents", metavar="A:B", help="print documents A to B-1 (numbered across the "
                                                            "channel's files): their token ids, one JSON line each")
     parser.add_argument("--json", action="store_true", help="the summary as one JSON object")
+    parser.add_argument("--decode", metavar="TOKENIZER", help="with --documents: each document's text too, decoded "
+                                                              "by this tokenizer (a directory or Hub id), or 'bytes' "
+                                                              "for UTF-8 byte tokens")
     args = parser.parse_args(argv)
     if args.documents is not None:
         args.documents = _span(parser, args.documents)
+    elif args.decode is not None:
+        parser.error("--decode applies to --documents A:B")
     return args
+
+
+def decoder(name: str | None):
+    """ids -> text by the tokenizer named; None without one."""
+    if name is None:
+        return None
+    tokenizer = None if name == "bytes" else load_tokenizer(name)
+    size = 256 if tokenizer is None else len(tokenizer)
+
+    def decode(ids: list[int]) -> str:
+        # a tokenizer's decode drops an id it does not have without a word
+        bad = next((i for i in ids if not 0 <= i < size), None)
+        if bad is not None:
+            raise RecordError(f"--decode {name}: id {bad} is outside its {size:,} ids; name the corpus's tokenizer")
+        return bytes(ids).decode("utf-8", errors="replace") if tokenizer is None else tokenizer.decode(ids)
+
+    return decode
 
 
 def _span(parser: argparse.ArgumentParser, text: str) -> tuple[int, int | None]:
@@ -139,13 +164,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m container.dat
             raise FileNotFoundError(f"{path}: no such file or directory")
         stream = TokenStream(path) if is_indexed(path) else None
         if args.documents is not None:
+            decode = decoder(args.decode)
             found = (shard_documents(stream, *args.documents) if stream is not None else
                      records.documents(path, *args.documents))
             for number, ids in found:
-                print(json.dumps({"document": number, "input_ids": ids}))
+                decoded = {"text": decode(ids)} if decode is not None else {}
+                print(json.dumps({"document": number, "input_ids": ids, **decoded}, ensure_ascii=False))
             return 0
         report = summary(stream, path) if stream is not None else with_totals(records.summary(path, add_length))
-    except (ShardError, FileNotFoundError, records.RecordError, UnicodeDecodeError) as exc:
+    except (ShardError, FileNotFoundError, RecordError, PackError, UnicodeDecodeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=1) if args.json else text(report))

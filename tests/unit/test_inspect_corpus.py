@@ -8,6 +8,8 @@ import json
 
 from container.data.indexed import write_shards
 from container.data.inspect_corpus import main as inspect
+from tests.support.pack import DOCS as TEXTS
+from tests.support.pack import run, write_docs
 
 BYTES = {"name": "UTF-8 bytes", "vocabulary_sha256": None}
 DOCS = [[1, 2, 3], [], [4, 5, 6, 7, 8], list(range(100, 140))]
@@ -56,3 +58,21 @@ def test_inspect_reads_json_lines_records_as_the_job_cuts_their_documents(tmp_pa
     (tmp_path / "train" / "b.jsonl").write_text('{"messages": []}\n')
     assert inspect([str(tmp_path / "train")]) == 2
     assert "b.jsonl:1: not a token record (no list 'input_ids')" in capsys.readouterr().err
+
+
+def test_decode_prints_each_documents_text(tmp_path, capsys, tokenizer_dir):
+    texts = ["héllo wörld", "", "🦙 llamas"]
+    write_shards([list(t.encode()) for t in texts], tmp_path / "bytes", "train", vocab_size=256, tokenizer=BYTES)
+    assert inspect([str(tmp_path / "bytes"), "--documents", "0:3", "--decode", "bytes"]) == 0
+    assert [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == texts
+    assert run("--input", write_docs(tmp_path / "docs", TEXTS[:3]), "--tokenizer", tokenizer_dir, "--format",
+               "indexed", "--output-dir", tmp_path / "bpe") == 0
+    capsys.readouterr()
+    assert inspect([str(tmp_path / "bpe" / "train"), "--documents", "0:3", "--decode", str(tokenizer_dir)]) == 0
+    # the tokenizer's post-processor starts every document with <s>
+    assert [json.loads(line)["text"] for line in capsys.readouterr().out.splitlines()] == ["<s>" + t for t in TEXTS[:3]]
+    assert inspect([str(tmp_path / "bpe" / "train"), "--documents", "0:1", "--decode", "bytes"]) == 2  # ids past 255
+    assert "--decode bytes: id " in capsys.readouterr().err
+    write_shards([[5, 6, 299], [5, 300]], tmp_path / "wide", "train", vocab_size=400, tokenizer=BYTES)
+    assert inspect([str(tmp_path / "wide"), "--documents", "0:2", "--decode", str(tokenizer_dir)]) == 2
+    assert "id 300 is outside its 300 ids; name the corpus's tokenizer" in capsys.readouterr().err
