@@ -254,6 +254,9 @@ def gathered_backward(c: Ctx) -> MemoryTerm | None:
     if not c.w.fsdp:
         return None
     a, block = c.a, c.sz.block_gathered
+    if c.w.layout.pp > 1:  # the blocks stay gathered, their gradients accumulate (pipeline_accumulation)
+        return _term("gathered_backward", "running block's gradient (backward)", a * block / c.t,
+                     f"{a} B x {count(block)} / tp {c.t}: before it is added to the stage's fp32 gradients", BACKWARD)
     return _term("gathered_backward", "all-gathered block + grads (backward)",
                  (3 * a + 4) * block / c.t + 4 * c.sz.block / c.shards,
                  f"({a}+{a} B params, running and prefetched, + {a} B gradient + 4 B fp32 reduce-scatter "
@@ -270,6 +273,24 @@ def kept_unsharded(c: Ctx) -> MemoryTerm | None:
     return _term("kept_unsharded", "blocks kept unsharded after forward", L * c.a * c.sz.block_gathered / c.t,
                  f"{L} blocks x {c.a} B x {count(c.sz.block_gathered)} / tp {c.t} (sharding_strategy shard_grad_op)",
                  ("loss",) + LAST_BLOCK)
+
+
+def pipeline_accumulation(c: Ctx) -> MemoryTerm | None:
+    """(a·L·P_block + 4·(L·P_block + P_root / pp)) / t under pipeline parallelism with FSDP:
+    torch's schedule runs each microbatch's backward but the last without FSDP's reshard and
+    gradient reduction (PipelineStage.backward_maybe_with_nosync) and reduces once after them, so
+    through backward the stage's L = layers / pp blocks stay all-gathered and their gradients,
+    with its share of the root's, accumulate unsharded in fp32 (a trace's figures, BENCHMARKS.md)."""
+    w = c.w
+    if not w.fsdp or w.layout.pp == 1:
+        return None
+    L = w.spec.num_layers // w.layout.pp
+    grads = L * c.sz.block + c.sz.root / w.layout.pp
+    return _term("pipeline_accumulation", "stage's blocks gathered + fp32 gradients (pipeline)",
+                 (c.a * L * c.sz.block_gathered + 4 * grads) / c.t,
+                 f"{L} blocks x {count(c.sz.block_gathered)} x {c.a} B kept gathered + 4 B x {count(grads)} gradients "
+                 f"(the stage's blocks and its share of the root) / tp {c.t}, unsharded until the step's reduction",
+                 BACKWARD)
 
 
 def head_gradient(c: Ctx) -> MemoryTerm | None:
@@ -310,6 +331,8 @@ def block_gradients(c: Ctx) -> MemoryTerm | None:
     shards, 4·(L − 1)·P_block / (sharding group x tp), L the blocks of a pipeline stage;
     without, their fp32 .grad and the head's, 4·((L − 1)·P_block + P_head)."""
     L = c.w.spec.num_layers // c.w.layout.pp
+    if c.w.fsdp and c.w.layout.pp > 1:
+        return None  # no shard made before the step's end (pipeline_accumulation)
     if c.w.fsdp:
         shards = c.w.layout.sharding_group * c.t
         return _term("block_gradients", "gradients of the blocks done", 4 * (L - 1) * c.sz.block / shards,
@@ -474,7 +497,7 @@ def fp8_weights(c: Ctx) -> MemoryTerm | None:
 
 
 TERMS = (parameters, optimizer_state, gradients, optimizer_temporaries, rope_tables, eager_init,
-         root_unsharded, gathered_forward, gathered_backward, kept_unsharded, head_gradient,
+         root_unsharded, gathered_forward, gathered_backward, kept_unsharded, pipeline_accumulation, head_gradient,
          root_reduce_scatter, running_gradients, block_gradients, activations, first_block_activations,
          final_norm_and_head_input, block_forward, logits, block_backward, mlp_backward, attention, fp8_weights)
 
