@@ -31,8 +31,9 @@ def _where(base: type[MemTracker]) -> type[MemTracker]:
         """torch's tracker, noting the phase and innermost module at each new peak, over a step
         that runs the model's root more than once: gradient accumulation's micro-batches, a
         pipeline's microbatches. torch's trackers take a root's second forward for the next
-        iteration and refuse it; this one forgets the per-module statistics first (a fresh
-        iteration for them), while the step's peak, the figure the trace reports, goes on."""
+        iteration and refuse it; this one forgets that root's own statistics first (a fresh
+        iteration for it: another stage's, whose backward may be pending, stay), while the step's
+        peak, the figure the trace reports, goes on."""
 
         peak_at: dict[str, str] = {"phase": "start of the step", "module": "outside the model"}
         roots: tuple[torch.nn.Module, ...] = ()
@@ -48,7 +49,7 @@ def _where(base: type[MemTracker]) -> type[MemTracker]:
 
         def _root_again(self, module, _args) -> None:
             if module in self.roots and module in self.memory_tracking and not self._mod_tracker.is_bw:
-                self.reset_mod_stats()
+                del self.memory_tracking[module]
 
         def _update_peak_stats(self, peak_state) -> None:
             before = dict(self._peak_mem)

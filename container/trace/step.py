@@ -93,6 +93,15 @@ def _step_failure(exc: Exception, forward: ForwardStack) -> StepFailure:
     return _failed(f"the step's forward, in {name}", exc, module)
 
 
+def _run(step, model) -> None:
+    """One step; a failure names where in the model it happened."""
+    with ForwardStack(model) as forward:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - reported with the rank and the module, not swallowed
+            raise _step_failure(exc, forward) from exc
+
+
 class StepFailure(RuntimeError):
     """The layout could not be built or stepped: where, in which module, with its shapes."""
 
@@ -182,17 +191,13 @@ def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
                 loop.train_step(rt, model, pipe, optimizer, scheduler, micro, s, spec, sequences, guard=guard)
 
         checked = OutputCheck(pipe, hidden_state(rt, s, spec)) if pipe else None
-        with ForwardStack(model) as forward:
-            try:
-                step()  # untracked warm-up (see the module docstring)
-            except Exception as exc:  # noqa: BLE001 - reported with the rank and the module, not swallowed
-                raise _step_failure(exc, forward) from exc
+        _run(step, model)  # untracked warm-up (see the module docstring)
         if checked:
             checked.remove()
         held = Holdings(model, optimizer)
         tracker, counter = peak_tracker(model, optimizer, stages), CollectiveCounter(group_names(rt))
         with tracker, counter:
-            step()
+            _run(step, model)
         held.remove()
         kinds = peak_kinds(tracker, rt.device)
         return {"parameter_bytes": held.parameter_bytes, "gradient_bytes": held.gradient_bytes,
