@@ -89,7 +89,7 @@ class Pipeline:
 
     def __init__(self, rt: Runtime, stages: list[StageModule], indices: list[int], n_stages: int,
                  microbatches: int, shapes: StageShapes | None = None):
-        self.rt, self.microbatches = rt, microbatches
+        self.rt, self.microbatches, self.shapes = rt, microbatches, shapes
         self.stages = [PipelineStage(module, index, n_stages, rt.device, group=rt.pp_group,
                                      **(shapes(index) if shapes else {}))
                        for module, index in zip(stages, indices)]

@@ -69,17 +69,23 @@ def settle_the_vote(pipe: Pipeline) -> None:
 
 
 class OutputCheck:
-    """Each non-last stage's output, held to the hidden state the trace gave the next stage."""
+    """Each non-last stage's output, held to the shapes the trace declared for it (the next stage's input)."""
 
-    def __init__(self, pipe: Pipeline, expected: torch.Tensor) -> None:
-        self.expected = (tuple(expected.shape), expected.dtype)
-        self.hooks = [stage.submod.register_forward_hook(self._check) for stage in pipe.stages if not stage.is_last]
+    def __init__(self, pipe: Pipeline) -> None:
+        self.hooks = [stage.submod.register_forward_hook(self._check(pipe.shapes(stage.stage_index)["output_args"][0]))
+                      for stage in pipe.stages if not stage.is_last]
 
-    def _check(self, module, _args, output) -> None:
-        found = (tuple(output.shape), output.dtype)
-        if found != self.expected:
-            raise RuntimeError(f"a pipeline stage's output is {found}, where the trace gave the next stage "
-                               f"{self.expected}: the trace's shapes are wrong for this layout (a bug: report it)")
+    @staticmethod
+    def _check(declared: torch.Tensor):
+        expected = (tuple(declared.shape), declared.dtype)
+
+        def hook(_module, _args, output) -> None:
+            found = (tuple(output.shape), output.dtype)
+            if found != expected:
+                raise RuntimeError(f"a pipeline stage's output is {found}, where the trace gave the next stage "
+                                   f"{expected}: the trace's shapes are wrong for this layout (a bug: report it)")
+
+        return hook
 
     def remove(self) -> None:
         for hook in self.hooks:

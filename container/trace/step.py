@@ -37,7 +37,7 @@ from container.models.moe import routed_by
 from container.resilience.nonfinite import nonfinite_guard
 from container.trace.collectives import CollectiveCounter, group_names
 from container.trace.memory import WRAPPERS, peak_kinds, peak_tracker
-from container.trace.pipeline import OutputCheck, hidden_state, settle_the_vote, stage_shapes, vote_unsupported
+from container.trace.pipeline import OutputCheck, settle_the_vote, stage_shapes, vote_unsupported
 from container.trace.routing import EvenRouting
 from launcher.wire.trace_record import TraceRequest
 from launcher.wire.training.degrees import ModelParallelParameters
@@ -111,6 +111,8 @@ def _failed(where: str, exc: Exception, module=None) -> StepFailure:
     if module is not None:
         params = [f"{name} {tuple(p.shape)}" for name, p in list(module.named_parameters())[:6]]
         shapes = f" (its parameters: {', '.join(params)})" if params else ""
+    while exc.__cause__ is not None:  # what failed, not the wrappers around it (a pipeline stage's)
+        exc = exc.__cause__
     return StepFailure(f"{where}{shapes}: {type(exc).__name__}: {exc}")
 
 
@@ -190,7 +192,7 @@ def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
             with routed_by(EvenRouting()):  # MoE layers: fake tensors have no counts to route by
                 loop.train_step(rt, model, pipe, optimizer, scheduler, micro, s, spec, sequences, guard=guard)
 
-        checked = OutputCheck(pipe, hidden_state(rt, s, spec)) if pipe else None
+        checked = OutputCheck(pipe) if pipe else None
         _run(step, model)  # untracked warm-up (see the module docstring)
         if checked:
             checked.remove()
