@@ -6,7 +6,6 @@ Controls: another rank or target set changes the result; without use_peft everyt
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -19,30 +18,14 @@ from container.data.loader import shift_labels
 from container.models.llama import build_model
 from container.models.lora import LoRALinear, adapter_names, apply_lora
 from container.trainer import adapters
-from launcher.wire.training.hf_config import spec_from_hf_config
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from launcher.wire.training.lora import LoraSettings, lora_settings
 from tests.support.close import assert_close, llama_terms, logits_terms
-from tests.support.hf_models import SEQ, llama_config, save_llama
-from tests.support.peft_reference import lora_model, torchao_off
+from tests.support.hf_models import SEQ
+from tests.support.peft_reference import ALL_LINEAR as ALL
+from tests.support.peft_reference import lora_model, ours_with_adapters, random_tokens, torchao_off
 
 BATCH = 2
-ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("base")
-    save_llama(directory, llama_config())
-    return directory, spec_from_hf_config(json.loads((directory / "config.json").read_text()), "tiny")
-
-
-def _ours(directory, spec, lora: LoraSettings):
-    """The model as the runtime builds it: adapters on, then the base's weights loaded around them."""
-    model = build_model(spec, SEQ)
-    apply_lora(model, lora, seed=0)
-    load_hf_weights(model, directory, exclude=adapter_names(model))
-    return model
 
 
 def _reference(directory, lora: LoraSettings):
@@ -69,8 +52,8 @@ def _same_adapters(ours, reference, seed: int = 5) -> None:
 
 
 def _batch(vocab: int, seed: int = 3):
-    tokens = torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
-    return tokens, shift_labels(tokens)
+    ids = random_tokens(vocab, BATCH, seed)
+    return ids, shift_labels(ids)
 
 
 def _our_loss(model, tokens, labels):
@@ -83,18 +66,18 @@ def _reference_grads(reference) -> dict[str, torch.Tensor]:
     return {name.replace(".default", ""): p.grad for name, p in reference.named_parameters() if p.requires_grad}
 
 
-def _pair(base, **settings):
-    directory, spec = base
+def _pair(lora_base, **settings):
+    directory, spec = lora_base
     lora = LoraSettings(dropout=0.0, **settings)
-    ours, reference = _ours(directory, spec, lora), _reference(directory, lora)
+    ours, reference = ours_with_adapters(directory, spec, lora), _reference(directory, lora)
     _same_adapters(ours, reference)
     return spec, ours, reference
 
 
 @pytest.mark.parametrize("settings", [{"r": 8, "alpha": 16, "targets": ALL},
                                       {"r": 4, "alpha": 32, "targets": ("q_proj", "v_proj"), "rslora": True}])
-def test_logits_loss_and_every_adapter_gradient_equal_peft(base, settings):
-    spec, ours, reference = _pair(base, **settings)
+def test_logits_loss_and_every_adapter_gradient_equal_peft(lora_base, settings):
+    spec, ours, reference = _pair(lora_base, **settings)
     tokens, labels = _batch(spec.vocab_size)
     with torch.no_grad():
         assert_close(ours(tokens), reference(tokens).logits, terms=logits_terms(spec, SEQ), what="logits")
@@ -114,9 +97,9 @@ def test_logits_loss_and_every_adapter_gradient_equal_peft(base, settings):
     assert all(p.grad is None for p in reference.parameters() if not p.requires_grad)
 
 
-def test_dropout_is_on_the_adapters_input_as_peft_s(base):
+def test_dropout_is_on_the_adapters_input_as_peft_s(lora_base):
     """In training mode, from the same generator state: the same elements dropped, in the same order."""
-    spec, ours, reference = _pair(base, r=8, alpha=16, targets=ALL)
+    spec, ours, reference = _pair(lora_base, r=8, alpha=16, targets=ALL)
     ours.train()
     reference.train()
     for module in ours.modules():
@@ -136,11 +119,11 @@ def test_dropout_is_on_the_adapters_input_as_peft_s(base):
         assert_close(_our_loss(ours, tokens, labels), expected, terms=llama_terms(spec, SEQ, BATCH * SEQ))
 
 
-def test_adamw_steps_equal_a_hand_loop_with_peft(base):
+def test_adamw_steps_equal_a_hand_loop_with_peft(lora_base):
     """In float64, held to float32's tolerance: Adam divides each gradient by its own magnitude, which
     magnifies rounding wherever a gradient nearly cancels; float64 keeps that far below the tolerance,
     and an update that differs (a missed weight decay, another lr or beta, a base weight stepped) shows."""
-    spec, ours, reference = _pair(base, r=8, alpha=16, targets=ALL)
+    spec, ours, reference = _pair(lora_base, r=8, alpha=16, targets=ALL)
     ours, reference = ours.double(), reference.double()
     lr, wd, betas, clip = 1e-2, 0.1, (0.9, 0.95), 0.5
     optimizer = optim.build_optimizer(ours, lr=lr, weight_decay=wd, betas=betas)
@@ -170,22 +153,22 @@ def test_adamw_steps_equal_a_hand_loop_with_peft(base):
                          what=name)
 
 
-def test_another_rank_or_target_set_changes_the_result(base):
+def test_another_rank_or_target_set_changes_the_result(lora_base):
     """Controls: the comparison above tells adapters apart."""
-    spec, ours, reference = _pair(base, r=8, alpha=16, targets=ALL)
+    spec, ours, reference = _pair(lora_base, r=8, alpha=16, targets=ALL)
     tokens, _ = _batch(spec.vocab_size)
     with torch.no_grad():
         expected = reference(tokens).logits
         for other in ({"r": 4, "alpha": 16, "targets": ALL}, {"r": 8, "alpha": 16, "targets": ("q_proj",)}):
-            _, changed, _ = _pair(base, **other)
+            _, changed, _ = _pair(lora_base, **other)
             with pytest.raises(AssertionError, match="off by more than"):
                 assert_close(changed(tokens), expected, terms=logits_terms(spec, SEQ))
 
 
-def test_adapters_start_as_peft_s_and_leave_the_first_loss_the_base_s(base):
-    directory, spec = base
+def test_adapters_start_as_peft_s_and_leave_the_first_loss_the_base_s(lora_base):
+    directory, spec = lora_base
     lora = LoraSettings(r=8, alpha=16, targets=ALL)
-    ours, plain = _ours(directory, spec, lora), build_model(spec, SEQ)
+    ours, plain = ours_with_adapters(directory, spec, lora), build_model(spec, SEQ)
     load_hf_weights(plain, directory)
     for module in ours.modules():
         if isinstance(module, LoRALinear):  # kaiming-uniform with a = sqrt(5): bound 1 / sqrt(fan_in)
@@ -197,8 +180,8 @@ def test_adapters_start_as_peft_s_and_leave_the_first_loss_the_base_s(base):
         assert torch.equal(_our_loss(ours, tokens, labels), _our_loss(plain, tokens, labels))
 
 
-def test_without_use_peft_every_parameter_trains(base):
-    _, spec = base
+def test_without_use_peft_every_parameter_trains(lora_base):
+    _, spec = lora_base
     assert adapters(TrainingHyperparameters(), spec) is None
     hp = TrainingHyperparameters(use_peft=True)
     assert lora_settings(hp, spec).targets == ("q_proj", "v_proj")  # peft's default for a Llama
