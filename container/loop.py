@@ -37,6 +37,7 @@ from container.loss import label_tokens, token_loss_sum
 from container.memory_snapshots import MemorySnapshots
 from container.metrics import MetricsWriter, Throughput
 from container.models.llama import Transformer
+from container.models.lora import seed_dropout
 from container.models.moe import load_balancing_sum
 from container.profiling import StepProfiler
 from container.progress import ProgressWriter
@@ -198,6 +199,8 @@ def _train_one(run: Run, meters: _Meters, step: int) -> _Step:
     rt, s = run.rt, run.s
     _sync(rt)
     inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
+    if run.lora is not None and run.lora.dropout:
+        seed_dropout(s.seed, step, rt.rank)
     meters.profiler.before(step)
     meters.snapshots.before(step)
     t0 = time.perf_counter()
@@ -299,13 +302,18 @@ def _complete_artifact(sources: pretrained.Sources, model_dir: Path) -> None:
 
 @torch.no_grad()
 def validate(rt: Runtime, model: Transformer, loader: data.ValidationLoader, s: RunSettings, cp_shard) -> float:
+    """The validation loss, in eval mode (LoRA's dropout off), training mode again after."""
     loss_sum = torch.zeros((), device=rt.device)
     tokens = torch.zeros((), device=rt.device)
-    for batch in loader:
-        with loss_context(rt.layout.tp):
-            loss, n = token_loss_sum(model, _to(cp_shard(batch), rt.device), s.loss_chunk_tokens)
-        loss_sum += loss
-        tokens += n
+    model.eval()
+    try:
+        for batch in loader:
+            with loss_context(rt.layout.tp):
+                loss, n = token_loss_sum(model, _to(cp_shard(batch), rt.device), s.loss_chunk_tokens)
+            loss_sum += loss
+            tokens += n
+    finally:
+        model.train()
     return (_all_sum(loss_sum, rt.loss_group) / _all_sum(tokens, rt.loss_group)).item()
 
 

@@ -189,3 +189,27 @@ def test_without_use_peft_every_parameter_trains(lora_base):
     assert all(p.requires_grad for p in model.parameters())
     apply_lora(model, adapters(hp, spec), seed=0)
     assert {n for n, p in model.named_parameters() if p.requires_grad} == set(adapter_names(model))
+
+
+def test_activation_checkpointing_recomputes_the_dropout_the_forward_drew(lora_base):
+    """Its recomputation must drop what the forward dropped, or the gradients are of another function."""
+    from container.distributed.parallelize import apply_activation_checkpointing
+
+    directory, spec = lora_base
+    lora = LoraSettings(r=8, alpha=16, dropout=0.3, targets=ALL)
+    plain, checkpointed = (ours_with_adapters(directory, spec, lora) for _ in range(2))
+    apply_activation_checkpointing(checkpointed)
+    tokens, labels = _batch(spec.vocab_size)
+    grads = []
+    for model in (plain, checkpointed):
+        with torch.no_grad():  # B non-zero, the same in both
+            for name, parameter in model.named_parameters():
+                if "lora_B" in name:
+                    parameter.fill_(0.01)
+        torch.manual_seed(11)
+        _our_loss(model, tokens, labels).backward()
+        grads.append({n.replace("_checkpoint_wrapped_module.", ""): p.grad  # the wrapper's part of the name
+                      for n, p in model.named_parameters() if p.requires_grad})
+    assert grads[1].keys() == grads[0].keys()
+    for name, grad in grads[0].items():
+        assert_close(grads[1][name], grad, terms=llama_terms(spec, SEQ, BATCH * SEQ), what=name)
