@@ -37,7 +37,6 @@ from container.loss import label_tokens, token_loss_sum
 from container.memory_snapshots import MemorySnapshots
 from container.metrics import MetricsWriter, Throughput
 from container.models.llama import Transformer
-from container.models.lora import seed_dropout
 from container.models.moe import load_balancing_sum
 from container.profiling import StepProfiler
 from container.progress import ProgressWriter
@@ -199,8 +198,6 @@ def _train_one(run: Run, meters: _Meters, step: int) -> _Step:
     rt, s = run.rt, run.s
     _sync(rt)
     inject.at_step(step)  # tests only: a fault SMLAUNCH_FAULT_INJECTION names
-    if run.lora is not None and run.lora.dropout:
-        seed_dropout(s.seed, step, rt.rank)
     meters.profiler.before(step)
     meters.snapshots.before(step)
     t0 = time.perf_counter()

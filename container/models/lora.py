@@ -106,9 +106,3 @@ def adapter_names(model: nn.Module) -> list[str]:
     leave out of the names, where named_parameters has them)."""
     return [name for name in model.state_dict() if is_adapter(name)]
 
-
-def seed_dropout(seed: int, step: int, rank: int) -> None:
-    """Seed the generator the adapters' dropout draws from with (seed, step, rank): a step's masks are
-    the same whether the run started there, resumed there or built its model another way (a delayed
-    init draws from the generator on rank 0 only). Another layout draws other masks."""
-    torch.manual_seed((seed * 1_000_003 + step) * 65_537 + rank)
