@@ -6,6 +6,7 @@ Controls: another rank or target set changes the result; without use_peft everyt
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -18,8 +19,9 @@ from container.data.loader import shift_labels
 from container.models.llama import build_model
 from container.models.lora import LoRALinear, adapter_names, apply_lora
 from container.trainer import adapters
+from launcher.wire.training.hf_config import spec_from_hf_config
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
-from launcher.wire.training.lora import LoraSettings, lora_settings
+from launcher.wire.training.lora import LoraSettings, lora_settings, target_kinds
 from tests.support.close import assert_close, llama_terms, logits_terms
 from tests.support.hf_models import SEQ
 from tests.support.peft_reference import ALL_LINEAR as ALL
@@ -35,7 +37,11 @@ def _reference(directory, lora: LoraSettings):
                       lora_dropout=lora.dropout, target_modules=list(lora.targets), use_rslora=lora.rslora)
 
 
-def _same_adapters(ours, reference, seed: int = 5) -> None:
+def _family(spec) -> str:
+    return "gpt_neox" if spec.is_gpt_neox else "llama"
+
+
+def _same_adapters(ours, reference, family: str, seed: int = 5) -> None:
     """Random adapters (A and B) into ours, and the same into peft's under the names its files use."""
     from peft import set_peft_model_state_dict
 
@@ -45,7 +51,7 @@ def _same_adapters(ours, reference, seed: int = 5) -> None:
         for name, parameter in ours.named_parameters():
             if parameter.requires_grad:
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
-                state[peft_name(name)] = parameter.detach().clone()
+                state[peft_name(name, family)] = parameter.detach().clone()
     with torchao_off():
         result = set_peft_model_state_dict(reference, state)
     assert not result.unexpected_keys, result.unexpected_keys
@@ -70,14 +76,36 @@ def _pair(lora_base, **settings):
     directory, spec = lora_base
     lora = LoraSettings(dropout=0.0, **settings)
     ours, reference = ours_with_adapters(directory, spec, lora), _reference(directory, lora)
-    _same_adapters(ours, reference)
+    _same_adapters(ours, reference, _family(spec))
     return spec, ours, reference
+
+
+@pytest.fixture(scope="module")
+def neox_base(tmp_path_factory):
+    """A tiny GPT-NeoX (Pythia's shape: RoPE on a quarter of each head, parallel residual, biases)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(vocab_size=320, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=128, max_position_embeddings=SEQ, rotary_pct=0.25, hidden_act="gelu",
+                           use_parallel_residual=True, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("neox")
+    GPTNeoXForCausalLM(config).save_pretrained(directory)
+    return directory, spec_from_hf_config(json.loads((directory / "config.json").read_text()), "tiny-neox")
 
 
 @pytest.mark.parametrize("settings", [{"r": 8, "alpha": 16, "targets": ALL},
                                       {"r": 4, "alpha": 32, "targets": ("q_proj", "v_proj"), "rslora": True}])
 def test_logits_loss_and_every_adapter_gradient_equal_peft(lora_base, settings):
-    spec, ours, reference = _pair(lora_base, **settings)
+    _check_against_peft(lora_base, settings)
+
+
+def test_gpt_neox_s_adapters_equal_peft_s(neox_base):
+    _check_against_peft(neox_base, {"r": 8, "alpha": 16, "targets": target_kinds(neox_base[1])})
+
+
+def _check_against_peft(base, settings):
+    spec, ours, reference = _pair(base, **settings)
     tokens, labels = _batch(spec.vocab_size)
     with torch.no_grad():
         assert_close(ours(tokens), reference(tokens).logits, terms=logits_terms(spec, SEQ), what="logits")
@@ -91,7 +119,7 @@ def test_logits_loss_and_every_adapter_gradient_equal_peft(lora_base, settings):
     trained = {name: p for name, p in ours.named_parameters() if p.requires_grad}
     assert len(trained) == len(grads) == 2 * len(settings["targets"]) * spec.num_layers
     for name, parameter in trained.items():
-        assert_close(parameter.grad, grads[peft_name(name)], terms=terms, what=f"grad of {name}")
+        assert_close(parameter.grad, grads[peft_name(name, _family(spec))], terms=terms, what=f"grad of {name}")
     # the base is frozen: no gradient anywhere else, in either
     assert all(p.grad is None for name, p in ours.named_parameters() if name not in trained)
     assert all(p.grad is None for p in reference.parameters() if not p.requires_grad)
