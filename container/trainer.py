@@ -212,7 +212,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     optimizer, scheduler = build_optimization(model, s)
     holdings.log_after_first_step(rt.rank, model, optimizer)  # to compare with `smlaunch plan --trace`
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
-                                     identity=RunIdentity(s, spec, rt.dp_size, rows),
+                                     identity=RunIdentity(s, spec, rt.dp_size, rows, lora),
                                      async_mode=s.checkpoint_async_mode, timeout=rt.collective_timeout,
                                      streams=stream_record(loader.source, s, dirs)) if s.checkpoint_freq else None
     start_step, extra = resume(rt, dirs, checkpointer, model, optimizer, scheduler, loader)

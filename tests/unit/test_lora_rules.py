@@ -89,3 +89,22 @@ def test_the_trainable_share_is_peft_s(hp):
     reference = lora_model(LlamaForCausalLM(config), r=lora.r, lora_alpha=lora.alpha,
                            target_modules=hp.get("lora_target_modules"), modules_to_save=hp.get("lora_modules_to_save"))
     assert trainable_parameters(spec, lora) == reference.get_nb_trainable_parameters()
+
+
+def test_a_resume_keeps_the_adapters_the_checkpoint_holds():
+    from launcher.wire.training.resume import RunIdentity
+    from launcher.wire.training.run_settings import run_settings
+
+    spec = PRESETS["llama3-tiny"]
+    settings = run_settings(TrainingHyperparameters(), None, 1)
+
+    def identity(**hp):
+        lora = lora_settings(TrainingHyperparameters(**hp), spec)
+        return RunIdentity(settings, spec, 1, adapters=lora)
+
+    saved = identity(use_peft=True, lora_r=8).record()
+    assert saved["adapters"] == "r 8, alpha 32 on q_proj,v_proj"
+    assert identity(use_peft=True, lora_r=8, lora_dropout=0.2, merge_weights=True).conflicts(saved) == []  # control
+    for other in ({"use_peft": True, "lora_r": 16}, {}):
+        [line] = identity(**other).conflicts(saved)
+        assert line.startswith("LoRA adapters (use_peft, lora_r,") and "train the adapters the checkpoint" in line
