@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from launcher.config import validate_job
 from launcher.wire.training.hf_config import spec_from_hf_config
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from launcher.wire.training.lora import describe, lora_settings, trainable_parameters
@@ -108,3 +109,10 @@ def test_a_resume_keeps_the_adapters_the_checkpoint_holds():
     for other in ({"use_peft": True, "lora_r": 16}, {}):
         [line] = identity(**other).conflicts(saved)
         assert line.startswith("LoRA adapters (use_peft, lora_r,") and "train the adapters the checkpoint" in line
+
+
+def test_the_plan_says_it_sizes_a_lora_job_as_the_full_fine_tune(runtime_dir):
+    from launcher.plan.workload import modeled_program
+
+    assert "use_peft=1 is sized as the full fine-tune" in modeled_program(validate_job(make_job(runtime_dir, hp=LORA)))
+    assert "use_peft" not in modeled_program(validate_job(make_job(runtime_dir)))
