@@ -44,6 +44,7 @@ from container.run_data import chat_tokenizer, check_tokenizer, stream_record
 from container.trackers import open_trackers
 from launcher.wire.training import aws_arguments
 from launcher.wire.training.data_order import mixture_issues
+from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
 from launcher.wire.training.lora import LoraSettings, lora_issues, lora_settings, model_lora_issues
 from launcher.wire.training.lora import describe as describe_lora
@@ -145,15 +146,16 @@ def check_writable(directories: dict[str, Path]) -> None:
                 f"or point {label} at a directory this job can write") from exc
 
 
-def refuse_unimplemented(hp: TrainingHyperparameters, params) -> None:
+def refuse_unimplemented(hp: TrainingHyperparameters, params: ModelParallelParameters | None = None) -> None:
     """AWS's script's arguments that this runtime does not do, trackers' settings that would do
     nothing, a data_mixture the loader cannot read, the speed settings this GPU or library cannot
     run, what compile cannot compile and what LoRA does not compose with (`params`: the job's
-    degrees) fail the job before anything is built, with validation's words
+    degrees, all 1 if not given) fail the job before anything is built, with validation's words
     (launcher.wire.training.aws_arguments, tracker_rules, data_order, speed_rules, lora)."""
     problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
                 + speed_issues(hp) + compile_issues(hp))
-    _refuse(problems + [i for i in lora_issues(hp, params) if i.level == "error"])
+    lora = lora_issues(hp, params or ModelParallelParameters())
+    _refuse(problems + [i for i in lora if i.level == "error"])
 
 
 def _refuse(problems: list) -> None:

@@ -116,3 +116,16 @@ def test_the_plan_says_it_sizes_a_lora_job_as_the_full_fine_tune(runtime_dir):
 
     assert "use_peft=1 is sized as the full fine-tune" in modeled_program(validate_job(make_job(runtime_dir, hp=LORA)))
     assert "use_peft" not in modeled_program(validate_job(make_job(runtime_dir)))
+
+
+def test_the_runtime_refuses_what_validation_refuses():
+    from container.args import parse_args
+    from container.trainer import adapters, refuse_unimplemented
+    from launcher.wire.training.degrees import ModelParallelParameters
+
+    hp = parse_args(["--use_peft", "1", "--lora_target_modules", "['q_proj', 'qproj']"])[0]  # as the toolkit passes
+    refuse_unimplemented(hp)  # the control: its degrees are all 1
+    with pytest.raises(ValueError, match="tensor_parallel_degree = 2: with use_peft"):
+        refuse_unimplemented(hp, ModelParallelParameters(tensor_parallel_degree=2))
+    with pytest.raises(ValueError, match='lora_target_modules = "qproj": llama3-tiny has no linear layer'):
+        adapters(hp, PRESETS["llama3-tiny"])
