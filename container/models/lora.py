@@ -27,7 +27,7 @@ ADAPTER_PARTS = ("lora_A", "lora_B")
 
 class LoRALinear(nn.Linear):
     """A frozen linear layer and its low-rank adapter; built from the layer it replaces, on its device
-    (the meta device too: then `reset_adapter` runs after materialisation)."""
+    (the meta device too: a delayed init then takes the adapters from rank 0's copy, as it takes the base)."""
 
     def __init__(self, base: nn.Linear, lora: LoraSettings):
         nn.Module.__init__(self)  # not nn.Linear's: the base's parameters are taken, not made
