@@ -129,3 +129,14 @@ def test_the_runtime_refuses_what_validation_refuses():
         refuse_unimplemented(hp, ModelParallelParameters(tensor_parallel_degree=2))
     with pytest.raises(ValueError, match='lora_target_modules = "qproj": llama3-tiny has no linear layer'):
         adapters(hp, PRESETS["llama3-tiny"])
+
+
+def test_a_sweep_tunes_lora_s_rank_and_alpha_and_every_trial_is_checked(runtime_dir):
+    def sweep(r_range):
+        return make_job(runtime_dir, hp=LORA, tuning={
+            "objective": {"metric": "train:loss", "type": "Minimize"}, "strategy": "Random", "max_jobs": 4,
+            "max_parallel_jobs": 2, "ranges": {"lora_r": {"kind": "integer", **r_range},
+                                               "lora_alpha": {"kind": "categorical", "values": ["8", "64"]}}})
+
+    assert paths(sweep({"min_value": 4, "max_value": 64})) == []
+    assert "tuning.ranges.lora_r" in paths(sweep({"min_value": 0, "max_value": 64}))  # a trial of r 0
