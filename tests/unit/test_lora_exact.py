@@ -104,6 +104,20 @@ def test_gpt_neox_s_adapters_equal_peft_s(neox_base):
     _check_against_peft(neox_base, {"r": 8, "alpha": 16, "targets": target_kinds(neox_base[1])})
 
 
+def test_mistral_s_adapters_equal_peft_s(tmp_path):
+    """Llama's block with a sliding window of 16 keys, shorter than the sequence."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(vocab_size=320, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=96, max_position_embeddings=SEQ,
+                           sliding_window=16, rope_parameters={"rope_theta": 10000.0, "rope_type": "default"})
+    torch.manual_seed(0)
+    MistralForCausalLM(config).save_pretrained(tmp_path)
+    spec = spec_from_hf_config(json.loads((tmp_path / "config.json").read_text()), "tiny-mistral")
+    assert spec.sliding_window == 16
+    _check_against_peft((tmp_path, spec), {"r": 8, "alpha": 16, "targets": ALL})
+
+
 def _check_against_peft(base, settings):
     spec, ours, reference = _pair(base, **settings)
     tokens, labels = _batch(spec.vocab_size)
