@@ -154,8 +154,10 @@ def refuse_unimplemented(hp: TrainingHyperparameters, params: ModelParallelParam
     (launcher.wire.training.aws_arguments, tracker_rules, data_order, speed_rules, lora)."""
     problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
                 + speed_issues(hp) + compile_issues(hp))
-    lora = lora_issues(hp, params or ModelParallelParameters())
-    _refuse(problems + [i for i in lora if i.level == "error"])
+    lora_problems = lora_issues(hp, params or ModelParallelParameters())
+    for warning in (i for i in lora_problems if i.level == "warning"):  # a LoRA setting without use_peft
+        log.warning("%s", warning)
+    _refuse(problems + [i for i in lora_problems if i.level == "error"])
 
 
 def _refuse(problems: list) -> None:
