@@ -69,11 +69,8 @@ def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings, sources: 
     (delayed init, or eager init before sharding; then the pretrained weights, when the job names them)."""
     check_moe_layout(rt.params, spec.num_experts)
 
-    def built(device) -> Transformer:  # the adapters before any wrapping, so FSDP shards them with their block
-        model = build_model(spec, s.seq_len, device=device, vocab_rows=vocab_rows)
-        if lora is not None:
-            apply_lora(model, lora, s.seed)
-        return model
+    def built(device) -> Transformer:
+        return build_adapted_model(spec, s, device, vocab_rows, lora)
 
     model = built("meta" if s.delayed_init else rt.device)
     if not s.delayed_init:  # seeded right before init_weights, as the delayed path does on rank 0
@@ -91,6 +88,16 @@ def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings, sources: 
         log.info("model %s: %s parameters, %s", spec.name, f"{model.num_params(exclude_embedding=False):,}", origin)
         if lora is not None:
             log.info("%s; the base is frozen", describe_lora(spec, lora))
+    return model
+
+
+def build_adapted_model(spec: ModelSpec, s: RunSettings, device, vocab_rows: int | None = None,
+                        lora: LoraSettings | None = None) -> Transformer:
+    """The model, with LoRA's adapters when the job trains them: before any wrapping, so FSDP shards
+    them with their block."""
+    model = build_model(spec, s.seq_len, device=device, vocab_rows=vocab_rows)
+    if lora is not None:
+        apply_lora(model, lora, s.seed)
     return model
 
 

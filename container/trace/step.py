@@ -32,7 +32,6 @@ from container.distributed.parallelize import allocate
 from container.distributed.pipeline import Pipeline, build_pipeline
 from container.distributed.runtime import Runtime, init_runtime
 from container.holdings import Holdings
-from container.models.llama import build_model
 from container.models.moe import routed_by
 from container.resilience.nonfinite import nonfinite_guard
 from container.trace.collectives import CollectiveCounter, group_names
@@ -76,7 +75,8 @@ def trace_rank(request: TraceRequest) -> dict:
         why = not_traced(rt, s)
         if why:
             return {**result, "not_traced": why}
-        return {**result, **_traced_step(rt, s, spec), "seconds": round(time.perf_counter() - started, 2)}
+        lora = trainer.adapters(hp, spec)
+        return {**result, **_traced_step(rt, s, spec, lora), "seconds": round(time.perf_counter() - started, 2)}
     except StepFailure as exc:
         return {"rank": request.rank, "error": f"rank {request.rank} of {request.world_size}: {exc}"}
     finally:
@@ -147,7 +147,7 @@ class ForwardStack:
         return ".".join(p for p in self.names[module].split(".") if p not in WRAPPERS) or "the model's root", module
 
 
-def _build(rt: Runtime, s: RunSettings, spec) -> tuple[torch.nn.Module, Pipeline | None]:
+def _build(rt: Runtime, s: RunSettings, spec, lora) -> tuple[torch.nn.Module, Pipeline | None]:
     """The rank's model on the meta device, parallelized as container.trainer does (outside fake
     mode: the meshes it builds hold real tensors); under pp, its stages and their pipeline, the
     stages' shapes given up front (container.trace.pipeline)."""
@@ -157,7 +157,7 @@ def _build(rt: Runtime, s: RunSettings, spec) -> tuple[torch.nn.Module, Pipeline
             model, pipe = build_pipeline(rt, spec, s, trainer.parallelize, device=torch.device("meta"), shapes=shapes)
             settle_the_vote(pipe)
             return model, pipe
-        model = build_model(spec, s.seq_len, device="meta")
+        model = trainer.build_adapted_model(spec, s, "meta", lora=lora)  # LoRA's adapters where the job has them
         trainer.parallelize(rt, model, s)
         return model, None
     except Exception as exc:  # noqa: BLE001 - reported with the rank, not swallowed
@@ -165,8 +165,8 @@ def _build(rt: Runtime, s: RunSettings, spec) -> tuple[torch.nn.Module, Pipeline
                       "checkpointing, FSDP; under pp container.distributed.pipeline.build_pipeline)", exc) from exc
 
 
-def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
-    model, pipe = _build(rt, s, spec)
+def _traced_step(rt: Runtime, s: RunSettings, spec, lora) -> dict:
+    model, pipe = _build(rt, s, spec, lora)
     stages = tuple(stage.submod for stage in pipe.stages) if pipe else ()
     with FakeTensorMode(allow_non_fake_inputs=True):
         for module in (model, *stages):  # a merged model does not hold its stages' buffers

@@ -7,7 +7,8 @@ are each a family's: FSDP2 over both ranks, tensor parallelism (its norms are re
 figures change: the control), hybrid sharding that replicates the whole model on each rank,
 context parallelism (its K/V all-gathers among the collectives), expert parallelism on the tiny
 Mixtral (its tokens' all-to-alls among the collectives), pipeline parallelism (each rank one stage,
-its sends and receives among the collectives), FSDP2 with two accumulation passes a step, and at
+its sends and receives among the collectives), FSDP2 with two accumulation passes a step, LoRA
+(all-linear adapters of rank 4 on the frozen base, sharded with it), and at
 world 4 HSDP: 2 replicas of a 2-way shard (the replicas' gradient all-reduce among the collectives).
 The collectives are compared too: each rank's second step of the real run counted by the trace's own
 counter (tests/support/counted_steps.py) against the trace's traced step: kind, group, count, bytes.
@@ -35,9 +36,11 @@ HOLDS = re.compile(r"rank (\d+) holds .*\(([\d,]+) / ([\d,]+) / ([\d,]+) B\)")
 LAYOUTS = {"fsdp2": (2, "hybrid_shard_degree=2"), "tp2": (2, "tensor_parallel_degree=2"),
            "replicated": (2, "hybrid_shard_degree=1"), "cp2": (2, "context_parallel_degree=2"),
            "hsdp4": (4, "hybrid_shard_degree=2"), "ep2": (2, "expert_parallel_degree=2"),
-           "pp2": (2, "pipeline_parallel_degree=2,microbatches=2"), "fsdp2_accum2": (2, "hybrid_shard_degree=2")}
+           "pp2": (2, "pipeline_parallel_degree=2,microbatches=2"), "fsdp2_accum2": (2, "hybrid_shard_degree=2"),
+           "lora_fsdp2": (2, "hybrid_shard_degree=2")}
 EXTRA = {"ep2": {"model_preset": "mixtral-tiny", "train_batch_size": 2},  # its experts split over the 2 ranks
-         "fsdp2_accum2": {"gradient_accumulation_steps": 2}}  # the root's forward twice a step
+         "fsdp2_accum2": {"gradient_accumulation_steps": 2},  # the root's forward twice a step
+         "lora_fsdp2": {"use_peft": 1, "lora_target_modules": "all-linear", "lora_r": 4}}  # adapters on a frozen base
 
 
 def logged_holdings(tmp: Path) -> dict[int, tuple[int, int, int]]:
@@ -100,6 +103,8 @@ def test_the_layouts_hold_different_figures(holdings):
     assert holdings["cp2"][0][0] == rank0["fsdp2"]  # cp ranks shard the parameters as dp_shard ranks do
     assert holdings["hsdp4"][0][0] == rank0["fsdp2"]  # 2 replicas of a 2-way shard: each rank holds half
     assert holdings["fsdp2_accum2"][0] == holdings["fsdp2"][0]  # accumulation holds what one pass holds
+    lora, full = holdings["lora_fsdp2"][0][0], rank0["fsdp2"]
+    assert lora[0] > full[0] and lora[1] < full[1] / 10  # the base and its adapters; the adapters' gradients
     # pipeline stages hold their own layers whole: the embedding's stage and the head's differ
     assert holdings["pp2"][0][0] != holdings["pp2"][0][1]
     fsdp, replicated = rank0["fsdp2"][0], rank0["replicated"][0]

@@ -111,10 +111,11 @@ def test_a_resume_keeps_the_adapters_the_checkpoint_holds():
         assert line.startswith("LoRA adapters (use_peft, lora_r,") and "train the adapters the checkpoint" in line
 
 
-def test_the_plan_says_it_sizes_a_lora_job_as_the_full_fine_tune(runtime_dir):
+def test_the_plan_says_what_it_models_of_a_lora_job(runtime_dir):
     from launcher.plan.workload import modeled_program
 
-    assert "use_peft=1 is sized as the full fine-tune" in modeled_program(validate_job(make_job(runtime_dir, hp=LORA)))
+    said = modeled_program(validate_job(make_job(runtime_dir, hp=LORA)))
+    assert "the frozen base without gradients or optimizer state" in said and "not modelled yet" in said
     assert "use_peft" not in modeled_program(validate_job(make_job(runtime_dir)))
 
 

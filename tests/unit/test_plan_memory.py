@@ -285,3 +285,26 @@ def test_the_first_blocks_backward_holds_every_other_blocks_gradient_shard():
     root = 2 * s.vocab_size * h + h  # untied embedding and head, final norm
     assert staged_est.gib("pipeline_accumulation") == pytest.approx(
         (2 * 16 * block + 4 * (16 * block + root / 2)) / GIB, rel=1e-9)
+
+
+def test_a_lora_job_holds_gradients_and_optimizer_state_for_its_adapters_only():
+    """use_peft with all-linear adapters of rank 16 on llama3.1-8b over 8 ranks: the frozen base has no
+    gradient and no AdamW state; the adapters' 41,943,040 parameters (peft's count, test_lora_rules)
+    have both, sharded. Their dropped inputs are kept where checkpointing does not wrap the block."""
+    from launcher.wire.training.lora import LoraSettings, target_kinds, trainable_parameters
+
+    lora = LoraSettings(r=16, alpha=32, dropout=0.05, targets=target_kinds(SPEC_8B))
+    trainable, _ = trainable_parameters(SPEC_8B, lora)
+    assert trainable == 41_943_040
+    full = workload_of(seed("p4d-cp8"))
+    adapted = estimate_workload(replace(full, lora=lora))
+    assert adapted.gib("gradients") == pytest.approx(4 * trainable / 8 / GIB, rel=1e-9)
+    assert adapted.gib("optimizer") == pytest.approx(8 * trainable / 8 / GIB, rel=1e-9)
+    assert adapted.gib("head_grad") == 0 and adapted.gib("root_reduce") == 0  # the frozen root
+    # control: the full fine-tune's state is the whole model's, and the parameters are the base's + adapters'
+    whole = estimate_workload(full)
+    assert whole.gib("gradients") == pytest.approx(4 * SPEC_8B.parameter_count() / 8 / GIB, rel=1e-9)
+    assert adapted.gib("parameters") == pytest.approx(whole.gib("parameters") + 4 * trainable / 8 / GIB, rel=1e-9)
+    assert adapted.gib("lora_dropout") == 0  # every block checkpointed (the seed's full AC)
+    uncheckpointed = estimate_workload(replace(full, lora=lora, ac_mode=None))
+    assert uncheckpointed.gib("lora_dropout") > 0
