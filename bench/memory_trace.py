@@ -18,8 +18,9 @@ What the trace does not show, by construction:
 - attention kernels: CPU's flash kernel keeps what CUDA's does (output and log-sum-exp), not
   the math kernel's S x S scores.
 
-FP8, activation offload and pipeline parallelism are reported as not traced, with the reason
-(container.trace.step.not_traced); MoE layers route evenly (container.trace.routing).
+FP8 and activation offload are reported as not traced, with the reason
+(container.trace.step.not_traced); MoE layers route evenly (container.trace.routing), pipeline
+stages get their shapes up front (container.trace.pipeline).
 
 Run: `.venv/bin/python bench/memory_trace.py [JOB.yaml ...] [--set KEY=VALUE ...] [--json FILE]`.
 Without job files it traces the grid of issue 16's calibration (llama3.2-1b at 4K/8K/16K with

@@ -27,6 +27,11 @@ MIXTRAL = ["hyperparameters.hf_pretrained_model_name_or_dir=mistralai/Mixtral-8x
            "hyperparameters.model_type=mixtral", "hyperparameters.vocab_size=32000",
            "hyperparameters.max_context_width=8192", "hyperparameters.train_batch_size=1",
            "context_parallel_degree=1", "hybrid_shard_degree=8", "expert_parallel_degree=8"]
+# the p5 seed's job in 2 pipeline stages of 4 cp ranks, as pipelining takes it: random weights
+# initialised on every rank, no validation
+PIPELINE = ["pipeline_parallel_degree=2", "context_parallel_degree=4", "hybrid_shard_degree=4", "microbatches=4",
+            "hyperparameters.delayed_param=0", "delayed_parameter_initialization=false",
+            "hyperparameters.init_from_scratch=1", "hyperparameters.validation_freq=null"]
 # (label, seed file, --set overrides): the seeds as written (1 host of 8 GPUs) and at fleet sizes
 CASES = [
     ("seed p4d cp 8", "p4d-cp8.yaml", []),
@@ -39,6 +44,7 @@ CASES = [
     ("seed p5 with Mixtral 8x7B: ep 8 at 8K batch 1", "p5-cp8-bf16.yaml", MIXTRAL),
     ("the same without activation checkpointing", "p5-cp8-bf16.yaml",
      MIXTRAL + ["hyperparameters.activation_checkpointing=0"]),
+    ("seed p5 pp 2 x cp 4: microbatches 4", "p5-cp8-bf16.yaml", PIPELINE),
 ]
 
 

@@ -25,6 +25,7 @@ from container.args import Directories
 from container.checkpoint import checkpointer as ckpt
 from container.checkpoint import hf_export as hf
 from container.checkpoint import pretrained, sigterm
+from container.checkpoint.peft_export import MERGED, export_lora
 from container.data import loader as data
 from container.data.chat_source import ChatSource
 from container.data.rows import attended_length
@@ -45,6 +46,7 @@ from container.resilience.nonfinite import NonFiniteGuard
 from container.run_data import describe_data
 from container.trackers.sink import STOPPED
 from launcher.wire.training import flops
+from launcher.wire.training.lora import LoraSettings
 from launcher.wire.training.models import ModelSpec
 from launcher.wire.training.resume import global_batch
 from launcher.wire.training.run_settings import RunSettings
@@ -131,6 +133,7 @@ class Run:
     checkpointer: ckpt.Checkpointer | None
     guard: NonFiniteGuard
     start_step: int  # the step the run resumes after (0: from the start)
+    lora: LoraSettings | None = None  # the adapters trained on a frozen base, or None: the whole model
 
 
 class _Meters(NamedTuple):
@@ -266,12 +269,24 @@ def _finish(run: Run, meters: _Meters) -> None:
     with step_watch.section("the last checkpoint and the model export"):
         if run.checkpointer:
             run.checkpointer.close()
-        hf.export_hf(run.model, run.spec, run.dirs.model, dtype=torch.bfloat16 if run.s.bf16 else torch.float32,
-                     pp_group=run.rt.pp_group)
+        dtype = torch.bfloat16 if run.s.bf16 else torch.float32
+        if run.lora is None:
+            hf.export_hf(run.model, run.spec, run.dirs.model, dtype=dtype, pp_group=run.rt.pp_group)
+        else:  # the adapter, and the merged model where the job asks for it
+            export_lora(run.model, run.spec, run.lora, run.dirs.model, dtype, _hub_id(run.sources))
         if run.rt.is_main:
             _complete_artifact(run.sources, run.dirs.model)
+            if run.lora is not None and run.lora.merge:
+                _complete_artifact(run.sources, run.dirs.model / MERGED)
     step_watch.stop()
     run.metrics.close()
+
+
+def _hub_id(sources: pretrained.Sources) -> str | None:
+    """The base model an adapter names (adapter_config.json's base_model_name_or_path): a Hub id; None
+    for a directory or a channel, which mean nothing where the adapter is loaded."""
+    model = sources.model
+    return model.source.repo_id if model is not None and model.source.kind == "hub" else None
 
 
 def _complete_artifact(sources: pretrained.Sources, model_dir: Path) -> None:
@@ -286,13 +301,18 @@ def _complete_artifact(sources: pretrained.Sources, model_dir: Path) -> None:
 
 @torch.no_grad()
 def validate(rt: Runtime, model: Transformer, loader: data.ValidationLoader, s: RunSettings, cp_shard) -> float:
+    """The validation loss, in eval mode (LoRA's dropout off), training mode again after."""
     loss_sum = torch.zeros((), device=rt.device)
     tokens = torch.zeros((), device=rt.device)
-    for batch in loader:
-        with loss_context(rt.layout.tp):
-            loss, n = token_loss_sum(model, _to(cp_shard(batch), rt.device), s.loss_chunk_tokens)
-        loss_sum += loss
-        tokens += n
+    model.eval()
+    try:
+        for batch in loader:
+            with loss_context(rt.layout.tp):
+                loss, n = token_loss_sum(model, _to(cp_shard(batch), rt.device), s.loss_chunk_tokens)
+            loss_sum += loss
+            tokens += n
+    finally:
+        model.train()
     return (_all_sum(loss_sum, rt.loss_group) / _all_sum(tokens, rt.loss_group)).item()
 
 

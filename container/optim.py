@@ -27,12 +27,14 @@ from launcher.wire.training.speed import (
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Weight matrices (ndim >= 2, embeddings included) decay; norm weights and biases do not:
-    shrinking a norm's gain or a bias toward zero is not regularisation, it changes the function."""
+    shrinking a norm's gain or a bias toward zero is not regularisation, it changes the function. An empty
+    group is left out (LoRA's adapters are all matrices): a checkpoint's optimizer state cannot load into one."""
     decay, no_decay = [], []
     for p in model.parameters():  # deduplicated, so tied weights appear once
         if p.requires_grad:
             (decay if p.ndim >= 2 else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
 
 
 def build_optimizer(model: torch.nn.Module, *, lr: float, weight_decay: float,

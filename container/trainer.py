@@ -37,13 +37,17 @@ from container.loop import Run, run_steps
 from container.metrics import MetricsWriter
 from container.models import attention, document_kernels
 from container.models.llama import Transformer, build_model
+from container.models.lora import adapter_names, apply_lora
 from container.resilience import step_watch
 from container.resilience.nonfinite import nonfinite_guard
 from container.run_data import chat_tokenizer, check_tokenizer, stream_record
 from container.trackers import open_trackers
 from launcher.wire.training import aws_arguments
 from launcher.wire.training.data_order import mixture_issues
+from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.lora import LoraSettings, lora_issues, lora_settings, model_lora_issues
+from launcher.wire.training.lora import describe as describe_lora
 from launcher.wire.training.models import ModelSpec, vocab_rows
 from launcher.wire.training.nonfinite import nonfinite_issues
 from launcher.wire.training.resume import RunIdentity
@@ -59,25 +63,41 @@ def settings(rt: Runtime, hp: TrainingHyperparameters) -> RunSettings:
     return run_settings(hp, rt.params, rt.world_size)
 
 
-def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings,
-                         sources: pretrained.Sources | None = None, vocab_rows: int | None = None) -> Transformer:
-    """Model -> FP8 -> tensor parallel -> activation checkpointing -> compile -> FSDP -> weights (delayed init,
-    or eager init before sharding; then the pretrained weights, when the job names them)."""
+def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings, sources: pretrained.Sources | None = None,
+                         vocab_rows: int | None = None, lora: LoraSettings | None = None) -> Transformer:
+    """Model -> LoRA adapters -> FP8 -> tensor parallel -> activation checkpointing -> compile -> FSDP -> weights
+    (delayed init, or eager init before sharding; then the pretrained weights, when the job names them)."""
     check_moe_layout(rt.params, spec.num_experts)
-    model = build_model(spec, s.seq_len, device="meta" if s.delayed_init else rt.device, vocab_rows=vocab_rows)
+
+    def built(device) -> Transformer:
+        return build_adapted_model(spec, s, device, vocab_rows, lora)
+
+    model = built("meta" if s.delayed_init else rt.device)
     if not s.delayed_init:  # seeded right before init_weights, as the delayed path does on rank 0
         torch.manual_seed(s.seed)
         model.init_weights()
     parallelize(rt, model, s)
     if s.delayed_init:
-        materialize_on_rank0_init(model, lambda: build_model(spec, s.seq_len, device="cpu", vocab_rows=vocab_rows),
-                                  rt.device, s.seed)
-    if sources is not None and sources.load_weights:
-        hf.load_hf_weights(model, sources.model.directory, distributed=rt.world_size > 1)
+        materialize_on_rank0_init(model, lambda: built("cpu"), rt.device, s.seed)
+    if sources is not None and sources.load_weights:  # the base's; the adapters keep their initial values
+        hf.load_hf_weights(model, sources.model.directory, distributed=rt.world_size > 1,
+                           exclude=adapter_names(model))
     if rt.is_main:
         origin = f"weights of {sources.model.describe()}" if sources and sources.load_weights else (
             f"random weights (seed {s.seed})")
         log.info("model %s: %s parameters, %s", spec.name, f"{model.num_params(exclude_embedding=False):,}", origin)
+        if lora is not None:
+            log.info("%s; the base is frozen", describe_lora(spec, lora))
+    return model
+
+
+def build_adapted_model(spec: ModelSpec, s: RunSettings, device, vocab_rows: int | None = None,
+                        lora: LoraSettings | None = None) -> Transformer:
+    """The model, with LoRA's adapters when the job trains them: before any wrapping, so FSDP shards
+    them with their block."""
+    model = build_model(spec, s.seq_len, device=device, vocab_rows=vocab_rows)
+    if lora is not None:
+        apply_lora(model, lora, s.seed)
     return model
 
 
@@ -133,13 +153,21 @@ def check_writable(directories: dict[str, Path]) -> None:
                 f"or point {label} at a directory this job can write") from exc
 
 
-def refuse_unimplemented(hp: TrainingHyperparameters) -> None:
+def refuse_unimplemented(hp: TrainingHyperparameters, params: ModelParallelParameters | None = None) -> None:
     """AWS's script's arguments that this runtime does not do, trackers' settings that would do
     nothing, a data_mixture the loader cannot read, the speed settings this GPU or library cannot
-    run and what compile cannot compile fail the job before anything is built, with validation's
-    words (launcher.wire.training.aws_arguments, tracker_rules, data_order, speed_rules)."""
+    run, what compile cannot compile and what LoRA does not compose with (`params`: the job's
+    degrees, all 1 if not given) fail the job before anything is built, with validation's words
+    (launcher.wire.training.aws_arguments, tracker_rules, data_order, speed_rules, lora)."""
     problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
                 + speed_issues(hp) + compile_issues(hp))
+    lora_problems = lora_issues(hp, params or ModelParallelParameters())
+    for warning in (i for i in lora_problems if i.level == "warning"):  # a LoRA setting without use_peft
+        log.warning("%s", warning)
+    _refuse(problems + [i for i in lora_problems if i.level == "error"])
+
+
+def _refuse(problems: list) -> None:
     if problems:
         raise ValueError("; ".join(map(str, problems)) + " (run `smlaunch validate` on the job for the full list)")
 
@@ -157,7 +185,7 @@ def model_vocab_rows(rt: Runtime, spec: ModelSpec, s: RunSettings, dirs: Directo
 
 
 def train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, instance_type: str | None = None) -> dict:
-    refuse_unimplemented(hp)
+    refuse_unimplemented(hp, rt.params)
     s = settings(rt, hp)
     # first: a kernel this device cannot run fails the job before anything is built or read
     attention.use_kernel(document_kernels.build(s.attention_kernel, rt.device, s.bf16))
@@ -182,6 +210,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     sources = pretrained.prepare(hp, rt.rank, rt.local_rank, rt.world_size)
     step_watch.start(hp, dirs.output_data)  # after a Hub download, which has its own bound
     spec = pretrained.model_spec(hp, sources)
+    lora = adapters(hp, spec)
     # the data before the model: a bad record or tokenizer fails the job before weights are loaded
     loader, validation = build_data(rt, dirs, s, spec, sources, vocab_size_given=hp.vocab_size is not None)
     rows = model_vocab_rows(rt, spec, s, dirs)
@@ -189,19 +218,25 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
         model, pipe = build_pipeline(rt, spec, s, parallelize, pretrained_weights=sources.load_weights,
                                      vocab_rows=rows)
     else:
-        model, pipe = build_parallel_model(rt, spec, s, sources, rows), None
+        model, pipe = build_parallel_model(rt, spec, s, sources, rows, lora), None
     cp_shard = apply_context_parallel(rt, s.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer, scheduler = build_optimization(model, s)
     holdings.log_after_first_step(rt.rank, model, optimizer)  # to compare with `smlaunch plan --trace`
     checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
-                                     identity=RunIdentity(s, spec, rt.dp_size, rows),
+                                     identity=RunIdentity(s, spec, rt.dp_size, rows, lora),
                                      async_mode=s.checkpoint_async_mode, timeout=rt.collective_timeout,
                                      streams=stream_record(loader.source, s, dirs)) if s.checkpoint_freq else None
     start_step, extra = resume(rt, dirs, checkpointer, model, optimizer, scheduler, loader)
     guard = nonfinite_guard(s, rt.rank, rt.local_rank, rt.device, dirs.checkpoints if checkpointer else None, extra)
     run = Run(rt, s, spec, dirs, sources, metrics, model, pipe, optimizer, scheduler, loader, validation, cp_shard,
-               checkpointer, guard, start_step)
+               checkpointer, guard, start_step, lora)
     return run_steps(run, hp.profile_steps, instance_type, hp.memory_snapshot_steps)
+
+
+def adapters(hp: TrainingHyperparameters, spec: ModelSpec) -> LoraSettings | None:
+    """The LoRA adapters the job trains on its model, or None; targets the model lacks fail the job."""
+    _refuse(model_lora_issues(hp, spec))
+    return lora_settings(hp, spec)
 
 
 def build_data(rt: Runtime, dirs: Directories, s: RunSettings, spec: ModelSpec, sources: pretrained.Sources, *,

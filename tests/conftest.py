@@ -26,6 +26,7 @@ pytest_plugins = [
     "tests.support.model_rules",
     "tests.support.own_scripts",  # users' own scripts: tiny wheels, a launching environment of the test's
     "tests.support.pack",
+    "tests.support.peft_reference",  # LoRA's tests: the tiny Llama peft and the runtime both load
     "tests.support.slurm_cluster",  # the session's local Slurm cluster
     "tests.support.sourcedir",
 ]

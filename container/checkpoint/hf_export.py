@@ -19,7 +19,7 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -240,8 +240,10 @@ def _padded(state: dict[str, torch.Tensor], model_state: dict[str, torch.Tensor]
     return state
 
 
-def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool = False) -> None:
-    """Load a Hugging Face model directory's weights (safetensors or `.bin`, single or sharded).
+def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool = False,
+                    exclude: Collection[str] = ()) -> None:
+    """Load a Hugging Face model directory's weights (safetensors or `.bin`, single or sharded), all but
+    the parameters named in `exclude` (LoRA's adapters), which the files do not hold and keep their values.
 
     The model must hold real storage (after `to_empty` when built on the meta device) and its
     non-persistent RoPE buffers must be initialised; only persistent weights come from the files.
@@ -256,7 +258,7 @@ def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool =
     tied = bool(getattr(args, "tie_embeddings", False))
     family = getattr(args, "family", "llama")
     # A sharded model's state_dict holds DTensors, whose shape is the global one.
-    local = {k: v for k, v in model.state_dict().items() if not (tied and k == "output.weight")}
+    local = {k: v for k, v in model.state_dict().items() if not (tied and k == "output.weight") and k not in exclude}
     # the files hold the vocabulary's rows; a padded model's extra rows are zeros (_padded)
     vocab = getattr(args, "vocab_size", None)
     expected = {k: torch.Size((vocab, *v.shape[1:])) if k in VOCAB_ROWS and vocab else v.shape
@@ -266,9 +268,9 @@ def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool =
         if tied:
             state["output.weight"] = state["tok_embeddings.weight"]
         if dist.is_initialized():  # the parameters may be DTensors: copy each rank's slice
-            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+            set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=not exclude))
         else:
-            model.load_state_dict(state, strict=True)  # copy_ casts to each parameter's dtype
+            _load_all_but(model, state, exclude)
         return
 
     state, error = {}, None
@@ -285,8 +287,16 @@ def load_hf_weights(model: nn.Module, directory: str | Path, distributed: bool =
         raise box[0]
     if tied and state:
         state["output.weight"] = state["tok_embeddings.weight"]
-    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=not exclude)
     set_model_state_dict(model, state, options=options)
+
+
+def _load_all_but(model: nn.Module, state: dict[str, torch.Tensor], exclude: Collection[str]) -> None:
+    """load_state_dict of every tensor but those `exclude` names, which `state` must lack (copy_ casts to each
+    parameter's dtype)."""
+    missing, unexpected = model.load_state_dict(state, strict=not exclude)
+    if set(missing) - set(exclude) or unexpected:
+        raise ValueError(f"weights do not fit the model: missing {missing}, unexpected {unexpected}")
 
 
 def export_hf(
@@ -310,16 +320,27 @@ def export_hf(
     are complete; on a failure what was written is removed, so a failed export (a full disk, a
     kill) never leaves a truncated artifact to be uploaded as the model.
     """
+    check_export_dtype(dtype)
+    state = gathered_state(model, pp_group)
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        write_model(state, spec, Path(out_dir), dtype, max_shard_bytes)
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def check_export_dtype(dtype: torch.dtype) -> None:
     if dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"export dtype must be bfloat16, float16 or float32, not {dtype}")
-    if dist.is_initialized():
-        state = _stages_state(model, pp_group) if pp_group is not None else get_model_state_dict(
-            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if dist.get_rank() == 0:
-            _export(state, spec, Path(out_dir), dtype, max_shard_bytes)
-        dist.barrier()
-    else:
-        _export(model.state_dict(), spec, Path(out_dir), dtype, max_shard_bytes)
+
+
+def gathered_state(model: nn.Module, pp_group: dist.ProcessGroup | None = None) -> dict[str, torch.Tensor]:
+    """The model's full tensors by our names: all of them without a process group; under one (a
+    collective: every rank calls it) on rank 0, and {} on the other ranks."""
+    if not dist.is_initialized():
+        return model.state_dict()
+    if pp_group is not None:
+        return _stages_state(model, pp_group)
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def _stages_state(model: nn.Module, pp_group: dist.ProcessGroup) -> dict[str, torch.Tensor]:
@@ -335,16 +356,22 @@ def _stages_state(model: nn.Module, pp_group: dist.ProcessGroup) -> dict[str, to
     return {name: tensor for part in parts for name, tensor in part.items()} if parts else {}
 
 
-def _export(state: dict[str, torch.Tensor], spec: ModelSpec, out_dir: Path, dtype: torch.dtype,
-            max_shard_bytes: int) -> None:
-    """`_write_hf` into a staging directory, then each file renamed into `out_dir` (the same file
-    system, so each rename is atomic), config.json last: it is what tells a reader a model is there."""
+def write_model(state: dict[str, torch.Tensor], spec: ModelSpec, out_dir: Path, dtype: torch.dtype,
+                max_shard_bytes: int = MAX_SHARD_BYTES) -> None:
+    """The full state (our names) as a Hugging Face model directory, written as `write_staged` writes,
+    config.json last: it is what tells a reader a model is there."""
+    write_staged(out_dir, lambda staging: _write_hf(state, spec, staging, dtype, max_shard_bytes), "config.json")
+
+
+def write_staged(out_dir: Path, write: Callable[[Path], None], last: str) -> None:
+    """`write` into a staging directory, then each file renamed into `out_dir` (the same file system, so
+    each rename is atomic), `last` last; on a failure nothing written stays."""
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
     moved: list[Path] = []
     try:
-        _write_hf(state, spec, staging, dtype, max_shard_bytes)
-        for file in sorted(staging.iterdir(), key=lambda f: f.name == "config.json"):
+        write(staging)
+        for file in sorted(staging.iterdir(), key=lambda f: f.name == last):
             file.replace(out_dir / file.name)
             moved.append(out_dir / file.name)
     except BaseException:

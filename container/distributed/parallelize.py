@@ -90,12 +90,13 @@ def apply_activation_checkpointing(model: Transformer, mode: str = "full",
     """Wrap every `freq`-th block: `full` recomputes it in backward, `selective` keeps matmul and
     attention outputs, `selective_op` torchtitan's op policy (above). With an `offloader`, what the
     checkpoint keeps (block inputs) lives in host memory. `checkpoint_fn` replaces torch's
-    checkpoint (Transformer Engine's, for its FP8 state)."""
+    checkpoint (Transformer Engine's, for its FP8 state). A block with dropout (LoRA's) keeps the generator's
+    state, so its recomputation drops what its forward dropped; without, that bookkeeping is skipped."""
     blocks = list(model.layers.named_children())
     wrapped_blocks = checkpointed_blocks(len(blocks), freq)
     for index in wrapped_blocks:
         name, block = blocks[index]
-        kwargs = {"checkpoint_fn": checkpoint_fn} if checkpoint_fn else {"preserve_rng_state": False}
+        kwargs = {"checkpoint_fn": checkpoint_fn} if checkpoint_fn else {"preserve_rng_state": _has_dropout(block)}
         if mode in _CONTEXTS:
             kwargs["context_fn"] = _CONTEXTS[mode]
         wrapped = checkpoint_wrapper(block, **kwargs)
@@ -105,6 +106,10 @@ def apply_activation_checkpointing(model: Transformer, mode: str = "full",
     log.info("applied %s activation checkpointing%s to %d of %d blocks", mode,
              f" with host offload (horizon {offloader.horizon})" if offloader else "", len(wrapped_blocks),
              len(blocks))
+
+
+def _has_dropout(block: nn.Module) -> bool:
+    return any(isinstance(m, nn.Dropout) and m.p > 0 for m in block.modules())
 
 
 def fsdp_units(model: Transformer, wrap_policy: str, min_num_params: int) -> list[nn.Module]:

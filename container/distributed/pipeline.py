@@ -45,6 +45,9 @@ from launcher.wire.training.models import ModelSpec
 from launcher.wire.training.run_settings import RunSettings
 
 log = logging.getLogger("smlaunch")
+# a stage's index -> PipelineStage's static metadata ({"input_args": ..., "output_args": ...}), in place of
+# the shapes the stages infer and exchange at the first step (a trace's: container.trace.pipeline)
+StageShapes = Callable[[int], dict[str, tuple[torch.Tensor, ...]]]
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved_1f1b": ScheduleInterleaved1F1B}
 
 
@@ -85,9 +88,10 @@ class Pipeline:
     """This rank's stages and their schedule; `step` runs one training step's forward and backward."""
 
     def __init__(self, rt: Runtime, stages: list[StageModule], indices: list[int], n_stages: int,
-                 microbatches: int):
-        self.rt, self.microbatches = rt, microbatches
-        self.stages = [PipelineStage(module, index, n_stages, rt.device, group=rt.pp_group)
+                 microbatches: int, shapes: StageShapes | None = None):
+        self.rt, self.microbatches, self.shapes = rt, microbatches, shapes
+        self.stages = [PipelineStage(module, index, n_stages, rt.device, group=rt.pp_group,
+                                     **(shapes(index) if shapes else {}))
                        for module, index in zip(stages, indices)]
         schedule = SCHEDULES[rt.params.schedule]
         first = self.stages if schedule is ScheduleInterleaved1F1B else self.stages[0]
@@ -134,10 +138,13 @@ def _rows(positions: torch.Tensor | None, tokens: torch.Tensor) -> torch.Tensor:
 
 def build_pipeline(rt: Runtime, spec: ModelSpec, s: RunSettings,
                    parallelize: Callable[[Runtime, nn.Module, RunSettings], None],
-                   pretrained_weights: bool = False, vocab_rows: int | None = None) -> tuple[Transformer, Pipeline]:
-    """(this rank's model: its stages' modules under their global names, the pipeline to step)."""
+                   pretrained_weights: bool = False, vocab_rows: int | None = None,
+                   device: torch.device | None = None,
+                   shapes: StageShapes | None = None) -> tuple[Transformer, Pipeline]:
+    """(this rank's model: its stages' modules under their global names, the pipeline to step).
+    `device`: where the model is built (a trace's: meta), when not the rank's."""
     check_pipeline(rt, spec, s, pretrained_weights)
-    full = build_model(spec, s.seq_len, device=rt.device, vocab_rows=vocab_rows)
+    full = build_model(spec, s.seq_len, device=device or rt.device, vocab_rows=vocab_rows)
     torch.manual_seed(s.seed)  # as trainer.build_parallel_model seeds it: one process's weights
     full.init_weights()
     if rt.is_main:
@@ -153,7 +160,7 @@ def build_pipeline(rt: Runtime, spec: ModelSpec, s: RunSettings,
     if rt.is_main:
         log.info("pipeline: %d stages over %d ranks (%s, %d microbatches); rank 0 holds layers %s",
                  n_stages, pp, rt.params.schedule, rt.params.microbatches, ", ".join(model.layers.keys()))
-    return model, Pipeline(rt, stages, indices, n_stages, rt.params.microbatches)
+    return model, Pipeline(rt, stages, indices, n_stages, rt.params.microbatches, shapes)
 
 
 def _stage(full: Transformer, index: int, n_stages: int, loss_chunk_tokens: int) -> StageModule:

@@ -11,6 +11,7 @@ import torch
 from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.distributed.fsdp import FSDPModule
+from torch.nn.modules.module import register_module_forward_pre_hook
 
 # what wrappers add to a module's name (activation checkpointing, torch.compile)
 WRAPPERS = ("_checkpoint_wrapped_module", "_orig_mod")
@@ -27,9 +28,28 @@ def module_name(fqn: str) -> str:
 
 def _where(base: type[MemTracker]) -> type[MemTracker]:
     class Tracker(base):
-        """torch's tracker, noting the phase and innermost module at each new peak."""
+        """torch's tracker, noting the phase and innermost module at each new peak, over a step
+        that runs the model's root more than once: gradient accumulation's micro-batches, a
+        pipeline's microbatches. torch's trackers take a root's second forward for the next
+        iteration and refuse it; this one forgets that root's own statistics first (a fresh
+        iteration for it: another stage's, whose backward may be pending, stay), while the step's
+        peak, the figure the trace reports, goes on."""
 
         peak_at: dict[str, str] = {"phase": "start of the step", "module": "outside the model"}
+        roots: tuple[torch.nn.Module, ...] = ()
+
+        def __enter__(self):
+            # global hooks run in the order they were registered: this one before the tracker's own
+            self._repeat_hook = register_module_forward_pre_hook(self._root_again)
+            return super().__enter__()
+
+        def __exit__(self, *args):
+            super().__exit__(*args)
+            self._repeat_hook.remove()
+
+        def _root_again(self, module, _args) -> None:
+            if module in self.roots and module in self.memory_tracking and not self._mod_tracker.is_bw:
+                del self.memory_tracking[module]
 
         def _update_peak_stats(self, peak_state) -> None:
             before = dict(self._peak_mem)
@@ -45,11 +65,15 @@ def _where(base: type[MemTracker]) -> type[MemTracker]:
 FSDPPeakTracker, PeakTracker = _where(FSDPMemTracker), _where(MemTracker)
 
 
-def peak_tracker(model: torch.nn.Module, optimizer) -> MemTracker:
+def peak_tracker(model: torch.nn.Module, optimizer, roots: tuple[torch.nn.Module, ...] = ()) -> MemTracker:
+    """The tracker of a step of `model` (and `roots`, the modules a step calls, when not the model
+    itself: a pipeline's stages)."""
     if isinstance(model, FSDPModule):
-        return FSDPPeakTracker(model, optimizer)
-    tracker = PeakTracker()
-    tracker.track_external(model, optimizer)
+        tracker = FSDPPeakTracker(model, optimizer)
+    else:
+        tracker = PeakTracker()
+        tracker.track_external(model, optimizer)
+    tracker.roots = roots or (model,)
     return tracker
 
 

@@ -29,18 +29,19 @@ from container import loop, trainer
 from container.data import loader as data
 from container.distributed.context_parallel import apply_context_parallel
 from container.distributed.parallelize import allocate
+from container.distributed.pipeline import Pipeline, build_pipeline
 from container.distributed.runtime import Runtime, init_runtime
 from container.holdings import Holdings
-from container.models.llama import build_model
 from container.models.moe import routed_by
 from container.resilience.nonfinite import nonfinite_guard
 from container.trace.collectives import CollectiveCounter, group_names
 from container.trace.memory import WRAPPERS, peak_kinds, peak_tracker
+from container.trace.pipeline import OutputCheck, settle_the_vote, stage_shapes, vote_unsupported
 from container.trace.routing import EvenRouting
 from launcher.wire.trace_record import TraceRequest
 from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
-from launcher.wire.training.layout import ParallelLayout
+from launcher.wire.training.layout import ParallelLayout, num_stages
 from launcher.wire.training.run_settings import RunSettings
 
 
@@ -48,9 +49,7 @@ def not_traced(rt: Runtime, s: RunSettings) -> str | None:
     """Why this job's step cannot be traced on fake CPU tensors, or None."""
     reasons = [(s.fp8.enabled, "FP8's modules (Transformer Engine, torchao) need CUDA kernels"),
                (s.offload, "activation offload needs CUDA streams"),
-               (rt.layout.pp > 1, "torch's pipeline schedule agrees its stages' shapes at the first step by values "
-                                  "sent over the process group (a vote, then the shapes as objects), which a fake "
-                                  "group, with no peers, does not carry")]
+               (rt.layout.pp > 1 and vote_unsupported(), vote_unsupported())]
     return next((why for flag, why in reasons if flag), None)
 
 
@@ -76,7 +75,8 @@ def trace_rank(request: TraceRequest) -> dict:
         why = not_traced(rt, s)
         if why:
             return {**result, "not_traced": why}
-        return {**result, **_traced_step(rt, s, spec), "seconds": round(time.perf_counter() - started, 2)}
+        lora = trainer.adapters(hp, spec)
+        return {**result, **_traced_step(rt, s, spec, lora), "seconds": round(time.perf_counter() - started, 2)}
     except StepFailure as exc:
         return {"rank": request.rank, "error": f"rank {request.rank} of {request.world_size}: {exc}"}
     finally:
@@ -93,6 +93,15 @@ def _step_failure(exc: Exception, forward: ForwardStack) -> StepFailure:
     return _failed(f"the step's forward, in {name}", exc, module)
 
 
+def _run(step, model) -> None:
+    """One step; a failure names where in the model it happened."""
+    with ForwardStack(model) as forward:
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - reported with the rank and the module, not swallowed
+            raise _step_failure(exc, forward) from exc
+
+
 class StepFailure(RuntimeError):
     """The layout could not be built or stepped: where, in which module, with its shapes."""
 
@@ -102,6 +111,8 @@ def _failed(where: str, exc: Exception, module=None) -> StepFailure:
     if module is not None:
         params = [f"{name} {tuple(p.shape)}" for name, p in list(module.named_parameters())[:6]]
         shapes = f" (its parameters: {', '.join(params)})" if params else ""
+    while exc.__cause__ is not None:  # what failed, not the wrappers around it (a pipeline stage's)
+        exc = exc.__cause__
     return StepFailure(f"{where}{shapes}: {type(exc).__name__}: {exc}")
 
 
@@ -136,15 +147,30 @@ class ForwardStack:
         return ".".join(p for p in self.names[module].split(".") if p not in WRAPPERS) or "the model's root", module
 
 
-def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
-    model = build_model(spec, s.seq_len, device="meta")
+def _build(rt: Runtime, s: RunSettings, spec, lora) -> tuple[torch.nn.Module, Pipeline | None]:
+    """The rank's model on the meta device, parallelized as container.trainer does (outside fake
+    mode: the meshes it builds hold real tensors); under pp, its stages and their pipeline, the
+    stages' shapes given up front (container.trace.pipeline)."""
     try:
-        trainer.parallelize(rt, model, s)  # outside fake mode: the meshes it builds hold real tensors
+        if rt.layout.pp > 1:
+            shapes = stage_shapes(rt, s, spec, num_stages(rt.params))
+            model, pipe = build_pipeline(rt, spec, s, trainer.parallelize, device=torch.device("meta"), shapes=shapes)
+            settle_the_vote(pipe)
+            return model, pipe
+        model = trainer.build_adapted_model(spec, s, "meta", lora=lora)  # LoRA's adapters where the job has them
+        trainer.parallelize(rt, model, s)
+        return model, None
     except Exception as exc:  # noqa: BLE001 - reported with the rank, not swallowed
         raise _failed("parallelizing the model (container.trainer.parallelize: FP8, tensor parallel, "
-                      "checkpointing, FSDP)", exc) from exc
+                      "checkpointing, FSDP; under pp container.distributed.pipeline.build_pipeline)", exc) from exc
+
+
+def _traced_step(rt: Runtime, s: RunSettings, spec, lora) -> dict:
+    model, pipe = _build(rt, s, spec, lora)
+    stages = tuple(stage.submod for stage in pipe.stages) if pipe else ()
     with FakeTensorMode(allow_non_fake_inputs=True):
-        allocate(model, rt.device)  # delayed init's storage, without rank 0's weights (values do not matter)
+        for module in (model, *stages):  # a merged model does not hold its stages' buffers
+            allocate(module, rt.device)  # delayed init's storage, without rank 0's weights (values do not matter)
         optimizer, scheduler = trainer.build_optimization(model, s)
         for group in optimizer.param_groups:
             if "foreach" in group:
@@ -164,17 +190,16 @@ def _traced_step(rt: Runtime, s: RunSettings, spec) -> dict:
         def step() -> None:
             micro = [cp_shard(loader.next_batch()) for _ in range(s.grad_accum)]
             with routed_by(EvenRouting()):  # MoE layers: fake tensors have no counts to route by
-                loop.train_step(rt, model, None, optimizer, scheduler, micro, s, spec, sequences, guard=guard)
+                loop.train_step(rt, model, pipe, optimizer, scheduler, micro, s, spec, sequences, guard=guard)
 
-        with ForwardStack(model) as forward:
-            try:
-                step()  # untracked warm-up (see the module docstring)
-            except Exception as exc:  # noqa: BLE001 - reported with the rank and the module, not swallowed
-                raise _step_failure(exc, forward) from exc
+        checked = OutputCheck(pipe) if pipe else None
+        _run(step, model)  # untracked warm-up (see the module docstring)
+        if checked:
+            checked.remove()
         held = Holdings(model, optimizer)
-        tracker, counter = peak_tracker(model, optimizer), CollectiveCounter(group_names(rt))
+        tracker, counter = peak_tracker(model, optimizer, stages), CollectiveCounter(group_names(rt))
         with tracker, counter:
-            step()
+            _run(step, model)
         held.remove()
         kinds = peak_kinds(tracker, rt.device)
         return {"parameter_bytes": held.parameter_bytes, "gradient_bytes": held.gradient_bytes,

@@ -34,6 +34,8 @@ from launcher.cli.support import (
 from launcher.config import backend_table
 from launcher.wire.training import data_order
 from launcher.wire.training.issues import ConfigError
+from launcher.wire.training.lora import describe as describe_lora
+from launcher.wire.training.lora import lora_settings
 from launcher.wire.training.models import describe_attention_kernel
 
 # The commands defined in the other modules of launcher.cli, by name.
@@ -181,6 +183,8 @@ def _summary(job) -> dict:
                                f"{p.schedule} schedule, {p.microbatches} microbatches")
     if job.model:
         out["model"] = job.model.name
+        if job.kind.runtime and (adapters := lora_settings(cfg.hyperparameters, job.model)):
+            out["adapters"] = describe_lora(job.model, adapters)
     if cfg.tuning is not None:  # every trial passed the job's rules (launcher.config.tuning_rules)
         out["sweep"] = cfg.tuning.summary()
     settings = job.settings if job.kind.runtime else None  # what smlaunch's runtime will run, defaults included

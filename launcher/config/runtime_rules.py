@@ -1,5 +1,5 @@
 """Validate's side of the checks smlaunch's runtime repeats before it builds anything (the
-hyperparameters' rules: speed_rules, tracker_rules, nonfinite): each applies
+hyperparameters' rules: speed_rules, tracker_rules, nonfinite, lora): each applies
 to a job that runs smlaunch's train.py only (a user's own script reads these keys as it likes),
 and adds what only the client knows of the job (context.Context): the instance's GPU, the model it
 resolved, the job's max_restarts."""
@@ -7,9 +7,10 @@ resolved, the job's max_restarts."""
 from __future__ import annotations
 
 from launcher.config.context import Context
-from launcher.config.rules import HP, is_moe
+from launcher.config.rules import HP, MP, is_moe
 from launcher.wire.training.hyperparameters import FP8Config
 from launcher.wire.training.issues import Issue
+from launcher.wire.training.lora import lora_issues, model_lora_issues
 from launcher.wire.training.nonfinite import ROLLBACK, nonfinite_issues
 from launcher.wire.training.speed import rowwise_capability_problem
 from launcher.wire.training.speed_rules import MOE_FIX, MOE_REFUSAL, compile_issues, profile_notes, speed_issues
@@ -79,3 +80,12 @@ def _rollback_restarts(job) -> list[Issue]:
     return [Issue(f"{HP}.nonfinite_policy", ROLLBACK, "restarts the job from its newest checkpoint at a "
                   "non-finite step, but max_restarts is 0, so nothing restarts it: the job would fail there",
                   "set max_restarts: N (each rollback uses one restart), or use nonfinite_policy: skip or fail")]
+
+
+def check_lora(ctx: Context) -> list[Issue]:
+    """lora_issues, and the targets against the model where the client resolved it (the runtime checks
+    them again against the model it loads)."""
+    if not ctx.runtime:
+        return []
+    issues = lora_issues(ctx.hp, ctx.params, MP)
+    return issues + (model_lora_issues(ctx.hp, ctx.model) if ctx.model is not None else [])

@@ -196,7 +196,7 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   aws_rules.check_aws_settings, request_limits.check_hyperparameter_limits, resume_rules.check_resume,
                   resume_rules.check_resume_data, checkpoint_rules.check_async_checkpoint,
                   runtime_rules.check_nonfinite, hang_rules.check_hang_timeouts,
-                  runtime_rules.check_speed, runtime_rules.check_compile,
+                  runtime_rules.check_speed, runtime_rules.check_compile, runtime_rules.check_lora,
                   script_rules.check_script_imports, requirement_paths.check_requirement_paths,
                   code_rules.check_code_trees,
                   runtime_rules.check_trackers, restarts.check_restarts, warm_pools.check_warm_pool):

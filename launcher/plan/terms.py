@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from launcher.plan.workload import Workload
+from launcher.plan.workload import Workload, adapter_parameters
+from launcher.wire.training.lora import kind_shape
 
 GIB = 2**30
 # Backward runs from the last block to the first: activations are freed and gradients made as
@@ -56,8 +57,13 @@ class Sizes:
     block: int  # + the two norms' weights (GPT-NeoX: and their and the projections' biases)
     root: int  # embedding (+ untied head) + final norm
     head: int  # the LM head's weight (shared with the embedding when tied)
-    total: int
+    total: int  # every parameter, LoRA's adapters included
     block_gathered: int  # what one block's all-gather brings: under ep only this rank's E/ep experts
+    # what trains (has gradients and optimizer state): every parameter, or with LoRA the adapters and
+    # the modules trained whole, and of those a block's own
+    trained: int = 0
+    block_trained: int = 0
+    head_trained: bool = True  # the head has a gradient (LoRA: only as a module trained whole)
 
     @classmethod
     def of(cls, w: Workload) -> Sizes:
@@ -67,8 +73,15 @@ class Sizes:
         block, root = s.block_parameters(), s.root_parameters()
         # expert shards are spread over efsdp x ep = the sharding group, so per-rank shards are unchanged
         elsewhere = (experts - experts // w.layout.ep) * expert
-        return cls(s.block_matmul_parameters(), block, root, s.vocab_size * s.hidden_size, s.parameter_count(),
-                   block - elsewhere)
+        adapters = adapter_parameters(s, w.lora)
+        total = s.parameter_count() + s.num_layers * adapters
+        if w.lora is None:
+            return cls(s.block_matmul_parameters(), block, root, s.vocab_size * s.hidden_size, total,
+                       block - elsewhere, trained=total, block_trained=block)
+        whole = len(w.lora.modules_to_save) * s.vocab_size * s.hidden_size
+        return cls(s.block_matmul_parameters() + adapters, block + adapters, root, s.vocab_size * s.hidden_size,
+                   total, block - elsewhere + adapters, trained=s.num_layers * adapters + whole,
+                   block_trained=adapters, head_trained="lm_head" in w.lora.modules_to_save)
 
 
 def per_token_bytes(w: Workload) -> dict[str, float]:
@@ -159,6 +172,10 @@ class Ctx:
     def params(self) -> str:
         return f"{count(self.sz.total)} params"
 
+    @property
+    def trained(self) -> str:
+        return self.params if self.w.lora is None else f"{count(self.sz.trained)} trained params (LoRA)"
+
 
 def _term(key: str, name: str, nbytes: float, formula: str, phases: tuple[str, ...]) -> MemoryTerm | None:
     return MemoryTerm(key, name, nbytes / GIB, formula, phases) if nbytes > 0 else None
@@ -176,18 +193,20 @@ def parameters(c: Ctx) -> MemoryTerm | None:
 
 def optimizer_state(c: Ctx) -> MemoryTerm | None:
     """8·P / shards for AdamW (fp32 exp_avg and exp_avg_sq), 6·P / shards for
-    AnyPrecisionAdamW (bf16 moments and Kahan buffer). Created at the first step, then kept."""
+    AnyPrecisionAdamW (bf16 moments and Kahan buffer). Created at the first step, then kept. P
+    here and in every gradient term is what trains: with LoRA the adapters (and the modules
+    trained whole), the frozen base having neither gradients nor optimizer state."""
     state = 8 if c.w.optimizer == "adamw" else 6
     what = "AdamW: fp32 exp_avg + exp_avg_sq" if state == 8 else "AnyPrecisionAdamW: bf16 moments + Kahan buffer"
-    return _term("optimizer", "optimizer state", state * c.sz.total / c.shards,
-                 f"{state} B x {c.params} / {c.shards} ({what})", STEADY)
+    return _term("optimizer", "optimizer state", state * c.sz.trained / c.shards,
+                 f"{state} B x {c.trained} / {c.shards} ({what})", STEADY)
 
 
 def gradients(c: Ctx) -> MemoryTerm | None:
     """4·P / shards: fp32 gradient shards (reduce_dtype fp32), from the end of backward to the
     optimizer step (zero_grad(set_to_none=True) frees them before the next forward)."""
-    return _term("gradients", "gradients (fp32 shards)", 4 * c.sz.total / c.shards,
-                 f"4 B x {c.params} / {c.shards}, from backward to the optimizer step",
+    return _term("gradients", "gradients (fp32 shards)", 4 * c.sz.trained / c.shards,
+                 f"4 B x {c.trained} / {c.shards}, from backward to the optimizer step",
                  ("end_of_backward", "optimizer"))
 
 
@@ -195,8 +214,8 @@ def optimizer_temporaries(c: Ctx) -> MemoryTerm | None:
     """AdamW (foreach): 4·P / shards, sqrt(exp_avg_sq) for every tensor at once.
     AnyPrecisionAdamW (a loop over tensors): 6 B x the largest shard, P_head / shards."""
     if c.w.optimizer == "adamw":
-        return _term("optimizer_temp", "optimizer temporaries", 4 * c.sz.total / c.shards,
-                     f"4 B x {c.params} / {c.shards}: foreach AdamW's sqrt(exp_avg_sq) for every tensor at once",
+        return _term("optimizer_temp", "optimizer temporaries", 4 * c.sz.trained / c.shards,
+                     f"4 B x {c.trained} / {c.shards}: foreach AdamW's sqrt(exp_avg_sq) for every tensor at once",
                      ("optimizer",))
     return _term("optimizer_temp", "optimizer temporaries", 6 * c.sz.head / c.shards,
                  "6 B x the largest parameter shard: per-tensor copy and bf16 denominator", ("optimizer",))
@@ -247,17 +266,21 @@ def gathered_forward(c: Ctx) -> MemoryTerm | None:
 
 
 def gathered_backward(c: Ctx) -> MemoryTerm | None:
-    """(3·a + 4)·P_block / t + 4·P_block / shards: the running and the prefetched block's
-    parameters (2·a), the running block's unsharded gradient (a), its fp32 reduce-scatter input
-    (4) and the fp32 gradient shard that comes out. At the first block nothing is left to
+    """(2·a·P_block + (a + 4)·G_block) / t + 4·G_block / shards: the running and the prefetched
+    block's parameters (2·a), the running block's unsharded gradient (a), its fp32 reduce-scatter
+    input (4) and the fp32 gradient shard that comes out; G_block = P_block, or with LoRA the
+    block's adapters. At the first block nothing is left to
     prefetch (the root is gathered already): one block's a·P_block over, kept for simplicity."""
     if not c.w.fsdp:
         return None
-    a, block = c.a, c.sz.block_gathered
+    a, block, grad = c.a, c.sz.block_gathered, c.sz.block_trained
+    if c.w.layout.pp > 1:  # the blocks stay gathered, their gradients accumulate (pipeline_accumulation)
+        return _term("gathered_backward", "running block's gradient (backward)", a * block / c.t,
+                     f"{a} B x {count(block)} / tp {c.t}: before it is added to the stage's fp32 gradients", BACKWARD)
     return _term("gathered_backward", "all-gathered block + grads (backward)",
-                 (3 * a + 4) * block / c.t + 4 * c.sz.block / c.shards,
-                 f"({a}+{a} B params, running and prefetched, + {a} B gradient + 4 B fp32 reduce-scatter "
-                 f"input) x {count(block)} / tp {c.t} + its fp32 gradient shard", BACKWARD)
+                 (2 * a * block + (a + 4) * grad) / c.t + 4 * grad / c.shards,
+                 f"({a}+{a} B params, running and prefetched) x {count(block)} + ({a} B gradient + 4 B fp32 "
+                 f"reduce-scatter input) x {count(grad)} / tp {c.t} + its fp32 gradient shard", BACKWARD)
 
 
 def kept_unsharded(c: Ctx) -> MemoryTerm | None:
@@ -272,10 +295,28 @@ def kept_unsharded(c: Ctx) -> MemoryTerm | None:
                  ("loss",) + LAST_BLOCK)
 
 
+def pipeline_accumulation(c: Ctx) -> MemoryTerm | None:
+    """(a·L·P_block + 4·(L·P_block + P_root / pp)) / t under pipeline parallelism with FSDP:
+    torch's schedule runs each microbatch's backward but the last without FSDP's reshard and
+    gradient reduction (PipelineStage.backward_maybe_with_nosync) and reduces once after them, so
+    through backward the stage's L = layers / pp blocks stay all-gathered and their gradients,
+    with its share of the root's, accumulate unsharded in fp32 (a trace's figures, BENCHMARKS.md)."""
+    w = c.w
+    if not w.fsdp or w.layout.pp == 1:
+        return None
+    L = w.spec.num_layers // w.layout.pp
+    grads = L * c.sz.block + c.sz.root / w.layout.pp
+    return _term("pipeline_accumulation", "stage's blocks gathered + fp32 gradients (pipeline)",
+                 (c.a * L * c.sz.block_gathered + 4 * grads) / c.t,
+                 f"{L} blocks x {count(c.sz.block_gathered)} x {c.a} B kept gathered + 4 B x {count(grads)} gradients "
+                 f"(the stage's blocks and its share of the root) / tp {c.t}, unsharded until the step's reduction",
+                 BACKWARD)
+
+
 def head_gradient(c: Ctx) -> MemoryTerm | None:
     """a·P_head / t: the head's unsharded gradient, computed first in backward and kept until the
-    root's reduce-scatter at the very end."""
-    if not c.w.fsdp:
+    root's reduce-scatter at the very end (with LoRA only where the head is trained whole)."""
+    if not c.w.fsdp or not c.sz.head_trained:
         return None
     s = c.w.spec
     return _term("head_grad", "head weight gradient (unsharded)", c.a * c.sz.head / c.t,
@@ -285,8 +326,9 @@ def head_gradient(c: Ctx) -> MemoryTerm | None:
 
 def root_reduce_scatter(c: Ctx) -> MemoryTerm | None:
     """(a·P_head [untied embedding gradient] + a·h + 4·P_root) / t: the root's remaining
-    unsharded gradients and the fp32 flat reduce-scatter input FSDP2 copies them into."""
-    if not c.w.fsdp:
+    unsharded gradients and the fp32 flat reduce-scatter input FSDP2 copies them into (with LoRA
+    only where a module of the root is trained whole: the frozen root has no gradient)."""
+    if not c.w.fsdp or (c.w.lora is not None and not c.w.lora.modules_to_save):
         return None
     s = c.w.spec
     embed = 0 if s.tie_embeddings else c.a * c.sz.head
@@ -301,7 +343,8 @@ def running_gradients(c: Ctx) -> MemoryTerm | None:
     last block's backward the head's and that block's gradients exist."""
     if c.w.fsdp:
         return None
-    return _term("gradients_running", "gradients so far (head + last block)", 4 * (c.sz.head + c.sz.block),
+    head = c.sz.head if c.sz.head_trained else 0
+    return _term("gradients_running", "gradients so far (head + last block)", 4 * (head + c.sz.block_trained),
                  "4 B x (head + one block): fp32 .grad, no FSDP", LAST_BLOCK)
 
 
@@ -310,12 +353,16 @@ def block_gradients(c: Ctx) -> MemoryTerm | None:
     shards, 4·(L − 1)·P_block / (sharding group x tp), L the blocks of a pipeline stage;
     without, their fp32 .grad and the head's, 4·((L − 1)·P_block + P_head)."""
     L = c.w.spec.num_layers // c.w.layout.pp
+    if c.w.fsdp and c.w.layout.pp > 1:
+        return None  # no shard made before the step's end (pipeline_accumulation)
     if c.w.fsdp:
         shards = c.w.layout.sharding_group * c.t
-        return _term("block_gradients", "gradients of the blocks done", 4 * (L - 1) * c.sz.block / shards,
-                     f"4 B x {L - 1} blocks x {count(c.sz.block)} / {shards}: fp32 shards", FIRST_BLOCK)
-    return _term("block_gradients", "gradients of the blocks done + head", 4 * ((L - 1) * c.sz.block + c.sz.head),
-                 f"4 B x ({L - 1} blocks x {count(c.sz.block)} + head): fp32 .grad, no FSDP", FIRST_BLOCK)
+        return _term("block_gradients", "gradients of the blocks done", 4 * (L - 1) * c.sz.block_trained / shards,
+                     f"4 B x {L - 1} blocks x {count(c.sz.block_trained)} / {shards}: fp32 shards", FIRST_BLOCK)
+    head = c.sz.head if c.sz.head_trained else 0
+    return _term("block_gradients", "gradients of the blocks done + head",
+                 4 * ((L - 1) * c.sz.block_trained + head),
+                 f"4 B x ({L - 1} blocks x {count(c.sz.block_trained)} + head): fp32 .grad, no FSDP", FIRST_BLOCK)
 
 
 # --- activations ------------------------------------------------------------------------------
@@ -350,6 +397,20 @@ def activations(c: Ctx) -> MemoryTerm | None:
     tokens = (f"{w.in_flight} microbatches in flight x {c.n} tokens" if lay.pp > 1
               else f"{n} tokens (B {w.micro_batch} x S {w.seq_len} / cp {lay.cp})")
     return _term("activations", "activations", saved, f"{L} layers x {tokens}: {how}", ACTIVE)
+
+
+def lora_dropout_activations(c: Ctx) -> MemoryTerm | None:
+    """L_kept·N·Σ (a + 1)·in / t over a block's adapted layers, with LoRA's dropout on: each adapter
+    keeps its dropped input (a B, what lora_A needs for its gradient) and the dropout's mask (1 B)
+    per input feature, in the layers checkpointing does not wrap (a wrapped block keeps its input)."""
+    w = c.w
+    if w.lora is None or not w.lora.dropout or w.offload:
+        return None
+    layers = w.spec.num_layers // w.layout.pp - w.checkpointed_layers
+    per_token = sum((c.a + 1) * kind_shape(w.spec, kind)[0] for kind in w.lora.targets) / c.t
+    return _term("lora_dropout", "LoRA's dropped inputs and masks", layers * per_token * c.n * w.in_flight,
+                 f"{layers} layers x {c.n} tokens x {per_token:.0f} B: ({c.a} + 1) B per input feature of "
+                 f"{len(w.lora.targets)} adapted layers", ACTIVE)
 
 
 def first_block_activations(c: Ctx) -> MemoryTerm | None:
@@ -474,8 +535,9 @@ def fp8_weights(c: Ctx) -> MemoryTerm | None:
 
 
 TERMS = (parameters, optimizer_state, gradients, optimizer_temporaries, rope_tables, eager_init,
-         root_unsharded, gathered_forward, gathered_backward, kept_unsharded, head_gradient,
-         root_reduce_scatter, running_gradients, block_gradients, activations, first_block_activations,
+         root_unsharded, gathered_forward, gathered_backward, kept_unsharded, pipeline_accumulation, head_gradient,
+         root_reduce_scatter, running_gradients, block_gradients, activations, lora_dropout_activations,
+         first_block_activations,
          final_norm_and_head_input, block_forward, logits, block_backward, mlp_backward, attention, fp8_weights)
 
 

@@ -22,6 +22,7 @@ from launcher.wire.training.catalog import InstanceType
 from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.flops import attended_length
 from launcher.wire.training.layout import ParallelLayout, bubble_fraction, in_flight_microbatches
+from launcher.wire.training.lora import LoraSettings, kind_shape, lora_settings
 from launcher.wire.training.models import ModelSpec, vocab_rows
 
 
@@ -44,10 +45,17 @@ SCRIPT_PROGRAM = ("AWS's SMP v2 reference program for your script: FSDP over the
                   "does differently is not in these figures")
 
 
+# LoRA's state is modelled (docs/planner.md); what its adapters keep for backward is not yet
+LORA_ACTIVATIONS = ("; use_peft=1: the frozen base without gradients or optimizer state, the adapters' (and the "
+                    "modules trained whole) with them; activations as the full fine-tune's (each adapter's dropped "
+                    "input kept for backward is not modelled yet, docs/lora.md)")
+
+
 def modeled_program(job: ValidatedJob) -> str:
     """What the plan models, for its first line (docs/own-scripts.md)."""
     if job.kind.runtime:
-        return RUNTIME_PROGRAM + (COMPILED if job.settings.compile else "")
+        hp = job.config.hyperparameters
+        return RUNTIME_PROGRAM + (COMPILED if job.settings.compile else "") + (LORA_ACTIVATIONS if hp.use_peft else "")
     sdp = job.config.distribution.parameters.sharded_data_parallel_degree if job.config.distribution else None
     if sdp:  # an SMP v1 job: its sharding group is the layout's shard degree (wire.training.layout)
         return (f"{SCRIPT_PROGRAM}; SMP v1's sharded data parallelism (MiCS) as SMP v2's hybrid sharding, "
@@ -85,6 +93,7 @@ class Workload:
     attended: float | None = None
     attended_basis: str | None = None  # where `attended` comes from, for the report
     ac_freq: int = 1  # activation_checkpointing_freq: every ac_freq-th block is checkpointed
+    lora: LoraSettings | None = None  # adapters on a frozen base (use_peft), or None: the whole model trains
 
     @property
     def checkpointed_layers(self) -> int:
@@ -119,6 +128,11 @@ class Workload:
     @property
     def world(self) -> int:
         return self.layout.world
+
+
+def adapter_parameters(spec: ModelSpec, lora: LoraSettings | None) -> int:
+    """One block's LoRA parameters: A [r, in] and B [out, r] for each targeted linear layer."""
+    return 0 if lora is None else lora.r * sum(sum(kind_shape(spec, kind)) for kind in lora.targets)
 
 
 def allocated_model(spec: ModelSpec, tp: int) -> ModelSpec:
@@ -175,6 +189,7 @@ def workload_of(job: ValidatedJob) -> Workload:
         instance_count=job.config.instance_count,
         processes_per_host=job.processes_per_host,
         **dict(zip(("attended", "attended_basis"), documents_attention(job, s.seq_len))),
+        lora=lora_settings(job.config.hyperparameters, job.model) if job.kind.runtime else None,
     )
 
 

@@ -6,8 +6,10 @@ train.py run of the same job holds on that rank, as the run logs it after its fi
 are each a family's: FSDP2 over both ranks, tensor parallelism (its norms are replicated, so the
 figures change: the control), hybrid sharding that replicates the whole model on each rank,
 context parallelism (its K/V all-gathers among the collectives), expert parallelism on the tiny
-Mixtral (its tokens' all-to-alls among the collectives), and at world 4 HSDP: 2 replicas of a
-2-way shard (the replicas' gradient all-reduce among the collectives).
+Mixtral (its tokens' all-to-alls among the collectives), pipeline parallelism (each rank one stage,
+its sends and receives among the collectives), FSDP2 with two accumulation passes a step, LoRA
+(all-linear adapters of rank 4 on the frozen base, sharded with it), and at
+world 4 HSDP: 2 replicas of a 2-way shard (the replicas' gradient all-reduce among the collectives).
 The collectives are compared too: each rank's second step of the real run counted by the trace's own
 counter (tests/support/counted_steps.py) against the trace's traced step: kind, group, count, bytes.
 That step routes MoE tokens evenly, as the trace does (container.trace.routing): the all-to-alls'
@@ -33,9 +35,12 @@ HOLDS = re.compile(r"rank (\d+) holds .*\(([\d,]+) / ([\d,]+) / ([\d,]+) B\)")
 # name: (world, mp_parameters)
 LAYOUTS = {"fsdp2": (2, "hybrid_shard_degree=2"), "tp2": (2, "tensor_parallel_degree=2"),
            "replicated": (2, "hybrid_shard_degree=1"), "cp2": (2, "context_parallel_degree=2"),
-           "hsdp4": (4, "hybrid_shard_degree=2"), "ep2": (2, "expert_parallel_degree=2")}
-# the tiny Mixtral for expert parallelism (its experts split over the 2 ranks, the rest FSDP-sharded)
-MOE = {"ep2": {"model_preset": "mixtral-tiny", "train_batch_size": 2}}
+           "hsdp4": (4, "hybrid_shard_degree=2"), "ep2": (2, "expert_parallel_degree=2"),
+           "pp2": (2, "pipeline_parallel_degree=2,microbatches=2"), "fsdp2_accum2": (2, "hybrid_shard_degree=2"),
+           "lora_fsdp2": (2, "hybrid_shard_degree=2")}
+EXTRA = {"ep2": {"model_preset": "mixtral-tiny", "train_batch_size": 2},  # its experts split over the 2 ranks
+         "fsdp2_accum2": {"gradient_accumulation_steps": 2},  # the root's forward twice a step
+         "lora_fsdp2": {"use_peft": 1, "lora_target_modules": "all-linear", "lora_r": 4}}  # adapters on a frozen base
 
 
 def logged_holdings(tmp: Path) -> dict[int, tuple[int, int, int]]:
@@ -70,7 +75,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     out = {}
     for name, (world, layout) in LAYOUTS.items():
         tmp = tmp_path_factory.mktemp(name)
-        extra = {"max_steps": 2, "bf16": 1, **MOE.get(name, {})}
+        extra = {"max_steps": 2, "bf16": 1, **EXTRA.get(name, {})}
         run_train(tmp, world, rank=counted_rank, mp_parameters=layout, **extra)
         out[name] = (tmp, traced_ranks(tmp, world, layout, extra))
     return out
@@ -97,6 +102,11 @@ def test_the_layouts_hold_different_figures(holdings):
     assert len(set(rank0.values())) == len(rank0), rank0
     assert holdings["cp2"][0][0] == rank0["fsdp2"]  # cp ranks shard the parameters as dp_shard ranks do
     assert holdings["hsdp4"][0][0] == rank0["fsdp2"]  # 2 replicas of a 2-way shard: each rank holds half
+    assert holdings["fsdp2_accum2"][0] == holdings["fsdp2"][0]  # accumulation holds what one pass holds
+    lora, full = holdings["lora_fsdp2"][0][0], rank0["fsdp2"]
+    assert lora[0] > full[0] and lora[1] < full[1] / 10  # the base and its adapters; the adapters' gradients
+    # pipeline stages hold their own layers whole: the embedding's stage and the head's differ
+    assert holdings["pp2"][0][0] != holdings["pp2"][0][1]
     fsdp, replicated = rank0["fsdp2"][0], rank0["replicated"][0]
     assert replicated == 2 * fsdp  # the whole model (no padding: every dim 0 of the tiny model is even)
 
@@ -111,5 +121,14 @@ def test_the_trace_issues_the_collectives_a_real_step_issues(runs, layout):
         assert traced[rank]["collectives"] == real[rank], f"rank {rank}"
     assert any(c["count"] for c in real[0])  # the counter saw the step's collectives at all
     # the control of expert parallelism: its tokens' all-to-alls (over "dp_shard": at world 2 the ep
-    # group is that dimension's), which no dense layout has
+    # group is that dimension's), which no dense layout has; of pipelining: its stages' sends
     assert any("to_all" in c["kind"] for c in real[0]) == (layout == "ep2")
+    assert any(c["kind"] == "send" for c in real[0]) == (layout == "pp2")
+
+
+def test_accumulation_gathers_the_blocks_again_for_each_pass(runs):
+    """The control of the trace over two passes a step: FSDP's all-gathers and reduce-scatters
+    twice over (the root's forward twice, which torch's tracker alone refuses)."""
+    once, twice = ({c["kind"]: c["count"] for c in runs[name][1][0]["collectives"]}
+                   for name in ("fsdp2", "fsdp2_accum2"))
+    assert twice["_allgather_base"] > once["_allgather_base"]

@@ -261,7 +261,7 @@ def test_planner_sizes_are_the_parameter_counts(tmp_path):
     layout = ParallelLayout.from_parameters(ModelParallelParameters(), 1)
     for name in ("gpt_neox", "mistral", "mixtral"):
         spec = resolve({"model_type": name, **MODEL_TYPES[name]})
-        sizes = Sizes.of(type("W", (), {"spec": spec, "layout": layout})())
+        sizes = Sizes.of(type("W", (), {"spec": spec, "layout": layout, "lora": None})())
         assert sizes.total == spec.parameter_count()
         assert sizes.block * spec.num_layers + sizes.root == sizes.total
 

@@ -268,8 +268,9 @@ def test_the_planner_modules_import_each_other_without_a_cycle() -> None:
 
 def test_the_first_blocks_backward_holds_every_other_blocks_gradient_shard():
     """seed p5 (micro-batch 4, full checkpointing): at the first block's backward the 31 other
-    blocks' fp32 gradient shards exist and 1/32 of the kept block inputs; under pipeline
-    parallelism a stage counts its own 16 blocks."""
+    blocks' fp32 gradient shards exist and 1/32 of the kept block inputs. Under pipeline
+    parallelism torch's schedule reduces no gradient before the step's end: a stage's 16 blocks stay
+    gathered (bf16) and their gradients, with half the root's, accumulate unsharded in fp32."""
     s = SPEC_8B
     h, kv = s.hidden_size, s.num_kv_heads * s.head_dim
     block = 2 * h * s.num_heads * s.head_dim + 2 * h * kv + 3 * h * s.intermediate_size + 2 * h
@@ -279,4 +280,31 @@ def test_the_first_blocks_backward_holds_every_other_blocks_gradient_shard():
     assert est.gib("first_block_activations") == pytest.approx(est.gib("activations") / 32, rel=1e-9)
     assert est.peak_phase in ("first_block_mlp", "first_block_attention")
     staged = replace(w, layout=ParallelLayout(world=8, dp_replicate=1, dp_shard=4, cp=1, tp=1, pp=2))
-    assert estimate_workload(staged).gib("block_gradients") == pytest.approx(4 * 15 * block / 4 / GIB, rel=1e-9)
+    staged_est = estimate_workload(staged)
+    assert staged_est.gib("block_gradients") == 0  # no shard yet
+    root = 2 * s.vocab_size * h + h  # untied embedding and head, final norm
+    assert staged_est.gib("pipeline_accumulation") == pytest.approx(
+        (2 * 16 * block + 4 * (16 * block + root / 2)) / GIB, rel=1e-9)
+
+
+def test_a_lora_job_holds_gradients_and_optimizer_state_for_its_adapters_only():
+    """use_peft with all-linear adapters of rank 16 on llama3.1-8b over 8 ranks: the frozen base has no
+    gradient and no AdamW state; the adapters' 41,943,040 parameters (peft's count, test_lora_rules)
+    have both, sharded. Their dropped inputs are kept where checkpointing does not wrap the block."""
+    from launcher.wire.training.lora import LoraSettings, target_kinds, trainable_parameters
+
+    lora = LoraSettings(r=16, alpha=32, dropout=0.05, targets=target_kinds(SPEC_8B))
+    trainable, _ = trainable_parameters(SPEC_8B, lora)
+    assert trainable == 41_943_040
+    full = workload_of(seed("p4d-cp8"))
+    adapted = estimate_workload(replace(full, lora=lora))
+    assert adapted.gib("gradients") == pytest.approx(4 * trainable / 8 / GIB, rel=1e-9)
+    assert adapted.gib("optimizer") == pytest.approx(8 * trainable / 8 / GIB, rel=1e-9)
+    assert adapted.gib("head_grad") == 0 and adapted.gib("root_reduce") == 0  # the frozen root
+    # control: the full fine-tune's state is the whole model's, and the parameters are the base's + adapters'
+    whole = estimate_workload(full)
+    assert whole.gib("gradients") == pytest.approx(4 * SPEC_8B.parameter_count() / 8 / GIB, rel=1e-9)
+    assert adapted.gib("parameters") == pytest.approx(whole.gib("parameters") + 4 * trainable / 8 / GIB, rel=1e-9)
+    assert adapted.gib("lora_dropout") == 0  # every block checkpointed (the seed's full AC)
+    uncheckpointed = estimate_workload(replace(full, lora=lora, ac_mode=None))
+    assert uncheckpointed.gib("lora_dropout") > 0

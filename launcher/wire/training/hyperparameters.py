@@ -23,6 +23,7 @@ from pydantic import (
 from launcher.wire.training.base import MAX_DIMENSION, HyperparameterName, JsonValue, Strict, reject_boolean
 from launcher.wire.training.data_order import DATASET_TYPES
 from launcher.wire.training.degrees import model_with_degrees
+from launcher.wire.training.lora import LoraHyperparameters
 from launcher.wire.training.models import ATTENTION_KERNELS
 from launcher.wire.training.nonfinite import DEFAULT_NONFINITE_MAX, NONFINITE_POLICIES
 from launcher.wire.training.speed import (
@@ -57,7 +58,7 @@ RUNTIME_CHOICES = ("fp8_recipe", "fp8_amax_compute_algo", "fp8_backend", "activa
                    "backward_fetch_policy",
                    "cp_comm_type", "distributed_backend", "lr_decay_style", "attention_kernel", "shuffle",
                    "data_mixture", "truncation_mode", "rope_scaling_type", "moe_load_balancing",
-                   "checkpoint_async_mode", "nonfinite_policy")
+                   "checkpoint_async_mode", "nonfinite_policy", "lora_target_modules", "lora_modules_to_save")
 
 
 # The degrees the seed's script also accepts as arguments (launcher.wire.training.degrees); they must
@@ -66,8 +67,9 @@ _SeedDegrees = model_with_degrees("_SeedDegrees", BaseModel, "script_argument", 
                                   description="Must match the distribution.")
 
 
-class TrainingHyperparameters(_SeedDegrees):
-    """Known hyperparameters, typed; unset ones are None (the script's default applies)."""
+class TrainingHyperparameters(_SeedDegrees, LoraHyperparameters):
+    """Known hyperparameters, typed; unset ones are None (the script's default applies). LoRA's are
+    declared with their rules (launcher.wire.training.lora)."""
 
     model_config = ConfigDict(extra="allow", defer_build=True)
     # Keys smlaunch does not know pass to the script; the wire json.dumps them, so JSON values only.

@@ -11,7 +11,9 @@ change. What the data position and the optimizer state only mean together with, 
   and shuffles indexed shards and chat rows; the shuffle and the mixture of indexed channels;
   the truncation of chat examples, which decides the rows they are packed into);
 - the model's shape (a smaller model would load part of the weights without complaint);
-- the optimizer (its moments are in the checkpoint).
+- the optimizer (its moments are in the checkpoint);
+- the LoRA adapters: trained or not, their rank, alpha, scaling, targets and the modules trained whole
+  (the checkpoint holds those parameters and their moments, and only those).
 
 The runtime records `RunIdentity.record()` in every checkpoint (container/checkpoint/checkpointer.py) and
 refuses to continue one whose record differs (`RunIdentity.conflicts`); validation explains the same
@@ -37,6 +39,7 @@ from typing import Any
 
 from launcher.wire.training import data_order
 from launcher.wire.training.degrees import DEGREES
+from launcher.wire.training.lora import LoraSettings
 from launcher.wire.training.models import ModelSpec
 from launcher.wire.training.run_settings import RunSettings
 
@@ -69,6 +72,9 @@ KEPT = (
     Kept("data_stream", "data stream", "dataset_type, seed, shuffle, data_mixture and truncation_mode"),
     Kept("model", "model shape", "model_preset or the model's config"),
     Kept("optimizer", "optimizer", "optimizer"),
+    # not in validate's note, which every resuming job prints: the runtime refuses other adapters by name
+    Kept("adapters", "LoRA adapters",
+         "use_peft, lora_r, lora_alpha, use_rslora, lora_target_modules and lora_modules_to_save", noted=False),
     # the embedding's and head's rows: the vocabulary, padded where tensor parallelism cannot split
     # it (launcher.wire.training.models.vocab_rows); a resume keeps the saved rows wherever its degree splits them
     Kept("vocab_rows", "vocabulary rows (padded for tensor parallelism)", "tensor_parallel_degree", noted=False),
@@ -107,6 +113,7 @@ class RunIdentity:
     model: ModelSpec
     data_parallel: int
     vocab_rows: int | None = None  # None: not recorded (nor compared)
+    adapters: LoraSettings | None = None  # the LoRA adapters trained on a frozen base; None: the whole model
 
     def record(self) -> dict[str, Any]:
         """What a checkpoint records, keyed as in KEPT: plain values (torch.load's weights_only
@@ -118,6 +125,7 @@ class RunIdentity:
             "data_stream": data_stream(s),
             "model": {k: v for k, v in asdict(self.model).items() if k not in _NOT_SHAPE},
             "optimizer": s.optimizer,
+            "adapters": adapters_text(self.adapters),
             **({"vocab_rows": self.vocab_rows} if self.vocab_rows is not None else {}),
         }
 
@@ -144,6 +152,15 @@ class RunIdentity:
         return lines
 
 
+def adapters_text(lora: LoraSettings | None) -> str:
+    """What a checkpoint records of its adapters (dropout and merging change nothing it holds)."""
+    if lora is None:
+        return "none (the whole model trains)"
+    saved = f", {', '.join(lora.modules_to_save)} whole" if lora.modules_to_save else ""
+    return (f"r {lora.r}, alpha {lora.alpha}{' (rsLoRA)' if lora.rslora else ''} on {','.join(lora.targets)}"
+            f"{saved}")
+
+
 def batch_fix(saved_batch: int, data_parallel: int) -> str:
     """How to keep a global batch of `saved_batch` sequences at `data_parallel` data-parallel ranks."""
     if saved_batch % data_parallel:
@@ -165,6 +182,8 @@ def _fix(kept: Kept, saved: Any, data_parallel: int) -> str:
         return batch_fix(saved, data_parallel)
     if kept.key == "model":
         return "train the model the checkpoint holds"
+    if kept.key == "adapters":
+        return "train the adapters the checkpoint holds, or start a new run in an empty checkpoint directory"
     if kept.key == "vocab_rows":
         return f"resume with a tensor_parallel_degree that divides {saved}"
     return f"set {kept.settings} back to {saved}"

@@ -1,0 +1,229 @@
+"""LoRA (low-rank adapters) as a job asks for it, under TRL's names so a TRL user's hyperparameters
+carry over (`use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`,
+`lora_modules_to_save`, `use_rslora`) and HyperPod's `merge_weights`: the hyperparameters, what
+they resolve to for a model (`LoraSettings`), the checks client and runtime both run
+(`lora_issues`), and the trainable share validate prints. Torch-free; the runtime's adapters are
+container.models.lora, docs/lora.md says what is supported.
+
+Module names are Hugging Face's, as peft takes them (`q_proj`, `query_key_value`, ...): a target is
+a kind of linear layer, present in every block. `all-linear` means what it means to peft: every
+linear layer but the output head.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field, FiniteFloat, field_validator
+
+from launcher.wire.training.issues import Issue, did_you_mean
+from launcher.wire.training.models import ModelSpec
+
+HP = "hyperparameters"
+ALL_LINEAR = "all-linear"
+# each block's linear layers, by Hugging Face's module name: (inputs, outputs) of the spec
+_LLAMA_KINDS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_GPT_NEOX_KINDS = ("query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h")
+# peft's targets when none are named (its TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)
+_PEFT_DEFAULTS = {"llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"), "gpt_neox": ("query_key_value",)}
+# the modules outside the blocks that lora_modules_to_save may train whole
+_SAVED_MODULES = {"llama": ("embed_tokens", "lm_head"), "gpt_neox": ("embed_in", "embed_out")}
+# what smlaunch's runtime cannot yet do with adapters: refused by name rather than run without them
+_NOT_YET = "smlaunch's LoRA does not compose with it yet (docs/lora.md)"
+
+
+class LoraHyperparameters(BaseModel):
+    """TRL's (ModelConfig's) LoRA hyperparameters and HyperPod's merge_weights; unset ones are None."""
+
+    use_peft: bool | None = Field(
+        None, description="smlaunch: train low-rank adapters (LoRA) on a frozen base instead of the whole model "
+                          "(TRL's name; docs/lora.md).")
+    lora_r: int | None = Field(None, description="LoRA: the adapters' rank (default 16, TRL's).")
+    lora_alpha: int | None = Field(None, description="LoRA: the adapters' scaling numerator, alpha/r (default 32).")
+    lora_dropout: FiniteFloat | None = Field(
+        None, description="LoRA: dropout on the adapters' input, from 0 to below 1 (default 0.05).")
+    lora_target_modules: list[str] | str | None = Field(
+        None, description="LoRA: the linear layers that get adapters, by Hugging Face's names (q_proj, v_proj, ...), "
+                          "a list or comma-separated, or all-linear (every linear layer but the head); default "
+                          "peft's for the model (Llama: q_proj,v_proj).")
+    lora_modules_to_save: list[str] | str | None = Field(
+        None, description="LoRA: modules outside the blocks trained whole and saved with the adapter "
+                          "(embed_tokens, lm_head).")
+    use_rslora: bool | None = Field(None, description="LoRA: rank-stabilised scaling alpha/sqrt(r) instead of alpha/r.")
+    use_dora: bool | None = Field(None, description="DoRA: refused by smlaunch's train.py (not implemented).")
+    load_in_4bit: bool | None = Field(None, description="QLoRA's 4-bit base: refused by smlaunch's train.py (not yet).")
+    merge_weights: bool | None = Field(
+        None, description="LoRA: model.tar.gz also holds the merged model under merged/ (HyperPod's name).")
+
+    @field_validator("lora_target_modules", "lora_modules_to_save", mode="before")
+    @classmethod
+    def _names(cls, value):
+        """A list, or text as the wire and the toolkit carry one: comma-separated, JSON's or Python's list."""
+        if isinstance(value, str) and value != ALL_LINEAR:
+            return re.findall(r"[A-Za-z0-9_.\-]+", value)
+        return value
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """What a LoRA job trains: rank, alpha, dropout, the target kinds (Hugging Face's names), the
+    modules trained whole, rsLoRA's scaling, whether the merged model is exported."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    targets: tuple[str, ...] = ()
+    modules_to_save: tuple[str, ...] = ()
+    rslora: bool = False
+    merge: bool = False
+
+    @property
+    def scaling(self) -> float:
+        """peft's: alpha / r, or alpha / sqrt(r) with rsLoRA."""
+        return self.alpha / (math.sqrt(self.r) if self.rslora else self.r)
+
+
+def _family(spec: ModelSpec) -> str:
+    return "gpt_neox" if spec.is_gpt_neox else "llama"
+
+
+def target_kinds(spec: ModelSpec) -> tuple[str, ...]:
+    """Every linear layer of a block, by Hugging Face's name: what all-linear targets."""
+    return _GPT_NEOX_KINDS if spec.is_gpt_neox else _LLAMA_KINDS
+
+
+def kind_shape(spec: ModelSpec, kind: str) -> tuple[int, int]:
+    """(in features, out features) of a block's linear layer `kind`."""
+    h, q, kv, ffn = (spec.hidden_size, spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim,
+                     spec.intermediate_size)
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, ffn),
+            "up_proj": (h, ffn), "down_proj": (ffn, h), "query_key_value": (h, 3 * h), "dense": (h, h),
+            "dense_h_to_4h": (h, ffn), "dense_4h_to_h": (ffn, h)}[kind]
+
+
+def lora_settings(hp, spec: ModelSpec) -> LoraSettings | None:
+    """The adapters a job trains on `spec`, or None without use_peft (a checked job: lora_issues)."""
+    if not hp.use_peft:
+        return None
+    asked = hp.lora_target_modules
+    targets = target_kinds(spec) if asked == ALL_LINEAR else tuple(
+        asked or _PEFT_DEFAULTS.get(spec.hf_model_type, _PEFT_DEFAULTS[_family(spec)]))
+    default = LoraSettings()
+    given = {"r": hp.lora_r, "alpha": hp.lora_alpha, "dropout": hp.lora_dropout}
+    return LoraSettings(
+        **{name: getattr(default, name) if value is None else value for name, value in given.items()},
+        targets=tuple(k for k in target_kinds(spec) if k in targets),
+        modules_to_save=tuple(hp.lora_modules_to_save or ()),
+        rslora=bool(hp.use_rslora), merge=bool(hp.merge_weights))
+
+
+def _asked(hp) -> list[str]:
+    """The LoRA hyperparameters a job set (those that do nothing without use_peft)."""
+    return [name for name in LoraHyperparameters.model_fields
+            if name not in ("use_peft", "use_dora", "load_in_4bit") and getattr(hp, name) is not None]
+
+
+def lora_issues(hp, params, degrees_path: str = "mp_parameters") -> list[Issue]:
+    """What the runtime refuses of a job's LoRA before it builds anything, the model unknown: DoRA and
+    QLoRA by name, values peft would refuse, the layouts and features adapters do not compose with yet
+    (`params`: the job's ModelParallelParameters, named under `degrees_path`). A LoRA setting without
+    use_peft is a warning."""
+    issues = []
+    if hp.use_dora:
+        issues.append(Issue(f"{HP}.use_dora", hp.use_dora, "DoRA is not implemented by smlaunch's train.py",
+                            "remove use_dora to train plain LoRA adapters (docs/lora.md)"))
+    if hp.load_in_4bit:
+        issues.append(Issue(f"{HP}.load_in_4bit", hp.load_in_4bit, "QLoRA's 4-bit (NF4) base is not yet "
+                            "implemented by smlaunch's train.py", "remove load_in_4bit: the base then trains "
+                            "frozen in its own dtype (docs/lora.md)"))
+    if not hp.use_peft:
+        return issues + [Issue(f"{HP}.{name}", getattr(hp, name), "does nothing without use_peft: the whole model "
+                               "trains", "set use_peft: 1 to train adapters, or remove it", level="warning")
+                         for name in _asked(hp)]
+    return issues + _value_issues(hp) + _composition_issues(hp, params, degrees_path)
+
+
+def _value_issues(hp) -> list[Issue]:
+    """The values peft's LoraConfig refuses (r and alpha above 0, dropout in [0, 1))."""
+    issues = []
+    if hp.lora_r is not None and hp.lora_r <= 0:
+        issues.append(Issue(f"{HP}.lora_r", hp.lora_r, "the adapters' rank must be a positive whole number "
+                            "(peft refuses r <= 0)", "set lora_r: 8, 16 or 64, say"))
+    if hp.lora_alpha is not None and hp.lora_alpha <= 0:
+        issues.append(Issue(f"{HP}.lora_alpha", hp.lora_alpha, "alpha must be above 0 (the adapters' scaling is "
+                            "alpha/r)", "set lora_alpha to a positive number, often twice lora_r"))
+    if hp.lora_dropout is not None and not 0 <= hp.lora_dropout < 1:
+        issues.append(Issue(f"{HP}.lora_dropout", hp.lora_dropout, "dropout is a probability from 0 to below 1",
+                            "set lora_dropout: 0.05, or 0 for none"))
+    if hp.lora_target_modules == []:
+        issues.append(Issue(f"{HP}.lora_target_modules", [], "names no module, so no adapter would train",
+                            f"name modules (q_proj,v_proj), write {ALL_LINEAR}, or remove it for peft's default"))
+    return issues
+
+
+def _composition_issues(hp, params, degrees_path: str) -> list[Issue]:
+    """The parallelisms and features the runtime's adapters do not compose with yet, by name."""
+    refused = [(f"{degrees_path}.{name}", value) for name, value in (
+        ("tensor_parallel_degree", params.tensor_parallel_degree), ("pipeline_parallel_degree", params.pipeline_degree),
+        ("context_parallel_degree", params.context_parallel_degree),
+        ("expert_parallel_degree", params.expert_parallel_degree)) if value > 1]
+    refused += [(f"{HP}.{name}", getattr(hp, name)) for name in ("fp8", "compile") if getattr(hp, name)]
+    return [Issue(name, value, f"with use_peft: {_NOT_YET}", "remove it, or train the whole model without "
+                  "use_peft") for name, value in refused]
+
+
+def model_lora_issues(hp, spec: ModelSpec) -> list[Issue]:
+    """The targets and saved modules against the model's own (Hugging Face's names), and the models
+    the adapters do not cover yet (a mixture of experts)."""
+    if not hp.use_peft:
+        return []
+    if spec.is_moe:
+        return [Issue(f"{HP}.use_peft", hp.use_peft, f"a mixture-of-experts model ({spec.name}): {_NOT_YET}",
+                      "fine-tune a dense model with LoRA, or train this one without use_peft")]
+    kinds, saved = target_kinds(spec), _SAVED_MODULES[_family(spec)]
+    asked = hp.lora_target_modules
+    issues = []
+    for name in (asked if isinstance(asked, list) else []):
+        if name in saved:
+            issues.append(Issue(f"{HP}.lora_target_modules", name, "LoRA on the embedding or the head is not yet "
+                                "implemented by smlaunch's train.py", f"train it whole: lora_modules_to_save: {name}"))
+        elif name not in kinds:
+            issues.append(Issue(f"{HP}.lora_target_modules", name, f"{spec.name} has no linear layer of this name",
+                                did_you_mean(name, kinds) or f"name some of {', '.join(kinds)}, or {ALL_LINEAR}"))
+    for name in hp.lora_modules_to_save or []:
+        if name not in saved:
+            issues.append(Issue(f"{HP}.lora_modules_to_save", name, "not a module smlaunch trains whole beside "
+                                "adapters", did_you_mean(name, saved)))
+        elif spec.tie_embeddings:
+            issues.append(Issue(f"{HP}.lora_modules_to_save", name, f"{spec.name} ties its embedding and head: "
+                                f"{_NOT_YET}", "remove lora_modules_to_save"))
+    return issues
+
+
+def trainable_parameters(spec: ModelSpec, lora: LoraSettings) -> tuple[int, int]:
+    """(trainable, all) parameters as peft's print_trainable_parameters counts them: the adapters and the
+    modules trained whole are trainable, and all counts the base, the adapters and those modules'
+    trained copies (peft keeps the original beside each)."""
+    adapters = spec.num_layers * sum(lora.r * sum(kind_shape(spec, kind)) for kind in lora.targets)
+    whole = len(lora.modules_to_save) * spec.vocab_size * spec.hidden_size
+    return adapters + whole, spec.parameter_count() + adapters + whole
+
+
+def describe(spec: ModelSpec, lora: LoraSettings) -> str:
+    """"LoRA r 16, alpha 32 on 7 module kinds x 32 layers: 42.0M trainable of 8.07B, 0.52%"."""
+    trainable, total = trainable_parameters(spec, lora)
+    rslora = " (rsLoRA)" if lora.rslora else ""
+    saved = f" + {', '.join(lora.modules_to_save)} whole" if lora.modules_to_save else ""
+    return (f"LoRA r {lora.r}, alpha {lora.alpha}{rslora} on {len(lora.targets)} module kinds x {spec.num_layers} "
+            f"layers{saved}: {_count(trainable)} trainable of {_count(total)}, {100 * trainable / total:.2f}%")
+
+
+def _count(n: int) -> str:
+    """Three significant digits: 41943040 -> 42.0M, 8072204288 -> 8.07B."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.{max(0, 2 - int(math.log10(value)))}f}{unit}"
+    return str(n)

@@ -1,0 +1,143 @@
+"""LoRA as a job asks for it (launcher/wire/training/lora.py, issue 52 section 1): TRL's names typed
+on the contract, what peft would refuse refused with the field, the value and the fix, what the
+runtime's adapters do not compose with yet refused by name, and the trainable share validate prints,
+counted as peft's print_trainable_parameters counts it."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.config import validate_job
+from launcher.wire.training.hf_config import spec_from_hf_config
+from launcher.wire.training.hyperparameters import TrainingHyperparameters
+from launcher.wire.training.lora import describe, lora_settings, trainable_parameters
+from launcher.wire.training.models import PRESETS
+from tests.support.config_checks import MP, issues_of, only_issue, paths
+from tests.support.hf_models import llama_config
+from tests.support.peft_reference import lora_model
+from tests.unit.test_config_rules import make_job
+
+LORA = {"use_peft": 1}
+
+
+def test_trl_names_are_typed_and_a_list_arrives_as_the_toolkit_writes_it():
+    for text in ("q_proj,v_proj", '["q_proj", "v_proj"]', "['q_proj', 'v_proj']"):
+        hp = TrainingHyperparameters.model_validate({"use_peft": "true", "lora_r": "8", "lora_target_modules": text})
+        assert (hp.use_peft, hp.lora_r, hp.lora_target_modules) == (True, 8, ["q_proj", "v_proj"])
+    assert TrainingHyperparameters.model_validate({"lora_target_modules": "all-linear"}).lora_target_modules == (
+        "all-linear")
+
+
+@pytest.mark.parametrize(("hp", "path", "words"), [
+    ({"lora_r": 0}, "lora_r", "peft refuses r <= 0"),
+    ({"lora_r": -4}, "lora_r", "peft refuses r <= 0"),
+    ({"lora_alpha": 0}, "lora_alpha", "alpha must be above 0"),
+    ({"lora_dropout": 1.0}, "lora_dropout", "from 0 to below 1"),
+    ({"lora_dropout": -0.1}, "lora_dropout", "from 0 to below 1"),
+    ({"lora_target_modules": "q_proj,qproj"}, "lora_target_modules", "no linear layer of this name"),
+    ({"lora_target_modules": "lm_head"}, "lora_target_modules", "not yet"),
+    ({"use_dora": 1}, "use_dora", "DoRA is not implemented"),
+    ({"load_in_4bit": 1}, "load_in_4bit", "not yet"),
+    ({"compile": 1}, "compile", "does not compose"),
+    ({"lora_modules_to_save": "norm"}, "lora_modules_to_save", "not a module"),
+])
+def test_what_peft_or_the_runtime_would_refuse_is_refused_by_name(runtime_dir, hp, path, words):
+    job = make_job(runtime_dir, hp={**LORA, **hp})
+    issue = only_issue(job, f"hyperparameters.{path}")[0]
+    assert words in issue.problem
+    assert paths(make_job(runtime_dir, hp=LORA)) == []  # control: the same job with peft's defaults
+
+
+def test_tensor_parallelism_is_refused_with_adapters_and_not_without(runtime_dir):
+    params = {"tensor_parallel_degree": 8, "hybrid_shard_degree": 1}
+    assert "does not compose" in only_issue(make_job(runtime_dir, hp=LORA, params=params),
+                                            f"{MP}.tensor_parallel_degree")[0].problem
+    assert paths(make_job(runtime_dir, params=params)) == []
+
+
+def test_a_lora_setting_without_use_peft_is_said_to_do_nothing(runtime_dir):
+    warning = only_issue(make_job(runtime_dir, hp={"lora_r": 8}), "hyperparameters.lora_r", level="warning")[0]
+    assert "the whole model trains" in warning.problem and "use_peft: 1" in warning.fix
+    assert issues_of(make_job(runtime_dir, hp={**LORA, "lora_r": 8}), level="warning") == []
+
+
+def test_a_users_script_reads_its_own_lora_names(user_script_dir):
+    job = make_job(user_script_dir, hp={**LORA, "lora_r": 0, "lora_target_modules": "anything"},
+                   image_uri="1.dkr.ecr.us-east-1.amazonaws.com/x:1")
+    assert not [p for p in paths(job) if "lora" in p]
+
+
+def test_validate_counts_llama_8b_all_linear_by_hand():
+    """Llama 3.1 8B, r 16 on all seven kinds: per layer 16 x ((4096 + 4096) x 2 (q, o) + (4096 + 1024) x 2 (k, v)
+    + (4096 + 14336) x 3 (gate, up, down)) = 1,310,720; x 32 layers = 41,943,040 of 8,030,261,248 + that."""
+    spec = PRESETS["llama3.1-8b"]
+    lora = lora_settings(TrainingHyperparameters(use_peft=True, lora_target_modules="all-linear"), spec)
+    assert trainable_parameters(spec, lora) == (41_943_040, 8_030_261_248 + 41_943_040)
+    assert describe(spec, lora) == "LoRA r 16, alpha 32 on 7 module kinds x 32 layers: 41.9M trainable of 8.07B, 0.52%"
+
+
+@pytest.mark.parametrize("hp", [
+    {"lora_target_modules": "all-linear", "lora_r": 8},
+    {},  # peft's default targets for a Llama: q_proj, v_proj
+    {"lora_target_modules": ["k_proj", "down_proj"], "lora_r": 4, "lora_modules_to_save": ["lm_head"]},
+])
+def test_the_trainable_share_is_peft_s(hp):
+    from transformers import LlamaForCausalLM
+
+    config = llama_config()
+    spec = spec_from_hf_config(config.to_dict(), "tiny")
+    lora = lora_settings(TrainingHyperparameters(use_peft=True, **hp), spec)
+    reference = lora_model(LlamaForCausalLM(config), r=lora.r, lora_alpha=lora.alpha,
+                           target_modules=hp.get("lora_target_modules"), modules_to_save=hp.get("lora_modules_to_save"))
+    assert trainable_parameters(spec, lora) == reference.get_nb_trainable_parameters()
+
+
+def test_a_resume_keeps_the_adapters_the_checkpoint_holds():
+    from launcher.wire.training.resume import RunIdentity
+    from launcher.wire.training.run_settings import run_settings
+
+    spec = PRESETS["llama3-tiny"]
+    settings = run_settings(TrainingHyperparameters(), None, 1)
+
+    def identity(**hp):
+        lora = lora_settings(TrainingHyperparameters(**hp), spec)
+        return RunIdentity(settings, spec, 1, adapters=lora)
+
+    saved = identity(use_peft=True, lora_r=8).record()
+    assert saved["adapters"] == "r 8, alpha 32 on q_proj,v_proj"
+    assert identity(use_peft=True, lora_r=8, lora_dropout=0.2, merge_weights=True).conflicts(saved) == []  # control
+    for other in ({"use_peft": True, "lora_r": 16}, {}):
+        [line] = identity(**other).conflicts(saved)
+        assert line.startswith("LoRA adapters (use_peft, lora_r,") and "train the adapters the checkpoint" in line
+
+
+def test_the_plan_says_what_it_models_of_a_lora_job(runtime_dir):
+    from launcher.plan.workload import modeled_program
+
+    said = modeled_program(validate_job(make_job(runtime_dir, hp=LORA)))
+    assert "the frozen base without gradients or optimizer state" in said and "not modelled yet" in said
+    assert "use_peft" not in modeled_program(validate_job(make_job(runtime_dir)))
+
+
+def test_the_runtime_refuses_what_validation_refuses():
+    from container.args import parse_args
+    from container.trainer import adapters, refuse_unimplemented
+    from launcher.wire.training.degrees import ModelParallelParameters
+
+    hp = parse_args(["--use_peft", "1", "--lora_target_modules", "['q_proj', 'qproj']"])[0]  # as the toolkit passes
+    refuse_unimplemented(hp)  # the control: its degrees are all 1
+    with pytest.raises(ValueError, match="tensor_parallel_degree = 2: with use_peft"):
+        refuse_unimplemented(hp, ModelParallelParameters(tensor_parallel_degree=2))
+    with pytest.raises(ValueError, match='lora_target_modules = "qproj": llama3-tiny has no linear layer'):
+        adapters(hp, PRESETS["llama3-tiny"])
+
+
+def test_a_sweep_tunes_lora_s_rank_and_alpha_and_every_trial_is_checked(runtime_dir):
+    def sweep(r_range):
+        return make_job(runtime_dir, hp=LORA, tuning={
+            "objective": {"metric": "train:loss", "type": "Minimize"}, "strategy": "Random", "max_jobs": 4,
+            "max_parallel_jobs": 2, "ranges": {"lora_r": {"kind": "integer", **r_range},
+                                               "lora_alpha": {"kind": "categorical", "values": ["8", "64"]}}})
+
+    assert paths(sweep({"min_value": 4, "max_value": 64})) == []
+    assert "tuning.ranges.lora_r" in paths(sweep({"min_value": 0, "max_value": 64}))  # a trial of r 0
