@@ -1,5 +1,6 @@
 """The indexed-shard loader at corpus scale: samples/s per rank for 16K-token rows, the time of a
-resume at the first and at the last sample, and resident memory against the corpus's size.
+resume at the first and at the last sample, and resident memory against the corpus's size; for
+smlaunch's own shards and for Megatron-Core .bin/.idx pairs of the same documents (`--formats`).
 
 The corpus is generated, not packed: a shard whose `.bin` is a sparse file of the asked size
 (the tokens read as zeros; the file system stores nothing for them) and whose `.idx` holds
@@ -28,8 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def make_corpus(directory: Path, gigabytes: float, seed: int = 0) -> Path:
-    """A uint16 shard of `gigabytes` GB (sparse tokens) with documents of random lengths."""
+def make_corpus(directory: Path, gigabytes: float, seed: int = 0, fmt: str = "smlaunch") -> Path:
+    """A uint16 shard of `gigabytes` GB (sparse tokens) with documents of random lengths, in
+    smlaunch's format or as a Megatron pair (one sequence a document)."""
+    from launcher.wire.megatron_index import encode_prefix
     from launcher.wire.token_shards import encode_header
 
     tokens = int(gigabytes * 1e9) // 2
@@ -41,6 +44,14 @@ def make_corpus(directory: Path, gigabytes: float, seed: int = 0) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / "train-00000.bin").open("wb") as f:
         f.truncate(tokens * 2)
+    if fmt == "megatron":
+        documents = len(offsets) - 1
+        with (directory / "train-00000.idx").open("wb") as f:
+            f.write(encode_prefix("uint16", documents, documents))
+            f.write(np.diff(offsets).astype("<i4").tobytes())
+            f.write((offsets[:-1] * 2).astype("<i8").tobytes())
+            f.write(np.arange(documents + 1, dtype="<i8").tobytes())
+        return directory
     header = {"format": "smlaunch indexed tokens", "dtype": "uint16", "vocab_size": 256, "documents": len(offsets) - 1,
               "tokens": tokens, "max_token_id": 0, "tokenizer": {"name": "bench", "vocabulary_sha256": None},
               "lengths": {"buckets": []}}
@@ -85,6 +96,7 @@ def main() -> None:
     p.add_argument("--ranks", type=int, default=8, help="data-parallel ranks (one is measured)")
     p.add_argument("--batches", type=int, default=200)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--formats", nargs="+", choices=("smlaunch", "megatron"), default=["smlaunch"])
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -94,26 +106,25 @@ def main() -> None:
           f"of {args.ranks}, {args.batches} micro-batches of 1 row, medians of {args.repeats} fresh processes")
     with tempfile.TemporaryDirectory() as tmp:
         results = {}
-        for gb in args.gigabytes:
-            path = make_corpus(Path(tmp) / f"{gb:g}GB", gb)
+        for gb, fmt in ((gb, fmt) for gb in args.gigabytes for fmt in args.formats):
+            path = make_corpus(Path(tmp) / f"{gb:g}GB-{fmt}", gb, fmt=fmt)
             rows = (int(gb * 1e9) // 2) // args.seq
             runs = {"first": [], "last": []}
             for _ in range(args.repeats):  # alternating: the machine's load moves both alike
                 for where, start in (("first", 0), ("last", rows * 3 - args.ranks)):  # the third epoch's end
                     runs[where].append(measure({"path": str(path), "seq": args.seq, "ranks": args.ranks,
                                                 "batches": args.batches, "start_sample": start}))
-            results[gb] = {where: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
-                           for where, rs in runs.items()}
-            first, last = results[gb]["first"], results[gb]["last"]
-            print(f"  {gb:g} GB ({rows:,} rows): {first['samples_per_s']:,.0f} samples/s "
+            results[gb, fmt] = {where: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+                                for where, rs in runs.items()}
+            first, last = results[gb, fmt]["first"], results[gb, fmt]["last"]
+            print(f"  {gb:g} GB {fmt} ({rows:,} rows): {first['samples_per_s']:,.0f} samples/s "
                   f"({first['samples_per_s'] * args.seq / 1e6:,.1f} M tokens/s); resume at sample 0 "
                   f"{first['resume_s'] * 1000:.1f} ms, at sample {rows * 3 - args.ranks:,} "
                   f"{last['resume_s'] * 1000:.1f} ms (last/first {last['resume_s'] / first['resume_s']:.2f}); "
                   f"peak RSS {first['max_rss_mib']:.0f} MiB")
-        if len(args.gigabytes) > 1:
-            big, small = args.gigabytes[0], args.gigabytes[-1]
-            print(f"  peak RSS {big:g} GB / {small:g} GB: "
-                  f"{results[big]['first']['max_rss_mib'] / results[small]['first']['max_rss_mib']:.3f}")
+        for fmt in args.formats if len(args.gigabytes) > 1 else ():
+            big, small = (results[gb, fmt]["first"]["max_rss_mib"] for gb in (args.gigabytes[0], args.gigabytes[-1]))
+            print(f"  {fmt}: peak RSS {args.gigabytes[0]:g} GB / {args.gigabytes[-1]:g} GB: {big / small:.3f}")
 
 
 if __name__ == "__main__":

@@ -15,26 +15,38 @@ from container.data.indexed_source import IndexedSource
 from container.distributed.runtime import Runtime
 from container.models import attention
 from launcher.wire import checkpoints
-from launcher.wire.token_shards import tokenizer_identity
+from launcher.wire.megatron_index import FORMAT as MEGATRON_FORMAT
+from launcher.wire.token_shards import ShardError, tokenizer_identity
 from launcher.wire.training.models import ATTENTION_KERNEL_DESCRIPTIONS
 from launcher.wire.training.run_settings import RunSettings
 
 log = logging.getLogger("smlaunch")
 
 
-def check_tokenizer(source, sources: pretrained.Sources) -> None:
+def check_tokenizer(source, sources: pretrained.Sources, vocab_size_given: bool) -> None:
     """Indexed shards record the tokenizer they were packed with: it must be the model's (where
-    the job has the model's tokenizer.json), or every id means another token."""
+    the job has the model's tokenizer.json), or every id means another token. A Megatron-Core
+    corpus records none: the job must name its tokenizer, or at least vocab_size (as validate says)."""
+    if isinstance(source, IndexedSource) and sources.tokenizer is None and not vocab_size_given:
+        megatron = next((c for c, s in zip(source.channels, source.streams) if s.is_megatron), None)
+        if megatron is not None:
+            raise ShardError(source.streams[source.channels.index(megatron)].header.idx,
+                             f"channel {megatron.name} holds a {MEGATRON_FORMAT} corpus, which records neither the "
+                             "tokenizer it was made with nor its vocabulary size",
+                             "set the hyperparameter tokenizer (or hf_pretrained_model_name_or_dir) to the tokenizer "
+                             "the corpus was made with, or at least vocab_size")
     if isinstance(source, IndexedSource) and sources.tokenizer is not None:
         located = sources.tokenizer
-        source.check_tokenizer(tokenizer_identity(located.source.describe(), located.directory / "tokenizer.json"))
+        source.given_tokenizer = tokenizer_identity(located.source.describe(), located.directory / "tokenizer.json")
+        source.check_tokenizer(source.given_tokenizer)
 
 
 def stream_record(source, s: RunSettings, dirs: Directories) -> dict | None:
     """What each checkpoint records of the data its position indexes (launcher.wire.checkpoints):
     the channels the loader reads; None for synthetic data, made from the seed the checkpoint keeps."""
     if isinstance(source, IndexedSource):
-        return checkpoints.data_streams(s.dataset_type, s.shuffle, {c.name: c.path for c in source.channels})
+        return checkpoints.data_streams(s.dataset_type, s.shuffle, {c.name: c.path for c in source.channels},
+                                        tokenizer=source.given_tokenizer)
     if isinstance(source, (data.JsonlSource, ChatSource)):
         return checkpoints.data_streams(s.dataset_type, s.shuffle, {"train": dirs.train})
     return None

@@ -212,7 +212,7 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     spec = pretrained.model_spec(hp, sources)
     lora = adapters(hp, spec)
     # the data before the model: a bad record or tokenizer fails the job before weights are loaded
-    loader, validation = build_data(rt, dirs, s, spec, sources)
+    loader, validation = build_data(rt, dirs, s, spec, sources, vocab_size_given=hp.vocab_size is not None)
     rows = model_vocab_rows(rt, spec, s, dirs)
     if rt.layout.pp > 1:  # this rank's stages; the pipeline runs forward and backward
         model, pipe = build_pipeline(rt, spec, s, parallelize, pretrained_weights=sources.load_weights,
@@ -239,7 +239,8 @@ def adapters(hp: TrainingHyperparameters, spec: ModelSpec) -> LoraSettings | Non
     return lora_settings(hp, spec)
 
 
-def build_data(rt: Runtime, dirs: Directories, s: RunSettings, spec: ModelSpec, sources: pretrained.Sources):
+def build_data(rt: Runtime, dirs: Directories, s: RunSettings, spec: ModelSpec, sources: pretrained.Sources, *,
+               vocab_size_given: bool):
     """The training data's loader, its tokenizer checked against the model's, and the validation loader."""
     tokenizer = chat_tokenizer(s, sources)
     loader = data.build_dataloader(
@@ -247,7 +248,7 @@ def build_data(rt: Runtime, dirs: Directories, s: RunSettings, spec: ModelSpec, 
         dp_rank=rt.dp_rank, dp_size=rt.dp_size, grad_accum=s.grad_accum, vocab_size=spec.vocab_size, seed=s.seed,
         document_masking=s.document_masking, shuffle=s.shuffle, mixture=s.data_mixture, channels=channels(),
         tokenizer=tokenizer, truncation_mode=s.truncation_mode)
-    check_tokenizer(loader.source, sources)
+    check_tokenizer(loader.source, sources, vocab_size_given)
     return loader, validation_loader(rt, dirs, s, spec, tokenizer)
 
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from container.data.megatron import MegatronDocuments, OffsetDocuments, token_dtype
+from launcher.wire.megatron_index import MegatronHeader
 from launcher.wire.token_shards import (
     BIN_SUFFIX,
-    DTYPE_BYTES,
     IDX_SUFFIX,
     ShardError,
     ShardHeader,
@@ -85,7 +86,7 @@ class ShardWriter:
         if len(tokens) and (tokens.min() < 0 or tokens.max() >= self.vocab_size):
             bad = int(tokens[(tokens < 0) | (tokens >= self.vocab_size)][0])
             raise ValueError(f"token id {bad} outside the vocabulary [0, {self.vocab_size})")
-        self._bin.write(tokens.astype(f"<{self.dtype[0]}{DTYPE_BYTES[self.dtype]}").tobytes())
+        self._bin.write(tokens.astype(np.dtype(self.dtype).newbyteorder("<")).tobytes())
         self._offsets.append(self._offsets[-1] + len(tokens))
         self._max = max(self._max, int(tokens.max()) if len(tokens) else 0)
         self._lengths.add(len(tokens))
@@ -140,14 +141,15 @@ def write_shards(documents: Iterable[Sequence[int]], directory: Path, stem: str,
 
 @dataclass
 class _Shard:
-    header: ShardHeader
+    header: ShardHeader | MegatronHeader
     tokens: np.memmap
-    offsets: np.memmap
+    documents: OffsetDocuments | MegatronDocuments  # where its documents start
     start: int  # the shard's first token in the channel's stream
 
 
 class TokenStream:
-    """A channel's shards as one stream of documents, memory-mapped: `row(j, S)` reads row j."""
+    """A channel's shards (smlaunch's own, or Megatron-Core's: launcher.wire.megatron_index) as one
+    stream of documents, memory-mapped: `row(j, S)` reads row j."""
 
     def __init__(self, path: str | Path | Sequence[Path]):
         paths = [path] if isinstance(path, (str, Path)) else list(path)
@@ -161,39 +163,51 @@ class TokenStream:
         start = 0
         for idx in indexes:
             header = read_header(idx)
-            self.shards.append(_Shard(header, self._tokens(header), self._offsets(header), start))
+            self.shards.append(_Shard(header, self._tokens(header), self._documents(header), start))
             start += header.tokens
         self.tokens = start
         self._starts = np.array([s.start for s in self.shards] + [start], dtype=np.int64)
         first = self.shards[0].header
         for shard in self.shards[1:]:
+            if type(shard.header) is not type(first):
+                raise ShardError(shard.header.idx, f"a {_format(shard.header)} beside {first.idx.name}, a "
+                                 f"{_format(first)}", "keep one format in a channel (or give each its own channel "
+                                                      "and mix them with data_mixture)")
             if shard.header.tokenizer != first.tokenizer or shard.header.vocab_size != first.vocab_size:
                 raise ShardError(shard.header.idx, f"tokenizer {shard.header.tokenizer} (vocab_size "
                                  f"{shard.header.vocab_size}) differs from {first.idx.name}'s {first.tokenizer} "
                                  f"(vocab_size {first.vocab_size})", "pack every shard of a channel with one tokenizer")
 
     @staticmethod
-    def _tokens(header: ShardHeader) -> np.memmap:
+    def _tokens(header: ShardHeader | MegatronHeader) -> np.memmap:
         if not header.tokens:
             return np.zeros(0, dtype=header.dtype)
-        return np.memmap(header.bin, dtype=f"<{header.dtype[0]}{DTYPE_BYTES[header.dtype]}", mode="r")
+        return np.memmap(header.bin, dtype=token_dtype(header), mode="r", shape=(header.tokens,))
 
     @staticmethod
-    def _offsets(header: ShardHeader) -> np.memmap:
+    def _documents(header: ShardHeader | MegatronHeader) -> OffsetDocuments | MegatronDocuments:
+        if isinstance(header, MegatronHeader):
+            return MegatronDocuments(header)
         offsets = np.memmap(header.idx, dtype="<i8", mode="r", offset=header.offsets_at)
         # the ends and the order, before anything trusts them (one pass over 8 bytes a document)
         if offsets[0] != 0 or offsets[-1] != header.tokens or (np.diff(offsets) < 0).any():
             raise ShardError(header.idx, "the document offsets do not run from 0 to the shard's tokens in order",
                              "pack the data again (python -m container.data pack --format indexed)")
-        return offsets
+        return OffsetDocuments(offsets)
+
+    @property
+    def is_megatron(self) -> bool:
+        return isinstance(self.header, MegatronHeader)
 
     @property
     def header(self) -> ShardHeader:
         return self.shards[0].header
 
     @property
-    def max_token_id(self) -> int:
-        return max(s.header.max_token_id for s in self.shards)
+    def max_token_id(self) -> int | None:
+        """The largest id the headers record; None for Megatron's files, which record none (each row
+        read is checked: IndexedSource)."""
+        return None if self.is_megatron else max(s.header.max_token_id for s in self.shards)
 
     def rows(self, seq_len: int) -> int:
         """How many rows of seq_len tokens the stream makes (the remainder is dropped)."""
@@ -213,9 +227,10 @@ class TokenStream:
                 break
             lo, hi = max(begin, shard.start) - shard.start, min(end, shard.start + shard.header.tokens) - shard.start
             tokens[shard.start + lo - begin:shard.start + hi - begin] = shard.tokens[lo:hi]
-            # documents starting in [lo, hi): offsets[i] for i < documents (the last offset is the end)
-            doc_starts = shard.offsets[:-1]
-            a, b = np.searchsorted(doc_starts, [lo, hi])
-            starts[np.asarray(doc_starts[a:b]) + shard.start - begin] = True
+            starts[shard.documents.within(lo, hi) + shard.start - begin] = True
         starts[0] = True
         return tokens, starts
+
+
+def _format(header: ShardHeader | MegatronHeader) -> str:
+    return "Megatron-Core corpus" if isinstance(header, MegatronHeader) else "smlaunch shard"

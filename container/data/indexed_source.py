@@ -20,6 +20,8 @@ import torch
 from container.data.indexed import TokenStream
 from container.data.order import Mixture, Permutation
 from container.data.rows import EndOfData, positions_from_starts, shift_labels, within_documents
+from launcher.wire.megatron_index import FORMAT as MEGATRON_FORMAT
+from launcher.wire.megatron_index import NO_TOKENIZER
 from launcher.wire.token_shards import ShardError
 
 
@@ -44,6 +46,7 @@ class IndexedSource:
         self.channels, self.seq_len, self.vocab_size = list(channels), seq_len, vocab_size
         self.seed, self.shuffle, self.repeat, self.document_masking = seed, shuffle, repeat, document_masking
         self.ignored_fields: dict[str, str] = {}  # shards have no record fields to ignore
+        self.given_tokenizer = NO_TOKENIZER  # the job's, which a Megatron corpus is of (run_data.check_tokenizer)
         self.streams = [TokenStream(c.path) for c in self.channels]
         for channel, stream in zip(self.channels, self.streams):
             self._check(channel, stream)
@@ -53,7 +56,8 @@ class IndexedSource:
         self._permutations: dict[tuple[int, int], Permutation] = {}
 
     def _check(self, channel: Channel, stream: TokenStream) -> None:
-        if stream.max_token_id >= self.vocab_size:
+        # Megatron's files record no largest id: validate reads it where it sees them, `_sample` checks each row
+        if stream.max_token_id is not None and stream.max_token_id >= self.vocab_size:
             shard = max(stream.shards, key=lambda s: s.header.max_token_id).header
             raise ShardError(shard.idx, f"token id {shard.max_token_id} outside the model's vocabulary "
                                         f"[0, {self.vocab_size}) (channel {channel.name}, tokenizer "
@@ -71,6 +75,8 @@ class IndexedSource:
             return  # the job has no tokenizer.json of the model's to compare with
         for channel, stream in zip(self.channels, self.streams):
             packed = stream.header.tokenizer
+            if packed is None:
+                continue  # a Megatron corpus records no tokenizer: the job's is taken as its
             if packed.get("vocabulary_sha256") != model["vocabulary_sha256"]:
                 what = (f"vocabulary sha256 {packed['vocabulary_sha256'][:16]}..." if packed.get("vocabulary_sha256")
                         else "its UTF-8 bytes")
@@ -85,7 +91,8 @@ class IndexedSource:
         parts = []
         for channel, stream, rows in zip(self.channels, self.streams, self.rows):
             weight = f" weight {channel.weight:g}" if self.mixture is not None else ""
-            parts.append(f"{channel.name}{weight}: {len(stream.shards)} shard(s), {stream.tokens:,} tokens in "
+            kind = f"{MEGATRON_FORMAT}, " if stream.is_megatron else ""
+            parts.append(f"{channel.name}{weight}: {kind}{len(stream.shards)} shard(s), {stream.tokens:,} tokens in "
                          f"{sum(s.header.documents for s in stream.shards):,} documents, {rows:,} rows of "
                          f"{self.seq_len}")
         order = f"shuffled (seed {self.seed})" if self.shuffle else "in order"
@@ -122,10 +129,14 @@ class IndexedSource:
         row = self._row_of(data_set, k)
         tokens, starts = self.streams[data_set].row(row, self.seq_len)
         if tokens.max() >= self.vocab_size or tokens.min() < 0:
-            raise ShardError(self.streams[data_set].header.idx,
-                             f"row {row} of channel {self.channels[data_set].name} holds token id "
-                             f"{int(tokens.max())} outside the vocabulary [0, {self.vocab_size}) although the "
-                             "header says otherwise (a damaged .bin)", "pack the data again")
+            stream = self.streams[data_set]
+            bad = int(tokens.min()) if tokens.min() < 0 else int(tokens.max())
+            said = ("(the corpus was tokenized for another vocabulary)" if stream.is_megatron else
+                    "although the header says otherwise (a damaged .bin)")
+            raise ShardError(stream.header.idx, f"row {row} of channel {self.channels[data_set].name} holds token id "
+                                                f"{bad} outside the vocabulary [0, {self.vocab_size}) {said}",
+                             "train a model of the corpus's vocabulary (vocab_size, tokenizer)" if stream.is_megatron
+                             else "pack the data again")
         ids = torch.from_numpy(tokens)
         labels = shift_labels(ids)
         if not self.document_masking:  # the seed's behaviour: rows are single sequences

@@ -1,5 +1,6 @@
 """`pack --format indexed`: documents' tokens into indexed token shards (container.data.indexed),
-the channel layout a job with `dataset_type: indexed` reads:
+the channel layout a job with `dataset_type: indexed` reads (`--format megatron`: the same layout of
+Megatron-Core pairs, container.data.megatron_writer):
 
     DIR/train/train-00000.{bin,idx}, train-00001.{bin,idx}, ...
     DIR/validation/validation-00000.{bin,idx}, ...      (with --validation-fraction F)
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from container.data.corpus import PackError
 from container.data.indexed import DEFAULT_SHARD_TOKENS, ShardWriter
+from container.data.megatron_writer import MegatronWriter
 from launcher.wire.token_shards import BIN_SUFFIX, IDX_SUFFIX
 
 SPLITS = ("train", "validation")
@@ -33,6 +35,7 @@ class IndexedSummary:
     vocab_size: int
     vocabulary: str
     directories: list[Path]  # train, then validation when split
+    format: str = "indexed"
     documents: int = 0
     tokens: int = 0
     split_documents: list[int] = field(default_factory=lambda: [0, 0])
@@ -44,8 +47,11 @@ class IndexedSummary:
         where = "; ".join(f"{name}: {self.shards[i]} shard(s), {self.split_documents[i]:,} documents, "
                           f"{self.split_tokens[i]:,} tokens in {directory}"
                           for i, (name, directory) in enumerate(zip(SPLITS, self.directories)))
-        return (f"wrote indexed token shards ({where}) from {self.documents:,} documents, {self.tokens:,} tokens; "
-                f"vocab_size {self.vocab_size} ({self.vocabulary}); "
+        megatron = self.format == "megatron"
+        what = "Megatron-Core .bin/.idx pairs" if megatron else "indexed token shards"
+        unrecorded = ", which the pairs do not record: a job names the tokenizer, or vocab_size" if megatron else ""
+        return (f"wrote {what} ({where}) from {self.documents:,} documents, {self.tokens:,} tokens; "
+                f"vocab_size {self.vocab_size} ({self.vocabulary}{unrecorded}); "
                 f"{self.tokens / max(self.seconds, 1e-9):,.0f} tokens/s")
 
 
@@ -81,15 +87,16 @@ def _shard_files(directory: Path) -> list[Path]:
 def pack(args: argparse.Namespace, directories: list[Path], token_lists: Iterable[list[int]], vocab_size: int,
          vocabulary: str, tokenizer: dict, is_validation) -> IndexedSummary:
     """Write `token_lists` (one per document) into the split directories' shards."""
-    summary = IndexedSummary(vocab_size, vocabulary, directories)
+    summary = IndexedSummary(vocab_size, vocabulary, directories, args.format)
     start = time.perf_counter()
     shard_tokens = args.shard_tokens or DEFAULT_SHARD_TOKENS
     replaced = [_shard_files(directory) for directory in directories]  # an earlier pack's, if any
     # the directories this pack makes (the split's and any parent), removed again if it fails
     made = sorted({d for directory in directories for d in (directory, *directory.parents) if not d.exists()},
                   key=lambda d: len(d.parts), reverse=True)
-    writers = [ShardWriter(directory, SPLITS[i], vocab_size=vocab_size, tokenizer=tokenizer,
-                           shard_tokens=shard_tokens) for i, directory in enumerate(directories)]
+    writer_class = MegatronWriter if args.format == "megatron" else ShardWriter
+    writers = [writer_class(directory, SPLITS[i], vocab_size=vocab_size, tokenizer=tokenizer,
+                            shard_tokens=shard_tokens) for i, directory in enumerate(directories)]
     fraction, seed = args.validation_fraction, args.seed or 0
     try:
         for index, ids in enumerate(counted(token_lists, summary)):

@@ -59,7 +59,8 @@ from container.data.indexed import DEFAULT_SHARD_TOKENS
 from launcher.wire.token_shards import vocabulary_sha256
 
 OUTPUT_SUFFIXES = (".jsonl", ".jsonl.gz")
-FORMATS = ("jsonl", "indexed")
+FORMATS = ("jsonl", "indexed", "megatron")
+INDEXED = ("indexed", "megatron")  # a channel directory of whole documents (container.data.pack_indexed)
 BATCH_DOCUMENTS = 1000  # a fast tokenizer spreads one batch over the CPU cores
 # bounds a batch's memory when documents are whole files, and keeps batches small enough that
 # reading and writing overlap the encoding of the next one (_token_lists)
@@ -254,9 +255,10 @@ def _flag(dest: str) -> str:
 
 def _check_format(args: argparse.Namespace) -> None:
     """The options each format takes (see --format)."""
-    if args.format == "indexed":
+    if args.format in INDEXED:
         if args.output is not None:
-            raise PackError("--format indexed writes a channel directory of shards: give --output-dir, not --output")
+            raise PackError(f"--format {args.format} writes a channel directory of shards: give --output-dir, not "
+                            "--output")
         for option in ("block_size", "max_blocks", "position_ids"):
             if getattr(args, option) is not None:
                 raise PackError(f"{_flag(option)} applies to --format jsonl: indexed shards keep whole documents "
@@ -265,7 +267,7 @@ def _check_format(args: argparse.Namespace) -> None:
         if args.block_size is None:
             raise PackError("--block-size is required with --format jsonl (the job's max_context_width)")
         if args.shard_tokens is not None:
-            raise PackError("--shard-tokens applies to --format indexed")
+            raise PackError("--shard-tokens applies to --format indexed and megatron")
 
 
 def run(args: argparse.Namespace):
@@ -274,7 +276,7 @@ def run(args: argparse.Namespace):
         if getattr(args, option) is not None and getattr(args, needed) is None:
             raise PackError(f"{_flag(option)} applies only with {_flag(needed)}")
     _check_format(args)
-    targets = pack_indexed.targets(args) if args.format == "indexed" else _targets(args)
+    targets = pack_indexed.targets(args) if args.format in INDEXED else _targets(args)
     show_progress = not args.quiet and sys.stderr.isatty()
     if args.input:
         documents = file_documents(args.input, args.text_field)
@@ -303,7 +305,7 @@ def run(args: argparse.Namespace):
 
     with _progress(show_progress, done) as update:
         token_lists = _token_lists(limited, encode, update)
-        if args.format == "indexed":
+        if args.format in INDEXED:
             return pack_indexed.pack(args, targets, token_lists, vocab_size, vocabulary, identity, is_validation)
         return _pack(args, targets, token_lists, Summary(args.block_size, vocab_size, vocabulary, targets,
                                                          channels=args.output_dir is not None))
@@ -468,9 +470,11 @@ def parse_args(argv: Sequence[str] | None = None,
     o.add_argument("--format", choices=FORMATS, default="jsonl",
                    help="jsonl: fixed-length blocks as JSON Lines records (default); indexed: memory-mapped "
                         "token shards of whole documents (a job reads them with dataset_type: indexed, "
-                        "shuffled, resumable anywhere: container.data.pack_indexed)")
+                        "shuffled, resumable anywhere: container.data.pack_indexed); megatron: the same as "
+                        "Megatron-Core .bin/.idx pairs, which its IndexedDataset reads too "
+                        "(container.data.megatron_writer)")
     o.add_argument("--shard-tokens", type=_positive, metavar="N",
-                   help=f"tokens per shard (--format indexed; default {DEFAULT_SHARD_TOKENS:,})")
+                   help=f"tokens per shard (--format indexed, megatron; default {DEFAULT_SHARD_TOKENS:,})")
     out = o.add_mutually_exclusive_group(required=True)
     out.add_argument("--output", metavar="FILE", help="one .jsonl or .jsonl.gz file (--format jsonl)")
     out.add_argument("--output-dir", metavar="DIR",

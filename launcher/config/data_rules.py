@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher.config.job import JobConfig
 from launcher.config.job_rules import code_dir, resolve_path
+from launcher.config.megatron_rules import megatron_issues, vocabulary_given
 from launcher.wire.chat_records import (
     TEXT,
     ChatRecordError,
@@ -29,6 +30,7 @@ from launcher.wire.datafiles import (
     first_record,
     refused_field,
 )
+from launcher.wire.megatron_index import NO_TOKENIZER, MegatronHeader
 from launcher.wire.token_shards import (
     ShardError,
     read_header,
@@ -101,7 +103,7 @@ def channel_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issu
             continue
         path = resolve_path(base_dir, channels[name].s3_data)
         if dataset_type == data_order.INDEXED:
-            issues += _indexed_issues(name, path, seq, spec, model_vocabulary)
+            issues += _indexed_issues(name, path, seq, spec, model_vocabulary, job)
         elif dataset_type == data_order.CHAT:
             issues += _chat_issues(job, name, path, base_dir)
         elif dataset_type == "jsonl":
@@ -241,7 +243,16 @@ def _local_tokenizer(job: JobConfig, base_dir: Path) -> dict | None:
     return tokenizer_identity(named[1], directory / "tokenizer.json")
 
 
-def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dict | None) -> list[Issue]:
+def given_tokenizer(job: JobConfig, base_dir: Path) -> dict | None:
+    """The tokenizer's identity a checkpoint records of a Megatron corpus, as the job will record it
+    (container.run_data); None where the tokenizer is not on this machine (not compared here)."""
+    if _tokenizer_value(job) is None:
+        return NO_TOKENIZER
+    return _local_tokenizer(job, base_dir)
+
+
+def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dict | None,
+                    job: JobConfig) -> list[Issue]:
     """Every shard's header and sizes; its token ids against the model's vocabulary, its tokenizer
     against the model's (where this machine has it); one row at least."""
     field = f"inputs.{name}"
@@ -251,7 +262,7 @@ def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dic
         return issues or [Issue(field, str(path), "holds no indexed token shards (*.idx and *.bin), and dataset_type "
                                                   "is indexed", "pack them with --format indexed, or set dataset_type: "
                                                   "jsonl")]
-    tokens = 0
+    tokens, megatron = 0, False
     for idx in indexes:
         try:
             header = read_header(idx)
@@ -259,6 +270,10 @@ def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dic
             issues.append(_shard_issue(field, exc))
             continue
         tokens += header.tokens
+        if isinstance(header, MegatronHeader):
+            megatron = True
+            issues += megatron_issues(field, header, spec)
+            continue
         packed = header.tokenizer.get("vocabulary_sha256")
         if model is not None and packed != model["vocabulary_sha256"]:
             issues.append(Issue(field, str(idx), f"{idx.name} was packed with {header.tokenizer.get('name')}, whose "
@@ -269,7 +284,9 @@ def _indexed_issues(name: str, path: Path, seq: int, spec: ModelSpec, model: dic
                                                  f"{spec.name}'s vocabulary of {spec.vocab_size} (packed with "
                                                  f"{header.tokenizer.get('name')})",
                                 "pack the data with the model's tokenizer"))
-    if not issues and tokens < seq:
+    if megatron:
+        issues += vocabulary_given(field, job)
+    if not [i for i in issues if i.level == "error"] and tokens < seq:
         issues.append(Issue(field, str(path), f"holds {tokens:,} tokens, fewer than one row of "
                                               f"max_context_width={seq}", "give it more data or a shorter row"))
     return issues

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.config.context import Context
+from launcher.config.data_rules import given_tokenizer
 from launcher.config.job import DEFAULT_CHECKPOINT_PATH, JobConfig
 from launcher.config.job_rules import resolve_path
 from launcher.wire import checkpoints
@@ -55,7 +56,8 @@ def check_resume_data(ctx: Context) -> list[Issue]:
     inputs = _local_channels(ctx, [name for name, _ in s.data_mixture])
     try:
         saved = checkpoints.read_data_streams(Path(latest.where)) if latest is not None else None
-        now = (checkpoints.data_streams(s.dataset_type, s.shuffle, {key: path for key, (_, path) in inputs.items()})
+        now = (checkpoints.data_streams(s.dataset_type, s.shuffle, {key: path for key, (_, path) in inputs.items()},
+                                        tokenizer=given_tokenizer(ctx.job, ctx.base_dir))
                if saved is not None and inputs else None)
     except (OSError, ValueError):  # unreadable channels are the data rules' to report; a damaged record the runtime's
         return []

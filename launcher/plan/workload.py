@@ -14,6 +14,8 @@ from pathlib import Path
 from launcher.config import ValidatedJob
 from launcher.config.job_rules import resolve_path
 from launcher.wire.datafiles import TRAIN_CHANNELS
+from launcher.wire.megatron_index import MegatronHeader
+from launcher.wire.megatron_index import length_buckets as megatron_lengths
 from launcher.wire.token_shards import ShardError, read_header, shard_indexes
 from launcher.wire.training import data_order
 from launcher.wire.training.catalog import InstanceType
@@ -219,7 +221,8 @@ def documents_attention(job: ValidatedJob, seq_len: int) -> tuple[float | None, 
             headers = [read_header(idx) for idx in shard_indexes(resolve_path(job.base_dir, uri))]
         except ShardError:
             return None, None  # validation reports the damaged shard
-        buckets = [row for h in headers for row in h.fields.get("lengths", {}).get("buckets", [])]
+        buckets = [row for h in headers for row in (megatron_lengths(h) if isinstance(h, MegatronHeader)
+                                                    else h.fields.get("lengths", {}).get("buckets", []))]
         found = attended_length(buckets, seq_len)
         if found is None:
             return None, None

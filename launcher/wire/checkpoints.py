@@ -22,6 +22,7 @@ from pathlib import Path
 
 from launcher.wire.chat_records import chat_files
 from launcher.wire.datafiles import data_files
+from launcher.wire.megatron_index import FORMAT, MegatronHeader, fingerprint
 from launcher.wire.token_shards import read_header, shard_indexes
 
 # Imports inside functions: s3io (and botocore) only where a checkpoint is looked for under an s3://
@@ -111,7 +112,9 @@ def latest_in_s3(s3_client, uri: str) -> Checkpoint | None:
 #                                         "documents": 812345, "tokens": 1073741824}, ...]}}}
 #
 # An indexed channel: its shards in reading order (name relative to the channel, the .bin's size,
-# the header's documents and tokens) and the tokenizer the headers record. A JSON Lines or chat
+# the header's documents and tokens) and the tokenizer the headers record; a Megatron-Core corpus's pairs
+# with a fingerprint of their content (launcher.wire.megatron_index.fingerprint), its "format", and the
+# tokenizer the job gives (null where the client cannot see it: then not compared). A JSON Lines or chat
 # channel: {"files": [{"name", "bytes"}, ...]}, in reading order. launcher.wire.training.resume says
 # what a resume makes of a difference.
 DATA_STREAMS_FILE = "data-streams.json"
@@ -124,14 +127,17 @@ def _name(file: Path, channel: Path) -> str:
     return file.relative_to(channel).as_posix() if channel.is_dir() else file.name
 
 
-def channel_record(dataset_type: str, path: str | Path) -> dict:
+def channel_record(dataset_type: str, path: str | Path, tokenizer: dict | None = None) -> dict:
     """What one channel (a directory, or a file) holds, as `data_streams` keeps it; a channel without
-    data raises FileNotFoundError, a damaged shard ShardError."""
+    data raises FileNotFoundError, a damaged shard ShardError. `tokenizer`: the one the job gives, which
+    a Megatron corpus is taken to be of (None: not known here, not compared)."""
     path = Path(path)
     if dataset_type == _INDEXED:
         headers = [read_header(idx) for idx in shard_indexes(path)]
         if not headers:
             raise FileNotFoundError(f"{path}: no indexed token shards")
+        if isinstance(headers[0], MegatronHeader):
+            return _megatron_record(headers, path, tokenizer)
         return {"tokenizer": headers[0].tokenizer, "vocab_size": headers[0].vocab_size,
                 "shards": [{"name": _name(h.idx, path), "bytes": os.path.getsize(h.bin), "documents": h.documents,
                             "tokens": h.tokens} for h in headers]}
@@ -139,10 +145,21 @@ def channel_record(dataset_type: str, path: str | Path) -> dict:
     return {"files": [{"name": _name(f, path), "bytes": f.stat().st_size} for f in files]}
 
 
-def data_streams(dataset_type: str, shuffled: bool, channels: Mapping[str, str | Path]) -> dict:
-    """The record of the training stream read from `channels` (name -> path, in the loader's order)."""
+def _megatron_record(headers: list, path: Path, tokenizer: dict | None) -> dict:
+    """A Megatron corpus records no tokenizer: the job's is recorded (its vocabulary size is the
+    model's, which the checkpoint's identity keeps); a rebuilt corpus may keep its sizes: each
+    pair's fingerprint tells it apart."""
+    return {"format": FORMAT, "tokenizer": tokenizer, "vocab_size": None,
+            "shards": [{"name": _name(h.idx, path), "bytes": os.path.getsize(h.bin), "documents": h.documents,
+                        "tokens": h.tokens, "fingerprint": fingerprint(h)} for h in headers]}
+
+
+def data_streams(dataset_type: str, shuffled: bool, channels: Mapping[str, str | Path],
+                 tokenizer: dict | None = None) -> dict:
+    """The record of the training stream read from `channels` (name -> path, in the loader's order);
+    `tokenizer`: channel_record's."""
     return {"dataset_type": dataset_type, "shuffled": shuffled,
-            "channels": {name: channel_record(dataset_type, path) for name, path in channels.items()}}
+            "channels": {name: channel_record(dataset_type, path, tokenizer) for name, path in channels.items()}}
 
 
 def write_data_streams(step_dir: Path, streams: dict) -> None:

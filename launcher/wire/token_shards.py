@@ -31,19 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.wire import megatron_index
+from launcher.wire.shard_error import BIN_SUFFIX, IDX_SUFFIX, ShardError
+
 MAGIC = b"SMLTOKS\x00"
 VERSION = 1
-IDX_SUFFIX, BIN_SUFFIX = ".idx", ".bin"
 DTYPE_BYTES = {"uint16": 2, "uint32": 4}
 _PREFIX = struct.Struct("<8sII")
-
-
-class ShardError(ValueError):
-    """A shard that cannot be trusted: the file, what is wrong, and the fix."""
-
-    def __init__(self, path: Path, problem: str, fix: str):
-        self.path, self.problem, self.fix = path, problem, fix
-        super().__init__(f"{path}: {problem}; {fix}")
 
 
 def dtype_for(vocab_size: int) -> str:
@@ -73,6 +67,10 @@ class ShardHeader:
         return self.fields["dtype"]
 
     @property
+    def itemsize(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
     def documents(self) -> int:
         return self.fields["documents"]
 
@@ -99,16 +97,20 @@ _COUNTS = ("documents", "tokens", "vocab_size", "max_token_id")  # whole numbers
 _SHA256_HEX = 64
 
 
-def read_header(idx: str | Path) -> ShardHeader:
+def read_header(idx: str | Path):
     """The header of one shard, every field of the type and range the format gives it and checked
     against both files' sizes (a truncated, mismatched or hand-edited shard is a ShardError naming
-    the file and the field), without reading the offsets or the tokens."""
+    the file and the field), without reading the offsets or the tokens: a ShardHeader, or a
+    MegatronHeader for a Megatron-Core corpus (launcher.wire.megatron_index)."""
     idx = Path(idx)
+    if megatron_index.is_megatron(idx):
+        return megatron_index.read_megatron_header(idx)
     try:
         with idx.open("rb") as f:
             prefix = f.read(_PREFIX.size)
             if len(prefix) < _PREFIX.size or prefix[:8] != MAGIC:
-                raise ShardError(idx, "not an indexed token shard (no smlaunch index header)", _REPACK)
+                raise ShardError(idx, "not an indexed token shard (neither smlaunch's index header nor "
+                                      "Megatron's MMIDIDX)", _REPACK)
             _, version, length = _PREFIX.unpack(prefix)
             if version != VERSION:
                 raise ShardError(idx, f"index version {version}; this smlaunch reads version {VERSION}",

@@ -1,9 +1,10 @@
 """Training on indexed token shards through train.py: read in order they train exactly as the
-JSON Lines blocks of the same corpus; shuffled, a run resumed at a smaller and at a larger world
-size continues the uninterrupted run's losses (the same global order); shards of another tokenizer,
-or a checkpoint of another shuffle, are refused before training; a checkpoint resumed on shards of
-another tokenizer is refused, on appended shards warned of. The in-process half (format, order,
-rows): tests/unit/test_indexed.py; what a resume makes of changed data: tests/unit/test_resume_data.py."""
+JSON Lines blocks of the same corpus, and Megatron-Core pairs of it as smlaunch's shards; shuffled,
+a run resumed at a smaller and at a larger world size continues the uninterrupted run's losses (the
+same global order); shards of another tokenizer, or a checkpoint of another shuffle, are refused
+before training; a checkpoint resumed on shards of another tokenizer is refused, on appended shards
+warned of. The in-process half (format, order, rows): tests/unit/test_indexed.py; what a resume
+makes of changed data: tests/unit/test_resume_data.py."""
 
 from __future__ import annotations
 
@@ -51,6 +52,17 @@ def test_indexed_shards_in_order_train_as_the_json_lines_blocks(tmp_path, corpus
         assert series(in_order, key) == series(records, key)  # the same batches: the same numbers
     # the control: the shuffled run trains on other rows
     assert series(shuffled, "loss")[0] != series(in_order, "loss")[0]
+
+
+def test_a_megatron_corpus_trains_as_the_same_documents_in_smlaunchs_shards(tmp_path, corpus, shuffled):
+    """The same documents as Megatron-Core pairs (pack --format megatron, which Megatron's own reader
+    reads: tests/unit/test_megatron_corpus.py) train the shuffled run's very losses: the same rows in
+    the same order with the same document masks. The job names the vocabulary the pairs do not record."""
+    docs = write_docs(tmp_path / "docs", DOCS * 8)
+    assert run("--input", docs, "--output-dir", tmp_path / "megatron", "--format", "megatron") == 0
+    records = train(tmp_path / "run", 1, tmp_path / "megatron" / "train", vocab_size=256)
+    for key in ("loss", "grad_norm"):
+        assert series(records, key) == series(shuffled, key), key
 
 
 def _resume(tmp_path, saved_at_world: int, resume_world: int, corpus, **layout) -> list[dict]:

@@ -409,7 +409,7 @@ def test_indexed_shards_hold_the_documents_tokens_and_split_by_document(tmp_path
     for name, in_split in (("train", False), ("validation", True)):
         stream = TokenStream(tmp_path / "data" / name)
         docs = [stream.shards[i].tokens[a:b].tolist() for i in range(len(stream.shards))
-                for a, b in zip(stream.shards[i].offsets[:-1], stream.shards[i].offsets[1:])]
+                for a, b in zip(stream.shards[i].documents.offsets[:-1], stream.shards[i].documents.offsets[1:])]
         assert docs == [d for d, v in zip(want, split) if v == in_split], name
     header = read_header(sorted((tmp_path / "data" / "train").glob("*.idx"))[0])
     assert header.tokenizer == {"name": str(tokenizer_dir), "vocabulary_sha256": vocabulary_sha256(tok.get_vocab())}

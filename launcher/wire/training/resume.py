@@ -242,10 +242,13 @@ def compare(saved: dict, now: dict) -> DataChanges:
         if new is None:
             continue
         if "shards" in was:
-            if _tokenizer_key(was) != _tokenizer_key(new):
+            # a Megatron corpus's tokenizer is the job's, which validate may not see (null: not compared)
+            known = was.get("tokenizer") is not None and new.get("tokenizer") is not None
+            if known and _tokenizer_key(was) != _tokenizer_key(new):
+                how = "read as tokens of" if "format" in was else "packed with"
                 changes.refusals.append(Change(
-                    name, f"channel {name} was packed with {_tokenizer(was)} when the checkpoint was saved, and is "
-                    f"now packed with {_tokenizer(new)}: the same token ids mean other tokens, so neither the "
+                    name, f"channel {name} was {how} {_tokenizer(was)} when the checkpoint was saved, and is "
+                    f"now {how} {_tokenizer(new)}: the same token ids mean other tokens, so neither the "
                     "trained model nor the data position carries over", _FRESH))
                 continue
             difference = _difference(was["shards"], new["shards"], "shard")
@@ -264,9 +267,11 @@ def _tokenizer_key(channel: dict) -> tuple:
 
 
 def _tokenizer(channel: dict) -> str:
-    digest = channel["tokenizer"].get("vocabulary_sha256")
-    what = f", vocabulary sha256 {digest[:16]}..." if digest else ""
-    return f"{channel['tokenizer'].get('name')} (vocab_size {channel['vocab_size']}{what})"
+    digest, size = channel["tokenizer"].get("vocabulary_sha256"), channel["vocab_size"]
+    parts = ([f"vocab_size {size}"] if size is not None else []) + (
+        [f"vocabulary sha256 {digest[:16]}..."] if digest else [])
+    name = channel["tokenizer"].get("name")
+    return f"{name} ({', '.join(parts)})" if parts else name
 
 
 def _difference(was: list[dict], now: list[dict], unit: str) -> tuple[str, bool] | None:
@@ -277,7 +282,9 @@ def _difference(was: list[dict], now: list[dict], unit: str) -> tuple[str, bool]
     old, new = {e["name"]: e for e in was}, {e["name"]: e for e in now}
     parts = []
     for label, names in (("added", [n for n in new if n not in old]), ("removed", [n for n in old if n not in new]),
-                         ("changed in size", [n for n in old if n in new and old[n] != new[n]])):
+                         ("changed in size", [n for n in old if n in new and _size(old[n]) != _size(new[n])]),
+                         ("changed in content", [n for n in old if n in new and old[n] != new[n]
+                                                 and _size(old[n]) == _size(new[n])])):
         if names:
             parts.append(f"{len(names)} {unit}(s) {label} ({_some(names)})")
     if not parts:  # the same entries, read in another order
@@ -285,6 +292,10 @@ def _difference(was: list[dict], now: list[dict], unit: str) -> tuple[str, bool]
     tokens = (f", {sum(e['tokens'] for e in was):,} -> {sum(e['tokens'] for e in now):,} tokens"
               if unit == "shard" else f", {sum(e['bytes'] for e in was):,} -> {sum(e['bytes'] for e in now):,} bytes")
     return f"{', '.join(parts)}: {len(was)} -> {len(now)} {unit}s{tokens}", now[:len(was)] == was
+
+
+def _size(entry: dict) -> dict:
+    return {key: value for key, value in entry.items() if key != "fingerprint"}
 
 
 def _some(names: list[str], shown: int = 3) -> str:
