@@ -7,11 +7,10 @@ Every record is parsed (JSON Lines has no index): a 1 GB channel takes a few sec
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from launcher.wire.datafiles import data_files, open_text
+from launcher.wire.datafiles import data_files, json_lines
 
 FORMAT = "JSON Lines token records"
 
@@ -23,19 +22,11 @@ class RecordError(ValueError):
 def _records(path: Path) -> Iterator[tuple[Path, str, dict]]:
     """(file, file:line, record) of every record under `path`, in the job's reading order."""
     for file in data_files(path):
-        with open_text(file) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{file}:{lineno}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise RecordError(f"{where}: not JSON ({exc.msg})") from None
-                if not isinstance(record, dict) or not isinstance(record.get("input_ids"), list):
-                    raise RecordError(f"{where}: not a token record (no list 'input_ids'); inspect reads token "
-                                      "channels (chat records are tokenized by the job with the model's tokenizer)")
-                yield file, where, record
+        for where, record in json_lines(file, lambda where, what: RecordError(f"{where}: not JSON ({what})")):
+            if not isinstance(record, dict) or not isinstance(record.get("input_ids"), list):
+                raise RecordError(f"{where}: not a token record (no list 'input_ids'); inspect reads token "
+                                  "channels (chat records are tokenized by the job with the model's tokenizer)")
+            yield file, where, record
 
 
 def _segments(record: dict, where: str) -> list[list[int]]:

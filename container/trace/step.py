@@ -47,9 +47,10 @@ from launcher.wire.training.run_settings import RunSettings
 
 def not_traced(rt: Runtime, s: RunSettings) -> str | None:
     """Why this job's step cannot be traced on fake CPU tensors, or None."""
+    schedule = vote_unsupported() if rt.layout.pp > 1 else None
     reasons = [(s.fp8.enabled, "FP8's modules (Transformer Engine, torchao) need CUDA kernels"),
                (s.offload, "activation offload needs CUDA streams"),
-               (rt.layout.pp > 1 and vote_unsupported(), vote_unsupported())]
+               (schedule is not None, schedule)]
     return next((why for flag, why in reasons if flag), None)
 
 

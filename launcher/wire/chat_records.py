@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from launcher.wire.datafiles import DATA_SUFFIXES, data_files, open_text
+from launcher.wire.datafiles import DATA_SUFFIXES, data_files, json_lines
 
 CHAT_SUFFIXES = (*DATA_SUFFIXES, ".parquet")
 ROLES = ("system", "user", "assistant")
@@ -67,17 +67,9 @@ def read_records(files: Sequence[Path]) -> Iterator[tuple[str, object]]:
         if path.name.endswith(".parquet"):
             yield from _parquet_records(path)
             continue
-        with open_text(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ChatRecordError(f"{where}: not JSON ({e.msg}); a chat channel's .jsonl/.json files "
-                                          "hold one JSON object per line (JSON Lines), not one JSON array") from None
-                yield where, record
+        yield from json_lines(path, lambda where, what: ChatRecordError(
+            f"{where}: not JSON ({what}); a chat channel's .jsonl/.json files hold one JSON object per line "
+            "(JSON Lines), not one JSON array"))
 
 
 def _parquet_records(path: Path) -> Iterator[tuple[str, object]]:

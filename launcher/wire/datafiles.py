@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 DATA_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
@@ -67,6 +67,21 @@ def open_text(path: Path):
 
         return gzip.open(path, "rt", encoding="utf-8")
     return path.open(encoding="utf-8")
+
+
+def json_lines(path: Path, not_json: Callable[[str, str], Exception]) -> Iterator[tuple[str, object]]:
+    """(`file:line`, record) of each non-blank line of a JSON Lines file; a line that is not JSON
+    raises not_json(where, what the parser says)."""
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise not_json(where, e.msg) from None
+            yield where, record
 
 
 def refused_field(record: dict, where: str) -> tuple[str, str] | None:
