@@ -10,8 +10,8 @@ token loss before its backward; with the variable unset both do nothing.
 - nonfinite: this rank's loss of the step is NaN, and so are the gradients of its backward (as
   with a real overflow), so the whole model's gradient norm is too. Under pipeline parallelism
   it poisons the loss normalisation of a rank that holds the last stage: the gradients only.
-- host: SIGKILL this host: the bootstrap (SMLAUNCH_BOOTSTRAP_PID), torchrun and this rank; the
-  host's other ranks die with torchrun (PR_SET_PDEATHSIG)
+- host: SIGKILL this host: the host's other ranks, the bootstrap (SMLAUNCH_BOOTSTRAP_PID), torchrun
+  and this rank, all at once as a host's power cut would
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import os
 import signal
 import time
 
+from container.toolkit.frozen_ranks import children
 from launcher.wire.faults import FAULT_ENV, Fault, attempt, parse_faults
 
 log = logging.getLogger("smlaunch")
@@ -62,11 +63,19 @@ def at_step(step: int) -> None:
 
 
 def _kill_host() -> None:
+    # The other ranks are killed here, not left to torchrun's death (PR_SET_PDEATHSIG): that reaches
+    # them only once torchrun has exited, and meanwhile a rank could see this rank's sockets close
+    # and record a network error of its own, a failure a lost host never reports.
+    agent = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None
+    doomed = [pid for pid in children(agent) if pid != os.getpid()] if agent else []
     bootstrap = os.environ.get(BOOTSTRAP_PID_ENV)
-    if bootstrap:
-        os.kill(int(bootstrap), signal.SIGKILL)
-    if "TORCHELASTIC_RUN_ID" in os.environ:
-        os.kill(os.getppid(), signal.SIGKILL)
+    doomed += [int(bootstrap)] if bootstrap else []
+    doomed += [agent] if agent else []
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     os.kill(os.getpid(), signal.SIGKILL)
 
 

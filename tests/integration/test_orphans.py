@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.local.supervise import STOP_GRACE_S
 from tests.support.local_jobs import cli_env
 from tests.support.train_runs import ROOT
 
@@ -32,7 +33,10 @@ with open(os.path.join(pids, f"rank-{os.environ['RANK']}"), "w") as f:
 print("rank", os.environ["RANK"], "started", flush=True)
 time.sleep(600)
 """
-BOUND_S = 60  # the failed-host grace (10 s) and torchrun's shutdown, with room for a slow machine
+# Every process SIGTERMed is SIGKILLed after the stop grace: a torchrun whose peer host's
+# rendezvous store went first can sit in its shutdown until then (a loaded machine's fresh clone
+# did, once), so the bound is the grace and room for a slow machine. A passing run takes seconds.
+BOUND_S = STOP_GRACE_S + 30
 
 
 def _stat(pid: int) -> tuple[int, str] | None:
