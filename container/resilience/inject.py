@@ -21,8 +21,10 @@ import os
 import signal
 import time
 
-from container.toolkit.frozen_ranks import children
 from launcher.wire.faults import FAULT_ENV, Fault, attempt, parse_faults
+
+# Imports inside functions: a rank imports this module on every run; what only an injected host
+# fault needs (the /proc reader) is imported when one is due.
 
 log = logging.getLogger("smlaunch")
 BOOTSTRAP_PID_ENV = "SMLAUNCH_BOOTSTRAP_PID"
@@ -66,6 +68,8 @@ def _kill_host() -> None:
     # The other ranks are killed here, not left to torchrun's death (PR_SET_PDEATHSIG): that reaches
     # them only once torchrun has exited, and meanwhile a rank could see this rank's sockets close
     # and record a network error of its own, a failure a lost host never reports.
+    from container.toolkit.frozen_ranks import children
+
     agent = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None
     doomed = [pid for pid in children(agent) if pid != os.getpid()] if agent else []
     bootstrap = os.environ.get(BOOTSTRAP_PID_ENV)

@@ -59,11 +59,12 @@ from container.toolkit.failure_report import (
 from container.toolkit.rank_logs import rank_stderr
 from container.toolkit.restarts import Failure, backoff_s, classify
 from container.toolkit.torchrun_env import torchrun_variables
-from launcher.wire import faults, masking
+from launcher.wire import faults, masking, restart_policy
 from launcher.wire.diagnostics import attempt_dir
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
 from launcher.wire.metric_lines import now
 from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, private_dir, process_ended, scratch_dir
+from launcher.wire.restart_policy import PolicyError, RestartPolicy
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
@@ -90,7 +91,7 @@ def train(base_dir: Path | None = None) -> int:
     try:
         env = read_training_env(base_dir)
         masking.install(masking.Masker.of(dict(os.environ), env.hyperparameters))
-        budget = restart_budget()
+        policy = job_restart_policy()
         fetch_code(env)
         install_requirements(env)
     except RequirementsError as exc:
@@ -98,66 +99,83 @@ def train(base_dir: Path | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
         code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
         return report(output_dir, code, f"{type(exc).__name__}: {exc}")
-    return run_attempts(env, output_dir, budget)
+    return run_attempts(env, output_dir, policy)
 
 
-def restart_budget() -> int:
-    """The job's `max_restarts` (SMLAUNCH_MAX_RESTARTS; 0 when unset: fail at the first failure)."""
-    value = os.environ.get(faults.MAX_RESTARTS_ENV, "0")
-    if not value.isdigit():
-        raise ContractError(f"{faults.MAX_RESTARTS_ENV}={value!r} is not a number of restarts (an integer >= 0)")
-    return int(value)
+def job_restart_policy() -> RestartPolicy:
+    """The job's restart rules (launcher.wire.restart_policy; none when unset: fail at the first failure)."""
+    try:
+        return RestartPolicy.from_environment(os.environ)
+    except PolicyError as exc:
+        raise ContractError(str(exc)) from None
 
 
-def run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
+def run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy) -> int:
     """Run the script; after a failure the classes of container.toolkit.restarts allow, run it
     again (torchrun's rendezvous on the next port, so no agent of the failed attempt is joined),
-    up to `budget` restarts counted over the whole job (SMLAUNCH_ATTEMPT: the attempts before
-    this bootstrap's first, when the supervisor restarted the job). The code is in place: `train`
+    as the job's rules allow: max_restarts counted over the whole job (SMLAUNCH_ATTEMPT: the attempts
+    before this bootstrap's first, when the supervisor restarted the job). The code is in place: `train`
     fetched it, or AWS's toolkit did (container.toolkit.restart_loop). The host's scratch is gone
     when it returns, and so is what a bootstrap of this host killed before it left there."""
     shutil.rmtree(scratch_dir(env.base_dir), ignore_errors=True)
     try:
-        return _run_attempts(env, output_dir, budget)
+        return _run_attempts(env, output_dir, policy)
     finally:
         shutil.rmtree(scratch_dir(env.base_dir), ignore_errors=True)
 
 
-def _run_attempts(env: TrainingEnv, output_dir: Path, budget: int) -> int:
+def _run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy) -> int:
     number = faults.attempt()
     earlier = faults.read_restarts(env.output_data_dir)
     while True:
-        outcome = _attempt(env, output_dir, number, frozen_alone_s(env) if budget else None)
+        outcome = _attempt(env, output_dir, number, policy)
         if isinstance(outcome, int):
             return outcome
         failure, shown, scratch, seconds = outcome
-        decision = classify(failure, faults.read_rank_failures(scratch / _FAULTS), earlier)
+        decision = classify(failure, faults.read_rank_failures(scratch / _FAULTS), earlier, policy)
         shutil.rmtree(scratch, ignore_errors=True)
         hang = summarize(attempt_dir(env.output_data_dir, number), log)  # which rank hung, where
         record = faults.Restart(
             attempt=number, at=now(), failure_class=decision.failure_class, reason=failure.header,
-            host=env.current_host, restarted=decision.restart and number < budget, rank=failure.rank,
-            step=decision.step, resumed_from=decision.start_step, detail=decision.detail, seconds=round(seconds, 1),
-            extra={"diagnosis": hang} if hang else {})
+            host=env.current_host, restarted=decision.restart and allowed(decision, number, policy, earlier),
+            rank=failure.rank, step=decision.step, resumed_from=decision.start_step, detail=decision.detail,
+            seconds=round(seconds, 1), extra={"diagnosis": hang} if hang else {})
         faults.append_restart(env.output_data_dir, record)
+        log(faults.restart_line(record))  # where status reads a running SageMaker job's restarts
         earlier.append(record)
         if not record.restarted:
             cause = known_cause(failure.exit_code, failure.stderr_tail)
             header = failure.header + (f"; hang diagnosis: {hang}" if hang else "") + _give_up(
-                decision, number, budget, earlier) + (f"\n{cause}" if cause else "")
+                decision, number, policy, earlier) + (f"\n{cause}" if cause else "")
             message = failure_text(header, failure.stderr_tail)
             return report(output_dir, failure.exit_code,
                            toolkit_error("ExecuteUserScriptError", failure.exit_code, message, shown))
         pause = backoff_s(number + 1)
-        log(f"restart {number + 1} of {budget} (max_restarts) in {pause:.0f} s: {record.text()} "
+        log(f"{_restart_text(decision, number, policy, earlier)} in {pause:.0f} s: {record.text()} "
             f"[{decision.why}]; the run resumes from its newest verified checkpoint")
         time.sleep(pause)
         number += 1
 
 
-def _attempt(env: TrainingEnv, output_dir: Path, number: int, alone_s: float | None):
+def allowed(decision, number: int, policy: RestartPolicy, earlier: list[faults.Restart]) -> bool:
+    """Whether a failure its class would restart still may be: an exit code the job lists while
+    the job is under restart_policy.MAX_RESTARTS attempts, any other while max_restarts are left
+    (counted over the whole job: `earlier`, this bootstrap's records of the attempts before)."""
+    if decision.failure_class == restart_policy.REQUESTED:
+        return number < restart_policy.MAX_RESTARTS
+    return restart_policy.counted(number, earlier) < policy.max_restarts
+
+
+def _restart_text(decision, number: int, policy: RestartPolicy, earlier: list[faults.Restart]) -> str:
+    if decision.failure_class == restart_policy.REQUESTED:
+        return f"restart (attempt {number + 1}; restart_on_exit_codes, not counted)"
+    return f"restart {restart_policy.counted(number, earlier) + 1} of {policy.max_restarts} (max_restarts)"
+
+
+def _attempt(env: TrainingEnv, output_dir: Path, number: int, policy: RestartPolicy):
     """One run of the command: its exit code where the job ends here (success, a stop, a start
     that failed), else (Failure, the command as shown, the attempt's scratch, seconds)."""
+    alone_s = frozen_alone_s(env) if policy.restarts_anything else None
     scratch = scratch_dir(env.base_dir) / f"attempt-{number}"
     log_dir, fault_dir = scratch / _RANKS, scratch / _FAULTS
     started = time.monotonic()
@@ -168,10 +186,12 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int, alone_s: float | N
             shown = masking.mask_command(cmd, masking.installed())
             attempt_note = f" (attempt {number})" if number else ""
             log(f"{env.current_host}{attempt_note}: {shlex.join(shown)} (in {env.code_dir})")
+            hang_s = float(policy.hang_timeout) or None
             child = Child(cmd, cwd=env.code_dir, env=child_environment(env, number, fault_dir),
                           rank_logs=log_dir if uses_torchrun(env) else None,
                           on_rank_end=lambda pid: _stacks_of_a_hang(env, number, log_dir, pid),
-                          frozen_alone_s=alone_s)
+                          frozen_alone_s=alone_s, hang_s=hang_s,
+                          on_hang=lambda pid: _stacks_of_a_silent_script(env, number, log_dir, pid, hang_s))
         except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
             code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
             return report(output_dir, code, f"{type(exc).__name__}: {exc}")
@@ -217,14 +237,26 @@ def _stacks_of_a_hang(env: TrainingEnv, number: int, log_dir: Path, torchrun_pid
                        reason="a step watchdog found a hang; asked before torchrun stops the ranks")
 
 
-def _give_up(decision, number: int, budget: int, earlier: list[faults.Restart]) -> str:
+def _stacks_of_a_silent_script(env: TrainingEnv, number: int, log_dir: Path, torchrun_pid: int,
+                               hang_s: float) -> None:
+    """A script of the user's own has shown no CPU and no output for its hang_timeout: every rank's
+    stacks (SIGUSR1 where it catches it, py-spy where installed, its stderr's end) before it is stopped."""
+    log(f"{env.current_host}: the script's ranks have used no CPU and written nothing for {hang_s:.0f} s "
+        f"(hang_timeout): collecting their stacks, then stopping them")
+    collect_stacks(torchrun_pid, log_dir, attempt_dir(env.output_data_dir, number), log, env.current_host,
+                   reason=f"no CPU and no output for {hang_s:.0f} s (hang_timeout)")
+
+
+def _give_up(decision, number: int, policy: RestartPolicy, earlier: list[faults.Restart]) -> str:
     """What the failure report's first line adds: why this failure was not restarted, and every
     earlier failure of the job, so FailureReason has all of its reasons. Nothing for a job
-    without restarts (max_restarts 0), whose report stays the toolkit's."""
-    if not budget:
+    without restarts, whose report stays the toolkit's."""
+    if not policy.restarts_anything:
         return ""
-    if decision.restart:
-        why = f"not restarted: all {budget} restarts (max_restarts) used"
+    if decision.failure_class == restart_policy.REQUESTED:
+        why = f"not restarted: the job has run {number + 1} attempts, the most any job runs"
+    elif decision.restart:
+        why = f"not restarted: all {policy.max_restarts} restarts (max_restarts) used"
     else:
         why = f"not restarted ({decision.failure_class}: {decision.why})"
     return faults.gave_up(why, earlier[:-1])
@@ -367,6 +399,10 @@ def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path,
     """The failure of a child that failed on its own, with the stderr its report quotes (`records`:
     the ranks' failure records, which say what a rank's exit code meant)."""
     tail = child.stderr_tail.decode("utf-8", "replace")
+    if child.hung_after is not None:  # stopped by us (container.toolkit.script_watch): its exit says nothing
+        return Failure(f"the script's ranks on host {env.current_host} used no CPU and wrote nothing for "
+                       f"{child.hung_after:.0f} s (hang_timeout): hung", exit_code(returncode), hung=True,
+                       stderr_tail=tail)
     if not uses_torchrun(env):
         return Failure(f"{env.user_entry_point} {process_ended(returncode)}", exit_code(returncode),
                        returncode < 0, stderr_tail=tail)

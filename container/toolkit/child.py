@@ -17,6 +17,7 @@ from pathlib import Path
 from container.toolkit.console import log
 from container.toolkit.frozen_ranks import FrozenRanks
 from container.toolkit.rank_logs import RankLogs
+from container.toolkit.script_watch import ScriptWatch
 from container.toolkit.stop_traceback import StopTraceback
 from launcher.wire import masking
 
@@ -39,11 +40,16 @@ class Child:
     """
 
     def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str], rank_logs: Path | None = None,
-                 on_rank_end=None, frozen_alone_s: float | None = None):
+                 on_rank_end=None, frozen_alone_s: float | None = None, hang_s: float | None = None,
+                 on_hang=None):
         """`on_rank_end(pid)`: under torchrun, called once with torchrun's pid when its first rank has
-        ended while others still run; `frozen_alone_s`: see container.toolkit.frozen_ranks."""
+        ended while others still run; `frozen_alone_s`: see container.toolkit.frozen_ranks; `hang_s`:
+        under torchrun, a script whose ranks neither compute nor write for this long is hung
+        (container.toolkit.script_watch): `on_hang(pid)` is called with torchrun's pid (to collect
+        stacks), then the command is stopped (SIGTERM), and `hung_after` says after how long."""
         self.signals: list[int] = []
         self.stderr_tail = b""
+        self.piped_bytes = 0
         self._proc: subprocess.Popen | None = None
         self._previous = {
             s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)
@@ -68,6 +74,17 @@ class Child:
         # Under torchrun (rank_logs): a rank stopped while its peers end is continued, then killed.
         first_end = (lambda: on_rank_end(self._proc.pid)) if on_rank_end else None
         self.frozen = FrozenRanks(self._proc.pid, log, first_end, frozen_alone_s).start() if rank_logs else None
+        self.watch = ScriptWatch(self._proc.pid, hang_s, rank_logs, lambda: self.piped_bytes,
+                                 lambda seconds: self._hung(on_hang)).start() if rank_logs and hang_s else None
+
+    @property
+    def hung_after(self) -> float | None:
+        return self.watch.hung_after if self.watch else None
+
+    def _hung(self, on_hang) -> None:
+        if on_hang is not None:
+            on_hang(self._proc.pid)
+        self._forward(signal.SIGTERM)  # torchrun stops the ranks: SIGTERM, SIGKILL after its shutdown timeout
 
     def _on_signal(self, signum: int, _frame) -> None:
         self.signals.append(signum)
@@ -87,6 +104,7 @@ class Child:
         fd = src.fileno()
         masked = masking.StreamMasker(masking.installed())
         while chunk := os.read(fd, 65536):
+            self.piped_bytes += len(chunk)
             dst.write(masked.feed(quiet.feed(chunk) if quiet else chunk))
             dst.flush()
             if keep_tail:
@@ -99,6 +117,8 @@ class Child:
         returncode = self._proc.wait()
         if self.frozen:
             self.frozen.stop()
+        if self.watch:
+            self.watch.stop()
         self._drain()
         if self._ranks:
             self._ranks.stop()

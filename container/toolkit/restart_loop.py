@@ -27,6 +27,7 @@ from container.toolkit.bootstrap import EXIT_CONTRACT_ERROR, report, run_attempt
 from container.toolkit.console import log
 from container.toolkit.contract import ContractError, TrainingEnv, base_dir_from_env, read_training_env
 from launcher.wire import masking, restart_loop
+from launcher.wire.restart_policy import RestartPolicy
 
 
 def main() -> int:
@@ -34,24 +35,24 @@ def main() -> int:
     output_dir = base_dir_from_env() / "output"
     masking.install(masking.Masker.of(dict(os.environ)))  # until the hyperparameters are read
     try:
-        env, budget = loop_environment(read_training_env())
+        env, policy = loop_environment(read_training_env())
     except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
         code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
         return report(output_dir, code, f"{type(exc).__name__}: {exc}")
     masking.install(masking.Masker.of(dict(os.environ), env.hyperparameters))
     _leave_path(env.code_dir)
-    log(f"max_restarts {budget}: smlaunch's restart loop runs {env.user_entry_point} in place of the toolkit's "
-        f"launch ({restart_loop.KEY})")
-    return run_attempts(env, output_dir, budget)
+    log(f"max_restarts {policy.max_restarts}: smlaunch's restart loop runs {env.user_entry_point} in place of "
+        f"the toolkit's launch ({restart_loop.KEY})")
+    return run_attempts(env, output_dir, policy)
 
 
-def loop_environment(tree: TrainingEnv) -> tuple[TrainingEnv, int]:
-    """The host's environment as the SDK's request would have made it, and the job's budget."""
+def loop_environment(tree: TrainingEnv) -> tuple[TrainingEnv, RestartPolicy]:
+    """The host's environment as the SDK's request would have made it, and the job's restart rules."""
     try:
-        hyperparameters, budget = restart_loop.sdk_hyperparameters(tree.hyperparameters)
+        hyperparameters, policy = restart_loop.sdk_hyperparameters(tree.hyperparameters)
     except ValueError as exc:
         raise ContractError(str(exc)) from None
-    return dataclasses.replace(tree, hyperparameters=hyperparameters), budget
+    return dataclasses.replace(tree, hyperparameters=hyperparameters), policy
 
 
 def _leave_path(code_dir: Path) -> None:

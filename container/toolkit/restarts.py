@@ -16,6 +16,10 @@ one of three classes (launcher.wire.faults):
 - REPEATED, not restarted: the same failure as the previous attempt's (the same rank and cause)
   with no step completed beyond it: a fault that comes back where it was is not transient.
 
+The job's own rules come first (launcher.wire.restart_policy): an exit code it lists in
+`restart_on_exit_codes` is REQUESTED (restarted, not counted against max_restarts), and a
+JOB_ERROR is retried while fewer than `restart_on_job_errors` have been.
+
 smlaunch's runtime leaves a record of each failing rank (launcher.wire.faults.RankFailure: the
 exception's classes, the last step it completed and the step it started from). A user's own
 script leaves none: its exception's name is read from its traceback, and its progress is unknown,
@@ -26,7 +30,7 @@ identical failure in a row stops.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from launcher.wire.faults import (
     EXIT_HUNG,
@@ -39,6 +43,7 @@ from launcher.wire.faults import (
     Restart,
     repeats,
 )
+from launcher.wire.restart_policy import REQUESTED, RestartPolicy, job_errors_retried
 
 # Exceptions that come back on a restart: the job's code, configuration or data is wrong, or the
 # job does not fit its machine. Matched against every class of the exception (its __mro__), so
@@ -73,6 +78,7 @@ class Failure:
     rank: int | None = None
     frozen: bool = False  # a rank was stopped (SIGSTOP) while its peers ran
     stderr_tail: str = ""  # the failing rank's (or the script's) stderr
+    hung: bool = False  # a script of the user's own showed no CPU and no output for its hang_timeout
 
 
 @dataclass(frozen=True)
@@ -82,17 +88,26 @@ class Decision:
     detail: str  # the cause a repeat is recognised by: the exception's name, the signal, "hung"
     step: int | None
     start_step: int | None
+    retried: bool = False  # a job error the job's restart_on_job_errors retries
 
     @property
     def restart(self) -> bool:
-        return self.failure_class == FAULT
+        return self.failure_class in (FAULT, REQUESTED) or self.retried
 
 
-def classify(failure: Failure, records: dict[int, RankFailure], previous: list[Restart]) -> Decision:
-    """The class of `failure`, given the ranks' failure records of this attempt and the earlier
-    attempts' records (launcher.wire.faults.read_restarts)."""
+def classify(failure: Failure, records: dict[int, RankFailure], previous: list[Restart],
+             policy: RestartPolicy = RestartPolicy()) -> Decision:
+    """The class of `failure`, given the ranks' failure records of this attempt, the earlier
+    attempts' records (launcher.wire.faults.read_restarts) and the job's own rules."""
     step, start = _progress(records)
+    if failure.exit_code in policy.exit_codes and not failure.signal:
+        return Decision(REQUESTED, f"exit code {failure.exit_code} is one of the job's restart_on_exit_codes",
+                        f"exit code {failure.exit_code}", step, start)
     decision = _first_class(failure, records, step, start)
+    if decision.failure_class == JOB_ERROR and job_errors_retried(previous) < policy.job_errors:
+        # the job asked for these retries: no repeat rule stops them before they are used
+        return replace(decision, why=f"{decision.why}; retried (restart_on_job_errors {policy.job_errors})",
+                       retried=True)
     # a rollback trains past the batch it skips: the next attempt differs, and nonfinite_max bounds them.
     # An error before the attempt's first step that the attempt before met too is that fault, back.
     again = decision.failure_class == FAULT or decision.why.endswith(BEFORE_FIRST_STEP)
@@ -105,7 +120,7 @@ def _first_class(failure: Failure, records: dict[int, RankFailure], step, start)
     # first: a frozen rank, once continued, may itself leave through its step watchdog (exit 86)
     if failure.frozen:
         return Decision(FAULT, "a rank was stopped (frozen) while its peers ran", "frozen", step, start)
-    if failure.exit_code == EXIT_HUNG:
+    if failure.exit_code == EXIT_HUNG or failure.hung:
         return Decision(FAULT, "a rank made no progress within its step timeout (hung)", "hung", step, start)
     if failure.exit_code == EXIT_NONFINITE_ROLLBACK:
         return Decision(FAULT, "a non-finite loss, rolled back as nonfinite_policy=rollback asks",

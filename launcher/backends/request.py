@@ -36,7 +36,7 @@ def build_request(job: ValidatedJob, *, job_name: str, region: str, source_uri: 
                                                submit_directory=submit_directory, job_name=job_name,
                                                region=region)
     if uses_restart_loop(cfg):  # the one difference max_restarts makes (launcher.wire.restart_loop)
-        hyperparameters = restart_loop.loop_hyperparameters(hyperparameters, cfg.max_restarts, RESTART_LOOP_PROGRAM)
+        hyperparameters = restart_loop.loop_hyperparameters(hyperparameters, cfg.restart_policy, RESTART_LOOP_PROGRAM)
     request: dict[str, Any] = {
         "TrainingJobName": job_name,
         "AlgorithmSpecification": _algorithm(job, instance_type, region),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.backends import jobmetrics
+from launcher.backends import jobmetrics, sagemaker_records
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
 from launcher.backends.cwlogs import LOG_GROUP, LogTailer, newest
 from launcher.backends.live import active
@@ -25,8 +25,12 @@ from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
 from launcher.backends.warm_pools import WarmPool, reusable, updatable, update_request
 from launcher.config import ValidatedJob
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
-from launcher.wire import s3io
+from launcher.local.restarts import job_restarts
+from launcher.wire import restart_loop, s3io
 from launcher.wire.checkpoints import latest_in_s3
+from launcher.wire.faults import Restart
+from launcher.wire.goodput import Goodput, measure
+from launcher.wire.hyperparameters import decode
 from launcher.wire.masking import Masker, mask_secrets
 from launcher.wire.metric_lines import from_line
 from launcher.wire.terminal import printable
@@ -78,6 +82,7 @@ class SageMakerBackend:
                                      "set region: us-east-1 in the job (or --set region=...), "
                                      "or AWS_DEFAULT_REGION")])
         self._clients: dict[str, Any] = {}
+        self._records: dict[str, dict[str, bytes] | None] = {}  # an ended job's, read from S3 once
         self.print = printer or print
 
     @classmethod
@@ -246,7 +251,7 @@ class SageMakerBackend:
         pool = WarmPool.of(desc)
         if pool is not None:  # WarmPoolStatus with its time left (launcher.backends.warm_pools)
             desc["WarmPool"] = pool.to_dict()
-        return desc
+        return {**desc, **_restart_rules(desc)}
 
     def update_keep_alive(self, name: str, seconds: int) -> WarmPool:
         """Change the keep-alive period of a job's Available warm pool; 0 ends the pool. The value
@@ -349,14 +354,33 @@ class SageMakerBackend:
         """metrics.jsonl in the job's output.tar.gz once it has ended, else CloudWatch's (jobmetrics)."""
         return jobmetrics.from_sagemaker(self, name)
 
-    def restarts(self, name: str) -> list:
-        """None read back: a SageMaker job's restart records are in its output.tar.gz
-        (restarts.jsonl) and its log's `[smlaunch] restart` lines (docs/faults.md)."""
-        return []
+    def restarts(self, name: str) -> list[Restart]:
+        """An ended job's from its output.tar.gz (restarts.jsonl), a running one's from the records
+        its bootstraps log (launcher.backends.sagemaker_records)."""
+        records = self._output_records(name)
+        if records is None:
+            return sagemaker_records.logged_restarts(self.client("logs"), name)
+        with sagemaker_records.records_dir(records) as directory:
+            return job_restarts([directory])
 
-    def goodput(self, name: str) -> None:
-        """Not measured from here: the ledger's records are in the job's output.tar.gz."""
-        return None
+    def goodput(self, name: str) -> Goodput | None:
+        """Measured once the job has ended, from its output.tar.gz's time ledger (metrics.jsonl)."""
+        records = self._output_records(name)
+        desc = self.describe(name)
+        if not records or not desc.get("TrainingStartTime"):
+            return None
+        with sagemaker_records.records_dir(records) as directory:
+            return measure([directory], desc["TrainingStartTime"], desc.get("TrainingEndTime"))
+
+    def _output_records(self, name: str) -> dict[str, bytes] | None:
+        """The record files of an ended job's output.tar.gz, read once; None while it runs or
+        where it has no archive."""
+        if name not in self._records:
+            uri = self.artifacts(name).get("output.tar.gz")
+            if uri is None:
+                return None
+            self._records[name] = sagemaker_records.archive_records(self.client("s3"), uri)
+        return self._records[name]
 
     def job_dir(self, name: str) -> None:
         """None: SageMaker runs the job from its own storage."""
@@ -412,3 +436,13 @@ def _status_line(name: str):
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=False, default=str)
+
+
+def _restart_rules(desc: dict) -> dict:
+    """MaxRestarts, as a local job's record has it, from the restart loop's hyperparameter (a job
+    with max_restarts; launcher.wire.restart_loop); nothing for a job without, or one not smlaunch's."""
+    try:
+        policy = restart_loop.sdk_hyperparameters(decode(desc.get("HyperParameters") or {}))[1]
+    except ValueError:
+        return {}
+    return {"MaxRestarts": policy.max_restarts} if policy.max_restarts else {}

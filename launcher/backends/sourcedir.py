@@ -539,9 +539,9 @@ def build_job_sourcedir(job, dest: Path) -> SourceBundle:
 
 
 def uses_restart_loop(cfg) -> bool:
-    """A SageMaker job with max_restarts: its image's toolkit runs smlaunch's restart loop
+    """A SageMaker job with restart rules or a hang_timeout: its image's toolkit runs smlaunch's restart loop
     (launcher.wire.restart_loop); local and Slurm jobs run the bootstrap, which has it."""
-    return bool(cfg.max_restarts) and cfg.on_sagemaker
+    return cfg.restart_policy.needs_bootstrap and cfg.on_sagemaker
 
 
 def never_shipped(job) -> list[Path]:

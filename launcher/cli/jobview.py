@@ -16,6 +16,7 @@ from launcher.backends.base import TERMINAL_STATUSES
 from launcher.wire.checkpoints import UNVERIFIED
 from launcher.wire.masking import mask_secrets
 from launcher.wire.metric_lines import DamagedMetrics, Progress, as_datetime, clock
+from launcher.wire.restart_policy import REQUESTED
 from launcher.wire.terminal import printable
 
 
@@ -112,10 +113,14 @@ def restart_lines(desc: dict) -> list[str]:
     reason. (A Kubernetes record has no MaxRestarts: its restarts are counted without a budget.)"""
     failures = desc.get("Restarts") or []
     allowed = desc.get("MaxRestarts")
-    used = sum(1 for f in failures if f.get("restarted"))
-    if not used and not allowed:
+    restarted = [f for f in failures if f.get("restarted")]
+    requested = sum(1 for f in restarted if f.get("failure_class") == REQUESTED)
+    used = len(restarted) - requested
+    if not restarted and not allowed:
         return []
     lines = [f"restarts: {used} of {allowed} (max_restarts)" if allowed else f"restarts: {used}"]
+    if requested:  # restart_on_exit_codes: not counted against max_restarts
+        lines[0] += f", and {requested} an exit code of restart_on_exit_codes asked for"
     for f in failures:
         step = f" at step {f['step']}" if f.get("step") is not None else ""
         action = "restarted" if f.get("restarted") else "not restarted"

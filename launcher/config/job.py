@@ -24,9 +24,9 @@ from launcher.config.backend_table import default_for, named, with_backends
 from launcher.config.distribution import Distribution
 from launcher.config.job_names import JOB_NAME_PATTERN
 from launcher.config.paths import LocalPathText
-from launcher.config.restarts import MAX_RESTARTS
 from launcher.config.tuning import TuningConfig
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
+from launcher.wire.restart_policy import MAX_RESTARTS, RestartPolicy
 from launcher.wire.training.base import (
     ENVIRONMENT_KEY_MAX,
     ENVIRONMENT_MAX,
@@ -167,6 +167,22 @@ class JobConfig(_JobBackends):
         0, ge=0, le=MAX_RESTARTS,
         description="Automatic restarts after a failure (torchrun's name), from the newest verified checkpoint "
                     "(docs/faults.md).",
+    )
+    restart_on_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        default_factory=list, max_length=64,
+        description="Exit codes of your own script that always mean 'restart me' (SkyPilot's recover_on_exit_codes): "
+                    "restarted without counting against max_restarts (docs/faults.md).",
+    )
+    hang_timeout: WholeNumber | None = Field(
+        None, ge=10, le=7 * 24 * 3600,
+        description="A script of your own whose ranks use no CPU and write nothing for this many seconds is hung: "
+                    "their stacks are collected and the attempt ends as a hang (restarted under max_restarts; "
+                    "docs/own-scripts.md). smlaunch's train.py has its step watchdog (step_timeout).",
+    )
+    restart_on_job_errors: WholeNumber = Field(
+        0, ge=0, le=MAX_RESTARTS,
+        description="How many errors of the job itself (its code, configuration or data) are retried, each one of "
+                    "the max_restarts restarts (default 0: never; docs/faults.md).",
     )
     trace: bool = Field(
         False,
@@ -334,6 +350,11 @@ class JobConfig(_JobBackends):
     def backend_name(self) -> str:
         """The backend that runs the job: the one asked for, else what the instance type implies."""
         return self.backend or default_for(self.is_local).name
+
+    @property
+    def restart_policy(self) -> RestartPolicy:
+        return RestartPolicy(self.max_restarts, tuple(sorted(set(self.restart_on_exit_codes))),
+                             self.restart_on_job_errors, self.hang_timeout or 0)
 
     @property
     def on_sagemaker(self) -> bool:

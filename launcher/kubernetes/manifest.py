@@ -157,7 +157,7 @@ def pod_env(job: ValidatedJob, name: str) -> list[dict]:
     secret = secret_environment(job)
     env = [{"name": k, "valueFrom": {"secretKeyRef": {"name": env_secret_name(name), "key": k}}}
            if k in secret else {"name": k, "value": v}
-           for k, v in {**cfg.environment, **restart_environment(cfg.max_restarts)}.items()]
+           for k, v in {**cfg.environment, **restart_environment(cfg)}.items()]
     if hyperparameters(job, name)[1]:
         env.append({"name": pod_config.SECRET_HYPERPARAMETERS_ENV, "valueFrom": {"secretKeyRef": {
             "name": env_secret_name(name), "key": pod_config.SECRET_HYPERPARAMETERS_KEY}}})

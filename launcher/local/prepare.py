@@ -101,7 +101,7 @@ def checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: 
     spec = LocalJobSpec(
         name=name, job_dir=directory, hosts=hosts, instance_type=cfg.instance_type,
         processes_per_host=per_host, hyperparameters={}, channels={},
-        environment={**cfg.environment, **restart_environment(cfg.max_restarts)},
+        environment={**cfg.environment, **restart_environment(cfg)},
         checkpoint_dir=checkpoint_dir, max_run=cfg.max_run, max_restarts=cfg.max_restarts, image=cfg.image_uri,
         gpus_per_host=gpus_per_host,
         runner=runner.name, output_path=output_path, checkpoint_s3_uri=cfg.checkpoint_s3_uri,
@@ -270,6 +270,10 @@ def _record(job: ValidatedJob, spec: LocalJobSpec, runner: Runner) -> dict:
         record["Environment"] = dict(cfg.environment)
     if cfg.max_restarts:
         record["MaxRestarts"] = cfg.max_restarts
+    if cfg.restart_on_exit_codes:
+        record["RestartOnExitCodes"] = list(cfg.restart_policy.exit_codes)
+    if cfg.restart_on_job_errors:
+        record["RestartOnJobErrors"] = cfg.restart_on_job_errors
     if cfg.checkpoint_s3_uri or cfg.checkpoint_local_path not in (None, DEFAULT_CHECKPOINT_PATH):
         record["CheckpointConfig"] = {"S3Uri": cfg.checkpoint_s3_uri or "", "LocalPath": str(spec.checkpoint_dir)}
     return record

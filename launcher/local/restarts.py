@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from launcher.local.spec import LocalJobSpec
-from launcher.wire import faults
+from launcher.wire import faults, restart_policy
 from launcher.wire.metric_lines import now, read_progress
 from launcher.wire.opt_ml import process_ended
 
@@ -125,12 +125,18 @@ def restartable(spec: LocalJobSpec, exits: list[tuple[str, int]]) -> bool:
 def judge_loss(spec: LocalJobSpec, label: str, attempt: int) -> tuple[str, str | None]:
     """The class of `label`'s loss in attempt `attempt`, and why it is not restarted (None: it is):
     the repeat rule of every failure (launcher.wire.faults.repeats: the same host lost the attempt
-    before, rank 0 having logged no step beyond it), then the budget (max_restarts)."""
+    before, rank 0 having logged no step beyond it), then the budget (max_restarts, less the restarts
+    an exit code of restart_on_exit_codes asked for)."""
     if faults.repeats(_earlier(spec, attempt), LOST, _logged_step(spec), host=label):
         return faults.REPEATED, f"not restarted ({faults.REPEATED}: {faults.REPEATED_WHY})"
-    if attempt >= spec.max_restarts:
+    if counted_before(spec, attempt) >= spec.max_restarts:
         return faults.FAULT, f"not restarted: all {spec.max_restarts} restarts (max_restarts) used"
     return faults.FAULT, None
+
+
+def counted_before(spec: LocalJobSpec, attempt: int) -> int:
+    """The restarts before `attempt` that count against max_restarts (launcher.wire.restart_policy)."""
+    return restart_policy.counted(attempt, _earlier(spec, attempt))
 
 
 def earlier_failures(spec: LocalJobSpec, attempt: int, why: str) -> str:

@@ -304,12 +304,13 @@ class Supervisor:
         if why:
             self._note(f"{record.reason}; {why}")
             return False
-        self._note(f"{record.reason}: restarting the job on every host (restart {attempt} of "
+        number = restarts.counted_before(self.spec, attempt)  # this one among them
+        self._note(f"{record.reason}: restarting the job on every host (restart {number} of "
                    f"{self.spec.max_restarts}, max_restarts){'; ' + where if where else ''}; it resumes from "
                    "its newest verified checkpoint")
         self.spec.attempt = attempt
         self._update(TrainingJobStatus="InProgress", SecondaryStatus="Training",
-                     StatusMessage=f"restart {attempt} of {self.spec.max_restarts}: {record.reason}")
+                     StatusMessage=f"restart {number} of {self.spec.max_restarts}: {record.reason}")
         return True
 
     def _failed_early(self, exits: list[tuple[str, int]]) -> None:

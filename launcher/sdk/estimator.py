@@ -275,7 +275,7 @@ class PyTorch:
         desc = backend.describe(name)
         training_job_name = desc.get("TrainingJobName", name)
         # a SageMaker job with max_restarts names smlaunch's restart loop as its program: the job's own is kept
-        decoded, max_restarts = restart_loop.sdk_hyperparameters(wire.decode(desc.get("HyperParameters", {})))
+        decoded, policy = restart_loop.sdk_hyperparameters(wire.decode(desc.get("HyperParameters", {})))
         user, reserved = wire.split_reserved(decoded)
         resource, stopping = desc["ResourceConfig"], desc.get("StoppingCondition", {})
         args: dict[str, Any] = {
@@ -295,7 +295,10 @@ class PyTorch:
             "output_path": desc.get("OutputDataConfig", {}).get("S3OutputPath"),
             "image_uri": desc.get("AlgorithmSpecification", {}).get("TrainingImage"),
             "environment": desc.get("Environment") or None,
-            "max_restarts": max_restarts or desc.get("MaxRestarts") or None,  # SageMaker's, or a local job's
+            # SageMaker's rules are in the restart loop's hyperparameter, a local job's in its record
+            "max_restarts": policy.max_restarts or desc.get("MaxRestarts") or None,
+            "restart_on_exit_codes": list(policy.exit_codes) or desc.get("RestartOnExitCodes") or None,
+            "restart_on_job_errors": policy.job_errors or desc.get("RestartOnJobErrors") or None,
         }
         if args["use_spot_instances"]:
             args["max_wait"] = stopping.get("MaxWaitTimeInSeconds")

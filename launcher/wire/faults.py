@@ -9,7 +9,8 @@
   loop began from and when), so the launcher knows the steps a restart replayed.
 - The bootstrap appends one line per restart (and one for the failure that ended the job) to
   `restarts.jsonl` in the output data directory, where the local supervisor, `status` and
-  output.tar.gz read it.
+  output.tar.gz read it, and logs the same record (`restart_line`), where `status` of a running
+  SageMaker job reads it.
 - Exit codes the runtime leaves with on purpose: a hung step (`EXIT_HUNG`) and a non-finite loss
   the job asked to roll back (`EXIT_NONFINITE_ROLLBACK`).
 - Fault injection, for tests only (`SMLAUNCH_FAULT_INJECTION`): the value must begin with
@@ -28,6 +29,7 @@ from pathlib import Path
 MAX_RESTARTS_ENV = "SMLAUNCH_MAX_RESTARTS"
 ATTEMPT_ENV = "SMLAUNCH_ATTEMPT"
 FAULT_DIR_ENV = "SMLAUNCH_FAULT_DIR"
+HANG_TIMEOUT_ENV = "SMLAUNCH_HANG_TIMEOUT"  # the job's hang_timeout: a script of its own silent this long is hung
 RESTARTS_FILE = "restarts.jsonl"
 ATTEMPTS_FILE = "attempts.jsonl"  # rank 0: where each attempt's training loop began
 DIAGNOSTICS_DIR = "diagnostics"  # in the output data directory: stacks and logs of a hang
@@ -145,6 +147,25 @@ def gave_up(why: str, earlier: list[Restart]) -> str:
 
 def append_restart(output_data: Path, record: Restart) -> None:
     _append(output_data / RESTARTS_FILE, record)
+
+
+RESTART_LINE = "smlaunch-restart-record"  # one word, which CloudWatch's filter patterns match quoted
+
+
+def restart_line(record: Restart) -> str:
+    """The record as one log line."""
+    return f"{RESTART_LINE} {json.dumps(asdict(record))}"
+
+
+def from_restart_line(message: str) -> Restart | None:
+    """The record of a log line that holds one (after whatever prefix the log gave it), else None."""
+    _, marker, rest = message.partition(f"{RESTART_LINE} ")
+    if not marker:
+        return None
+    try:
+        return Restart(**json.loads(rest))
+    except (ValueError, TypeError):
+        return None
 
 
 def read_restarts(output_data: Path) -> list[Restart]:

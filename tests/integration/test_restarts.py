@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.cli.jobview import restart_lines
 from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
 from launcher.wire.opt_ml import SCRATCH_DIR
 from tests.support.local_jobs import cli_env, script_job, smlaunch
@@ -140,3 +141,72 @@ def test_an_error_of_the_job_is_not_restarted(tmp_path):
     desc = json.loads(smlaunch("status", name, "--json", env=env).stdout)
     assert [(r["failure_class"], r["restarted"]) for r in desc["Restarts"]] == [("job error", False)]
     assert "ValueError is an error of the job" in desc["FailureReason"]
+
+
+RULES_SCRIPT = """
+import os, sys
+attempt, rank = os.environ["SMLAUNCH_ATTEMPT"], os.environ["RANK"]
+if attempt == "0" and rank == "1":
+    sys.exit(3)  # the script's own "restart me"
+if attempt == "1" and rank == "0":
+    raise ValueError("a flaky source of the job's own")
+"""
+
+
+@pytest.mark.parametrize("rules", [True, False], ids=["rules", "control"])
+def test_the_jobs_own_recovery_rules_restart_an_exit_code_uncounted_and_retry_a_job_error(tmp_path, rules):
+    """restart_on_exit_codes [3] restarts attempt 0's exit code 3 without counting it, and
+    restart_on_job_errors 1 retries attempt 1's ValueError as the one restart max_restarts 1 allows:
+    the job completes at attempt 2. Without the exit-code rule (control), exit code 3 is a fault that
+    uses the one restart, and the ValueError then ends the job. One host of two ranks: ~10 s a job."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "job.py").write_text(RULES_SCRIPT)
+    data = {"entry_point": "job.py", "source_dir": str(tmp_path / "src"), "instance_type": "local",
+            "processes_per_host": 2, "distribution": {"torch_distributed": {"enabled": True}},
+            "max_restarts": 1, "restart_on_job_errors": 1, **({"restart_on_exit_codes": [3]} if rules else {})}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(data))
+    done, desc, _ = _submit(tmp_path, tmp_path / "job.yaml")
+    classes = [(r["attempt"], r["failure_class"], r["restarted"]) for r in desc["Restarts"]]
+    if rules:
+        assert desc["TrainingJobStatus"] == "Completed", done.stdout[-3000:]
+        assert classes == [(0, "requested", True), (1, "job error", True)]
+        assert restart_lines(desc)[0] == ("restarts: 1 of 1 (max_restarts), and 1 an exit code of "
+                                          "restart_on_exit_codes asked for")
+    else:
+        assert desc["TrainingJobStatus"] == "Failed"
+        assert classes == [(0, "fault", True), (1, "job error", False)]
+        assert "not restarted: all 1 restarts (max_restarts) used" in desc["FailureReason"]
+
+
+SILENT_SCRIPT = """
+import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1)  # a script that wants its Python stacks in the diagnostics
+if os.environ["SMLAUNCH_ATTEMPT"] == "0":
+    print("rank", os.environ["RANK"], "waits for a peer that never answers", flush=True)
+    time.sleep(600)  # no CPU, no output: as a rank blocked in a collective
+for second in range(8):  # the control: longer than hang_timeout, but it writes
+    print("working", second, flush=True)
+    time.sleep(2)
+"""
+
+
+def test_a_script_of_your_own_that_goes_silent_is_a_hang_with_its_stacks_and_is_restarted(tmp_path):
+    """hang_timeout 10: attempt 0's ranks sleep without a word and are stopped as hung, their stacks
+    in the attempt's diagnostics, and restarted; attempt 1 runs 16 s, past the timeout, printing
+    every 2 s, and completes (the control: output keeps a script alive). ~35 s."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "job.py").write_text(SILENT_SCRIPT)
+    data = {"entry_point": "job.py", "source_dir": str(tmp_path / "src"), "instance_type": "local",
+            "processes_per_host": 2, "distribution": {"torch_distributed": {"enabled": True}},
+            "max_restarts": 1, "hang_timeout": 10}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(data))
+    done, desc, job_dir = _submit(tmp_path, tmp_path / "job.yaml")
+    assert desc["TrainingJobStatus"] == "Completed", done.stdout[-3000:]
+    (record,) = desc["Restarts"]
+    assert (record["attempt"], record["failure_class"], record["detail"], record["restarted"]) == (
+        0, "fault", "hung", True)
+    assert "used no CPU and wrote nothing for 1" in record["reason"]
+    diagnostics = job_dir / "hosts" / "algo-1" / "output" / "data" / "diagnostics" / "attempt-0"
+    stacks = sorted(diagnostics.glob("rank-*.txt"))
+    sleeping = 'job.py", line 6 in <module>'  # the script's time.sleep(600), as faulthandler names it
+    assert len(stacks) == 2 and all(sleeping in p.read_text() for p in stacks), [p.read_text() for p in stacks]

@@ -21,6 +21,7 @@ from container.toolkit.failure_report import TEARDOWN_ABORT, failure_text, known
 from container.toolkit.restarts import Failure
 from launcher.wire.faults import EXIT_HUNG, HUNG_EXCEPTION, RankFailure
 from launcher.wire.opt_ml import FAILURE_LIMIT
+from launcher.wire.restart_policy import RestartPolicy
 from tests.support.bootstrap import host_tree, tarball
 
 
@@ -211,7 +212,7 @@ def test_the_failure_reason_of_a_teardown_abort_names_it_and_its_fix(tmp_path, m
         failure = Failure("rank 1 (host algo-1, local rank 1) was killed by SIGABRT", SIGABRT, signal=True, rank=1,
                           stderr_tail=stderr)
         monkeypatch.setattr(bootstrap, "_attempt", lambda *args: (failure, ["torchrun"], tmp_path / "faults", 1.0))
-        assert bootstrap.run_attempts(env, base / "output", budget=0) == SIGABRT
+        assert bootstrap.run_attempts(env, base / "output", RestartPolicy()) == SIGABRT
         return (base / "output" / "failure").read_text()
 
     reason = ends(f"{WORK_DONE}{TEARDOWN_ABORT}\n")

@@ -93,6 +93,8 @@ def test_a_job_of_another_backend_exits_2(stubber, handle) -> None:
 def test_status_shows_the_pool_and_its_time_left(stubber, monkeypatch) -> None:
     monkeypatch.setattr(SageMakerBackend, "progress", lambda self, name: None)  # CloudWatch: not the subject
     monkeypatch.setattr(SageMakerBackend, "checkpoint", lambda self, name: None)
+    monkeypatch.setattr(SageMakerBackend, "restarts", lambda self, name: [])  # its output.tar.gz: not either
+    monkeypatch.setattr(SageMakerBackend, "goodput", lambda self, name: None)
     ended = datetime.now(timezone.utc) - timedelta(seconds=600)
     _available(stubber, ended)
     result = run_cli("status", "sagemaker:run-1")

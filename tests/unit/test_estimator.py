@@ -246,13 +246,14 @@ def test_attach_round_trip(session) -> None:
 def test_attach_restores_max_restarts_and_the_program(fake_credentials, monkeypatch) -> None:
     """A SageMaker job with max_restarts names smlaunch's restart loop as its program
     (launcher.wire.restart_loop): attach gives back the job's own program, torchrun and the budget."""
-    est = seed_estimator(SimpleNamespace(boto_session=boto3.Session(region_name=REGION)), max_restarts=2)
+    est = seed_estimator(SimpleNamespace(boto_session=boto3.Session(region_name=REGION)), max_restarts=2,
+                         restart_on_job_errors=1)
     request = SageMakerBackend(boto3.Session(region_name=REGION)).dryrun(est.job, job_name="rs-1", build=False).request
     assert json.loads(request["HyperParameters"]["sagemaker_program"]) == "_smlaunch/restart_loop.py"
     monkeypatch.setattr(SageMakerBackend, "describe", lambda self, name: {**request, "TrainingJobStatus": "InProgress"})
 
     attached = PyTorch.attach("rs-1", session=boto3.Session(region_name=REGION))
-    assert attached.config.max_restarts == 2
+    assert (attached.config.max_restarts, attached.config.restart_on_job_errors) == (2, 1)
     assert attached.config.entry_point == "train.py"
     assert attached.config.distribution == est.config.distribution
     assert attached.config.hyperparameters.raw() == est.config.hyperparameters.raw()

@@ -213,3 +213,47 @@ def test_a_damaged_metrics_line_is_said_by_status_list_and_metrics_not_skipped(h
     assert "lost: goodput not measured: " in listed.output
     shown = CliRunner().invoke(main, ["metrics", "local:lost"])
     assert shown.exit_code == 1 and "line 2 is not a JSON object" in shown.output and "Traceback" not in shown.output
+
+
+# --- SageMaker: from what the job writes (launcher.backends.sagemaker_records) ----------------------------
+def test_a_sagemaker_jobs_restarts_come_from_its_log_while_it_runs_and_its_goodput_from_its_output(
+        fake_credentials, tmp_path):
+    import boto3
+    from moto import mock_aws
+
+    from launcher.backends.sagemaker import SageMakerBackend
+    from launcher.cli import jobview
+    from launcher.wire.archives import pack
+    from launcher.wire.faults import restart_line
+    from tests.support.sagemaker_jobs import BUCKET, make_job, moto_job, put_logs, set_status
+
+    lost = failure(0, 50, 25)
+    with mock_aws():
+        session = boto3.Session(region_name="us-east-1")
+        session.client("s3").create_bucket(Bucket=BUCKET)
+        backend = SageMakerBackend(session, printer=lambda _: None)
+        name = backend.submit(make_job(max_restarts=2), job_name="sm-restarts")
+        set_status(name, "InProgress")
+        t = int(datetime.now(timezone.utc).timestamp() * 1000) - 60_000
+        # both hosts' bootstraps log the attempt's record; algo-2's knows no step (its rank was killed)
+        put_logs(session, name, 1, [(t, f"[smlaunch] {restart_line(lost)}"), (t + 1, "rank 0 line")])
+        peer = restart_line(replace(lost, host="algo-2", step=None))
+        put_logs(session, name, 2, [(t + 2, f"algo-2 | [smlaunch] {peer}"),
+                                    (t + 3, "smlaunch-restart-record {not json")])
+        assert backend.restarts(name) == [lost]  # one per attempt, the step its host knew
+        assert backend.goodput(name) is None  # the ledger is in output.tar.gz, not there yet
+        running = jobview.describe(backend, name)
+        assert jobview.restart_lines(running)[0] == "restarts: 1 of 2 (max_restarts)"
+
+        host = tmp_path / "algo-1"
+        host.mkdir()
+        (host / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+        append_restart(host, lost)
+        archive = pack([host], tmp_path / "output.tar.gz")
+        session.client("s3").upload_file(str(archive), BUCKET, f"output/{name}/output/output.tar.gz")
+        set_status(name, "Completed")
+        moto_job(name).training_start_time, moto_job(name).training_end_time = T0, at(200)
+        ended = SageMakerBackend(session, printer=lambda _: None)
+        assert ended.restarts(name) == [lost]
+        assert ended.goodput(name).fraction == pytest.approx(0.5, abs=1e-12)  # by hand, above
+        assert jobview.describe(ended, name)["Goodput"]["text"].startswith("goodput 50% (start-up 5%")

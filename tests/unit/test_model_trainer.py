@@ -26,6 +26,7 @@ from launcher.sdk.model_trainer import (
     StoppingCondition,
     Torchrun,
 )
+from launcher.wire.restart_policy import RestartPolicy
 from launcher.wire.training.issues import ConfigError
 from tests.support.model_trainer import ROOT, issues
 
@@ -174,8 +175,11 @@ def test_plan_is_the_estimators_plan_of_the_same_job():
 
 
 
-def test_max_restarts_is_a_model_trainer_keyword_that_reaches_the_job():
-    trainer = smp_trainer(SMP(hybrid_shard_degree=8), max_restarts=2)
-    assert trainer._args["max_restarts"] == 2
-    assert trainer.estimator.job.config.max_restarts == 2
-    assert "max_restarts" not in smp_trainer(SMP(hybrid_shard_degree=8))._args  # control: the SDK's request
+def test_the_restart_rules_are_model_trainer_keywords_that_reach_the_job():
+    trainer = smp_trainer(SMP(hybrid_shard_degree=8), max_restarts=2, restart_on_job_errors=1)
+    assert (trainer._args["max_restarts"], trainer._args["restart_on_job_errors"]) == (2, 1)
+    assert trainer.estimator.job.config.restart_policy == RestartPolicy(2, (), 1)
+    with pytest.raises(ConfigError, match="restart_on_exit_codes = \\[3\\]: is a rule for a script of your own"):
+        smp_trainer(SMP(hybrid_shard_degree=8), restart_on_exit_codes=[3])  # it reached train.py's rules
+    plain = smp_trainer(SMP(hybrid_shard_degree=8))._args  # control: the SDK's request
+    assert not {"max_restarts", "restart_on_exit_codes", "restart_on_job_errors"} & set(plain)

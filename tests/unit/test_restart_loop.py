@@ -19,6 +19,7 @@ from launcher.config import validate_job
 from launcher.wire import restart_loop
 from launcher.wire.hyperparameters import decode, encode
 from launcher.wire.opt_ml import write_opt_ml
+from launcher.wire.restart_policy import RestartPolicy
 from launcher.wire.training.issues import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,8 +63,21 @@ def test_max_restarts_changes_three_hyperparameters_and_nothing_else():
     assert ours["sagemaker_smlaunch_restart_loop"] == {
         "max_restarts": 3, "replaced": {"sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True}}
     # the loop gives back exactly the SDK's hyperparameters
-    assert restart_loop.sdk_hyperparameters(ours) == (theirs, 3)
-    assert restart_loop.sdk_hyperparameters(theirs) == (theirs, 0)  # control: a job without the loop
+    assert restart_loop.sdk_hyperparameters(ours) == (theirs, RestartPolicy(3))
+    assert restart_loop.sdk_hyperparameters(theirs) == (theirs, RestartPolicy())  # control: a job without the loop
+
+
+def test_the_recovery_rules_travel_in_the_loops_hyperparameter_and_come_back(tmp_path):
+    """A script's restart_on_exit_codes alone runs the loop (its restarts need no max_restarts)."""
+    job = _job(0, **_user_script(tmp_path, restart_on_exit_codes=[75, 3, 75]))
+    hps = _hyperparameters(job)
+    assert hps["sagemaker_smlaunch_restart_loop"]["restart_on_exit_codes"] == [3, 75]
+    assert restart_loop.sdk_hyperparameters(hps)[1] == RestartPolicy(0, (3, 75))
+    both = _hyperparameters(_job(2, **_user_script(tmp_path, restart_on_job_errors=1)))
+    assert restart_loop.sdk_hyperparameters(both)[1] == RestartPolicy(2, (), 1)
+    watched = _hyperparameters(_job(0, **_user_script(tmp_path, hang_timeout=300)))  # the bootstrap watches it
+    assert restart_loop.sdk_hyperparameters(watched)[1] == RestartPolicy(hang_timeout=300)
+    assert restart_loop.KEY not in _hyperparameters(_job(0, **_user_script(tmp_path)))  # control: no rules
 
 
 def test_a_plain_python_job_keeps_its_launch(tmp_path):
@@ -75,7 +89,8 @@ def test_a_plain_python_job_keeps_its_launch(tmp_path):
 
 
 @pytest.mark.parametrize("value", ["2", {"max_restarts": 2}, {"max_restarts": True, "replaced": {}},
-                                   {"max_restarts": -1, "replaced": {}}])
+                                   {"max_restarts": -1, "replaced": {}},
+                                   {"max_restarts": 1, "replaced": {}, "restart_on_exit_codes": ["3"]}])
 def test_a_damaged_loop_key_is_refused(value):
     with pytest.raises(ValueError, match="sagemaker_smlaunch_restart_loop=.*submit the job again"):
         restart_loop.sdk_hyperparameters({"sagemaker_program": "_smlaunch/restart_loop.py",
@@ -174,8 +189,8 @@ def test_the_loop_runs_the_jobs_program_with_the_sdks_environment(tmp_path, monk
     tree = read_training_env(loop, num_gpus=0)
     # as the toolkit reads the tree
     assert tree.user_entry_point == "_smlaunch/restart_loop.py" and not tree.torch_distributed
-    env, budget = loop_environment(tree)
-    assert budget == 2
+    env, policy = loop_environment(tree)
+    assert policy == RestartPolicy(2)
     assert (env.user_entry_point, env.torch_distributed, env.distribution_hosts) == ("train.py", True,
                                                                                       ["algo-1", "algo-2"])
     ours, theirs = sm_environment(env), sm_environment(read_training_env(sdk, num_gpus=0))

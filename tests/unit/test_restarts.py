@@ -6,12 +6,14 @@ tests/integration/test_restarts.py."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
 from container.toolkit.restarts import Failure, backoff_s, classify
 from launcher.wire import control_env, faults
 from launcher.wire.faults import FAULT, JOB_ERROR, REPEATED, Fault, RankFailure, Restart
+from launcher.wire.restart_policy import REQUESTED, PolicyError, RestartPolicy, counted
 
 KILLED = Failure("rank 1 (host algo-1, local rank 1) was killed by SIGKILL", 137, signal=True, rank=1)
 
@@ -173,3 +175,107 @@ def test_validate_says_what_max_restarts_means_and_refuses_smlaunchs_own_variabl
     assert "environment.SMLAUNCH_ATTEMPT" in str(err.value) and "set max_restarts" in str(err.value)
     with pytest.raises(ConfigError):
         validate_job(_local(max_restarts=-1), base_dir=ROOT)
+
+
+# --- the job's own rules (launcher.wire.restart_policy) -------------------------------------------
+def test_an_exit_code_the_job_lists_is_restarted_without_counting():
+    policy = RestartPolicy(0, (3, 75))
+    decision = classify(_exited(code=75, tail="ValueError: the node is bad"), {}, [], policy)
+    assert (decision.failure_class, decision.restart, decision.detail) == (REQUESTED, True, "exit code 75")
+    # controls: a code it does not list, and a signal's code, are judged as before
+    assert classify(_exited(code=4, tail="ValueError: x"), {}, [], policy).failure_class == JOB_ERROR
+    assert classify(KILLED, {}, [], RestartPolicy(0, (137,))).failure_class == FAULT
+    requested = _earlier(decision, _exited(code=75))  # attempt 0
+    assert counted(1, [requested]) == 0 and counted(2, [requested]) == 1  # attempt 1 failed of a fault
+    assert counted(1, []) == 1  # control: a restart without the job's rule counts
+
+
+def test_job_errors_are_retried_as_often_as_the_job_asks_and_no_more():
+    value = _record(exception="ValueError", bases=("ValueError", "Exception"), step=4, start=4)
+    policy = RestartPolicy(3, (), 2)
+    first = classify(_exited(), {1: value}, [], policy)
+    assert (first.failure_class, first.restart) == (JOB_ERROR, True) and "restart_on_job_errors 2" in first.why
+    earlier = [_earlier(first, _exited())]
+    second = classify(_exited(), {1: value}, earlier, policy)  # the same error, no progress: still retried
+    assert second.restart
+    earlier.append(Restart(**{**earlier[0].__dict__, "attempt": 1}))
+    assert not classify(_exited(), {1: value}, earlier, policy).restart  # two retried: the third is not
+    assert not classify(_exited(), {1: value}, [], RestartPolicy(3)).restart  # control: the default, 0
+
+
+def test_the_rules_reach_the_bootstrap_through_the_environment():
+    policy = RestartPolicy(2, (3, 75), 1)
+    assert RestartPolicy.from_environment(policy.environment()) == policy
+    assert RestartPolicy().environment() == {} and RestartPolicy.from_environment({}) == RestartPolicy()
+    with pytest.raises(PolicyError, match="SMLAUNCH_RESTART_ON_EXIT_CODES='3;4'"):
+        RestartPolicy.from_environment({"SMLAUNCH_RESTART_ON_EXIT_CODES": "3;4"})
+
+
+def test_validate_shows_the_rules_and_refuses_what_cannot_mean_what_it_says(tmp_path):
+    from launcher.config import validate_job
+    from launcher.wire.training.issues import ConfigError
+    from tests.support.train_runs import ROOT
+
+    (tmp_path / "fit.py").write_text("print('hi')\n")
+    script = {"entry_point": "fit.py", "source_dir": str(tmp_path), "instance_type": "local"}
+    job = validate_job({**script, "restart_on_exit_codes": [3], "max_restarts": 2, "restart_on_job_errors": 1})
+    notes = {n.path: n.problem for n in job.notes}
+    assert "restarted without counting against max_restarts" in notes["restart_on_exit_codes"]
+    assert "retried this many times" in notes["restart_on_job_errors"]
+    assert job.config.restart_policy.environment() == {
+        "SMLAUNCH_MAX_RESTARTS": "2", "SMLAUNCH_RESTART_ON_EXIT_CODES": "3", "SMLAUNCH_RESTART_ON_JOB_ERRORS": "1"}
+    refused = [({**script, "restart_on_exit_codes": [86]}, "smlaunch's exit code for a hung step"),
+               ({**script, "restart_on_exit_codes": [137]}, "killed by signal 9"),
+               ({**script, "restart_on_exit_codes": [0]}, "restart_on_exit_codes"),
+               ({**script, "restart_on_job_errors": 2, "max_restarts": 1}, "set max_restarts to 2 or more"),
+               (_local(restart_on_exit_codes=[3]), "smlaunch's train.py leaves with 1 on every error")]
+    for data, message in refused:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            validate_job(data, base_dir=ROOT)
+
+
+def test_a_script_is_hung_once_neither_its_cpu_time_nor_its_output_moves_for_the_timeout(monkeypatch, tmp_path):
+    import threading
+
+    from container.toolkit import script_watch
+
+    monkeypatch.setattr(script_watch, "POLL_S", 0.01)
+    monkeypatch.setattr(script_watch, "PROC", tmp_path)  # "Linux": the watch starts
+    ticks = iter(range(10**6))
+    busy = threading.Event()
+    monkeypatch.setattr(script_watch, "cpu_ticks", lambda pid: next(ticks) if busy.is_set() else 7)
+    monkeypatch.setattr(script_watch, "written", lambda log_dir: 0)
+    hung = threading.Event()
+    output = {"bytes": 0}
+
+    def watch():
+        return script_watch.ScriptWatch(1, 0.2, tmp_path, lambda: output["bytes"], lambda s: hung.set()).start()
+
+    busy.set()  # control: a rank that computes is never hung
+    computing = watch()
+    assert not hung.wait(0.6)
+    computing.stop()
+    busy.clear()
+    writing = watch()  # control: nor one that writes, without CPU
+    for _ in range(30):
+        output["bytes"] += 1
+        time.sleep(0.02)
+    assert not hung.is_set()
+    assert hung.wait(2.0) and writing.hung_after >= 0.2  # silent since: hung
+
+
+def test_validate_shows_hang_timeout_for_a_script_under_torchrun_and_refuses_it_elsewhere(tmp_path):
+    from launcher.config import validate_job
+    from launcher.wire.training.issues import ConfigError
+    from tests.support.train_runs import ROOT
+
+    (tmp_path / "fit.py").write_text("print('hi')\n")
+    script = {"entry_point": "fit.py", "source_dir": str(tmp_path), "instance_type": "local", "hang_timeout": 60}
+    job = validate_job({**script, "distribution": {"torch_distributed": {"enabled": True}}})
+    assert any(n.path == "hang_timeout" and "write nothing for 60 s are hung" in n.problem for n in job.notes)
+    assert job.config.restart_policy.environment() == {"SMLAUNCH_HANG_TIMEOUT": "60"}
+    for data, message in [(script, "does not run under torchrun"),
+                          (_local(hang_timeout=60), "smlaunch's train.py has a step watchdog"),
+                          ({**script, "hang_timeout": 5}, "hang_timeout")]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            validate_job(data, base_dir=ROOT)
