@@ -28,16 +28,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from container.data import inspect_chat as chat
+from container.data import inspect_mixture as mixtures
 from container.data import inspect_records as records
 from container.data.chat import ChatError
 from container.data.chat_source import TRUNCATION_MODES
 from container.data.corpus import PackError
 from container.data.encoders import load_tokenizer
 from container.data.indexed import TokenStream
+from container.data.inspect_mixture import MixtureOptionError
 from container.data.inspect_records import RecordError
 from launcher.wire.megatron_index import FORMAT, MegatronHeader
 from launcher.wire.megatron_index import length_buckets as megatron_lengths
 from launcher.wire.token_shards import ShardError, is_indexed
+from launcher.wire.training.data_order import ROUND
 
 
 def parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
@@ -58,7 +61,17 @@ def parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     parser.add_argument("--truncation-mode", choices=TRUNCATION_MODES, help="chat records with --max-context-width: "
                                                                             "the job's truncation_mode (default "
                                                                             "keep_start)")
+    parser.add_argument("--mixture", metavar="CHANNEL:WEIGHT,...", help="the job's data_mixture over the indexed "
+                                                                       "channels in PATH (PATH/CHANNEL), with "
+                                                                       "--max-context-width: what each gives")
+    parser.add_argument("--samples", type=int, default=ROUND, metavar="N", help="with --mixture: over global samples "
+                                                                                "[0, N) (the job's max_steps x its "
+                                                                                f"global batch; default {ROUND:,})")
     args = parser.parse_args(argv)
+    if args.mixture is not None and (args.max_context_width is None or args.documents is not None or args.tokenizer):
+        parser.error("--mixture takes --max-context-width N (the job's rows), and neither --documents nor --tokenizer")
+    if args.samples < 1:
+        parser.error(f"--samples {args.samples}: give a positive number of samples")
     if args.max_context_width is not None and args.max_context_width < 1:
         parser.error(f"--max-context-width {args.max_context_width}: give a positive number of tokens")
     if args.truncation_mode is not None and args.max_context_width is None:
@@ -244,6 +257,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m container.dat
     try:
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such file or directory")
+        if args.mixture is not None:
+            report = mixtures.report(path, args.mixture, args.max_context_width, args.samples)
+            print(json.dumps(report, indent=1) if args.json else mixtures.text(report))
+            return 0
         kind = kind_of(path, args)
         tokenizer = chat.open_tokenizer(args.tokenizer) if kind == "chat" else None
         if args.documents is not None:
@@ -253,7 +270,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m container.dat
                 print(json.dumps({"document": number, **fields, **decoded}, ensure_ascii=False))
             return 0
         report = report_of(kind, path, args, tokenizer)
-    except (ShardError, FileNotFoundError, RecordError, PackError, ChatError, OptionError, UnicodeDecodeError) as exc:
+    except (ShardError, FileNotFoundError, RecordError, PackError, ChatError, OptionError, MixtureOptionError,
+            UnicodeDecodeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(report, indent=1) if args.json else text(report))

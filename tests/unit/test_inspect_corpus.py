@@ -15,6 +15,7 @@ from container.data.chat import load_tokenizer as load_chat_tokenizer
 from container.data.chat_source import ChatSource
 from container.data.indexed import write_shards
 from container.data.inspect_corpus import main as inspect
+from container.data.loader import build_dataloader
 from launcher.wire.chat_records import chat_files
 from tests.support.hf_models import VOCAB, save_chat_tokenizer
 from tests.support.pack import DOCS as TEXTS
@@ -190,3 +191,42 @@ def test_inspect_asks_for_the_tokenizer_chat_records_need(tmp_path, capsys, chat
     assert "--tokenizer applies to chat records" in capsys.readouterr().err
     assert inspect([str(tmp_path / "train"), "--max-context-width", "4", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == sum(map(len, DOCS)) // 4
+
+
+# --- the mixture a job's data_mixture makes: counted from the rows its loader reads ----------------
+
+def test_inspect_mixture_equals_the_samples_the_jobs_loader_reads(tmp_path, capsys):
+    width, samples = 8, 2_345
+    # web's tokens are below 100, code's 100 and up: a row says which channel it came from
+    web = [[t % 100 for t in range(i, i + 5 + i % 7)] for i in range(60)]
+    code = [[100 + t % 100 for t in range(i, i + 3 + i % 4)] for i in range(20)]
+    write_shards(web, tmp_path / "data" / "web", "train", vocab_size=256, tokenizer=BYTES)
+    write_shards(code, tmp_path / "data" / "code", "train", vocab_size=256, tokenizer=BYTES)
+    rows = {"web": sum(map(len, web)) // width, "code": sum(map(len, code)) // width}  # the documents back to back
+    assert inspect([str(tmp_path / "data"), "--mixture", "web:0.7,code:0.3", "--max-context-width", str(width),
+                    "--samples", str(samples), "--json"]) == 0
+    report = {c["channel"]: c for c in json.loads(capsys.readouterr().out)["channels"]}
+    loader = build_dataloader(dataset_type="indexed", seq_len=width, micro_batch_size=samples, dp_rank=0, dp_size=1,
+                              vocab_size=256, seed=3, shuffle=True, mixture=(("web", 0.7), ("code", 0.3)),
+                              channels={"web": tmp_path / "data" / "web", "code": tmp_path / "data" / "code"})
+    from_code = (loader.next_batch()["input_ids"] >= 100).all(dim=1).tolist()
+    read = {"web": from_code.count(False), "code": from_code.count(True)}
+    first_round = {"web": from_code[:1000].count(False), "code": from_code[:1000].count(True)}
+    assert {name: (c["per_1000"], c["samples"], c["rows"], c["epochs"]) for name, c in report.items()} == {
+        name: (first_round[name], read[name], rows[name], read[name] / rows[name]) for name in ("web", "code")}
+    assert first_round == {"web": 700, "code": 300}  # the control: the shares docs/data.md promises
+    assert inspect([str(tmp_path / "data"), "--mixture", "web:0.7,code:0.3", "--max-context-width", str(width)]) == 0
+    assert "  code  weight 0.3: 300 of every 1,000 samples; 300 samples of its" in capsys.readouterr().out
+
+
+def test_inspect_mixture_errors_name_the_channel_and_the_fix(tmp_path, capsys):
+    write_shards(DOCS, tmp_path / "data" / "web", "train", vocab_size=256, tokenizer=BYTES)
+    assert inspect([str(tmp_path / "data"), "--mixture", "web:0.7,books:0.3", "--max-context-width", "4"]) == 2
+    assert "names channel(s) books, and " in capsys.readouterr().err
+    assert inspect([str(tmp_path / "data"), "--mixture", "web:1,web:2", "--max-context-width", "4"]) == 2
+    assert "--mixture 'web:1,web:2': channel web is named twice; name each channel once" in capsys.readouterr().err
+    assert inspect([str(tmp_path / "data"), "--mixture", "web:1", "--max-context-width", "1000"]) == 2
+    assert "fewer than one row of max_context_width=1000" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:
+        inspect([str(tmp_path / "data"), "--mixture", "web:1"])
+    assert exit.value.code == 2 and "--mixture takes --max-context-width N" in capsys.readouterr().err
