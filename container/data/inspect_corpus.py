@@ -30,13 +30,13 @@ from pathlib import Path
 from container.data import inspect_chat as chat
 from container.data import inspect_mixture as mixtures
 from container.data import inspect_records as records
-from container.data.chat import ChatError
 from container.data.chat_source import TRUNCATION_MODES
 from container.data.corpus import PackError
 from container.data.encoders import load_tokenizer
 from container.data.indexed import TokenStream
 from container.data.inspect_mixture import MixtureOptionError
 from container.data.inspect_records import RecordError
+from launcher.wire.chat_records import ChatRecordError
 from launcher.wire.megatron_index import FORMAT, MegatronHeader
 from launcher.wire.megatron_index import length_buckets as megatron_lengths
 from launcher.wire.token_shards import ShardError, is_indexed
@@ -44,9 +44,10 @@ from launcher.wire.training.data_order import ROUND
 
 
 def parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog, description="What a token channel (smlaunch's shards, a "
-                                                            "Megatron-Core corpus, JSON Lines token records) holds.")
-    parser.add_argument("path", help="a channel directory, or one .idx or .jsonl file")
+    parser = argparse.ArgumentParser(prog=prog, description="What a channel (smlaunch's shards, a Megatron-Core "
+                                                            "corpus, JSON Lines token records, chat records) holds.")
+    parser.add_argument("path", help="a channel directory, or one .idx, .jsonl or .parquet file; with --mixture, "
+                                     "the directory holding the channels")
     parser.add_argument("--documents", metavar="A:B", help="print documents A to B-1 (numbered across the "
                                                            "channel's files): their token ids, one JSON line each")
     parser.add_argument("--json", action="store_true", help="the summary as one JSON object")
@@ -64,23 +65,32 @@ def parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     parser.add_argument("--mixture", metavar="CHANNEL:WEIGHT,...", help="the job's data_mixture over the indexed "
                                                                        "channels in PATH (PATH/CHANNEL), with "
                                                                        "--max-context-width: what each gives")
-    parser.add_argument("--samples", type=int, default=ROUND, metavar="N", help="with --mixture: over global samples "
-                                                                                "[0, N) (the job's max_steps x its "
-                                                                                f"global batch; default {ROUND:,})")
+    parser.add_argument("--samples", type=int, metavar="N", help="with --mixture: over global samples [0, N) "
+                                                                 "(the job's max_steps x its global batch; "
+                                                                 f"default {ROUND:,})")
     args = parser.parse_args(argv)
-    if args.mixture is not None and (args.max_context_width is None or args.documents is not None or args.tokenizer):
-        parser.error("--mixture takes --max-context-width N (the job's rows), and neither --documents nor --tokenizer")
-    if args.samples < 1:
-        parser.error(f"--samples {args.samples}: give a positive number of samples")
-    if args.max_context_width is not None and args.max_context_width < 1:
-        parser.error(f"--max-context-width {args.max_context_width}: give a positive number of tokens")
-    if args.truncation_mode is not None and args.max_context_width is None:
-        parser.error("--truncation-mode applies with --max-context-width N")
+    _check_options(parser, args)
     if args.documents is not None:
         args.documents = _span(parser, args.documents)
     elif args.decode is not None:
         parser.error("--decode applies to --documents A:B")
     return args
+
+
+def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The options that go together (what applies to what a PATH holds: kind_of)."""
+    if args.samples is not None and args.mixture is None:
+        parser.error("--samples applies with --mixture")
+    if args.mixture is not None and (args.max_context_width is None or args.documents is not None or args.tokenizer
+                                     or args.truncation_mode):
+        parser.error("--mixture takes --max-context-width N (the job's rows), and none of --documents, --tokenizer, "
+                     "--truncation-mode (a mixture is of indexed channels)")
+    if args.samples is not None and args.samples < 1:
+        parser.error(f"--samples {args.samples}: give a positive number of samples")
+    if args.max_context_width is not None and args.max_context_width < 1:
+        parser.error(f"--max-context-width {args.max_context_width}: give a positive number of tokens")
+    if args.truncation_mode is not None and args.max_context_width is None:
+        parser.error("--truncation-mode applies with --max-context-width N")
 
 
 def decoder(name: str | None):
@@ -258,7 +268,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m container.dat
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such file or directory")
         if args.mixture is not None:
-            report = mixtures.report(path, args.mixture, args.max_context_width, args.samples)
+            report = mixtures.report(path, args.mixture, args.max_context_width, args.samples or ROUND)
             print(json.dumps(report, indent=1) if args.json else mixtures.text(report))
             return 0
         kind = kind_of(path, args)
@@ -270,7 +280,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m container.dat
                 print(json.dumps({"document": number, **fields, **decoded}, ensure_ascii=False))
             return 0
         report = report_of(kind, path, args, tokenizer)
-    except (ShardError, FileNotFoundError, RecordError, PackError, ChatError, OptionError, MixtureOptionError,
+    except (ShardError, FileNotFoundError, RecordError, PackError, ChatRecordError, OptionError, MixtureOptionError,
             UnicodeDecodeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

@@ -186,6 +186,10 @@ def test_inspect_asks_for_the_tokenizer_chat_records_need(tmp_path, capsys, chat
     assert len(err) == 1 and "holds chat records" in err[0] and "give --tokenizer DIR_OR_HUB_ID" in err[0], err
     assert inspect([str(channel), "--tokenizer", str(tmp_path / "none")]) == 2
     assert f"--tokenizer {tmp_path / 'none'}: no such directory" in capsys.readouterr().err
+    (channel / "c.jsonl").write_text(json.dumps({"messages": conversation(0)[:1]}) + "\n")
+    assert inspect([str(channel), "--tokenizer", str(chat_tokenizer)]) == 2  # as the job refuses it
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "c.jsonl:1: messages has no assistant turn" in err[0], err
     write_shards(DOCS, tmp_path / "train", "train", vocab_size=256, tokenizer=BYTES)
     assert inspect([str(tmp_path / "train"), "--tokenizer", str(chat_tokenizer)]) == 2  # the control: tokens already
     assert "--tokenizer applies to chat records" in capsys.readouterr().err
@@ -230,3 +234,6 @@ def test_inspect_mixture_errors_name_the_channel_and_the_fix(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         inspect([str(tmp_path / "data"), "--mixture", "web:1"])
     assert exit.value.code == 2 and "--mixture takes --max-context-width N" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:
+        inspect([str(tmp_path / "data" / "web"), "--samples", "5000"])  # not silently a plain summary
+    assert exit.value.code == 2 and "--samples applies with --mixture" in capsys.readouterr().err
