@@ -1,6 +1,7 @@
 """`python -m container.data pack ...`: the name the Makefile and the docs have long used;
 `python -m container.data tiny-chat --output DIR`: a tiny chat model and data to try chat fine-tuning offline;
-`python -m container.data inspect PATH`: what an indexed channel (smlaunch's shards, a Megatron-Core corpus) holds."""
+`python -m container.data inspect PATH`: what a channel holds (smlaunch's shards, a Megatron-Core corpus, JSON Lines
+token records, chat records with --tokenizer)."""
 
 import sys
 

@@ -86,6 +86,24 @@ class Counts:
     padding: int = 0
 
 
+def keep(example: Example, seq_len: int, mode: str, counts: Counts) -> Example | None:
+    """What a row of `seq_len` tokens keeps of `example` (truncate), counted into `counts` as the
+    job log counts it (python -m container.data inspect counts with it too)."""
+    counts.examples += 1
+    cut = truncate(example, seq_len, mode)
+    if len(example.input_ids) > seq_len:
+        if cut is not None:
+            counts.truncated += 1
+        elif mode == "drop":
+            counts.dropped_long += 1
+        else:
+            counts.dropped_untrained += 1
+    if cut is not None:
+        counts.tokens += len(cut.input_ids)
+        counts.trained += cut.trained
+    return cut
+
+
 class ChatSource:
     """Rows of `seq_len` tokens packed from the chat examples of `files` (see the module docstring)."""
 
@@ -130,19 +148,9 @@ class ChatSource:
             for field in record:
                 if field not in ("messages", "prompt", "completion"):
                     self.ignored_fields.setdefault(field, where)
-            counts.examples += 1
-            cut = truncate(example, self.seq_len, self.truncation_mode)
-            if len(example.input_ids) > self.seq_len:
-                if cut is not None:
-                    counts.truncated += 1
-                elif self.truncation_mode == "drop":
-                    counts.dropped_long += 1
-                else:
-                    counts.dropped_untrained += 1
+            cut = keep(example, self.seq_len, self.truncation_mode, counts)
             if cut is not None:
                 kept.append(cut)
-                counts.tokens += len(cut.input_ids)
-                counts.trained += cut.trained
         return kept
 
     def describe(self) -> str:

@@ -24,7 +24,9 @@ from launcher.backends.request import build_request
 from launcher.backends.sourcedir import SourceBundle, build_job_sourcedir
 from launcher.backends.warm_pools import WarmPool, reusable, updatable, update_request
 from launcher.config import ValidatedJob
+from launcher.config.data_rules import indexed_s3_channels
 from launcher.config.job_names import check_job_name, default_base_name, make_job_name
+from launcher.config.megatron_rules import vocabulary_given
 from launcher.local.restarts import job_restarts
 from launcher.wire import restart_loop, s3io
 from launcher.wire.checkpoints import latest_in_s3
@@ -32,6 +34,7 @@ from launcher.wire.faults import Restart
 from launcher.wire.goodput import Goodput, measure
 from launcher.wire.hyperparameters import decode
 from launcher.wire.masking import Masker, mask_secrets
+from launcher.wire.megatron_index import megatron_on_s3
 from launcher.wire.metric_lines import from_line
 from launcher.wire.terminal import printable
 from launcher.wire.training.issues import ConfigError, Issue
@@ -165,10 +168,31 @@ class SageMakerBackend:
         if self.exists(name):
             raise BackendError(f"job_name {name!r} is already used by a training job in {self.region}; "
                                "pick another name or drop job_name to get a timestamped one")
+        self._check_s3_corpora(job)
         self._note_warm_pool(plan.request)
         with self.code_uploaded(job, plan.source_uri, plan.request["OutputDataConfig"]["S3OutputPath"]):
             self.client("sagemaker").create_training_job(**plan.request)
         return name
+
+    def _check_s3_corpora(self, job: ValidatedJob) -> None:
+        """A Megatron-Core corpus in an indexed S3 channel needs the tokenizer it was made with named
+        (its files record none), as validate checks of a local one (launcher.config.megatron_rules):
+        found from the first bytes of its first .idx, before anything is uploaded or paid for. A
+        channel these credentials cannot read is said and left to the job, which checks it too."""
+        from botocore.exceptions import ClientError
+
+        issues = []
+        for name, uri in indexed_s3_channels(job.config):
+            try:
+                megatron = megatron_on_s3(self.client("s3"), uri)
+            except ClientError as exc:
+                self.print(f"inputs.{name} ({uri}) not read here ({exc.response['Error'].get('Code')}): the job "
+                           "checks its format and tokenizer before training")
+                continue
+            if megatron:
+                issues += vocabulary_given(f"inputs.{name}", job.config)
+        if issues:
+            raise ConfigError(issues)
 
     @contextmanager
     def code_uploaded(self, job: ValidatedJob, source_uri: str, output_path: str) -> Iterator[None]:

@@ -4,7 +4,9 @@ job's channels, and the channels on this machine (local paths) against the run: 
 channel's block length, an indexed channel's shards (complete, of the model's vocabulary, at
 least one row), a chat channel's every record (its shape and roles, and a chat template in the
 model's tokenizer where the records need one and the tokenizer is a local directory). S3
-channels are the container's to check, before training.
+channels are the container's to check, before training; the SageMaker backend reads which format
+an indexed S3 channel holds before it submits (`indexed_s3_channels`), for the tokenizer a
+Megatron-Core corpus needs named.
 """
 
 from __future__ import annotations
@@ -85,21 +87,38 @@ def check_data_order(ctx) -> list[Issue]:
     return issues
 
 
+def _read_channels(job: JobConfig) -> list[str]:
+    """The channels train.py reads: the train channel (an indexed job's data_mixture's channels),
+    the validation channel, those the job has."""
+    hp, channels = job.hyperparameters, job.channels()
+    names = [next((n for n in group if n in channels), None) for group in (TRAIN_CHANNELS, VALIDATION_CHANNELS)]
+    if (hp.dataset_type or DEFAULT_DATASET_TYPE) == data_order.INDEXED:
+        try:
+            names[0:1] = [name for name, _ in data_order.parse_mixture(hp.data_mixture)] or names[0:1]
+        except data_order.MixtureError:
+            pass  # check_data_order reports it
+    return [name for name in names if name in channels]
+
+
+def indexed_s3_channels(job: JobConfig) -> list[tuple[str, str]]:
+    """(name, s3:// URI) of the indexed channels an indexed job reads from S3 (which validate does not
+    see: the SageMaker backend peeks at them before it submits)."""
+    if (job.hyperparameters.dataset_type or DEFAULT_DATASET_TYPE) != data_order.INDEXED:
+        return []
+    channels = job.channels()
+    return [(name, channels[name].s3_data) for name in _read_channels(job)
+            if channels[name].s3_data.startswith("s3://") and channels[name].s3_data_type == "S3Prefix"]
+
+
 def channel_issues(job: JobConfig, base_dir: Path, spec: ModelSpec) -> list[Issue]:
     """The job's local channels against the run (see the module docstring)."""
     hp, channels = job.hyperparameters, job.channels()
     dataset_type = hp.dataset_type or DEFAULT_DATASET_TYPE
     seq = hp.max_context_width or DEFAULT_SEQ_LEN
-    names = [next((n for n in group if n in channels), None) for group in (TRAIN_CHANNELS, VALIDATION_CHANNELS)]
-    if dataset_type == data_order.INDEXED:
-        try:
-            names[0:1] = [name for name, _ in data_order.parse_mixture(hp.data_mixture)] or names[0:1]
-        except data_order.MixtureError:
-            pass  # check_data_order reports it
     issues = []
     model_vocabulary = _local_tokenizer(job, base_dir) if dataset_type == data_order.INDEXED else None
-    for name in filter(None, names):
-        if name not in channels or channels[name].s3_data.startswith("s3://"):
+    for name in _read_channels(job):
+        if channels[name].s3_data.startswith("s3://"):
             continue
         path = resolve_path(base_dir, channels[name].s3_data)
         if dataset_type == data_order.INDEXED:

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from launcher.wire.shard_error import BIN_SUFFIX, ShardError
 
+# Imports inside functions: s3io only where the client peeks at a corpus on S3 (a training rank,
+# which reads corpora here, loads few launcher modules).
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
 # Megatron's DType codes: every integer type it writes, with its size and the stdlib array code
@@ -57,6 +59,22 @@ def is_megatron(idx: str | Path) -> bool:
             return f.read(len(MAGIC)) == MAGIC
     except OSError:
         return False
+
+
+def megatron_on_s3(s3_client, uri: str) -> str | None:
+    """The key of the first .idx under the s3:// prefix `uri` (a channel; any depth, in name order)
+    when it starts with Megatron's magic, read by one ranged GET of its first bytes; None when the
+    prefix holds no .idx or smlaunch's (a channel holds one format). `s3_client`: boto3's; its
+    ClientError (no such bucket, access denied) is the caller's."""
+    from launcher.wire import s3io
+
+    bucket, prefix = s3io.split(uri)
+    for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys = sorted(o["Key"] for o in page.get("Contents", []) if o["Key"].endswith(".idx"))
+        if keys:
+            head = s3_client.get_object(Bucket=bucket, Key=keys[0], Range=f"bytes=0-{len(MAGIC) - 1}")["Body"].read()
+            return keys[0] if head == MAGIC else None
+    return None
 
 
 @dataclass(frozen=True)

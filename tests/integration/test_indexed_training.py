@@ -1,19 +1,23 @@
 """Training on indexed token shards through train.py: read in order they train exactly as the
-JSON Lines blocks of the same corpus, and Megatron-Core pairs of it as smlaunch's shards; shuffled,
-a run resumed at a smaller and at a larger world size continues the uninterrupted run's losses (the
-same global order); shards of another tokenizer, or a checkpoint of another shuffle, are refused
-before training; a checkpoint resumed on shards of another tokenizer is refused, on appended shards
-warned of. The in-process half (format, order, rows): tests/unit/test_indexed.py; what a resume
-makes of changed data: tests/unit/test_resume_data.py."""
+JSON Lines blocks of the same corpus, and a corpus megatron-core's own builder wrote of the same
+documents as smlaunch's shards; shuffled, a run resumed at a smaller and at a larger world size
+continues the uninterrupted run's losses (the same global order); shards of another tokenizer, or a
+checkpoint of another shuffle, are refused before training; a checkpoint resumed on shards of
+another tokenizer is refused, on appended shards warned of. The in-process half (format, order,
+rows): tests/unit/test_indexed.py; what a resume makes of changed data:
+tests/unit/test_resume_data.py."""
 
 from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 
+from container.data.indexed import TokenStream
 from tests.support.close import order_tolerance
 from tests.support.hf_models import llama_config, save_llama, save_tokenizer
+from tests.support.megatron import build, smlaunch_documents
 from tests.support.pack import DOCS, run, write_docs
 from tests.support.train_runs import run_train, series
 
@@ -55,12 +59,15 @@ def test_indexed_shards_in_order_train_as_the_json_lines_blocks(tmp_path, corpus
 
 
 def test_a_megatron_corpus_trains_as_the_same_documents_in_smlaunchs_shards(tmp_path, corpus, shuffled):
-    """The same documents as Megatron-Core pairs (pack --format megatron, which Megatron's own reader
-    reads: tests/unit/test_megatron_corpus.py) train the shuffled run's very losses: the same rows in
-    the same order with the same document masks. The job names the vocabulary the pairs do not record."""
-    docs = write_docs(tmp_path / "docs", DOCS * 8)
-    assert run("--input", docs, "--output-dir", tmp_path / "megatron", "--format", "megatron") == 0
-    records = train(tmp_path / "run", 1, tmp_path / "megatron" / "train", vocab_size=256)
+    """The same documents written by megatron-core's own IndexedDatasetBuilder, each cut into
+    sequences of up to 50 tokens as preprocess_data.py --split-sentences leaves them (several a
+    document), train the shuffled run's very losses: the same rows in the same order with the same
+    document masks. The job names the vocabulary the pairs do not record; validate names their format
+    (tests/unit/test_megatron_corpus.py). 1 rank, 6 steps: about 3 s."""
+    docs = [[doc[i:i + 50] for i in range(0, len(doc), 50)] for doc in smlaunch_documents(TokenStream(corpus[1]))]
+    assert sum(len(doc) > 1 for doc in docs) > len(docs) // 2  # most documents are several sequences
+    channel = build(tmp_path / "megatron" / "web_text_document", docs, np.uint8)
+    records = train(tmp_path / "run", 1, channel, vocab_size=256)
     for key in ("loss", "grad_norm"):
         assert series(records, key) == series(shuffled, key), key
 

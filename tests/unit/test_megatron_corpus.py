@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +22,11 @@ from launcher.wire import checkpoints
 from launcher.wire.megatron_index import _stdlib_range, token_range
 from launcher.wire.token_shards import ShardError, read_header
 from launcher.wire.training.resume import compare
+from tests.support import megatron
 from tests.support.cli import ROOT
+from tests.support.megatron import build, smlaunch_documents
 
-with warnings.catch_warnings():  # megatron.core warns that Transformer Engine and Apex are absent
-    warnings.simplefilter("ignore")
-    indexed_dataset = pytest.importorskip("megatron.core.datasets.indexed_dataset",
-                                          reason="megatron-core (the test extra) is not installed")
+indexed_dataset = megatron.indexed_dataset()
 
 # its builder's numpy.array(tensor) under numpy 2 (megatron-core's, not smlaunch's)
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")
@@ -44,36 +42,11 @@ def documents(seed: int, count: int = 40, vocab: int = 100) -> list[list[list[in
             for _ in range(count)]
 
 
-def build(prefix: Path, docs, dtype=np.uint16, how: str = "items") -> Path:
-    """A corpus written by Megatron's IndexedDatasetBuilder: sequence by sequence (add_item and
-    end_document), or a document at a time (add_document)."""
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    builder = indexed_dataset.IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
-    for doc in docs:
-        if how == "items":
-            for sequence in doc:
-                builder.add_item(torch.tensor(sequence, dtype=torch.int64))
-            builder.end_document()
-        else:
-            builder.add_document(torch.tensor([t for s in doc for t in s], dtype=torch.int64), [len(s) for s in doc])
-    builder.finalize(f"{prefix}.idx")
-    return prefix.parent
-
-
 def megatron_documents(prefix: Path) -> list[list[int]]:
     """Each document's tokens as Megatron's own reader gives them: its sequences, back to back."""
     dataset = indexed_dataset.IndexedDataset(str(prefix))
     index = dataset.document_indices
     return [[int(t) for s in range(index[d], index[d + 1]) for t in dataset[s]] for d in range(len(index) - 1)]
-
-
-def smlaunch_documents(stream: TokenStream) -> list[list[int]]:
-    out = []
-    for shard in stream.shards:
-        for d in range(shard.header.documents):
-            begin, end = shard.documents.bounds(d)
-            out.append(shard.tokens[begin:end].tolist())
-    return out
 
 
 # --- every document as Megatron's reader gives it ------------------------------------------------

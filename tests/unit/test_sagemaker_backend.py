@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import tarfile
 import time
 from datetime import datetime, timezone
@@ -132,6 +133,46 @@ def test_a_refused_create_training_job_takes_the_uploaded_code_back(aws, backend
     with pytest.raises(ClientError, match="ResourceLimitExceeded"):
         backend.submit(make_job(), job_name="refused")
     assert objects(aws, BUCKET) == []
+
+
+def put_corpus(session, prefix: str, megatron: bool) -> None:
+    """A one-document corpus under s3://BUCKET/prefix: a Megatron-Core pair, or smlaunch's shard."""
+    from launcher.wire.megatron_index import encode_prefix
+    from launcher.wire.token_shards import encode_header
+
+    s3 = session.client("s3")
+    index = (encode_prefix("uint16", 1, 1) + struct.pack("<i2q", 4, 0, 0) + struct.pack("<q", 1) if megatron
+             else encode_header({"dtype": "uint16"}))  # smlaunch's header: its first bytes are what is read
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}corpus_text_document.idx", Body=index)
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}corpus_text_document.bin", Body=bytes(8))
+
+
+def test_a_megatron_corpus_on_s3_without_its_tokenizer_named_creates_nothing(aws, backend, lines) -> None:
+    """What validate checks of a local Megatron corpus (the job names the tokenizer its files do not
+    record), submit checks of one on S3, from the first bytes of its index, before any upload."""
+    aws.client("s3").create_bucket(Bucket=BUCKET)
+    put_corpus(aws, "data/megatron/", megatron=True)
+    put_corpus(aws, "data/smlaunch/", megatron=False)
+    before = objects(aws, BUCKET)
+
+    def job(train: str, **hyperparameters):
+        return make_job(inputs={"train": f"s3://{BUCKET}/{train}"},
+                        hyperparameters={"max_steps": 3, "dataset_type": "indexed", **hyperparameters})
+
+    with pytest.raises(ConfigError) as err:
+        backend.submit(job("data/megatron/"), job_name="unnamed")
+    assert [(i.path, i.problem.split(",")[0]) for i in err.value.issues] == [
+        ("hyperparameters.tokenizer", "inputs.train holds a Megatron MMIDIDX corpus")]
+    assert objects(aws, BUCKET) == before and job_names(aws) == []
+    # the controls: the vocabulary named, and smlaunch's shards (their header names the tokenizer)
+    backend.submit(job("data/megatron/", vocab_size=256), job_name="named")
+    backend.submit(job("data/smlaunch/"), job_name="shards")
+    assert job_names(aws) == ["named", "shards"]
+    backend.submit(job("data/megatron/", dataset_type="jsonl"), job_name="not-indexed")  # not read as a corpus
+    backend.submit(make_job(inputs={"train": "s3://elsewhere/data/"}, hyperparameters={"dataset_type": "indexed"}),
+                   job_name="unreadable")
+    assert any(line.startswith("inputs.train (s3://elsewhere/data/) not read here (NoSuchBucket): the job checks")
+               for line in lines), lines
 
 
 def test_invalid_job_creates_nothing(aws) -> None:
