@@ -79,11 +79,17 @@ def _parquet_records(path: Path) -> Iterator[tuple[str, object]]:
         raise ChatRecordError(f"{path}: reading Parquet needs pyarrow, which is not installed: pip install "
                               "pyarrow (in a job: add it to source_dir's requirements.txt), or give JSON "
                               "Lines") from None
+    import pyarrow as pa
+
     row = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-        for record in batch.to_pylist():
-            yield f"{path} row {row}", _without_nulls(record)
-            row += 1
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            for record in batch.to_pylist():
+                yield f"{path} row {row}", _without_nulls(record)
+                row += 1
+    except (pa.ArrowException, OSError) as exc:  # a damaged or truncated file, or not Parquet at all
+        raise ChatRecordError(f"{path}: not a readable Parquet file ({exc}); write it again, or give JSON "
+                              "Lines") from None
 
 
 def _without_nulls(value):

@@ -365,6 +365,10 @@ def test_parquet_and_json_lines_give_the_same_rows(tmp_path, chat):
     pq.write_table(pa.Table.from_pylist([{"messages": [USER]}]), tmp_path / "bad.parquet")
     with pytest.raises(ChatRecordError, match=r"bad.parquet row 0: messages has no assistant turn"):
         ChatSource([tmp_path / "bad.parquet"], chat, 64, VOCAB, seed=0, shuffle=False)
+    cut = tmp_path / "cut.parquet"  # a file cut short (a copy that stopped): its error, not pyarrow's traceback
+    cut.write_bytes((tmp_path / "parquet" / "a.parquet").read_bytes()[:200])
+    with pytest.raises(ChatRecordError, match=r"cut.parquet: not a readable Parquet file"):
+        ChatSource([cut], chat, 64, VOCAB, seed=0, shuffle=False)
 
 
 def test_chat_needs_a_tokenizer(tmp_path):
