@@ -21,8 +21,8 @@ from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, FilesElsewhere, JobFailedError, Options
 from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, algorithm_record
 from launcher.config import ValidatedJob
-from launcher.kubernetes import cluster, kueue, readback, render
-from launcher.kubernetes.kinds import JobKind, kind_named
+from launcher.kubernetes import cluster, kueue, readback, render, versions
+from launcher.kubernetes.kinds import TRAIN_JOB, JobKind, kind_named
 from launcher.kubernetes.manifest import claim_checkpoint_dir, config_map_name, env_secret_name
 from launcher.kubernetes.status import host_of, job_status
 from launcher.kubernetes.storage import storage_record
@@ -74,6 +74,9 @@ class KubernetesBackend:
         if directory.exists():
             raise BackendError(f"a job named {name} exists already ({directory}): choose another job name")
         api = cluster.connect(settings.kubeconfig, settings.context)
+        if settings.kind == TRAIN_JOB.name:  # what the cluster's Trainer and Kueue can run, before anything exists
+            for note in versions.check_cluster(api, queued=bool(settings.queue)):
+                self.print(f"note: {note}")
         created = []
         try:
             for obj in objects:

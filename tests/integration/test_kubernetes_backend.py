@@ -21,7 +21,7 @@ from launcher.config import validate_job
 from launcher.config.backends.kubernetes import KubernetesSettings
 from launcher.kubernetes.hyperpod import hyperpod_job
 from launcher.kubernetes.manifest import env_secret, pod_env, train_job
-from tests.support.fake_kube import FakeKube
+from tests.support.fake_kube import KUEUE_0_14, TRAINER_2_1, FakeKube
 from tests.support.train_runs import ROOT
 
 NS = "ml"
@@ -144,6 +144,36 @@ def test_a_cluster_without_the_jobs_resource_leaves_nothing_behind(kube, tmp_pat
     assert [p.rsplit("/", 1)[-1] for m, p, _ in kube.requests if m == "POST"] == [
         "secrets", "configmaps", PLURALS[kind]]
     assert kube.get("secrets", NS, "k-1-env") is None and kube.get("configmaps", NS, "k-1-smlaunch") is None
+
+
+@pytest.mark.parametrize(("installed", "message"), [
+    ({"trainjobs.trainer.kubeflow.org": TRAINER_2_1},
+     "Kubeflow Trainer v2.1.0 has no TrainJob spec.runtimePatches (Trainer 2.1 or older)"),
+    ({"trainjobs.trainer.kubeflow.org": None}, "the cluster has no TrainJob resource (trainjobs.trainer.kubeflow.org)"),
+    ({"workloads.kueue.x-k8s.io": KUEUE_0_14}, "Kueue v0.14.4 serves Workloads as v1beta1, not v1beta2"),
+    ({"workloads.kueue.x-k8s.io": None}, "kubernetes.queue is set, and the cluster has no Kueue")])
+def test_a_cluster_whose_trainer_or_kueue_cannot_run_the_job_is_refused_before_anything_is_created(
+        kube, tmp_path, installed, message):
+    for name, definition in installed.items():
+        kube.crds.pop(name)
+        if definition is not None:
+            kube.crds[name] = definition
+    result = _cli("submit", str(_job_file(tmp_path)), "--job-name", "k-1", "--no-wait")
+    assert result.exit_code != 0 and message in result.output and "install" in result.output, result.output
+    assert "Traceback" not in result.output
+    assert not [p for m, p, _ in kube.requests if m == "POST"]  # nothing created
+
+
+def test_the_versions_are_checked_where_they_matter_and_said_where_they_cannot_be_read(kube, tmp_path):
+    kube.crds["workloads.kueue.x-k8s.io"] = KUEUE_0_14
+    plain = _job()
+    plain["kubernetes"].pop("queue")  # the control: a job Kueue does not queue needs no Kueue
+    (tmp_path / "plain.json").write_text(json.dumps(plain))
+    assert _cli("submit", str(tmp_path / "plain.json"), "--job-name", "k-1", "--no-wait").exit_code == 0
+    kube.crds_forbidden = True  # a namespace's user: not refused, and said
+    result = _cli("submit", str(_job_file(tmp_path)), "--job-name", "k-2", "--no-wait")
+    assert result.exit_code == 0, result.output
+    assert "versions were not checked: this user may not read CustomResourceDefinitions" in result.output
 
 
 def _status(name: str = "k-1") -> dict:

@@ -42,6 +42,28 @@ CUSTOM = {*JOBS, "workloads"}  # custom resources: no strategic merge patch, the
 # What Kubernetes' Job controller and JobSet put on a pod of the TrainJob's trainer job.
 INDEX = "batch.kubernetes.io/job-completion-index"
 JOBSET_NAME, REPLICATED_JOB = "jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name"
+CRD_PATH = re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions/(?P<name>[^/]+)$")
+
+
+def crd(name: str, versions: dict[str, list[str]], release: str | None = None) -> dict:
+    """A CustomResourceDefinition as the API server gives it: each served version with the fields
+    its spec's schema has (`versions`: name -> spec fields), Helm's version label where `release`."""
+    labels = {"app.kubernetes.io/version": release} if release else {}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"versions": [{"name": v, "served": True, "storage": i == len(versions) - 1,
+                                   "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                                       "type": "object", "properties": {f: {"type": "object"} for f in fields}}}}}}
+                                  for i, (v, fields) in enumerate(versions.items())]}}
+
+
+# The cluster these tests model (docs/kubernetes.md, "On a cluster"): Kubeflow Trainer v2.3, Kueue v0.19.
+TRAINER_2_3 = crd("trainjobs.trainer.kubeflow.org", {"v1alpha1": ["runtimeRef", "trainer", "runtimePatches",
+                                                                   "suspend", "managedBy"]}, "v2.3.0")
+TRAINER_2_1 = crd("trainjobs.trainer.kubeflow.org", {"v1alpha1": ["runtimeRef", "trainer", "podTemplateOverrides",
+                                                                   "suspend", "managedBy"]}, "v2.1.0")
+KUEUE_0_19 = crd("workloads.kueue.x-k8s.io", {"v1beta1": ["podSets", "active"], "v1beta2": ["podSets", "active"]})
+KUEUE_0_14 = crd("workloads.kueue.x-k8s.io", {"v1beta1": ["podSets", "active"]}, "v0.14.4")
 
 
 @dataclass
@@ -61,6 +83,8 @@ class FakeKube:
         self.deleted: list[tuple[str, str, str, str | None]] = []  # (plural, ns, name, propagationPolicy)
         self.patches: list[tuple[str, str, str, str, dict]] = []  # (plural, ns, name, content type, patch)
         self.refuse: set[str] = set()  # plurals whose collection the server does not have (no CRD: 404)
+        self.crds = {c["metadata"]["name"]: c for c in (TRAINER_2_3, KUEUE_0_19)}  # what a CRD read finds
+        self.crds_forbidden = False  # a user without the cluster-wide right to read them (403)
         self.changed = threading.Condition()
         self.events: list[tuple[str, str, dict]] = []  # (plural, type, object) for watchers
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -192,11 +216,24 @@ def _handler(kube: FakeKube) -> type[BaseHTTPRequestHandler]:
             kube.requests.append((self.command, url.path, query))
             length = int(self.headers.get("Content-Length") or 0)  # read whatever the answer: the connection is kept
             self.body = json.loads(self.rfile.read(length)) if length else {}
+            if (definition := CRD_PATH.match(url.path)) and self.command == "GET":
+                self._crd(definition["name"])
+                return None
             match = COLLECTION.match(url.path)
             if match is None or match["plural"] not in KINDS or match["plural"] in kube.refuse:
                 self._status(404, "NotFound", "the server could not find the requested resource")
                 return None
             return match, query
+
+        def _crd(self, name: str) -> None:
+            if kube.crds_forbidden:
+                self._status(403, "Forbidden", f'customresourcedefinitions.apiextensions.k8s.io "{name}" is '
+                             'forbidden: User "fake" cannot get resource "customresourcedefinitions" at the '
+                             "cluster scope")
+            elif name not in kube.crds:
+                self._not_found("customresourcedefinitions.apiextensions.k8s.io", name)
+            else:
+                self._json(200, kube.crds[name])
 
         # --- replies ----------------------------------------------------------------------
         def _json(self, code: int, body: dict) -> None:
