@@ -125,8 +125,16 @@ def run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy) -> i
 
 
 def _run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy) -> int:
-    number = faults.attempt()
     earlier = faults.read_restarts(env.output_data_dir)
+    # A host started again by something else than smlaunch (a Kubernetes JobSet's own restarts, which its
+    # TTL can reset into an endless loop: kubeflow/trainer #3779) finds the job's records: its attempts go
+    # on from them, so the job's restart count bounds it, and a job that ended is not run again.
+    number = max([faults.attempt(), *(r.attempt + 1 for r in earlier)])
+    ended = next((r for r in reversed(earlier) if not r.restarted), None)
+    if ended is not None:
+        return report(output_dir, 1, f"the job has ended: {ended.text()}; this host was started again by "
+                                     "something else than smlaunch (a controller's own restart?), and does not run "
+                                     "it again: submit the job again to resume from its newest checkpoint")
     while True:
         outcome = _attempt(env, output_dir, number, policy)
         if isinstance(outcome, int):

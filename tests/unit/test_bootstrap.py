@@ -9,6 +9,7 @@ import os
 import re
 import tarfile
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from container.toolkit.code import _extract, fetch_code
 from container.toolkit.contract import ContractError, read_training_env
 from container.toolkit.failure_report import TEARDOWN_ABORT, failure_text, known_cause, rank_ended, toolkit_error
 from container.toolkit.restarts import Failure
-from launcher.wire.faults import EXIT_HUNG, HUNG_EXCEPTION, RankFailure
+from launcher.wire.faults import EXIT_HUNG, HUNG_EXCEPTION, RankFailure, Restart, append_restart
 from launcher.wire.opt_ml import FAILURE_LIMIT
 from launcher.wire.restart_policy import RestartPolicy
 from tests.support.bootstrap import host_tree, tarball
@@ -212,6 +213,7 @@ def test_the_failure_reason_of_a_teardown_abort_names_it_and_its_fix(tmp_path, m
         failure = Failure("rank 1 (host algo-1, local rank 1) was killed by SIGABRT", SIGABRT, signal=True, rank=1,
                           stderr_tail=stderr)
         monkeypatch.setattr(bootstrap, "_attempt", lambda *args: (failure, ["torchrun"], tmp_path / "faults", 1.0))
+        (env.output_data_dir / "restarts.jsonl").unlink(missing_ok=True)  # each a job of its own
         assert bootstrap.run_attempts(env, base / "output", RestartPolicy()) == SIGABRT
         return (base / "output" / "failure").read_text()
 
@@ -290,3 +292,24 @@ def test_a_member_never_replaces_a_link_extracted_before_it(tmp_path, monkeypatc
     with pytest.raises(ContractError, match="would be written outside"):
         _extract(archive, dest)
     assert not (tmp_path / "escape.py").exists()
+
+
+def test_a_host_started_again_goes_on_from_the_jobs_records_and_does_not_rerun_an_ended_job(tmp_path, monkeypatch):
+    """A pod a controller recreated (SMLAUNCH_ATTEMPT 0 again) continues the job's attempt count, so
+    max_restarts bounds it; one whose job already ended runs nothing."""
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], {"sagemaker_program": "train.py"})
+    env = read_training_env(base, num_gpus=0)
+    monkeypatch.delenv("SMLAUNCH_ATTEMPT", raising=False)
+    started = []
+    monkeypatch.setattr(bootstrap, "_attempt", lambda env, out, number, policy: started.append(number) or 0)
+    assert bootstrap.run_attempts(env, base / "output", RestartPolicy(2)) == 0
+    assert started == [0]  # the control: a first start is attempt 0
+    restarted = Restart(attempt=1, at="2026-11-29T12:00:00+00:00", failure_class="fault", reason="rank 0 was killed",
+                        host="algo-1", restarted=True)
+    append_restart(env.output_data_dir, restarted)
+    assert bootstrap.run_attempts(env, base / "output", RestartPolicy(2)) == 0
+    assert started == [0, 2]  # attempt 1 failed and was restarted: this is attempt 2
+    append_restart(env.output_data_dir, replace(restarted, attempt=2, restarted=False))
+    assert bootstrap.run_attempts(env, base / "output", RestartPolicy(2)) == 1
+    assert started == [0, 2]  # nothing run
+    assert "the job has ended: attempt 2 failed (fault, not restarted)" in (base / "output" / "failure").read_text()

@@ -40,3 +40,13 @@ def test_the_trainers_conditions_read_as_smlaunchs_statuses(conditions, status, 
 def test_a_deadline_is_said_with_the_trainers_reason():
     said = job_status(_job(("Failed", "True", "DeadlineExceeded", "TrainJob exceeded its active deadline")), [])
     assert said["FailureReason"] == "DeadlineExceeded: TrainJob exceeded its active deadline"
+
+
+def test_a_resumed_trainjob_that_shows_created_again_is_read_from_its_pods():
+    """kubeflow/sdk #803: after a resume a TrainJob's newest condition can be Created again; the pods
+    say whether it trains (the control: without running pods it is starting)."""
+    resumed = _job(("Suspended", "False", "Resumed", "TrainJob is resumed"),
+                   ("Created", "True", "JobSetCreated", "JobSet is created"))
+    running = [{"metadata": {"name": "k-1-node-0-0-x", "annotations": {INDEX: "0"}}, "status": {"phase": "Running"}}]
+    assert job_status(resumed, running)["SecondaryStatus"] == "Training"
+    assert job_status(resumed, [])["SecondaryStatus"] == "Starting"
