@@ -113,6 +113,12 @@ def _download(s3: dict, channels: dict[str, str], distributions: dict[str, str],
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     count = s3io.download_prefix(s3["checkpoints"], checkpoint_dir, s3["region"], required=False)
     print(f"[smlaunch] checkpoints: {count} file(s) from {s3['checkpoints']}", flush=True)
+    # A pod started again (the JobSet's restarts) goes on with its host's records: the bootstrap numbers
+    # its attempts after them, and the next upload appends to them rather than replacing them.
+    records = s3io.join(s3["job"], RECORDS_PREFIX, host, "output", "data")
+    count = s3io.download_prefix(records, scratch / "hosts" / host / "output" / "data", s3["region"], required=False)
+    if count:
+        print(f"[smlaunch] records of earlier attempts: {count} file(s) from {records}", flush=True)
     return local
 
 

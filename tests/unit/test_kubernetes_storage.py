@@ -197,6 +197,10 @@ def test_a_pod_downloads_its_shard_of_a_sharded_channel_and_every_checkpoint(tmp
     assert len(list(local["full"].iterdir())) == 4  # the control: FullyReplicated, every object
     assert sorted(p.name for p in (tmp_path / "checkpoints" / "step-2").iterdir()) == ["__0_0.distcp",
                                                                                        "__1_0.distcp"]
+    assert not (tmp_path / "hosts" / "algo-2" / "output" / "data").exists()  # a first start: no records
+    client.put_object(Bucket="bucket", Key="jobs/j/hosts/algo-2/output/data/restarts.jsonl", Body=b"{}\n")
+    download_inputs(s3, channels, {}, ["algo-1", "algo-2"], "algo-2", tmp_path, tmp_path / "checkpoints")
+    assert (tmp_path / "hosts" / "algo-2" / "output" / "data" / "restarts.jsonl").read_bytes() == b"{}\n"  # again
     with pytest.raises(LookupError, match="holds no objects"):
         download_inputs(s3, {"train": "s3://bucket/nothing"}, {}, ["algo-1"], "algo-1", tmp_path, tmp_path / "c")
 
