@@ -16,12 +16,15 @@ rank-0 pod the HyperPod operator names).
 # Imports inside functions: the bootstrap (and the catalog it imports) loads after the tree is written.
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
 
+from container.toolkit.console import log
 from container.toolkit.pod_storage import Mirror, Syncing, download_inputs, finish
+from container.toolkit.trainer_status import StatusReporter, sender
 from launcher.wire import pod_config
 from launcher.wire.opt_ml import write_opt_ml
 
@@ -72,9 +75,13 @@ def main() -> int:
     os.environ.update(variables)
     from container.toolkit.bootstrap import train  # after the tree: it imports the catalog
 
+    send = sender(dict(os.environ))  # Kubeflow Trainer's TrainJobStatus, where it is on
+    # only the first pod's output holds rank 0's progress: the others find nothing to report
+    reporting = StatusReporter(base / "output" / "data", send, log) if send else contextlib.nullcontext()
     if mirror is None:
-        return train(base)
-    with Syncing(mirror):
+        with reporting:
+            return train(base)
+    with Syncing(mirror), reporting:
         code = train(base)
     try:
         finish(mirror, hosts, trained=code == 0)
