@@ -10,7 +10,7 @@ import pytest
 from launcher.config import validate_job
 from launcher.wire.training.hf_config import spec_from_hf_config
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
-from launcher.wire.training.lora import describe, lora_settings, trainable_parameters
+from launcher.wire.training.lora import describe, lora_settings, model_lora_issues, trainable_parameters
 from launcher.wire.training.models import PRESETS
 from tests.support.config_checks import MP, issues_of, only_issue, paths
 from tests.support.hf_models import llama_config
@@ -37,7 +37,8 @@ def test_trl_names_are_typed_and_a_list_arrives_as_the_toolkit_writes_it():
     ({"lora_target_modules": "q_proj,qproj"}, "lora_target_modules", "no linear layer of this name"),
     ({"lora_target_modules": "lm_head"}, "lora_target_modules", "not yet"),
     ({"use_dora": 1}, "use_dora", "DoRA is not implemented"),
-    ({"load_in_4bit": 1}, "load_in_4bit", "not yet"),
+    ({"load_in_4bit": 1, "checkpoint_freq": 10}, "checkpoint_freq", "with load_in_4bit (QLoRA) not yet"),
+    ({"load_in_4bit": 1, "delayed_param": 1}, "delayed_param", "with load_in_4bit (QLoRA) not yet"),
     ({"compile": 1}, "compile", "does not compose"),
     ({"lora_modules_to_save": "norm"}, "lora_modules_to_save", "not a module"),
 ])
@@ -53,6 +54,45 @@ def test_tensor_parallelism_is_refused_with_adapters_and_not_without(runtime_dir
     assert "does not compose" in only_issue(make_job(runtime_dir, hp=LORA, params=params),
                                             f"{MP}.tensor_parallel_degree")[0].problem
     assert paths(make_job(runtime_dir, params=params)) == []
+
+
+def test_qlora_is_accepted_with_adapters_and_refused_without(runtime_dir):
+    assert paths(make_job(runtime_dir, hp={**LORA, "load_in_4bit": 1, "merge_weights": 1})) == []
+    issue = only_issue(make_job(runtime_dir, hp={"load_in_4bit": 1}), "hyperparameters.load_in_4bit")[0]
+    assert "needs use_peft" in issue.problem and "use_peft: 1" in issue.fix
+
+
+def test_qlora_refuses_a_model_whose_layers_torchao_cannot_quantize_whole():
+    """llama3-tiny's q_proj is 64 x 64 = 4,096 weights: not whole blocks of 64 x 256; Llama 3.1 8B's are."""
+    hp = TrainingHyperparameters(use_peft=True, load_in_4bit=True)
+    [issue] = model_lora_issues(hp, PRESETS["llama3-tiny"])
+    assert issue.path == "hyperparameters.load_in_4bit" and "q_proj 64x64" in issue.problem
+    assert model_lora_issues(hp, PRESETS["llama3.1-8b"]) == []  # control
+    assert model_lora_issues(TrainingHyperparameters(use_peft=True), PRESETS["llama3-tiny"]) == []
+
+
+def test_validate_shows_the_nf4_base_beside_the_trainable_share():
+    spec = PRESETS["llama3.1-8b"]
+    lora = lora_settings(TrainingHyperparameters(use_peft=True, load_in_4bit=True, lora_target_modules="all-linear"),
+                         spec)
+    assert describe(spec, lora) == ("LoRA r 16, alpha 32 on 7 module kinds x 32 layers: 41.9M trainable of 8.07B, "
+                                    "0.52%; base NF4, block 64 (scales int8, block 256)")
+
+
+def test_qlora_without_torchao_exits_2_naming_the_extra(monkeypatch, caplog):
+    from container.models import qlora
+    from container.trainer import refuse_unimplemented
+
+    def missing(name):
+        raise ImportError(f"No module named {name!r}")
+
+    hp = TrainingHyperparameters(use_peft=True, load_in_4bit=True)
+    refuse_unimplemented(hp)  # the control: torchao is installed here
+    monkeypatch.setattr(qlora, "torchao_module", missing)
+    with pytest.raises(SystemExit) as exited:
+        refuse_unimplemented(hp)
+    assert exited.value.code == 2 and "pip install 'smlaunch[qlora]'" in caplog.text
+    refuse_unimplemented(TrainingHyperparameters(use_peft=True))  # plain LoRA does not need it
 
 
 def test_a_lora_setting_without_use_peft_is_said_to_do_nothing(runtime_dir):
