@@ -1,0 +1,131 @@
+"""QLoRA's NF4 base (container/models/qlora.py, issue 52 section 3): torchao's quantization against the
+QLoRA paper's code book and a blockwise absmax quantization written here; a QLoRA model's logits, loss
+and adapter gradients against peft's LoRA on a transformers model whose base holds the NF4 base's
+dequantized weights (control: the original weights differ by more than the tolerance); the merged
+model made from the dequantized base, as peft's merge_and_unload makes it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from container.checkpoint import hf_export as hf
+from container.checkpoint.peft_export import merged_state, peft_name
+from container.models import qlora
+from launcher.wire.training.hf_config import spec_from_hf_config
+from launcher.wire.training.lora import NF4_BLOCK, NF4_SCALER_BLOCK, LoraSettings
+from tests.support.close import assert_close, llama_terms, logits_terms
+from tests.support.hf_models import SEQ, llama_config, save_llama
+from tests.support.peft_reference import ALL_LINEAR, lora_model, ours_with_adapters, torchao_off
+from tests.unit.test_lora_exact import BATCH, _batch, _our_loss, _reference_grads, _same_adapters
+
+# NF4's 16 levels as the QLoRA paper publishes them (Dettmers et al., 2023, appendix E; bitsandbytes'
+# NF4 table): the quantiles of N(0, 1) normalised to [-1, 1], 0 exact
+PAPER_NF4 = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+             -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+             0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+             0.7229568362236023, 1.0)
+# every linear layer's weights whole blocks of 64 x 256 at world 1 and 2 (q 256x256, k and v 128x256, ffn 512)
+QLORA_SHAPES = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2}
+
+
+@pytest.fixture(scope="module")
+def qlora_base(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("qlora-base")
+    save_llama(directory, llama_config(**QLORA_SHAPES))
+    return directory, spec_from_hf_config(json.loads((directory / "config.json").read_text()), "tiny-qlora")
+
+
+def _hand_nf4(weight: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    """NF4 written out: each block of 64 weights scaled by its absmax to the nearest of the 16 levels;
+    the absmaxes less their mean in blocks of 256, each block's scaled to int8 by 256 / (2 x its absmax)
+    and rounded (double quantization); returns the values the codes and scales stand for."""
+    blocks = weight.reshape(-1, NF4_BLOCK)
+    absmax = blocks.abs().amax(dim=1)
+    codes = (blocks / absmax[:, None]).unsqueeze(-1).sub(levels).abs().argmin(dim=-1)
+    mean = absmax.mean()
+    centred = (absmax - mean).reshape(-1, NF4_SCALER_BLOCK)
+    factor = 256 / (2 * centred.abs().amax(dim=1, keepdim=True))
+    scales = ((centred * factor).round().clamp(-128, 127) / factor).flatten() + mean
+    return (levels[codes] * scales[:, None]).reshape(weight.shape)
+
+
+def test_torchao_s_nf4_is_the_paper_s_code_book_and_blockwise_absmax_quantization():
+    from torchao.dtypes.nf4tensor import to_nf4
+
+    weight = torch.randn(128, 512, generator=torch.Generator().manual_seed(0)) * 0.02
+    quantized = to_nf4(weight, NF4_BLOCK, NF4_SCALER_BLOCK)
+    # torchao stores the paper's levels to 4 decimals
+    assert_close(quantized.nf4, torch.tensor(PAPER_NF4), terms=1, scale=1e-4 / torch.finfo(torch.float32).eps * 2,
+                 what="code book")
+    levels = torch.tensor([round(level, 4) for level in PAPER_NF4])
+    dequantized = quantized.get_original_weight()
+    assert_close(dequantized, _hand_nf4(weight, levels), terms=4, what="dequantized NF4")
+    # control: NF4 loses precision, far more than the comparison's tolerance
+    with pytest.raises(AssertionError, match="off by more than"):
+        assert_close(dequantized, weight, terms=4, what="the original weights")
+
+
+def _qlora_pair(base, lora: LoraSettings, dequantized_reference: bool = True):
+    """Ours with its base in NF4, and peft's LoRA on transformers with the dequantized base (or, the
+    control, the original weights), the same adapters in both."""
+    from transformers import AutoModelForCausalLM
+
+    directory, spec = base
+    ours = ours_with_adapters(directory, spec, lora)
+    qlora.quantize_base(ours)
+    transformers_model = AutoModelForCausalLM.from_pretrained(directory)
+    if dequantized_reference:  # the state dict holds the NF4 base dequantized (and no buffer: RoPE's is recomputed)
+        state = {hf.to_hf_name(name): tensor for name, tensor in ours.state_dict().items() if "lora_" not in name}
+        transformers_model.load_state_dict(state, strict=True)
+    reference = lora_model(transformers_model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                           target_modules=list(lora.targets))
+    _same_adapters(ours, reference, "llama")
+    return ours, reference
+
+
+def _compare(spec, ours, reference):
+    tokens, labels = _batch(spec.vocab_size)
+    with torch.no_grad():
+        assert_close(ours(tokens), reference(tokens).logits, terms=logits_terms(spec, SEQ), what="logits")
+    loss = _our_loss(ours, tokens, labels)
+    expected = reference(input_ids=tokens, labels=tokens).loss
+    terms = llama_terms(spec, SEQ, BATCH * SEQ)
+    assert_close(loss, expected, terms=terms, what="loss")
+    loss.backward()
+    expected.backward()
+    grads = _reference_grads(reference)
+    trained = {name: p for name, p in ours.named_parameters() if p.requires_grad}
+    assert len(trained) == len(grads) > 0
+    for name, parameter in trained.items():
+        assert_close(parameter.grad, grads[peft_name(name)], terms=terms, what=f"grad of {name}")
+
+
+def test_a_qlora_model_equals_peft_on_the_dequantized_base(qlora_base):
+    lora = LoraSettings(r=8, alpha=16, dropout=0.0, targets=("q_proj", "v_proj", "down_proj"), nf4=True)
+    ours, reference = _qlora_pair(qlora_base, lora)
+    quantized = [layer for _, layer in qlora.quantized_layers(ours)]
+    assert len(quantized) == 7 * qlora_base[1].num_layers  # every linear layer of the blocks, adapted or not
+    assert all(type(layer.weight).__name__ == "NF4Tensor" and not layer.weight.requires_grad for layer in quantized)
+    assert ours.output.weight.dtype == torch.float32  # the head is not quantized
+    _compare(qlora_base[1], ours, reference)
+
+
+def test_control_the_original_base_differs_by_more_than_the_tolerance(qlora_base):
+    lora = LoraSettings(r=8, alpha=16, dropout=0.0, targets=("q_proj", "v_proj"), nf4=True)
+    ours, reference = _qlora_pair(qlora_base, lora, dequantized_reference=False)
+    with pytest.raises(AssertionError, match="logits: off by more than"):
+        _compare(qlora_base[1], ours, reference)
+
+
+def test_the_merged_model_is_the_dequantized_base_plus_the_update_as_peft_merges(qlora_base):
+    lora = LoraSettings(r=8, alpha=16, dropout=0.0, targets=ALL_LINEAR, nf4=True)
+    ours, reference = _qlora_pair(qlora_base, lora)
+    merged = merged_state(ours.state_dict(), lora)
+    with torchao_off():
+        expected = reference.merge_and_unload().state_dict()
+    for name, tensor in merged.items():
+        assert_close(tensor, expected[hf.to_hf_name(name)], terms=lora.r + 1, what=name)
+    assert not any("lora_" in name for name in merged)
