@@ -1,7 +1,7 @@
 """QLoRA's NF4 base (container/models/qlora.py, issue 52 section 3): torchao's quantization against the
 QLoRA paper's code book and a blockwise absmax quantization written here; a QLoRA model's logits, loss
 and adapter gradients against peft's LoRA on a transformers model whose base holds the NF4 base's
-dequantized weights (control: the original weights differ by more than the tolerance); the merged
+dequantized weights (control: the original weights differ by more than the tolerance), and the merged
 model made from the dequantized base, as peft's merge_and_unload makes it."""
 
 from __future__ import annotations
@@ -18,17 +18,9 @@ from launcher.wire.training.hf_config import spec_from_hf_config
 from launcher.wire.training.lora import NF4_BLOCK, NF4_SCALER_BLOCK, LoraSettings
 from tests.support.close import assert_close, llama_terms, logits_terms
 from tests.support.hf_models import SEQ, llama_config, save_llama
-from tests.support.peft_reference import ALL_LINEAR, lora_model, ours_with_adapters, torchao_off
+from tests.support.nf4_reference import PAPER_NF4, QLORA_SHAPES, TORCHAO_NF4, nf4_base, nf4_round_trip
+from tests.support.peft_reference import lora_model, ours_with_adapters, torchao_off
 from tests.unit.test_lora_exact import BATCH, _batch, _our_loss, _reference_grads, _same_adapters
-
-# NF4's 16 levels as the QLoRA paper publishes them (Dettmers et al., 2023, appendix E; bitsandbytes'
-# NF4 table): the quantiles of N(0, 1) normalised to [-1, 1], 0 exact
-PAPER_NF4 = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
-             -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
-             0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
-             0.7229568362236023, 1.0)
-# every linear layer's weights whole blocks of 64 x 256 at world 1 and 2 (q 256x256, k and v 128x256, ffn 512)
-QLORA_SHAPES = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2}
 
 
 @pytest.fixture(scope="module")
@@ -38,48 +30,32 @@ def qlora_base(tmp_path_factory):
     return directory, spec_from_hf_config(json.loads((directory / "config.json").read_text()), "tiny-qlora")
 
 
-def _hand_nf4(weight: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
-    """NF4 written out: each block of 64 weights scaled by its absmax to the nearest of the 16 levels;
-    the absmaxes less their mean in blocks of 256, each block's scaled to int8 by 256 / (2 x its absmax)
-    and rounded (double quantization); returns the values the codes and scales stand for."""
-    blocks = weight.reshape(-1, NF4_BLOCK)
-    absmax = blocks.abs().amax(dim=1)
-    codes = (blocks / absmax[:, None]).unsqueeze(-1).sub(levels).abs().argmin(dim=-1)
-    mean = absmax.mean()
-    centred = (absmax - mean).reshape(-1, NF4_SCALER_BLOCK)
-    factor = 256 / (2 * centred.abs().amax(dim=1, keepdim=True))
-    scales = ((centred * factor).round().clamp(-128, 127) / factor).flatten() + mean
-    return (levels[codes] * scales[:, None]).reshape(weight.shape)
-
-
 def test_torchao_s_nf4_is_the_paper_s_code_book_and_blockwise_absmax_quantization():
     from torchao.dtypes.nf4tensor import to_nf4
 
     weight = torch.randn(128, 512, generator=torch.Generator().manual_seed(0)) * 0.02
     quantized = to_nf4(weight, NF4_BLOCK, NF4_SCALER_BLOCK)
     # torchao stores the paper's levels to 4 decimals
-    assert_close(quantized.nf4, torch.tensor(PAPER_NF4), terms=1, scale=1e-4 / torch.finfo(torch.float32).eps * 2,
-                 what="code book")
-    levels = torch.tensor([round(level, 4) for level in PAPER_NF4])
+    assert quantized.nf4.tolist() == torch.tensor(TORCHAO_NF4).tolist()
+    assert max(abs(ours - paper) for ours, paper in zip(TORCHAO_NF4, PAPER_NF4)) <= 5e-5
     dequantized = quantized.get_original_weight()
-    assert_close(dequantized, _hand_nf4(weight, levels), terms=4, what="dequantized NF4")
+    assert_close(dequantized, nf4_round_trip(weight), terms=4, what="dequantized NF4")
     # control: NF4 loses precision, far more than the comparison's tolerance
     with pytest.raises(AssertionError, match="off by more than"):
         assert_close(dequantized, weight, terms=4, what="the original weights")
 
 
 def _qlora_pair(base, lora: LoraSettings, dequantized_reference: bool = True):
-    """Ours with its base in NF4, and peft's LoRA on transformers with the dequantized base (or, the
-    control, the original weights), the same adapters in both."""
+    """Ours with its base in NF4, and peft's LoRA on transformers with the base's NF4 round trip written
+    out (tests/support/nf4_reference.py; or, the control, the original weights), the same adapters in both."""
     from transformers import AutoModelForCausalLM
 
     directory, spec = base
     ours = ours_with_adapters(directory, spec, lora)
     qlora.quantize_base(ours)
     transformers_model = AutoModelForCausalLM.from_pretrained(directory)
-    if dequantized_reference:  # the state dict holds the NF4 base dequantized (and no buffer: RoPE's is recomputed)
-        state = {hf.to_hf_name(name): tensor for name, tensor in ours.state_dict().items() if "lora_" not in name}
-        transformers_model.load_state_dict(state, strict=True)
+    if dequantized_reference:
+        nf4_base(transformers_model)
     reference = lora_model(transformers_model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                            target_modules=list(lora.targets))
     _same_adapters(ours, reference, "llama")
@@ -111,6 +87,13 @@ def test_a_qlora_model_equals_peft_on_the_dequantized_base(qlora_base):
     assert all(type(layer.weight).__name__ == "NF4Tensor" and not layer.weight.requires_grad for layer in quantized)
     assert ours.output.weight.dtype == torch.float32  # the head is not quantized
     _compare(qlora_base[1], ours, reference)
+    # merge_weights: the dequantized base plus the adapters' update, as peft's merge_and_unload makes it
+    merged = merged_state(ours.state_dict(), lora)
+    with torchao_off():
+        expected = reference.merge_and_unload().state_dict()
+    assert merged.keys() == {hf.from_hf_name(name) for name in expected}
+    for name, tensor in merged.items():
+        assert_close(tensor, expected[hf.to_hf_name(name)], terms=lora.r + 4, what=name)
 
 
 def test_control_the_original_base_differs_by_more_than_the_tolerance(qlora_base):
@@ -118,14 +101,3 @@ def test_control_the_original_base_differs_by_more_than_the_tolerance(qlora_base
     ours, reference = _qlora_pair(qlora_base, lora, dequantized_reference=False)
     with pytest.raises(AssertionError, match="logits: off by more than"):
         _compare(qlora_base[1], ours, reference)
-
-
-def test_the_merged_model_is_the_dequantized_base_plus_the_update_as_peft_merges(qlora_base):
-    lora = LoraSettings(r=8, alpha=16, dropout=0.0, targets=ALL_LINEAR, nf4=True)
-    ours, reference = _qlora_pair(qlora_base, lora)
-    merged = merged_state(ours.state_dict(), lora)
-    with torchao_off():
-        expected = reference.merge_and_unload().state_dict()
-    for name, tensor in merged.items():
-        assert_close(tensor, expected[hf.to_hf_name(name)], terms=lora.r + 1, what=name)
-    assert not any("lora_" in name for name in merged)
