@@ -3,7 +3,9 @@ fine-tune a tiny transformers Llama with adapters on all its linear layers, shar
 dropout on, and merge_weights: the first loss is the base model's (B starts at zero), the adapter peft
 loads and the merged model transformers loads compute the same logits, the base's files are untouched,
 and a run resumed from its checkpoint steps as the uninterrupted one did (its dropout masks too). Three
-short jobs: 3 steps, 2 steps, then 1 resumed (~20 s of CPU)."""
+short jobs: 3 steps, 2 steps, then 1 resumed (~20 s of CPU). A fourth, QLoRA (load_in_4bit) under
+FSDP2 (2 steps), on a Llama whose linear layers NF4 quantizes whole: its first loss is the NF4 base's (written
+out in tests/support/nf4_reference.py), and its merged model is that base plus the adapter's update."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from container.data.loader import SyntheticSource
 from launcher.wire.training.hf_config import spec_from_hf_config
 from tests.support.close import assert_close, llama_terms, logits_terms
 from tests.support.hf_models import llama_config, save_llama
+from tests.support.nf4_reference import QLORA_SHAPES, nf4_base
 from tests.support.peft_reference import random_tokens, torchao_off
 from tests.support.train_runs import TINY, assert_same_training, run_train, series
 
@@ -73,3 +76,30 @@ def test_a_resumed_lora_run_steps_as_the_uninterrupted_one(trained, tmp_path):
     resumed = run_train(tmp_path, 2, max_steps=3, **hp)  # from the checkpoint of step 2
     assert series(resumed, "step") == [1, 2, 3]
     assert_same_training(resumed, records, rel=0)
+
+
+def test_a_qlora_job_starts_at_the_nf4_base_s_loss_and_merges_onto_it(tmp_path):
+    from peft import PeftModel
+
+    reference = save_llama(tmp_path / "base", llama_config(**QLORA_SHAPES))
+    spec = spec_from_hf_config(json.loads((tmp_path / "base" / "config.json").read_text()), "tiny")
+    hp = {**LORA, "checkpoint_freq": None, "load_in_4bit": 1, "lr_decay_iters": 2}
+    records = run_train(tmp_path / "run", 2, model_preset=None, hf_pretrained_model_name_or_dir=str(tmp_path / "base"),
+                        max_steps=2, **hp)
+    ids = SyntheticSource(SEQ, reference.config.vocab_size, seed=TINY["seed"]).read(0, 4)["input_ids"]
+    terms = llama_terms(spec, SEQ, 4 * SEQ)
+    with torch.no_grad():
+        original = reference(ids, labels=ids).loss.item()
+        quantized = nf4_base(reference)
+        expected = quantized(ids, labels=ids).loss.item()
+    assert_close(records[0]["loss"], expected, terms=terms, dtype=torch.float32, what="first loss")
+    with pytest.raises(AssertionError, match="off by more than"):  # control: the original base's loss
+        assert_close(records[0]["loss"], original, terms=terms, dtype=torch.float32, what="the original base's loss")
+
+    with torchao_off():
+        adapted = PeftModel.from_pretrained(quantized, tmp_path / "run" / "model").eval()
+    merged = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model" / MERGED).eval()
+    tokens = random_tokens(reference.config.vocab_size)
+    with torch.no_grad():
+        assert_close(merged(tokens).logits, adapted(tokens).logits, terms=logits_terms(spec, SEQ) + 8,
+                     what="merged against peft's adapter on the NF4 base")
