@@ -80,7 +80,7 @@ def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings, sources: 
     nf4 = lora is not None and lora.nf4
     if nf4:  # eager init only (lora_issues): the whole base loaded, then quantized, then sharded
         load_weights(rt, model, sources)
-        qlora.quantize_base(model, rt.layout.sharding_group if s.fsdp else 1)
+        quantize_base(rt, model, s)
     parallelize(rt, model, s)
     if s.delayed_init:
         materialize_on_rank0_init(model, lambda: built("cpu"), rt.device, s.seed)
@@ -100,6 +100,11 @@ def load_weights(rt: Runtime, model: Transformer, sources: pretrained.Sources | 
     if sources is not None and sources.load_weights:
         hf.load_hf_weights(model, sources.model.directory, distributed=rt.world_size > 1,
                            exclude=adapter_names(model))
+
+
+def quantize_base(rt: Runtime, model: Transformer, s: RunSettings) -> None:
+    """QLoRA: the base's linear layers in NF4, each in whole blocks of scales per FSDP shard."""
+    qlora.quantize_base(model, rt.layout.sharding_group if s.fsdp else 1)
 
 
 def build_adapted_model(spec: ModelSpec, s: RunSettings, device, vocab_rows: int | None = None,

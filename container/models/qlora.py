@@ -67,6 +67,15 @@ def _check_shardable(name: str, weight: torch.Tensor, shards: int) -> None:
                          "shard over fewer ranks (hybrid_shard_degree), or remove load_in_4bit")
 
 
+def allocate_constants(model: nn.Module, device: torch.device) -> None:
+    """After `to_empty` of a model quantized on the meta device (plan --trace's): each NF4 weight's
+    level table and scales' mean on `device` too (torchao's empty_like moves only its codes and scales)."""
+    for _, layer in quantized_layers(model):
+        weight = layer.weight._local_tensor if isinstance(layer.weight, DTensor) else layer.weight
+        weight.nf4 = torch.empty_like(weight.nf4, device=device)
+        weight.scaler_mean = torch.empty_like(weight.scaler_mean, device=device)
+
+
 def dequantized(weight: torch.Tensor) -> torch.Tensor:
     """An NF4 weight (or an FSDP shard of one, a DTensor) as the values it stands for, in its dtype."""
     if isinstance(weight, DTensor):

@@ -9,11 +9,12 @@ q = H·d_head, kv = H_kv·d_head, I MLP width, t = tp. Each term lists the phase
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
 from launcher.plan.workload import Workload, adapter_parameters
-from launcher.wire.training.lora import kind_shape
+from launcher.wire.training.lora import NF4_TENSOR_BYTES, kind_shape, nf4_bytes, target_kinds
 
 GIB = 2**30
 # Backward runs from the last block to the first: activations are freed and gradients made as
@@ -64,6 +65,7 @@ class Sizes:
     trained: int = 0
     block_trained: int = 0
     head_trained: bool = True  # the head has a gradient (LoRA: only as a module trained whole)
+    nf4: int = 0  # QLoRA: the blocks' linear weights held in NF4 (of total)
 
     @classmethod
     def of(cls, w: Workload) -> Sizes:
@@ -79,9 +81,11 @@ class Sizes:
             return cls(s.block_matmul_parameters(), block, root, s.vocab_size * s.hidden_size, total,
                        block - elsewhere, trained=total, block_trained=block)
         whole = len(w.lora.modules_to_save) * s.vocab_size * s.hidden_size
+        nf4 = s.num_layers * sum(math.prod(kind_shape(s, kind)) for kind in target_kinds(s))
         return cls(s.block_matmul_parameters() + adapters, block + adapters, root, s.vocab_size * s.hidden_size,
                    total, block - elsewhere + adapters, trained=s.num_layers * adapters + whole,
-                   block_trained=adapters, head_trained="lm_head" in w.lora.modules_to_save)
+                   block_trained=adapters, head_trained="lm_head" in w.lora.modules_to_save,
+                   nf4=nf4 if w.lora.nf4 else 0)
 
 
 def per_token_bytes(w: Workload) -> dict[str, float]:
@@ -184,10 +188,18 @@ def _term(key: str, name: str, nbytes: float, formula: str, phases: tuple[str, .
 # --- state ------------------------------------------------------------------------------------
 
 def parameters(c: Ctx) -> MemoryTerm | None:
-    """4·P / shards: FSDP2's fp32 parameter shards (the model is built in fp32)."""
+    """4·P / shards: FSDP2's fp32 parameter shards (the model is built in fp32). QLoRA: the blocks'
+    linear weights in NF4 instead, nf4_bytes of their shard (4.13 bits a weight: codes, int8 scales and
+    the scales' fp32 factors) and NF4_TENSOR_BYTES for each whole on every rank."""
     g, pp = c.w.layout.sharding_group, c.w.layout.pp
-    return _term("parameters", "parameters (fp32 shards)", 4 * c.sz.total / c.shards,
-                 f"4 B x {c.params} / (sharding group {g} x tp {c.t}{f' x pp {pp}' if pp > 1 else ''})",
+    over = f"(sharding group {g} x tp {c.t}{f' x pp {pp}' if pp > 1 else ''})"
+    if not c.sz.nf4:
+        return _term("parameters", "parameters (fp32 shards)", 4 * c.sz.total / c.shards,
+                     f"4 B x {c.params} / {over}", ("init",) + STEADY)
+    tensors = c.w.spec.num_layers * len(target_kinds(c.w.spec)) / pp
+    return _term("parameters", "parameters (fp32 and NF4 shards)",
+                 4 * (c.sz.total - c.sz.nf4) / c.shards + nf4_bytes(c.sz.nf4 / c.shards) + NF4_TENSOR_BYTES * tensors,
+                 f"4 B x {count(c.sz.total - c.sz.nf4)} + 0.516 B x {count(c.sz.nf4)} NF4 weights / {over}",
                  ("init",) + STEADY)
 
 

@@ -37,6 +37,14 @@ _NOT_YET = "smlaunch's LoRA does not compose with it yet (docs/lora.md)"
 # per 64 weights, the scales themselves quantized to int8 in blocks of 256 (double quantization)
 NF4_BLOCK, NF4_SCALER_BLOCK = 64, 256
 QLORA_EXTRA = "pip install 'smlaunch[qlora]'"
+# what torchao keeps of each NF4 weight tensor whole on every rank: its scales' mean (fp32) and the 16 levels (fp32)
+NF4_TENSOR_BYTES = 4 + 16 * 4
+
+
+def nf4_bytes(weights: float) -> float:
+    """The bytes of `weights` NF4 weights (a tensor or its shard): 4 bits each, an int8 scale per 64 and
+    an fp32 factor per 64 x 256 (the scales' blocks); NF4_TENSOR_BYTES more per tensor."""
+    return weights / 2 + weights / NF4_BLOCK + 4 * weights / (NF4_BLOCK * NF4_SCALER_BLOCK)
 
 
 class LoraHyperparameters(BaseModel):
