@@ -53,9 +53,8 @@ def quantize_base(model: nn.Module, shards: int = 1) -> None:
     to_nf4 = torchao_module(NF4).to_nf4
     for name, layer in quantized_layers(model):
         _check_shardable(name, layer.weight, shards)
-        weight = layer.weight.detach()
-        layer.weight = nn.Parameter(to_nf4(weight, NF4_BLOCK, NF4_SCALER_BLOCK), requires_grad=False)
-        del weight
+        # the fp32 weight is freed once its NF4 replaces it: one layer's at a time beside the base
+        layer.weight = nn.Parameter(to_nf4(layer.weight.detach(), NF4_BLOCK, NF4_SCALER_BLOCK), requires_grad=False)
         layer.register_state_dict_post_hook(_dequantized_in_state_dict)
 
 

@@ -101,3 +101,13 @@ def test_control_the_original_base_differs_by_more_than_the_tolerance(qlora_base
     ours, reference = _qlora_pair(qlora_base, lora, dequantized_reference=False)
     with pytest.raises(AssertionError, match="logits: off by more than"):
         _compare(qlora_base[1], ours, reference)
+
+
+def test_a_layer_whose_fsdp_shards_would_split_a_block_of_scales_is_refused_by_name(qlora_base):
+    """k_proj 128 x 256 = 32,768 weights: 2 blocks of 64 x 256, so 2 shards and no more."""
+    from container.models.llama import build_model
+
+    spec = qlora_base[1]
+    qlora.quantize_base(build_model(spec, SEQ), shards=2)  # the control
+    with pytest.raises(ValueError, match=r"layers.0.attention.wk \(\(128, 256\)\) cannot be cut into 4 FSDP shards"):
+        qlora.quantize_base(build_model(spec, SEQ), shards=4)
