@@ -11,11 +11,13 @@ weight to the input's dtype (torchao's F.linear), so the adapters and the rest c
 The weights are quantized once loaded (each fp32 weight freed as its NF4 replaces it) and before
 FSDP shards them: a shard is then rows of the whole tensor's quantization, the same at every world
 size. A state dict (the export's) holds each base weight dequantized, as fp32: the merged model is
-the NF4 base's dequantized weights plus the adapters' update, as peft merges a 4-bit layer.
+the NF4 base's dequantized weights plus the adapters' update, as peft merges a 4-bit layer. A
+checkpoint holds no base (base_left_out): a resumed run loads and quantizes it as the first did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
@@ -28,6 +30,7 @@ from launcher.wire.training.lora import NF4_BLOCK, NF4_SCALER_BLOCK, QLORA_EXTRA
 
 log = logging.getLogger("smlaunch")
 NF4 = "torchao.dtypes.nf4tensor"
+_left_out = [False]  # inside base_left_out(): state dicts leave the NF4 base out
 
 
 def require_torchao() -> None:
@@ -55,7 +58,23 @@ def quantize_base(model: nn.Module, shards: int = 1) -> None:
         _check_shardable(name, layer.weight, shards)
         # the fp32 weight is freed once its NF4 replaces it: one layer's at a time beside the base
         layer.weight = nn.Parameter(to_nf4(layer.weight.detach(), NF4_BLOCK, NF4_SCALER_BLOCK), requires_grad=False)
+        layer.in_nf4 = True
         layer.register_state_dict_post_hook(_dequantized_in_state_dict)
+
+
+def is_quantized(model: nn.Module) -> bool:
+    return any(getattr(module, "in_nf4", False) for module in model.modules())
+
+
+@contextlib.contextmanager
+def base_left_out():
+    """State dicts taken inside leave the NF4 base out: a checkpoint's, as the base is the pretrained
+    weights' (or the seed's), quantized alike again when a resumed run starts; loads then expect none."""
+    _left_out[0] = True
+    try:
+        yield
+    finally:
+        _left_out[0] = False
 
 
 def _check_shardable(name: str, weight: torch.Tensor, shards: int) -> None:
@@ -85,5 +104,8 @@ def dequantized(weight: torch.Tensor) -> torch.Tensor:
 
 def _dequantized_in_state_dict(module: nn.Module, state_dict: dict, prefix: str, _metadata) -> None:
     """A state dict holds the base dequantized: torch's state-dict gathering does not gather NF4 shards,
-    and the export writes (and merges) the values the NF4 base computed with."""
-    state_dict[f"{prefix}weight"] = dequantized(state_dict[f"{prefix}weight"])
+    and the export writes (and merges) the values the NF4 base computed with; a checkpoint's, none."""
+    if _left_out[0]:
+        del state_dict[f"{prefix}weight"]
+    else:
+        state_dict[f"{prefix}weight"] = dequantized(state_dict[f"{prefix}weight"])

@@ -37,7 +37,6 @@ def test_trl_names_are_typed_and_a_list_arrives_as_the_toolkit_writes_it():
     ({"lora_target_modules": "q_proj,qproj"}, "lora_target_modules", "no linear layer of this name"),
     ({"lora_target_modules": "lm_head"}, "lora_target_modules", "not yet"),
     ({"use_dora": 1}, "use_dora", "DoRA is not implemented"),
-    ({"load_in_4bit": 1, "checkpoint_freq": 10}, "checkpoint_freq", "with load_in_4bit (QLoRA) not yet"),
     ({"load_in_4bit": 1, "delayed_param": 1}, "delayed_param", "with load_in_4bit (QLoRA) not yet"),
     ({"compile": 1}, "compile", "does not compose"),
     ({"lora_modules_to_save": "norm"}, "lora_modules_to_save", "not a module"),
@@ -146,7 +145,7 @@ def test_a_resume_keeps_the_adapters_the_checkpoint_holds():
     saved = identity(use_peft=True, lora_r=8).record()
     assert saved["adapters"] == "r 8, alpha 32 on q_proj,v_proj"
     assert identity(use_peft=True, lora_r=8, lora_dropout=0.2, merge_weights=True).conflicts(saved) == []  # control
-    for other in ({"use_peft": True, "lora_r": 16}, {}):
+    for other in ({"use_peft": True, "lora_r": 16}, {}, {"use_peft": True, "lora_r": 8, "load_in_4bit": True}):
         [line] = identity(**other).conflicts(saved)
         assert line.startswith("LoRA adapters (use_peft, lora_r,") and "train the adapters the checkpoint" in line
 

@@ -191,18 +191,14 @@ def _composition_issues(hp, params, degrees_path: str) -> list[Issue]:
 
 
 def _nf4_issues(hp, params) -> list[Issue]:
-    """What QLoRA's NF4 base does not compose with yet: checkpoints (torch's distributed checkpoint
-    cannot save torchao's NF4 tensors) and a delayed init (the base is loaded and quantized whole on
-    each rank before it is sharded)."""
-    if not hp.load_in_4bit:
+    """What QLoRA's NF4 base does not compose with yet: a delayed init (the base is loaded and
+    quantized whole on each rank before it is sharded)."""
+    delayed = hp.delayed_param or params.delayed_parameter_initialization
+    if not (hp.load_in_4bit and delayed):
         return []
-    refused = [(name, value, why) for name, value, why in (
-        ("checkpoint_freq", hp.checkpoint_freq, "torch's distributed checkpoint cannot save torchao's NF4 base"),
-        ("delayed_param", hp.delayed_param or params.delayed_parameter_initialization,
-         "the NF4 base is loaded and quantized on every rank before it is sharded")) if value]
-    return [Issue(f"{HP}.{name}", value, f"with load_in_4bit (QLoRA) not yet: {why}",
-                  f"remove {name}, or load_in_4bit to train LoRA on the base in its own dtype")
-            for name, value, why in refused]
+    return [Issue(f"{HP}.delayed_param", delayed, "with load_in_4bit (QLoRA) not yet: the NF4 base is loaded and "
+                  "quantized on every rank before it is sharded", "remove delayed_param (and "
+                  "delayed_parameter_initialization), or load_in_4bit to train LoRA on the base in its own dtype")]
 
 
 def model_lora_issues(hp, spec: ModelSpec) -> list[Issue]:
