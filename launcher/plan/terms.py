@@ -188,18 +188,24 @@ def _term(key: str, name: str, nbytes: float, formula: str, phases: tuple[str, .
 # --- state ------------------------------------------------------------------------------------
 
 def parameters(c: Ctx) -> MemoryTerm | None:
-    """4·P / shards: FSDP2's fp32 parameter shards (the model is built in fp32). QLoRA: the blocks'
-    linear weights in NF4 instead, nf4_bytes of their shard (4.13 bits a weight: codes, int8 scales and
-    the scales' fp32 factors) and NF4_TENSOR_BYTES for each whole on every rank."""
+    """4·P / shards: FSDP2's fp32 parameter shards (the model is built in fp32); with QLoRA all but
+    the NF4 base's (nf4_base)."""
     g, pp = c.w.layout.sharding_group, c.w.layout.pp
-    over = f"(sharding group {g} x tp {c.t}{f' x pp {pp}' if pp > 1 else ''})"
+    fp32 = c.sz.total - c.sz.nf4
+    return _term("parameters", "parameters (fp32 shards)", 4 * fp32 / c.shards,
+                 f"4 B x {count(fp32) + ' params' if c.sz.nf4 else c.params} / (sharding group {g} x tp {c.t}"
+                 f"{f' x pp {pp}' if pp > 1 else ''})", ("init",) + STEADY)
+
+
+def nf4_base(c: Ctx) -> MemoryTerm | None:
+    """QLoRA: the blocks' linear weights in NF4, nf4_bytes of their shard (4.13 bits a weight: codes,
+    int8 scales, the scales' fp32 factors) and NF4_TENSOR_BYTES for each tensor whole on every rank.
+    Not in a checkpoint (container.models.qlora)."""
     if not c.sz.nf4:
-        return _term("parameters", "parameters (fp32 shards)", 4 * c.sz.total / c.shards,
-                     f"4 B x {c.params} / {over}", ("init",) + STEADY)
-    tensors = c.w.spec.num_layers * len(target_kinds(c.w.spec)) / pp
-    return _term("parameters", "parameters (fp32 and NF4 shards)",
-                 4 * (c.sz.total - c.sz.nf4) / c.shards + nf4_bytes(c.sz.nf4 / c.shards) + NF4_TENSOR_BYTES * tensors,
-                 f"4 B x {count(c.sz.total - c.sz.nf4)} + 0.516 B x {count(c.sz.nf4)} NF4 weights / {over}",
+        return None
+    tensors = c.w.spec.num_layers * len(target_kinds(c.w.spec)) / c.w.layout.pp
+    return _term("nf4_base", "NF4 base (QLoRA)", nf4_bytes(c.sz.nf4 / c.shards) + NF4_TENSOR_BYTES * tensors,
+                 f"0.516 B x {count(c.sz.nf4)} NF4 weights / {c.shards} + 68 B x {tensors:.0f} tensors",
                  ("init",) + STEADY)
 
 
@@ -546,7 +552,7 @@ def fp8_weights(c: Ctx) -> MemoryTerm | None:
                  ACTIVE if not w.ac_mode else ("forward",) + BACKWARD)
 
 
-TERMS = (parameters, optimizer_state, gradients, optimizer_temporaries, rope_tables, eager_init,
+TERMS = (parameters, nf4_base, optimizer_state, gradients, optimizer_temporaries, rope_tables, eager_init,
          root_unsharded, gathered_forward, gathered_backward, kept_unsharded, pipeline_accumulation, head_gradient,
          root_reduce_scatter, running_gradients, block_gradients, activations, lora_dropout_activations,
          first_block_activations,

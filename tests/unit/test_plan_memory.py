@@ -326,12 +326,13 @@ def test_a_qlora_job_s_base_is_planned_in_nf4():
     lora = LoraSettings(r=16, alpha=32, dropout=0.05, targets=target_kinds(SPEC_8B))
     qlora = estimate_workload(replace(full, lora=replace(lora, nf4=True)))
     expected = 436_207_616 + 13_631_488 + 212_992 + 224 * 68 + 546_441_216
-    assert qlora.gib("parameters") == pytest.approx(expected / GIB, rel=1e-12)
+    assert qlora.gib("parameters") + qlora.gib("nf4_base") == pytest.approx(expected / GIB, rel=1e-12)
+    assert qlora.gib("parameters") == pytest.approx(546_441_216 / GIB, rel=1e-12)  # what a checkpoint holds
     assert qlora.gib("gradients") == estimate_workload(replace(full, lora=lora)).gib("gradients")  # adapters' only
-    assert estimate_workload(replace(full, lora=lora)).gib("parameters") > 4 * qlora.gib("parameters")  # control
+    assert estimate_workload(replace(full, lora=lora)).gib("nf4_base") == 0  # the control: an fp32 base
 
     tiny = spec_from_hf_config(llama_config(**QLORA_SHAPES).to_dict(), "tiny")
     two = ParallelLayout(world=2, dp_replicate=1, dp_shard=2, cp=1, tp=1, pp=1)
     tiny_qlora = LoraSettings(r=4, alpha=8, dropout=0.0, targets=target_kinds(tiny), nf4=True)
-    planned = estimate_workload(replace(full, spec=tiny, layout=two, lora=tiny_qlora)).gib("parameters")
-    assert planned * GIB == pytest.approx(701_000, abs=1e-6)
+    planned = estimate_workload(replace(full, spec=tiny, layout=two, lora=tiny_qlora))
+    assert (planned.gib("parameters") + planned.gib("nf4_base")) * GIB == pytest.approx(701_000, abs=1e-6)
