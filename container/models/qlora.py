@@ -18,6 +18,7 @@ checkpoint holds no base (base_left_out): a resumed run loads and quantizes it a
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 
 import torch
@@ -30,7 +31,7 @@ from launcher.wire.training.lora import NF4_BLOCK, NF4_SCALER_BLOCK, QLORA_EXTRA
 
 log = logging.getLogger("smlaunch")
 NF4 = "torchao.dtypes.nf4tensor"
-_left_out = [False]  # inside base_left_out(): state dicts leave the NF4 base out
+_LEFT_OUT = contextvars.ContextVar("nf4_base_left_out", default=False)  # inside base_left_out()
 
 
 def require_torchao() -> None:
@@ -63,6 +64,7 @@ def quantize_base(model: nn.Module, shards: int = 1) -> None:
 
 
 def is_quantized(model: nn.Module) -> bool:
+    """Whether the model's base is in NF4 (quantize_base)."""
     return any(getattr(module, "in_nf4", False) for module in model.modules())
 
 
@@ -70,11 +72,11 @@ def is_quantized(model: nn.Module) -> bool:
 def base_left_out():
     """State dicts taken inside leave the NF4 base out: a checkpoint's, as the base is the pretrained
     weights' (or the seed's), quantized alike again when a resumed run starts; loads then expect none."""
-    _left_out[0] = True
+    token = _LEFT_OUT.set(True)
     try:
         yield
     finally:
-        _left_out[0] = False
+        _LEFT_OUT.reset(token)
 
 
 def _check_shardable(name: str, weight: torch.Tensor, shards: int) -> None:
@@ -105,7 +107,7 @@ def dequantized(weight: torch.Tensor) -> torch.Tensor:
 def _dequantized_in_state_dict(module: nn.Module, state_dict: dict, prefix: str, _metadata) -> None:
     """A state dict holds the base dequantized: torch's state-dict gathering does not gather NF4 shards,
     and the export writes (and merges) the values the NF4 base computed with; a checkpoint's, none."""
-    if _left_out[0]:
+    if _LEFT_OUT.get():
         del state_dict[f"{prefix}weight"]
     else:
         state_dict[f"{prefix}weight"] = dequantized(state_dict[f"{prefix}weight"])
