@@ -70,6 +70,17 @@ def test_qlora_refuses_a_model_whose_layers_torchao_cannot_quantize_whole():
     assert model_lora_issues(TrainingHyperparameters(use_peft=True), PRESETS["llama3-tiny"]) == []
 
 
+def test_qlora_refuses_fsdp_shards_that_would_split_a_block_of_scales(runtime_dir):
+    """Llama 3.1 8B's k_proj, 1024 x 4096 = 256 blocks of 64 x 256: 512 ranks in one sharding group
+    would cut it into half-blocks; 8 (hybrid_shard_degree) would not."""
+    hp = {**LORA, "load_in_4bit": 1}
+    job = make_job(runtime_dir, hp=hp, instance_count=64, params={"hybrid_shard_degree": 512})
+    [issue] = only_issue(job, "hyperparameters.load_in_4bit")
+    assert "k_proj 1024x4096, v_proj 1024x4096 weights cut into 512 FSDP shards" in issue.problem
+    assert "hybrid_shard_degree" in issue.fix
+    assert paths(make_job(runtime_dir, hp=hp, instance_count=64, params={"hybrid_shard_degree": 8})) == []
+
+
 def test_validate_shows_the_nf4_base_beside_the_trainable_share():
     spec = PRESETS["llama3.1-8b"]
     lora = lora_settings(TrainingHyperparameters(use_peft=True, load_in_4bit=True, lora_target_modules="all-linear"),

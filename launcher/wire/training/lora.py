@@ -201,9 +201,10 @@ def _nf4_issues(hp, params) -> list[Issue]:
                   "delayed_parameter_initialization), or load_in_4bit to train LoRA on the base in its own dtype")]
 
 
-def model_lora_issues(hp, spec: ModelSpec) -> list[Issue]:
-    """The targets and saved modules against the model's own (Hugging Face's names), and the models
-    the adapters do not cover yet (a mixture of experts)."""
+def model_lora_issues(hp, spec: ModelSpec, shards: int = 1) -> list[Issue]:
+    """The targets and saved modules against the model's own (Hugging Face's names), the models the
+    adapters do not cover yet (a mixture of experts), and QLoRA's layers against NF4's blocks in each of
+    `shards` FSDP shards (the sharding group)."""
     if not hp.use_peft:
         return []
     if spec.is_moe:
@@ -219,7 +220,7 @@ def model_lora_issues(hp, spec: ModelSpec) -> list[Issue]:
         elif name not in kinds:
             issues.append(Issue(f"{HP}.lora_target_modules", name, f"{spec.name} has no linear layer of this name",
                                 did_you_mean(name, kinds) or f"name some of {', '.join(kinds)}, or {ALL_LINEAR}"))
-    issues += _nf4_shape_issues(hp, spec)
+    issues += _nf4_shape_issues(hp, spec, shards)
     for name in hp.lora_modules_to_save or []:
         if name not in saved:
             issues.append(Issue(f"{HP}.lora_modules_to_save", name, "not a module smlaunch trains whole beside "
@@ -230,17 +231,21 @@ def model_lora_issues(hp, spec: ModelSpec) -> list[Issue]:
     return issues
 
 
-def _nf4_shape_issues(hp, spec: ModelSpec) -> list[Issue]:
-    """torchao's NF4 quantizes a weight whole blocks of scales at a time: each linear layer's weights a
-    multiple of 64 x 256 (the blocks of weights and of scales)."""
+def _nf4_shape_issues(hp, spec: ModelSpec, shards: int) -> list[Issue]:
+    """torchao's NF4 quantizes a weight whole blocks of scales at a time, and FSDP cuts it by rows:
+    each linear layer's weights a multiple of 64 x 256 (the blocks of weights and of scales) in each
+    of `shards` shards, its rows a multiple of `shards`."""
     unit = NF4_BLOCK * NF4_SCALER_BLOCK
-    odd = [f"{kind} {kind_shape(spec, kind)[1]}x{kind_shape(spec, kind)[0]}" for kind in target_kinds(spec)
-           if (kind_shape(spec, kind)[0] * kind_shape(spec, kind)[1]) % unit] if hp.load_in_4bit else []
+    shapes = {kind: kind_shape(spec, kind)[::-1] for kind in target_kinds(spec)}  # (out, in): the weight's
+    odd = [f"{kind} {rows}x{columns}" for kind, (rows, columns) in shapes.items()
+           if (rows * columns) % (unit * shards) or rows % shards] if hp.load_in_4bit else []
     if not odd:
         return []
-    return [Issue(f"{HP}.load_in_4bit", hp.load_in_4bit, f"{spec.name}'s {', '.join(odd)} weights are not a multiple "
-                  f"of {unit} ({NF4_BLOCK}-weight blocks in {NF4_SCALER_BLOCK}-scale blocks), which torchao's NF4 "
-                  "quantizes whole", "remove load_in_4bit to train LoRA on the base in its own dtype")]
+    cut = f" cut into {shards} FSDP shards" if shards > 1 else ""
+    return [Issue(f"{HP}.load_in_4bit", hp.load_in_4bit, f"{spec.name}'s {', '.join(odd)} weights{cut} are not "
+                  f"whole blocks of {unit} ({NF4_BLOCK}-weight blocks in {NF4_SCALER_BLOCK}-scale blocks), which "
+                  "torchao's NF4 quantizes whole", ("shard over fewer ranks (hybrid_shard_degree), or " if cut else "")
+                  + "remove load_in_4bit to train LoRA on the base in its own dtype")]
 
 
 def trainable_parameters(spec: ModelSpec, lora: LoraSettings) -> tuple[int, int]:
