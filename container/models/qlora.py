@@ -11,7 +11,8 @@ weight to the input's dtype (torchao's F.linear), so the adapters and the rest c
 The weights are quantized once loaded (each fp32 weight freed as its NF4 replaces it) and before
 FSDP shards them: a shard is then rows of the whole tensor's quantization, the same at every world
 size. A state dict (the export's) holds each base weight dequantized, as fp32: the merged model is
-the NF4 base's dequantized weights plus the adapters' update, as peft merges a 4-bit layer. A
+the NF4 base's dequantized weights plus the adapters' update (peft's merge of a 4-bit layer
+quantizes that sum again; this export does not). A
 checkpoint holds no base (base_left_out): a resumed run loads and quantizes it as the first did.
 """
 

@@ -2,7 +2,7 @@
 QLoRA paper's code book and a blockwise absmax quantization written here; a QLoRA model's logits, loss
 and adapter gradients against peft's LoRA on a transformers model whose base holds the NF4 base's
 dequantized weights (control: the original weights differ by more than the tolerance), and the merged
-model made from the dequantized base, as peft's merge_and_unload makes it."""
+model made from the dequantized base, as peft's merge_and_unload makes it on a base of those values."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def test_a_qlora_model_equals_peft_on_the_dequantized_base(qlora_base):
     assert all(type(layer.weight).__name__ == "NF4Tensor" and not layer.weight.requires_grad for layer in quantized)
     assert ours.output.weight.dtype == torch.float32  # the head is not quantized
     _compare(qlora_base[1], ours, reference)
-    # merge_weights: the dequantized base plus the adapters' update, as peft's merge_and_unload makes it
+    # merge_weights: the dequantized base plus the adapters' update, as peft's merge_and_unload makes it on that base
     merged = merged_state(ours.state_dict(), lora)
     with torchao_off():
         expected = reference.merge_and_unload().state_dict()
