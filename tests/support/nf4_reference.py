@@ -18,7 +18,9 @@ PAPER_NF4 = (-1.0, -0.6961928009986877, -0.5250730514526367, -0.3949174880981445
 TORCHAO_NF4 = tuple(round(level, 4) for level in PAPER_NF4)
 # every linear layer's weights whole blocks of 64 x 256 at world 1 and 2 (q 256x256, k and v 128x256, ffn 512)
 QLORA_SHAPES = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2}
-LLAMA_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# a block's linear layers by transformers' names: Llama's and GPT-NeoX's
+BLOCK_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "query_key_value",
+                 "dense", "dense_h_to_4h", "dense_4h_to_h")
 
 
 def nf4_round_trip(weight: torch.Tensor, levels: tuple[float, ...] = TORCHAO_NF4) -> torch.Tensor:
@@ -38,8 +40,9 @@ def nf4_round_trip(weight: torch.Tensor, levels: tuple[float, ...] = TORCHAO_NF4
 
 @torch.no_grad()
 def nf4_base(model):
-    """A transformers Llama with every block's linear weights replaced by their NF4 round trip (in place)."""
+    """A transformers Llama (or GPT-NeoX) with every block's linear weights replaced by their NF4 round
+    trip (in place)."""
     for name, module in model.named_modules():
-        if name.rsplit(".", 1)[-1] in LLAMA_LINEARS and ".layers." in f".{name}":
+        if name.rsplit(".", 1)[-1] in BLOCK_LINEARS and ".layers." in f".{name}":
             module.weight.copy_(nf4_round_trip(module.weight))
     return model

@@ -58,8 +58,12 @@ def _qlora_pair(base, lora: LoraSettings, dequantized_reference: bool = True):
         nf4_base(transformers_model)
     reference = lora_model(transformers_model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                            target_modules=list(lora.targets))
-    _same_adapters(ours, reference, "llama")
+    _same_adapters(ours, reference, _family(spec))
     return ours, reference
+
+
+def _family(spec) -> str:
+    return "gpt_neox" if spec.is_gpt_neox else "llama"
 
 
 def _compare(spec, ours, reference):
@@ -76,7 +80,7 @@ def _compare(spec, ours, reference):
     trained = {name: p for name, p in ours.named_parameters() if p.requires_grad}
     assert len(trained) == len(grads) > 0
     for name, parameter in trained.items():
-        assert_close(parameter.grad, grads[peft_name(name)], terms=terms, what=f"grad of {name}")
+        assert_close(parameter.grad, grads[peft_name(name, _family(spec))], terms=terms, what=f"grad of {name}")
 
 
 def test_a_qlora_model_equals_peft_on_the_dequantized_base(qlora_base):
@@ -94,6 +98,22 @@ def test_a_qlora_model_equals_peft_on_the_dequantized_base(qlora_base):
     assert merged.keys() == {hf.from_hf_name(name) for name in expected}
     for name, tensor in merged.items():
         assert_close(tensor, expected[hf.to_hf_name(name)], terms=lora.r + 4, what=name)
+
+
+def test_gpt_neox_s_nf4_base_equals_peft_s(tmp_path):
+    """Pythia's block (biases, a fused query_key_value, a parallel residual) on an NF4 base."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(vocab_size=320, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=1024, max_position_embeddings=SEQ, rotary_pct=0.25, hidden_act="gelu",
+                           use_parallel_residual=True, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    GPTNeoXForCausalLM(config).save_pretrained(tmp_path)
+    spec = spec_from_hf_config(json.loads((tmp_path / "config.json").read_text()), "tiny-neox")
+    lora = LoraSettings(r=8, alpha=16, dropout=0.0, targets=("query_key_value", "dense_4h_to_h"), nf4=True)
+    ours, reference = _qlora_pair((tmp_path, spec), lora)
+    assert len(qlora.quantized_layers(ours)) == 4 * spec.num_layers
+    _compare(spec, ours, reference)
 
 
 def test_control_the_original_base_differs_by_more_than_the_tolerance(qlora_base):
