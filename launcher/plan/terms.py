@@ -172,6 +172,14 @@ class Ctx:
         return {None: self.per["full"], "selective": self.per["selective"], "selective_op": self.per["selective_op"],
                 "full": self.per["checkpoint"]}[self.w.ac_mode]
 
+    def gathered_bytes(self, params: float) -> float:
+        """The bytes of `params` parameters of one all-gathered block: a B each, but QLoRA's NF4 weights,
+        which FSDP2 gathers and keeps in NF4 (the per-tensor bytes included)."""
+        nf4 = self.sz.nf4 / self.w.spec.num_layers  # one block's
+        if not nf4:
+            return self.a * params
+        return self.a * (params - nf4) + nf4_bytes(nf4) + NF4_TENSOR_BYTES * len(target_kinds(self.w.spec))
+
     @property
     def params(self) -> str:
         return f"{count(self.sz.total)} params"
@@ -278,6 +286,8 @@ def gathered_forward(c: Ctx) -> MemoryTerm | None:
     matmul = c.sz.block_matmul - (c.sz.block - c.sz.block_gathered)
     per_block = (matmul * (1 if fp8_gather else c.a) + (c.sz.block - c.sz.block_matmul) * c.a) / c.t
     size = "1 B (FP8 all-gather)" if fp8_gather else f"{c.a} B"
+    if c.sz.nf4:  # QLoRA (no FP8, no ep): the base's weights gathered in NF4
+        per_block, size = c.gathered_bytes(c.sz.block_gathered) / c.t, f"{c.a} B (NF4 weights 0.516 B)"
     return _term("gathered_forward", "all-gathered blocks (forward)", 2 * per_block,
                  f"2 blocks x {count(c.sz.block_gathered)} params x {size} / tp {c.t}: the running block and the "
                  "prefetched one", ("forward",))
@@ -296,8 +306,9 @@ def gathered_backward(c: Ctx) -> MemoryTerm | None:
         return _term("gathered_backward", "running block's gradient (backward)", a * block / c.t,
                      f"{a} B x {count(block)} / tp {c.t}: before it is added to the stage's fp32 gradients", BACKWARD)
     return _term("gathered_backward", "all-gathered block + grads (backward)",
-                 (2 * a * block + (a + 4) * grad) / c.t + 4 * grad / c.shards,
-                 f"({a}+{a} B params, running and prefetched) x {count(block)} + ({a} B gradient + 4 B fp32 "
+                 (2 * c.gathered_bytes(block) + (a + 4) * grad) / c.t + 4 * grad / c.shards,
+                 f"({a}+{a} B params{' (NF4 weights 0.516 B)' if c.sz.nf4 else ''}, running and prefetched) x "
+                 f"{count(block)} + ({a} B gradient + 4 B fp32 "
                  f"reduce-scatter input) x {count(grad)} / tp {c.t} + its fp32 gradient shard", BACKWARD)
 
 
@@ -308,7 +319,8 @@ def kept_unsharded(c: Ctx) -> MemoryTerm | None:
     if not w.fsdp or w.reshard_after_forward:
         return None
     L = w.spec.num_layers
-    return _term("kept_unsharded", "blocks kept unsharded after forward", L * c.a * c.sz.block_gathered / c.t,
+    return _term("kept_unsharded", "blocks kept unsharded after forward",
+                 L * c.gathered_bytes(c.sz.block_gathered) / c.t,
                  f"{L} blocks x {c.a} B x {count(c.sz.block_gathered)} / tp {c.t} (sharding_strategy shard_grad_op)",
                  ("loss",) + LAST_BLOCK)
 
@@ -536,6 +548,21 @@ def attention(c: Ctx) -> MemoryTerm | None:
                  ("backward_attention", "first_block_attention"))
 
 
+def nf4_dequantize(c: Ctx) -> MemoryTerm | None:
+    """20 B x the largest NF4 weight: torchao dequantizes a weight for each of its matmuls, forward and
+    backward (LinearNF4), holding at once its codes as int64 (8 B a weight), their levels and the
+    scaled levels in fp32 (4 + 4 B) and their interleaved stack (4 B), before the cast to the
+    compute dtype."""
+    if not c.sz.nf4:
+        return None
+    s = c.w.spec
+    kind = max(target_kinds(s), key=lambda k: math.prod(kind_shape(s, k)))
+    largest = math.prod(kind_shape(s, kind))
+    return _term("nf4_dequantize", "NF4 dequantization temporaries", 20 * largest,
+                 f"20 B x {count(largest)} ({kind}: int64 codes, fp32 levels, scaled levels and their stack)",
+                 ("forward",) + BACKWARD)
+
+
 def fp8_weights(c: Ctx) -> MemoryTerm | None:
     """blocks·b·P_block_matmul/t with FP8: Transformer Engine keeps each weight's FP8 cast and
     its transpose for backward (b = 2), torchao its FP8 cast (b = 1); for the running block
@@ -556,7 +583,8 @@ TERMS = (parameters, nf4_base, optimizer_state, gradients, optimizer_temporaries
          root_unsharded, gathered_forward, gathered_backward, kept_unsharded, pipeline_accumulation, head_gradient,
          root_reduce_scatter, running_gradients, block_gradients, activations, lora_dropout_activations,
          first_block_activations,
-         final_norm_and_head_input, block_forward, logits, block_backward, mlp_backward, attention, fp8_weights)
+         final_norm_and_head_input, block_forward, logits, block_backward, mlp_backward, attention, fp8_weights,
+         nf4_dequantize)
 
 
 def terms(w: Workload) -> list[MemoryTerm]:

@@ -49,8 +49,8 @@ SCRIPT_PROGRAM = ("AWS's SMP v2 reference program for your script: FSDP over the
 LORA_ACTIVATIONS = ("; use_peft=1: the frozen base without gradients or optimizer state, the adapters' (and the "
                     "modules trained whole) with them; activations as the full fine-tune's (each adapter's dropped "
                     "input kept for backward is not modelled yet, docs/lora.md)")
-QLORA_BASE = ("; load_in_4bit=1: the blocks' linear weights in NF4 shards, their all-gathered copies counted in the "
-              "compute dtype, NF4's dequantization temporaries not modelled (docs/lora.md)")
+QLORA_BASE = ("; load_in_4bit=1: the blocks' linear weights in NF4, sharded and all-gathered, and one weight's "
+              "dequantization at a time (docs/lora.md)")
 
 
 def modeled_program(job: ValidatedJob) -> str:

@@ -168,7 +168,8 @@ def test_the_plan_says_what_it_models_of_a_lora_job(runtime_dir):
     assert "the frozen base without gradients or optimizer state" in said and "not modelled yet" in said
     assert "use_peft" not in modeled_program(validate_job(make_job(runtime_dir)))
     assert "load_in_4bit" not in said
-    assert "NF4 shards" in modeled_program(validate_job(make_job(runtime_dir, hp={**LORA, "load_in_4bit": 1})))
+    qlora = validate_job(make_job(runtime_dir, hp={**LORA, "load_in_4bit": 1}))
+    assert "linear weights in NF4" in modeled_program(qlora)
 
 
 def test_the_runtime_refuses_what_validation_refuses():

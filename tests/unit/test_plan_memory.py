@@ -330,6 +330,15 @@ def test_a_qlora_job_s_base_is_planned_in_nf4():
     assert qlora.gib("parameters") == pytest.approx(546_441_216 / GIB, rel=1e-12)  # what a checkpoint holds
     assert qlora.gib("gradients") == estimate_workload(replace(full, lora=lora)).gib("gradients")  # adapters' only
     assert estimate_workload(replace(full, lora=lora)).gib("nf4_base") == 0  # the control: an fp32 base
+    # the running and the prefetched block all-gathered: the NF4 weights (218,103,808 a block) in NF4, the
+    # rest (norms, adapters: 1,318,912) in bf16; and one dequantization of the largest weight, gate_proj's
+    block_nf4, rest = 218_103_808, 8_192 + 1_310_720
+    gathered = 2 * (2 * rest + block_nf4 / 2 + block_nf4 / 64 + 4 * block_nf4 / 16384 + 7 * 68)
+    assert qlora.gib("gathered_forward") == pytest.approx(gathered / GIB, rel=1e-12)
+    assert qlora.gib("nf4_dequantize") == pytest.approx(20 * 14336 * 4096 / GIB, rel=1e-12)
+    lora_only = estimate_workload(replace(full, lora=lora))
+    assert lora_only.gib("gathered_forward") == pytest.approx(2 * 2 * (block_nf4 + rest) / GIB, rel=1e-12)
+    assert lora_only.gib("nf4_dequantize") == 0
 
     tiny = spec_from_hf_config(llama_config(**QLORA_SHAPES).to_dict(), "tiny")
     two = ParallelLayout(world=2, dp_replicate=1, dp_shard=2, cp=1, tp=1, pp=1)
