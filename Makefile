@@ -12,7 +12,7 @@ PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 LOCK   := requirements/lock.txt
-LOCK_EXTRAS := train data test sagemaker plot wandb mlflow
+LOCK_EXTRAS := train data test sagemaker plot wandb mlflow qlora
 # uv installs a lock in seconds where pip's resolver took minutes. It reads no pip.conf, so
 # scripts/uv-pip.py runs `uv pip` with pip's find-links, indexes, constraints and cert; its --pip
 # runs pip without the "Location '...' is ignored" warning it prints per package here.

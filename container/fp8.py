@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import logging
 from collections.abc import Callable
 
@@ -169,17 +170,21 @@ _TORCHAO_IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 
 
 @functools.cache
-def _torchao_float8():
+def torchao_module(name: str):
+    """A torchao module (`torchao.float8`, QLoRA's `torchao.dtypes.nf4tensor`), imported without its noise."""
     loggers = [logging.getLogger(name) for name in _TORCHAO_IMPORT_NOISE]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)
     try:
-        import torchao.float8
+        return importlib.import_module(name)
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
-    return torchao.float8
+
+
+def _torchao_float8():
+    return torchao_module("torchao.float8")
 
 
 def _convert_torchao(model: nn.Module, names: list[str], recipe: str, *, emulate: bool,

@@ -13,19 +13,30 @@ from collections.abc import Iterable
 
 import torch
 from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 log = logging.getLogger("smlaunch")
 GIB = 2**30
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
-    """The bytes of the distinct storages under `tensors` (a DTensor's: its local shard's)."""
+    """The bytes of the distinct storages under `tensors` (a DTensor's: its local shard's; a tensor
+    subclass's, QLoRA's NF4: its inner tensors')."""
     seen: dict[int, int] = {}
-    for t in tensors:
-        local = t.to_local() if isinstance(t, DTensor) else t
+    for local in _plain(tensors):
         storage = local.untyped_storage()
         seen[storage._cdata] = storage.nbytes()
     return sum(seen.values())
+
+
+def _plain(tensors: Iterable[torch.Tensor]) -> Iterable[torch.Tensor]:
+    for t in tensors:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        if is_traceable_wrapper_subclass(local):
+            names, _ = local.__tensor_flatten__()
+            yield from _plain(getattr(local, name) for name in names)
+        else:
+            yield local
 
 
 def optimizer_tensors(optimizer) -> list[torch.Tensor]:

@@ -35,7 +35,7 @@ from container.distributed.tensor_parallel import apply_tp
 from container.fp8 import activation_checkpoint_fn, apply_fp8
 from container.loop import Run, run_steps
 from container.metrics import MetricsWriter
-from container.models import attention, document_kernels
+from container.models import attention, document_kernels, qlora
 from container.models.llama import Transformer, build_model
 from container.models.lora import adapter_names, apply_lora
 from container.resilience import step_watch
@@ -66,7 +66,8 @@ def settings(rt: Runtime, hp: TrainingHyperparameters) -> RunSettings:
 def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings, sources: pretrained.Sources | None = None,
                          vocab_rows: int | None = None, lora: LoraSettings | None = None) -> Transformer:
     """Model -> LoRA adapters -> FP8 -> tensor parallel -> activation checkpointing -> compile -> FSDP -> weights
-    (delayed init, or eager init before sharding; then the pretrained weights, when the job names them)."""
+    (delayed init, or eager init before sharding; then the pretrained weights, when the job names them).
+    QLoRA's base is loaded and quantized before it is sharded (container.models.qlora)."""
     check_moe_layout(rt.params, spec.num_experts)
 
     def built(device) -> Transformer:
@@ -76,12 +77,15 @@ def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings, sources: 
     if not s.delayed_init:  # seeded right before init_weights, as the delayed path does on rank 0
         torch.manual_seed(s.seed)
         model.init_weights()
+    nf4 = lora is not None and lora.nf4
+    if nf4:  # eager init only (lora_issues): the whole base loaded, then quantized, then sharded
+        load_weights(rt, model, sources)
+        quantize_base(rt, model, s)
     parallelize(rt, model, s)
     if s.delayed_init:
         materialize_on_rank0_init(model, lambda: built("cpu"), rt.device, s.seed)
-    if sources is not None and sources.load_weights:  # the base's; the adapters keep their initial values
-        hf.load_hf_weights(model, sources.model.directory, distributed=rt.world_size > 1,
-                           exclude=adapter_names(model))
+    if not nf4:
+        load_weights(rt, model, sources)
     if rt.is_main:
         origin = f"weights of {sources.model.describe()}" if sources and sources.load_weights else (
             f"random weights (seed {s.seed})")
@@ -89,6 +93,18 @@ def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings, sources: 
         if lora is not None:
             log.info("%s; the base is frozen", describe_lora(spec, lora))
     return model
+
+
+def load_weights(rt: Runtime, model: Transformer, sources: pretrained.Sources | None) -> None:
+    """The pretrained base's weights, when the job names them; the adapters keep their initial values."""
+    if sources is not None and sources.load_weights:
+        hf.load_hf_weights(model, sources.model.directory, distributed=rt.world_size > 1,
+                           exclude=adapter_names(model))
+
+
+def quantize_base(rt: Runtime, model: Transformer, s: RunSettings) -> None:
+    """QLoRA: the base's linear layers in NF4, each in whole blocks of scales per FSDP shard."""
+    qlora.quantize_base(model, rt.layout.sharding_group if s.fsdp else 1)
 
 
 def build_adapted_model(spec: ModelSpec, s: RunSettings, device, vocab_rows: int | None = None,
@@ -158,13 +174,16 @@ def refuse_unimplemented(hp: TrainingHyperparameters, params: ModelParallelParam
     nothing, a data_mixture the loader cannot read, the speed settings this GPU or library cannot
     run, what compile cannot compile and what LoRA does not compose with (`params`: the job's
     degrees, all 1 if not given) fail the job before anything is built, with validation's words
-    (launcher.wire.training.aws_arguments, tracker_rules, data_order, speed_rules, lora)."""
+    (launcher.wire.training.aws_arguments, tracker_rules, data_order, speed_rules, lora); QLoRA
+    without torchao exits 2, naming the extra that installs it."""
     problems = (aws_arguments.runtime_issues(hp) + tracker_issues(hp) + mixture_issues(hp) + nonfinite_issues(hp)
                 + speed_issues(hp) + compile_issues(hp))
     lora_problems = lora_issues(hp, params or ModelParallelParameters())
     for warning in (i for i in lora_problems if i.level == "warning"):  # a LoRA setting without use_peft
         log.warning("%s", warning)
     _refuse(problems + [i for i in lora_problems if i.level == "error"])
+    if hp.use_peft and hp.load_in_4bit:
+        qlora.require_torchao()
 
 
 def _refuse(problems: list) -> None:

@@ -71,6 +71,7 @@ from container.checkpoint.collectives import (
     together,
     world,
 )
+from container.models import qlora
 from launcher.wire import checkpoints
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
 from launcher.wire.training.resume import RunIdentity, compare, may_change
@@ -123,11 +124,13 @@ def _optim_options(layout: str | None) -> StateDictOptions:
 
 
 def _sharded_state(model: nn.Module, optimizer: torch.optim.Optimizer, layout: str | None) -> dict[str, Any]:
-    """Each rank's shards (DTensors under FSDP2), which DCP writes and reshards on load."""
-    return {
-        "model": get_model_state_dict(model),
-        "optim": get_optimizer_state_dict(model, optimizer, options=_optim_options(layout)),
-    }
+    """Each rank's shards (DTensors under FSDP2), which DCP writes and reshards on load; QLoRA's NF4
+    base left out (container.models.qlora)."""
+    with qlora.base_left_out():
+        return {
+            "model": get_model_state_dict(model),
+            "optim": get_optimizer_state_dict(model, optimizer, options=_optim_options(layout)),
+        }
 
 
 def _rng_state() -> dict[str, torch.Tensor]:
@@ -377,7 +380,8 @@ class Checkpointer:
         state = _sharded_state(model, optimizer, layout)
         with _quiet_no_dist():
             dcp.load(state, checkpoint_id=path, no_dist=not distributed())
-        set_model_state_dict(model, state["model"])
+        with qlora.base_left_out():  # every key DCP loaded; QLoRA's base is not among them
+            set_model_state_dict(model, state["model"], options=StateDictOptions(strict=not qlora.is_quantized(model)))
         set_optimizer_state_dict(model, optimizer, state["optim"], options=_optim_options(layout))
         if scheduler is not None and trainer["scheduler"] is not None:
             scheduler.load_state_dict(trainer["scheduler"])

@@ -32,6 +32,7 @@ from container.distributed.parallelize import allocate
 from container.distributed.pipeline import Pipeline, build_pipeline
 from container.distributed.runtime import Runtime, init_runtime
 from container.holdings import Holdings
+from container.models import qlora
 from container.models.moe import routed_by
 from container.resilience.nonfinite import nonfinite_guard
 from container.trace.collectives import CollectiveCounter, group_names
@@ -159,6 +160,8 @@ def _build(rt: Runtime, s: RunSettings, spec, lora) -> tuple[torch.nn.Module, Pi
             settle_the_vote(pipe)
             return model, pipe
         model = trainer.build_adapted_model(spec, s, "meta", lora=lora)  # LoRA's adapters where the job has them
+        if lora is not None and lora.nf4:  # QLoRA's base quantized (meta tensors' NF4) before it is sharded
+            trainer.quantize_base(rt, model, s)
         trainer.parallelize(rt, model, s)
         return model, None
     except Exception as exc:  # noqa: BLE001 - reported with the rank, not swallowed
@@ -172,6 +175,8 @@ def _traced_step(rt: Runtime, s: RunSettings, spec, lora) -> dict:
     with FakeTensorMode(allow_non_fake_inputs=True):
         for module in (model, *stages):  # a merged model does not hold its stages' buffers
             allocate(module, rt.device)  # delayed init's storage, without rank 0's weights (values do not matter)
+        if lora is not None and lora.nf4:
+            qlora.allocate_constants(model, rt.device)
         optimizer, scheduler = trainer.build_optimization(model, s)
         for group in optimizer.param_groups:
             if "foreach" in group:

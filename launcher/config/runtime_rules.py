@@ -10,6 +10,7 @@ from launcher.config.context import Context
 from launcher.config.rules import HP, MP, is_moe
 from launcher.wire.training.hyperparameters import FP8Config
 from launcher.wire.training.issues import Issue
+from launcher.wire.training.layout import sharding_group, with_sharding_strategy
 from launcher.wire.training.lora import lora_issues, model_lora_issues
 from launcher.wire.training.nonfinite import ROLLBACK, nonfinite_issues
 from launcher.wire.training.speed import rowwise_capability_problem
@@ -88,4 +89,12 @@ def check_lora(ctx: Context) -> list[Issue]:
     if not ctx.runtime:
         return []
     issues = lora_issues(ctx.hp, ctx.params, MP)
-    return issues + (model_lora_issues(ctx.hp, ctx.model) if ctx.model is not None else [])
+    return issues + (model_lora_issues(ctx.hp, ctx.model, _shards(ctx)) if ctx.model is not None else [])
+
+
+def _shards(ctx: Context) -> int:
+    """The sharding group the runtime cuts each parameter into, where the world is known (else 1)."""
+    if ctx.world is None:
+        return 1
+    return sharding_group(with_sharding_strategy(ctx.params, ctx.hp.sharding_strategy, ctx.processes_per_host),
+                          ctx.world)

@@ -9,11 +9,12 @@ q = H·d_head, kv = H_kv·d_head, I MLP width, t = tp. Each term lists the phase
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
 from launcher.plan.workload import Workload, adapter_parameters
-from launcher.wire.training.lora import kind_shape
+from launcher.wire.training.lora import NF4_TENSOR_BYTES, kind_shape, nf4_bytes, target_kinds
 
 GIB = 2**30
 # Backward runs from the last block to the first: activations are freed and gradients made as
@@ -64,6 +65,7 @@ class Sizes:
     trained: int = 0
     block_trained: int = 0
     head_trained: bool = True  # the head has a gradient (LoRA: only as a module trained whole)
+    nf4: int = 0  # QLoRA: the blocks' linear weights held in NF4 (of total)
 
     @classmethod
     def of(cls, w: Workload) -> Sizes:
@@ -79,9 +81,11 @@ class Sizes:
             return cls(s.block_matmul_parameters(), block, root, s.vocab_size * s.hidden_size, total,
                        block - elsewhere, trained=total, block_trained=block)
         whole = len(w.lora.modules_to_save) * s.vocab_size * s.hidden_size
+        nf4 = s.num_layers * sum(math.prod(kind_shape(s, kind)) for kind in target_kinds(s))
         return cls(s.block_matmul_parameters() + adapters, block + adapters, root, s.vocab_size * s.hidden_size,
                    total, block - elsewhere + adapters, trained=s.num_layers * adapters + whole,
-                   block_trained=adapters, head_trained="lm_head" in w.lora.modules_to_save)
+                   block_trained=adapters, head_trained="lm_head" in w.lora.modules_to_save,
+                   nf4=nf4 if w.lora.nf4 else 0)
 
 
 def per_token_bytes(w: Workload) -> dict[str, float]:
@@ -168,6 +172,14 @@ class Ctx:
         return {None: self.per["full"], "selective": self.per["selective"], "selective_op": self.per["selective_op"],
                 "full": self.per["checkpoint"]}[self.w.ac_mode]
 
+    def gathered_bytes(self, params: float) -> float:
+        """The bytes of `params` parameters of one all-gathered block: a B each, but QLoRA's NF4 weights,
+        which FSDP2 gathers and keeps in NF4 (the per-tensor bytes included)."""
+        nf4 = self.sz.nf4 / self.w.spec.num_layers  # one block's
+        if not nf4:
+            return self.a * params
+        return self.a * (params - nf4) + nf4_bytes(nf4) + NF4_TENSOR_BYTES * len(target_kinds(self.w.spec))
+
     @property
     def params(self) -> str:
         return f"{count(self.sz.total)} params"
@@ -184,10 +196,24 @@ def _term(key: str, name: str, nbytes: float, formula: str, phases: tuple[str, .
 # --- state ------------------------------------------------------------------------------------
 
 def parameters(c: Ctx) -> MemoryTerm | None:
-    """4·P / shards: FSDP2's fp32 parameter shards (the model is built in fp32)."""
+    """4·P / shards: FSDP2's fp32 parameter shards (the model is built in fp32); with QLoRA all but
+    the NF4 base's (nf4_base)."""
     g, pp = c.w.layout.sharding_group, c.w.layout.pp
-    return _term("parameters", "parameters (fp32 shards)", 4 * c.sz.total / c.shards,
-                 f"4 B x {c.params} / (sharding group {g} x tp {c.t}{f' x pp {pp}' if pp > 1 else ''})",
+    fp32 = c.sz.total - c.sz.nf4
+    return _term("parameters", "parameters (fp32 shards)", 4 * fp32 / c.shards,
+                 f"4 B x {count(fp32) + ' params' if c.sz.nf4 else c.params} / (sharding group {g} x tp {c.t}"
+                 f"{f' x pp {pp}' if pp > 1 else ''})", ("init",) + STEADY)
+
+
+def nf4_base(c: Ctx) -> MemoryTerm | None:
+    """QLoRA: the blocks' linear weights in NF4, nf4_bytes of their shard (4.13 bits a weight: codes,
+    int8 scales, the scales' fp32 factors) and NF4_TENSOR_BYTES for each tensor whole on every rank.
+    Not in a checkpoint (container.models.qlora)."""
+    if not c.sz.nf4:
+        return None
+    tensors = c.w.spec.num_layers * len(target_kinds(c.w.spec)) / c.w.layout.pp
+    return _term("nf4_base", "NF4 base (QLoRA)", nf4_bytes(c.sz.nf4 / c.shards) + NF4_TENSOR_BYTES * tensors,
+                 f"0.516 B x {count(c.sz.nf4)} NF4 weights / {c.shards} + 68 B x {tensors:.0f} tensors",
                  ("init",) + STEADY)
 
 
@@ -260,6 +286,8 @@ def gathered_forward(c: Ctx) -> MemoryTerm | None:
     matmul = c.sz.block_matmul - (c.sz.block - c.sz.block_gathered)
     per_block = (matmul * (1 if fp8_gather else c.a) + (c.sz.block - c.sz.block_matmul) * c.a) / c.t
     size = "1 B (FP8 all-gather)" if fp8_gather else f"{c.a} B"
+    if c.sz.nf4:  # QLoRA (no FP8, no ep): the base's weights gathered in NF4
+        per_block, size = c.gathered_bytes(c.sz.block_gathered) / c.t, f"{c.a} B (NF4 weights 0.516 B)"
     return _term("gathered_forward", "all-gathered blocks (forward)", 2 * per_block,
                  f"2 blocks x {count(c.sz.block_gathered)} params x {size} / tp {c.t}: the running block and the "
                  "prefetched one", ("forward",))
@@ -278,8 +306,9 @@ def gathered_backward(c: Ctx) -> MemoryTerm | None:
         return _term("gathered_backward", "running block's gradient (backward)", a * block / c.t,
                      f"{a} B x {count(block)} / tp {c.t}: before it is added to the stage's fp32 gradients", BACKWARD)
     return _term("gathered_backward", "all-gathered block + grads (backward)",
-                 (2 * a * block + (a + 4) * grad) / c.t + 4 * grad / c.shards,
-                 f"({a}+{a} B params, running and prefetched) x {count(block)} + ({a} B gradient + 4 B fp32 "
+                 (2 * c.gathered_bytes(block) + (a + 4) * grad) / c.t + 4 * grad / c.shards,
+                 f"({a}+{a} B params{' (NF4 weights 0.516 B)' if c.sz.nf4 else ''}, running and prefetched) x "
+                 f"{count(block)} + ({a} B gradient + 4 B fp32 "
                  f"reduce-scatter input) x {count(grad)} / tp {c.t} + its fp32 gradient shard", BACKWARD)
 
 
@@ -290,7 +319,8 @@ def kept_unsharded(c: Ctx) -> MemoryTerm | None:
     if not w.fsdp or w.reshard_after_forward:
         return None
     L = w.spec.num_layers
-    return _term("kept_unsharded", "blocks kept unsharded after forward", L * c.a * c.sz.block_gathered / c.t,
+    return _term("kept_unsharded", "blocks kept unsharded after forward",
+                 L * c.gathered_bytes(c.sz.block_gathered) / c.t,
                  f"{L} blocks x {c.a} B x {count(c.sz.block_gathered)} / tp {c.t} (sharding_strategy shard_grad_op)",
                  ("loss",) + LAST_BLOCK)
 
@@ -518,6 +548,21 @@ def attention(c: Ctx) -> MemoryTerm | None:
                  ("backward_attention", "first_block_attention"))
 
 
+def nf4_dequantize(c: Ctx) -> MemoryTerm | None:
+    """20 B x the largest NF4 weight: torchao dequantizes a weight for each of its matmuls, forward and
+    backward (LinearNF4), holding at once its codes as int64 (8 B a weight), their levels and the
+    scaled levels in fp32 (4 + 4 B) and their interleaved stack (4 B), before the cast to the
+    compute dtype."""
+    if not c.sz.nf4:
+        return None
+    s = c.w.spec
+    kind = max(target_kinds(s), key=lambda k: math.prod(kind_shape(s, k)))
+    largest = math.prod(kind_shape(s, kind))
+    return _term("nf4_dequantize", "NF4 dequantization temporaries", 20 * largest,
+                 f"20 B x {count(largest)} ({kind}: int64 codes, fp32 levels, scaled levels and their stack)",
+                 ("forward",) + BACKWARD)
+
+
 def fp8_weights(c: Ctx) -> MemoryTerm | None:
     """blocks·b·P_block_matmul/t with FP8: Transformer Engine keeps each weight's FP8 cast and
     its transpose for backward (b = 2), torchao its FP8 cast (b = 1); for the running block
@@ -534,11 +579,12 @@ def fp8_weights(c: Ctx) -> MemoryTerm | None:
                  ACTIVE if not w.ac_mode else ("forward",) + BACKWARD)
 
 
-TERMS = (parameters, optimizer_state, gradients, optimizer_temporaries, rope_tables, eager_init,
+TERMS = (parameters, nf4_base, optimizer_state, gradients, optimizer_temporaries, rope_tables, eager_init,
          root_unsharded, gathered_forward, gathered_backward, kept_unsharded, pipeline_accumulation, head_gradient,
          root_reduce_scatter, running_gradients, block_gradients, activations, lora_dropout_activations,
          first_block_activations,
-         final_norm_and_head_input, block_forward, logits, block_backward, mlp_backward, attention, fp8_weights)
+         final_norm_and_head_input, block_forward, logits, block_backward, mlp_backward, attention, fp8_weights,
+         nf4_dequantize)
 
 
 def terms(w: Workload) -> list[MemoryTerm]:

@@ -111,7 +111,7 @@ def planned_figures(estimate: MemoryEstimate) -> dict[str, int]:
     """The planner's bytes for what a trace measures: the held terms, and the largest step phase's
     live tensors (its "init" phase, model construction, is no training step and is not traced)."""
     step = {phase: gib for phase, gib in estimate.phases.items() if phase != "init"}
-    return {"parameter_bytes": round(estimate.gib("parameters") * 2**30),
+    return {"parameter_bytes": round((estimate.gib("parameters") + estimate.gib("nf4_base")) * 2**30),
             "gradient_bytes": round(estimate.gib("gradients") * 2**30),
             "optimizer_bytes": round(estimate.gib("optimizer") * 2**30),
             "peak_bytes": round(max(step.values()) * 2**30)}

@@ -49,13 +49,16 @@ SCRIPT_PROGRAM = ("AWS's SMP v2 reference program for your script: FSDP over the
 LORA_ACTIVATIONS = ("; use_peft=1: the frozen base without gradients or optimizer state, the adapters' (and the "
                     "modules trained whole) with them; activations as the full fine-tune's (each adapter's dropped "
                     "input kept for backward is not modelled yet, docs/lora.md)")
+QLORA_BASE = ("; load_in_4bit=1: the blocks' linear weights in NF4, sharded and all-gathered, and one weight's "
+              "dequantization at a time (docs/lora.md)")
 
 
 def modeled_program(job: ValidatedJob) -> str:
     """What the plan models, for its first line (docs/own-scripts.md)."""
     if job.kind.runtime:
         hp = job.config.hyperparameters
-        return RUNTIME_PROGRAM + (COMPILED if job.settings.compile else "") + (LORA_ACTIVATIONS if hp.use_peft else "")
+        return (RUNTIME_PROGRAM + (COMPILED if job.settings.compile else "") + (LORA_ACTIVATIONS if hp.use_peft else "")
+                + (QLORA_BASE if hp.use_peft and hp.load_in_4bit else ""))
     sdp = job.config.distribution.parameters.sharded_data_parallel_degree if job.config.distribution else None
     if sdp:  # an SMP v1 job: its sharding group is the layout's shard degree (wire.training.layout)
         return (f"{SCRIPT_PROGRAM}; SMP v1's sharded data parallelism (MiCS) as SMP v2's hybrid sharding, "

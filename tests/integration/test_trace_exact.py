@@ -8,7 +8,8 @@ figures change: the control), hybrid sharding that replicates the whole model on
 context parallelism (its K/V all-gathers among the collectives), expert parallelism on the tiny
 Mixtral (its tokens' all-to-alls among the collectives), pipeline parallelism (each rank one stage,
 its sends and receives among the collectives), FSDP2 with two accumulation passes a step, LoRA
-(all-linear adapters of rank 4 on the frozen base, sharded with it), and at
+(all-linear adapters of rank 4 on the frozen base, sharded with it), QLoRA (the same on an NF4 base, a
+tiny Llama whose linear layers NF4 quantizes whole: tests/support/nf4_reference.py), and at
 world 4 HSDP: 2 replicas of a 2-way shard (the replicas' gradient all-reduce among the collectives).
 The collectives are compared too: each rank's second step of the real run counted by the trace's own
 counter (tests/support/counted_steps.py) against the trace's traced step: kind, group, count, bytes.
@@ -27,8 +28,11 @@ from container.args import parse_args
 from container.distributed.runtime import distribution_parameters
 from launcher.wire.trace_record import TraceRequest, spec_to_dict
 from launcher.wire.training.degrees import script_arguments
+from launcher.wire.training.hf_config import spec_from_hf_config
 from launcher.wire.training.models import PRESETS
 from tests.support.counted_steps import counted_rank, trace_world
+from tests.support.hf_models import llama_config, save_llama
+from tests.support.nf4_reference import QLORA_SHAPES
 from tests.support.train_runs import TINY, run_train
 
 HOLDS = re.compile(r"rank (\d+) holds .*\(([\d,]+) / ([\d,]+) / ([\d,]+) B\)")
@@ -37,10 +41,12 @@ LAYOUTS = {"fsdp2": (2, "hybrid_shard_degree=2"), "tp2": (2, "tensor_parallel_de
            "replicated": (2, "hybrid_shard_degree=1"), "cp2": (2, "context_parallel_degree=2"),
            "hsdp4": (4, "hybrid_shard_degree=2"), "ep2": (2, "expert_parallel_degree=2"),
            "pp2": (2, "pipeline_parallel_degree=2,microbatches=2"), "fsdp2_accum2": (2, "hybrid_shard_degree=2"),
-           "lora_fsdp2": (2, "hybrid_shard_degree=2")}
+           "lora_fsdp2": (2, "hybrid_shard_degree=2"), "qlora_fsdp2": (2, "hybrid_shard_degree=2")}
 EXTRA = {"ep2": {"model_preset": "mixtral-tiny", "train_batch_size": 2},  # its experts split over the 2 ranks
          "fsdp2_accum2": {"gradient_accumulation_steps": 2},  # the root's forward twice a step
-         "lora_fsdp2": {"use_peft": 1, "lora_target_modules": "all-linear", "lora_r": 4}}  # adapters on a frozen base
+         "lora_fsdp2": {"use_peft": 1, "lora_target_modules": "all-linear", "lora_r": 4},  # adapters on a frozen base
+         "qlora_fsdp2": {"use_peft": 1, "lora_target_modules": "all-linear", "lora_r": 4, "load_in_4bit": 1,
+                         "model_preset": None}}  # the base: QLORA_SHAPES' (the runs fixture writes it)
 
 
 def logged_holdings(tmp: Path) -> dict[int, tuple[int, int, int]]:
@@ -57,7 +63,7 @@ def counted_collectives(tmp: Path, world: int) -> dict[int, list[dict]]:
 
 
 def traced_ranks(tmp: Path, world: int, mp_parameters: str, hyperparameters: dict) -> dict[int, dict]:
-    argv = [f"--{k}={v}" for k, v in {**TINY, **hyperparameters}.items()] + [
+    argv = [f"--{k}={v}" for k, v in {**TINY, **hyperparameters}.items() if v is not None] + [
         f"--mp_parameters={mp_parameters}", f"--output_data_dir={tmp}/out", f"--model_dir={tmp}/model",
         f"--checkpoint_dir={tmp}/checkpoints"]
     hp, _, pairs = parse_args(argv)
@@ -65,8 +71,15 @@ def traced_ranks(tmp: Path, world: int, mp_parameters: str, hyperparameters: dic
     requests = [TraceRequest(rank=rank, world_size=world, processes_per_host=world,
                              hyperparameters=hp.model_dump(mode="json", exclude_unset=True),
                              mp_parameters=params.model_dump(mode="json", exclude_unset=True),
-                             model=spec_to_dict(PRESETS[hp.model_preset])).to_json() for rank in range(world)]
+                             model=spec_to_dict(_spec(hp))).to_json() for rank in range(world)]
     return trace_world(requests, tmp)
+
+
+def _spec(hp):
+    if hp.model_preset:
+        return PRESETS[hp.model_preset]
+    config = json.loads((Path(hp.hf_pretrained_model_name_or_dir) / "config.json").read_text())
+    return spec_from_hf_config(config, "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +89,9 @@ def runs(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     for name, (world, layout) in LAYOUTS.items():
         tmp = tmp_path_factory.mktemp(name)
         extra = {"max_steps": 2, "bf16": 1, **EXTRA.get(name, {})}
+        if extra.get("load_in_4bit"):
+            save_llama(tmp / "base", llama_config(**QLORA_SHAPES))
+            extra["hf_pretrained_model_name_or_dir"] = str(tmp / "base")
         run_train(tmp, world, rank=counted_rank, mp_parameters=layout, **extra)
         out[name] = (tmp, traced_ranks(tmp, world, layout, extra))
     return out
@@ -104,6 +120,7 @@ def test_the_layouts_hold_different_figures(holdings):
     assert holdings["hsdp4"][0][0] == rank0["fsdp2"]  # 2 replicas of a 2-way shard: each rank holds half
     assert holdings["fsdp2_accum2"][0] == holdings["fsdp2"][0]  # accumulation holds what one pass holds
     lora, full = holdings["lora_fsdp2"][0][0], rank0["fsdp2"]
+    assert holdings["qlora_fsdp2"][0][0][0] == 701_000  # the NF4 base's shards: the planner's figure (test_plan_memory)
     assert lora[0] > full[0] and lora[1] < full[1] / 10  # the base and its adapters; the adapters' gradients
     # pipeline stages hold their own layers whole: the embedding's stage and the head's differ
     assert holdings["pp2"][0][0] != holdings["pp2"][0][1]

@@ -10,7 +10,7 @@ import pytest
 from launcher.config import validate_job
 from launcher.wire.training.hf_config import spec_from_hf_config
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
-from launcher.wire.training.lora import describe, lora_settings, trainable_parameters
+from launcher.wire.training.lora import describe, lora_settings, model_lora_issues, trainable_parameters
 from launcher.wire.training.models import PRESETS
 from tests.support.config_checks import MP, issues_of, only_issue, paths
 from tests.support.hf_models import llama_config
@@ -37,7 +37,7 @@ def test_trl_names_are_typed_and_a_list_arrives_as_the_toolkit_writes_it():
     ({"lora_target_modules": "q_proj,qproj"}, "lora_target_modules", "no linear layer of this name"),
     ({"lora_target_modules": "lm_head"}, "lora_target_modules", "not yet"),
     ({"use_dora": 1}, "use_dora", "DoRA is not implemented"),
-    ({"load_in_4bit": 1}, "load_in_4bit", "not yet"),
+    ({"load_in_4bit": 1, "delayed_param": 1}, "delayed_param", "with load_in_4bit (QLoRA) not yet"),
     ({"compile": 1}, "compile", "does not compose"),
     ({"lora_modules_to_save": "norm"}, "lora_modules_to_save", "not a module"),
 ])
@@ -53,6 +53,56 @@ def test_tensor_parallelism_is_refused_with_adapters_and_not_without(runtime_dir
     assert "does not compose" in only_issue(make_job(runtime_dir, hp=LORA, params=params),
                                             f"{MP}.tensor_parallel_degree")[0].problem
     assert paths(make_job(runtime_dir, params=params)) == []
+
+
+def test_qlora_is_accepted_with_adapters_and_refused_without(runtime_dir):
+    assert paths(make_job(runtime_dir, hp={**LORA, "load_in_4bit": 1, "merge_weights": 1})) == []
+    issue = only_issue(make_job(runtime_dir, hp={"load_in_4bit": 1}), "hyperparameters.load_in_4bit")[0]
+    assert "needs use_peft" in issue.problem and "use_peft: 1" in issue.fix
+
+
+def test_qlora_refuses_a_model_whose_layers_torchao_cannot_quantize_whole():
+    """llama3-tiny's q_proj is 64 x 64 = 4,096 weights: not whole blocks of 64 x 256; Llama 3.1 8B's are."""
+    hp = TrainingHyperparameters(use_peft=True, load_in_4bit=True)
+    [issue] = model_lora_issues(hp, PRESETS["llama3-tiny"])
+    assert issue.path == "hyperparameters.load_in_4bit" and "q_proj 64x64" in issue.problem
+    assert model_lora_issues(hp, PRESETS["llama3.1-8b"]) == []  # control
+    assert model_lora_issues(TrainingHyperparameters(use_peft=True), PRESETS["llama3-tiny"]) == []
+
+
+def test_qlora_refuses_fsdp_shards_that_would_split_a_block_of_scales(runtime_dir):
+    """Llama 3.1 8B's k_proj, 1024 x 4096 = 256 blocks of 64 x 256: 512 ranks in one sharding group
+    would cut it into half-blocks; 8 (hybrid_shard_degree) would not."""
+    hp = {**LORA, "load_in_4bit": 1}
+    job = make_job(runtime_dir, hp=hp, instance_count=64, params={"hybrid_shard_degree": 512})
+    [issue] = only_issue(job, "hyperparameters.load_in_4bit")
+    assert "k_proj 1024x4096, v_proj 1024x4096 weights cut into 512 FSDP shards" in issue.problem
+    assert "hybrid_shard_degree" in issue.fix
+    assert paths(make_job(runtime_dir, hp=hp, instance_count=64, params={"hybrid_shard_degree": 8})) == []
+
+
+def test_validate_shows_the_nf4_base_beside_the_trainable_share():
+    spec = PRESETS["llama3.1-8b"]
+    lora = lora_settings(TrainingHyperparameters(use_peft=True, load_in_4bit=True, lora_target_modules="all-linear"),
+                         spec)
+    assert describe(spec, lora) == ("LoRA r 16, alpha 32 on 7 module kinds x 32 layers: 41.9M trainable of 8.07B, "
+                                    "0.52%; base NF4, block 64 (scales int8, block 256)")
+
+
+def test_qlora_without_torchao_exits_2_naming_the_extra(monkeypatch, caplog):
+    from container.models import qlora
+    from container.trainer import refuse_unimplemented
+
+    def missing(name):
+        raise ImportError(f"No module named {name!r}")
+
+    hp = TrainingHyperparameters(use_peft=True, load_in_4bit=True)
+    refuse_unimplemented(hp)  # the control: torchao is installed here
+    monkeypatch.setattr(qlora, "torchao_module", missing)
+    with pytest.raises(SystemExit) as exited:
+        refuse_unimplemented(hp)
+    assert exited.value.code == 2 and "pip install 'smlaunch[qlora]'" in caplog.text
+    refuse_unimplemented(TrainingHyperparameters(use_peft=True))  # plain LoRA does not need it
 
 
 def test_a_lora_setting_without_use_peft_is_said_to_do_nothing(runtime_dir):
@@ -106,7 +156,7 @@ def test_a_resume_keeps_the_adapters_the_checkpoint_holds():
     saved = identity(use_peft=True, lora_r=8).record()
     assert saved["adapters"] == "r 8, alpha 32 on q_proj,v_proj"
     assert identity(use_peft=True, lora_r=8, lora_dropout=0.2, merge_weights=True).conflicts(saved) == []  # control
-    for other in ({"use_peft": True, "lora_r": 16}, {}):
+    for other in ({"use_peft": True, "lora_r": 16}, {}, {"use_peft": True, "lora_r": 8, "load_in_4bit": True}):
         [line] = identity(**other).conflicts(saved)
         assert line.startswith("LoRA adapters (use_peft, lora_r,") and "train the adapters the checkpoint" in line
 
@@ -117,6 +167,9 @@ def test_the_plan_says_what_it_models_of_a_lora_job(runtime_dir):
     said = modeled_program(validate_job(make_job(runtime_dir, hp=LORA)))
     assert "the frozen base without gradients or optimizer state" in said and "not modelled yet" in said
     assert "use_peft" not in modeled_program(validate_job(make_job(runtime_dir)))
+    assert "load_in_4bit" not in said
+    qlora = validate_job(make_job(runtime_dir, hp={**LORA, "load_in_4bit": 1}))
+    assert "linear weights in NF4" in modeled_program(qlora)
 
 
 def test_the_runtime_refuses_what_validation_refuses():

@@ -308,3 +308,40 @@ def test_a_lora_job_holds_gradients_and_optimizer_state_for_its_adapters_only():
     assert adapted.gib("lora_dropout") == 0  # every block checkpointed (the seed's full AC)
     uncheckpointed = estimate_workload(replace(full, lora=lora, ac_mode=None))
     assert uncheckpointed.gib("lora_dropout") > 0
+
+
+def test_a_qlora_job_s_base_is_planned_in_nf4():
+    """load_in_4bit on llama3.1-8b, all-linear r 16, 8 ranks: 32 x (4096 x 4096 x 2 + 1024 x 4096 x 2 +
+    14336 x 4096 x 3) = 6,979,321,856 NF4 weights, 872,415,232 a rank: 436,207,616 B of 4-bit codes +
+    13,631,488 int8 scales (one per 64) + 212,992 fp32 factors (one per 64 x 256) + 224 tensors x 68 B
+    (each one's scales' mean and level table); the other 1,092,882,432 parameters (embeddings, norms,
+    adapters) fp32 shards, 546,441,216 B. The tiny Llama of tests/support/nf4_reference.py at world 2:
+    701,000 B, what a real run and its trace hold (measured: container.holdings, test_trace_exact)."""
+    from launcher.wire.training.hf_config import spec_from_hf_config
+    from launcher.wire.training.lora import LoraSettings, target_kinds
+    from tests.support.hf_models import llama_config
+    from tests.support.nf4_reference import QLORA_SHAPES
+
+    full = workload_of(seed("p4d-cp8"))
+    lora = LoraSettings(r=16, alpha=32, dropout=0.05, targets=target_kinds(SPEC_8B))
+    qlora = estimate_workload(replace(full, lora=replace(lora, nf4=True)))
+    expected = 436_207_616 + 13_631_488 + 212_992 + 224 * 68 + 546_441_216
+    assert qlora.gib("parameters") + qlora.gib("nf4_base") == pytest.approx(expected / GIB, rel=1e-12)
+    assert qlora.gib("parameters") == pytest.approx(546_441_216 / GIB, rel=1e-12)  # what a checkpoint holds
+    assert qlora.gib("gradients") == estimate_workload(replace(full, lora=lora)).gib("gradients")  # adapters' only
+    assert estimate_workload(replace(full, lora=lora)).gib("nf4_base") == 0  # the control: an fp32 base
+    # the running and the prefetched block all-gathered: the NF4 weights (218,103,808 a block) in NF4, the
+    # rest (norms, adapters: 1,318,912) in bf16; and one dequantization of the largest weight, gate_proj's
+    block_nf4, rest = 218_103_808, 8_192 + 1_310_720
+    gathered = 2 * (2 * rest + block_nf4 / 2 + block_nf4 / 64 + 4 * block_nf4 / 16384 + 7 * 68)
+    assert qlora.gib("gathered_forward") == pytest.approx(gathered / GIB, rel=1e-12)
+    assert qlora.gib("nf4_dequantize") == pytest.approx(20 * 14336 * 4096 / GIB, rel=1e-12)
+    lora_only = estimate_workload(replace(full, lora=lora))
+    assert lora_only.gib("gathered_forward") == pytest.approx(2 * 2 * (block_nf4 + rest) / GIB, rel=1e-12)
+    assert lora_only.gib("nf4_dequantize") == 0
+
+    tiny = spec_from_hf_config(llama_config(**QLORA_SHAPES).to_dict(), "tiny")
+    two = ParallelLayout(world=2, dp_replicate=1, dp_shard=2, cp=1, tp=1, pp=1)
+    tiny_qlora = LoraSettings(r=4, alpha=8, dropout=0.0, targets=target_kinds(tiny), nf4=True)
+    planned = estimate_workload(replace(full, spec=tiny, layout=two, lora=tiny_qlora))
+    assert (planned.gib("parameters") + planned.gib("nf4_base")) * GIB == pytest.approx(701_000, abs=1e-6)

@@ -1,9 +1,10 @@
 """LoRA (low-rank adapters) as a job asks for it, under TRL's names so a TRL user's hyperparameters
 carry over (`use_peft`, `lora_r`, `lora_alpha`, `lora_dropout`, `lora_target_modules`,
-`lora_modules_to_save`, `use_rslora`) and HyperPod's `merge_weights`: the hyperparameters, what
-they resolve to for a model (`LoraSettings`), the checks client and runtime both run
-(`lora_issues`), and the trainable share validate prints. Torch-free; the runtime's adapters are
-container.models.lora, docs/lora.md says what is supported.
+`lora_modules_to_save`, `use_rslora`), QLoRA's `load_in_4bit` (an NF4 base) and HyperPod's
+`merge_weights`: the hyperparameters, what they resolve to for a model (`LoraSettings`), the checks
+client and runtime both run (`lora_issues`), and the trainable share validate prints. Torch-free; the
+runtime's adapters are container.models.lora, its NF4 base container.models.qlora, docs/lora.md says
+what is supported.
 
 Module names are Hugging Face's, as peft takes them (`q_proj`, `query_key_value`, ...): a target is
 a kind of linear layer, present in every block. `all-linear` means what it means to peft: every
@@ -32,6 +33,18 @@ _PEFT_DEFAULTS = {"llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj")
 _SAVED_MODULES = {"llama": ("embed_tokens", "lm_head"), "gpt_neox": ("embed_in", "embed_out")}
 # what smlaunch's runtime cannot yet do with adapters: refused by name rather than run without them
 _NOT_YET = "smlaunch's LoRA does not compose with it yet (docs/lora.md)"
+# QLoRA's NF4 base (torchao's NF4Tensor, as torchtune and bitsandbytes quantize it): one absmax scale
+# per 64 weights, the scales themselves quantized to int8 in blocks of 256 (double quantization)
+NF4_BLOCK, NF4_SCALER_BLOCK = 64, 256
+QLORA_EXTRA = "pip install 'smlaunch[qlora]'"
+# what torchao keeps of each NF4 weight tensor whole on every rank: its scales' mean (fp32) and the 16 levels (fp32)
+NF4_TENSOR_BYTES = 4 + 16 * 4
+
+
+def nf4_bytes(weights: float) -> float:
+    """The bytes of `weights` NF4 weights (a tensor or its shard): 4 bits each, an int8 scale per 64 and
+    an fp32 factor per 64 x 256 (the scales' blocks); NF4_TENSOR_BYTES more per tensor."""
+    return weights / 2 + weights / NF4_BLOCK + 4 * weights / (NF4_BLOCK * NF4_SCALER_BLOCK)
 
 
 class LoraHyperparameters(BaseModel):
@@ -53,7 +66,9 @@ class LoraHyperparameters(BaseModel):
                           "(embed_tokens, lm_head).")
     use_rslora: bool | None = Field(None, description="LoRA: rank-stabilised scaling alpha/sqrt(r) instead of alpha/r.")
     use_dora: bool | None = Field(None, description="DoRA: refused by smlaunch's train.py (not implemented).")
-    load_in_4bit: bool | None = Field(None, description="QLoRA's 4-bit base: refused by smlaunch's train.py (not yet).")
+    load_in_4bit: bool | None = Field(
+        None, description="QLoRA: the frozen base's linear layers (all but the head) held in NF4, block 64 "
+                          "(torchao's NF4Tensor); with use_peft only (docs/lora.md).")
     merge_weights: bool | None = Field(
         None, description="LoRA: model.tar.gz also holds the merged model under merged/ (HyperPod's name).")
 
@@ -78,6 +93,7 @@ class LoraSettings:
     modules_to_save: tuple[str, ...] = ()
     rslora: bool = False
     merge: bool = False
+    nf4: bool = False  # QLoRA: the frozen base's linear layers in NF4 (load_in_4bit)
 
     @property
     def scaling(self) -> float:
@@ -116,7 +132,7 @@ def lora_settings(hp, spec: ModelSpec) -> LoraSettings | None:
         **{name: getattr(default, name) if value is None else value for name, value in given.items()},
         targets=tuple(k for k in target_kinds(spec) if k in targets),
         modules_to_save=tuple(hp.lora_modules_to_save or ()),
-        rslora=bool(hp.use_rslora), merge=bool(hp.merge_weights))
+        rslora=bool(hp.use_rslora), merge=bool(hp.merge_weights), nf4=bool(hp.load_in_4bit))
 
 
 def _asked(hp) -> list[str]:
@@ -126,23 +142,23 @@ def _asked(hp) -> list[str]:
 
 
 def lora_issues(hp, params, degrees_path: str = "mp_parameters") -> list[Issue]:
-    """What the runtime refuses of a job's LoRA before it builds anything, the model unknown: DoRA and
-    QLoRA by name, values peft would refuse, the layouts and features adapters do not compose with yet
-    (`params`: the job's ModelParallelParameters, named under `degrees_path`). A LoRA setting without
-    use_peft is a warning."""
+    """What the runtime refuses of a job's LoRA before it builds anything, the model unknown: DoRA by
+    name, QLoRA without adapters, values peft would refuse, the layouts and features adapters (and
+    QLoRA's NF4 base) do not compose with yet (`params`: the job's ModelParallelParameters, named under
+    `degrees_path`). A LoRA setting without use_peft is a warning."""
     issues = []
     if hp.use_dora:
         issues.append(Issue(f"{HP}.use_dora", hp.use_dora, "DoRA is not implemented by smlaunch's train.py",
                             "remove use_dora to train plain LoRA adapters (docs/lora.md)"))
-    if hp.load_in_4bit:
-        issues.append(Issue(f"{HP}.load_in_4bit", hp.load_in_4bit, "QLoRA's 4-bit (NF4) base is not yet "
-                            "implemented by smlaunch's train.py", "remove load_in_4bit: the base then trains "
-                            "frozen in its own dtype (docs/lora.md)"))
     if not hp.use_peft:
+        if hp.load_in_4bit:  # an NF4 model cannot train whole: refused, not trained in full precision
+            issues.append(Issue(f"{HP}.load_in_4bit", hp.load_in_4bit, "QLoRA's NF4 base is frozen under LoRA's "
+                                "adapters, so it needs use_peft", "set use_peft: 1 (QLoRA), or remove load_in_4bit "
+                                "to train the whole model"))
         return issues + [Issue(f"{HP}.{name}", getattr(hp, name), "does nothing without use_peft: the whole model "
                                "trains", "set use_peft: 1 to train adapters, or remove it", level="warning")
                          for name in _asked(hp)]
-    return issues + _value_issues(hp) + _composition_issues(hp, params, degrees_path)
+    return issues + _value_issues(hp) + _composition_issues(hp, params, degrees_path) + _nf4_issues(hp, params)
 
 
 def _value_issues(hp) -> list[Issue]:
@@ -174,9 +190,21 @@ def _composition_issues(hp, params, degrees_path: str) -> list[Issue]:
                   "use_peft") for name, value in refused]
 
 
-def model_lora_issues(hp, spec: ModelSpec) -> list[Issue]:
-    """The targets and saved modules against the model's own (Hugging Face's names), and the models
-    the adapters do not cover yet (a mixture of experts)."""
+def _nf4_issues(hp, params) -> list[Issue]:
+    """What QLoRA's NF4 base does not compose with yet: a delayed init (the base is loaded and
+    quantized whole on each rank before it is sharded)."""
+    delayed = hp.delayed_param or params.delayed_parameter_initialization
+    if not (hp.load_in_4bit and delayed):
+        return []
+    return [Issue(f"{HP}.delayed_param", delayed, "with load_in_4bit (QLoRA) not yet: the NF4 base is loaded and "
+                  "quantized on every rank before it is sharded", "remove delayed_param (and "
+                  "delayed_parameter_initialization), or load_in_4bit to train LoRA on the base in its own dtype")]
+
+
+def model_lora_issues(hp, spec: ModelSpec, shards: int = 1) -> list[Issue]:
+    """The targets and saved modules against the model's own (Hugging Face's names), the models the
+    adapters do not cover yet (a mixture of experts), and QLoRA's layers against NF4's blocks in each of
+    `shards` FSDP shards (the sharding group)."""
     if not hp.use_peft:
         return []
     if spec.is_moe:
@@ -192,6 +220,7 @@ def model_lora_issues(hp, spec: ModelSpec) -> list[Issue]:
         elif name not in kinds:
             issues.append(Issue(f"{HP}.lora_target_modules", name, f"{spec.name} has no linear layer of this name",
                                 did_you_mean(name, kinds) or f"name some of {', '.join(kinds)}, or {ALL_LINEAR}"))
+    issues += _nf4_shape_issues(hp, spec, shards)
     for name in hp.lora_modules_to_save or []:
         if name not in saved:
             issues.append(Issue(f"{HP}.lora_modules_to_save", name, "not a module smlaunch trains whole beside "
@@ -200,6 +229,23 @@ def model_lora_issues(hp, spec: ModelSpec) -> list[Issue]:
             issues.append(Issue(f"{HP}.lora_modules_to_save", name, f"{spec.name} ties its embedding and head: "
                                 f"{_NOT_YET}", "remove lora_modules_to_save"))
     return issues
+
+
+def _nf4_shape_issues(hp, spec: ModelSpec, shards: int) -> list[Issue]:
+    """torchao's NF4 quantizes a weight whole blocks of scales at a time, and FSDP cuts it by rows:
+    each linear layer's weights a multiple of 64 x 256 (the blocks of weights and of scales) in each
+    of `shards` shards, its rows a multiple of `shards`."""
+    unit = NF4_BLOCK * NF4_SCALER_BLOCK
+    shapes = {kind: kind_shape(spec, kind)[::-1] for kind in target_kinds(spec)}  # (out, in): the weight's
+    odd = [f"{kind} {rows}x{columns}" for kind, (rows, columns) in shapes.items()
+           if (rows * columns) % (unit * shards) or rows % shards] if hp.load_in_4bit else []
+    if not odd:
+        return []
+    cut = f" cut into {shards} FSDP shards" if shards > 1 else ""
+    return [Issue(f"{HP}.load_in_4bit", hp.load_in_4bit, f"{spec.name}'s {', '.join(odd)} weights{cut} are not "
+                  f"whole blocks of {unit} ({NF4_BLOCK}-weight blocks in {NF4_SCALER_BLOCK}-scale blocks), which "
+                  "torchao's NF4 quantizes whole", ("shard over fewer ranks (hybrid_shard_degree), or " if cut else "")
+                  + "remove load_in_4bit to train LoRA on the base in its own dtype")]
 
 
 def trainable_parameters(spec: ModelSpec, lora: LoraSettings) -> tuple[int, int]:
@@ -216,8 +262,9 @@ def describe(spec: ModelSpec, lora: LoraSettings) -> str:
     trainable, total = trainable_parameters(spec, lora)
     rslora = " (rsLoRA)" if lora.rslora else ""
     saved = f" + {', '.join(lora.modules_to_save)} whole" if lora.modules_to_save else ""
+    base = f"; base NF4, block {NF4_BLOCK} (scales int8, block {NF4_SCALER_BLOCK})" if lora.nf4 else ""
     return (f"LoRA r {lora.r}, alpha {lora.alpha}{rslora} on {len(lora.targets)} module kinds x {spec.num_layers} "
-            f"layers{saved}: {_count(trainable)} trainable of {_count(total)}, {100 * trainable / total:.2f}%")
+            f"layers{saved}: {_count(trainable)} trainable of {_count(total)}, {100 * trainable / total:.2f}%{base}")
 
 
 def _count(n: int) -> str:

@@ -158,7 +158,7 @@ def adapters_text(lora: LoraSettings | None) -> str:
         return "none (the whole model trains)"
     saved = f", {', '.join(lora.modules_to_save)} whole" if lora.modules_to_save else ""
     return (f"r {lora.r}, alpha {lora.alpha}{' (rsLoRA)' if lora.rslora else ''} on {','.join(lora.targets)}"
-            f"{saved}")
+            f"{saved}{', an NF4 base (load_in_4bit)' if lora.nf4 else ''}")
 
 
 def batch_fix(saved_batch: int, data_parallel: int) -> str:
