@@ -173,3 +173,25 @@ def test_the_runtime_takes_the_lost_ranks_share_by_accumulation_only_after_a_shr
     assert (settings(rt, hp).micro_batch, settings(rt, hp).grad_accum) == (2, 3)  # control: no shrink
     monkeypatch.setenv(ORIGINAL_WORLD_ENV, "2")
     assert (settings(rt, hp).micro_batch, settings(rt, hp).grad_accum) == (2, 6)  # the global batch of 2 ranks: 12
+
+
+def test_on_slurm_a_node_gone_with_no_spare_or_a_host_gone_injection_leaves_it_to_min_instance_count(
+        tmp_path, monkeypatch):
+    """The Slurm runner's reason names no advice against shrinking where the job may shrink."""
+    from launcher.local.spec import RunnerError
+    from launcher.slurm import commands
+    from launcher.slurm.runner import SlurmRunner
+
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setattr(commands, "hostnames", lambda nodelist: ["n1", "n2"])
+    monkeypatch.setattr(commands, "job_nodes", lambda job_id: ["n1"])  # n2 left the allocation
+    for least, advice in ((1, False), (0, True)):
+        job = _spec(tmp_path / str(least), least=least)
+        with pytest.raises(RunnerError, match="node n2 of algo-2 has left the allocation") as err:
+            SlurmRunner().host_lost(job, "algo-2")
+        assert ("not shrunk to fewer nodes" in str(err.value)) == advice
+    monkeypatch.setattr(commands, "job_nodes", lambda job_id: ["n1", "n2"])  # still held: it would run there
+    (job.host_dir("algo-2") / faults.HOST_GONE).touch()
+    with pytest.raises(RunnerError, match="algo-2 cannot come back"):
+        SlurmRunner().host_lost(job, "algo-2")
