@@ -302,7 +302,8 @@ class Supervisor:
         if why:
             self.gave_up = restarts.earlier_failures(self.spec, attempt - 1, why)
         record = restarts.record_loss(self.spec, *lost, attempt=attempt - 1, restarted=why is None,
-                                      failure_class=failure_class)
+                                      failure_class=failure_class,
+                                      hosts_left=len(self.spec.hosts) - 1 if gone is not None and not why else None)
         if why:
             self._note(f"{record.reason}; {why}")
             return False
@@ -310,7 +311,7 @@ class Supervisor:
         on = "every host"
         if gone is not None:
             entry = shrink.go_on_without(self.spec, lost[0], record.step, attempt - 1)
-            where, on = f"{gone}: the job {shrink.text(entry)}", f"the {entry['to']} host(s) left"
+            where, on = gone, f"the {entry['to']} host(s) left"
         self._note(f"{record.reason}: restarting the job on {on} (restart {number} of "
                    f"{self.spec.max_restarts}, max_restarts){'; ' + where if where else ''}; it resumes from "
                    "its newest verified checkpoint")

@@ -146,6 +146,9 @@ def test_a_host_gone_for_good_leaves_the_job_on_the_host_left_with_the_uninterru
         ("host lost", True, 4)]
     log = (job_dir / "logs" / "job.log").read_text()
     assert "algo-2 cannot come back" in log and "gradient_accumulation_steps 1 -> 2" in log
+    events = [json.loads(line).get("restart_reason", "") for line in (
+        job_dir / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
+    assert [e for e in events if e][0].endswith("the job goes on with 1 host(s) (min_instance_count)")  # trackers
     losses = _losses(job_dir)
     assert sorted(losses) == sorted(uninterrupted)
     assert [losses[s] for s in range(1, 5)] == [uninterrupted[s] for s in range(1, 5)]  # before the loss: the same run

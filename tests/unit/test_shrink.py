@@ -135,7 +135,8 @@ def test_a_host_that_cannot_come_back_leaves_the_job_on_the_hosts_left(tmp_path)
     assert LocalJobSpec.load(tmp_path).hosts == ["algo-1"]  # a detached supervisor's spec too
     assert attempt_environment(spec) == {faults.ATTEMPT_ENV: "1", ORIGINAL_WORLD_ENV: "4"}  # 2 hosts x 2
     assert store.merged(tmp_path)["Shrinks"] == [{"from": 2, "to": 1, "step": None, "attempt": 0, "host": "algo-2"}]
-    assert faults.read_restarts(spec.host_dir("algo-1") / "output" / "data")[0].restarted
+    record = faults.read_restarts(spec.host_dir("algo-1") / "output" / "data")[0]  # the trackers' restart event's
+    assert record.restarted and record.reason.endswith("; the job goes on with 1 host(s) (min_instance_count)")
     lines = restart_lines({**store.merged(tmp_path), "MaxRestarts": 2})
     assert lines[-1] == "  shrank from 2 to 1 host(s) after attempt 0 (algo-2 gone; min_instance_count)"
 
@@ -159,6 +160,7 @@ def test_a_host_that_may_come_back_restarts_on_every_host(tmp_path):
     assert restarted and spec.hosts == ["algo-1", "algo-2"] and _hosts(spec, "algo-2") == ["algo-1", "algo-2"]
     assert attempt_environment(spec) == {faults.ATTEMPT_ENV: "1"}
     assert "Shrinks" not in store.merged(tmp_path)
+    assert "goes on" not in faults.read_restarts(spec.host_dir("algo-1") / "output" / "data")[0].reason
 
 
 def test_the_runtime_takes_the_lost_ranks_share_by_accumulation_only_after_a_shrink(monkeypatch):
