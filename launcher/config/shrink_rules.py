@@ -25,6 +25,10 @@ def check_min_instance_count(ctx) -> list[Issue]:
     if not job.max_restarts:
         return [Issue(FIELD, least, "a job goes on with fewer hosts by a restart, and max_restarts is 0",
                       "set max_restarts (each shrink is one of its restarts)")]
+    sharded = [name for name, channel in job.channels().items() if channel.distribution == "ShardedByS3Key"]
+    if sharded:  # the lost host's part of the channel would be read by no host left
+        return [Issue(FIELD, least, f"channel {sharded[0]} is ShardedByS3Key: the hosts left would not read the "
+                      "part of it the lost host had", f"use FullyReplicated for {sharded[0]}, or remove {FIELD}")]
     return _runtime_issues(ctx, least) + [Issue(FIELD, least, _what(ctx, row), level="info")]
 
 

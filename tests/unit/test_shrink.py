@@ -78,6 +78,8 @@ def test_the_estimator_takes_min_instance_count_as_a_job_field():
 @pytest.mark.parametrize(("fields", "message"), [
     ({"min_instance_count": 3, "max_restarts": 1}, "exceeds instance_count 2"),
     ({"min_instance_count": 1}, "max_restarts is 0"),
+    ({"min_instance_count": 1, "max_restarts": 1, "inputs": {"train": {
+        "s3_data": "s3://bucket/train", "distribution": "ShardedByS3Key"}}}, "channel train is ShardedByS3Key"),
     ({"min_instance_count": 0, "max_restarts": 1}, "min_instance_count"),
     ({"min_instance_count": 1, "max_restarts": 1, "backend": "kubernetes", "instance_type": "ml.g5.xlarge"},
      "refused on backend kubernetes: not yet on Kubernetes"),
