@@ -80,6 +80,12 @@ class LocalJobSpec:
         """The host's /opt/ml tree."""
         return self.job_dir / "hosts" / host
 
+    def every_host(self) -> list[str]:
+        """The hosts the job has, then those it went on without (launcher.local.shrink): whose trees hold
+        its output too."""
+        gone = sorted(p.name for p in (self.job_dir / "hosts").glob("*") if p.name not in self.hosts)
+        return self.hosts + gone
+
     @property
     def source_archive(self) -> Path:
         return self.job_dir / "sourcedir.tar.gz"

@@ -348,9 +348,8 @@ class Supervisor:
         ended = leftovers.end_job_processes(self.spec.job_dir, grace_s, ancestor=self._reaper, spare=self._spare)
         if ended:
             self._note(f"ended {len(ended)} process(es) {what}: " + "; ".join(ended))
-        # a host killed by SIGKILL left its ranks' raw output there; every host the job had (it may have shrunk)
-        for host_dir in (self.spec.job_dir / "hosts").glob("*"):
-            shutil.rmtree(scratch_dir(host_dir), ignore_errors=True)
+        for host in self.spec.every_host():  # a host killed by SIGKILL left its ranks' raw output there
+            shutil.rmtree(scratch_dir(self.spec.host_dir(host)), ignore_errors=True)
 
     def abandoned(self, supervisor_pid: int | None) -> dict:
         """The watchdog's part once the supervisor died without an outcome: stop every process of

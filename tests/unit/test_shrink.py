@@ -135,6 +135,7 @@ def test_a_host_that_cannot_come_back_leaves_the_job_on_the_hosts_left(tmp_path)
     assert restarted and spec.hosts == ["algo-1"] and spec.attempt == 1
     assert _hosts(spec, "algo-1") == ["algo-1"]
     assert LocalJobSpec.load(tmp_path).hosts == ["algo-1"]  # a detached supervisor's spec too
+    assert spec.every_host() == ["algo-1", "algo-2"]  # whose output data and scratch the job's end still takes
     assert attempt_environment(spec) == {faults.ATTEMPT_ENV: "1", ORIGINAL_WORLD_ENV: "4"}  # 2 hosts x 2
     assert store.merged(tmp_path)["Shrinks"] == [{"from": 2, "to": 1, "step": None, "attempt": 0, "host": "algo-2"}]
     record = faults.read_restarts(spec.host_dir("algo-1") / "output" / "data")[0]  # the trackers' restart event's
