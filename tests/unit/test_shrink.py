@@ -200,3 +200,12 @@ def test_on_slurm_a_node_gone_with_no_spare_or_a_host_gone_injection_leaves_it_t
     (job.host_dir("algo-2") / faults.HOST_GONE).touch()
     with pytest.raises(RunnerError, match="algo-2 cannot come back"):
         SlurmRunner().host_lost(job, "algo-2")
+
+
+def test_a_slurm_job_that_may_shrink_keeps_its_allocation_when_a_node_fails(tmp_path):
+    """Without --no-kill Slurm ends the whole job when a node fails, and nothing would go on."""
+    from launcher.config.backends.slurm import SlurmSettings
+    from launcher.slurm.script import sbatch_options
+
+    assert "--no-kill" in sbatch_options(_spec(tmp_path / "a", least=1), SlurmSettings(), 0)
+    assert "--no-kill" not in sbatch_options(_spec(tmp_path / "b", least=0), SlurmSettings(), 0)  # control
