@@ -83,7 +83,7 @@ BACKENDS = (
     BackendRow(
         "local", "launcher.backends.local:LocalBackend", "local", sweeps=True,
         image="launcher.local.docker:image_text", target="launcher.config.backends.local:target",
-        shrinks=True, shrink="a simulated host that cannot come back (fault injection host-gone)",
+        shrinks=True, shrink="locally only a simulated host made so by fault injection host-gone",
         restarts="the bootstrap of each simulated host restarts torchrun on every host together after a fault "
                  "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
                  "killed; each restart resumes from the newest verified checkpoint"),
