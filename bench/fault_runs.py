@@ -96,14 +96,15 @@ class Run:
         return [line for line in self.lines if needle in line.text]
 
 
-def submit(tmp: Path, name: str, hp: dict, faults: list[Fault], max_restarts: int) -> Run:
-    """Run the job to its end (2 simulated hosts x 1 process) and return what it printed."""
+def submit(tmp: Path, name: str, hp: dict, faults: list[Fault], max_restarts: int, **fields) -> Run:
+    """Run the job to its end (2 simulated hosts x 1 process; `fields`: more of the job file's) and return
+    what it printed."""
     tmp.mkdir(parents=True)
     (tmp / "tmp").mkdir()
     environment = {FAULT_ENV: fault_spec(*faults)} if faults else {}
     job = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
            "instance_count": 2, "processes_per_host": 1, "distribution": {"torch_distributed": {"enabled": True}},
-           "max_restarts": max_restarts, "hyperparameters": hp, "environment": environment}
+           "max_restarts": max_restarts, "hyperparameters": hp, "environment": environment, **fields}
     (tmp / "job.yaml").write_text(yaml.safe_dump(job))
     proc = subprocess.Popen([sys.executable, "-m", "launcher.cli", "submit", str(tmp / "job.yaml"), "--local",
                              "--job-name", name], env=_env(tmp / "home", tmp / "tmp"), cwd=ROOT,

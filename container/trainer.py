@@ -8,6 +8,7 @@ import logging
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -42,7 +43,7 @@ from container.resilience import step_watch
 from container.resilience.nonfinite import nonfinite_guard
 from container.run_data import chat_tokenizer, check_tokenizer, stream_record
 from container.trackers import open_trackers
-from launcher.wire.training import aws_arguments
+from launcher.wire.training import aws_arguments, shrink
 from launcher.wire.training.data_order import mixture_issues
 from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
@@ -59,8 +60,18 @@ log = logging.getLogger("smlaunch")
 
 
 def settings(rt: Runtime, hp: TrainingHyperparameters) -> RunSettings:
-    """What this run does: decided by launcher.wire.training.run_settings, which the planner sizes too."""
-    return run_settings(hp, rt.params, rt.world_size)
+    """What this run does: decided by launcher.wire.training.run_settings, which the planner sizes too;
+    after a shrink, with the accumulation that keeps the original world's global batch
+    (launcher.wire.training.shrink; init_runtime refused a shrink that cannot keep it)."""
+    s = run_settings(hp, rt.params, rt.world_size)
+    original = shrink.original_world(os.environ)
+    if original is None or original == rt.world_size:
+        return s
+    accum = shrink.kept_accumulation(s.grad_accum, rt.params, original, rt.world_size)
+    if rt.is_main:
+        log.info("the job shrank from %d to %d ranks: gradient_accumulation_steps %d -> %d keeps its global batch",
+                 original, rt.world_size, s.grad_accum, accum)
+    return replace(s, grad_accum=accum)
 
 
 def build_parallel_model(rt: Runtime, spec: ModelSpec, s: RunSettings, sources: pretrained.Sources | None = None,

@@ -36,6 +36,7 @@ from container.resilience.attempt import record_failure
 from container.resilience.step_watch import stacks_on_signal
 from launcher.wire.hyperparameters import parse_mp_parameters
 from launcher.wire.opt_ml import free_port
+from launcher.wire.training import shrink
 from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.hyperparameters import COLLECTIVE_TIMEOUT_DEFAULT_S
 from launcher.wire.training.layout import ParallelLayout, layout_problems, with_sharding_strategy
@@ -136,6 +137,8 @@ def init_runtime(params: ModelParallelParameters, *, sharding_strategy: str | No
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None, timeout=timeout)
     params = with_sharding_strategy(params, sharding_strategy, local_world)
+    if (original := shrink.original_world(os.environ)) not in (None, world):  # before any work
+        refuse(shrink.shrink_problems(params, original, world))
     _check_layout(params, world)
     layout = ParallelLayout.from_parameters(params, world)
     mesh = init_device_mesh(device.type, layout.mesh_shape, mesh_dim_names=ParallelLayout.mesh_dim_names)

@@ -12,6 +12,8 @@ token loss before its backward; with the variable unset both do nothing.
   it poisons the loss normalisation of a rank that holds the last stage: the gradients only.
 - host: SIGKILL this host: the host's other ranks, the bootstrap (SMLAUNCH_BOOTSTRAP_PID), torchrun
   and this rank, all at once as a host's power cut would
+- host-gone: as host, and the host cannot come back in any later attempt: the file `host-gone` in its
+  /opt/ml tree says so to the local supervisor's runner (launcher.local.process), written before the kill
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import logging
 import os
 import signal
 import time
+from pathlib import Path
 
-from launcher.wire.faults import FAULT_ENV, Fault, attempt, parse_faults
+from launcher.wire.faults import FAULT_ENV, HOST_GONE, Fault, attempt, parse_faults
 
 # Imports inside functions: a rank imports this module on every run; what only an injected host
 # fault needs (the /proc reader) is imported when one is due.
@@ -45,7 +48,7 @@ def _due(step: int, kinds: tuple[str, ...]) -> Fault | None:
 
 
 def at_step(step: int) -> None:
-    fault = _due(step, ("exit", "signal", "hang", "stop", "host"))
+    fault = _due(step, ("exit", "signal", "hang", "stop", "host", HOST_GONE))
     if fault is None:
         return
     log.warning("fault injection (%s): %s on rank %d at step %d", FAULT_ENV, fault.kind, fault.rank, step)
@@ -58,7 +61,9 @@ def at_step(step: int) -> None:
     if fault.kind == "stop":
         os.kill(os.getpid(), signal.SIGSTOP)
         return
-    if fault.kind == "host":
+    if fault.kind == HOST_GONE:
+        (Path(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")) / HOST_GONE).touch()
+    if fault.kind in ("host", HOST_GONE):
         _kill_host()
     while True:  # hang
         time.sleep(3600)

@@ -22,7 +22,7 @@ from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, J
 from launcher.backends.log_metrics import LogMetrics
 from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics
 from launcher.config import ValidatedJob
-from launcher.local import store
+from launcher.local import shrink, store
 from launcher.local.restarts import job_restarts
 from launcher.local.spec import LocalJobSpec, Runner, RunnerError
 from launcher.wire.checkpoints import Checkpoint, latest_local
@@ -236,6 +236,8 @@ class JobDirBackend:
         restarted = sum(1 for r in self.restarts(name) if r.restarted)
         if restarted:
             row["Restarts"] = restarted
+        if record.get(shrink.SHRINKS):  # it went on with fewer hosts (min_instance_count)
+            row[shrink.SHRINKS] = record[shrink.SHRINKS]
         try:
             measured = self.goodput(name)  # smlaunch's runtime's jobs: its time ledger
         except DamagedMetrics as exc:  # the job is listed all the same; the note says why it has no goodput

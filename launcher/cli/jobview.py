@@ -13,6 +13,7 @@ from dataclasses import asdict
 # Imports inside functions: a job's metrics load only for `status` of a job without progress.
 from launcher.backends import warm_pools
 from launcher.backends.base import TERMINAL_STATUSES
+from launcher.local import shrink
 from launcher.wire.checkpoints import UNVERIFIED
 from launcher.wire.masking import mask_secrets
 from launcher.wire.metric_lines import DamagedMetrics, Progress, as_datetime, clock
@@ -134,7 +135,8 @@ def restart_lines(desc: dict) -> list[str]:
         tail = f"; {', '.join(spent)}" if spent else ""
         lines.append(f"  attempt {f['attempt']} failed{step} at {f['at']} ({f['failure_class']}, {action}): "
                      f"{printable(f['reason'])}{tail}")
-    return lines
+    return lines + [f"  {shrink.text(s)}" for s in desc.get(shrink.SHRINKS) or []]
+
 
 
 # The columns after the handle, most needed first, with the width their text takes; those of

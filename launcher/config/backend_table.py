@@ -30,6 +30,9 @@ class BackendRow:
     engine: str  # "module:Class" of its launcher.backends.base.Backend, imported when a job names it
     instance_types: Literal["ml", "local", "any"]  # SageMaker's ml.* fleet, this machine's (local, local_gpu), or both
     restarts: str  # what `max_restarts` means there (validate says it)
+    # what `min_instance_count` means there (validate says it), or why it is refused (shrinks False)
+    shrink: str = "min_instance_count is not supported there"
+    shrinks: bool = False
     settings: str | None = None  # "module:Class" of its section of the job file, a field named after the backend
     settings_description: str = ""  # that field's description in the job schema
     rules: str | None = None  # "module:function" of its rules (context.Context -> Issues) for a job that runs there
@@ -70,6 +73,8 @@ BACKENDS = (
     BackendRow(
         "sagemaker", "launcher.backends.sagemaker:SageMakerBackend", "ml", in_job_store=False, aws_settings=True,
         sagemaker_jobs=True,
+        shrink="a SageMaker training job's instance count is fixed: a lost instance fails the job (a resubmission "
+               "with fewer instances and the same checkpoint_s3_uri resumes exactly, docs/spot.md)",
         restarts="the image's toolkit runs smlaunch's restart loop (shipped in the code, _smlaunch/restart_loop.py) "
                  "in place of torchrun on each instance, and the loop restarts torchrun on every instance together "
                  "after a fault (a failed, killed, hung or frozen rank); each restart resumes from the newest "
@@ -78,6 +83,7 @@ BACKENDS = (
     BackendRow(
         "local", "launcher.backends.local:LocalBackend", "local", sweeps=True,
         image="launcher.local.docker:image_text", target="launcher.config.backends.local:target",
+        shrinks=True, shrink="locally only a simulated host made so by fault injection host-gone",
         restarts="the bootstrap of each simulated host restarts torchrun on every host together after a fault "
                  "(a failed, killed, hung or frozen rank); the supervisor restarts a host whose processes were "
                  "killed; each restart resumes from the newest verified checkpoint"),
@@ -87,6 +93,7 @@ BACKENDS = (
         settings_description="backend: slurm: partition, account, time, ...",
         rules="launcher.config.backends.slurm:check_slurm", host_gpus="launcher.config.backends.slurm:node_gpus",
         image="launcher.config.backends.slurm:image_text", target="launcher.config.backends.slurm:target",
+        shrinks=True, shrink="a node that left the allocation with no spare node left (slurm.spare_nodes)",
         restarts="the bootstrap on each node restarts torchrun on every node together after a fault (a failed, "
                  "killed, hung or frozen rank), inside the allocation; the supervisor starts every node's step "
                  "again when a node's processes are lost, that node's host on a spare node where slurm.spare_nodes "
@@ -97,6 +104,7 @@ BACKENDS = (
         settings_description="backend: kubernetes: namespace, Kueue queue, storage claim, ... (docs/kubernetes.md)",
         rules="launcher.config.backends.kubernetes:check_kubernetes",
         image="launcher.config.backends.kubernetes:image_text", target="launcher.config.backends.kubernetes:target",
+        shrink="not yet on Kubernetes: a lost pod or node is the JobSet's or the operator's (docs/kubernetes.md)",
         restarts="the bootstrap in each pod restarts torchrun on every pod together after a fault (a failed, "
                  "killed, hung or frozen rank); a lost pod or node is not smlaunch's: a TrainJob's JobSet's "
                  "(its failure policy), and ends a HyperPodPyTorchJob, whose operator's retries smlaunch turns "

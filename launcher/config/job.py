@@ -168,6 +168,11 @@ class JobConfig(_JobBackends):
         description="Automatic restarts after a failure (torchrun's name), from the newest verified checkpoint "
                     "(docs/faults.md).",
     )
+    min_instance_count: WholeNumber | None = Field(
+        None, ge=1, le=MAX_INSTANCE_COUNT,
+        description="When a host is lost for good and no spare comes, go on with the hosts left, down to this many, "
+                    "from the newest verified checkpoint (local and Slurm; needs max_restarts; docs/faults.md).",
+    )
     restart_on_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
         default_factory=list, max_length=64,
         description="Exit codes of your own script that always mean 'restart me' (SkyPilot's recover_on_exit_codes): "

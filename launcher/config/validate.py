@@ -34,6 +34,7 @@ from launcher.config import (
     rules,
     runtime_rules,
     script_rules,
+    shrink_rules,
     tuning_rules,
     warm_pools,
 )
@@ -199,7 +200,8 @@ def _rule_issues(job: JobConfig, kind: JobKind, base: Path, pruned: list[str], o
                   runtime_rules.check_speed, runtime_rules.check_compile, runtime_rules.check_lora,
                   script_rules.check_script_imports, requirement_paths.check_requirement_paths,
                   code_rules.check_code_trees,
-                  runtime_rules.check_trackers, restarts.check_restarts, warm_pools.check_warm_pool):
+                  runtime_rules.check_trackers, restarts.check_restarts, shrink_rules.check_min_instance_count,
+                  warm_pools.check_warm_pool):
         issues += check(ctx)
     issues += rules.check_precision(ctx, fp8)
     # A rule may trip over the default that replaced a broken value; that value is reported.

@@ -36,7 +36,7 @@ def store(spec: LocalJobSpec, with_model: bool, note: Callable[[str], None]) -> 
 
 def _store_archives(spec: LocalJobSpec, staging: Path, with_model: bool) -> dict[str, str]:
     """Pack the hosts' output (and model) in `staging`, then put them in output_path."""
-    hosts = [spec.host_dir(h) for h in spec.hosts]
+    hosts = [spec.host_dir(h) for h in spec.every_host()]  # a host the job went on without wrote output too
     packed = {"output.tar.gz": pack([h / "output" / "data" for h in hosts], staging / "output.tar.gz")}
     models = [h / "model" for h in hosts] + [spec.job_dir / "model"]
     # An empty model directory (a job stopped before its export) is no model: no archive claims one.

@@ -34,7 +34,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, attempt_environment, signal_process_groups
+from launcher.local.spec import (
+    HostProcess,
+    LocalJobSpec,
+    RunnerError,
+    attempt_environment,
+    refuse_gone_host,
+    signal_process_groups,
+)
 from launcher.wire.opt_ml import write_private
 
 ENGINE_ENV = "SMLAUNCH_CONTAINER_ENGINE"
@@ -316,6 +323,7 @@ class DockerRunner:
 
     # each host is an `attach` process, which passes the signal on to its container
     signal_hosts = staticmethod(signal_process_groups)
+    host_lost = staticmethod(refuse_gone_host)
 
     def start(self, spec: LocalJobSpec) -> list[HostProcess]:
         engine = self.engine

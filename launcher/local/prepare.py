@@ -103,6 +103,7 @@ def checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: 
         processes_per_host=per_host, hyperparameters={}, channels={},
         environment={**cfg.environment, **restart_environment(cfg)},
         checkpoint_dir=checkpoint_dir, max_run=cfg.max_run, max_restarts=cfg.max_restarts, image=cfg.image_uri,
+        min_instance_count=cfg.min_instance_count or 0,
         gpus_per_host=gpus_per_host,
         runner=runner.name, output_path=output_path, checkpoint_s3_uri=cfg.checkpoint_s3_uri,
         region=cfg.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
@@ -270,6 +271,8 @@ def _record(job: ValidatedJob, spec: LocalJobSpec, runner: Runner) -> dict:
         record["Environment"] = dict(cfg.environment)
     if cfg.max_restarts:
         record["MaxRestarts"] = cfg.max_restarts
+    if cfg.min_instance_count:
+        record["MinInstanceCount"] = cfg.min_instance_count
     if cfg.restart_on_exit_codes:
         record["RestartOnExitCodes"] = list(cfg.restart_policy.exit_codes)
     if cfg.restart_on_job_errors:

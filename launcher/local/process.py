@@ -23,7 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher.local import jobenv, leftovers, store
-from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, attempt_environment, signal_process_groups
+from launcher.local.spec import (
+    HostProcess,
+    LocalJobSpec,
+    RunnerError,
+    attempt_environment,
+    refuse_gone_host,
+    signal_process_groups,
+)
 from launcher.wire.control_env import without_control
 from launcher.wire.opt_ml import REQUIREMENTS_INSTALLED_ENV, free_port
 
@@ -97,6 +104,7 @@ class ProcessRunner:
         return started
 
     signal_hosts = staticmethod(signal_process_groups)
+    host_lost = staticmethod(refuse_gone_host)
 
     def cleanup(self, spec: LocalJobSpec) -> None:
         """Nothing: the processes are gone and their files belong to the user."""

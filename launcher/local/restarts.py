@@ -160,11 +160,14 @@ def _data(spec: LocalJobSpec, host: str) -> Path:
 
 
 def record_loss(spec: LocalJobSpec, label: str, code: int, attempt: int, restarted: bool,
-                failure_class: str = faults.FAULT) -> faults.Restart:
+                failure_class: str = faults.FAULT, hosts_left: int | None = None) -> faults.Restart:
+    """`hosts_left`: the job goes on without the host (launcher.local.shrink), which the reason says, and with it
+    the trackers' restart event."""
+    then = f"; the job goes on with {hosts_left} host(s) (min_instance_count)" if hosts_left else ""
     record = faults.Restart(
         attempt=attempt, at=now(), failure_class=failure_class, host=label, restarted=restarted, detail=LOST,
         step=_logged_step(spec),
-        reason=f"{label} {ended(code)} without a failure report: the host's processes are gone")
+        reason=f"{label} {ended(code)} without a failure report: the host's processes are gone{then}")
     for host in spec.hosts:  # where each host's next attempt reads the job's restarts (its trackers' event)
         faults.append_restart(_data(spec, host), record)
     return record

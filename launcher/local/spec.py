@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from launcher.wire.faults import ATTEMPT_ENV
+from launcher.wire.faults import ATTEMPT_ENV, HOST_GONE
 from launcher.wire.opt_ml import TENSORBOARD_LOCAL_PATH, write_private
+from launcher.wire.training.shrink import ORIGINAL_WORLD_ENV
 
 SPEC_FILE = "spec.json"
 # Written in the job directory to ask its supervisor to stop the job, as SIGTERM to it does: for a
@@ -58,6 +59,8 @@ class LocalJobSpec:
     max_run: int  # seconds
     max_restarts: int = 0  # the job's (launcher.config.restarts); the hosts get it in `environment`
     attempt: int = 0  # the attempt the hosts start at: after the supervisor restarted the job, > 0
+    min_instance_count: int = 0  # the job's: it goes on with this many hosts when one is gone (0: it does not)
+    shrunk_from: int = 0  # the job's hosts before it went on with fewer (launcher.local.shrink; 0: it did not)
     image: str | None = None  # docker runner only
     gpus_per_host: list[list[int]] = field(default_factory=list)  # local_gpu: device indices per host
     runner: str = "process"
@@ -76,6 +79,12 @@ class LocalJobSpec:
     def host_dir(self, host: str) -> Path:
         """The host's /opt/ml tree."""
         return self.job_dir / "hosts" / host
+
+    def every_host(self) -> list[str]:
+        """The hosts the job has, then those it went on without (launcher.local.shrink): whose trees hold
+        its output too."""
+        gone = sorted(p.name for p in (self.job_dir / "hosts").glob("*") if p.name not in self.hosts)
+        return self.hosts + gone
 
     @property
     def source_archive(self) -> Path:
@@ -149,8 +158,20 @@ class Runner(Protocol):
 
 
 def attempt_environment(spec: LocalJobSpec) -> dict[str, str]:
-    """The attempt the hosts start at, after the supervisor restarted the job (launcher.wire.faults)."""
-    return {ATTEMPT_ENV: str(spec.attempt)} if spec.attempt else {}
+    """The attempt the hosts start at, after the supervisor restarted the job (launcher.wire.faults), and
+    the job's original world once it went on with fewer hosts (launcher.wire.training.shrink)."""
+    env = {ATTEMPT_ENV: str(spec.attempt)} if spec.attempt else {}
+    if spec.shrunk_from:
+        env[ORIGINAL_WORLD_ENV] = str(spec.shrunk_from * spec.processes_per_host)
+    return env
+
+
+def refuse_gone_host(spec: LocalJobSpec, label: str) -> str:
+    """A simulated host's `host_lost`: it runs again where it ran, unless a host-gone fault injection
+    marked it as one that cannot come back (RunnerError)."""
+    if (spec.host_dir(label) / HOST_GONE).exists():
+        raise RunnerError(f"{label} cannot come back (its {HOST_GONE} fault injection)")
+    return ""
 
 
 def signal_process_groups(hosts: list[HostProcess], signum: int) -> None:

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 # Imports inside functions: a runner's module (docker, Slurm) loads when a job uses it.
-from launcher.local import artifacts, identity, leftovers, restarts, store
+from launcher.local import artifacts, identity, leftovers, restarts, shrink, store
 from launcher.local.jobenv import RequirementsFailed, SetupStopped
 from launcher.local.logfile import LogFile
 from launcher.local.spec import STOP_REQUEST, HostProcess, LocalJobSpec, Runner, stop_reason
@@ -282,7 +282,8 @@ class Supervisor:
         bootstrap cannot restart: unless it was lost where it was the attempt before (the repeat rule)
         and while restarts are left (max_restarts, counted over the whole job), start every host again
         at the next attempt; they resume from the newest verified checkpoint. The runner first says
-        where the lost host runs now (Slurm: a spare node) or why it cannot run."""
+        where the lost host runs now (Slurm: a spare node) or why it cannot run: then the job goes on
+        with the hosts left where min_instance_count allows (launcher.local.shrink), else it ends."""
         # None: every host ended before the supervisor stopped any (a job of one host)
         if reason not in (None, "host_failed", "host_failed_stopping") or not self.spec.max_restarts:
             return False
@@ -291,21 +292,27 @@ class Supervisor:
             return False
         attempt = restarts.next_attempt(self.spec)
         failure_class, why = restarts.judge_loss(self.spec, lost[0], attempt - 1)
-        where = ""
+        where, gone = "", None
         if why is None and hasattr(self.runner, "host_lost"):
             try:
                 where = self.runner.host_lost(self.spec, lost[0])
-            except Exception as exc:  # noqa: BLE001 - no place to run the host: the job ends with the reason
-                why = f"not restarted: {exc}"
+            except Exception as exc:  # noqa: BLE001 - no place to run the host: go on without it, or end
+                gone = str(exc)
+                why = None if shrink.allowed(self.spec) else f"not restarted: {exc}{shrink.too_few(self.spec)}"
         if why:
             self.gave_up = restarts.earlier_failures(self.spec, attempt - 1, why)
         record = restarts.record_loss(self.spec, *lost, attempt=attempt - 1, restarted=why is None,
-                                      failure_class=failure_class)
+                                      failure_class=failure_class,
+                                      hosts_left=len(self.spec.hosts) - 1 if gone is not None and not why else None)
         if why:
             self._note(f"{record.reason}; {why}")
             return False
         number = restarts.counted_before(self.spec, attempt)  # this one among them
-        self._note(f"{record.reason}: restarting the job on every host (restart {number} of "
+        on = "every host"
+        if gone is not None:
+            entry = shrink.go_on_without(self.spec, lost[0], record.step, attempt - 1)
+            where, on = gone, f"the {entry['to']} host(s) left"
+        self._note(f"{record.reason}: restarting the job on {on} (restart {number} of "
                    f"{self.spec.max_restarts}, max_restarts){'; ' + where if where else ''}; it resumes from "
                    "its newest verified checkpoint")
         self.spec.attempt = attempt
@@ -341,7 +348,7 @@ class Supervisor:
         ended = leftovers.end_job_processes(self.spec.job_dir, grace_s, ancestor=self._reaper, spare=self._spare)
         if ended:
             self._note(f"ended {len(ended)} process(es) {what}: " + "; ".join(ended))
-        for host in self.spec.hosts:  # a host killed by SIGKILL left its ranks' raw output there
+        for host in self.spec.every_host():  # a host killed by SIGKILL left its ranks' raw output there
             shutil.rmtree(scratch_dir(self.spec.host_dir(host)), ignore_errors=True)
 
     def abandoned(self, supervisor_pid: int | None) -> dict:

@@ -299,6 +299,7 @@ class PyTorch:
             "max_restarts": policy.max_restarts or desc.get("MaxRestarts") or None,
             "restart_on_exit_codes": list(policy.exit_codes) or desc.get("RestartOnExitCodes") or None,
             "restart_on_job_errors": policy.job_errors or desc.get("RestartOnJobErrors") or None,
+            "min_instance_count": desc.get("MinInstanceCount"),
         }
         if args["use_spot_instances"]:
             args["max_wait"] = stopping.get("MaxWaitTimeInSeconds")

@@ -151,7 +151,8 @@ class ModelTrainer:
                  training_input_mode: str | None = "File", environment: dict | None = None,
                  hyperparameters: dict | str | None = None, tags: list | None = None,
                  local_runner: str = "process", backend: str | None = None, max_restarts: int = 0,
-                 restart_on_exit_codes: list[int] | None = None, restart_on_job_errors: int = 0, **kwargs: Any):
+                 restart_on_exit_codes: list[int] | None = None, restart_on_job_errors: int = 0,
+                 min_instance_count: int | None = None, **kwargs: Any):
         given = {"source_code": source_code, "distributed": distributed, "compute": compute,
                  "networking": networking, "stopping_condition": stopping_condition,
                  "training_image_config": training_image_config, "output_data_config": output_data_config,
@@ -173,6 +174,7 @@ class ModelTrainer:
         self.training_input_mode, self.local_runner = training_input_mode, local_runner
         self.backend, self.max_restarts = backend, max_restarts
         self.restart_on_exit_codes, self.restart_on_job_errors = restart_on_exit_codes, restart_on_job_errors
+        self.min_instance_count = min_instance_count
         self.local = _local_mode(training_mode, self.compute, issues)
         self.base_job_name = base_job_name or (
             f"{v3_configs.repository(training_image)}-job" if training_image else None)
@@ -204,7 +206,8 @@ class ModelTrainer:
         }
         args.update(_compute_args(compute, self.local), local_runner=self.local_runner, backend=self.backend,
                     max_restarts=self.max_restarts or None, restart_on_exit_codes=self.restart_on_exit_codes or None,
-                    restart_on_job_errors=self.restart_on_job_errors or None, **self.sections)
+                    restart_on_job_errors=self.restart_on_job_errors or None,
+                    min_instance_count=self.min_instance_count, **self.sections)
         args.update(_distribution_args(self.distributed))
         args.update(_aws_args(self))
         return {k: v for k, v in args.items() if v is not None}

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from launcher.backends.base import BackendError
 from launcher.local import jobenv
 from launcher.local.process import ProcessRunner
-from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, signal_process_groups
+from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, refuse_gone_host, signal_process_groups
 from launcher.slurm import commands
 from launcher.wire.opt_ml import free_port
 
@@ -83,7 +83,8 @@ class SlurmRunner(ProcessRunner):
         """Where `label` runs once its processes were lost (its step's task killed): on a spare node
         of the allocation, one no host runs on and none was lost on; else on its own node, while the
         allocation still holds it. What is done, for the log; RunnerError where neither is left (the
-        job is not shrunk to fewer nodes: docs/slurm.md, "Restarts")."""
+        supervisor goes on with the nodes left where min_instance_count allows: docs/slurm.md, "Restarts")."""
+        refuse_gone_host(spec, label)  # a test's host-gone fault injection: as a node gone for good
         node = self._place(spec)[label]
         self.lost_nodes.add(node)
         job_id = os.environ.get("SLURM_JOB_ID", "")
@@ -94,9 +95,11 @@ class SlurmRunner(ProcessRunner):
             return f"{label} moves from node {node} to spare node {spares[0]}"
         if node in held:
             return f"no spare node is left (slurm.spare_nodes): {label} runs on node {node} again"
-        raise RunnerError(f"node {node} of {label} has left the allocation and no spare node is left "
-                          "(slurm.spare_nodes): the job is not shrunk to fewer nodes; submit it again with "
-                          "spare nodes, or with a smaller instance_count, which resumes exactly from its "
+        gone = f"node {node} of {label} has left the allocation and no spare node is left (slurm.spare_nodes)"
+        if spec.min_instance_count:  # the supervisor says whether the job goes on with the nodes left
+            raise RunnerError(gone)
+        raise RunnerError(f"{gone}: the job is not shrunk to fewer nodes (min_instance_count); submit it again "
+                          "with spare nodes, or with a smaller instance_count, which resumes exactly from its "
                           "newest checkpoint at the new world size (docs/spot.md)")
 
     def exit_code(self, spec: LocalJobSpec, label: str, code: int) -> int:

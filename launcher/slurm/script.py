@@ -28,7 +28,9 @@ def sbatch_options(spec: LocalJobSpec, settings: SlurmSettings, gpus_per_node: i
     options = [f"--job-name={spec.name}", f"--nodes={len(spec.hosts) + settings.spare_nodes}", "--ntasks-per-node=1",
                "--exclusive",  # a node is the job's alone, as a SageMaker instance is
                f"--output={logs}/slurm-%j.out", f"--time={time_limit(settings, spec.max_run)}"]
-    if settings.spare_nodes:  # a node that fails leaves the allocation instead of ending the job
+    # a node that fails leaves the allocation instead of ending the job: for a spare to take its host's
+    # place, or for the job to go on with the nodes left (min_instance_count)
+    if settings.spare_nodes or spec.min_instance_count:
         options.append("--no-kill")
     for name in ("partition", "account", "qos"):
         if getattr(settings, name):

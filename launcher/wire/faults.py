@@ -48,7 +48,8 @@ _ANYWHERE = ("hung", "frozen", "collective")  # a hang or a peer's failure may e
 
 FAULT_ENV = "SMLAUNCH_FAULT_INJECTION"
 ARMING = "test-only, kills this job:"
-FAULT_KINDS = ("exit", "signal", "hang", "stop", "nonfinite", "host")
+FAULT_KINDS = ("exit", "signal", "hang", "stop", "nonfinite", "host", "host-gone")
+HOST_GONE = "host-gone"  # the kind, and the file in the host's /opt/ml tree that says it cannot come back
 
 
 def attempt() -> int:

@@ -140,6 +140,17 @@ def write_opt_ml(
         _fill_channel(base_dir / "input" / "data" / name, Path(source))
 
 
+def rewrite_hosts(base_dir: Path, hosts: list[str]) -> None:
+    """The host's resourceconfig.json with `hosts` (sorted as write_opt_ml sorts them), all else as it was:
+    a job that goes on with fewer hosts (launcher.local.shrink)."""
+    path = Path(base_dir) / "input" / "config" / "resourceconfig.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["hosts"] = sorted(hosts)
+    for group in config.get("instance_groups", []):
+        group["hosts"] = sorted(hosts)
+    _write_json(path, config)
+
+
 def _write_json(path: Path, obj: object) -> None:
     write_private(path, json.dumps(obj, indent=2) + "\n")
 

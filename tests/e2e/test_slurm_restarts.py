@@ -8,7 +8,9 @@ and two slurmd on 127.0.0.1), with the test-only fault injection (launcher.wire.
 - a node's processes killed (its srun step's task dies by SIGKILL): the supervisor starts every
   node's step again, on a spare node of the allocation where the job has one (slurm.spare_nodes);
 - a node that fails (Slurm takes it DOWN, out of the job's allocation; its processes die with it),
-  on a cluster of three nodes: the host moves to the spare node and the job completes.
+  on a cluster of three nodes: the host moves to the spare node and the job completes;
+- the same with no spare node and min_instance_count 1: the job goes on with the node left, with the
+  uninterrupted run's losses.
 """
 
 from __future__ import annotations
@@ -194,4 +196,49 @@ def test_a_failed_node_leaves_the_allocation_and_its_host_moves_to_the_spare(tmp
     status = smlaunch("status", name, env=env).stdout
     assert "restarts: 1 of 1 (max_restarts)" in status and "algo-2 was killed by SIGKILL" in status, status
     assert on_n2 and all(not Path(f"/proc/{pid}").exists() for pid in on_n2)
+    assert processes_in(job_dir) == []
+
+
+def test_a_failed_node_with_no_spare_leaves_the_job_on_the_node_left(tmp_path, slurm_cluster):
+    """min_instance_count 1 on n1 and n2, no spare: while rank 1 (on n2) is held at step 4, n2 fails
+    (DOWN, out of the allocation that --no-kill keeps). The job goes on with algo-1 alone from the
+    step-2 checkpoint, accumulating the lost rank's share, and ends COMPLETED with an uninterrupted
+    run's losses (steps 3-8 within test_resume_world_size's 1e-5: one rank sums two micro-batches)."""
+    home, env = tmp_path / "home", {**cli_env(tmp_path / "home"), **slurm_cluster.env}
+    held = Fault("hang", rank=1, step=4, attempt=0)
+    job = job_file(tmp_path, slurm_cluster, [held], max_restarts=1, hyperparameters={"step_timeout": 300})
+    job.write_text(yaml.safe_dump({**yaml.safe_load(job.read_text()), "min_instance_count": 1}))
+    proc = smlaunch("submit", str(job), "--no-wait", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    name, job_id = submitted(proc)
+    job_dir = home / "jobs" / name
+    log = job_dir / "logs" / "job.log"
+    try:
+        wait_for(lambda: log.is_file() and "hang on rank 1 at step 4" in log.read_text(), timeout=240)
+        on_n2 = processes_in(job_dir / "hosts" / "algo-2")
+        slurm_cluster.run("scontrol", "update", "nodename=n2", "state=down", "reason=smlaunch-test")
+        wait_for(lambda: "host(s) left" in log.read_text(), timeout=120)
+        for pid in on_n2:  # on this machine they outlive their node: end them as the node's failure would
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: store.read(name, home / "jobs")["TrainingJobStatus"] != "InProgress", timeout=300)
+    finally:
+        if store.read(name, home / "jobs")["TrainingJobStatus"] == "InProgress":
+            smlaunch("stop", name, env=env)
+        slurm_cluster.run("scontrol", "update", "nodename=n2", "state=resume", check=False)
+    text = log.read_text()
+    assert store.read(name, home / "jobs")["TrainingJobStatus"] == "Completed", text[-4000:]
+    assert slurm_cluster.wait_ended(job_id, timeout=60) == "COMPLETED"
+    assert "node n2 of algo-2 has left the allocation and no spare node is left" in text
+    assert "gradient_accumulation_steps 1 -> 2" in text
+    status = smlaunch("status", name, env=env).stdout
+    assert "shrank from 2 to 1 host(s) at step 3 after attempt 0 (algo-2 gone; min_instance_count)" in status, status
+    out = tmp_path / "artifacts" / name / "output"
+    records = [json.loads(x) for x in members(out / "output.tar.gz")["metrics.jsonl"].decode().splitlines()]
+    reference = last_per_step(run_train(tmp_path / "ref", 2, **{**HP, "checkpoint_dir": None, "step_timeout": None}))
+    losses = last_per_step(records)
+    assert sorted(losses) == list(range(1, HP["max_steps"] + 1))
+    assert [losses[s] for s in (1, 2)] == [reference[s] for s in (1, 2)]  # before the checkpoint it resumed from
+    after = range(3, HP["max_steps"] + 1)
+    assert [losses[s] for s in after] == pytest.approx([reference[s] for s in after], rel=1e-5)
     assert processes_in(job_dir) == []

@@ -8,6 +8,7 @@ nothing was left in TMPDIR. Faults are injected through launcher.wire.faults (SM
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,11 +27,11 @@ HP = {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_w
       "step_timeout": 5, "collective_timeout": 120}
 
 
-def _job(tmp_path: Path, *faults: Fault, max_restarts: int = 0, hosts: int = 2) -> Path:
+def _job(tmp_path: Path, *faults: Fault, max_restarts: int = 0, hosts: int = 2, **fields) -> Path:
     data = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "local",
             "instance_count": hosts, "processes_per_host": 2 // hosts,
             "distribution": {"torch_distributed": {"enabled": True}}, "hyperparameters": HP,
-            "max_restarts": max_restarts, "max_run": 600}
+            "max_restarts": max_restarts, "max_run": 600, **fields}
     if faults:
         data["environment"] = {FAULT_ENV: fault_spec(*faults)}
     path = tmp_path / "job.yaml"
@@ -130,6 +131,36 @@ def test_a_host_lost_at_the_same_step_stops_as_a_killed_rank_does(tmp_path):
     assert desc["FailureReason"].startswith("AlgorithmError: algo-1 was killed by SIGKILL without a failure report; "
                                             "not restarted (repeated: ")
     assert "earlier failures: attempt 0 failed at step 2 (fault, restarted): algo-1 was killed" in desc["FailureReason"]
+
+
+def test_a_host_gone_for_good_leaves_the_job_on_the_host_left_with_the_uninterrupted_runs_steps(tmp_path,
+                                                                                                uninterrupted):
+    """min_instance_count 1: rank 1's host is gone at step 5 for good, and the job goes on with one host of
+    one rank from the step-4 checkpoint, taking the lost rank's share by gradient accumulation."""
+    job = _job(tmp_path, Fault("host-gone", 1, 5, attempt=0), max_restarts=1, min_instance_count=1)
+    done, desc, job_dir = _submit(tmp_path, job)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert desc["TrainingJobStatus"] == "Completed"
+    assert desc["Shrinks"] == [{"from": 2, "to": 1, "step": 4, "attempt": 0, "host": "algo-2"}]
+    assert [(r["detail"], r["restarted"], r["extra"]["resumed_from"]) for r in desc["Restarts"]] == [
+        ("host lost", True, 4)]
+    log = (job_dir / "logs" / "job.log").read_text()
+    assert "algo-2 cannot come back" in log and "gradient_accumulation_steps 1 -> 2" in log
+    events = [json.loads(line).get("restart_reason", "") for line in (
+        job_dir / "hosts" / "algo-1" / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
+    assert [e for e in events if e][0].endswith("the job goes on with 1 host(s) (min_instance_count)")  # trackers
+    losses = _losses(job_dir)
+    assert sorted(losses) == sorted(uninterrupted)
+    assert [losses[s] for s in range(1, 5)] == [uninterrupted[s] for s in range(1, 5)]  # before the loss: the same run
+    after = range(5, HP["max_steps"] + 1)  # one rank's two micro-batches: a sum in another order
+    assert [losses[s] for s in after] == pytest.approx([uninterrupted[s] for s in after], rel=1e-5)
+    text = smlaunch("status", desc["TrainingJobName"], env=cli_env(tmp_path / "home")).stdout
+    assert "shrank from 2 to 1 host(s) at step 4 after attempt 0 (algo-2 gone; min_instance_count)" in text
+    # the control: the batch rule is what lets one rank continue the job's checkpoints; without the
+    # original world, it keeps its own accumulation and the resume refuses the global batch it would change
+    shutil.copytree(job_dir / "checkpoints", tmp_path / "control" / "checkpoints")
+    with pytest.raises(AssertionError, match=r"global batch in sequences per step was 4 when saved, now 2"):
+        run_train(tmp_path / "control", 1, **{"min_lr": None, **HP, "max_steps": HP["max_steps"] + 2})
 
 
 def test_an_error_of_the_job_is_not_restarted(tmp_path):

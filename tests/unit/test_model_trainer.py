@@ -181,5 +181,7 @@ def test_the_restart_rules_are_model_trainer_keywords_that_reach_the_job():
     assert trainer.estimator.job.config.restart_policy == RestartPolicy(2, (), 1)
     with pytest.raises(ConfigError, match="restart_on_exit_codes = \\[3\\]: is a rule for a script of your own"):
         smp_trainer(SMP(hybrid_shard_degree=8), restart_on_exit_codes=[3])  # it reached train.py's rules
+    with pytest.raises(ConfigError, match="min_instance_count = 1: is refused on backend sagemaker"):
+        smp_trainer(SMP(hybrid_shard_degree=8), max_restarts=1, min_instance_count=1)  # it reached the rules
     plain = smp_trainer(SMP(hybrid_shard_degree=8))._args  # control: the SDK's request
-    assert not {"max_restarts", "restart_on_exit_codes", "restart_on_job_errors"} & set(plain)
+    assert not {"max_restarts", "restart_on_exit_codes", "restart_on_job_errors", "min_instance_count"} & set(plain)
