@@ -21,15 +21,18 @@ from tests.integration.test_kubernetes_backend import COMPLETE, NS, PLURALS, SUS
 from tests.support.train_runs import ROOT
 
 RBAC = ROOT / "configs" / "kubernetes" / "rbac.yaml"
-PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)"
+PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?P<namespaced>/namespaces/[^/]+)?/(?P<resource>[^/]+)"
                   r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")
 
 
 def _attributes(method: str, path: str, query: dict) -> tuple[str, str, str]:
-    """(verb, API group, resource[/subresource]) of a request, as the authorizer sees it."""
+    """(verb, API group, resource[/subresource]) of a namespaced request, as the authorizer sees it;
+    a cluster-scoped one's resource is `resource:name` (its rule names the objects)."""
     match = PATH.match(path)
     assert match, path
     resource = match["resource"] + (f"/{match['sub']}" if match["sub"] else "")
+    if not match["namespaced"]:
+        resource += f":{match['name']}"
     if method == "GET":
         verb = "get" if match["name"] else ("watch" if query.get("watch") in ("true", "True", "1") else "list")
     else:
@@ -38,11 +41,13 @@ def _attributes(method: str, path: str, query: dict) -> tuple[str, str, str]:
 
 
 def _allowed(rules: list[dict], verb: str, group: str, resource: str) -> bool:
-    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+    resource, _, name = resource.partition(":")
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+               and (not name or name in r.get("resourceNames", [name])) for r in rules)
 
 
-def _role() -> dict:
-    return next(doc for doc in yaml.safe_load_all(RBAC.read_text()) if doc["kind"] == "Role")
+def _role(kind: str = "Role") -> dict:
+    return next(doc for doc in yaml.safe_load_all(RBAC.read_text()) if doc["kind"] == kind)
 
 
 def _a_jobs_life(server, tmp_path, kind: str) -> None:
@@ -78,13 +83,17 @@ def _a_jobs_life(server, tmp_path, kind: str) -> None:
 def test_the_example_role_allows_every_request_a_jobs_life_makes(kube, tmp_path, kind):  # noqa: F811
     _a_jobs_life(kube, tmp_path, kind)
     made = {_attributes(*request) for request in kube.requests}
-    rules = _role()["rules"]
+    rules = _role()["rules"] + _role("ClusterRole")["rules"]
     assert [a for a in made if not _allowed(rules, *a)] == []
     # every verb the backend has was used, so the check covered it
     assert {v for v, _, _ in made} == {"create", "get", "list", "watch", "patch", "delete"}
     # the control: a Role without the Workloads' rule refuses what a queued job's stop sends
     narrower = [r for r in copy.deepcopy(rules) if r["apiGroups"] != ["kueue.x-k8s.io"]]
     assert ("patch", "kueue.x-k8s.io", "workloads") in [a for a in made if not _allowed(narrower, *a)]
+    # and one whose ClusterRole names no object refuses submit's version check (kind TrainJob makes it)
+    unnamed = [{**r, "resourceNames": ["other.example.com"]} if "resourceNames" in r else r for r in rules]
+    checks = [a for a in made if a[1] == "apiextensions.k8s.io"]
+    assert (checks != []) == (kind == "TrainJob") and not any(_allowed(unnamed, *a) for a in checks)
 
 
 @pytest.mark.parametrize("version", ["1.32", "1.37"])
@@ -93,7 +102,7 @@ def test_the_role_and_its_binding_are_valid_kubernetes_objects(version):
     from kubernetes_validate.utils import validate
 
     docs = list(yaml.safe_load_all(RBAC.read_text()))
-    assert [d["kind"] for d in docs] == ["Role", "RoleBinding"]
+    assert [d["kind"] for d in docs] == ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
     for doc in docs:
         validate(doc, version, strict=True)
     broken = {**docs[0], "rules": [{"apiGroups": [""], "resources": "pods", "verbs": ["get"]}]}  # the control
