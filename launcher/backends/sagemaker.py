@@ -353,15 +353,7 @@ class SageMakerBackend:
 
     def artifacts(self, name: str) -> dict[str, str]:
         """model.tar.gz as DescribeTrainingJob gives it; output.tar.gz next to it, where SageMaker puts it."""
-        desc = self.describe(name)
-        out = {}
-        model = desc.get("ModelArtifacts", {}).get("S3ModelArtifacts")
-        if model:
-            out["model.tar.gz"] = model
-        if desc["TrainingJobStatus"] in TERMINAL_STATUSES:
-            base = desc.get("OutputDataConfig", {}).get("S3OutputPath", "").rstrip("/")
-            out["output.tar.gz"] = f"{base}/{name}/output/output.tar.gz"
-        return out
+        return _artifacts_of(self.describe(name), name)
 
     def progress(self, name: str) -> Progress | None:
         """From the job's last `[metrics]` line in CloudWatch (rank 0 prints them; they carry
@@ -381,7 +373,7 @@ class SageMakerBackend:
     def restarts(self, name: str) -> list[Restart]:
         """An ended job's from its output.tar.gz (restarts.jsonl), a running one's from the records
         its bootstraps log (launcher.backends.sagemaker_records)."""
-        records = self._output_records(name)
+        records = self._output_records(name, self.describe(name))
         if records is None:
             return sagemaker_records.logged_restarts(self.client("logs"), name)
         with sagemaker_records.records_dir(records) as directory:
@@ -389,18 +381,18 @@ class SageMakerBackend:
 
     def goodput(self, name: str) -> Goodput | None:
         """Measured once the job has ended, from its output.tar.gz's time ledger (metrics.jsonl)."""
-        records = self._output_records(name)
         desc = self.describe(name)
+        records = self._output_records(name, desc)
         if not records or not desc.get("TrainingStartTime"):
             return None
         with sagemaker_records.records_dir(records) as directory:
             return measure([directory], desc["TrainingStartTime"], desc.get("TrainingEndTime"))
 
-    def _output_records(self, name: str) -> dict[str, bytes] | None:
-        """The record files of an ended job's output.tar.gz, read once; None while it runs or
-        where it has no archive."""
+    def _output_records(self, name: str, desc: dict) -> dict[str, bytes] | None:
+        """The record files of an ended job's output.tar.gz (`desc`: its description), read once;
+        None while it runs or where it has no archive."""
         if name not in self._records:
-            uri = self.artifacts(name).get("output.tar.gz")
+            uri = _artifacts_of(desc, name).get("output.tar.gz")
             if uri is None:
                 return None
             self._records[name] = sagemaker_records.archive_records(self.client("s3"), uri)
@@ -460,6 +452,17 @@ def _status_line(name: str):
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=False, default=str)
+
+
+def _artifacts_of(desc: dict, name: str) -> dict[str, str]:
+    out = {}
+    model = desc.get("ModelArtifacts", {}).get("S3ModelArtifacts")
+    if model:
+        out["model.tar.gz"] = model
+    if desc["TrainingJobStatus"] in TERMINAL_STATUSES:
+        base = desc.get("OutputDataConfig", {}).get("S3OutputPath", "").rstrip("/")
+        out["output.tar.gz"] = f"{base}/{name}/output/output.tar.gz"
+    return out
 
 
 def _restart_rules(desc: dict) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.backends.cwlogs import LOG_GROUP
-from launcher.local.restarts import job_restarts
+from launcher.local.restarts import merged_restarts
 from launcher.wire import faults, s3io
 from launcher.wire.metric_lines import METRICS_FILE
 
@@ -53,8 +53,8 @@ def records_dir(records: dict[str, bytes]) -> Iterator[Path]:
 
 
 def logged_restarts(logs: Any, name: str) -> list[faults.Restart]:
-    """The restart records the job's bootstraps logged, one per failed attempt (as a job's
-    records are merged: launcher.local.restarts.job_restarts)."""
+    """The restart records the job's bootstraps logged, one per failed attempt (merged as a job's
+    hosts' records are: launcher.local.restarts.merged_restarts)."""
     found = []
     request = {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{name}/",
                "filterPattern": f'"{faults.RESTART_LINE}"'}
@@ -63,7 +63,4 @@ def logged_restarts(logs: Any, name: str) -> list[faults.Restart]:
             found += [r for e in page["events"] if (r := faults.from_restart_line(e["message"])) is not None]
     except logs.exceptions.ResourceNotFoundException:  # no log yet
         return []
-    with records_dir({}) as tmp:
-        for record in found:
-            faults.append_restart(tmp, record)
-        return job_restarts([tmp])
+    return merged_restarts(found, [])  # attempts.jsonl is not logged: no restart cost until the job ends

@@ -25,9 +25,13 @@ LOST = faults.HOST_LOST
 
 def job_restarts(hosts: list[Path]) -> list[faults.Restart]:
     """One record per failed attempt, oldest first (`hosts`: the hosts' output data directories)."""
-    records = []
-    for directory in hosts:
-        records += faults.read_restarts(directory)
+    records = [r for directory in hosts for r in faults.read_restarts(directory)]
+    return merged_restarts(records, [s for d in hosts for s in faults.read_attempt_starts(d)])
+
+
+def merged_restarts(records: list[faults.Restart], starts: list[faults.AttemptStart]) -> list[faults.Restart]:
+    """One record per failed attempt of the hosts' `records` (the best-placed host's, with the step a
+    peer knew where it knew none), oldest first, with what its restart cost (`starts`: attempts.jsonl's)."""
     by_attempt: dict[int, faults.Restart] = {}
     for record in records:
         kept = by_attempt.get(record.attempt)
@@ -38,8 +42,8 @@ def job_restarts(hosts: list[Path]) -> list[faults.Restart]:
             steps = [r.step for r in records if r.attempt == attempt and r.step is not None]
             if steps:
                 by_attempt[attempt] = replace(kept, step=min(steps))
-    starts = {s.attempt: s for d in hosts for s in faults.read_attempt_starts(d)}
-    return [_with_cost(by_attempt[a], starts) for a in sorted(by_attempt)]
+    began = {s.attempt: s for s in starts}
+    return [_with_cost(by_attempt[a], began) for a in sorted(by_attempt)]
 
 
 def _with_cost(record: faults.Restart, starts: dict[int, faults.AttemptStart]) -> faults.Restart:
