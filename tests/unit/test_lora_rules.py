@@ -5,6 +5,8 @@ counted as peft's print_trainable_parameters counts it."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from launcher.config import validate_job
@@ -159,6 +161,37 @@ def test_a_resume_keeps_the_adapters_the_checkpoint_holds():
     for other in ({"use_peft": True, "lora_r": 16}, {}, {"use_peft": True, "lora_r": 8, "load_in_4bit": True}):
         [line] = identity(**other).conflicts(saved)
         assert line.startswith("LoRA adapters (use_peft, lora_r,") and "train the adapters the checkpoint" in line
+
+
+def test_a_resume_keeps_the_base_the_adapters_were_trained_on(tmp_path):
+    from container.checkpoint.pretrained import Located, Sources, base_identity
+    from launcher.wire.training.model_source import parse_model_source
+    from launcher.wire.training.resume import RunIdentity
+    from launcher.wire.training.run_settings import run_settings
+
+    spec = PRESETS["llama3-tiny"]
+    settings = run_settings(TrainingHyperparameters(), None, 1)
+    lora = lora_settings(TrainingHyperparameters(use_peft=True), spec)
+
+    def identity(directory, load_weights=True):
+        located = Located(parse_model_source(str(directory)), directory)
+        base = base_identity(Sources(located, None, load_weights), rank=0, seed=7)
+        return RunIdentity(settings, spec, 1, adapters=lora, base=base)
+
+    for name in ("a", "moved", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"weights of b" if name == "b" else b"weights of a")
+    saved = identity(tmp_path / "a").record()
+    assert saved["base"]["weights_sha256"] == hashlib.sha256(
+        b"model.safetensors" + hashlib.sha256(b"weights of a").digest()).hexdigest()
+    assert identity(tmp_path / "moved").conflicts(saved) == []  # control: the same weights elsewhere
+    for other in (identity(tmp_path / "b"), identity(tmp_path / "a", load_weights=False)):
+        [line] = other.conflicts(saved)
+        assert line.startswith(f"base model (hf_pretrained_model_name_or_dir and its weights) was directory "
+                               f"{tmp_path / 'a'}, weights sha256 {saved['base']['weights_sha256'][:16]}...")
+        assert "resume on the base the checkpoint was trained on" in line
+    assert "random weights (seed 7)" in line
+    assert RunIdentity(settings, spec, 1, adapters=lora).conflicts(saved) == []  # not recorded: not compared
 
 
 def test_the_plan_says_what_it_models_of_a_lora_job(runtime_dir):
