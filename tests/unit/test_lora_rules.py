@@ -50,11 +50,17 @@ def test_what_peft_or_the_runtime_would_refuse_is_refused_by_name(runtime_dir, h
     assert paths(make_job(runtime_dir, hp=LORA)) == []  # control: the same job with peft's defaults
 
 
-def test_tensor_parallelism_is_refused_with_adapters_and_not_without(runtime_dir):
+def test_tensor_parallelism_takes_adapters_without_dropout_or_an_nf4_base(runtime_dir):
     params = {"tensor_parallel_degree": 8, "hybrid_shard_degree": 1}
-    assert "does not compose" in only_issue(make_job(runtime_dir, hp=LORA, params=params),
-                                            f"{MP}.tensor_parallel_degree")[0].problem
-    assert paths(make_job(runtime_dir, params=params)) == []
+    undropped = {**LORA, "lora_dropout": 0}
+    assert paths(make_job(runtime_dir, hp=undropped, params=params)) == []
+    for hp, value in ((LORA, 0.05), ({**LORA, "lora_dropout": 0.1}, 0.1)):  # peft's default 0.05 too
+        [issue] = only_issue(make_job(runtime_dir, hp=hp, params=params), "hyperparameters.lora_dropout")
+        assert (issue.value, issue.fix) == (value, "set lora_dropout: 0") and "own dropout masks" in issue.problem
+    assert paths(make_job(runtime_dir, hp=LORA)) == []  # control: dropout without tensor parallelism
+    qlora = make_job(runtime_dir, hp={**undropped, "load_in_4bit": 1}, params=params)
+    assert "does not split the NF4 base" in only_issue(qlora, f"{MP}.tensor_parallel_degree")[0].problem
+    assert f"{MP}.tensor_parallel_degree" not in paths(make_job(runtime_dir, hp={**undropped, "load_in_4bit": 1}))
 
 
 def test_qlora_is_accepted_with_adapters_and_refused_without(runtime_dir):
@@ -212,8 +218,8 @@ def test_the_runtime_refuses_what_validation_refuses():
 
     hp = parse_args(["--use_peft", "1", "--lora_target_modules", "['q_proj', 'qproj']"])[0]  # as the toolkit passes
     refuse_unimplemented(hp)  # the control: its degrees are all 1
-    with pytest.raises(ValueError, match="tensor_parallel_degree = 2: with use_peft"):
-        refuse_unimplemented(hp, ModelParallelParameters(tensor_parallel_degree=2))
+    with pytest.raises(ValueError, match="pipeline_parallel_degree = 2: with use_peft"):
+        refuse_unimplemented(hp, ModelParallelParameters(pipeline_parallel_degree=2))
     with pytest.raises(ValueError, match='lora_target_modules = "qproj": llama3-tiny has no linear layer'):
         adapters(hp, PRESETS["llama3-tiny"])
 
