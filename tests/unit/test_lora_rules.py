@@ -218,6 +218,7 @@ def test_the_runtime_refuses_what_validation_refuses():
 
     hp = parse_args(["--use_peft", "1", "--lora_target_modules", "['q_proj', 'qproj']"])[0]  # as the toolkit passes
     refuse_unimplemented(hp)  # the control: its degrees are all 1
+    refuse_unimplemented(hp, ModelParallelParameters(context_parallel_degree=2))  # cp takes adapters (and dropout)
     with pytest.raises(ValueError, match="pipeline_parallel_degree = 2: with use_peft"):
         refuse_unimplemented(hp, ModelParallelParameters(pipeline_parallel_degree=2))
     with pytest.raises(ValueError, match='lora_target_modules = "qproj": llama3-tiny has no linear layer'):

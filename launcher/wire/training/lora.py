@@ -184,7 +184,6 @@ def _composition_issues(hp, params, degrees_path: str) -> list[Issue]:
     """The parallelisms and features the runtime's adapters do not compose with yet, by name."""
     refused = [(f"{degrees_path}.{name}", value) for name, value in (
         ("pipeline_parallel_degree", params.pipeline_degree),
-        ("context_parallel_degree", params.context_parallel_degree),
         ("expert_parallel_degree", params.expert_parallel_degree)) if value > 1]
     refused += [(f"{HP}.{name}", getattr(hp, name)) for name in ("fp8", "compile") if getattr(hp, name)]
     return [Issue(name, value, f"with use_peft: {_NOT_YET}", "remove it, or train the whole model without "
