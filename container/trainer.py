@@ -252,8 +252,8 @@ def _train(rt: Runtime, hp: TrainingHyperparameters, dirs: Directories, s: RunSe
     cp_shard = apply_context_parallel(rt, s.cp_comm_type)  # cuts each micro-batch for this cp rank
     optimizer, scheduler = build_optimization(model, s)
     holdings.log_after_first_step(rt.rank, model, optimizer)  # to compare with `smlaunch plan --trace`
-    checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints,
-                                     identity=RunIdentity(s, spec, rt.dp_size, rows, lora),
+    identity = RunIdentity(s, spec, rt.dp_size, rows, lora, base_identity(rt, s, sources, lora))
+    checkpointer = ckpt.Checkpointer(dirs.checkpoints, keep=s.keep_checkpoints, identity=identity,
                                      async_mode=s.checkpoint_async_mode, timeout=rt.collective_timeout,
                                      streams=stream_record(loader.source, s, dirs)) if s.checkpoint_freq else None
     start_step, extra = resume(rt, dirs, checkpointer, model, optimizer, scheduler, loader)
@@ -267,6 +267,12 @@ def adapters(hp: TrainingHyperparameters, spec: ModelSpec) -> LoraSettings | Non
     """The LoRA adapters the job trains on its model, or None; targets the model lacks fail the job."""
     _refuse(model_lora_issues(hp, spec))
     return lora_settings(hp, spec)
+
+
+def base_identity(rt: Runtime, s: RunSettings, sources: pretrained.Sources, lora: LoraSettings | None) -> dict | None:
+    """What a LoRA run's checkpoints record of the base its adapters train on (a resume on another is
+    refused); None without checkpoints, or for a run that trains the whole model (its checkpoints hold it)."""
+    return pretrained.base_identity(sources, rt.rank, s.seed) if lora is not None and s.checkpoint_freq else None
 
 
 def build_data(rt: Runtime, dirs: Directories, s: RunSettings, spec: ModelSpec, sources: pretrained.Sources, *,

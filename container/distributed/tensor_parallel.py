@@ -17,6 +17,11 @@ q, k and v; its biases are split with their weights (column-parallel) or added o
 reduced output (row-parallel), and its LayerNorms are sequence-parallel like RMSNorm. With its
 parallel residual both norms read the block's sequence slice.
 
+LoRA's adapters (container.models.lora) follow their base's split, as torchtitan's do: under a
+column-parallel base A is replicated and B split by output features like the base, so each rank
+adds its own output features' update; under a row-parallel base A is split by input features like
+the base and B replicated, so the update is a partial sum like the base's output, reduced with it.
+
 The logits stay split by vocabulary (a DTensor, Shard(-1)): the full [batch, seq, vocab] fp32
 logits are what ran the seed's 8B job out of memory, so each rank keeps 1/tp of them and the
 cross-entropy runs vocabulary-parallel (torch's `loss_parallel`, inside `loss_context`, which
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import (
@@ -41,6 +47,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from container.models.llama import Transformer
+from container.models.lora import LoRALinear
 
 log = logging.getLogger("smlaunch")
 # (column-parallel, row-parallel) projections of a block
@@ -66,6 +73,9 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
     """Shard `model`'s parameters over the 1-D `tp_mesh` (before activation checkpointing and
     FSDP, which then shards the same parameters over the data-parallel dimensions)."""
     check_tp_degree(model, tp_mesh.size())
+    # torch's SequenceParallel registers the norms' weights anew, requiring gradients: a frozen base
+    # (LoRA's) must stay frozen, so each parameter's requires_grad is put back afterwards
+    frozen = {name for name, parameter in model.named_parameters() if not parameter.requires_grad}
     top = {
         # tokens are replicated; each rank looks up its vocabulary rows, the partial embeddings
         # are reduce-scattered into sequence slices
@@ -92,11 +102,42 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh) -> None:
                                             desired_input_layouts=(Replicate(), None, None, None)),
             "ffn_norm": SequenceParallel(),
             "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            **{name: ColwiseParallel() for name in projections[0]},
-            **{name: RowwiseParallel(output_layouts=Shard(1)) for name in projections[1]},
+            **{name: _colwise(block.get_submodule(name)) for name in projections[0]},
+            **{name: _rowwise(block.get_submodule(name), output_layouts=Shard(1)) for name in projections[1]},
         })
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(name not in frozen)
     log.info("applied tensor parallelism (degree %d, sequence-parallel norms) to %d blocks",
              tp_mesh.size(), len(model.layers))
+
+
+def _colwise(module) -> ColwiseParallel:
+    return LoRAColwiseParallel() if isinstance(module, LoRALinear) else ColwiseParallel()
+
+
+def _rowwise(module, **layouts) -> RowwiseParallel:
+    return LoRARowwiseParallel(**layouts) if isinstance(module, LoRALinear) else RowwiseParallel(**layouts)
+
+
+class LoRAColwiseParallel(ColwiseParallel):
+    """ColwiseParallel of a LoRALinear: its base weight (and bias) and B split by output features
+    (Shard(0)); A is left to distribute_module, which replicates it."""
+
+    def _partition_linear_fn(self, name, module, device_mesh):
+        if name in ("", "lora_B"):  # "": the LoRALinear itself, whose own parameters are the base's
+            for key, param in list(module.named_parameters(recurse=False)):
+                module.register_parameter(key, nn.Parameter(
+                    distribute_tensor(param, device_mesh, [Shard(0)], src_data_rank=self.src_data_rank),
+                    requires_grad=param.requires_grad))
+
+
+class LoRARowwiseParallel(RowwiseParallel):
+    """RowwiseParallel of a LoRALinear: its base weight and A split by input features (Shard(1)), the
+    bias replicated; B is left to distribute_module, which replicates it."""
+
+    def _partition_linear_fn(self, name, module, device_mesh):
+        if name in ("", "lora_A"):
+            super()._partition_linear_fn(name, module, device_mesh)
 
 
 def loss_context(tp: int) -> contextlib.AbstractContextManager:

@@ -2,8 +2,9 @@
 fine-tune a tiny transformers Llama with adapters on all its linear layers, sharded with the frozen base,
 dropout on, and merge_weights: the first loss is the base model's (B starts at zero), the adapter peft
 loads and the merged model transformers loads compute the same logits, the base's files are untouched,
-and a run resumed from its checkpoint steps as the uninterrupted one did (its dropout masks too). Three
-short jobs: 3 steps, 2 steps, then 1 resumed (~20 s of CPU). The same three
+and a run resumed from its checkpoint steps as the uninterrupted one did (its dropout masks too), but a
+resume on a base with other weights is refused. Four short jobs: 3 steps, 2 steps, then 1 resumed (~20 s
+of CPU), and the refused one (~2 s). The same three
 jobs with QLoRA (load_in_4bit), on a Llama whose linear layers NF4 quantizes whole: the first loss is the NF4
 base's (written out in tests/support/nf4_reference.py), the merged model is that base plus the adapter's
 update, and the resumed run, whose checkpoint holds no base, steps as the uninterrupted one."""
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint import FileSystemReader
 
 from container.checkpoint.peft_export import MERGED
@@ -80,6 +83,20 @@ def test_a_resumed_lora_run_steps_as_the_uninterrupted_one(trained, tmp_path):
     resumed = run_train(tmp_path, 2, max_steps=3, **hp)  # from the checkpoint of step 2
     assert series(resumed, "step") == [1, 2, 3]
     assert_same_training(resumed, records, rel=0)
+
+
+def test_a_lora_run_is_not_resumed_on_another_base(trained, tmp_path):
+    """The resume above, on the same base, is the control."""
+    base, _, _, run, _ = trained
+    shutil.copytree(base, tmp_path / "other")
+    weights = load_file(tmp_path / "other" / "model.safetensors")
+    weights["model.norm.weight"] += 1
+    save_file(weights, tmp_path / "other" / "model.safetensors", metadata={"format": "pt"})
+    shutil.copytree(run / "checkpoints", tmp_path / "checkpoints")
+    with pytest.raises(AssertionError, match=r"base model \(hf_pretrained_model_name_or_dir and its weights\) was "
+                       f"directory {base}, weights sha256 .* now directory {tmp_path / 'other'}, weights sha256"):
+        run_train(tmp_path, 2, max_steps=4, model_preset=None, hf_pretrained_model_name_or_dir=str(tmp_path / "other"),
+                  **LORA)
 
 
 QLORA = {**LORA, "load_in_4bit": 1}

@@ -5,6 +5,8 @@ counted as peft's print_trainable_parameters counts it."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from launcher.config import validate_job
@@ -48,11 +50,17 @@ def test_what_peft_or_the_runtime_would_refuse_is_refused_by_name(runtime_dir, h
     assert paths(make_job(runtime_dir, hp=LORA)) == []  # control: the same job with peft's defaults
 
 
-def test_tensor_parallelism_is_refused_with_adapters_and_not_without(runtime_dir):
+def test_tensor_parallelism_takes_adapters_without_dropout_or_an_nf4_base(runtime_dir):
     params = {"tensor_parallel_degree": 8, "hybrid_shard_degree": 1}
-    assert "does not compose" in only_issue(make_job(runtime_dir, hp=LORA, params=params),
-                                            f"{MP}.tensor_parallel_degree")[0].problem
-    assert paths(make_job(runtime_dir, params=params)) == []
+    undropped = {**LORA, "lora_dropout": 0}
+    assert paths(make_job(runtime_dir, hp=undropped, params=params)) == []
+    for hp, value in ((LORA, 0.05), ({**LORA, "lora_dropout": 0.1}, 0.1)):  # peft's default 0.05 too
+        [issue] = only_issue(make_job(runtime_dir, hp=hp, params=params), "hyperparameters.lora_dropout")
+        assert (issue.value, issue.fix) == (value, "set lora_dropout: 0") and "own dropout masks" in issue.problem
+    assert paths(make_job(runtime_dir, hp=LORA)) == []  # control: dropout without tensor parallelism
+    qlora = make_job(runtime_dir, hp={**undropped, "load_in_4bit": 1}, params=params)
+    assert "does not split the NF4 base" in only_issue(qlora, f"{MP}.tensor_parallel_degree")[0].problem
+    assert f"{MP}.tensor_parallel_degree" not in paths(make_job(runtime_dir, hp={**undropped, "load_in_4bit": 1}))
 
 
 def test_qlora_is_accepted_with_adapters_and_refused_without(runtime_dir):
@@ -161,6 +169,37 @@ def test_a_resume_keeps_the_adapters_the_checkpoint_holds():
         assert line.startswith("LoRA adapters (use_peft, lora_r,") and "train the adapters the checkpoint" in line
 
 
+def test_a_resume_keeps_the_base_the_adapters_were_trained_on(tmp_path):
+    from container.checkpoint.pretrained import Located, Sources, base_identity
+    from launcher.wire.training.model_source import parse_model_source
+    from launcher.wire.training.resume import RunIdentity
+    from launcher.wire.training.run_settings import run_settings
+
+    spec = PRESETS["llama3-tiny"]
+    settings = run_settings(TrainingHyperparameters(), None, 1)
+    lora = lora_settings(TrainingHyperparameters(use_peft=True), spec)
+
+    def identity(directory, load_weights=True):
+        located = Located(parse_model_source(str(directory)), directory)
+        base = base_identity(Sources(located, None, load_weights), rank=0, seed=7)
+        return RunIdentity(settings, spec, 1, adapters=lora, base=base)
+
+    for name in ("a", "moved", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"weights of b" if name == "b" else b"weights of a")
+    saved = identity(tmp_path / "a").record()
+    assert saved["base"]["weights_sha256"] == hashlib.sha256(
+        b"model.safetensors" + hashlib.sha256(b"weights of a").digest()).hexdigest()
+    assert identity(tmp_path / "moved").conflicts(saved) == []  # control: the same weights elsewhere
+    for other in (identity(tmp_path / "b"), identity(tmp_path / "a", load_weights=False)):
+        [line] = other.conflicts(saved)
+        assert line.startswith(f"base model (hf_pretrained_model_name_or_dir and its weights) was directory "
+                               f"{tmp_path / 'a'}, weights sha256 {saved['base']['weights_sha256'][:16]}...")
+        assert "resume on the base the checkpoint was trained on" in line
+    assert "random weights (seed 7)" in line
+    assert RunIdentity(settings, spec, 1, adapters=lora).conflicts(saved) == []  # not recorded: not compared
+
+
 def test_the_plan_says_what_it_models_of_a_lora_job(runtime_dir):
     from launcher.plan.workload import modeled_program
 
@@ -179,8 +218,9 @@ def test_the_runtime_refuses_what_validation_refuses():
 
     hp = parse_args(["--use_peft", "1", "--lora_target_modules", "['q_proj', 'qproj']"])[0]  # as the toolkit passes
     refuse_unimplemented(hp)  # the control: its degrees are all 1
-    with pytest.raises(ValueError, match="tensor_parallel_degree = 2: with use_peft"):
-        refuse_unimplemented(hp, ModelParallelParameters(tensor_parallel_degree=2))
+    refuse_unimplemented(hp, ModelParallelParameters(context_parallel_degree=2))  # cp takes adapters (and dropout)
+    with pytest.raises(ValueError, match="pipeline_parallel_degree = 2: with use_peft"):
+        refuse_unimplemented(hp, ModelParallelParameters(pipeline_parallel_degree=2))
     with pytest.raises(ValueError, match='lora_target_modules = "qproj": llama3-tiny has no linear layer'):
         adapters(hp, PRESETS["llama3-tiny"])
 

@@ -158,7 +158,8 @@ def lora_issues(hp, params, degrees_path: str = "mp_parameters") -> list[Issue]:
         return issues + [Issue(f"{HP}.{name}", getattr(hp, name), "does nothing without use_peft: the whole model "
                                "trains", "set use_peft: 1 to train adapters, or remove it", level="warning")
                          for name in _asked(hp)]
-    return issues + _value_issues(hp) + _composition_issues(hp, params, degrees_path) + _nf4_issues(hp, params)
+    return (issues + _value_issues(hp) + _composition_issues(hp, params, degrees_path)
+            + _tp_dropout_issues(hp, params, degrees_path) + _nf4_issues(hp, params, degrees_path))
 
 
 def _value_issues(hp) -> list[Issue]:
@@ -182,23 +183,42 @@ def _value_issues(hp) -> list[Issue]:
 def _composition_issues(hp, params, degrees_path: str) -> list[Issue]:
     """The parallelisms and features the runtime's adapters do not compose with yet, by name."""
     refused = [(f"{degrees_path}.{name}", value) for name, value in (
-        ("tensor_parallel_degree", params.tensor_parallel_degree), ("pipeline_parallel_degree", params.pipeline_degree),
-        ("context_parallel_degree", params.context_parallel_degree),
+        ("pipeline_parallel_degree", params.pipeline_degree),
         ("expert_parallel_degree", params.expert_parallel_degree)) if value > 1]
     refused += [(f"{HP}.{name}", getattr(hp, name)) for name in ("fp8", "compile") if getattr(hp, name)]
     return [Issue(name, value, f"with use_peft: {_NOT_YET}", "remove it, or train the whole model without "
                   "use_peft") for name, value in refused]
 
 
-def _nf4_issues(hp, params) -> list[Issue]:
-    """What QLoRA's NF4 base does not compose with yet: a delayed init (the base is loaded and
-    quantized whole on each rank before it is sharded)."""
-    delayed = hp.delayed_param or params.delayed_parameter_initialization
-    if not (hp.load_in_4bit and delayed):
+def _tp_dropout_issues(hp, params, degrees_path: str) -> list[Issue]:
+    """Dropout under tensor parallelism, not yet: the tensor-parallel ranks share each adapter's input, and
+    each would draw its own mask for it (DTensor draws from the rank's generator on CPU), so they would
+    not train one model."""
+    tp, dropout = params.tensor_parallel_degree, LoraSettings().dropout if hp.lora_dropout is None else hp.lora_dropout
+    if tp == 1 or dropout == 0:
         return []
-    return [Issue(f"{HP}.delayed_param", delayed, "with load_in_4bit (QLoRA) not yet: the NF4 base is loaded and "
-                  "quantized on every rank before it is sharded", "remove delayed_param (and "
-                  "delayed_parameter_initialization), or load_in_4bit to train LoRA on the base in its own dtype")]
+    default = f" ({dropout} is the default)" if hp.lora_dropout is None else ""
+    return [Issue(f"{HP}.lora_dropout", dropout, f"dropout{default} does not compose with {degrees_path}."
+                  f"tensor_parallel_degree {tp} yet: each tensor-parallel rank would draw its own dropout masks for "
+                  "the input the ranks share", "set lora_dropout: 0")]
+
+
+def _nf4_issues(hp, params, degrees_path: str) -> list[Issue]:
+    """What QLoRA's NF4 base does not compose with yet: tensor parallelism (it does not split torchao's
+    NF4 weights), a delayed init (the base is loaded and quantized whole on each rank before it is sharded)."""
+    if not hp.load_in_4bit:
+        return []
+    issues, fix = [], "or load_in_4bit to train LoRA on the base in its own dtype"
+    if params.tensor_parallel_degree > 1:
+        issues.append(Issue(f"{degrees_path}.tensor_parallel_degree", params.tensor_parallel_degree, "with "
+                            "load_in_4bit (QLoRA) not yet: tensor parallelism does not split the NF4 base",
+                            f"remove tensor_parallel_degree (FSDP shards the NF4 base), {fix}"))
+    delayed = hp.delayed_param or params.delayed_parameter_initialization
+    if delayed:
+        issues.append(Issue(f"{HP}.delayed_param", delayed, "with load_in_4bit (QLoRA) not yet: the NF4 base is "
+                            "loaded and quantized on every rank before it is sharded",
+                            f"remove delayed_param (and delayed_parameter_initialization), {fix}"))
+    return issues
 
 
 def model_lora_issues(hp, spec: ModelSpec, shards: int = 1) -> list[Issue]:

@@ -13,7 +13,9 @@ change. What the data position and the optimizer state only mean together with, 
 - the model's shape (a smaller model would load part of the weights without complaint);
 - the optimizer (its moments are in the checkpoint);
 - the LoRA adapters: trained or not, their rank, alpha, scaling, targets and the modules trained whole
-  (the checkpoint holds those parameters and their moments, and only those).
+  (the checkpoint holds those parameters and their moments, and only those);
+- the base a LoRA run's adapters were trained on, by its weights' digest (QLoRA's checkpoint does not
+  hold the base, LoRA's holds it but a resume on another base would still not train what was asked).
 
 The runtime records `RunIdentity.record()` in every checkpoint (container/checkpoint/checkpointer.py) and
 refuses to continue one whose record differs (`RunIdentity.conflicts`); validation explains the same
@@ -78,6 +80,7 @@ KEPT = (
     # the embedding's and head's rows: the vocabulary, padded where tensor parallelism cannot split
     # it (launcher.wire.training.models.vocab_rows); a resume keeps the saved rows wherever its degree splits them
     Kept("vocab_rows", "vocabulary rows (padded for tensor parallelism)", "tensor_parallel_degree", noted=False),
+    Kept("base", "base model", "hf_pretrained_model_name_or_dir and its weights", noted=False),
 )
 
 
@@ -114,6 +117,7 @@ class RunIdentity:
     data_parallel: int
     vocab_rows: int | None = None  # None: not recorded (nor compared)
     adapters: LoraSettings | None = None  # the LoRA adapters trained on a frozen base; None: the whole model
+    base: dict | None = None  # what identifies that base (container.checkpoint.pretrained); None: not recorded
 
     def record(self) -> dict[str, Any]:
         """What a checkpoint records, keyed as in KEPT: plain values (torch.load's weights_only
@@ -127,6 +131,7 @@ class RunIdentity:
             "optimizer": s.optimizer,
             "adapters": adapters_text(self.adapters),
             **({"vocab_rows": self.vocab_rows} if self.vocab_rows is not None else {}),
+            **({"base": self.base} if self.base is not None else {}),
         }
 
     def conflicts(self, saved: dict[str, Any]) -> list[str]:
@@ -138,18 +143,23 @@ class RunIdentity:
         for kept in KEPT:
             if kept.key not in saved or kept.key not in now:
                 continue
-            was, new = saved[kept.key], now[kept.key]
-            if kept.key == "model":  # field by field: a field added since the save is not compared
-                was, new = _model_difference(was, new)
-                if not was:
-                    continue
-            elif was == new:
-                continue
-            elif kept.key == "global_batch":
-                new = batch_text(self.settings, self.data_parallel)
-            lines.append(f"{_named(kept)} was {was} when saved, now {new}; "
-                         f"{_fix(kept, saved[kept.key], self.data_parallel)}")
+            difference = self._difference(kept.key, saved[kept.key], now[kept.key])
+            if difference is not None:
+                was, new = difference
+                lines.append(f"{_named(kept)} was {was} when saved, now {new}; "
+                             f"{_fix(kept, saved[kept.key], self.data_parallel)}")
         return lines
+
+    def _difference(self, key: str, was: Any, new: Any) -> tuple[Any, Any] | None:
+        """How the saved and the current value of `key` read in a message where they differ; None where not."""
+        if key == "model":  # field by field: a field added since the save is not compared
+            was, new = _model_difference(was, new)
+            return (was, new) if was else None
+        if key == "base":  # by the weights: the same files moved, or a channel mounted elsewhere, are the same base
+            return None if _base_key(was) == _base_key(new) else (base_text(was), base_text(new))
+        if was == new:
+            return None
+        return was, batch_text(self.settings, self.data_parallel) if key == "global_batch" else new
 
 
 def adapters_text(lora: LoraSettings | None) -> str:
@@ -159,6 +169,18 @@ def adapters_text(lora: LoraSettings | None) -> str:
     saved = f", {', '.join(lora.modules_to_save)} whole" if lora.modules_to_save else ""
     return (f"r {lora.r}, alpha {lora.alpha}{' (rsLoRA)' if lora.rslora else ''} on {','.join(lora.targets)}"
             f"{saved}{', an NF4 base (load_in_4bit)' if lora.nf4 else ''}")
+
+
+def base_text(base: dict) -> str:
+    """A base as messages name it: its source, Hub commit and weights' digest."""
+    commit = f" (commit {base['revision']})" if base.get("revision") else ""
+    digest = f", weights sha256 {base['weights_sha256'][:16]}..." if base.get("weights_sha256") else ""
+    return f"{base['model']}{commit}{digest}"
+
+
+def _base_key(base: dict) -> str:
+    # the weights' digest; random weights have none, and their source names the seed that drew them
+    return base.get("weights_sha256") or base["model"]
 
 
 def batch_fix(saved_batch: int, data_parallel: int) -> str:
@@ -184,6 +206,9 @@ def _fix(kept: Kept, saved: Any, data_parallel: int) -> str:
         return "train the model the checkpoint holds"
     if kept.key == "adapters":
         return "train the adapters the checkpoint holds, or start a new run in an empty checkpoint directory"
+    if kept.key == "base":
+        return ("resume on the base the checkpoint was trained on (hf_pretrained_model_name_or_dir naming the same "
+                "weights), or start a new run in an empty checkpoint directory")
     if kept.key == "vocab_rows":
         return f"resume with a tensor_parallel_degree that divides {saved}"
     return f"set {kept.settings} back to {saved}"
