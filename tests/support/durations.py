@@ -5,7 +5,9 @@ ends with them: the time of tests/unit, tests/integration and tests/e2e, and wit
 the N slowest modules beside pytest's N slowest tests, so that a module added later shows what it
 costs. `--durations-file PATH` writes the modules' seconds as JSON (`make test` writes
 build/test-durations.json); `make durations` copies that file to tests/durations.json, the recorded
-costs that tests/conftest.py's scheduler starts the longest modules by.
+costs that tests/conftest.py's scheduler starts the longest modules by. Beside it go each module's CPU
+seconds (test-durations-cpu.json) and each test's seconds and CPU seconds (test-durations-tests.json),
+for finding what to make cheaper.
 
 Seconds are wall time, and on a loaded 2-core machine a module's seconds also hold the other
 worker's load. What a module costs everyone is the CPU it uses: each phase of each test also counts
@@ -143,11 +145,14 @@ class Costs:
         self.seconds: dict[str, float] = defaultdict(float)
         self.cpu: dict[str, float] = defaultdict(float)
         self.tests: dict[str, int] = defaultdict(int)
+        self.per_test: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # test id -> [seconds, CPU seconds]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         module = module_of(report.nodeid)
         self.seconds[module] += report.duration
         self.cpu[module] += cpu_of(report)
+        self.per_test[report.nodeid][0] += report.duration
+        self.per_test[report.nodeid][1] += cpu_of(report)
         if report.when == "call" or (report.when == "setup" and report.skipped):
             self.tests[folder_of(module)] += 1
 
@@ -178,6 +183,9 @@ class Costs:
                                   + "\n")
             cpu = Path(path).with_name(Path(path).stem + "-cpu.json")  # beside it: what each module used
             cpu.write_text(json.dumps({m: round(c, 1) for m, c in sorted(self.cpu.items())}, indent=0) + "\n")
+            tests = Path(path).with_name(Path(path).stem + "-tests.json")  # each test's [seconds, CPU seconds]
+            tests.write_text(json.dumps({t: [round(s, 2), round(c, 2)] for t, (s, c) in sorted(self.per_test.items())},
+                                        indent=0) + "\n")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -65,3 +65,6 @@ def test_each_module_sums_its_phases_cpu_seconds_beside_their_wall_seconds(tmp_p
     assert json.loads((tmp_path / "d-cpu.json").read_text()) == {"tests/integration/test_c.py": 7.0,
                                                                   "tests/unit/test_a.py": 1.8}
     assert json.loads((tmp_path / "d.json").read_text())["tests/unit/test_a.py"] == 5.0  # the seconds as before
+    # each test's phases summed: [seconds, CPU seconds], for finding what to make cheaper
+    assert json.loads((tmp_path / "d-tests.json").read_text()) == {"tests/integration/test_c.py::t": [10.0, 7.0],
+                                                                    "tests/unit/test_a.py::t": [5.0, 1.75]}
