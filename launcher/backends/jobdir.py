@@ -20,7 +20,7 @@ from typing import Any
 from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
 from launcher.backends.log_metrics import LogMetrics
-from launcher.backends.metric_records import JobMetrics, jobdir_metrics, jobdir_records
+from launcher.backends.metric_records import JobMetrics, jobdir_records, rank0_metrics
 from launcher.config import ValidatedJob
 from launcher.local import shrink, store
 from launcher.local.restarts import job_restarts
@@ -109,8 +109,9 @@ class JobDirBackend:
     def progress(self, name: str) -> Progress | None:
         """Rank 0's progress.json, next to its metrics.jsonl: on the newest host rank 0 ran on that has one
         (a shrink that lost rank 0's host moves it; until the next attempt's first step, the last one's)."""
-        record = self._record(self.resolve(name))  # this backend's job, or BackendError
-        return next((p for path in reversed(jobdir_metrics(record)) if (p := read_progress(path.parent))), None)
+        name = self.resolve(name)
+        metrics = rank0_metrics(self._dir(name), self._record(name))  # this backend's job, or BackendError
+        return next((p for path in reversed(metrics) if (p := read_progress(path.parent))), None)
 
     def checkpoint(self, name: str) -> Checkpoint | None:
         """The newest complete checkpoint in the job's checkpoint directory (shared by its hosts)."""

@@ -52,11 +52,16 @@ class JobMetrics:
         return [r[self.x] for r in self.records if "restart_reason" in r and r.get(self.x) is not None]
 
 
+def rank0_metrics(job_dir: Path, record: dict) -> list[Path]:
+    """Rank 0's metrics.jsonl in a local or Slurm job's directory, on each host rank 0 ran on (its job.json
+    `record` says), oldest first: the first host's, and another's after a shrink that lost it
+    (launcher.local.shrink)."""
+    return [job_dir / "hosts" / host / "output" / "data" / METRICS_FILE for host in rank0_hosts(record)]
+
+
 def jobdir_metrics(record: dict) -> list[Path]:
-    """Rank 0's metrics.jsonl of a local or Slurm job, from its job.json record, on each host rank 0 ran on,
-    oldest first: the first host's, and another's after a shrink that lost it (launcher.local.shrink)."""
-    return [Path(record["LocalJobDir"]) / "hosts" / host / "output" / "data" / METRICS_FILE
-            for host in rank0_hosts(record)]
+    """rank0_metrics of a local or Slurm job, from its job.json record."""
+    return rank0_metrics(Path(record["LocalJobDir"]), record)
 
 
 def jobdir_records(record: dict) -> tuple[list[dict], list[Path]]:
