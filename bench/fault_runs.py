@@ -7,8 +7,10 @@ Every line the job prints is stamped when it reaches this process (`Line.seen`):
 and the supervisor's own lines (`[smlaunch] ...`, `smlaunch | ...`) carry no time of their own.
 A rank's log line carries its own (`Line.logged`, Python logging's asctime, local time): a rank's
 output reaches the console through the bootstrap's tailer (0.1 s polls), so its arrival is late
-and out of order. The job's TMPDIR is this run's directory, so the ranks' log files of a host the
-fault killed (its bootstrap never cleans them up) are read here and removed with the run.
+and out of order. A host killed with its rank (the `host` faults) takes its tailer along before it
+prints the rank's last lines (the fault injection's among them), which stay only in the rank's log
+file in the host's scratch (launcher.wire.opt_ml.SCRATCH_DIR) until the host's next bootstrap
+removes it, seconds later: the files there are read every 50 ms while the job runs (`RankFiles`).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import platform
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
 from launcher.wire.faults import FAULT_ENV, Fault, fault_spec
+from launcher.wire.opt_ml import SCRATCH_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 ASCTIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")  # Python logging's, train.py's format
@@ -58,6 +62,7 @@ class Run:
     tmp: Path  # the job's TMPDIR
     lines: list[Line]
     returncode: int
+    rank_files: dict[Path, str] = field(default_factory=dict)  # the ranks' log files as last read (RankFiles)
 
     @property
     def job_dir(self) -> Path:
@@ -72,12 +77,12 @@ class Run:
         return json.loads(proc.stdout)
 
     def rank_lines(self, needle: str) -> list[Line]:
-        """Rank log lines holding `needle`, from the job's log and from ranks' log files left in TMPDIR
-        (a killed host's), by the ranks' own time."""
+        """Rank log lines holding `needle`, from the job's log and from the ranks' log files (a killed
+        host's last lines are there only), by the ranks' own time."""
         found = [line for line in self.lines if needle in line.text and line.logged]
-        for path in self.tmp.glob("smlaunch-ranks-*/*/attempt_*/*/*.log"):
-            found += [Line(self.lines[0].seen, text) for text in path.read_text(errors="replace").splitlines()
-                      if needle in text and ASCTIME.search(text)]
+        for text in self.rank_files.values():
+            found += [Line(self.lines[0].seen, line) for line in text.splitlines()
+                      if needle in line and ASCTIME.search(line)]
         return sorted(found, key=lambda line: line.logged)
 
     def agent_failures(self) -> list[datetime]:
@@ -109,12 +114,46 @@ def submit(tmp: Path, name: str, hp: dict, faults: list[Fault], max_restarts: in
     proc = subprocess.Popen([sys.executable, "-m", "launcher.cli", "submit", str(tmp / "job.yaml"), "--local",
                              "--job-name", name], env=_env(tmp / "home", tmp / "tmp"), cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = [Line(datetime.now(timezone.utc), text.rstrip("\n")) for text in proc.stdout]
-    run = Run(name, tmp / "home", tmp / "tmp", lines, proc.wait())
+    with RankFiles(tmp / "home" / "jobs" / name) as rank_files:
+        lines = [Line(datetime.now(timezone.utc), text.rstrip("\n")) for text in proc.stdout]
+    run = Run(name, tmp / "home", tmp / "tmp", lines, proc.wait(), rank_files.read)
     if run.returncode != 0:
         tail = "\n".join(line.text for line in lines[-60:])
         raise SystemExit(f"job {name} did not complete (exit code {run.returncode}):\n{tail}")
     return run
+
+
+class RankFiles:
+    """The ranks' log files in the job's hosts' scratch, read every 50 ms while the job runs: each file's
+    longest text seen (they only grow, until their host's next bootstrap or the job's end removes them)."""
+
+    def __init__(self, job_dir: Path):
+        self.job_dir, self.read, self._done = job_dir, {}, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> RankFiles:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.05):
+            for path in self._listed():
+                try:
+                    text = path.read_text(errors="replace")
+                except OSError:  # removed between the listing and the read
+                    continue
+                if len(text) > len(self.read.get(path, "")):
+                    self.read[path] = text
+
+    def _listed(self) -> list[Path]:
+        try:
+            return list(self.job_dir.glob(f"hosts/*/{SCRATCH_DIR}/attempt-*/ranks/**/*.log"))
+        except OSError:  # a directory removed while it was listed: the next poll lists again
+            return []
 
 
 def _env(home: Path, tmp: Path) -> dict[str, str]:

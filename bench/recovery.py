@@ -48,7 +48,11 @@ BACKOFF = re.compile(r"\[smlaunch\] restart \d+ of \d+ \(max_restarts\) in (\d+)
 
 def timeline(run: Run) -> dict[str, float]:
     """The phases of the run's one restart, in seconds."""
-    fault = run.rank_lines("fault injection (")[0].logged
+    injected = run.rank_lines("fault injection (")
+    if not injected:
+        raise SystemExit(f"{run.name}: no rank logged its fault injection (neither in the job's log nor in the "
+                         f"ranks' log files read while it ran: {len(run.rank_files)} file(s))")
+    fault = injected[0].logged
     reports = ([t for t in run.agent_failures() if t >= fault]
                + [line.logged for line in run.rank_lines("did not complete within")]
                + [line.seen for line in run.printed("failed: stopping the other hosts")])

@@ -58,9 +58,11 @@ from container.toolkit.failure_report import (
 )
 from container.toolkit.rank_logs import rank_stderr
 from container.toolkit.restarts import Failure, backoff_s, classify
+from container.toolkit.script_watch import Silence
 from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import faults, masking, restart_policy
 from launcher.wire.diagnostics import attempt_dir
+from launcher.wire.heartbeat import HEARTBEAT_DIR_ENV
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
 from launcher.wire.metric_lines import now
 from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, private_dir, process_ended, scratch_dir
@@ -70,7 +72,8 @@ MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
 FROZEN_ALONE_S = 60.0  # a stopped rank with restarts on, where the job sets no step_timeout
 EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
-_RANKS, _FAULTS = "ranks", "faults"  # in an attempt's scratch: torchrun's --log-dir, SMLAUNCH_FAULT_DIR
+# in an attempt's scratch: torchrun's --log-dir, SMLAUNCH_FAULT_DIR, SMLAUNCH_HEARTBEAT_DIR (launcher.wire.heartbeat)
+_RANKS, _FAULTS, _BEATS = "ranks", "faults", "heartbeats"
 _UNSUPPORTED = {
     "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
     "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel (smddp)",
@@ -195,11 +198,13 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int, policy: RestartPol
             attempt_note = f" (attempt {number})" if number else ""
             log(f"{env.current_host}{attempt_note}: {shlex.join(shown)} (in {env.code_dir})")
             hang_s = float(policy.hang_timeout) or None
-            child = Child(cmd, cwd=env.code_dir, env=child_environment(env, number, fault_dir),
+            beats = {HEARTBEAT_DIR_ENV: str(scratch / _BEATS)} if hang_s else {}
+            child = Child(cmd, cwd=env.code_dir, env=child_environment(env, number, fault_dir) | beats,
                           rank_logs=log_dir if uses_torchrun(env) else None,
                           on_rank_end=lambda pid: _stacks_of_a_hang(env, number, log_dir, pid),
-                          frozen_alone_s=alone_s, hang_s=hang_s,
-                          on_hang=lambda pid: _stacks_of_a_silent_script(env, number, log_dir, pid, hang_s))
+                          frozen_alone_s=alone_s, hang_s=hang_s, heartbeats=scratch / _BEATS,
+                          on_hang=lambda pid, silence: _stacks_of_a_silent_script(env, number, log_dir, pid, hang_s,
+                                                                                  silence))
         except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
             code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
             return report(output_dir, code, f"{type(exc).__name__}: {exc}")
@@ -218,7 +223,7 @@ def _make_scratch(scratch: Path) -> None:
     """An attempt's private scratch in the host's tree (launcher.wire.opt_ml.SCRATCH_DIR; not TMPDIR,
     where a host killed by SIGKILL would leave it), with its ranks' log directory and their failure
     records' directory in it."""
-    for directory in (scratch.parent, scratch, scratch / _RANKS, scratch / _FAULTS):
+    for directory in (scratch.parent, scratch, scratch / _RANKS, scratch / _FAULTS, scratch / _BEATS):
         private_dir(directory)
 
 
@@ -246,13 +251,14 @@ def _stacks_of_a_hang(env: TrainingEnv, number: int, log_dir: Path, torchrun_pid
 
 
 def _stacks_of_a_silent_script(env: TrainingEnv, number: int, log_dir: Path, torchrun_pid: int,
-                               hang_s: float) -> None:
-    """A script of the user's own has shown no CPU and no output for its hang_timeout: every rank's
-    stacks (SIGUSR1 where it catches it, py-spy where installed, its stderr's end) before it is stopped."""
-    log(f"{env.current_host}: the script's ranks have used no CPU and written nothing for {hang_s:.0f} s "
+                               hang_s: float, silence: Silence) -> None:
+    """A script of the user's own has shown no CPU and no output (or, once it beats, no heartbeat) for its
+    hang_timeout: every rank's stacks (SIGUSR1 where it catches it, py-spy where installed, its stderr's
+    end) before it is stopped."""
+    log(f"{env.current_host}: the script's ranks {silence.line} for {hang_s:.0f} s "
         f"(hang_timeout): collecting their stacks, then stopping them")
     collect_stacks(torchrun_pid, log_dir, attempt_dir(env.output_data_dir, number), log, env.current_host,
-                   reason=f"no CPU and no output for {hang_s:.0f} s (hang_timeout)")
+                   reason=f"{silence.reason} for {hang_s:.0f} s (hang_timeout)")
 
 
 def _give_up(decision, number: int, policy: RestartPolicy, earlier: list[faults.Restart]) -> str:
@@ -408,7 +414,7 @@ def _diagnose(env: TrainingEnv, child: Child, returncode: int, log_dir: Path,
     the ranks' failure records, which say what a rank's exit code meant)."""
     tail = child.stderr_tail.decode("utf-8", "replace")
     if child.hung_after is not None:  # stopped by us (container.toolkit.script_watch): its exit says nothing
-        return Failure(f"the script's ranks on host {env.current_host} used no CPU and wrote nothing for "
+        return Failure(f"the script's ranks on host {env.current_host} {child.watch.silence.failure} for "
                        f"{child.hung_after:.0f} s (hang_timeout): hung", exit_code(returncode), hung=True,
                        stderr_tail=tail)
     if not uses_torchrun(env):

@@ -41,12 +41,13 @@ class Child:
 
     def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str], rank_logs: Path | None = None,
                  on_rank_end=None, frozen_alone_s: float | None = None, hang_s: float | None = None,
-                 on_hang=None):
+                 on_hang=None, heartbeats: Path | None = None):
         """`on_rank_end(pid)`: under torchrun, called once with torchrun's pid when its first rank has
         ended while others still run; `frozen_alone_s`: see container.toolkit.frozen_ranks; `hang_s`:
         under torchrun, a script whose ranks neither compute nor write for this long is hung
-        (container.toolkit.script_watch): `on_hang(pid)` is called with torchrun's pid (to collect
-        stacks), then the command is stopped (SIGTERM), and `hung_after` says after how long."""
+        (container.toolkit.script_watch; by its beats in `heartbeats` once it sends some): `on_hang(pid,
+        silence)` is called with torchrun's pid (to collect stacks) and what did not move, then the command
+        is stopped (SIGTERM), and `hung_after` says after how long."""
         self.signals: list[int] = []
         self.stderr_tail = b""
         self.piped_bytes = 0
@@ -75,7 +76,8 @@ class Child:
         first_end = (lambda: on_rank_end(self._proc.pid)) if on_rank_end else None
         self.frozen = FrozenRanks(self._proc.pid, log, first_end, frozen_alone_s).start() if rank_logs else None
         self.watch = ScriptWatch(self._proc.pid, hang_s, rank_logs, lambda: self.piped_bytes,
-                                 lambda seconds: self._hung(on_hang)).start() if rank_logs and hang_s else None
+                                 lambda seconds: self._hung(on_hang),
+                                 heartbeats).start() if rank_logs and hang_s else None
 
     @property
     def hung_after(self) -> float | None:
@@ -83,7 +85,7 @@ class Child:
 
     def _hung(self, on_hang) -> None:
         if on_hang is not None:
-            on_hang(self._proc.pid)
+            on_hang(self._proc.pid, self.watch.silence)
         self._forward(signal.SIGTERM)  # torchrun stops the ranks: SIGTERM, SIGKILL after its shutdown timeout
 
     def _on_signal(self, signum: int, _frame) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from launcher.backends import jobmetrics
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, JobDryRun, JobFailedError, Options
 from launcher.backends.log_metrics import LogMetrics
-from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics
+from launcher.backends.metric_records import JobMetrics, jobdir_records, rank0_metrics
 from launcher.config import ValidatedJob
 from launcher.local import shrink, store
 from launcher.local.restarts import job_restarts
@@ -28,7 +28,7 @@ from launcher.local.spec import LocalJobSpec, Runner, RunnerError
 from launcher.wire.checkpoints import Checkpoint, latest_local
 from launcher.wire.faults import Restart
 from launcher.wire.goodput import Goodput, measure
-from launcher.wire.metric_lines import DamagedMetrics, Progress, as_datetime, parse_records, read_progress
+from launcher.wire.metric_lines import DamagedMetrics, Progress, as_datetime, read_progress
 from launcher.wire.terminal import printable
 
 # How long a follower waits, after a job is recorded Failed while its other hosts are stopped, for
@@ -107,10 +107,11 @@ class JobDirBackend:
         return {k: v for k, v in stored.items() if v.startswith("s3://") or _holds_a_file(Path(v))}
 
     def progress(self, name: str) -> Progress | None:
-        """Rank 0's progress.json, next to its metrics.jsonl on the first host."""
+        """Rank 0's progress.json, next to its metrics.jsonl: on the newest host rank 0 ran on that has one
+        (a shrink that lost rank 0's host moves it; until the next attempt's first step, the last one's)."""
         name = self.resolve(name)
-        self._record(name)  # this backend's job, or BackendError
-        return read_progress((self._dir(name) / JOBDIR_METRICS).parent)
+        metrics = rank0_metrics(self._dir(name), self._record(name))  # this backend's job, or BackendError
+        return next((p for path in reversed(metrics) if (p := read_progress(path.parent))), None)
 
     def checkpoint(self, name: str) -> Checkpoint | None:
         """The newest complete checkpoint in the job's checkpoint directory (shared by its hosts)."""
@@ -257,11 +258,8 @@ def _holds_a_file(archive: Path) -> bool:
 
 
 def run_summary(record: dict) -> dict:
-    """First and last loss, steps and throughput from the job's metrics.jsonl (rank 0's, on algo-1)."""
-    metrics = jobdir_metrics(record)
-    if not metrics.is_file():
-        return {}
-    rows = parse_records(metrics.read_text(encoding="utf-8"), str(metrics))
+    """First and last loss, steps and throughput from the job's metrics.jsonl (rank 0's: jobdir_records)."""
+    rows, _ = jobdir_records(record)
     train = [r for r in rows if "loss" in r and "val_loss" not in r]
     if not train:
         return {}

@@ -1,6 +1,7 @@
 """A job's metric records, wherever its backend keeps them (docs/metrics.md).
 
-Local and Slurm jobs: rank 0's `metrics.jsonl` in the job directory (`hosts/algo-1/output/data`),
+Local and Slurm jobs: rank 0's `metrics.jsonl` in the job directory (`hosts/algo-1/output/data`, and
+another host's after a shrink that lost algo-1),
 readable while the job runs; a script that writes none (a user's own) gets its
 `metric_definitions` applied to the job's log, as SageMaker applies them
 (launcher.backends.log_metrics). SageMaker jobs: the same metrics.jsonl inside the job's
@@ -19,7 +20,7 @@ from pathlib import Path
 from launcher.backends import registry
 from launcher.backends.base import TERMINAL_STATUSES, BackendError, SettingError
 from launcher.backends.log_metrics import POINT, LogMetrics
-from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics
+from launcher.backends.metric_records import JOBDIR_METRICS, JobMetrics, jobdir_metrics, jobdir_records
 from launcher.wire import s3io
 from launcher.wire.metric_lines import METRICS, METRICS_FILE, parse_records
 
@@ -44,10 +45,10 @@ def from_job_dir(backend, name: str, logs: dict[str, LogMetrics] | None = None) 
     from where they stopped (a sweep's controller's)."""
     handle = f"{backend.name}:{name}"
     record = backend.describe(name)
-    path = jobdir_metrics(record)
-    records = parse_records(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
+    records, files = jobdir_records(record)
     if records:
-        return JobMetrics(handle, str(path), records)
+        return JobMetrics(handle, " + ".join(map(str, files)), records)
+    path = jobdir_metrics(record)[-1]  # the current attempt's rank 0's
     definitions = (record.get("AlgorithmSpecification") or {}).get("MetricDefinitions") or []
     log = Path(record["LocalJobDir"]) / "logs" / "job.log"
     ended = record["TrainingJobStatus"] in TERMINAL_STATUSES

@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.wire.metric_lines import METRICS_FILE
+from launcher.local.shrink import rank0_hosts
+from launcher.wire.metric_lines import METRICS_FILE, parse_records
 
-# Where rank 0 (on the first host) writes it in a local or Slurm job directory.
+# Where rank 0 (on the first host) writes it in a job directory whose hosts never change (Kubernetes';
+# a local or Slurm job's: jobdir_metrics).
 JOBDIR_METRICS = Path("hosts") / "algo-1" / "output" / "data" / METRICS_FILE
 
 
@@ -50,6 +52,20 @@ class JobMetrics:
         return [r[self.x] for r in self.records if "restart_reason" in r and r.get(self.x) is not None]
 
 
-def jobdir_metrics(record: dict) -> Path:
-    """metrics.jsonl of a local or Slurm job, from its job.json record."""
-    return Path(record["LocalJobDir"]) / JOBDIR_METRICS
+def rank0_metrics(job_dir: Path, record: dict) -> list[Path]:
+    """Rank 0's metrics.jsonl in a local or Slurm job's directory, on each host rank 0 ran on (its job.json
+    `record` says), oldest first: the first host's, and another's after a shrink that lost it
+    (launcher.local.shrink)."""
+    return [job_dir / "hosts" / host / "output" / "data" / METRICS_FILE for host in rank0_hosts(record)]
+
+
+def jobdir_metrics(record: dict) -> list[Path]:
+    """rank0_metrics of a local or Slurm job, from its job.json record."""
+    return rank0_metrics(Path(record["LocalJobDir"]), record)
+
+
+def jobdir_records(record: dict) -> tuple[list[dict], list[Path]]:
+    """The records of a local or Slurm job's metrics.jsonl files (jobdir_metrics), oldest first, and the
+    files they came from."""
+    found = [path for path in jobdir_metrics(record) if path.is_file()]
+    return [r for path in found for r in parse_records(path.read_text(encoding="utf-8"), str(path))], found

@@ -8,7 +8,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from launcher.local.shrink import rank0_hosts
 from launcher.local.spec import LocalJobSpec
+from launcher.local.store import merged
 from launcher.wire import s3io
 from launcher.wire.archives import files, pack, whole
 
@@ -27,10 +29,12 @@ def store(spec: LocalJobSpec, with_model: bool, note: Callable[[str], None]) -> 
     if spec.checkpoint_s3_uri:
         count = s3io.upload_tree(spec.checkpoint_dir, spec.checkpoint_s3_uri, spec.region)
         note(f"checkpoints: {count} file(s) to {spec.checkpoint_s3_uri}")
-    tensorboard = spec.tensorboard_output()
-    if tensorboard:  # SageMaker uploads while the job runs; here once, at its end
-        count = s3io.upload_tree(*tensorboard, spec.region)
-        note(f"TensorBoard: {count} file(s) from {tensorboard[0]} to {tensorboard[1]}")
+    # SageMaker uploads while the job runs; here once, at its end, from each host rank 0 wrote it on (a
+    # shrink that lost rank 0's host moved it on): the event files' names are the writers' own
+    tensorboard = {spec.tensorboard_output(host) for host in rank0_hosts(merged(spec.job_dir))} - {None}
+    for directory, prefix in sorted(tensorboard):
+        count = s3io.upload_tree(directory, prefix, spec.region)
+        note(f"TensorBoard: {count} file(s) from {directory} to {prefix}")
     return out
 
 

@@ -32,7 +32,7 @@ from launcher.config.sent_hyperparameters import job_hyperparameters
 from launcher.local import s3io, store
 from launcher.local.spec import LocalJobSpec, Runner
 from launcher.wire import hyperparameters as wire
-from launcher.wire.opt_ml import write_opt_ml
+from launcher.wire.opt_ml import host_names, write_opt_ml
 from launcher.wire.training.issues import ConfigError, Issue
 
 MIN_FREE_BYTES = 1 << 20  # less, and not even the job's record, code archive and logs fit
@@ -85,7 +85,7 @@ def checked_spec(job: ValidatedJob, runner: Runner, job_name: str | None, root: 
     directory = store.job_dir(name, root)
     if directory.exists():  # early, before the code archive is built; _create_job_dir settles races
         raise _name_taken(name, directory)
-    hosts = [f"algo-{i + 1}" for i in range(cfg.instance_count)]
+    hosts = host_names(cfg.instance_count)
     gpus_per_host: list[list[int]] = []
     if cfg.instance_type == "local_gpu":
         per_host, gpus_per_host = _gpu_layout(job, hosts)

@@ -18,7 +18,7 @@ from pathlib import Path
 from launcher.local.spec import LocalJobSpec
 from launcher.wire import faults, restart_policy
 from launcher.wire.metric_lines import now, read_progress
-from launcher.wire.opt_ml import process_ended
+from launcher.wire.opt_ml import master_host, process_ended
 
 LOST = faults.HOST_LOST
 
@@ -155,7 +155,7 @@ def _earlier(spec: LocalJobSpec, attempt: int) -> list[faults.Restart]:
 
 def _logged_step(spec: LocalJobSpec) -> int | None:
     """Rank 0's last logged step: what the supervisor knows of a lost host's progress."""
-    progress = read_progress(_data(spec, spec.hosts[0]))
+    progress = read_progress(_data(spec, master_host(spec.hosts)))
     return progress.step if progress else None
 
 

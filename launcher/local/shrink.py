@@ -6,14 +6,16 @@ The supervisor asks its runner where a lost host runs now (`host_lost`); where i
 job goes on without it while min_instance_count allows: the spec loses the host, each remaining
 host's resourceconfig.json names the hosts left, the next attempt gets the job's original world
 (launcher.wire.training.shrink: the runtime keeps the global batch) and job.json's `Shrinks` says
-from how many hosts to how many, at which step and attempt. A job never grows back.
+from how many hosts to how many, at which step and attempt. A job never grows back. Rank 0 runs on the
+first host left (launcher.wire.opt_ml.master_host): a shrink that loses it moves the job's records
+(metrics.jsonl, progress.json) on to another host's tree (`rank0_hosts`).
 """
 
 from __future__ import annotations
 
 from launcher.local import store
 from launcher.local.spec import LocalJobSpec
-from launcher.wire.opt_ml import rewrite_hosts
+from launcher.wire.opt_ml import host_names, master_host, rewrite_hosts
 from launcher.wire.terminal import printable
 
 SHRINKS = "Shrinks"  # job.json: one entry per shrink, oldest first
@@ -43,6 +45,19 @@ def go_on_without(spec: LocalJobSpec, label: str, step: int | None, attempt: int
     shrinks = store.merged(spec.job_dir).get(SHRINKS, [])
     store.update(spec.job_dir, **{SHRINKS: [*shrinks, entry]})
     return entry
+
+
+def rank0_hosts(record: dict) -> list[str]:
+    """The hosts rank 0 ran on, oldest first, from the job's job.json record: the last one's records are
+    the current attempt's; an earlier one holds the steps before the shrink that lost it."""
+    shrinks = record.get(SHRINKS) or []
+    hosts = host_names(shrinks[0]["from"] if shrinks else 1)
+    ran_on = [master_host(hosts)]
+    for entry in shrinks:
+        hosts = [h for h in hosts if h != entry["host"]]
+        if hosts and master_host(hosts) != ran_on[-1]:
+            ran_on.append(master_host(hosts))
+    return ran_on
 
 
 def text(entry: dict) -> str:

@@ -90,14 +90,15 @@ class LocalJobSpec:
     def source_archive(self) -> Path:
         return self.job_dir / "sourcedir.tar.gz"
 
-    def tensorboard_output(self) -> tuple[Path, str] | None:
-        """(rank 0's TensorBoard directory here, its S3 prefix) of a job with a TensorBoardOutputConfig.
-        The prefix is <S3OutputPath>/<job>/tensorboard-output, where the SageMaker SDK's
-        `latest_job_tensorboard_artifacts_path` looks."""
+    def tensorboard_output(self, host: str) -> tuple[Path, str] | None:
+        """(`host`'s TensorBoard directory here, its S3 prefix) of a job with a TensorBoardOutputConfig: rank 0
+        writes it, on each host it ran on (launcher.local.shrink.rank0_hosts). The prefix is
+        <S3OutputPath>/<job>/tensorboard-output, where the SageMaker SDK's `latest_job_tensorboard_artifacts_path`
+        looks."""
         if not self.tensorboard:
             return None
         local = PurePosixPath(self.tensorboard.get("LocalPath") or TENSORBOARD_LOCAL_PATH)
-        directory = (self.host_dir(self.hosts[0]) / local.relative_to("/opt/ml")
+        directory = (self.host_dir(host) / local.relative_to("/opt/ml")
                      if local.is_relative_to("/opt/ml") else Path(local))
         return directory, f"{self.tensorboard['S3OutputPath'].rstrip('/')}/{self.name}/tensorboard-output"
 

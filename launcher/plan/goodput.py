@@ -20,6 +20,13 @@ checkpoints restarts from step 0: its expected wall time for T of training is
 (M + R)(e^(T/M) - 1) (failures arrive as a Poisson process; the renewal argument is in
 docs/faults.md), so its goodput is T over that.
 
+A job with min_instance_count M < N hosts goes on with fewer hosts when one is gone for good with no
+spare (docs/faults.md, "Shrink and go on"): its steps after the j-th such loss take N / (N - j) as
+long (the global batch is kept by gradient accumulation). The plan prices the bound where each of the
+first N - M interruptions is such a loss: the run trains (1 + s) times as long, s its expected slowdown
+(`shrink_slowdown`), and every goodput with checkpoints is divided by 1 + s. The host-hours, and so the
+cost, stay the same: fewer hosts for longer.
+
 Pure arithmetic on a plan's job, speed and memory: no torch.
 """
 
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import accumulate
 
 from launcher.config import ValidatedJob
 from launcher.plan.host_staging import STAGED_TERMS
@@ -66,6 +74,27 @@ def lost_fraction(interval_s: float, checkpoint_s: float, restart_s: float, mtbf
     return checkpoint_s / (interval_s + checkpoint_s) + (interval_s / 2.0 + lag_s + restart_s) / mtbf_s
 
 
+def shrink_slowdown(hosts: int, min_hosts: int, interruptions: float) -> float:
+    """The expected share of its training time a run of `hosts` adds on fewer hosts, where each of its first
+    hosts - min_hosts interruptions loses a host for good (`interruptions` expected over the run). They are a
+    Poisson process in the run's work: a host fewer fails less often but trains as much slower, so their rate
+    per step stays the same. Given k of them, the j-th falls with (k - j + 1)/(k + 1) of the work left (the
+    uniform order statistics), which then takes hosts/(hosts - j) - hosts/(hosts - j + 1) longer."""
+    most = hosts - min_hosts
+    if most <= 0 or interruptions <= 0:
+        return 0.0
+    longer = [hosts / (hosts - j) - hosts / (hosts - j + 1) for j in range(1, most + 1)]
+    # (k - j + 1)/(k + 1) = 1 - j/(k + 1): the sum over j <= J from two running sums
+    plain, weighted = list(accumulate(longer)), list(accumulate(j * d for j, d in enumerate(longer, 1)))
+    spread = 12 * math.sqrt(interruptions) + 30  # the Poisson terms beyond it are below 1e-30
+    total = 0.0
+    for k in range(max(1, int(interruptions - spread)), int(interruptions + spread) + 1):
+        chance = math.exp(k * math.log(interruptions) - interruptions - math.lgamma(k + 1))
+        last = min(k, most) - 1
+        total += chance * (plain[last] - weighted[last] / (k + 1))
+    return total
+
+
 def goodput_from_step_zero(run_s: float, restart_s: float, mtbf_s: float) -> float:
     """Goodput of a run of `run_s` training seconds that restarts from its beginning after every
     failure: run / ((M + R)(e^(run/M) - 1)); 0 where that is below what a float holds."""
@@ -90,6 +119,8 @@ class GoodputPlan:
     checkpoint_freq: int | None  # the job's; None: it saves none (or, for a script, unknown)
     script: bool  # a user's script: its checkpoints are its own
     max_restarts: int = 0  # the job's automatic restarts (docs/faults.md, "Automatic restarts")
+    hosts: int = 1  # instance_count
+    min_hosts: int = 0  # min_instance_count: the job goes on down to this many hosts (0: it does not)
 
     # --- the costs --------------------------------------------------------------------------
     @property
@@ -142,10 +173,18 @@ class GoodputPlan:
     def optimum_steps(self) -> int:
         return max(1, round(self.optimum_s / self.step_s))
 
+    @property
+    def slowdown(self) -> float:
+        """The share of its training time the run adds on fewer hosts after shrinks (shrink_slowdown); 0 for a
+        job that does not shrink or has no run length."""
+        if not self.min_hosts or self.expected_failures is None:
+            return 0.0
+        return shrink_slowdown(self.hosts, self.min_hosts, self.expected_failures)
+
     def goodput_every(self, steps: int) -> float:
-        """Expected goodput saving every `steps` steps."""
+        """Expected goodput saving every `steps` steps (the slower steps after shrinks priced)."""
         lost = lost_fraction(steps * self.step_s, self.checkpoint_s, self.restart_s, self.mtbf_s, self.lag_s)
-        return max(0.0, 1.0 - lost)
+        return max(0.0, 1.0 - lost) / (1.0 + self.slowdown)
 
     @property
     def goodput_without_checkpoints(self) -> float | None:
@@ -185,7 +224,10 @@ class GoodputPlan:
                   if self.max_steps and self.optimum_steps > self.max_steps else "")
         lines.append(f"  optimum checkpoint interval (Young: sqrt(2 x {self.checkpoint_s:.1f} s x MTBF)): "
                      f"{_duration(self.optimum_s)} = {self.optimum_steps:,} steps of {self.step_s:.3g} s{longer}")
-        lines.append("  expected goodput (lost = C/(interval + C) + (interval/2 + R)/MTBF): " + self._verdict())
+        if self.slowdown:
+            lines.append("  " + self._shrink_text())
+        lost = "lost = C/(interval + C) + (interval/2 + R)/MTBF" + (", then / (1 + slowdown)" if self.slowdown else "")
+        lines.append(f"  expected goodput ({lost}): " + self._verdict())
         if self.max_steps:
             lines.append("  " + self._restarts_text())
         return "\n".join(lines)
@@ -212,6 +254,13 @@ class GoodputPlan:
                            f"{_pct(self.unattended)}; set max_restarts to restart from the newest checkpoint)")
         return head + (f"max_restarts {self.max_restarts}: the job ends without a person's help with probability "
                        f"{_pct(self.unattended)} (at most {self.max_restarts} interruptions)")
+
+    def _shrink_text(self) -> str:
+        n, m = self.hosts, self.min_hosts
+        return (f"after shrinks (min_instance_count {m} of {n} hosts): +{_pct(self.slowdown)} of training time "
+                f"expected, if each of the first {n - m} interruption(s) loses its host for good with no spare (after "
+                f"the j-th a step takes {n}/({n} - j) as long: the global batch kept); the same host-hours, so the "
+                "same cost")
 
     def _verdict(self) -> str:
         best = f"{_pct(self.goodput_every(self.optimum_steps))} at the optimum"
@@ -251,6 +300,8 @@ class GoodputPlan:
             "max_restarts": self.max_restarts,
             "expected_interruptions": self.expected_failures,
             "probability_unattended": self.unattended,
+            "min_instance_count": self.min_hosts or None,
+            "shrink_slowdown": self.slowdown,
             "formula": "Young (1974), the saves' share of the wall time exact",
             "models": "a script's own checkpoints are unknown" if self.script else "smlaunch's runtime checkpoints",
         }
@@ -274,7 +325,8 @@ def plan_goodput(job: ValidatedJob | None, speed: ThroughputEstimate | None, mem
         # a script's max_steps is its own argument: a run length only where the job sets it
         max_steps=hp.max_steps if script else s.max_steps,
         checkpoint_freq=None if script else (s.checkpoint_freq or None), script=script,
-        max_restarts=job.config.max_restarts)
+        max_restarts=job.config.max_restarts, hosts=job.config.instance_count,
+        min_hosts=job.config.min_instance_count or 0)
 
 
 def _pct(x: float) -> str:

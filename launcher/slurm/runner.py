@@ -27,7 +27,7 @@ from launcher.local import jobenv
 from launcher.local.process import ProcessRunner
 from launcher.local.spec import HostProcess, LocalJobSpec, RunnerError, refuse_gone_host, signal_process_groups
 from launcher.slurm import commands
-from launcher.wire.opt_ml import free_port
+from launcher.wire.opt_ml import free_port, master_host
 
 # NCCL's own choice when NCCL_SOCKET_IFNAME is unset: any interface but loopback and docker's.
 DEFAULT_INTERFACE = "^lo,docker"
@@ -159,9 +159,9 @@ class SlurmRunner(ProcessRunner):
     def start(self, spec: LocalJobSpec) -> list[HostProcess]:
         if shutil.which("srun") is None:
             raise RunnerError("srun is not on PATH on the job's first node")
-        # The rendezvous listens on the first host's node. The port is free on this node, the
-        # allocation's first, which that host runs on unless it moved to a spare (host_lost).
-        self._master_addr = commands.node_address(self._place(spec)[spec.hosts[0]])
+        # The rendezvous listens on rank 0's host's node (the first host left after a shrink). The port is
+        # free on this node, the allocation's first, which that host runs on unless it moved (host_lost).
+        self._master_addr = commands.node_address(self._place(spec)[master_host(spec.hosts)])
         port = free_port()
         started = []
         for host in spec.hosts:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from launcher.wire import faults, opt_ml, pod_config, restart_policy
+from launcher.wire import faults, heartbeat, opt_ml, pod_config, restart_policy
 from launcher.wire.training.shrink import ORIGINAL_WORLD_ENV
 
 CONTROL_VARIABLES = (
     faults.MAX_RESTARTS_ENV, faults.ATTEMPT_ENV, faults.FAULT_DIR_ENV, faults.FAULT_ENV,
     restart_policy.EXIT_CODES_ENV, restart_policy.JOB_ERRORS_ENV, faults.HANG_TIMEOUT_ENV,
     ORIGINAL_WORLD_ENV,  # the world before a shrink (launcher.wire.training.shrink)
+    heartbeat.HEARTBEAT_DIR_ENV,  # where a user's script's ranks beat (launcher.wire.heartbeat)
     "SMLAUNCH_BOOTSTRAP_PID",  # the host a `host` fault injection ends (container.resilience.inject)
     "SMLAUNCH_MASTER_ADDR", "SMLAUNCH_MASTER_PORT",  # the simulated hosts' rendezvous (container.toolkit.bootstrap)
     "SMLAUNCH_CHECKPOINT_DIR",  # the hosts' shared checkpoints (container.args)

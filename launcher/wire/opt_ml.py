@@ -48,6 +48,18 @@ def scratch_dir(base_dir: Path) -> Path:
     return Path(base_dir) / SCRATCH_DIR
 
 
+def host_names(count: int) -> list[str]:
+    """A job's hosts as SageMaker names them: algo-1 ... algo-N."""
+    return [f"algo-{i + 1}" for i in range(count)]
+
+
+def master_host(hosts: list[str]) -> str:
+    """Rank 0's host: the first of resourceconfig.json's `hosts`, which write_opt_ml sorts as SageMaker does,
+    as strings (the bootstrap's master, container.toolkit.contract). Once a job has gone on without algo-1
+    (launcher.local.shrink), that is the first host left in that order: algo-10 before algo-2."""
+    return sorted(hosts)[0]
+
+
 def failure_headline(reason: str) -> str:
     """The first line of a failure report or FailureReason (`AlgorithmError: algo-2:
     ExecuteUserScriptError`), for a line that points at the whole report instead of repeating it."""

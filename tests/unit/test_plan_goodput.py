@@ -226,3 +226,50 @@ def test_how_likely_a_run_ends_without_a_person_at_its_max_restarts():
     expected = 100_000 * row["step_s"] / (3600 / (1e-3 * 8))
     assert row["goodput"]["max_restarts"] == 0
     assert row["goodput"]["expected_interruptions"] == pytest.approx(expected, rel=1e-3)  # step_s is rounded
+
+
+# --- shrinks (min_instance_count) ----------------------------------------------------------------
+
+def test_the_slowdown_after_shrinks_against_its_closed_forms():
+    # 2 hosts down to 1: a loss with u of the work done doubles the rest's time; with K ~ Poisson(L) losses the
+    # first falls at E[K/(K + 1)] of the work from its end, so s = 1 - (1 - e^-L)/L: e^-1 at L = 1
+    assert gp.shrink_slowdown(2, 1, 1.0) == pytest.approx(math.exp(-1), rel=1e-12)
+    # 3 hosts down to 1: the first loss adds 3/2 - 1 over E[K/(K + 1)] of the work, the second 3 - 3/2 over
+    # E[(K - 1)+/(K + 1)] = 1 - 2(1 - e^-L)/L + e^-L
+    by_hand = 0.5 * math.exp(-1) + 1.5 * (1 - 2 * (1 - math.exp(-1)) + math.exp(-1))
+    assert gp.shrink_slowdown(3, 1, 1.0) == pytest.approx(by_hand, rel=1e-12)
+    # rare losses: half the run on a host fewer each, L/(2(N - 1)); very many: all of it on M hosts, N/M - 1
+    assert gp.shrink_slowdown(2, 1, 1e-6) == pytest.approx(0.5e-6, rel=1e-5)
+    assert gp.shrink_slowdown(64, 32, 1e5) == pytest.approx(1.0, rel=1e-3)
+    # controls: a job that may not shrink, and a run that meets no interruption
+    assert gp.shrink_slowdown(2, 2, 1.0) == 0.0 and gp.shrink_slowdown(2, 1, 0.0) == 0.0
+
+
+def test_a_job_that_may_shrink_plans_its_goodput_over_the_slower_steps():
+    # 2 hosts of 8 GPUs at 1/16 interruptions per GPU-hour: MTBF 3,600 s; 3,600 steps of 1 s: one expected
+    plan = gp.GoodputPlan(failure_rate=1 / 16, gpus=16, step_s=1.0, state_gib=1.0, state="fp32", ranks_per_host=8,
+                          replicas=1, write_gb_s=1.0, asynchronous=False, max_steps=3600, checkpoint_freq=100,
+                          script=False, max_restarts=2, hosts=2, min_hosts=1)
+    checkpoint_s = GIB * 8 / 1e9 + HASH_S_PER_GIB  # a host's 8 GiB through 1 GB/s, and one rank's hashing
+    restart_s = STARTUP_S + checkpoint_s
+    unshrunk = 1 - checkpoint_s / (100 + checkpoint_s) - (50 + restart_s) / 3600
+    assert plan.goodput_every(100) == pytest.approx(unshrunk / (1 + math.exp(-1)), rel=1e-12)
+    assert "+36.8% of training time expected, if each of the first 1 interruption(s) loses its host" in plan.text()
+    # the control: min_instance_count = instance_count (or none) never shrinks, and plans the figure as before
+    for least in (2, 0):
+        fixed = gp.GoodputPlan(**{**plan.__dict__, "min_hosts": least})
+        assert fixed.slowdown == 0.0 and fixed.goodput_every(100) == pytest.approx(unshrunk, rel=1e-12)
+        assert "after shrinks" not in fixed.text()
+
+
+def test_plan_json_prices_a_shrink_where_min_instance_count_is_below_instance_count():
+    common = ("--set", "instance_count=2", "--set", "backend=slurm", "--set", "max_restarts=2",
+              *_sets(max_steps=100_000, checkpoint_freq=500), "--failure-rate", "1e-3")
+    shrinks = _goodput_row(*common, "--set", "min_instance_count=1")["goodput"]
+    fixed = _goodput_row(*common, "--set", "min_instance_count=2")["goodput"]  # the control: it never shrinks
+    interruptions = shrinks["expected_interruptions"]
+    slowdown = 1 - (1 - math.exp(-interruptions)) / interruptions  # one loss of 2 hosts' 1 at most
+    assert (shrinks["min_instance_count"], shrinks["shrink_slowdown"]) == (1, pytest.approx(slowdown, rel=1e-9))
+    assert shrinks["goodput_of_job"] == pytest.approx(fixed["goodput_of_job"] / (1 + slowdown), rel=1e-9)
+    assert (fixed["min_instance_count"], fixed["shrink_slowdown"]) == (2, 0.0)
+    assert fixed["goodput_of_job"] == _goodput_row(*common)["goodput"]["goodput_of_job"]

@@ -14,10 +14,12 @@ import pytest
 from launcher.cli.jobview import restart_lines
 from launcher.local import store
 from launcher.local.process import ProcessRunner
+from launcher.local.shrink import rank0_hosts
 from launcher.local.spec import LocalJobSpec, attempt_environment
 from launcher.local.supervise import Supervisor
 from launcher.wire import faults
-from launcher.wire.opt_ml import write_opt_ml
+from launcher.wire.metric_lines import Progress, write_progress
+from launcher.wire.opt_ml import host_names, master_host, write_opt_ml
 from launcher.wire.training.degrees import ModelParallelParameters
 from launcher.wire.training.shrink import ORIGINAL_WORLD_ENV, kept_accumulation, original_world, shrink_problems
 
@@ -209,3 +211,65 @@ def test_a_slurm_job_that_may_shrink_keeps_its_allocation_when_a_node_fails(tmp_
 
     assert "--no-kill" in sbatch_options(_spec(tmp_path / "a", least=1), SlurmSettings(), 0)
     assert "--no-kill" not in sbatch_options(_spec(tmp_path / "b", least=0), SlurmSettings(), 0)  # control
+
+
+# --- rank 0's host, whose records are the job's -----------------------------------------------------
+def test_rank_0_runs_on_the_first_host_left_as_resourceconfig_sorts_them(tmp_path):
+    hosts = host_names(12)
+    write_opt_ml(tmp_path, hyperparameters={}, current_host="algo-2", hosts=hosts[1:], instance_type="local",
+                 channels={})
+    config = json.loads((tmp_path / "input" / "config" / "resourceconfig.json").read_text())
+    assert master_host(hosts[1:]) == config["hosts"][0] == "algo-10"  # the bootstrap's master: strings sorted
+    assert rank0_hosts({}) == ["algo-1"]
+    assert rank0_hosts({"Shrinks": [{"from": 12, "to": 11, "host": "algo-1"}]}) == ["algo-1", "algo-10"]
+    assert rank0_hosts({"Shrinks": [{"from": 2, "to": 1, "host": "algo-2"}]}) == ["algo-1"]  # rank 0 stayed
+
+
+def _shrunk_job(root, lost: str) -> None:
+    """A job of 2 hosts that lost `lost` after step 4: rank 0's records before (algo-1's) and, on the host
+    rank 0 ran on after it, steps 4 (the restart's event) to 6."""
+    job = root / "j"
+    before = [{"step": s, "loss": 10.0 - s} for s in range(1, 5)]
+    after = [{"step": 4, "restarts": 1, "restart_reason": "algo-1 gone"},
+             *({"step": s, "loss": 10.0 - s} for s in (5, 6))]
+    for host, records, step in (("algo-1", before, 4), ("algo-2", after, 6)):
+        data = job / "hosts" / host / "output" / "data"
+        data.mkdir(parents=True)
+        (data / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        write_progress(data, Progress(step=step, max_steps=6, loss=10.0 - step))
+    store.write(job, {"TrainingJobName": "j", "TrainingJobStatus": "Completed", "LocalJobDir": str(job),
+                      "Shrinks": [{"from": 2, "to": 1, "step": 4, "attempt": 0, "host": lost}]})
+
+
+def test_a_job_that_lost_algo_1_reports_the_steps_rank_0_ran_on_the_host_left(tmp_path):
+    from launcher.backends.jobdir import run_summary
+    from launcher.backends.local import LocalBackend
+
+    _shrunk_job(tmp_path / "a", lost="algo-1")
+    backend = LocalBackend(root=tmp_path / "a")
+    assert backend.progress("j").step == 6
+    assert backend.metrics("j").series("loss") == ([1, 2, 3, 4, 5, 6], [9.0, 8.0, 7.0, 6.0, 5.0, 4.0])
+    assert backend.metrics("j").restarts() == [4]
+    summary = run_summary(store.read("j", tmp_path / "a"))
+    assert (summary["first_step"], summary["steps"], summary["last_loss"]) == (1, 6, 4.0)
+    # control: where the job lost algo-2, rank 0 stayed on algo-1, whose records are the job's
+    _shrunk_job(tmp_path / "b", lost="algo-2")
+    backend = LocalBackend(root=tmp_path / "b")
+    assert backend.progress("j").step == 4
+    assert backend.metrics("j").series("loss") == ([1, 2, 3, 4], [9.0, 8.0, 7.0, 6.0])
+
+
+def test_a_job_that_lost_algo_1_uploads_rank_0s_tensorboard_directory_of_each_host_it_ran_on(tmp_path, monkeypatch):
+    from launcher.local import artifacts
+
+    uploaded = []
+    monkeypatch.setattr(artifacts.s3io, "upload_tree", lambda root, uri, region: uploaded.append((root, uri)) or 0)
+    # the control: a job that lost algo-2 kept rank 0 on algo-1, whose directory alone is uploaded
+    for lost, ran_on in (("algo-1", ["algo-1", "algo-2"]), ("algo-2", ["algo-1"])):
+        spec = _spec(tmp_path / lost, least=1)
+        spec.tensorboard, spec.hosts = {"S3OutputPath": "s3://b/tb"}, [h for h in spec.hosts if h != lost]
+        store.update(spec.job_dir, Shrinks=[{"from": 2, "to": 1, "step": 4, "attempt": 0, "host": lost}])
+        uploaded.clear()
+        artifacts.store(spec, with_model=False, note=lambda line: None)
+        assert uploaded == [(spec.host_dir(host) / "output" / "tensorboard", "s3://b/tb/j/tensorboard-output")
+                            for host in ran_on]
