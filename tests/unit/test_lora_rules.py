@@ -234,3 +234,23 @@ def test_a_sweep_tunes_lora_s_rank_and_alpha_and_every_trial_is_checked(runtime_
 
     assert paths(sweep({"min_value": 4, "max_value": 64})) == []
     assert "tuning.ranges.lora_r" in paths(sweep({"min_value": 0, "max_value": 64}))  # a trial of r 0
+
+
+def test_a_mixture_of_experts_takes_adapters_on_its_attention_only():
+    """Mixtral: peft's default (q_proj, v_proj) and any attention projections train; the router, the experts and
+    all-linear (which means them too to peft) are refused by name, and so is an NF4 base."""
+    spec = PRESETS["mixtral-8x7b"]
+    for targets in (None, ["q_proj", "k_proj", "v_proj", "o_proj"]):  # the control
+        hp = TrainingHyperparameters(use_peft=True, lora_target_modules=targets)
+        assert model_lora_issues(hp, spec) == []
+    assert lora_settings(TrainingHyperparameters(use_peft=True), spec).targets == ("q_proj", "v_proj")
+    for name in ("all-linear", "gate", "w1", "experts"):
+        targets = name if name == "all-linear" else ["q_proj", name]
+        [issue] = model_lora_issues(TrainingHyperparameters(use_peft=True, lora_target_modules=targets), spec)
+        assert (issue.path, issue.value) == ("hyperparameters.lora_target_modules", name)
+        assert "mixture of experts" in issue.problem
+        assert issue.fix == "name attention projections: q_proj,k_proj,v_proj,o_proj"
+    [issue] = model_lora_issues(TrainingHyperparameters(use_peft=True, load_in_4bit=True), spec)
+    assert issue.path == "hyperparameters.load_in_4bit" and "stacked parameters" in issue.problem
+    [issue] = model_lora_issues(TrainingHyperparameters(use_peft=True, lora_target_modules=["gate_proj"]), spec)
+    assert issue.problem == "mixtral-8x7b has no linear layer of this name"  # a dense model's MLP

@@ -27,6 +27,11 @@ ALL_LINEAR = "all-linear"
 # each block's linear layers, by Hugging Face's module name: (inputs, outputs) of the spec
 _LLAMA_KINDS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _GPT_NEOX_KINDS = ("query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h")
+# a mixture of experts' (Mixtral's) linear layers that take adapters: the attention projections. What peft
+# also adapts there, the router and the experts (its target_parameters on transformers' stacked experts),
+# smlaunch does not yet: refused by name, and so is all-linear, which means them too to peft
+_MOE_KINDS = _LLAMA_KINDS[:4]
+_MOE_NOT_ADAPTED = ("gate", "experts", "w1", "w2", "w3", "gate_up_proj")
 # peft's targets when none are named (its TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)
 _PEFT_DEFAULTS = {"llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"), "gpt_neox": ("query_key_value",)}
 # the modules outside the blocks that lora_modules_to_save may train whole
@@ -106,8 +111,9 @@ def _family(spec: ModelSpec) -> str:
 
 
 def target_kinds(spec: ModelSpec) -> tuple[str, ...]:
-    """Every linear layer of a block, by Hugging Face's name: what all-linear targets."""
-    return _GPT_NEOX_KINDS if spec.is_gpt_neox else _LLAMA_KINDS
+    """The linear layers of a block that take adapters, by Hugging Face's name: on a dense model every
+    one (what all-linear targets), on a mixture of experts the attention's."""
+    return _GPT_NEOX_KINDS if spec.is_gpt_neox else _MOE_KINDS if spec.is_moe else _LLAMA_KINDS
 
 
 def kind_shape(spec: ModelSpec, kind: str) -> tuple[int, int]:
@@ -222,18 +228,17 @@ def _nf4_issues(hp, params, degrees_path: str) -> list[Issue]:
 
 
 def model_lora_issues(hp, spec: ModelSpec, shards: int = 1) -> list[Issue]:
-    """The targets and saved modules against the model's own (Hugging Face's names), the models the
-    adapters do not cover yet (a mixture of experts), and QLoRA's layers against NF4's blocks in each of
+    """The targets and saved modules against the model's own (Hugging Face's names), what a mixture of
+    experts' adapters do not cover yet (its router and experts), and QLoRA's layers against NF4's blocks in each of
     `shards` FSDP shards (the sharding group)."""
     if not hp.use_peft:
         return []
-    if spec.is_moe:
-        return [Issue(f"{HP}.use_peft", hp.use_peft, f"a mixture-of-experts model ({spec.name}): {_NOT_YET}",
-                      "fine-tune a dense model with LoRA, or train this one without use_peft")]
     kinds, saved = target_kinds(spec), _SAVED_MODULES[_family(spec)]
     asked = hp.lora_target_modules
-    issues = []
+    issues = _moe_issues(hp, spec)
     for name in (asked if isinstance(asked, list) else []):
+        if spec.is_moe and name in _MOE_NOT_ADAPTED:
+            continue  # _moe_issues says it
         if name in saved:
             issues.append(Issue(f"{HP}.lora_target_modules", name, "LoRA on the embedding or the head is not yet "
                                 "implemented by smlaunch's train.py", f"train it whole: lora_modules_to_save: {name}"))
@@ -251,6 +256,26 @@ def model_lora_issues(hp, spec: ModelSpec, shards: int = 1) -> list[Issue]:
     return issues
 
 
+def _moe_issues(hp, spec: ModelSpec) -> list[Issue]:
+    """On a mixture of experts, adapters go on the attention only: the router and the experts (which
+    all-linear means to peft) are refused by name, and so is QLoRA's NF4 base (the experts are stacked
+    parameters, not the linear layers it quantizes)."""
+    if not spec.is_moe:
+        return []
+    attention = ",".join(_MOE_KINDS)
+    asked = hp.lora_target_modules
+    named = [asked] if asked == ALL_LINEAR else [n for n in asked or [] if n in _MOE_NOT_ADAPTED]
+    issues = [Issue(f"{HP}.lora_target_modules", name, f"{spec.name} is a mixture of experts: smlaunch's adapters "
+                    "go on its attention only, not yet on the router (gate) or the experts, which are stacked "
+                    "parameters" + (" (all-linear means them too to peft)" if name == ALL_LINEAR else ""),
+                    f"name attention projections: {attention}") for name in named]
+    if hp.load_in_4bit:
+        issues.append(Issue(f"{HP}.load_in_4bit", hp.load_in_4bit, f"{spec.name} is a mixture of experts: {_NOT_YET} "
+                            "(its experts are stacked parameters, not the linear layers QLoRA quantizes)",
+                            "remove load_in_4bit to train LoRA on the base in its own dtype"))
+    return issues
+
+
 def _nf4_shape_issues(hp, spec: ModelSpec, shards: int) -> list[Issue]:
     """torchao's NF4 quantizes a weight whole blocks of scales at a time, and FSDP cuts it by rows:
     each linear layer's weights a multiple of 64 x 256 (the blocks of weights and of scales) in each
@@ -258,7 +283,7 @@ def _nf4_shape_issues(hp, spec: ModelSpec, shards: int) -> list[Issue]:
     unit = NF4_BLOCK * NF4_SCALER_BLOCK
     shapes = {kind: kind_shape(spec, kind)[::-1] for kind in target_kinds(spec)}  # (out, in): the weight's
     odd = [f"{kind} {rows}x{columns}" for kind, (rows, columns) in shapes.items()
-           if (rows * columns) % (unit * shards) or rows % shards] if hp.load_in_4bit else []
+           if (rows * columns) % (unit * shards) or rows % shards] if hp.load_in_4bit and not spec.is_moe else []
     if not odd:
         return []
     cut = f" cut into {shards} FSDP shards" if shards > 1 else ""
