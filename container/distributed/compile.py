@@ -14,7 +14,9 @@ never a silent return to eager. Every block has the same code and shapes, so the
 (parameters are graph inputs). Under activation offloading the checkpoint inside the offloader is
 compiled: the offloader's saved-tensor hooks cannot be traced, and around the compiled call they
 see the graph's saved tensors as they see eager ones. What cannot compile is refused before
-anything is built (launcher.wire.training.speed_rules.compile_issues); a mixture-of-experts model here too.
+anything is built (launcher.wire.training.speed_rules.compile_issues, and LoRA's dropout:
+launcher.wire.training.lora); a mixture-of-experts model here too. LoRA's adapters (LoRALinear) and
+QLoRA's NF4 base compile in their blocks.
 
 The loss compiles per chunk (container.loss `use_compiled`): the chunked loss's checkpoint stays
 eager around it, and a micro-batch's last, shorter chunk is one more shape, compiled once.

@@ -26,6 +26,14 @@ def module_name(fqn: str) -> str:
     return ".".join(parts) or "the model's root"
 
 
+class _NoHook:
+    def remove(self) -> None:
+        pass
+
+
+_NO_HOOK = _NoHook()
+
+
 def _where(base: type[MemTracker]) -> type[MemTracker]:
     class Tracker(base):
         """torch's tracker, noting the phase and innermost module at each new peak, over a step
@@ -50,6 +58,15 @@ def _where(base: type[MemTracker]) -> type[MemTracker]:
         def _root_again(self, module, _args) -> None:
             if module in self.roots and module in self.memory_tracking and not self._mod_tracker.is_bw:
                 del self.memory_tracking[module]
+
+        def _track_module_params_and_buffers(self, module, install_grad_hooks: bool = True):
+            # torch's hooks every parameter's gradient, and a frozen one (LoRA's base) refuses the hook
+            # ("cannot register a hook on a tensor that doesn't require gradient"): it has no gradient to
+            # count, so it is marked hooked already, by handles whose removal removes nothing
+            for parameter in module.parameters():
+                if not parameter.requires_grad and parameter not in self._param_to_grad_hook_handles:
+                    self._param_to_grad_hook_handles[parameter] = (_NO_HOOK, _NO_HOOK)
+            return super()._track_module_params_and_buffers(module, install_grad_hooks)
 
         def _update_peak_stats(self, peak_state) -> None:
             before = dict(self._peak_mem)

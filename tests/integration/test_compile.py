@@ -3,8 +3,9 @@ the loss on CPU as it does on GPUs, so a compiled run trains like the eager run 
 gradient norms within the order tolerance of the sums: inductor fuses and reorders them), alone
 and under FSDP2 with the features it composes with; and packed documents whose boundaries move
 every step compile nothing new after the first step; context, pipeline and tensor parallelism
-compile their ranks' blocks and train like one eager process. (Compiled MoE or Transformer Engine
-FP8 is refused: tests/unit/test_compile_rules.py.)
+compile their ranks' blocks and train like one eager process; LoRA's adapters compile in their
+blocks and train like eager LoRA. (Compiled MoE or Transformer Engine FP8 is refused:
+tests/unit/test_compile_rules.py.)
 
 The first compile costs ~30 s of an idle CPU core; the module's runs share one inductor cache
 (TORCHINDUCTOR_CACHE_DIR)."""
@@ -86,6 +87,17 @@ def test_compiled_tensor_parallelism_trains_like_one_eager_process_also_from_the
         records = run_train(tmp_path / run, 2, **args)
         assert_same_training(records, eager)
         assert any("val_loss" in r for r in records)  # the control that validation ran compiled
+
+
+def test_compiled_lora_trains_like_eager_lora(tmp_path, eager):
+    # adapters on every linear layer of the compiled blocks (LoRALinear's A and B in the graph, the base
+    # frozen), without dropout (compiled, its masks are inductor's: refused); one process, 3 steps
+    lora = {"max_steps": 3, "use_peft": 1, "lora_target_modules": "all-linear", "lora_dropout": 0}
+    compiled = run_train(tmp_path / "compiled", 1, compile=1, **lora)
+    assert_same_training(compiled, run_train(tmp_path / "eager", 1, **lora))
+    assert "recompiles" in compiled[-1]
+    # the control: the first loss is the base model's (B starts at zero), the adapters' gradients are not its
+    assert compiled[0]["loss"] == eager[0]["loss"] and compiled[0]["grad_norm"] < eager[0]["grad_norm"] / 10
 
 
 def _packed_rows(channel: Path, steps: int, rows_per_step: int) -> Path:

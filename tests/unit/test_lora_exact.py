@@ -21,7 +21,7 @@ from container.models.lora import LoRALinear, adapter_names, apply_lora
 from container.trainer import adapters
 from launcher.wire.training.hf_config import spec_from_hf_config
 from launcher.wire.training.hyperparameters import TrainingHyperparameters
-from launcher.wire.training.lora import LoraSettings, lora_settings, target_kinds
+from launcher.wire.training.lora import LoraSettings, lora_settings, target_kinds, trainable_parameters
 from tests.support.close import assert_close, llama_terms, logits_terms
 from tests.support.hf_models import SEQ
 from tests.support.peft_reference import ALL_LINEAR as ALL
@@ -118,6 +118,20 @@ def test_mistral_s_adapters_equal_peft_s(tmp_path):
     _check_against_peft((tmp_path, spec), {"r": 8, "alpha": 16, "targets": ALL})
 
 
+def test_mixtral_s_attention_adapters_equal_peft_s(tmp_path):
+    """Mixtral's four attention projections (all a mixture of experts' adapters go on: launcher.wire.
+    training.lora), the routing after them differentiable through the router, as transformers' is."""
+    from tests.support.hf_models import mixtral_config, save_mixtral
+
+    save_mixtral(tmp_path, mixtral_config())
+    spec = spec_from_hf_config(json.loads((tmp_path / "config.json").read_text()), "tiny-mixtral")
+    kinds = target_kinds(spec)
+    assert spec.is_moe and kinds == ("q_proj", "k_proj", "v_proj", "o_proj")
+    reference = _check_against_peft((tmp_path, spec), {"r": 8, "alpha": 16, "targets": kinds})
+    lora = LoraSettings(r=8, alpha=16, targets=kinds)
+    assert trainable_parameters(spec, lora) == reference.get_nb_trainable_parameters()
+
+
 def _check_against_peft(base, settings):
     spec, ours, reference = _pair(base, **settings)
     tokens, labels = _batch(spec.vocab_size)
@@ -137,6 +151,7 @@ def _check_against_peft(base, settings):
     # the base is frozen: no gradient anywhere else, in either
     assert all(p.grad is None for name, p in ours.named_parameters() if name not in trained)
     assert all(p.grad is None for p in reference.parameters() if not p.requires_grad)
+    return reference
 
 
 def test_dropout_is_on_the_adapters_input_as_peft_s(lora_base):

@@ -40,7 +40,8 @@ def test_trl_names_are_typed_and_a_list_arrives_as_the_toolkit_writes_it():
     ({"lora_target_modules": "lm_head"}, "lora_target_modules", "not yet"),
     ({"use_dora": 1}, "use_dora", "DoRA is not implemented"),
     ({"load_in_4bit": 1, "delayed_param": 1}, "delayed_param", "with load_in_4bit (QLoRA) not yet"),
-    ({"compile": 1}, "compile", "does not compose"),
+    ({"compile": 1}, "lora_dropout", "inductor draws a compiled block's dropout masks"),  # peft's default 0.05
+    ({"fp8": 1}, "fp8", "does not compose"),
     ({"lora_modules_to_save": "norm"}, "lora_modules_to_save", "not a module"),
 ])
 def test_what_peft_or_the_runtime_would_refuse_is_refused_by_name(runtime_dir, hp, path, words):
@@ -61,6 +62,20 @@ def test_tensor_parallelism_takes_adapters_without_dropout_or_an_nf4_base(runtim
     qlora = make_job(runtime_dir, hp={**undropped, "load_in_4bit": 1}, params=params)
     assert "does not split the NF4 base" in only_issue(qlora, f"{MP}.tensor_parallel_degree")[0].problem
     assert f"{MP}.tensor_parallel_degree" not in paths(make_job(runtime_dir, hp={**undropped, "load_in_4bit": 1}))
+
+
+def test_compile_takes_adapters_without_dropout(runtime_dir):
+    assert paths(make_job(runtime_dir, hp={**LORA, "compile": 1, "lora_dropout": 0})) == []
+    assert paths(make_job(runtime_dir, hp={**LORA, "compile": 1, "lora_dropout": 0, "load_in_4bit": 1})) == []
+    [issue] = only_issue(make_job(runtime_dir, hp={**LORA, "compile": 1, "lora_dropout": 0.1}),
+                         "hyperparameters.lora_dropout")
+    assert issue.problem == ("dropout does not compose with hyperparameters.compile yet: inductor draws a compiled "
+                             "block's dropout masks from its own generator, not eager torch's")
+    assert issue.fix == "set lora_dropout: 0"
+    tp = {"tensor_parallel_degree": 8, "hybrid_shard_degree": 1}
+    both = make_job(runtime_dir, hp={**LORA, "compile": 1}, params=tp)
+    [issue] = only_issue(both, "hyperparameters.lora_dropout")  # one issue for the field, both reasons in it
+    assert "own dropout masks for the input the ranks share, nor with hyperparameters.compile yet" in issue.problem
 
 
 def test_qlora_is_accepted_with_adapters_and_refused_without(runtime_dir):
@@ -234,3 +249,23 @@ def test_a_sweep_tunes_lora_s_rank_and_alpha_and_every_trial_is_checked(runtime_
 
     assert paths(sweep({"min_value": 4, "max_value": 64})) == []
     assert "tuning.ranges.lora_r" in paths(sweep({"min_value": 0, "max_value": 64}))  # a trial of r 0
+
+
+def test_a_mixture_of_experts_takes_adapters_on_its_attention_only():
+    """Mixtral: peft's default (q_proj, v_proj) and any attention projections train; the router, the experts and
+    all-linear (which means them too to peft) are refused by name, and so is an NF4 base."""
+    spec = PRESETS["mixtral-8x7b"]
+    for targets in (None, ["q_proj", "k_proj", "v_proj", "o_proj"]):  # the control
+        hp = TrainingHyperparameters(use_peft=True, lora_target_modules=targets)
+        assert model_lora_issues(hp, spec) == []
+    assert lora_settings(TrainingHyperparameters(use_peft=True), spec).targets == ("q_proj", "v_proj")
+    for name in ("all-linear", "gate", "w1", "experts"):
+        targets = name if name == "all-linear" else ["q_proj", name]
+        [issue] = model_lora_issues(TrainingHyperparameters(use_peft=True, lora_target_modules=targets), spec)
+        assert (issue.path, issue.value) == ("hyperparameters.lora_target_modules", name)
+        assert "mixture of experts" in issue.problem
+        assert issue.fix == "name attention projections: q_proj,k_proj,v_proj,o_proj"
+    [issue] = model_lora_issues(TrainingHyperparameters(use_peft=True, load_in_4bit=True), spec)
+    assert issue.path == "hyperparameters.load_in_4bit" and "stacked parameters" in issue.problem
+    [issue] = model_lora_issues(TrainingHyperparameters(use_peft=True, lora_target_modules=["gate_proj"]), spec)
+    assert issue.problem == "mixtral-8x7b has no linear layer of this name"  # a dense model's MLP

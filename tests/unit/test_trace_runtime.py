@@ -61,3 +61,25 @@ def test_a_layout_the_runtime_cannot_build_names_the_rank_and_why():
     assert "tensor_parallel_degree 2 must divide the model's 1 key/value heads" in error
     control = trace_rank(request(tensor_parallel_degree=2))
     assert "error" not in control and control["parameter_bytes"] > 0
+
+
+def test_a_lora_job_without_fsdp_traces_its_frozen_base_without_gradients():
+    """One process in fp32 runs without FSDP, under torch's MemTracker, which hooked every parameter's
+    gradient and failed on the frozen base ("cannot register a hook on a tensor that doesn't require
+    gradient"); the full fine-tune, the control, holds gradients for all of it."""
+    from container.trace.step import trace_rank
+    from launcher.wire.training.hyperparameters import TrainingHyperparameters
+    from launcher.wire.training.lora import lora_settings, trainable_parameters
+
+    def traced(**hp) -> dict:
+        one = TraceRequest(rank=0, world_size=1, processes_per_host=1, model=spec_to_dict(TINY), mp_parameters={},
+                           hyperparameters={"model_preset": "llama3-tiny", "dataset_type": "synthetic",
+                                            "max_context_width": 64, "train_batch_size": 1, "bf16": False, **hp})
+        result = trace_rank(one)
+        assert "error" not in result, result
+        return result
+
+    lora, full = traced(use_peft=True), traced()
+    adapters = trainable_parameters(TINY, lora_settings(TrainingHyperparameters(use_peft=True), TINY))[0]
+    assert lora["gradient_bytes"] == 4 * adapters  # fp32
+    assert full["gradient_bytes"] == full["parameter_bytes"] > 10 * lora["gradient_bytes"]

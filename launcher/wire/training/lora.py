@@ -27,6 +27,11 @@ ALL_LINEAR = "all-linear"
 # each block's linear layers, by Hugging Face's module name: (inputs, outputs) of the spec
 _LLAMA_KINDS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _GPT_NEOX_KINDS = ("query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h")
+# a mixture of experts' (Mixtral's) linear layers that take adapters: the attention projections. What peft
+# also adapts there, the router and the experts (its target_parameters on transformers' stacked experts),
+# smlaunch does not yet: refused by name, and so is all-linear, which means them too to peft
+_MOE_KINDS = _LLAMA_KINDS[:4]
+_MOE_NOT_ADAPTED = ("gate", "experts", "w1", "w2", "w3", "gate_up_proj")
 # peft's targets when none are named (its TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING)
 _PEFT_DEFAULTS = {"llama": ("q_proj", "v_proj"), "mistral": ("q_proj", "v_proj"), "gpt_neox": ("query_key_value",)}
 # the modules outside the blocks that lora_modules_to_save may train whole
@@ -106,8 +111,9 @@ def _family(spec: ModelSpec) -> str:
 
 
 def target_kinds(spec: ModelSpec) -> tuple[str, ...]:
-    """Every linear layer of a block, by Hugging Face's name: what all-linear targets."""
-    return _GPT_NEOX_KINDS if spec.is_gpt_neox else _LLAMA_KINDS
+    """The linear layers of a block that take adapters, by Hugging Face's name: on a dense model every
+    one (what all-linear targets), on a mixture of experts the attention's."""
+    return _GPT_NEOX_KINDS if spec.is_gpt_neox else _MOE_KINDS if spec.is_moe else _LLAMA_KINDS
 
 
 def kind_shape(spec: ModelSpec, kind: str) -> tuple[int, int]:
@@ -159,7 +165,7 @@ def lora_issues(hp, params, degrees_path: str = "mp_parameters") -> list[Issue]:
                                "trains", "set use_peft: 1 to train adapters, or remove it", level="warning")
                          for name in _asked(hp)]
     return (issues + _value_issues(hp) + _composition_issues(hp, params, degrees_path)
-            + _tp_dropout_issues(hp, params, degrees_path) + _nf4_issues(hp, params, degrees_path))
+            + _dropout_issues(hp, params, degrees_path) + _nf4_issues(hp, params, degrees_path))
 
 
 def _value_issues(hp) -> list[Issue]:
@@ -185,22 +191,28 @@ def _composition_issues(hp, params, degrees_path: str) -> list[Issue]:
     refused = [(f"{degrees_path}.{name}", value) for name, value in (
         ("pipeline_parallel_degree", params.pipeline_degree),
         ("expert_parallel_degree", params.expert_parallel_degree)) if value > 1]
-    refused += [(f"{HP}.{name}", getattr(hp, name)) for name in ("fp8", "compile") if getattr(hp, name)]
+    refused += [(f"{HP}.fp8", hp.fp8)] if hp.fp8 else []
     return [Issue(name, value, f"with use_peft: {_NOT_YET}", "remove it, or train the whole model without "
                   "use_peft") for name, value in refused]
 
 
-def _tp_dropout_issues(hp, params, degrees_path: str) -> list[Issue]:
-    """Dropout under tensor parallelism, not yet: the tensor-parallel ranks share each adapter's input, and
-    each would draw its own mask for it (DTensor draws from the rank's generator on CPU), so they would
-    not train one model."""
-    tp, dropout = params.tensor_parallel_degree, LoraSettings().dropout if hp.lora_dropout is None else hp.lora_dropout
-    if tp == 1 or dropout == 0:
+def _dropout_issues(hp, params, degrees_path: str) -> list[Issue]:
+    """Dropout where its masks would not be one eager model's, not yet: under tensor parallelism the ranks
+    share each adapter's input and each would draw its own mask for it (DTensor draws from the rank's
+    generator on CPU); compiled, inductor draws a block's masks from its own generator (a compiled run's
+    losses differed from the eager run's at dropout 0.3 on llama3-tiny), and a recomputation inside the
+    graph redrawing the forward's masks is not established."""
+    dropout = LoraSettings().dropout if hp.lora_dropout is None else hp.lora_dropout
+    tp = params.tensor_parallel_degree
+    why = ([f"{degrees_path}.tensor_parallel_degree {tp} yet: each tensor-parallel rank would draw its own dropout "
+            "masks for the input the ranks share"] if tp > 1 else [])
+    why += [f"{HP}.compile yet: inductor draws a compiled block's dropout masks from its own generator, not "
+            "eager torch's"] if hp.compile else []
+    if dropout == 0 or not why:
         return []
     default = f" ({dropout} is the default)" if hp.lora_dropout is None else ""
-    return [Issue(f"{HP}.lora_dropout", dropout, f"dropout{default} does not compose with {degrees_path}."
-                  f"tensor_parallel_degree {tp} yet: each tensor-parallel rank would draw its own dropout masks for "
-                  "the input the ranks share", "set lora_dropout: 0")]
+    return [Issue(f"{HP}.lora_dropout", dropout, f"dropout{default} does not compose with {', nor with '.join(why)}",
+                  "set lora_dropout: 0")]
 
 
 def _nf4_issues(hp, params, degrees_path: str) -> list[Issue]:
@@ -222,18 +234,17 @@ def _nf4_issues(hp, params, degrees_path: str) -> list[Issue]:
 
 
 def model_lora_issues(hp, spec: ModelSpec, shards: int = 1) -> list[Issue]:
-    """The targets and saved modules against the model's own (Hugging Face's names), the models the
-    adapters do not cover yet (a mixture of experts), and QLoRA's layers against NF4's blocks in each of
+    """The targets and saved modules against the model's own (Hugging Face's names), what a mixture of
+    experts' adapters do not cover yet (its router and experts), and QLoRA's layers against NF4's blocks in each of
     `shards` FSDP shards (the sharding group)."""
     if not hp.use_peft:
         return []
-    if spec.is_moe:
-        return [Issue(f"{HP}.use_peft", hp.use_peft, f"a mixture-of-experts model ({spec.name}): {_NOT_YET}",
-                      "fine-tune a dense model with LoRA, or train this one without use_peft")]
     kinds, saved = target_kinds(spec), _SAVED_MODULES[_family(spec)]
     asked = hp.lora_target_modules
-    issues = []
+    issues = _moe_issues(hp, spec)
     for name in (asked if isinstance(asked, list) else []):
+        if spec.is_moe and name in _MOE_NOT_ADAPTED:
+            continue  # _moe_issues says it
         if name in saved:
             issues.append(Issue(f"{HP}.lora_target_modules", name, "LoRA on the embedding or the head is not yet "
                                 "implemented by smlaunch's train.py", f"train it whole: lora_modules_to_save: {name}"))
@@ -251,6 +262,26 @@ def model_lora_issues(hp, spec: ModelSpec, shards: int = 1) -> list[Issue]:
     return issues
 
 
+def _moe_issues(hp, spec: ModelSpec) -> list[Issue]:
+    """On a mixture of experts, adapters go on the attention only: the router and the experts (which
+    all-linear means to peft) are refused by name, and so is QLoRA's NF4 base (the experts are stacked
+    parameters, not the linear layers it quantizes)."""
+    if not spec.is_moe:
+        return []
+    attention = ",".join(_MOE_KINDS)
+    asked = hp.lora_target_modules
+    named = [asked] if asked == ALL_LINEAR else [n for n in asked or [] if n in _MOE_NOT_ADAPTED]
+    issues = [Issue(f"{HP}.lora_target_modules", name, f"{spec.name} is a mixture of experts: smlaunch's adapters "
+                    "go on its attention only, not yet on the router (gate) or the experts, which are stacked "
+                    "parameters" + (" (all-linear means them too to peft)" if name == ALL_LINEAR else ""),
+                    f"name attention projections: {attention}") for name in named]
+    if hp.load_in_4bit:
+        issues.append(Issue(f"{HP}.load_in_4bit", hp.load_in_4bit, f"{spec.name} is a mixture of experts: {_NOT_YET} "
+                            "(its experts are stacked parameters, not the linear layers QLoRA quantizes)",
+                            "remove load_in_4bit to train LoRA on the base in its own dtype"))
+    return issues
+
+
 def _nf4_shape_issues(hp, spec: ModelSpec, shards: int) -> list[Issue]:
     """torchao's NF4 quantizes a weight whole blocks of scales at a time, and FSDP cuts it by rows:
     each linear layer's weights a multiple of 64 x 256 (the blocks of weights and of scales) in each
@@ -258,7 +289,7 @@ def _nf4_shape_issues(hp, spec: ModelSpec, shards: int) -> list[Issue]:
     unit = NF4_BLOCK * NF4_SCALER_BLOCK
     shapes = {kind: kind_shape(spec, kind)[::-1] for kind in target_kinds(spec)}  # (out, in): the weight's
     odd = [f"{kind} {rows}x{columns}" for kind, (rows, columns) in shapes.items()
-           if (rows * columns) % (unit * shards) or rows % shards] if hp.load_in_4bit else []
+           if (rows * columns) % (unit * shards) or rows % shards] if hp.load_in_4bit and not spec.is_moe else []
     if not odd:
         return []
     cut = f" cut into {shards} FSDP shards" if shards > 1 else ""
