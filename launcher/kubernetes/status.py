@@ -20,6 +20,7 @@ shown); Kueue holds it by spec.runPolicy.suspend.
 from __future__ import annotations
 
 from launcher.kubernetes.kinds import TRAIN_JOB, JobKind
+from launcher.wire.opt_ml import host_name
 
 # A pod's index in its Indexed Job, which is the TrainJob's node rank: Kubernetes' Job controller sets
 # the annotation on every pod (PET_NODE_RANK is read from it), and the label of the same name too
@@ -32,7 +33,7 @@ def host_of(pod: dict) -> str:
     meta = pod["metadata"]
     index = ((meta.get("annotations") or {}).get(COMPLETION_INDEX)
              or (meta.get("labels") or {}).get(COMPLETION_INDEX, ""))
-    return f"algo-{int(index) + 1}" if index.isdigit() else meta["name"]
+    return host_name(int(index)) if index.isdigit() else meta["name"]
 
 
 def job_status(job: dict, pods: list[dict], kind: JobKind = TRAIN_JOB) -> dict:

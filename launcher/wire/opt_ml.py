@@ -48,9 +48,14 @@ def scratch_dir(base_dir: Path) -> Path:
     return Path(base_dir) / SCRATCH_DIR
 
 
+def host_name(index: int) -> str:
+    """The host of `index` (from 0) as SageMaker names it: algo-1 for 0."""
+    return f"algo-{index + 1}"
+
+
 def host_names(count: int) -> list[str]:
     """A job's hosts as SageMaker names them: algo-1 ... algo-N."""
-    return [f"algo-{i + 1}" for i in range(count)]
+    return [host_name(i) for i in range(count)]
 
 
 def master_host(hosts: list[str]) -> str:

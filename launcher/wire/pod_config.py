@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from launcher.wire.opt_ml import host_name, host_names
+
 CONFIG_DIR = "/etc/smlaunch"  # where the job's ConfigMap is mounted in each pod
 CONFIG_FILE = "pod.json"  # its key: the job's hosts' shared part (hyperparameters, channels, where /opt/ml goes)
 SOURCE_ARCHIVE = "sourcedir.tar.gz"  # its binary key: the job's code archive (sagemaker_submit_directory)
@@ -84,10 +86,6 @@ class PodEnvError(ValueError):
     """The pod's environment does not say which host of how many it is."""
 
 
-def host_name(index: int) -> str:
-    return f"algo-{index + 1}"
-
-
 def pod_hosts(env: Mapping[str, str]) -> tuple[list[str], str]:
     """(hosts, this pod's host) from the launcher's variables; PodEnvError naming the variable."""
     place = pod_place(env)
@@ -112,7 +110,7 @@ def pod_place(env: Mapping[str, str]) -> PodPlace:
     nodes, rank = _number(env, nodes_var, where), _number(env, rank_var, where)
     if nodes < 1 or rank >= nodes:
         raise PodEnvError(f"{rank_var}={rank} is not a node of {nodes_var}={nodes}: the pod must run {where}")
-    return PodPlace([host_name(i) for i in range(nodes)], host_name(rank), env.get(addr_var), env.get(port_var))
+    return PodPlace(host_names(nodes), host_name(rank), env.get(addr_var), env.get(port_var))
 
 
 def _number(env: Mapping[str, str], name: str, where: str) -> int:
