@@ -7,9 +7,11 @@ counts the live tensors' bytes through the step; `PeakTracker` adds where the pe
 
 from __future__ import annotations
 
+from copy import deepcopy
+
 import torch
 from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-from torch.distributed._tools.mem_tracker import MemTracker
+from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.modules.module import register_module_forward_pre_hook
 
@@ -69,9 +71,17 @@ def _where(base: type[MemTracker]) -> type[MemTracker]:
             return super()._track_module_params_and_buffers(module, install_grad_hooks)
 
         def _update_peak_stats(self, peak_state) -> None:
-            before = dict(self._peak_mem)
-            super()._update_peak_stats(peak_state)
-            if self._peak_mem != before:
+            # The step's peak only (what peak_kinds reports). torch's own also keeps each module's
+            # peak, walking every tracked module at each allocation through weak references whose
+            # call probes the module for `_fix_weakref`: a miss that runs Module.__getattr__, twice
+            # under a checkpoint wrapper. That walk was half of a 32-block model's trace (BENCHMARKS.md).
+            new_peak = False
+            for device, snapshot in self._curr_mem_snap.items():
+                if self._peak_mem.get(device, 0) < snapshot[_TOTAL_KEY]:
+                    self._peak_mem[device] = snapshot[_TOTAL_KEY]
+                    self._peak_mem_snap[device] = deepcopy(snapshot)
+                    new_peak = True
+            if new_peak:
                 phase = "optimizer" if self._in_opt else ("backward" if self._mod_tracker.is_bw else "forward")
                 innermost = max(self._mod_tracker.parents, key=lambda fqn: (fqn != "Global", fqn.count(".")))
                 self.peak_at = {"phase": phase, "module": module_name(innermost)}
