@@ -8,6 +8,7 @@ Here the tests that start processes; the rest are tests/unit/test_metrics_cli.py
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -15,7 +16,6 @@ from launcher.backends.local import LocalBackend
 from launcher.cli import metrics_view
 from tests.support.local_jobs import cli_env, job_file, smlaunch
 from tests.support.metrics_cli import ONE_PROCESS, RUN_HP, jsonl
-from tests.support.train_runs import ROOT
 
 pytest.importorskip("matplotlib")
 
@@ -30,27 +30,18 @@ def run_local(tmp_path, home, corpus, base: str, **hyperparameters) -> str:  # n
     return next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("submitted "))
 
 
-def run_demo(tmp_path, home, corpus) -> str:  # noqa: F811 - home: fixture
-    """`make demo`'s job (2 hosts x 2 processes, hybrid sharding, cp 2), shortened, on the test corpus."""
-    train, validation = corpus
-    sets = {"hyperparameters.max_steps": 6, "hyperparameters.logging_freq": 1, "hyperparameters.validation_freq": 3,
-            "hyperparameters.validation_batches": 1, "hyperparameters.checkpoint_freq": 6,
-            "hyperparameters.max_context_width": 64, "hyperparameters.train_batch_size": 2,
-            "inputs.train": train, "inputs.validation": validation, "output_path": tmp_path / "artifacts"}
-    args = [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
-    proc = smlaunch("submit", str(ROOT / "configs" / "local" / "demo.yaml"), "--local", *args, env=cli_env(home))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return next(line.split()[1] for line in proc.stdout.splitlines() if line.startswith("submitted "))
-
-
-def test_metrics_of_local_jobs_as_table_json_and_plot(tmp_path, home, corpus, monkeypatch):  # noqa: F811
+def test_metrics_of_local_jobs_as_table_json_and_plot(tmp_path, home, corpus, demo_process_job,  # noqa: F811
+                                                     monkeypatch):
+    """The demo's layout as the session ran it once (tests.support.demo_job: 4 steps, validation every
+    2), copied into this test's home beside a one-process job of its own."""
     monkeypatch.setenv("SMLAUNCH_HOME", str(home))
-    first = run_demo(tmp_path, home, corpus)
+    first = demo_process_job.name
+    shutil.copytree(demo_process_job.home / "jobs" / first, home / "jobs" / first)
     second = run_local(tmp_path, home, corpus, "metrics-b", lr=0.01)
     records = jsonl(home, first)
     train = [r for r in records if "loss" in r]
     val = [r for r in records if "val_loss" in r]
-    assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6] and [r["step"] for r in val] == [3, 6]
+    assert [r["step"] for r in train] == [1, 2, 3, 4] and [r["step"] for r in val] == [2, 4]
 
     png = tmp_path / "loss.png"
     env = cli_env(home)
@@ -61,16 +52,17 @@ def test_metrics_of_local_jobs_as_table_json_and_plot(tmp_path, home, corpus, mo
 
     assert imread(png).shape[:2] == (800, 800)  # 8 x 8 inches at 100 dpi
     # the table: one row per step, the validation loss on the row of its step
-    row6 = next(line for line in proc.stdout.splitlines() if line.strip("│ ").startswith("6 "))
-    assert f"{train[-1]['loss']:.4f}" in row6 and f"{val[-1]['val_loss']:.4f}" in row6
+    row4 = next(line for line in proc.stdout.splitlines() if line.strip("│ ").startswith("4 "))
+    assert f"{train[-1]['loss']:.4f}" in row4 and f"{val[-1]['val_loss']:.4f}" in row4
 
     shortened = smlaunch("metrics", f"local:{first}", "--last", "2", env=env).stdout
-    assert "4 earlier row(s) not shown (--all shows them)" in shortened
-    assert [line.split("│")[1].strip() for line in shortened.splitlines() if line.startswith("│")] == ["5", "6"]
+    assert "2 earlier row(s) not shown (--all shows them)" in shortened
+    assert [line.split("│")[1].strip() for line in shortened.splitlines() if line.startswith("│")] == ["3", "4"]
 
     listed = json.loads(smlaunch("metrics", first, "--json", env=env).stdout)
     assert listed == [{"job": f"local:{first}", "x": "step", "records": records,
-                       "source": str(home / "jobs" / first / "hosts" / "algo-1" / "output" / "data" /
+                       # the job's record names its hosts' directories where it ran (the copy's job.json)
+                       "source": str(demo_process_job.home / "jobs" / first / "hosts" / "algo-1" / "output" / "data" /
                                      "metrics.jsonl")}]
 
     # The picture's data is the file's: loss and validation loss, tokens/s, grad norm against step.
