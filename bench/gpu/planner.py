@@ -6,6 +6,10 @@ catalog.py), and an H200 is planned as it too (the catalog has no one-GPU H200 t
 model does not depend on the card, the step time does (the H200's memory is faster). The measured
 peak is torch.cuda.max_memory_allocated, the quantity the planner's memory model predicts
 (docs/planner.md); the measured step is the run's median timed step.
+
+`trace` adds the runtime's own step traced on fake tensors (`smlaunch plan --trace`'s code,
+launcher.plan.trace): its peak of live tensors beside the planner's and the measured peak. It
+needs no GPU, so run.py runs it on the CPU beside the part's GPU runs.
 """
 
 from __future__ import annotations
@@ -46,4 +50,28 @@ def against(prediction: dict, record: dict) -> dict:
         out["memory_ratio"] = measured_peak / prediction["peak_gib"]
     if measured_step and prediction.get("step_s"):
         out["step_ratio"] = measured_step / prediction["step_s"]
+    return out
+
+
+def trace(run: Run, instance_type: str = ONE_GPU_TYPE) -> dict:
+    """{"traced_peak_gib", "trace_s"} of the run's rank 0 as `smlaunch plan --trace` traces it, or
+    {"not_traced": why} (a setting the trace does not model: FP8) or {"error": why it failed}."""
+    from launcher.config import ConfigError, validate_job
+    from launcher.plan.trace import TraceError, run_trace
+
+    try:
+        traced = run_trace(validate_job(job_data(run, instance_type), base_dir="."))
+    except (ConfigError, TraceError) as exc:
+        return {"error": str(exc)}
+    if traced.not_traced:
+        return {"not_traced": traced.not_traced}
+    return {"traced_peak_gib": traced.ranks[0]["peak_bytes"] / 2**30, "trace_s": traced.seconds,
+            **({"traced_as": traced.traced_as} if traced.traced_as else {})}
+
+
+def beside(record: dict, traced: dict) -> dict:
+    """The planner's record with the trace's figures, and measured / traced where both exist."""
+    out = {**record, "trace": traced}
+    if traced.get("traced_peak_gib") and record.get("measured_peak_gib"):
+        out["trace"] = {**traced, "memory_ratio": record["measured_peak_gib"] / traced["traced_peak_gib"]}
     return out

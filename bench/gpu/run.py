@@ -1,7 +1,7 @@
 """The prepared one-GPU run (issue 40, section 2): train.py against a plain Hugging Face loop and
 torchtitan, float8 against bf16, the planner against the measured runs, and the GPU tests.
 
-    python3 bench/gpu/run.py [--only 1b,fp8,3b,tests] [--out FILE] [--deadline-s 330]
+    python3 bench/gpu/run.py [--only 1b,fp8,lora,3b,tests] [--out FILE] [--deadline-s 330]
     python3 bench/gpu/run.py --dry-run        # every part on the CPU, tiny shapes: the plumbing
 
 Parts run in bench/gpu/table.py's order (PARTS, by value); each has its own time limit and the
@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,9 +110,39 @@ class Report:
         tmp.replace(self.path)
 
 
-def run_part(part: str, runs: list, report: Report, part_deadline: float, scratch: Path, peak) -> None:
-    from bench.gpu.planner import against, predict
+def traced(run) -> bool:
+    """Whether the part traces this run's step (the planner's third column): train.py's eager runs
+    (a compiled run's step is traced as the eager one, and FP8 is not traced)."""
+    return run.stack == "trainpy" and not run.hyperparameters.get("compile") and not run.hyperparameters.get("fp8")
 
+
+def run_part(part: str, runs: list, report: Report, part_deadline: float, scratch: Path, peak) -> None:
+    from bench.gpu.planner import against, predict, trace
+
+    # the traces need no GPU: one at a time on the CPU, beside the part's GPU runs
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        traces = {run.name: pool.submit(trace, run) for run in runs if traced(run)}
+        measure_runs(part, runs, report, part_deadline, scratch, peak, against, predict)
+        collect_traces(traces, report, part_deadline)
+
+
+def collect_traces(traces: dict, report: Report, part_deadline: float) -> None:
+    from bench.gpu.planner import beside
+
+    for name, future in traces.items():
+        try:
+            result = future.result(timeout=_timeout(max(1.0, part_deadline - time.monotonic())))
+        except FutureTimeout:
+            result = {"error": "the trace did not end by the part's time limit"}
+        except Exception as exc:  # noqa: BLE001 - the trace's own bug is this record's, not the part's
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        report.data["planner"][name] = beside(report.data["planner"].get(name, {}), result)
+        print(f"trace of {name}: {result}", flush=True)
+    report.save()
+
+
+def measure_runs(part: str, runs: list, report: Report, part_deadline: float, scratch: Path, peak,
+                 against, predict) -> None:
     for run in runs:
         left = part_deadline - time.monotonic()
         if left < MIN_PART_S / 2:
@@ -142,19 +174,19 @@ def line(record: dict) -> str:
 
 def summary(report: Report) -> str:
     rows = [f"{'run':30} {'status':8} {'tokens/s':>10} {'MFU':>6} {'peak GiB':>9} {'vs base':>8} "
-            f"{'plan mem':>8} {'plan step':>9}"]
+            f"{'plan mem':>8} {'plan step':>9} {'trace mem':>9}"]
     for name, r in report.data["runs"].items():
         plan = report.data["planner"].get(name, {})
         vs = r.get("vs_baseline", {}).get("speedup")
         rows.append(f"{name:30} {r['status']:8} {r.get('tokens_per_s') or 0:10,.0f} "
                     f"{(r.get('mfu') or 0):6.1%} {(r.get('peak_memory_gib') or 0):9.2f} "
                     f"{f'{vs:.3f}x' if vs else '-':>8} {_ratio(plan.get('memory_ratio')):>8} "
-                    f"{_ratio(plan.get('step_ratio')):>9}")
+                    f"{_ratio(plan.get('step_ratio')):>9} {_ratio(plan.get('trace', {}).get('memory_ratio')):>9}")
     tests = report.data["tests"]
     if tests:
         found = f"{len(tests['collected'])} collected (dry run)" if tests.get("collected") else tests.get("counts")
         rows.append(f"gpu tests: {tests['status']}, {found}")
-    rows.append("(vs base: tokens/s over the baseline's; plan: measured / predicted)")
+    rows.append("(vs base: tokens/s over the baseline's; plan: measured / predicted; trace: measured / traced)")
     return "\n".join(rows)
 
 
@@ -193,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run and not torch.cuda.is_available():
         print(f"bench/gpu/run.py: {NO_CUDA}", file=sys.stderr)
         return 2
+    # the repository on the children's path (the trace's `python -m container trace`), as train.py's runs get it
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
     start = time.monotonic()
     deadline = start + (args.deadline_s or (float("inf") if args.dry_run else DEFAULT_DEADLINE_S))
     out = args.out or Path(os.environ.get("OUT") or ".") / "gpu_bench.json"

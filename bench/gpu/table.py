@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PARTS = ("1b", "fp8", "3b", "tests")  # by value: the main 1B comparison first
+PARTS = ("1b", "fp8", "lora", "3b", "tests")  # by value: the main 1B comparison first
 STACKS = ("trainpy", "hf", "torchtitan")
 # Where the time goes on an H100 (seconds, estimates: process start and model build ~10, a
 # compile of one block and the loss ~30, the timed steps; the GPU tests compile FlexAttention for
 # ~25 cases); run.py starts no part with less than half its limit left before its deadline, and
 # `--only` reruns it.
-PART_LIMITS_S = {"1b": 200, "fp8": 150, "3b": 200, "tests": 200}
+PART_LIMITS_S = {"1b": 200, "fp8": 150, "lora": 60, "3b": 200, "tests": 200}
 FP8_BASELINE = "1b-trainpy-compiled"  # bf16, as many steps as the FP8 runs
 SEED = 1234  # the same random weights and data on every stack
 
@@ -104,6 +104,16 @@ def fp8_runs(shape: Shape, dry_run: bool) -> list[Run]:
     return runs
 
 
+def lora_runs(shape: Shape, dry_run: bool) -> list[Run]:
+    """train.py's LoRA (adapters of rank 16 on every linear layer, TRL's other defaults: docs/lora.md)
+    against the full fine-tune of the same shape, eager: its speed and peak memory. The MFU of a LoRA
+    run uses the full fine-tune's FLOP count (6·N a token), which it does not do (no weight gradients
+    of the frozen base: ~4·N), so read its tokens/s against the baseline's, not its MFU."""
+    hp = {**common_hyperparameters(shape, shape.steps, dry_run), "use_peft": 1, "lora_target_modules": "all-linear"}
+    return [Run("lora-trainpy-eager", "lora", "trainpy", shape.model, shape.seq_len, shape.steps, shape.warmup, hp,
+                baseline="1b-trainpy-eager")]
+
+
 def table(dry_run: bool, stacks: tuple[str, ...] = STACKS) -> dict[str, list[Run]]:
     """part -> its runs, in the order they run (`tests` has none: bench/gpu/gputests.py)."""
     shapes = DRY if dry_run else FULL
@@ -111,6 +121,7 @@ def table(dry_run: bool, stacks: tuple[str, ...] = STACKS) -> dict[str, list[Run
     every = {
         "1b": speed_runs("1b", one, dry_run, long_compiled_trainpy=one.fp8_steps),
         "fp8": fp8_runs(one, dry_run),
+        "lora": lora_runs(one, dry_run),
         "3b": speed_runs("3b", shapes["3b"], dry_run),
         "tests": [],
     }

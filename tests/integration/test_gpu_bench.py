@@ -1,5 +1,6 @@
 """bench/gpu/run.py --dry-run end to end on the CPU (tiny shapes): train.py as a job runs it, the
-Hugging Face loop, the planner's prediction and the JSON; the unit half is tests/unit/test_gpu_bench.py."""
+Hugging Face loop, the planner's prediction, the runtime's traced step and the JSON; the unit half
+is tests/unit/test_gpu_bench.py."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ def test_the_dry_run_measures_train_py_and_the_hf_loop_and_plans_them(tmp_path):
     plan = data["planner"]["1b-trainpy-eager"]
     assert plan["instance_type"] == "ml.p5.4xlarge" and plan["measured_step_s"] == ours["step_s_median"]
     assert plan["memory_ratio"] > 0 and plan["step_ratio"] > 0
+    # the runtime's step traced on fake tensors beside them (`plan --trace`'s code), for train.py's eager run
+    assert plan["trace"]["traced_peak_gib"] > 0 and plan["trace"]["memory_ratio"] > 0, plan["trace"]
+    assert "trace" not in data["planner"].get("1b-hf-eager", {})  # the control: a peer is not traced
     # the control: a stack that cannot run here is a recorded skip with its reason, not a crash
     titan = data["runs"]["1b-torchtitan-eager"]
     assert titan["status"] == "skipped" and "torchtitan" in titan["reason"]

@@ -40,6 +40,21 @@ def test_the_table_runs_every_stack_eager_and_compiled_on_the_same_tokens():
     assert {r.seq_len for r in table.table(dry_run=True)["1b"]} == {128}
 
 
+def test_the_lora_run_is_the_full_fine_tunes_shape_with_adapters_and_the_runtime_takes_it():
+    full = table.table(dry_run=False)
+    (lora,) = full["lora"]
+    base = next(r for r in full["1b"] if r.name == lora.baseline)
+    assert base.name == "1b-trainpy-eager" and lora.stack == "trainpy"
+    assert (lora.model, lora.seq_len, lora.tokens_per_step, lora.steps) == (base.model, base.seq_len,
+                                                                           base.tokens_per_step, base.steps)
+    assert {k: v for k, v in lora.hyperparameters.items() if k not in base.hyperparameters} == {
+        "use_peft": 1, "lora_target_modules": "all-linear"}
+    assert trainpy.refusal(lora) is None
+    # the trace: train.py's eager runs (this one among them), not a compiled or FP8 run, nor a peer
+    assert bench_run.traced(lora) and bench_run.traced(base)
+    assert not any(bench_run.traced(r) for r in full["fp8"] + [r for r in full["1b"] if r is not base])
+
+
 def test_every_trainpy_run_profiles_its_last_step_and_the_runtime_takes_the_window():
     from launcher.config import TrainingHyperparameters
     from launcher.wire.training.speed_rules import speed_issues
