@@ -71,7 +71,7 @@ def trace(run: Run, instance_type: str = ONE_GPU_TYPE) -> dict:
 
 def beside(record: dict, traced: dict) -> dict:
     """The planner's record with the trace's figures, and measured / traced where both exist."""
-    out = {**record, "trace": traced}
+    figures = dict(traced)
     if traced.get("traced_peak_gib") and record.get("measured_peak_gib"):
-        out["trace"] = {**traced, "memory_ratio": record["measured_peak_gib"] / traced["traced_peak_gib"]}
-    return out
+        figures["memory_ratio"] = record["measured_peak_gib"] / traced["traced_peak_gib"]
+    return {**record, "trace": figures}

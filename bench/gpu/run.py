@@ -117,13 +117,18 @@ def traced(run) -> bool:
 
 
 def run_part(part: str, runs: list, report: Report, part_deadline: float, scratch: Path, peak) -> None:
-    from bench.gpu.planner import against, predict, trace
+    from bench.gpu.planner import trace
 
     # the traces need no GPU: one at a time on the CPU, beside the part's GPU runs
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
         traces = {run.name: pool.submit(trace, run) for run in runs if traced(run)}
-        measure_runs(part, runs, report, part_deadline, scratch, peak, against, predict)
+        measure_runs(part, runs, report, part_deadline, scratch, peak)
         collect_traces(traces, report, part_deadline)
+    finally:
+        # the next part does not wait for a trace past this one's limit: one still running goes on
+        # beside it (the interpreter waits for it at exit), those not started are dropped
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def collect_traces(traces: dict, report: Report, part_deadline: float) -> None:
@@ -141,8 +146,9 @@ def collect_traces(traces: dict, report: Report, part_deadline: float) -> None:
     report.save()
 
 
-def measure_runs(part: str, runs: list, report: Report, part_deadline: float, scratch: Path, peak,
-                 against, predict) -> None:
+def measure_runs(part: str, runs: list, report: Report, part_deadline: float, scratch: Path, peak) -> None:
+    from bench.gpu.planner import against, predict
+
     for run in runs:
         left = part_deadline - time.monotonic()
         if left < MIN_PART_S / 2:
@@ -225,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run and not torch.cuda.is_available():
         print(f"bench/gpu/run.py: {NO_CUDA}", file=sys.stderr)
         return 2
-    # the repository on the children's path (the trace's `python -m container trace`), as train.py's runs get it
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    from bench.gpu.trainpy import python_path
+
+    os.environ["PYTHONPATH"] = python_path()  # for every child: the trace's `python -m container trace` too
     start = time.monotonic()
     deadline = start + (args.deadline_s or (float("inf") if args.dry_run else DEFAULT_DEADLINE_S))
     out = args.out or Path(os.environ.get("OUT") or ".") / "gpu_bench.json"

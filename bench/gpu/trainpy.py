@@ -62,11 +62,16 @@ def step_seconds(records: list[dict]) -> list[float]:
     return [b - a for a, b in zip([0.0, *totals], totals)]
 
 
+def python_path() -> str:
+    """PYTHONPATH with the repository's packages (a checkout, not installed, on the GPU machine) ahead
+    of what it already names (the carried wheels), the repository once however often it is asked."""
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)]
+    return os.pathsep.join([str(ROOT), *rest])
+
+
 def environment() -> dict:
-    """The repository's packages on the path (a checkout, not installed, on the GPU machine), ahead
-    of what PYTHONPATH already names (the carried wheels)."""
-    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+    """A train.py run's environment: the repository's packages on the path, output unbuffered."""
+    return {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
 
 
 def profiled(run: Run) -> Run:
