@@ -62,11 +62,13 @@ from container.toolkit.script_watch import Silence
 from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import faults, masking, restart_policy
 from launcher.wire.diagnostics import attempt_dir
+from launcher.wire.forked_ranks import RANKS_DIR_ENV
 from launcher.wire.heartbeat import HEARTBEAT_DIR_ENV
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
 from launcher.wire.metric_lines import now
 from launcher.wire.opt_ml import FAILURE_LIMIT, free_port, private_dir, process_ended, scratch_dir
 from launcher.wire.restart_policy import PolicyError, RestartPolicy
+from launcher.wire.runtime_script import PACKAGES_DIR, is_runtime
 
 MASTER_PORT = 7777  # the toolkit's torchrun master port on multi-host jobs
 SHUTDOWN_TIMEOUT_S = 100  # seconds ranks get between SIGTERM and SIGKILL (torchrun default: 30)
@@ -74,6 +76,7 @@ FROZEN_ALONE_S = 60.0  # a stopped rank with restarts on, where the job sets no 
 EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
 # in an attempt's scratch: torchrun's --log-dir, SMLAUNCH_FAULT_DIR, SMLAUNCH_HEARTBEAT_DIR (launcher.wire.heartbeat)
 _RANKS, _FAULTS, _BEATS = "ranks", "faults", "heartbeats"
+_FORKED = "forked"  # in torchrun's --log-dir: forked ranks' variables (launcher.wire.forked_ranks), removed with it
 _UNSUPPORTED = {
     "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
     "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel (smddp)",
@@ -199,7 +202,8 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int, policy: RestartPol
             log(f"{env.current_host}{attempt_note}: {shlex.join(shown)} (in {env.code_dir})")
             hang_s = float(policy.hang_timeout) or None
             beats = {HEARTBEAT_DIR_ENV: str(scratch / _BEATS)} if hang_s else {}
-            child = Child(cmd, cwd=env.code_dir, env=child_environment(env, number, fault_dir) | beats,
+            forked = {RANKS_DIR_ENV: str(log_dir / _FORKED)} if preloads_runtime(env) else {}
+            child = Child(cmd, cwd=env.code_dir, env=child_environment(env, number, fault_dir) | beats | forked,
                           rank_logs=log_dir if uses_torchrun(env) else None,
                           on_rank_end=lambda pid: _stacks_of_a_hang(env, number, log_dir, pid),
                           frozen_alone_s=alone_s, hang_s=hang_s, heartbeats=scratch / _BEATS,
@@ -309,7 +313,7 @@ def launch_command(env: TrainingEnv, log_dir: Path, attempt: int = 0) -> list[st
     port += attempt if len(env.distribution_hosts) > 1 else 0  # one host: a free port each time
     hosts = env.distribution_hosts  # the toolkit's torchrun hosts: those of the distribution groups
     return [
-        sys.executable, "-m", "torch.distributed.run",
+        *_torchrun(env),
         "--nnodes", str(len(hosts)),
         "--nproc_per_node", str(processes_per_host(env)),
         "--master_addr", addr,
@@ -324,6 +328,19 @@ def launch_command(env: TrainingEnv, log_dir: Path, attempt: int = 0) -> list[st
         "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S),
         program, *args,
     ]
+
+
+def _torchrun(env: TrainingEnv) -> list[str]:
+    """torchrun, or for smlaunch's runtime torchrun's agent that imports it once and forks the
+    ranks (container.distributed.forked_ranks; the arguments after this are the same)."""
+    if not preloads_runtime(env):
+        return [sys.executable, "-m", "torch.distributed.run"]
+    return [sys.executable, "-u", "-m", "container.distributed.forked_ranks", "--start-method", "fork", "--run-path"]
+
+
+def preloads_runtime(env: TrainingEnv) -> bool:
+    """Ranks forked from a preloaded agent: under torchrun, for an entry point that is smlaunch's runtime."""
+    return uses_torchrun(env) and bool(env.user_entry_point) and is_runtime(env.code_dir / env.user_entry_point)
 
 
 def uses_torchrun(env: TrainingEnv) -> bool:
@@ -389,6 +406,9 @@ def child_environment(env: TrainingEnv, attempt: int = 0, fault_dir: Path | None
     # The code first, then everything importable here (the toolkit passes on its sys.path the
     # same way), so the script can import its own modules and this project's packages.
     paths = [str(env.code_dir)] + [os.path.abspath(p) for p in sys.path if p]
+    if preloads_runtime(env) and (env.code_dir / PACKAGES_DIR).is_dir():
+        # the agent imports the runtime the job was submitted with, as entrypoints/train.py does
+        paths.insert(0, str(env.code_dir / PACKAGES_DIR))
     child["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     if uses_torchrun(env):  # over the job's own values, as the toolkit assigns them
         child.update(torchrun_variables(env.current_instance_type, env.network_interface_name))

@@ -26,9 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from container.toolkit.frozen_ranks import children, rank_environ
+from container.toolkit.frozen_ranks import children
 from container.toolkit.rank_logs import stderr_file
 from launcher.wire import diagnostics, masking
+from launcher.wire.forked_ranks import process_environ
 from launcher.wire.proc_stat import PROC
 
 STACKS_WAIT_S = 2.0  # faulthandler writes within milliseconds; a loaded host gets more
@@ -103,7 +104,7 @@ def collect_stacks(torchrun_pid: int, log_dir: Path, diag_dir: Path, log: Callab
     LOG_TAIL_LINES of its stderr (torchrun's `--log-dir` layout under `log_dir`). Returns the files."""
     ranks = []
     for pid, state in sorted(children(torchrun_pid).items()):
-        environ = rank_environ(pid)
+        environ = process_environ(pid)
         if "RANK" not in environ:  # not a rank torchrun started (or it is already gone)
             continue
         local_rank = int(environ.get("LOCAL_RANK", "0"))

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 
+from launcher.wire.forked_ranks import process_environ
 from launcher.wire.proc_stat import PROC, parent_and_state
 
 POLL_S = 0.5
@@ -96,17 +97,8 @@ def children(pid: int) -> dict[int, str]:
     return found
 
 
-def rank_environ(pid: int) -> dict[str, str]:
-    """The process's environment as it started (torchrun's RANK, LOCAL_RANK ...); {} if unreadable."""
-    try:
-        return dict(item.split("=", 1) for item in (PROC / str(pid) / "environ").read_text(
-            errors="replace").split("\0") if "=" in item)
-    except OSError:
-        return {}
-
-
 def _rank_of(pid: int) -> str:
-    environ = rank_environ(pid)
+    environ = process_environ(pid)  # torchrun's RANK, LOCAL_RANK ..., a forked rank's too
     return f"rank {environ.get('RANK', '?')} (local rank {environ.get('LOCAL_RANK', '?')}, pid {pid})"
 
 

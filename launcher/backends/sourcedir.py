@@ -74,6 +74,7 @@ from launcher.config.requirements import REQUIREMENTS, runtime_requirements, wit
 from launcher.plan.prediction import prediction
 from launcher.wire import job_plan, restart_loop
 from launcher.wire.masking import MIN_SECRET_LENGTH, credential_pattern, secret_values
+from launcher.wire.runtime_script import PACKAGES_DIR
 from launcher.wire.training.issues import SourceDirError
 
 log = logging.getLogger(__name__)
@@ -83,10 +84,8 @@ log = logging.getLogger(__name__)
 LARGE_BUNDLE_BYTES = 100_000_000
 LARGEST_SHOWN = 5  # files named in the note about a large archive
 
-# Where included packages (smlaunch's own, for a job that runs its runtime) sit in the archive: a
-# name no importable package has, so nothing of the user's is shadowed (entrypoints/train.py puts it
-# on the path). RUNTIME_PACKAGES are what smlaunch's runtime imports.
-PACKAGES_DIR = "_smlaunch"
+# Included packages (smlaunch's own, for a job that runs its runtime) sit in the archive under
+# PACKAGES_DIR (launcher.wire.runtime_script). RUNTIME_PACKAGES are what smlaunch's runtime imports.
 # The training container imports of the launcher only the contract, wire/ (docs/architecture.md; the
 # import tests hold it): the client's job schema, rules, backends, CLI, SDK and planner stay home.
 RUNTIME_PACKAGES = ("container", "launcher.wire")

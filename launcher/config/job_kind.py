@@ -1,9 +1,8 @@
 """Two kinds of job: smlaunch's training runtime, or a script of the user's own.
 
-The rule (shown by `smlaunch validate`): the job runs smlaunch's runtime when its entry point
-imports `container.trainer`, as `entrypoints/train.py` does. It is read from the file's text,
-never guessed from its name: a user's own `train.py` is a user script. An entry point the
-client cannot read (a source_dir on S3) counts as a user script.
+The rule (shown by `smlaunch validate`; launcher.wire.runtime_script, which the bootstrap reads
+too): the job runs smlaunch's runtime when its entry point imports `container.trainer`. An entry
+point the client cannot read (a source_dir on S3) counts as a user script.
 
 Launcher-level rules (degrees against the world, FP8 and bf16 against the accelerator, SMP and
 launcher combinations, the seed script's `fp8`, `bf16`, `max_context_width`) apply to both.
@@ -14,20 +13,15 @@ script's other hyperparameters pass through as written.
 
 from __future__ import annotations
 
-import os
-import re
-import stat
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel, Field, create_model
 
+from launcher.wire.runtime_script import imports_trainer, read_start
 from launcher.wire.training.base import JsonValue
 from launcher.wire.training.hyperparameters import RUNTIME_CHOICES, TrainingHyperparameters
-
-SCRIPT_READ_LIMIT = 1 << 20  # a script's imports are at its top; a bigger file is not read further
-_TRAINER_IMPORT = re.compile(r"^\s*(from\s+container\.trainer\s+import|import\s+container\.trainer\b)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -44,24 +38,12 @@ def job_kind(entry: Path | None, entry_point: str) -> JobKind:
     if entry is None:
         return JobKind(False, f"{entry_point} is on S3, so it is taken for a script of your own")
     try:
-        text = _read_script(entry)
+        text = read_start(entry)
     except OSError:
         return JobKind(False, f"{entry} cannot be read")
-    if _TRAINER_IMPORT.search(text):
+    if imports_trainer(text):
         return JobKind(True, f"{entry_point} imports container.trainer")
     return JobKind(False, f"{entry_point} does not import container.trainer")
-
-
-def _read_script(entry: Path) -> str:
-    """The start of a regular file: a FIFO or a device named as the entry point must not block
-    or stream without end (the file rules report that it is not a file)."""
-    fd = os.open(entry, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{entry} is not a regular file")
-        return os.read(fd, SCRIPT_READ_LIMIT).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
 
 
 @cache

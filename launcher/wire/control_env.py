@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from launcher.wire import faults, heartbeat, opt_ml, pod_config, restart_policy
+from launcher.wire import faults, forked_ranks, heartbeat, opt_ml, pod_config, restart_policy
 from launcher.wire.training.shrink import ORIGINAL_WORLD_ENV
 
 CONTROL_VARIABLES = (
@@ -22,6 +22,7 @@ CONTROL_VARIABLES = (
     restart_policy.EXIT_CODES_ENV, restart_policy.JOB_ERRORS_ENV, faults.HANG_TIMEOUT_ENV,
     ORIGINAL_WORLD_ENV,  # the world before a shrink (launcher.wire.training.shrink)
     heartbeat.HEARTBEAT_DIR_ENV,  # where a user's script's ranks beat (launcher.wire.heartbeat)
+    forked_ranks.RANKS_DIR_ENV,  # where forked ranks record their variables (launcher.wire.forked_ranks)
     "SMLAUNCH_BOOTSTRAP_PID",  # the host a `host` fault injection ends (container.resilience.inject)
     "SMLAUNCH_MASTER_ADDR", "SMLAUNCH_MASTER_PORT",  # the simulated hosts' rendezvous (container.toolkit.bootstrap)
     "SMLAUNCH_CHECKPOINT_DIR",  # the hosts' shared checkpoints (container.args)

@@ -123,6 +123,27 @@ def test_torchrun_command_on_a_multi_gpu_efa_host(tmp_path: Path, monkeypatch):
     assert master_address(env) == ("127.0.0.1", 29999)
 
 
+def test_smlaunchs_runtime_runs_under_torchruns_agent_that_forks_its_ranks(tmp_path: Path, monkeypatch):
+    """An entry point importing container.trainer: torchrun's own options after the preloading agent
+    (container.distributed.forked_ranks), which imports the shipped runtime (_smlaunch/ first on the
+    path); control: a user's script of the same name runs under plain torchrun, the path untouched."""
+    for name in ("SAGEMAKER_PROGRAM", "SMLAUNCH_MASTER_ADDR", "SMLAUNCH_MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    hps = {"sagemaker_program": "train.py", "sagemaker_torch_distributed_enabled": True, "lr": 0.1}
+    runtime = host_tree(tmp_path / "runtime", "algo-1", ["algo-1", "algo-2"], hps)
+    (runtime / "code" / "train.py").write_text("import os\n\nfrom container.trainer import train\n")
+    (runtime / "code" / "_smlaunch").mkdir()
+    user = host_tree(tmp_path / "user", "algo-1", ["algo-1", "algo-2"], hps)
+    (user / "code" / "train.py").write_text("# a loop of my own, no container.trainer\nimport torch\n")
+    forked, plain = (launch_command(read_training_env(base), tmp_path / "logs") for base in (runtime, user))
+    assert forked[1:7] == ["-u", "-m", "container.distributed.forked_ranks", "--start-method", "fork", "--run-path"]
+    assert plain[1:3] == ["-m", "torch.distributed.run"]
+    assert forked[7:] == plain[3:] and plain[-3:] == ["train.py", "--lr", "0.1"]  # the same torchrun options
+    paths = [child_environment(read_training_env(base))["PYTHONPATH"].split(os.pathsep)[:2] for base in (runtime, user)]
+    assert paths == [[str(runtime / "code" / "_smlaunch"), str(runtime / "code")], [str(user / "code"), paths[1][1]]]
+    assert str(user / "code" / "_smlaunch") not in paths[1]
+
+
 def test_torchrun_settings_override_the_jobs_and_a_plain_script_gets_none(tmp_path: Path, monkeypatch):
     """As the toolkit: NCCL_PROTO and NCCL_SOCKET_IFNAME for every torchrun job, over the job's own
     values; FI_PROVIDER only on its EFA list (g5.48xlarge: EFA without RDMA); nothing without torchrun."""

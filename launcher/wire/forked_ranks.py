@@ -1,0 +1,53 @@
+"""A rank forked from a preloaded agent (container/distributed/forked_ranks.py), as the bootstrap
+finds it (container/toolkit/frozen_ranks.py, diagnostics.py).
+
+A rank torchrun starts as a program shows its rank in `/proc/<pid>/environ`, which the bootstrap
+reads to prove a child is a rank before it signals it and to name it. A forked rank's `environ` is
+its agent's as the agent started (torch elastic sets the rank's variables inside the process,
+where /proc does not see them), so each forked rank writes, as it starts, the variables torch
+elastic gave it into the directory its agent's environment names: the rank's environment as it
+started is then its agent's plus those. Only torch elastic's own variables are written: never a
+secret of the job's environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.wire.proc_stat import PROC, parent_and_state
+
+RANKS_DIR_ENV = "SMLAUNCH_FORKED_RANKS_DIR"
+# What torch elastic's agent sets for each worker (torch.distributed.elastic.agent.server.local_elastic_agent)
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE",
+                  "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                  "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS")
+
+
+def write_rank(directory: Path, pid: int, environ) -> None:
+    """The forked rank `pid`'s variables from torch elastic, NUL-separated as /proc writes them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{name}={environ[name]}\0" for name in RANK_VARIABLES if name in environ)
+    (directory / str(pid)).write_text(text)
+
+
+def process_environ(pid: int) -> dict[str, str]:
+    """The process's environment as it started; a forked rank's with its rank's variables; {} if
+    unreadable (the process is gone)."""
+    environ = _read(PROC / str(pid) / "environ")
+    if "RANK" in environ:
+        return environ
+    stat = parent_and_state(pid)
+    agent = _read(PROC / str(stat[0]) / "environ") if stat else {}
+    if RANKS_DIR_ENV not in agent:
+        return environ
+    rank = _read(Path(agent[RANKS_DIR_ENV]) / str(pid))
+    return {**agent, **rank} if rank else environ
+
+
+def _read(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in text.split("\0") if "=" in item)

@@ -1,0 +1,149 @@
+"""Ranks forked from a preloaded agent (container.distributed.forked_ranks, docs/container.md):
+the same losses as ranks torchrun starts as programs; the agent never forks with CUDA touched;
+and how the bootstrap reads a forked rank's environment (launcher.wire.forked_ranks: torch elastic
+sets its variables inside the process, where /proc/<pid>/environ does not show them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.wire.forked_ranks import RANKS_DIR_ENV, process_environ
+from tests.support.bootstrap import distributed, host_tree, run
+from tests.support.train_runs import TINY, TRAIN
+
+REPO = Path(__file__).resolve().parents[2]
+
+def test_forked_ranks_train_exactly_as_ranks_torchrun_starts_as_programs(tmp_path: Path):
+    """smlaunch's train.py through the bootstrap, forked from the agent, against the same script as
+    a user's (its container.trainer import spelled so the rule does not see it), which runs under
+    plain torchrun: every step's loss and gradient norm bit for bit (the same threads, the same
+    arithmetic; ~25 CPU s for two one-host, two-rank jobs of 3 steps)."""
+    text = TRAIN.read_text()
+    spelled = text.replace("    from container.trainer import train\n",
+                           "    train = __import__('importlib').import_module('container.trainer').train\n")
+    assert spelled != text
+    records = {}
+    for kind, script in (("forked", text), ("program", spelled)):
+        src = tmp_path / kind / "src"
+        src.mkdir(parents=True)
+        (src / "train.py").write_text(script)
+        hps = TINY | {"max_steps": 3}
+        base = host_tree(tmp_path / kind, "algo-1", ["algo-1"], distributed("train.py", src, **hps))
+        code, output = run(base, timeout=240)
+        assert code == 0, output
+        launcher = "container.distributed.forked_ranks" if kind == "forked" else "torch.distributed.run"
+        assert f"-m {launcher} " in output  # control: the other kind ran the other way
+        lines = (base / "output" / "data" / "metrics.jsonl").read_text().splitlines()
+        records[kind] = [(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, lines) if "loss" in r]
+    assert len(records["forked"]) == 3 and records["forked"] == records["program"]
+
+
+AGENT = """
+import os, sys, time
+from pathlib import Path
+from launcher.wire.forked_ranks import RANKS_DIR_ENV, write_rank
+if os.fork() == 0:
+    os.environ.update(RANK="3", LOCAL_RANK="1", WORLD_SIZE="4", RANKS_OWN_SECRET="set-in-the-rank")
+    if sys.argv[1] == "recorded":
+        write_rank(Path(os.environ[RANKS_DIR_ENV]), os.getpid(), os.environ)
+    print(os.getpid(), flush=True)
+    time.sleep(60)
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def forked_rank(tmp_path: Path):
+    started: list[subprocess.Popen] = []
+
+    def start(mode: str) -> int:
+        env = {**os.environ, "PYTHONPATH": str(REPO), RANKS_DIR_ENV: str(tmp_path / mode),
+               "AGENTS_MARK": "from the agent", "AWS_SECRET_ACCESS_KEY": "never-in-a-file-" * 3}
+        agent = subprocess.Popen([sys.executable, "-c", AGENT, mode], env=env, stdout=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+        started.append(agent)
+        return int(agent.stdout.readline())
+
+    yield start
+    for agent in started:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+
+
+def test_a_forked_ranks_environment_is_its_agents_plus_the_variables_it_recorded(forked_rank, tmp_path):
+    environ = process_environ(forked_rank("recorded"))
+    assert (environ["RANK"], environ["LOCAL_RANK"], environ["WORLD_SIZE"]) == ("3", "1", "4")
+    assert environ["AGENTS_MARK"] == "from the agent"  # NCCL_* and the Flight Recorder's variables come so
+    written = next((tmp_path / "recorded").iterdir()).read_text()
+    assert "RANK=3\0" in written
+    assert "never-in-a-file" not in written and "RANKS_OWN_SECRET" not in written  # torch elastic's variables only
+
+
+def test_control_a_forked_process_that_recorded_nothing_is_no_rank(forked_rank):
+    environ = process_environ(forked_rank("silent"))
+    assert environ["AGENTS_MARK"] == "from the agent" and "RANK" not in environ
+
+
+def test_a_process_gone_has_no_environment():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert process_environ(proc.pid) == {}
+
+
+PRELOAD = """
+import sys, torch
+def probe(*args, **kwargs):
+    raise AssertionError("the agent touched CUDA before forking")
+for name in ("is_available", "device_count", "init", "_lazy_init", "current_device", "get_device_name"):
+    setattr(torch.cuda, name, probe)
+if sys.argv[1] == "control":
+    import torch.cuda
+    torch.cuda.is_available()
+from container.distributed import forked_ranks  # the agent's preload: torch, DTensor, dynamo, the runtime
+try:  # a rank entered other than through torch elastic's worker wrapper fails at once, saying so
+    forked_ranks.forked_rank("train.py")
+except RuntimeError as exc:
+    print(exc, file=sys.stderr)
+torch.cuda.is_initialized = lambda: True  # as if it had: the agent refuses to fork
+forked_ranks.main(["--start-method", "fork", "--run-path", "--master_port", "29999", "train.py"])
+"""
+
+
+@pytest.mark.parametrize("mode", ["preload", "control"])
+def test_the_agent_forks_only_with_cuda_untouched(mode):
+    """A rank forked after its parent initialized CUDA cannot use the GPU: the agent's preload calls
+    none of torch.cuda's probes, and the agent refuses to fork once CUDA is initialized (~5 CPU s).
+    And a rank not started by torch elastic's wrapper, whose queue it hands its result to, fails clearly."""
+    proc = subprocess.run([sys.executable, "-c", PRELOAD, mode], env={**os.environ, "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    if mode == "control":  # the probes are caught, so a preload that touched one would fail
+        assert "the agent touched CUDA before forking" in proc.stderr
+    else:
+        assert "AssertionError" not in proc.stderr, proc.stderr
+        assert "CUDA was initialized before the ranks were forked" in proc.stderr
+        assert "_wrap, which starts a forked rank, is not as this agent knows it" in proc.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU")
+def test_a_forked_rank_trains_on_the_gpu(tmp_path: Path):
+    """On a GPU the ranks are forked from an agent that imported torch: each initializes CUDA
+    itself (a rank per GPU; bench/gpu's `tests` part runs this). The CUDA allocator's snapshot of
+    step 2 shows the rank computed on the GPU (without CUDA none is written)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text(TRAIN.read_text())
+    hps = TINY | {"max_steps": 3, "memory_snapshot_steps": "2"}
+    base = host_tree(tmp_path, "algo-1", ["algo-1"], distributed("train.py", src, **hps))
+    code, output = run(base, timeout=300)
+    assert code == 0 and "-m container.distributed.forked_ranks " in output, output
+    assert sorted(p.name for p in (base / "output" / "data" / "memory").iterdir())[0] == "rank-0-steps-2-2.pickle"
