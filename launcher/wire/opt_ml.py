@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -22,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from launcher.wire.datafiles import not_data
+from launcher.wire.restart_policy import MAX_RESTARTS
 
 # SageMaker's name for the single instance group of a job that declares no instance groups.
 HOMOGENEOUS_GROUP = "homogeneousCluster"
@@ -218,8 +220,44 @@ def _place(src: Path, dst: Path) -> None:
         dst.symlink_to(src.resolve())
 
 
+# Rendezvous ports are drawn below the kernel's ephemeral range (ip_local_port_range): a port in
+# it can be taken, between the check here and the rendezvous's listen seconds later (its agent's
+# start), as the source port of any connection on the machine, a rendezvous client's own included
+# (a connect to a local port nobody listens on yet can connect to itself). A job's restart attempts
+# meet at the port + their number (up to restart_policy.MAX_RESTARTS), so a drawn port leaves room.
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_RENDEZVOUS_PORT = 10_000
+_ATTEMPT_ROOM = MAX_RESTARTS + 1
+_DRAWS = 64
+
+
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1, for a rendezvous of processes on this machine."""
+    """A free TCP port on 127.0.0.1 for a rendezvous of processes on this machine: below the
+    ephemeral range where the kernel says what it is, else one the kernel picks."""
+    low = ephemeral_low()
+    if low is not None and low - _ATTEMPT_ROOM > LOWEST_RENDEZVOUS_PORT:
+        draw = random.SystemRandom()
+        for _ in range(_DRAWS):
+            port = draw.randrange(LOWEST_RENDEZVOUS_PORT, low - _ATTEMPT_ROOM)
+            if _bindable(port):
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def ephemeral_low() -> int | None:
+    """The first port of the kernel's ephemeral range; None where it is not readable (not Linux)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
