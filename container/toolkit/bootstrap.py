@@ -173,10 +173,10 @@ def _run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy) -> 
 
 def allowed(decision, number: int, policy: RestartPolicy, earlier: list[faults.Restart]) -> bool:
     """Whether a failure its class would restart still may be: an exit code the job lists while
-    the job is under restart_policy.MAX_RESTARTS attempts, any other while max_restarts are left
+    the job is under faults.MAX_RESTARTS attempts, any other while max_restarts are left
     (counted over the whole job: `earlier`, this bootstrap's records of the attempts before)."""
     if decision.failure_class == restart_policy.REQUESTED:
-        return number < restart_policy.MAX_RESTARTS
+        return number < faults.MAX_RESTARTS
     return restart_policy.counted(number, earlier) < policy.max_restarts
 
 

@@ -26,7 +26,8 @@ from launcher.config.job_names import JOB_NAME_PATTERN
 from launcher.config.paths import LocalPathText
 from launcher.config.tuning import TuningConfig
 from launcher.wire.checkpoints import DEFAULT_CHECKPOINT_PATH
-from launcher.wire.restart_policy import MAX_RESTARTS, RestartPolicy
+from launcher.wire.faults import MAX_RESTARTS
+from launcher.wire.restart_policy import RestartPolicy
 from launcher.wire.training.base import (
     ENVIRONMENT_KEY_MAX,
     ENVIRONMENT_MAX,

@@ -110,7 +110,7 @@ def _rule_issues(ctx) -> list[Issue]:
     if codes and not any(i.level == "error" for i in issues):
         issues.append(Issue("restart_on_exit_codes", list(codes), f"a rank of your script that exits with one of "
                             f"them is restarted without counting against max_restarts (at most "
-                            f"{restart_policy.MAX_RESTARTS} restarts in all); in a job of several hosts each host "
+                            f"{faults.MAX_RESTARTS} restarts in all); in a job of several hosts each host "
                             "judges its own ranks' codes (docs/faults.md)", level="info"))
     if job.restart_on_job_errors and not any(i.level == "error" for i in issues):
         issues.append(Issue("restart_on_job_errors", job.restart_on_job_errors, "an error of the job's own code, "

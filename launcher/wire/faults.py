@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 MAX_RESTARTS_ENV = "SMLAUNCH_MAX_RESTARTS"
+MAX_RESTARTS = 100  # a job's restarts in all, whatever its rules ask (launcher.wire.restart_policy)
 ATTEMPT_ENV = "SMLAUNCH_ATTEMPT"
 FAULT_DIR_ENV = "SMLAUNCH_FAULT_DIR"
 HANG_TIMEOUT_ENV = "SMLAUNCH_HANG_TIMEOUT"  # the job's hang_timeout: a script of its own silent this long is hung

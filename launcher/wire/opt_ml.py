@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from launcher.wire.datafiles import not_data
-from launcher.wire.restart_policy import MAX_RESTARTS
+from launcher.wire.faults import MAX_RESTARTS
 
 # SageMaker's name for the single instance group of a job that declares no instance groups.
 HOMOGENEOUS_GROUP = "homogeneousCluster"
@@ -224,7 +224,7 @@ def _place(src: Path, dst: Path) -> None:
 # it can be taken, between the check here and the rendezvous's listen seconds later (its agent's
 # start), as the source port of any connection on the machine, a rendezvous client's own included
 # (a connect to a local port nobody listens on yet can connect to itself). A job's restart attempts
-# meet at the port + their number (up to restart_policy.MAX_RESTARTS), so a drawn port leaves room.
+# meet at the port + their number (up to faults.MAX_RESTARTS), so a drawn port leaves room.
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_RENDEZVOUS_PORT = 10_000
 _ATTEMPT_ROOM = MAX_RESTARTS + 1

@@ -10,7 +10,7 @@
 - `hang_timeout`: a script of the user's own whose ranks neither compute nor write for this many
   seconds is hung (SMLAUNCH_HANG_TIMEOUT; container.toolkit.script_watch).
 
-However many codes ask for it, a job restarts at most MAX_RESTARTS times in all: one that fails
+However many codes ask for it, a job restarts at most faults.MAX_RESTARTS times in all: one that fails
 more often than that is not running, it is failing. Each variable is set only where the rule is
 not its default, so the environment of a job without them is what it was.
 """
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from launcher.wire import faults
 
-MAX_RESTARTS = 100
 EXIT_CODES_ENV = "SMLAUNCH_RESTART_ON_EXIT_CODES"
 JOB_ERRORS_ENV = "SMLAUNCH_RESTART_ON_JOB_ERRORS"
 REQUESTED = "requested"  # the failure class of an exit code the job lists: restarted, not counted

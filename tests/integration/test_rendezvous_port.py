@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from launcher.wire import opt_ml
-from launcher.wire.restart_policy import MAX_RESTARTS
+from launcher.wire.faults import MAX_RESTARTS
 
 
 @pytest.fixture
