@@ -73,7 +73,7 @@ def forked_rank(script: str, *args: str) -> NoReturn:
         runpy.run_path(script, run_name="__main__")
         code = 0
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        code = runtime.exit_code(exc)
     except BaseException:  # noqa: BLE001 - failed before run_rank (an import): as Python would report it
         traceback.print_exc()
         code = 1

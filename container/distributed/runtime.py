@@ -208,10 +208,8 @@ def run_rank(main: Callable[[list[str]], int], argv: list[str]) -> NoReturn:
     stacks_on_signal()
     try:
         code = main(argv)
-    except SystemExit as exc:  # sys.exit(...) inside main: what Python would have done
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except SystemExit as exc:  # sys.exit(...) inside main
+        code = exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the process now
         code = _report_failure(exc)
     # Leave without interpreter finalization. DeviceMesh keeps its process groups referenced
@@ -223,6 +221,13 @@ def run_rank(main: Callable[[list[str]], int], argv: list[str]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     _exit(code)
+
+
+def exit_code(exc: SystemExit) -> int:
+    """What Python does with a SystemExit that ends the program: a message printed, exit code 1."""
+    if exc.code is not None and not isinstance(exc.code, int):
+        print(exc.code, file=sys.stderr)
+    return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
 
 
 _exit: Callable[[int], NoReturn] = os._exit

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.wire.pod_config import WORKER_VARIABLES
 from launcher.wire.proc_stat import PROC, parent_and_state
 
 RANKS_DIR_ENV = "SMLAUNCH_FORKED_RANKS_DIR"
-# What torch elastic's agent sets for each worker (torch.distributed.elastic.agent.server.local_elastic_agent)
-RANK_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "WORLD_SIZE",
-                  "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-                  "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS")
+# What torch elastic's agent sets for each worker: its worker variables (pod_config's list), its error
+# file and the thread count torchrun sets for several ranks.
+RANK_VARIABLES = (*WORKER_VARIABLES, "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS")
 
 
 def write_rank(directory: Path, pid: int, environ) -> None:
