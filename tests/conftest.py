@@ -14,6 +14,25 @@ import pytest
 # Every process the tests start inherits it.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
+
+def _one_botocore_loader_per_data_path() -> None:
+    """Every botocore session in a test process shares one loader of AWS's service models: each
+    new session (a boto3.Session, the SageMaker SDK's, moto's) otherwise parses the service JSON
+    again (sagemaker's alone is megabytes), and the SDK parity tests create a dozen sessions each,
+    most of their CPU. botocore already hands one loaded model to every client of a session, so
+    sharing the loader shares nothing a session did not share before. The product's processes
+    (the CLI in a subprocess) load as they always do."""
+    try:
+        import botocore.session
+    except ImportError:  # the SDK extras are not installed: nothing to share
+        return
+    from functools import lru_cache
+
+    botocore.session.create_loader = lru_cache(maxsize=None)(botocore.session.create_loader)
+
+
+_one_botocore_loader_per_data_path()
+
 # The fixtures of the helpers that unit and integration tests share (tests/support/), for every
 # test: a fixture there may request another (the docker runner's `job` requests `channels`).
 pytest_plugins = [
