@@ -6,8 +6,10 @@ the N slowest modules beside pytest's N slowest tests, so that a module added la
 costs. `--durations-file PATH` writes the modules' seconds as JSON (`make test` writes
 build/test-durations.json); `make durations` copies that file to tests/durations.json, the recorded
 costs that tests/conftest.py's scheduler starts the longest modules by. Beside it go each module's CPU
-seconds (test-durations-cpu.json) and each test's seconds and CPU seconds (test-durations-tests.json),
-for finding what to make cheaper.
+seconds (test-durations-cpu.json), each test's seconds and CPU seconds (test-durations-tests.json),
+for finding what to make cheaper, and each module's worker, start and end (test-durations-timeline.json);
+the summary says when each worker ran its last test, so that a worker idling at the end beside a
+long last module shows (the order to mend).
 
 Seconds are wall time, and on a loaded 2-core machine a module's seconds also hold the other
 worker's load. What a module costs everyone is the CPU it uses: each phase of each test also counts
@@ -146,6 +148,7 @@ class Costs:
         self.cpu: dict[str, float] = defaultdict(float)
         self.tests: dict[str, int] = defaultdict(int)
         self.per_test: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # test id -> [seconds, CPU seconds]
+        self.spans: dict[str, list] = {}  # module -> [worker, first start, last stop] (epoch seconds)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         module = module_of(report.nodeid)
@@ -155,6 +158,10 @@ class Costs:
         self.per_test[report.nodeid][1] += cpu_of(report)
         if report.when == "call" or (report.when == "setup" and report.skipped):
             self.tests[folder_of(module)] += 1
+        node = getattr(report, "node", None)  # xdist's worker, on the controller
+        worker = node.gateway.id if node is not None else "main"
+        span = self.spans.setdefault(module, [worker, report.start, report.stop])
+        span[1], span[2] = min(span[1], report.start), max(span[2], report.stop)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.seconds:
@@ -171,6 +178,7 @@ class Costs:
                   f"  tests/{folder}")
         write(f"{sum(folder_seconds.values()):9.1f} s  {sum(folder_cpu.values()):9.1f} cpu s"
               f"  {sum(self.tests.values()):5d} tests  in all")
+        self._write_idle_tails(write)
         slowest = self.config.option.durations
         if slowest:
             terminalreporter.section(f"slowest {slowest} modules (seconds, CPU seconds)")
@@ -186,6 +194,26 @@ class Costs:
             tests = Path(path).with_name(Path(path).stem + "-tests.json")  # each test's [seconds, CPU seconds]
             tests.write_text(json.dumps({t: [round(s, 2), round(c, 2)] for t, (s, c) in sorted(self.per_test.items())},
                                         indent=0) + "\n")
+            # each module's worker and its start and end, in seconds from the first test's start
+            begin = min(start for _, start, _ in self.spans.values())
+            timeline = Path(path).with_name(Path(path).stem + "-timeline.json")
+            timeline.write_text(json.dumps({m: [w, round(a - begin, 1), round(b - begin, 1)] for m, (w, a, b)
+                                            in sorted(self.spans.items(), key=lambda kv: kv[1][1])}, indent=0) + "\n")
+
+    def _write_idle_tails(self, write) -> None:
+        """When each worker ran its last test, from the first test's start: a worker that ended
+        long before the others idled beside the last modules (the scheduler's order to mend)."""
+        ends: dict[str, tuple[float, str]] = {}
+        for module, (worker, _, stop) in self.spans.items():
+            if stop > ends.get(worker, (0.0, ""))[0]:
+                ends[worker] = (stop, module)
+        if len(ends) < 2:
+            return
+        begin = min(start for _, start, _ in self.spans.values())
+        last = max(stop for stop, _ in ends.values())
+        write("workers' last tests (s from the first test's start; idle at the end):")
+        for worker, (stop, module) in sorted(ends.items()):
+            write(f"  {worker}: {stop - begin:7.1f} s (idle {last - stop:6.1f} s), its last module {module}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -40,9 +40,15 @@ def test_the_recorded_costs_name_modules_of_this_suite(tmp_path):
 
 
 class _Report:
-    def __init__(self, nodeid: str, when: str, duration: float, cpu: float | None):
+    def __init__(self, nodeid: str, when: str, duration: float, cpu: float | None, start: float = 100.0,
+                 worker: str | None = None):
         self.nodeid, self.when, self.duration, self.skipped = nodeid, when, duration, False
         self.user_properties = [] if cpu is None else [("other", 9.0), ("cpu_s", cpu)]
+        self.start, self.stop = start, start + duration
+        if worker is not None:  # as xdist's controller receives it
+            from types import SimpleNamespace
+
+            self.node = SimpleNamespace(gateway=SimpleNamespace(id=worker))
 
 
 def test_each_module_sums_its_phases_cpu_seconds_beside_their_wall_seconds(tmp_path):
@@ -68,3 +74,31 @@ def test_each_module_sums_its_phases_cpu_seconds_beside_their_wall_seconds(tmp_p
     # each test's phases summed: [seconds, CPU seconds], for finding what to make cheaper
     assert json.loads((tmp_path / "d-tests.json").read_text()) == {"tests/integration/test_c.py::t": [10.0, 7.0],
                                                                     "tests/unit/test_a.py::t": [5.0, 1.75]}
+
+
+def test_each_workers_last_test_shows_how_long_it_idled_beside_the_others(tmp_path):
+    from types import SimpleNamespace
+
+    from tests.support.durations import Costs
+
+    options = SimpleNamespace(durations=0, durations_file=str(tmp_path / "d.json"))
+    costs = Costs(SimpleNamespace(option=options))
+    for report in (_Report("tests/unit/test_a.py::t", "setup", 2.0, 0.0, start=1000.0, worker="gw0"),
+                   _Report("tests/unit/test_a.py::t", "call", 3.0, 0.0, start=1002.0, worker="gw0"),
+                   _Report("tests/unit/test_b.py::t", "call", 1.0, 0.0, start=1005.0, worker="gw0"),
+                   _Report("tests/integration/test_c.py::t", "call", 40.0, 0.0, start=1001.0, worker="gw1")):
+        costs.pytest_runtest_logreport(report)
+    lines: list[str] = []
+    costs.pytest_terminal_summary(SimpleNamespace(section=lambda *a, **k: None, write_line=lines.append))
+    assert "  gw0:     6.0 s (idle   35.0 s), its last module tests/unit/test_b.py" in lines
+    assert "  gw1:    41.0 s (idle    0.0 s), its last module tests/integration/test_c.py" in lines
+    # each module's worker, first start and last end, in order of start
+    assert json.loads((tmp_path / "d-timeline.json").read_text()) == {
+        "tests/unit/test_a.py": ["gw0", 0.0, 5.0], "tests/integration/test_c.py": ["gw1", 1.0, 41.0],
+        "tests/unit/test_b.py": ["gw0", 5.0, 6.0]}
+    # the control: one process (no xdist) has no other worker to idle beside
+    alone = Costs(SimpleNamespace(option=SimpleNamespace(durations=0, durations_file=None)))
+    alone.pytest_runtest_logreport(_Report("tests/unit/test_a.py::t", "call", 3.0, 0.0))
+    lines.clear()
+    alone.pytest_terminal_summary(SimpleNamespace(section=lambda *a, **k: None, write_line=lines.append))
+    assert not any("idle" in line for line in lines) and lines
