@@ -115,14 +115,19 @@ image: $(STAMP)
 
 # The docker runner's real-engine tests run against TEST_IMAGE; they skip (saying why) only
 # where no engine could be installed. A failed image build fails the target.
+# Three workers on two cores: the suite's jobs wait as well as compute (a failed host's peers' grace,
+# SIGTERM's, a hang's timeout, containers and Slurm steps starting), and a third worker fills those
+# waits: the same suite took 1,004 s of pytest on 2 workers and 948 s on 3 (2026-11-30, BENCHMARKS.md,
+# the machine idle 3% of the latter). The unit tests only compute: `make unit` and `make check` keep 2.
+TEST_WORKERS ?= 3
 test: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@scripts/install-slurm.sh
 	@scripts/install-podman.sh
 	@mkdir -p build/image && scripts/build-image.sh --if-engine --tag $(TEST_IMAGE) >build/image/test-build.log 2>&1 \
 		|| { tail -n 40 build/image/test-build.log; exit 1; }; tail -n 1 build/image/test-build.log
 	$(VENV)/bin/ruff check .
-	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=25 \
-		--durations-file $(DURATIONS)
+	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+		--durations=25 --durations-file $(DURATIONS)
 	MKL_CBWR=COMPATIBLE $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
 
 # The tests that compare two code paths' floating-point results, once more on MKL's COMPATIBLE code

@@ -50,7 +50,7 @@ pytest_plugins = [
     "tests.support.sourcedir",
 ]
 
-# `make test` runs the suite on both cores (pytest-xdist: `-n 2 --dist loadfile`), and here
+# `make test` runs the suite on three workers (pytest-xdist: `-n 3 --dist loadfile`), and here
 # loadfile keeps whole modules on one worker, so that a module's fixtures (a reference training
 # run, a traced planner) are built once, not once per worker, and also keeps together the modules
 # that share something a second worker must not start beside them: the Slurm tests one cluster per
