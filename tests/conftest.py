@@ -171,19 +171,50 @@ def home(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
-def s3(fake_credentials, monkeypatch):
+def s3(fake_credentials, monkeypatch, tmp_path):
     """A moto S3 server on 127.0.0.1 that local jobs' processes reach (AWS_ENDPOINT_URL), with
-    LOCAL_S3_BUCKET created: (client, endpoint)."""
+    LOCAL_S3_BUCKET created: (client, endpoint). The server is a process of its own, its request
+    log in the test's moto-server.log: in the worker's process (moto's ThreadedMotoServer) it once
+    answered none of a pod's uploads for three minutes, and nothing said why (CI of fab296c)."""
+    import subprocess
+    import sys
+
     import boto3
-    from moto.server import ThreadedMotoServer
 
     from launcher.wire.opt_ml import free_port
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port())
-    server.start()
-    endpoint = f"http://127.0.0.1:{server._port}"
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    client = boto3.client("s3", region_name=REGION)
-    client.create_bucket(Bucket=LOCAL_S3_BUCKET)
-    yield client, endpoint
-    server.stop()
+    port = free_port()
+    log = tmp_path / "moto-server.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_for_port(port, server, log)
+        endpoint = f"http://127.0.0.1:{port}"
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        client = boto3.client("s3", region_name=REGION)
+        client.create_bucket(Bucket=LOCAL_S3_BUCKET)
+        yield client, endpoint
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _wait_for_port(port: int, server, log: Path, timeout: float = 60.0) -> None:
+    """Until the server accepts connections on 127.0.0.1:port; its log if it exits or never does."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"the moto server exited ({server.returncode}):\n{log.read_text()[-3000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"the moto server did not listen on {port} in {timeout:.0f} s:\n{log.read_text()[-3000:]}")
