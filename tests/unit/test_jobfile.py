@@ -208,3 +208,17 @@ def test_extends_names_yaml_job_files_only_and_never_shows_a_base_files_values(t
     said = "is not a job file: 1 key(s) are not job fields ('dbuser'); its values are not shown"
     assert said in outputs["notes.yaml"][1]
     assert not any("hunter2value" in text for _code, text in outputs.values())
+
+
+def test_an_override_applied_twice_gives_each_job_its_own_value():
+    """plan --auto applies one override text to many configurations, parsed once (a cache): each
+    job still gets a value of its own, which changing in one job leaves the next one's alone."""
+    first, second = {}, {}
+    for data in (first, second):
+        apply_overrides(data, ["environment={A: [1, 2]}", "hyperparameters.lr=0.5"])
+    assert first == second == {"environment": {"A": [1, 2]}, "hyperparameters": {"lr": 0.5}}
+    first["environment"]["A"].append(3)
+    assert second["environment"]["A"] == [1, 2]
+    third = {}
+    apply_overrides(third, ["environment={A: [1, 2]}"])
+    assert third["environment"]["A"] == [1, 2]  # the control: the cached value itself is unchanged
