@@ -102,3 +102,17 @@ def test_each_workers_last_test_shows_how_long_it_idled_beside_the_others(tmp_pa
     lines.clear()
     alone.pytest_terminal_summary(SimpleNamespace(section=lambda *a, **k: None, write_line=lines.append))
     assert not any("idle" in line for line in lines) and lines
+
+
+def test_only_tests_that_may_start_processes_walk_proc_for_their_descendants(monkeypatch):
+    from types import SimpleNamespace
+
+    from tests.support import durations
+
+    walks = []
+    monkeypatch.setattr(durations, "_running_descendants", lambda: walks.append(1) or 2.0)
+    unit = SimpleNamespace(nodeid="tests/unit/test_a.py::t")
+    integration = SimpleNamespace(nodeid="tests/integration/test_c.py::t")
+    assert not durations._may_start_processes(unit) and durations._may_start_processes(integration)
+    alone = durations.cpu_seconds(descendants=False)
+    assert walks == [] and durations.cpu_seconds() >= alone + 2.0 and walks == [1]  # the control walks
