@@ -173,9 +173,10 @@ def home(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def s3(fake_credentials, monkeypatch, tmp_path):
     """A moto S3 server on 127.0.0.1 that local jobs' processes reach (AWS_ENDPOINT_URL), with
-    LOCAL_S3_BUCKET created: (client, endpoint). The server is a process of its own, its request
-    log in the test's moto-server.log: in the worker's process (moto's ThreadedMotoServer) it once
-    answered none of a pod's uploads for three minutes, and nothing said why (CI of fab296c)."""
+    LOCAL_S3_BUCKET created: (client, endpoint). The server is a process of its own, apart from
+    the worker's threads, with its request log in the test's moto-server.log: that log showed why
+    a pod's mirror went silent for three minutes in two fresh clones (a PUT of progress.json
+    answered 400 after boto3's read timeout, three times: launcher.wire.s3io.upload_file)."""
     import subprocess
     import sys
 

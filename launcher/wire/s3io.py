@@ -71,8 +71,16 @@ def download_prefix(uri: str, dest: Path, region: str | None, shard: tuple[int, 
 
 
 def upload_file(path: Path, uri: str, region: str | None) -> None:
+    """The file as it was when opened: one version of it, whole, however it changes meanwhile.
+    Given a file name, boto3 took its size first and read it later, and a pod's mirror uploads
+    records rank 0 rewrites every step: progress.json, replaced by a shorter one in between, sent
+    fewer bytes than announced, and the upload waited for the rest until boto3's read timeout,
+    three times (the mirror silent for three minutes); a longer one was cut to the old size (JSON
+    that does not parse). An open file keeps its version (a replaced file's old inode, an appended
+    one's first bytes), and boto3 reads and retries from it alone."""
     bucket, key = split(uri)
-    client(region).upload_file(str(path), bucket, key)
+    with open(path, "rb") as f:
+        client(region).upload_fileobj(f, bucket, key)
 
 
 def delete_keys(uris: list[str], region: str | None) -> None:
