@@ -202,10 +202,13 @@ class Costs:
             tests.write_text(json.dumps({t: [round(s, 2), round(c, 2)] for t, (s, c) in sorted(self.per_test.items())},
                                         indent=0) + "\n")
             # each module's worker and its start and end, in seconds from the first test's start
-            begin = min(start for _, start, _ in self.spans.values())
+            begin = self._first_start()
             timeline = Path(path).with_name(Path(path).stem + "-timeline.json")
             timeline.write_text(json.dumps({m: [w, round(a - begin, 1), round(b - begin, 1)] for m, (w, a, b)
                                             in sorted(self.spans.items(), key=lambda kv: kv[1][1])}, indent=0) + "\n")
+
+    def _first_start(self) -> float:
+        return min(start for _, start, _ in self.spans.values())
 
     def _write_idle_tails(self, write) -> None:
         """When each worker ran its last test, from the first test's start: a worker that ended
@@ -216,7 +219,7 @@ class Costs:
                 ends[worker] = (stop, module)
         if len(ends) < 2:
             return
-        begin = min(start for _, start, _ in self.spans.values())
+        begin = self._first_start()
         last = max(stop for stop, _ in ends.values())
         write("workers' last tests (s from the first test's start; idle at the end):")
         for worker, (stop, module) in sorted(ends.items()):
