@@ -126,8 +126,11 @@ test: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@mkdir -p build/image && scripts/build-image.sh --if-engine --tag $(TEST_IMAGE) >build/image/test-build.log 2>&1 \
 		|| { tail -n 40 build/image/test-build.log; exit 1; }; tail -n 1 build/image/test-build.log
 	$(VENV)/bin/ruff check .
+	@# --durations-file=PATH as one word: pytest reads its arguments before tests/conftest.py adds the
+	@# option, and took a PATH that exists (a second `make test`) for the tests to run (so it never
+	@# loaded tests/conftest.py, whose plugin adds the option: "unrecognized arguments")
 	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
-		--durations=25 --durations-file $(DURATIONS)
+		--durations=25 --durations-file=$(DURATIONS)
 	MKL_CBWR=COMPATIBLE $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
 
 # The tests that compare two code paths' floating-point results, once more on MKL's COMPATIBLE code
