@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import warnings
 from datetime import timedelta
@@ -74,6 +73,7 @@ from container.checkpoint.collectives import (
 from container.models import qlora
 from launcher.wire import checkpoints
 from launcher.wire.checkpoints import STEP_DIR as _STEP_DIR
+from launcher.wire.checkpoints import STEP_TMP_DIR as _TMP_DIR
 from launcher.wire.training.resume import RunIdentity, compare, may_change
 from launcher.wire.training.speed import DISABLED, is_async
 
@@ -81,7 +81,6 @@ log = logging.getLogger(__name__)
 
 TRAINER_FILE = "trainer.pt"
 DCP_METADATA = ".metadata"  # written by DCP's coordinator (rank 0) in FileSystemWriter.finish
-_TMP_DIR = re.compile(r"step-(\d+)\.tmp")
 
 
 class CheckpointError(RuntimeError):

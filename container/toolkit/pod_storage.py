@@ -1,12 +1,12 @@
 """A Kubernetes pod on S3 storage (pod.json's "s3"): what SageMaker does around a training container,
 done by the pod itself. Before training: the channels downloaded (File mode; ShardedByS3Key keeps
 every n-th object for host n, as local mode does) and the job's checkpoints, so a restarted pod or a
-resumed job finds them. While training: a thread mirrors the host's new checkpoints (each step's
-files, its `.complete` marker last) and its output data (metrics.jsonl, progress.json, restarts,
-goodput) to S3 every SYNC_INTERVAL_S. At the end, stopped (SIGTERM) or not: a last mirror, so the
-stop's checkpoint is in S3 within the grace period, then the first host's output.tar.gz and
-model.tar.gz as SageMaker packs them. A checkpoint the runtime prunes (num_kept_checkpoints) is
-deleted from S3 too, once a newer one is there.
+resumed job finds them. While training: a thread mirrors the host's checkpoint directory (each
+step's files, its `.complete` marker last, and the files beside the steps) and its output data
+(metrics.jsonl, progress.json, restarts, goodput) to S3 every SYNC_INTERVAL_S. At the end, stopped
+(SIGTERM) or not: a last mirror, so the stop's checkpoint is in S3 within the grace period, then the
+first host's output.tar.gz and model.tar.gz as SageMaker packs them. A checkpoint the runtime prunes
+(num_kept_checkpoints) is deleted from S3 too, once a newer one is there.
 
 S3 is reached with boto3's default chain: the pod's service account (IRSA or Pod Identity) gives the
 credentials, never the manifest. The transfers are launcher.wire.s3io's, the archives
@@ -51,10 +51,10 @@ class Mirror:
         return count
 
     def _forget_pruned(self) -> None:
-        """Delete in S3 the checkpoint files this pod uploaded or downloaded whose step the checkpointer
-        has since pruned here (num_kept_checkpoints: rank 0 decides, so every host prunes the same
-        steps), after the newer step's upload: S3 keeps what the hosts keep, and a restarted pod
-        downloads no more than that."""
+        """Delete in S3 the checkpoint directory's files this pod uploaded or downloaded that are gone
+        here since (a step the checkpointer pruned, num_kept_checkpoints: rank 0 decides, so every host
+        prunes the same steps), after the newer files' upload: S3 keeps what the hosts keep, and a
+        restarted pod downloads no more than that."""
         gone = [p for p in self.sent if p.is_relative_to(self.checkpoint_dir) and not p.exists()]
         if gone:
             s3io.delete_keys([s3io.join(self.s3["checkpoints"], p.relative_to(self.checkpoint_dir).as_posix())
@@ -63,10 +63,14 @@ class Mirror:
                 del self.sent[path]
 
     def _checkpoint_files(self) -> list[Path]:
-        """The files of complete step-<N>/ directories (a save in progress is step-<N>.tmp/ until every
-        rank has written: container.checkpoint.checkpointer), each step's marker after its files."""
+        """The checkpoint directory as SageMaker syncs /opt/ml/checkpoints: every file but a save in
+        progress (step-<N>.tmp/ until every rank has written: container.checkpoint.checkpointer). A
+        step-<N>/ directory's marker after its files; beside them what a restart needs too: the tracker
+        runs' ids (container.trackers.continuity), the record of batches a non-finite rollback skips
+        (launcher.wire.training.nonfinite), and a user script's own checkpoints, whatever their names."""
         steps = [self.checkpoint_dir / f"step-{s}" for s in checkpoints.step_dirs(self.checkpoint_dir)]
-        return [p for step in steps for p in sorted(files(step), key=lambda p: p.name == checkpoints.MARKER)]
+        in_steps = [p for step in steps for p in sorted(files(step), key=lambda p: p.name == checkpoints.MARKER)]
+        return in_steps + [p for p in files(self.checkpoint_dir) if not _in_a_step_dir(p, self.checkpoint_dir)]
 
     def _upload(self, paths: list[Path], root: Path, prefix: str) -> int:
         count = 0
@@ -81,6 +85,12 @@ class Mirror:
             self.sent[path] = stamp
             count += 1
         return count
+
+
+def _in_a_step_dir(path: Path, checkpoint_dir: Path) -> bool:
+    """Under step-<N>/ (listed with its marker last) or step-<N>.tmp/ (a save in progress)."""
+    top, *below = path.relative_to(checkpoint_dir).parts
+    return bool(below) and bool(checkpoints.STEP_DIR.fullmatch(top) or checkpoints.STEP_TMP_DIR.fullmatch(top))
 
 
 def _stamp(path: Path) -> tuple[int, int]:

@@ -33,6 +33,7 @@ MARKER = ".complete"
 # what `status` says of a checkpoint found by its marker (`Verified: false`)
 UNVERIFIED = "; complete marker, not verified (resume verifies it and falls back to an older one)"
 STEP_DIR = re.compile(r"step-(\d+)")
+STEP_TMP_DIR = re.compile(r"step-(\d+)\.tmp")  # a save in progress, renamed to step-<N> once every rank wrote
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,28 @@ def test_the_mirror_uploads_complete_checkpoints_marker_last_and_changed_records
 
 
 
+def test_the_mirror_uploads_what_a_restart_needs_beside_the_steps_as_sagemaker_syncs_the_directory(tmp_path, aws):
+    """/opt/ml/checkpoints is synced whole: the tracker runs' ids and the non-finite rollbacks' record
+    (which smlaunch keeps beside its step-<N>/ directories) and a user script's own checkpoint file
+    reach S3, so a restarted pod downloads them; a save in progress (step-<N>.tmp/) does not (the control)."""
+    from container.trackers.continuity import FILE as TRACKERS
+    from launcher.wire.training.nonfinite import SKIP_FILE
+
+    client = aws.client("s3")
+    client.create_bucket(Bucket="bucket")
+    base, checkpoints = tmp_path / "hosts" / "algo-1", tmp_path / "checkpoints"
+    (base / "output" / "data").mkdir(parents=True)
+    (checkpoints / "step-4.tmp").mkdir(parents=True)
+    (checkpoints / "step-4.tmp" / "__0_0.distcp").write_text("half")
+    (checkpoints / "mine").mkdir()
+    for name in (TRACKERS, SKIP_FILE, "mine/model.pt"):
+        (checkpoints / name).write_text(name)
+    s3 = {"job": "s3://bucket/jobs/j", "checkpoints": "s3://bucket/jobs/j/checkpoints", "region": None}
+    assert Mirror("algo-1", base, checkpoints, s3).sync() == 3
+    assert _keys(client, "jobs/j/checkpoints/") == sorted(
+        f"jobs/j/checkpoints/{name}" for name in (TRACKERS, SKIP_FILE, "mine/model.pt"))
+
+
 def test_a_checkpoint_pruned_here_is_deleted_in_s3_after_the_newer_one_is_there(tmp_path, aws):
     client = aws.client("s3")
     client.create_bucket(Bucket="bucket")
