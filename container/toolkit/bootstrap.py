@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from container.toolkit.child import Child
+from container.toolkit.child import Child, Template
 from container.toolkit.code import RequirementsError, fetch_code, install_requirements
 from container.toolkit.console import log
 from container.toolkit.contract import (
@@ -76,7 +76,9 @@ FROZEN_ALONE_S = 60.0  # a stopped rank with restarts on, where the job sets no 
 EXIT_CONTRACT_ERROR = 2  # the job cannot run as described (usage error, as in the CLI)
 # in an attempt's scratch: torchrun's --log-dir, SMLAUNCH_FAULT_DIR, SMLAUNCH_HEARTBEAT_DIR (launcher.wire.heartbeat)
 _RANKS, _FAULTS, _BEATS = "ranks", "faults", "heartbeats"
-_FORKED = "forked"  # in torchrun's --log-dir: forked ranks' variables (launcher.wire.forked_ranks), removed with it
+# in the host's scratch: forked ranks' variables (launcher.wire.forked_ranks), one directory for every attempt
+# (an agent forked from the template shows the first attempt's environment), emptied as each attempt starts
+_FORKED = "forked"
 _UNSUPPORTED = {
     "sagemaker_mpi_enabled": "MPI (distribution={'mpi': ...})",
     "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel (smddp)",
@@ -124,13 +126,17 @@ def run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy) -> i
     fetched it, or AWS's toolkit did (container.toolkit.restart_loop). The host's scratch is gone
     when it returns, and so is what a bootstrap of this host killed before it left there."""
     shutil.rmtree(scratch_dir(env.base_dir), ignore_errors=True)
+    # smlaunch's runtime: every attempt's agent forked from one template, which imports the runtime once
+    template = Template() if preloads_runtime(env) else None
     try:
-        return _run_attempts(env, output_dir, policy)
+        return _run_attempts(env, output_dir, policy, template)
     finally:
+        if template is not None:
+            template.close()
         shutil.rmtree(scratch_dir(env.base_dir), ignore_errors=True)
 
 
-def _run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy) -> int:
+def _run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy, template: Template | None) -> int:
     earlier = faults.read_restarts(env.output_data_dir)
     # A host started again by something else than smlaunch (a Kubernetes JobSet's own restarts, which its
     # TTL can reset into an endless loop: kubeflow/trainer #3779) finds the job's records: its attempts go
@@ -142,7 +148,7 @@ def _run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy) -> 
                                      "something else than smlaunch (a controller's own restart?), and does not run "
                                      "it again: submit the job again to resume from its newest checkpoint")
     while True:
-        outcome = _attempt(env, output_dir, number, policy)
+        outcome = _attempt(env, output_dir, number, policy, template)
         if isinstance(outcome, int):
             return outcome
         failure, shown, scratch, seconds = outcome
@@ -186,7 +192,7 @@ def _restart_text(decision, number: int, policy: RestartPolicy, earlier: list[fa
     return f"restart {restart_policy.counted(number, earlier) + 1} of {policy.max_restarts} (max_restarts)"
 
 
-def _attempt(env: TrainingEnv, output_dir: Path, number: int, policy: RestartPolicy):
+def _attempt(env: TrainingEnv, output_dir: Path, number: int, policy: RestartPolicy, template: Template | None):
     """One run of the command: its exit code where the job ends here (success, a stop, a start
     that failed), else (Failure, the command as shown, the attempt's scratch, seconds)."""
     alone_s = frozen_alone_s(env) if policy.restarts_anything else None
@@ -202,8 +208,9 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int, policy: RestartPol
             log(f"{env.current_host}{attempt_note}: {shlex.join(shown)} (in {env.code_dir})")
             hang_s = float(policy.hang_timeout) or None
             beats = {HEARTBEAT_DIR_ENV: str(scratch / _BEATS)} if hang_s else {}
-            forked = {RANKS_DIR_ENV: str(log_dir / _FORKED)} if preloads_runtime(env) else {}
+            forked = {RANKS_DIR_ENV: str(scratch.parent / _FORKED)} if template else {}
             child = Child(cmd, cwd=env.code_dir, env=child_environment(env, number, fault_dir) | beats | forked,
+                          template=template,
                           rank_logs=log_dir if uses_torchrun(env) else None,
                           on_rank_end=lambda pid: _stacks_of_a_hang(env, number, log_dir, pid),
                           frozen_alone_s=alone_s, hang_s=hang_s, heartbeats=scratch / _BEATS,
@@ -227,7 +234,9 @@ def _make_scratch(scratch: Path) -> None:
     """An attempt's private scratch in the host's tree (launcher.wire.opt_ml.SCRATCH_DIR; not TMPDIR,
     where a host killed by SIGKILL would leave it), with its ranks' log directory and their failure
     records' directory in it."""
-    for directory in (scratch.parent, scratch, scratch / _RANKS, scratch / _FAULTS, scratch / _BEATS):
+    shutil.rmtree(scratch.parent / _FORKED, ignore_errors=True)  # the earlier attempt's ranks, all gone
+    for directory in (scratch.parent, scratch, scratch / _RANKS, scratch / _FAULTS, scratch / _BEATS,
+                      scratch.parent / _FORKED):
         private_dir(directory)
 
 

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from container.toolkit.agent_template import Template
 from container.toolkit.console import log
 from container.toolkit.frozen_ranks import FrozenRanks
 from container.toolkit.rank_logs import RankLogs
@@ -41,13 +42,14 @@ class Child:
 
     def __init__(self, cmd: list[str], *, cwd: Path, env: dict[str, str], rank_logs: Path | None = None,
                  on_rank_end=None, frozen_alone_s: float | None = None, hang_s: float | None = None,
-                 on_hang=None, heartbeats: Path | None = None):
+                 on_hang=None, heartbeats: Path | None = None, template: Template | None = None):
         """`on_rank_end(pid)`: under torchrun, called once with torchrun's pid when its first rank has
         ended while others still run; `frozen_alone_s`: see container.toolkit.frozen_ranks; `hang_s`:
         under torchrun, a script whose ranks neither compute nor write for this long is hung
         (container.toolkit.script_watch; by its beats in `heartbeats` once it sends some): `on_hang(pid,
         silence)` is called with torchrun's pid (to collect stacks) and what did not move, then the command
-        is stopped (SIGTERM), and `hung_after` says after how long."""
+        is stopped (SIGTERM), and `hung_after` says after how long. `template`: `cmd`, the runtime's agent, is
+        forked from the host's preloaded template (Template) rather than started as a program."""
         self.signals: list[int] = []
         self.stderr_tail = b""
         self.piped_bytes = 0
@@ -56,7 +58,7 @@ class Child:
             s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)
         }
         # preexec_fn is safe here: this process runs no other thread yet (the pumps start below).
-        self._proc = subprocess.Popen(
+        self._proc = template.start(cmd, cwd, env) if template else subprocess.Popen(
             cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             preexec_fn=_die_with_parent(),  # noqa: PLW1509
         )

@@ -40,8 +40,8 @@ FLIGHT_RECORDER_ENTRIES = "2000"  # torch's own default since 2.6; older images 
 # first) and warns on every rank of every job that sets the old one; before 2.8 only the old names
 # are read (the strings of libtorch_cpu of torch 2.7.1 and 2.8.0).
 RENAMED_IN = (2, 8)
-_NEW_NAMES = {"buffer": "TORCH_FR_BUFFER_SIZE", "file": "TORCH_FR_DUMP_TEMP_FILE"}
-_OLD_NAMES = {"buffer": "TORCH_NCCL_TRACE_BUFFER_SIZE", "file": "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
+_NEW_NAMES = {"buffer": "TORCH_FR_BUFFER_SIZE", "file": diagnostics.FLIGHT_RECORDER_FILES[0]}
+_OLD_NAMES = {"buffer": "TORCH_NCCL_TRACE_BUFFER_SIZE", "file": diagnostics.FLIGHT_RECORDER_FILES[1]}
 
 
 def torch_version() -> tuple[int, int] | None:

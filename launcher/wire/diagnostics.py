@@ -31,6 +31,8 @@ from launcher.wire.faults import DIAGNOSTICS_DIR
 SUMMARY_FILE = "summary.txt"
 FLIGHT_RECORDER_DIR = "flight_recorder"
 FLIGHT_RECORDER_PREFIX = "nccl_trace_rank_"  # torch's own default name, so fr_trace reads them as they are
+# the variables naming the dump files' prefix: torch 2.9's and later, and the earlier name
+FLIGHT_RECORDER_FILES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 _SECTION = "=== smlaunch stacks:"
 _HEADER = re.compile(r"^=== smlaunch stacks: rank (\d+)(?: of (\d+))?, host (\S+), pid (\d+) ===$")
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")

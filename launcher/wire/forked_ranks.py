@@ -6,21 +6,31 @@ reads to prove a child is a rank before it signals it and to name it. A forked r
 its agent's as the agent started (torch elastic sets the rank's variables inside the process,
 where /proc does not see them), so each forked rank writes, as it starts, the variables torch
 elastic gave it into the directory its agent's environment names: the rank's environment as it
-started is then its agent's plus those. Only torch elastic's own variables are written: never a
-secret of the job's environment.
+started is then its agent's plus those. An agent forked from the host's template
+(container/distributed/zygote.py) shows the template's environment, the first attempt's, so the
+rank also writes the variables the bootstrap gives each attempt (its number, its fault, heartbeat and
+Flight Recorder files), and the directory is the host's, the same for every attempt. Only those
+variables are written: never a secret of the job's environment.
 """
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
+from launcher.wire.diagnostics import FLIGHT_RECORDER_FILES
+from launcher.wire.faults import ATTEMPT_ENV, FAULT_DIR_ENV
+from launcher.wire.heartbeat import HEARTBEAT_DIR_ENV
 from launcher.wire.pod_config import WORKER_VARIABLES
 from launcher.wire.proc_stat import PROC, parent_and_state
 
 RANKS_DIR_ENV = "SMLAUNCH_FORKED_RANKS_DIR"
+TEMPLATE_HEADER = struct.Struct("!I")  # the length of a request to the agent template (container.distributed.zygote)
 # What torch elastic's agent sets for each worker: its worker variables (pod_config's list), its error
-# file and the thread count torchrun sets for several ranks.
-RANK_VARIABLES = (*WORKER_VARIABLES, "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS")
+# file and the thread count torchrun sets for several ranks; and what the bootstrap sets for each attempt
+# (container.toolkit.bootstrap.child_environment).
+RANK_VARIABLES = (*WORKER_VARIABLES, "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
+                  ATTEMPT_ENV, FAULT_DIR_ENV, HEARTBEAT_DIR_ENV, *FLIGHT_RECORDER_FILES)
 
 
 def write_rank(directory: Path, pid: int, environ) -> None:

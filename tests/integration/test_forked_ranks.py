@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from container.toolkit.agent_template import Template
 from launcher.wire.forked_ranks import RANKS_DIR_ENV, process_environ
+from launcher.wire.opt_ml import free_port
 from tests.support.bootstrap import distributed, host_tree, run
 from tests.support.train_runs import TINY, TRAIN
 
@@ -84,7 +86,8 @@ def test_a_forked_ranks_environment_is_its_agents_plus_the_variables_it_recorded
     assert environ["AGENTS_MARK"] == "from the agent"  # NCCL_* and the Flight Recorder's variables come so
     written = next((tmp_path / "recorded").iterdir()).read_text()
     assert "RANK=3\0" in written
-    assert "never-in-a-file" not in written and "RANKS_OWN_SECRET" not in written  # torch elastic's variables only
+    # torch elastic's variables and the attempt's only
+    assert "never-in-a-file" not in written and "RANKS_OWN_SECRET" not in written
 
 
 def test_control_a_forked_process_that_recorded_nothing_is_no_rank(forked_rank):
@@ -96,6 +99,42 @@ def test_a_process_gone_has_no_environment():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert process_environ(proc.pid) == {}
+
+
+def test_each_attempts_agent_is_forked_from_the_hosts_one_template(tmp_path: Path):
+    """container.toolkit.agent_template.Template, the bootstrap's side of container.distributed.zygote: agents
+    one after the other, each forked from one template that imported the runtime once, each the
+    template's child in a session of its own (a signal to its group ends it, its exit code as
+    subprocess reports one), with its own environment and output; the template outlives a SIGTERM
+    (a stop's: the agent's exit code is still to be handed over); the agent code is
+    container.distributed.forked_ranks' (~4 CPU s: one import of the runtime)."""
+    template = Template()
+    agent = [sys.executable, *Template.AGENT]
+    env = {**os.environ, "PYTHONPATH": str(REPO), RANKS_DIR_ENV: str(tmp_path / "forked")}
+    waiting = [*agent, "--start-method", "fork", "--run-path", "--nnodes", "2", "--nproc_per_node", "1",
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--node_rank", "0", str(TRAIN)]
+    try:
+        first = template.start(waiting, tmp_path, env)  # node 0 of 2: it waits for a node that never comes
+        pid = template.pid
+        assert _parent_of(first.pid) == pid != os.getpid() and os.getsid(first.pid) == first.pid
+        os.kill(pid, signal.SIGTERM)  # as Slurm's scancel signals every process of a step: the template stays
+        os.killpg(first.pid, signal.SIGKILL)
+        assert first.wait() == -signal.SIGKILL
+        second = template.start([*agent, "--help"], tmp_path, env)
+        assert b"usage:" in second.stdout.read() and second.wait() == 0
+        # the request's environment, not the template's (which had the ranks' directory): main refuses it
+        third = template.start([*agent, "--start-method", "fork", "--run-path", "--master_port", "1", str(TRAIN)],
+                               tmp_path, {k: v for k, v in env.items() if k != RANKS_DIR_ENV})
+        assert f"{RANKS_DIR_ENV} is not set".encode() in third.stderr.read() and third.wait() == 1
+        assert len({first.pid, second.pid, third.pid}) == 3 and template.pid == pid  # one template throughout
+    finally:
+        template.close()
+    assert not Path(f"/proc/{pid}").exists()  # closed: the template has exited
+
+
+def _parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 PRELOAD = """

@@ -322,7 +322,7 @@ def test_a_host_started_again_goes_on_from_the_jobs_records_and_does_not_rerun_a
     env = read_training_env(base, num_gpus=0)
     monkeypatch.delenv("SMLAUNCH_ATTEMPT", raising=False)
     started = []
-    monkeypatch.setattr(bootstrap, "_attempt", lambda env, out, number, policy: started.append(number) or 0)
+    monkeypatch.setattr(bootstrap, "_attempt", lambda env, out, number, policy, template: started.append(number) or 0)
     assert bootstrap.run_attempts(env, base / "output", RestartPolicy(2)) == 0
     assert started == [0]  # the control: a first start is attempt 0
     restarted = Restart(attempt=1, at="2026-11-29T12:00:00+00:00", failure_class="fault", reason="rank 0 was killed",
