@@ -37,7 +37,8 @@ import sys
 import time
 from pathlib import Path
 
-from container.toolkit.child import Child, Template
+from container.toolkit.agent_template import Template
+from container.toolkit.child import Child
 from container.toolkit.code import RequirementsError, fetch_code, install_requirements
 from container.toolkit.console import log
 from container.toolkit.contract import (

@@ -68,9 +68,15 @@ class Mirror:
         step-<N>/ directory's marker after its files; beside them what a restart needs too: the tracker
         runs' ids (container.trackers.continuity), the record of batches a non-finite rollback skips
         (launcher.wire.training.nonfinite), and a user script's own checkpoints, whatever their names."""
-        steps = [self.checkpoint_dir / f"step-{s}" for s in checkpoints.step_dirs(self.checkpoint_dir)]
-        in_steps = [p for step in steps for p in sorted(files(step), key=lambda p: p.name == checkpoints.MARKER)]
-        return in_steps + [p for p in files(self.checkpoint_dir) if not _in_a_step_dir(p, self.checkpoint_dir)]
+        in_steps, beside = [], []
+        for path in files(self.checkpoint_dir):  # one listing of the directory
+            top, *below = path.relative_to(self.checkpoint_dir).parts
+            step = checkpoints.STEP_DIR.fullmatch(top) if below else None
+            if step:
+                in_steps.append((int(step[1]), path.name == checkpoints.MARKER, path))
+            elif not (below and checkpoints.STEP_TMP_DIR.fullmatch(top)):
+                beside.append(path)
+        return [path for *_, path in sorted(in_steps)] + beside
 
     def _upload(self, paths: list[Path], root: Path, prefix: str) -> int:
         count = 0
@@ -85,12 +91,6 @@ class Mirror:
             self.sent[path] = stamp
             count += 1
         return count
-
-
-def _in_a_step_dir(path: Path, checkpoint_dir: Path) -> bool:
-    """Under step-<N>/ (listed with its marker last) or step-<N>.tmp/ (a save in progress)."""
-    top, *below = path.relative_to(checkpoint_dir).parts
-    return bool(below) and bool(checkpoints.STEP_DIR.fullmatch(top) or checkpoints.STEP_TMP_DIR.fullmatch(top))
 
 
 def _stamp(path: Path) -> tuple[int, int]:

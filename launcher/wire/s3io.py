@@ -76,8 +76,8 @@ def upload_file(path: Path, uri: str, region: str | None) -> None:
     records rank 0 rewrites every step: progress.json, replaced by a shorter one in between, sent
     fewer bytes than announced, and the upload waited for the rest until boto3's read timeout,
     three times (the mirror silent for three minutes); a longer one was cut to the old size (JSON
-    that does not parse). An open file keeps its version (a replaced file's old inode, an appended
-    one's first bytes), and boto3 reads and retries from it alone."""
+    that does not parse). An open file keeps its version (a replaced file's old inode; an appended
+    one is read to where its end is then), and boto3 reads and retries from it alone."""
     bucket, key = split(uri)
     with open(path, "rb") as f:
         client(region).upload_fileobj(f, bucket, key)
