@@ -30,26 +30,24 @@ $(UV): | $(PY)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 # torch first, by uv with pip's configuration (scripts/uv-pip.py: its find-links, where the CPU
-# wheel lies, and its constraint), with its few dependencies, whose versions the lock then sets
-# (--no-compile: compileall does it below, in parallel; pip took 2 min of a fresh clone's CI to
-# unpack the wheel, uv 7 s with an empty cache); then the lock exactly as
-# written: --no-deps (nothing resolved), every hash checked, and --compile-bytecode (uv compiles
-# what it installs); then smlaunch itself, editable. Then compileall over smlaunch and the whole
-# venv: torch, and torch's dependencies installed with it and found there by the lock's install (sympy,
-# networkx, typing_extensions, jinja2, ...), have no bytecode otherwise, and an editable install
-# has none (a fifth of `validate`'s start-up, BENCHMARKS.md). Where PYTHONDONTWRITEBYTECODE is set
-# (this machine, CI), Python never writes bytecode itself: every process compiled again what had
-# none (`import torch, transformers`: 4.9 s without, 2.7 s with), and a fresh clone's suite took
-# 1,019 s of pytest where the same suite in a compiled venv took 744 s (torch imports sympy, 1,532
-# of whose modules had no bytecode). The check fails the install where pyproject.toml asks for what
-# the lock lacks.
+# wheel lies, and its constraint), with its few dependencies, whose versions the lock then sets;
+# then the lock exactly as written: --no-deps (nothing resolved), every hash checked; then smlaunch
+# itself, editable, and its own bytecode. Every step compiles what it installs (--compile-bytecode,
+# in parallel; pip took 2 min of a fresh clone's CI to unpack torch, uv 7 s with an empty cache):
+# torch and its dependencies installed with it (sympy, networkx, ...) and found there by the lock's
+# install would have none otherwise, and an editable install has none (a fifth of `validate`'s
+# start-up, BENCHMARKS.md). Where PYTHONDONTWRITEBYTECODE is set (this machine, CI), Python never
+# writes bytecode itself: every process compiled again what had none (`import torch, transformers`:
+# 4.9 s without, 2.7 s with), and a fresh clone's suite took 1,019 s of pytest where the same suite
+# in a compiled venv took 744 s (torch imports sympy, 1,532 of whose modules had no bytecode).
+# torch compiled by uv as it installs, not by a compileall over the whole venv afterwards: 38 s of
+# install against 44 s (2026-11-30; torch's py312_intrinsics.py, for newer Pythons, stays without).
+# The check fails the install where pyproject.toml asks for what the lock lacks.
 $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
-	$(UV_PIP) install --quiet --no-compile $(TORCH)
+	$(UV_PIP) install --quiet --compile-bytecode $(TORCH)
 	$(UV_PIP) install --quiet --no-deps --require-hashes --compile-bytecode -r $(LOCK)
-	$(UV_PIP) install --quiet --no-deps -e .
+	$(UV_PIP) install --quiet --no-deps --compile-bytecode -e .
 	$(PY) -m compileall -q -j 0 launcher container
-	@# -x: torch ships test files for newer Pythons (py312_intrinsics.py) that 3.11 cannot compile
-	$(PY) -m compileall -q -j 0 -x 'py31[2-9]_' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 	@$(UV_PIP) --check smlaunch $(LOCK_EXTRAS) || { echo "$(LOCK) is out of date: make lock" >&2; exit 1; }
 	touch $(STAMP)
 

@@ -13,6 +13,12 @@ import pytest
 # where compiling in-process cost 43 s, for the same kernels (BENCHMARKS.md, the suite's CPU).
 # Every process the tests start inherits it.
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# One OpenMP thread in every test process (torch's and MKL's pools), set before anything imports
+# torch: three workers on two cores each ran torch with a pool of two, whose threads spin while
+# they wait for work (libgomp's default), on cores the other workers needed: tests/unit took 187
+# CPU s with the pools and 161 without (BENCHMARKS.md, the suite's time). The tests' tolerances
+# hold for any thread count; the processes the tests start that set it already set 1.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _one_botocore_loader_per_data_path() -> None:
