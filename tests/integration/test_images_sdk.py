@@ -8,6 +8,7 @@ what its `PyTorch` estimator does with the same arguments: the version checks of
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import warnings
 from functools import cache
@@ -18,12 +19,14 @@ import pytest
 from launcher.config import images
 from launcher.config.images import ImageResolutionError, resolve_image
 
-sagemaker = pytest.importorskip("sagemaker", reason="the sagemaker extra (the SDK v2) is not installed")
-from sagemaker import fw_utils, image_uris  # noqa: E402 - only once importorskip has found the SDK
-
-SDK_CONFIG = Path(sagemaker.__file__).parent / "image_uri_config"
-# retrieve() re-reads botocore's endpoints.json (35 ms) on every call; the answer never changes.
-_RESOLVER = cache(sagemaker.utils._botocore_resolver)
+# The SDK is found here and imported by the worker that runs these tests, not at every worker's
+# collection (~1.4 CPU s each); its image tables (SDK_CONFIG) parametrize the tests.
+_SDK = importlib.util.find_spec("sagemaker")
+if _SDK is None:
+    pytest.skip("the sagemaker extra (the SDK v2) is not installed", allow_module_level=True)
+SDK_CONFIG = Path(_SDK.submodule_search_locations[0]) / "image_uri_config"
+# its import's notice that v3 exists (the SDK v2 is the reference here)
+pytestmark = pytest.mark.filterwarnings("ignore:You are using the SageMaker Python SDK v2")
 INSTANCES = ["ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.g5.xlarge", "ml.p3.16xlarge", "ml.p2.xlarge",
              "ml.m5.xlarge", "ml.c5.2xlarge"]
 SMP_V2 = {"torch_distributed": {"enabled": True},
@@ -43,14 +46,26 @@ DISTRIBUTIONS = {
 REGIONS = ["us-east-1", "eu-west-1", "cn-north-1", "us-gov-west-1", "us-iso-east-1", "af-south-1", "ap-east-2"]
 
 
+@cache
+def _resolver():
+    """retrieve() re-reads botocore's endpoints.json (35 ms) on every call; the answer never changes."""
+    import sagemaker.utils
+
+    return cache(sagemaker.utils._botocore_resolver)
+
+
 @pytest.fixture(autouse=True)
 def _cached_endpoints(monkeypatch):
-    monkeypatch.setattr(sagemaker.utils, "_botocore_resolver", _RESOLVER)
+    import sagemaker.utils
+
+    monkeypatch.setattr(sagemaker.utils, "_botocore_resolver", _resolver())
 
 
 def sdk(region: str, instance_type: str, version: str, py: str | None, dist: dict | None) -> str:
     """The SDK's image, or raises what it raises. A missing py_version takes retrieve's default
     (the estimator itself requires it; smlaunch does not when the version has one Python)."""
+    from sagemaker import fw_utils, image_uris
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if dist:
@@ -104,6 +119,9 @@ def test_the_table_is_the_sdks() -> None:
 
 
 def test_the_sdk_constants_are_the_sdks() -> None:
+    import sagemaker.estimator
+    from sagemaker import fw_utils
+
     assert images.TORCH_DISTRIBUTED_GPU_VERSIONS == tuple(fw_utils.TORCH_DISTRIBUTED_GPU_SUPPORTED_FRAMEWORK_VERSIONS)
     assert images.SMDDP_VERSIONS == tuple(fw_utils.SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS["pytorch"])
     framework = sagemaker.estimator.Framework
@@ -173,6 +191,7 @@ def test_neuron_and_graviton_are_refused_where_the_sdk_switches_image_family(ins
 def test_the_sdk_estimator_itself(fake_credentials, no_network, version, py, instance_type, dist, expected):
     """sagemaker.pytorch.PyTorch(...).training_image_uri(), built offline, names the same image."""
     import boto3
+    import sagemaker
     from sagemaker.pytorch import PyTorch
 
     session = sagemaker.Session(boto_session=boto3.Session(region_name="us-east-1"))

@@ -8,6 +8,7 @@ The only differences allowed are listed in INTENDED (docs/sagemaker-request.md s
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 from pathlib import Path
 
@@ -15,10 +16,12 @@ import boto3
 import pytest
 import yaml
 
-pytest.importorskip("sagemaker")
-pytest.importorskip("moto")
+# found here, imported by the worker that runs these tests, not at every worker's collection (~1 CPU s)
+for _package in ("sagemaker", "moto"):
+    if importlib.util.find_spec(_package) is None:
+        pytest.skip(f"{_package} (the sagemaker and test extras) is not installed", allow_module_level=True)
 
-from tests.support.sdk_reference import ROLE, aws, differences, ours_submit, sdk_submit
+from tests.support.sdk_reference import ROLE, aws, differences, ours_submit, sdk_submit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "configs" / "seed"

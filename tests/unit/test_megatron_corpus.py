@@ -26,7 +26,13 @@ from tests.support import megatron
 from tests.support.cli import ROOT
 from tests.support.megatron import build, smlaunch_documents
 
-indexed_dataset = megatron.indexed_dataset()
+
+@pytest.fixture(scope="module", autouse=True)
+def _megatron_core():
+    """megatron-core's reader, imported by the worker that runs this module, not at every worker's
+    collection (it imports wandb: ~1.9 CPU s); the module skips where megatron-core is absent."""
+    megatron.indexed_dataset()
+
 
 # its builder's numpy.array(tensor) under numpy 2 (megatron-core's, not smlaunch's)
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")
@@ -44,7 +50,7 @@ def documents(seed: int, count: int = 40, vocab: int = 100) -> list[list[list[in
 
 def megatron_documents(prefix: Path) -> list[list[int]]:
     """Each document's tokens as Megatron's own reader gives them: its sequences, back to back."""
-    dataset = indexed_dataset.IndexedDataset(str(prefix))
+    dataset = megatron.indexed_dataset().IndexedDataset(str(prefix))
     index = dataset.document_indices
     return [[int(t) for s in range(index[d], index[d + 1]) for t in dataset[s]] for d in range(len(index) - 1)]
 
@@ -257,7 +263,7 @@ def test_pack_format_megatron_writes_what_megatrons_reader_reads(tmp_path, capsy
         read = [doc for prefix in prefixes for doc in megatron_documents(prefix)]
         assert read == [d for d, v in zip(want, split) if v == in_split], name
         assert smlaunch_documents(TokenStream(tmp_path / "data" / name)) == read
-    assert indexed_dataset.IndexedDataset(str(prefixes[0])).index.dtype == np.uint16
+    assert megatron.indexed_dataset().IndexedDataset(str(prefixes[0])).index.dtype == np.uint16
 
 
 def test_a_vocabulary_past_65500_ids_is_packed_as_int32_as_megatron_chooses(tmp_path):
@@ -267,8 +273,8 @@ def test_a_vocabulary_past_65500_ids_is_packed_as_int32_as_megatron_chooses(tmp_
     with MegatronWriter(tmp_path / "train", "train", vocab_size=70_000, tokenizer=BYTES) as writer:
         for doc in docs:
             writer.add(doc)
-    dataset = indexed_dataset.IndexedDataset(str(tmp_path / "train" / "train-00000"))
-    assert dataset.index.dtype == indexed_dataset.DType.optimal_dtype(70_000) == np.int32
+    dataset = megatron.indexed_dataset().IndexedDataset(str(tmp_path / "train" / "train-00000"))
+    assert dataset.index.dtype == megatron.indexed_dataset().DType.optimal_dtype(70_000) == np.int32
     assert megatron_documents(tmp_path / "train" / "train-00000") == docs
 
 
