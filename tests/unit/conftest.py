@@ -40,3 +40,21 @@ def _no_process_no_socket(monkeypatch):
         monkeypatch.setattr(owner, name, _refuse("started a process"))
     for name in ("connect", "bind"):
         monkeypatch.setattr(socket.socket, name, _refuse("opened a socket"))
+
+
+# A traced rank (container.trace.step.trace_rank) makes the test's process a rank of its fake world:
+# the variables go back as they were after each test, so that no later test of the worker starts a
+# program (train.py) that takes them for its own (test_trace_pipeline left WORLD_SIZE=2 without
+# MASTER_ADDR, and test_step_allocs' bench then failed its rendezvous in the same worker).
+_RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(autouse=True)
+def _rank_environment_restored():
+    before = {name: os.environ.get(name) for name in _RANK_VARIABLES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

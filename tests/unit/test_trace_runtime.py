@@ -27,11 +27,8 @@ def request(spec=TINY, **mp_parameters) -> TraceRequest:
 
 
 @pytest.fixture(autouse=True)
-def _quiet(monkeypatch):
-    """The trace makes this process a rank (RANK, WORLD_SIZE, ...): put the variables back after."""
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-        monkeypatch.setenv(name, "")  # recorded as it was (unset, most often), so teardown restores that
-        monkeypatch.delenv(name)
+def _quiet():
+    """The fake group's warnings (the rank's variables the trace sets: tests/unit/conftest.py puts them back)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
