@@ -102,22 +102,34 @@ def load(case: Case):
     return validate_job(data, base_dir=ROOT)
 
 
-def run_case(case: Case) -> dict:
-    """The case's rank 0 traced by the product's code (launcher.plan.trace: `smlaunch plan --trace`,
-    each rank a process of its own), beside the planner's largest step phase."""
-    from launcher.plan import estimate_memory
-    from launcher.plan.trace import TraceError, as_traced, run_trace
+def run_cases(cases: list[Case]) -> list[dict]:
+    """Each case's rank 0 traced by the product's code (launcher.plan.trace: `smlaunch plan --trace`;
+    the cases' ranks in one trace process, each rank forked from it), beside the planner's largest
+    step phase."""
+    from launcher.plan.trace import trace_jobs
 
-    row = {"label": case.label}
-    job = load(case)
-    if job.layout is None or job.model is None:
-        return {**row, "not_traced": "the world size or the model is unknown (set processes_per_host and a model)"}
-    try:
-        trace = run_trace(job)
-    except TraceError as exc:
-        return {**row, "failed": str(exc)}
+    rows = [{"label": case.label} for case in cases]
+    jobs = [load(case) for case in cases]
+    unknown = "the world size or the model is unknown (set processes_per_host and a model)"
+    known = [i for i, job in enumerate(jobs) if job.layout is not None and job.model is not None]
+    for i in set(range(len(cases))) - set(known):
+        rows[i]["not_traced"] = unknown
+    for i, trace in zip(known, trace_jobs([jobs[i] for i in known])):
+        _compare(rows[i], jobs[i], trace)
+    return rows
+
+
+def _compare(row: dict, job, trace) -> None:
+    """The row of a traced job: the trace's peak against the planner's, or why there is none."""
+    from launcher.plan import estimate_memory
+    from launcher.plan.trace import TraceError, as_traced
+
+    if isinstance(trace, TraceError):
+        row["failed"] = str(trace)
+        return
     if trace.not_traced:
-        return {**row, "not_traced": trace.not_traced}
+        row["not_traced"] = trace.not_traced
+        return
     job, traced_as = as_traced(job)
     if traced_as:
         row["planned_as"] = traced_as
@@ -130,9 +142,8 @@ def run_case(case: Case) -> dict:
                ac=s.ac_mode or "off", loss_chunk_tokens=s.loss_chunk_tokens,
                predicted_gib=round(step_phases[phase], 3), predicted_phase=phase,
                traced={kind: round(size / GIB, 3) for kind, size in rank0["peak_kinds"].items()},
-               trace_s=trace.seconds)
+               trace_s=rank0["seconds"])
     row["error"] = round(trace.planned["peak_bytes"] / rank0["peak_bytes"] - 1, 4)
-    return row
 
 
 def print_table(rows: list[dict]) -> None:
@@ -166,10 +177,8 @@ def main() -> int:
              else [c.with_set(*args.overrides) for c in default_cases()])
     import torch
 
-    rows = []
-    for case in cases:
-        rows.append(run_case(case))
-        r = rows[-1]
+    rows = run_cases(cases)
+    for r in rows:
         print(f"{r['label']}: " + (f"not traced ({r['not_traced']})" if "not_traced" in r else
               f"FAILED ({r['failed']})" if "failed" in r else
               f"predicted {r['predicted_gib']:.2f} GiB ({r['predicted_phase']}), traced "

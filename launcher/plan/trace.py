@@ -1,9 +1,11 @@
 """`smlaunch plan --trace`: the runtime's own code traced at the job's whole world, beside the plan.
 
-Each traced rank (rank 0; the first rank of the last pipeline stage when pp > 1) is a process of
-its own, `python -m container trace` (container/trace/): the fake process group, the meshes and what
-context parallelism installs are process-wide, and `launcher/` never imports torch. The request and
-the result are launcher.wire.trace_record's. What the trace does not cover: docs/planner.md.
+Each traced rank (rank 0; the first rank of the last pipeline stage when pp > 1) needs a process of
+its own (the fake process group, the meshes and what context parallelism installs are process-wide)
+and `launcher/` never imports torch: one `python -m container trace` (container/trace/) takes the
+ranks of a job, or of several jobs (`trace_jobs`: a benchmark's grid), imports the runtime once and
+forks a process per rank. The requests and the results are launcher.wire.trace_record's. What the
+trace does not cover: docs/planner.md.
 """
 
 from __future__ import annotations
@@ -12,13 +14,12 @@ import importlib.util
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from launcher.config import ValidatedJob, validate_job
 from launcher.plan.advice import estimate_memory
 from launcher.plan.memory import MemoryEstimate
-from launcher.wire.trace_record import COMMAND, TraceRequest, read_result, spec_to_dict
+from launcher.wire.trace_record import COMMAND, TraceRequest, read_results, spec_to_dict
 from launcher.wire.training.layout import ParallelLayout
 
 INSTALL = "pip install 'smlaunch[train]'"  # what puts torch and the runtime beside the client
@@ -78,14 +79,31 @@ def check_runtime() -> None:
 
 def run_trace(job: ValidatedJob) -> Trace:
     """Trace each rank role of `job` (validated, with a model and a world size) at its whole world."""
+    (trace,) = trace_jobs([job])
+    if isinstance(trace, TraceError):
+        raise trace
+    return trace
+
+
+def trace_jobs(jobs: list[ValidatedJob]) -> list[Trace | TraceError]:
+    """Each job's trace, or the TraceError saying where it failed, from one `python -m container trace`
+    (the runtime imported once for all of them); a Trace's seconds are the whole batch's."""
     check_runtime()
     started = time.perf_counter()
-    job, traced_as = as_traced(job)
-    ranks = traced_ranks(job.layout)
-    with ThreadPoolExecutor(max_workers=len(ranks)) as pool:  # each rank is a process of its own
-        results = list(pool.map(lambda rank: trace_one(request(job, rank)), ranks))
-    trace = Trace(world_size=job.layout.world, seconds=round(time.perf_counter() - started, 1),
-                  traced_as=traced_as, planned=planned_figures(estimate_memory(job, advise=False)))
+    traced = [as_traced(job) for job in jobs]
+    requests = [[request(job, rank) for rank in traced_ranks(job.layout)] for job, _ in traced]
+    results = iter(trace_requests([r for rs in requests for r in rs]))
+    seconds = round(time.perf_counter() - started, 1)
+    return [_trace(job, traced_as, [next(results) for _ in rs], seconds)
+            for (job, traced_as), rs in zip(traced, requests)]
+
+
+def _trace(job: ValidatedJob, traced_as: str | None, results: list, seconds: float) -> Trace | TraceError:
+    failed = next((r for r in results if isinstance(r, TraceError)), None)
+    if failed is not None:
+        return failed
+    trace = Trace(world_size=job.layout.world, seconds=seconds, traced_as=traced_as,
+                  planned=planned_figures(estimate_memory(job, advise=False)))
     untraced = next((r["not_traced"] for r in results if "not_traced" in r), None)
     if untraced:
         trace.not_traced = untraced
@@ -94,16 +112,22 @@ def run_trace(job: ValidatedJob) -> Trace:
     return trace
 
 
-def trace_one(req: TraceRequest) -> dict:
-    """One rank traced by `python -m container trace`: its result, or a TraceError saying where it failed."""
-    proc = subprocess.run([sys.executable, *COMMAND], input=req.to_json(), capture_output=True, text=True,
-                          check=False)
-    result = read_result(proc.stdout)
-    if result is not None and "error" in result:
-        raise TraceError(result["error"])
-    if proc.returncode or result is None:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise TraceError(f"the trace of rank {req.rank} of {req.world_size} failed (exit {proc.returncode}): {tail}")
+def trace_requests(requests: list[TraceRequest]) -> list[dict | TraceError]:
+    """Each request's result from one `python -m container trace`, or a TraceError saying where it failed."""
+    proc = subprocess.run([sys.executable, *COMMAND], input="".join(r.to_json() + "\n" for r in requests),
+                          capture_output=True, text=True, check=False)
+    results = read_results(proc.stdout)
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    if len(results) != len(requests):  # the process failed before it answered (an import, a crash)
+        results = [{"rank": r.rank, "exit": proc.returncode or 1} for r in requests]
+    return [_checked(req, result, tail) for req, result in zip(requests, results)]
+
+
+def _checked(req: TraceRequest, result: dict, tail: str) -> dict | TraceError:
+    if "error" in result:
+        return TraceError(result["error"])
+    if "exit" in result:
+        return TraceError(f"the trace of rank {req.rank} of {req.world_size} failed (exit {result['exit']}): {tail}")
     return result
 
 

@@ -1,12 +1,14 @@
 """What `smlaunch plan --trace` asks the runtime and what the runtime answers (docs/planner.md).
 
-The client (launcher.plan.trace) starts `python -m container trace` once per traced rank, writes a
-request on its standard input and reads one result line from its standard output; the runtime
-(container/trace/) builds that rank of the job's whole world on torch's fake process group and
-traces one training step on fake tensors. Both sides read this module only.
+The client (launcher.plan.trace) starts `python -m container trace`, writes one request per traced
+rank on its standard input (a JSON line each) and reads one result line per request, in their
+order, from its standard output; the runtime (container/trace/) builds each rank of its job's whole
+world on torch's fake process group and traces one training step on fake tensors. Both sides read
+this module only.
 
 A result is a JSON object: `rank`, and either `error` (the trace failed: the rank, the module and
-the shapes, in words), `not_traced` (why this job's step cannot be traced on fake CPU tensors), or
+the shapes, in words), `exit` (the process tracing the rank ended with that code and no result: its
+standard error says why), `not_traced` (why this job's step cannot be traced on fake CPU tensors), or
 the figures: `mesh` ({dimension: size}), `parameter_bytes`, `gradient_bytes`, `optimizer_bytes`
 (the storage of the local shards the rank holds, padded as FSDP2 pads), `peak_bytes` (the step's
 peak of live tensors), `peak_kinds` (that peak's bytes by torch's memory tracker's kinds: "Sharded
@@ -64,17 +66,25 @@ def spec_from_dict(fields: dict[str, Any]) -> ModelSpec:
 
 
 def result_line(result: dict[str, Any]) -> str:
-    """The one line a traced rank prints: the last line of its standard output."""
+    """The line a traced rank's result is printed as."""
     return json.dumps(result, sort_keys=True)
 
 
 def read_result(stdout: str) -> dict[str, Any] | None:
-    """The result in a traced rank's output (its last JSON object line), or None without one."""
-    for line in reversed(stdout.splitlines()):
+    """The result in a traced rank's output (its last result line), or None without one."""
+    results = read_results(stdout)
+    return results[-1] if results else None
+
+
+def read_results(stdout: str) -> list[dict[str, Any]]:
+    """The result lines in the output, in their order (other lines, torch's, are not results)."""
+    found = []
+    for line in stdout.splitlines():
         if line.startswith("{"):
             try:
                 value = json.loads(line)
             except json.JSONDecodeError:
-                return None
-            return value if isinstance(value, dict) and "rank" in value else None
-    return None
+                continue
+            if isinstance(value, dict) and "rank" in value:
+                found.append(value)
+    return found

@@ -10,10 +10,15 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
+
+from launcher.config.jobfile import validate_job_file
+from launcher.plan.trace import TraceError, request, trace_requests
+from launcher.wire.trace_record import FIGURES
 
 ROOT = Path(__file__).resolve().parents[2]
 H, KV, MLP, VOCAB, LAYERS = 64, 2 * 16, 176, 256, 2
@@ -29,7 +34,7 @@ def shard_bytes(group: int) -> int:
     return sum(4 * math.ceil(s[0] / group) * math.prod(s[1:]) for s in SHAPES)
 
 
-def plan_trace(tmp_path: Path, processes: int, hybrid_shard: int) -> dict:
+def job_file(tmp_path: Path, processes: int, hybrid_shard: int) -> Path:
     job = {"entry_point": "train.py", "source_dir": str(ROOT / "entrypoints"), "instance_type": "ml.p5.48xlarge",
            "instance_count": 2, "processes_per_host": processes,
            "hyperparameters": {"model_preset": "llama3-tiny", "dataset_type": "synthetic", "max_context_width": 256,
@@ -38,6 +43,11 @@ def plan_trace(tmp_path: Path, processes: int, hybrid_shard: int) -> dict:
                "enabled": True, "parameters": {"hybrid_shard_degree": hybrid_shard}}}}}
     path = tmp_path / f"tiny-{processes}.yaml"
     path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def plan_trace(tmp_path: Path, processes: int, hybrid_shard: int) -> dict:
+    path = job_file(tmp_path, processes, hybrid_shard)
     proc = subprocess.run([sys.executable, "-m", "launcher.cli", "plan", str(path), "--trace", "--json"],
                           capture_output=True, text=True, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -46,8 +56,12 @@ def plan_trace(tmp_path: Path, processes: int, hybrid_shard: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> dict[int, dict]:
-    tmp = tmp_path_factory.mktemp("trace")
+def tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("trace")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp) -> dict[int, dict]:
     return {8: plan_trace(tmp, 8, 8), 3: plan_trace(tmp, 3, 3)}
 
 
@@ -84,3 +98,19 @@ def test_the_step_issues_fsdp2s_collectives_once_per_unit(traces):
     block = sum(math.prod(s) for s in BLOCK)
     assert gather["bytes"] == 2 * (PARAMETERS + LAYERS * block) // 8
     assert scatter["bytes"] == 4 * PARAMETERS
+
+
+def test_ranks_traced_in_one_process_are_what_a_process_each_traces_and_a_broken_one_is_named(tmp, traces):
+    """Several requests to one `python -m container trace` (a pipelined job's ranks, a benchmark's
+    jobs: launcher.plan.trace.trace_jobs): each rank is traced in a process forked from it, with the
+    same figures, to the byte, as the CLI's process per job above; a request whose trace dies
+    (here its model lacks a field) comes back as that rank's error, naming the exception, and the
+    ranks beside it are still traced (the control: a process of their own each, above)."""
+    jobs = {n: validate_job_file(job_file(tmp, n, n)) for n in (8, 3)}
+    broken = replace(request(jobs[3], 0), model={"name": "no shapes"})
+    got = trace_requests([request(jobs[8], 0), broken, request(jobs[3], 0)])
+    for result, alone in ((got[0], traces[8]["ranks"][0]), (got[2], traces[3]["ranks"][0])):
+        shared = (result.keys() & alone.keys()) - {"seconds"}  # the CLI's JSON leaves peak_kinds out
+        assert {*FIGURES, "collectives", "mesh", "peak_at"} <= shared
+        assert {k: result[k] for k in shared} == {k: alone[k] for k in shared}
+    assert isinstance(got[1], TraceError) and "failed (exit 1): TypeError" in str(got[1]), got[1]
