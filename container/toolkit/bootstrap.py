@@ -63,7 +63,7 @@ from container.toolkit.script_watch import Silence
 from container.toolkit.torchrun_env import torchrun_variables
 from launcher.wire import faults, masking, restart_policy
 from launcher.wire.diagnostics import attempt_dir
-from launcher.wire.forked_ranks import RANKS_DIR_ENV
+from launcher.wire.forked_ranks import RANKS_DIR_ENV, TEMPLATE_ENV
 from launcher.wire.heartbeat import HEARTBEAT_DIR_ENV
 from launcher.wire.hyperparameters import PROCESSES_PER_HOST
 from launcher.wire.metric_lines import now
@@ -128,7 +128,7 @@ def run_attempts(env: TrainingEnv, output_dir: Path, policy: RestartPolicy) -> i
     when it returns, and so is what a bootstrap of this host killed before it left there."""
     shutil.rmtree(scratch_dir(env.base_dir), ignore_errors=True)
     # smlaunch's runtime: every attempt's agent forked from one template, which imports the runtime once
-    template = Template() if preloads_runtime(env) else None
+    template = Template(os.environ.get(TEMPLATE_ENV)) if preloads_runtime(env) else None
     try:
         return _run_attempts(env, output_dir, policy, template)
     finally:
@@ -210,13 +210,13 @@ def _attempt(env: TrainingEnv, output_dir: Path, number: int, policy: RestartPol
             hang_s = float(policy.hang_timeout) or None
             beats = {HEARTBEAT_DIR_ENV: str(scratch / _BEATS)} if hang_s else {}
             forked = {RANKS_DIR_ENV: str(scratch.parent / _FORKED)} if template else {}
-            child = Child(cmd, cwd=env.code_dir, env=child_environment(env, number, fault_dir) | beats | forked,
-                          template=template,
+            agent_env = child_environment(env, number, fault_dir) | beats | forked
+            child = Child(cmd, cwd=env.code_dir, env=agent_env, template=template,
                           rank_logs=log_dir if uses_torchrun(env) else None,
-                          on_rank_end=lambda pid: _stacks_of_a_hang(env, number, log_dir, pid),
+                          on_rank_end=lambda pid: _stacks_of_a_hang(env, number, log_dir, pid, agent_env),
                           frozen_alone_s=alone_s, hang_s=hang_s, heartbeats=scratch / _BEATS,
                           on_hang=lambda pid, silence: _stacks_of_a_silent_script(env, number, log_dir, pid, hang_s,
-                                                                                  silence))
+                                                                                  silence, agent_env))
         except Exception as exc:  # noqa: BLE001 - every way the job cannot start must reach output/failure
             code = EXIT_CONTRACT_ERROR if isinstance(exc, ContractError) else 1
             return report(output_dir, code, f"{type(exc).__name__}: {exc}")
@@ -254,25 +254,26 @@ def frozen_alone_s(env: TrainingEnv) -> float:
     return seconds if seconds > 0 else FROZEN_ALONE_S
 
 
-def _stacks_of_a_hang(env: TrainingEnv, number: int, log_dir: Path, torchrun_pid: int) -> None:
+def _stacks_of_a_hang(env: TrainingEnv, number: int, log_dir: Path, torchrun_pid: int, agent_env: dict) -> None:
     """A rank of this host has ended while others live: where a step watchdog found a hang (its
     stacks are in this attempt's diagnostics), ask the live ranks for theirs before torchrun stops
     them. A rank whose own watchdog cannot run (a hang that holds the GIL) still answers SIGUSR1."""
     directory = attempt_dir(env.output_data_dir, number)
     if any(directory.glob("rank-*.txt")):
         collect_stacks(torchrun_pid, log_dir, directory, log, env.current_host,
-                       reason="a step watchdog found a hang; asked before torchrun stops the ranks")
+                       reason="a step watchdog found a hang; asked before torchrun stops the ranks",
+                       agent_env=agent_env)
 
 
 def _stacks_of_a_silent_script(env: TrainingEnv, number: int, log_dir: Path, torchrun_pid: int,
-                               hang_s: float, silence: Silence) -> None:
+                               hang_s: float, silence: Silence, agent_env: dict) -> None:
     """A script of the user's own has shown no CPU and no output (or, once it beats, no heartbeat) for its
     hang_timeout: every rank's stacks (SIGUSR1 where it catches it, py-spy where installed, its stderr's
     end) before it is stopped."""
     log(f"{env.current_host}: the script's ranks {silence.line} for {hang_s:.0f} s "
         f"(hang_timeout): collecting their stacks, then stopping them")
     collect_stacks(torchrun_pid, log_dir, attempt_dir(env.output_data_dir, number), log, env.current_host,
-                   reason=f"{silence.reason} for {hang_s:.0f} s (hang_timeout)")
+                   reason=f"{silence.reason} for {hang_s:.0f} s (hang_timeout)", agent_env=agent_env)
 
 
 def _give_up(decision, number: int, policy: RestartPolicy, earlier: list[faults.Restart]) -> str:
@@ -401,6 +402,7 @@ def child_environment(env: TrainingEnv, attempt: int = 0, fault_dir: Path | None
     """This process's environment plus the SM_* variables, PYTHONPATH, the NCCL/EFA settings and
     the attempt's (launcher.wire.faults: its number, where failing ranks leave their records)."""
     child = dict(os.environ)
+    child.pop(TEMPLATE_ENV, None)  # the bootstrap's, not the script's
     child[faults.ATTEMPT_ENV] = str(attempt)
     child["SMLAUNCH_BOOTSTRAP_PID"] = str(os.getpid())  # the host a `host` fault injection ends
     if fault_dir is not None:

@@ -76,7 +76,8 @@ class Child:
         self._ranks = RankLogs(rank_logs).start() if rank_logs else None
         # Under torchrun (rank_logs): a rank stopped while its peers end is continued, then killed.
         first_end = (lambda: on_rank_end(self._proc.pid)) if on_rank_end else None
-        self.frozen = FrozenRanks(self._proc.pid, log, first_end, frozen_alone_s).start() if rank_logs else None
+        self.frozen = FrozenRanks(self._proc.pid, log, first_end, frozen_alone_s,
+                                  agent_env=env).start() if rank_logs else None
         self.watch = ScriptWatch(self._proc.pid, hang_s, rank_logs, lambda: self.piped_bytes,
                                  lambda seconds: self._hung(on_hang),
                                  heartbeats).start() if rank_logs and hang_s else None

@@ -98,13 +98,14 @@ class _Rank:
 
 
 def collect_stacks(torchrun_pid: int, log_dir: Path, diag_dir: Path, log: Callable[[str], None],
-                   host: str, reason: str = "on the bootstrap's request", wait_s: float = STACKS_WAIT_S) -> list[Path]:
+                   host: str, reason: str = "on the bootstrap's request", wait_s: float = STACKS_WAIT_S,
+                   agent_env: dict[str, str] | None = None) -> list[Path]:
     """Ask every live rank (child) of `torchrun_pid` for its stacks and write, per rank,
     `diag_dir`/rank-<R>.txt: a header, the stacks, py-spy's dump (or why there is none) and the last
     LOG_TAIL_LINES of its stderr (torchrun's `--log-dir` layout under `log_dir`). Returns the files."""
     ranks = []
     for pid, state in sorted(children(torchrun_pid).items()):
-        environ = process_environ(pid)
+        environ = process_environ(pid, agent_env)  # agent_env: the environment torchrun was given
         if "RANK" not in environ:  # not a rank torchrun started (or it is already gone)
             continue
         local_rank = int(environ.get("LOCAL_RANK", "0"))

@@ -26,13 +26,15 @@ FROZEN_GRACE_S = 5.0
 
 
 class FrozenRanks:
-    def __init__(self, launcher_pid: int, log, on_first_end=None, alone_s: float | None = None):
+    def __init__(self, launcher_pid: int, log, on_first_end=None, alone_s: float | None = None,
+                 agent_env: dict[str, str] | None = None):
         """`on_first_end()`: run (in a thread of its own) once, when the first rank has ended while
         others live: the moment to ask them for their stacks, before torchrun stops them.
         `alone_s`: a rank stopped this long is frozen even while no rank of this host has ended (its
         peers may be on other hosts, which a job with restarts restarts without this one: set only
         then, so a person's pause of a job that cannot restart is not ended)."""
         self.launcher_pid = launcher_pid
+        self.agent_env = agent_env  # what the launcher was given (launcher.wire.forked_ranks.process_environ)
         self.log = log
         self.on_first_end = on_first_end
         self.alone_s = alone_s
@@ -70,7 +72,7 @@ class FrozenRanks:
                 since = stopped_since.setdefault(pid, now)
                 grace = FROZEN_GRACE_S if ended else self.alone_s
                 if now - since >= grace and pid not in self.frozen:
-                    self.frozen[pid] = _rank_of(pid)
+                    self.frozen[pid] = _rank_of(pid, self.agent_env)
                     why = "while a peer has ended" if ended else f"for {grace:.0f} s (its peers on other hosts go on)"
                     self.log(f"{self.frozen[pid]} is stopped {why}: sending it SIGCONT, "
                              f"SIGKILL in {FROZEN_GRACE_S:.0f} s if it does not end")
@@ -97,8 +99,8 @@ def children(pid: int) -> dict[int, str]:
     return found
 
 
-def _rank_of(pid: int) -> str:
-    environ = process_environ(pid)  # torchrun's RANK, LOCAL_RANK ..., a forked rank's too
+def _rank_of(pid: int, agent_env: dict[str, str] | None) -> str:
+    environ = process_environ(pid, agent_env)  # torchrun's RANK, LOCAL_RANK ..., a forked rank's too
     return f"rank {environ.get('RANK', '?')} (local rank {environ.get('LOCAL_RANK', '?')}, pid {pid})"
 
 

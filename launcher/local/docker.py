@@ -353,6 +353,9 @@ class DockerRunner:
             for host in spec.hosts
         ]
 
+    def hosts_ended(self, spec: LocalJobSpec) -> None:
+        """Nothing runs beside the containers (each one's bootstrap keeps its own agent template)."""
+
     def cleanup(self, spec: LocalJobSpec) -> None:
         try:
             engine = self.engine

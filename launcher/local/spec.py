@@ -154,6 +154,10 @@ class Runner(Protocol):
     def signal_hosts(self, hosts: list[HostProcess], signum: int) -> None:
         """Send `signum` to every host still running (SIGTERM: stop and checkpoint; SIGKILL: now)."""
 
+    def hosts_ended(self, spec: LocalJobSpec) -> None:
+        """The hosts have ended (before the processes the job left are looked for): end what the runner
+        ran beside them (the process runner's agent template)."""
+
     def cleanup(self, spec: LocalJobSpec) -> None:
         """After every process ended (or was killed): release what start() created."""
 

@@ -206,6 +206,7 @@ class Supervisor:
                 host.proc.wait()
             for pump in pumps:
                 pump.join(timeout=5)
+            self._hosts_ended()
             self._end_leftovers()
             try:
                 self.runner.cleanup(spec)
@@ -326,6 +327,12 @@ class Supervisor:
         once every host has ended and the artifacts are packed."""
         self._update(TrainingJobStatus="Failed", SecondaryStatus="Stopping", FailureReason=self._failure_reason(exits),
                      StatusMessage=f"{exits[-1][0]} failed: stopping the other hosts")
+
+    def _hosts_ended(self) -> None:
+        """The runner ends what it ran beside the hosts (no process the job left: _end_leftovers)."""
+        hosts_ended = getattr(self.runner, "hosts_ended", None)  # a runner of the Runner protocol before it had one
+        if hosts_ended is not None:
+            hosts_ended(self.spec)
 
     def _setup(self, started: float) -> None:
         """The runner's work before any host starts (the job's environment for its requirements.txt),

@@ -23,6 +23,7 @@ CONTROL_VARIABLES = (
     ORIGINAL_WORLD_ENV,  # the world before a shrink (launcher.wire.training.shrink)
     heartbeat.HEARTBEAT_DIR_ENV,  # where a user's script's ranks beat (launcher.wire.heartbeat)
     forked_ranks.RANKS_DIR_ENV,  # where forked ranks record their variables (launcher.wire.forked_ranks)
+    forked_ranks.TEMPLATE_ENV,  # a local job's hosts' agent template (container.distributed.zygote)
     "SMLAUNCH_BOOTSTRAP_PID",  # the host a `host` fault injection ends (container.resilience.inject)
     "SMLAUNCH_MASTER_ADDR", "SMLAUNCH_MASTER_PORT",  # the simulated hosts' rendezvous (container.toolkit.bootstrap)
     "SMLAUNCH_CHECKPOINT_DIR",  # the hosts' shared checkpoints (container.args)

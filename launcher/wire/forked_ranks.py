@@ -16,6 +16,7 @@ variables are written: never a secret of the job's environment.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 from launcher.wire.diagnostics import FLIGHT_RECORDER_FILES
@@ -25,6 +26,9 @@ from launcher.wire.pod_config import WORKER_VARIABLES
 from launcher.wire.proc_stat import PROC, parent_and_state
 
 RANKS_DIR_ENV = "SMLAUNCH_FORKED_RANKS_DIR"
+# The address of a local job's agent template, shared by its simulated hosts (the process runner starts it;
+# container.distributed.zygote): an abstract Unix socket's name
+TEMPLATE_ENV = "SMLAUNCH_AGENT_TEMPLATE"
 TEMPLATE_HEADER = struct.Struct("!I")  # the length of a request to the agent template (container.distributed.zygote)
 # What torch elastic's agent sets for each worker: its worker variables (pod_config's list), its error
 # file and the thread count torchrun sets for several ranks; and what the bootstrap sets for each attempt
@@ -40,18 +44,22 @@ def write_rank(directory: Path, pid: int, environ) -> None:
     (directory / str(pid)).write_text(text)
 
 
-def process_environ(pid: int) -> dict[str, str]:
+def process_environ(pid: int, agent_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The process's environment as it started; a forked rank's with its rank's variables; {} if
-    unreadable (the process is gone)."""
+    unreadable (the process is gone). `agent_env`: the environment its agent was given, where the
+    bootstrap knows it: /proc shows an agent forked from a template the template's, not its own
+    (container.distributed.zygote), so the bootstrap passes its own record of it; without it, the
+    agent's /proc environment."""
     environ = _read(PROC / str(pid) / "environ")
-    if "RANK" in environ:
+    if not environ or "RANK" in environ:
         return environ
-    stat = parent_and_state(pid)
-    agent = _read(PROC / str(stat[0]) / "environ") if stat else {}
-    if RANKS_DIR_ENV not in agent:
+    if agent_env is None:
+        stat = parent_and_state(pid)
+        agent_env = _read(PROC / str(stat[0]) / "environ") if stat else {}
+    if RANKS_DIR_ENV not in agent_env:
         return environ
-    rank = _read(Path(agent[RANKS_DIR_ENV]) / str(pid))
-    return {**agent, **rank} if rank else environ
+    rank = _read(Path(agent_env[RANKS_DIR_ENV]) / str(pid))
+    return {**agent_env, **rank} if rank else environ
 
 
 def _read(path: Path) -> dict[str, str]:

@@ -8,13 +8,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from container.distributed import zygote
 from container.toolkit.agent_template import Template
+from launcher.local.process import wait_listening
 from launcher.wire.forked_ranks import RANKS_DIR_ENV, process_environ
 from launcher.wire.opt_ml import free_port
 from tests.support.bootstrap import distributed, host_tree, run
@@ -130,6 +134,62 @@ def test_each_attempts_agent_is_forked_from_the_hosts_one_template(tmp_path: Pat
     finally:
         template.close()
     assert not Path(f"/proc/{pid}").exists()  # closed: the template has exited
+
+
+def test_a_local_jobs_hosts_fork_their_agents_from_the_jobs_one_template(tmp_path: Path):
+    """The process runner's template for a job's hosts (`zygote --listen`, launcher.local.process): one
+    process imports the runtime, a handler forked from it for each host's bootstrap, each host's agent
+    forked from its handler with the host's own PYTHONPATH on sys.path; a host whose bootstrap is gone
+    (its socket closed) has its agent ended (SIGTERM) while the other's goes on being served; a process
+    of another user is not served (~4 CPU s: one import of the runtime for both hosts)."""
+    name = f"smlaunch-test-{os.getpid()}"
+    server = subprocess.Popen([sys.executable, "-u", "-m", "container.distributed.zygote", "--listen", name],
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    hosts = {h: Template(name) for h in ("algo-1", "algo-2")}
+    agent = [sys.executable, *Template.AGENT]
+    try:
+        wait_listening(server, name)
+        agents = {}
+        for host, template in hosts.items():
+            work, code = tmp_path / host, tmp_path / host / "code"
+            code.mkdir(parents=True)
+            (work / "show.py").write_text("import json, sys\nprint(json.dumps(sys.path))\n")
+            env = {**os.environ, "PYTHONPATH": f"{code}{os.pathsep}{REPO}", RANKS_DIR_ENV: str(work / "forked")}
+            shown = template.start([*agent, "--start-method", "fork", "--run-path", "--nnodes", "1",
+                                    "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port",
+                                    str(free_port()), "--log-dir", str(work / "logs"), "--redirects", "1",
+                                    str(work / "show.py")], work, env)
+            assert shown.wait() == 0, shown.stderr.read()
+            paths = json.loads(next((work / "logs").rglob("stdout.log")).read_text().splitlines()[-1])
+            other = str(code).replace(host, "algo-2" if host == "algo-1" else "algo-1")
+            assert str(code) in paths and other not in paths, paths  # its own code directory, not the first host's
+            waiting = [*agent, "--start-method", "fork", "--run-path", "--nnodes", "2", "--nproc_per_node", "1",
+                       "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--node_rank", "0", str(TRAIN)]
+            agents[host] = template.start(waiting, work, env)  # node 0 of 2: it waits for a node that never comes
+        handlers = {host: _parent_of(a.pid) for host, a in agents.items()}
+        assert len(set(handlers.values())) == 2 and {_parent_of(h) for h in handlers.values()} == {server.pid}
+        hosts["algo-2"].close()  # its bootstrap gone: its handler leaves, and the agent gets SIGTERM
+        _wait_gone(agents["algo-2"].pid)
+        os.killpg(agents["algo-1"].pid, signal.SIGKILL)  # the other host's goes on being served
+        assert agents["algo-1"].wait() == -signal.SIGKILL
+        assert hosts["algo-1"].start([*agent, "--help"], tmp_path, dict(os.environ)).wait() == 0
+        a, b = socket.socketpair()
+        with a, b:  # SO_PEERCRED: this user's process is served, another user's is not (the control)
+            assert zygote.same_user(a) and not zygote.same_user(a, os.getuid() + 1)
+    finally:
+        for template in hosts.values():
+            template.close()
+        server.kill()
+        server.wait()
+
+
+def _wait_gone(pid: int, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        if Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z"):
+            return  # ended, not yet collected by whoever reaps it now
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text(), f"{pid} still runs"
 
 
 def _parent_of(pid: int) -> int:
