@@ -112,12 +112,20 @@ def _terminal_width_of_no_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def no_network(monkeypatch: pytest.MonkeyPatch):
-    """Any real connection fails the test (moto's in-process mocks open none)."""
+    """Any real connection fails the test (moto's in-process mocks open none). A Unix socket is no
+    network: a local job's supervisor, run in the test's process, reaches its hosts' agent template so."""
 
     def refuse(*args, **kwargs):
         raise AssertionError("a test tried to open a network connection")
 
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+    connect = socket.socket.connect
+
+    def local_only(sock, address):
+        if sock.family != socket.AF_UNIX:
+            refuse()
+        return connect(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", local_only)
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
