@@ -29,8 +29,8 @@ names in each bootstrap's environment: launcher.wire.forked_ranks.TEMPLATE_ENV):
 bootstrap's request it becomes (execve) `--serve` in that request's environment and directory, so it
 imports the runtime once as that host's own template would (from the job's code, `_smlaunch/`), then
 forks a handler for that bootstrap and each that connects after it (the same user's only), which
-serves it as the host's own template does;
-a handler whose bootstrap is gone (end of file on its socket) leaves, and its agent gets SIGTERM. An
+serves it as the host's own template does; a handler whose bootstrap is gone (end of file on its
+socket) leaves, and its agent gets SIGTERM. An
 agent forked for another host gets its own PYTHONPATH on sys.path; the runtime's modules, imported
 already, are the first host's copy of the job's code (the same files). /proc shows such an agent the
 template's environment: the bootstrap reads its ranks' variables with the environment it gave the
@@ -73,12 +73,18 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -u -m container.distributed.zygote FD | --listen NAME (a bootstrap or the process "
               "runner starts it)", file=sys.stderr)
         return 2
-    for signum in _IGNORED:
-        signal.signal(signum, signal.SIG_IGN)
-    die_with_parent(signal.SIGKILL)
+    _as_template()  # with the bootstrap
     _import_runtime()  # the bootstrap started this process with the agent's environment and directory
     _serve(socket.socket(fileno=int(argv[0])))
     return 0
+
+
+def _as_template() -> None:
+    """What every template is: deaf to a stop's signals (the agent's exit code is still to be handed
+    over), and gone at once with its parent (the bootstrap, or the job's supervisor)."""
+    for signum in _IGNORED:
+        signal.signal(signum, signal.SIG_IGN)
+    die_with_parent(signal.SIGKILL)
 
 
 def _serve(sock: socket.socket, request: tuple[dict, list[int]] | None = None) -> None:
@@ -118,9 +124,7 @@ def _listen(name: str) -> int:
     how (its environment and directory: the job's code, whose `_smlaunch/` holds the runtime it was
     submitted with), so this process becomes `--serve` with them (execve: the same pid, parent and
     socket) and imports the runtime exactly as a host's own template would."""
-    for signum in _IGNORED:
-        signal.signal(signum, signal.SIG_IGN)
-    die_with_parent(signal.SIGKILL)  # with the job's supervisor
+    _as_template()  # with the job's supervisor
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind("\0" + name)
     server.listen()
@@ -141,9 +145,7 @@ def _listen(name: str) -> int:
 def _serve_hosts(fds: str) -> int:
     """`--serve`: the template of a local job's hosts, in the first request's environment: import the
     runtime, then fork a handler for that request's bootstrap and for each that connects after it."""
-    for signum in _IGNORED:
-        signal.signal(signum, signal.SIG_IGN)
-    die_with_parent(signal.SIGKILL)
+    _as_template()  # as the program it now is (execve kept both, but this program's own start says so)
     listening, conn, out, err, first = map(int, fds.split(","))
     for fd in (listening, conn, out, err, first):
         os.set_inheritable(fd, False)
