@@ -6,6 +6,7 @@ smlaunch's own code says why it is one, and the runtime reaches of the launcher 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -92,12 +93,16 @@ def _layer(module: str) -> str:
     return PUBLIC_NAMES.get(parts[1], parts[1])
 
 
-GRAPH = {module: _imports(path.read_text()) for module, path in MODULES.items()}
+@functools.cache
+def _graph() -> dict[str, list[tuple[str, int, bool]]]:
+    """Each module's imports of smlaunch's own code, parsed once, by the worker that runs these tests
+    (not at every worker's collection: ~1.5 CPU s)."""
+    return {module: _imports(path.read_text()) for module, path in MODULES.items()}
 
 
 def test_every_package_imports_only_the_layers_below_it():
     wrong = [f"{module} -> {target} (line {line})"
-             for module, imports in GRAPH.items() for target, line, _ in imports
+             for module, imports in _graph().items() for target, line, _ in imports
              if target != module and _layer(target) not in ALLOWED[_layer(module)]]
     assert wrong == []
 
@@ -144,7 +149,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycles_counting_imports_inside_functions():
-    edges = {m: {t for t, _, _ in imports if t != m} for m, imports in GRAPH.items()}
+    edges = {m: {t for t, _, _ in imports if t != m} for m, imports in _graph().items()}
     assert _cycles(edges) == []
 
 
@@ -161,7 +166,7 @@ def test_an_import_for_type_checking_counts():
 
 @pytest.mark.parametrize("package", ["launcher", "container", "entrypoints"])
 def test_function_level_imports_say_why(package):
-    unexplained = sorted(module for module, imports in GRAPH.items()
+    unexplained = sorted(module for module, imports in _graph().items()
                          if module.startswith(package) and any(not at_top for _, _, at_top in imports)
                          and not REASON.search(MODULES[module].read_text()))
     assert unexplained == []
@@ -185,14 +190,14 @@ def _outside_the_contract(graph: dict[str, list[tuple[str, int, bool]]]) -> dict
 def test_the_runtime_reaches_of_the_launcher_only_the_contract():
     """container/ and entrypoints/ import launcher.wire only, and launcher.wire imports nothing else of
     smlaunch: no chain of imports brings a rank the client's job schema, rules, backends or sweeps."""
-    assert _outside_the_contract(GRAPH) == {}
+    assert _outside_the_contract(_graph()) == {}
 
 
 def test_the_contract_check_follows_a_chain_to_the_job_schema():
     # the control: one import of the client's rules from the contract (as the compile rule's of
     # config.rules.is_moe was) brings the rules, the job schema and the backend table to every rank
-    graph = dict(GRAPH)
-    graph["launcher.wire.training.speed_rules"] = [*GRAPH["launcher.wire.training.speed_rules"],
+    graph = dict(_graph())
+    graph["launcher.wire.training.speed_rules"] = [*_graph()["launcher.wire.training.speed_rules"],
                                                    ("launcher.config.rules", 1, True)]
     outside = _outside_the_contract(graph)
     assert {"launcher.config.rules", "launcher.config.job", "launcher.config.backend_table"} <= set(outside)
