@@ -2,9 +2,10 @@
 starts is running in milliseconds, where a fresh interpreter spends ~3 s of CPU importing torch
 (torchrun's agent another 1.4 s), most of the suite's multi-process time on 2 cores.
 
-Preloaded are torch's modules and smlaunch's runtime as a rank of train.py or of a trace imports it
-(~75 ms of CPU a rank, ~400 ranks a suite): none of them reads the environment, the working directory
-or the arguments when imported (smlaunch's runtime reads them when it runs, as its agents' preload in
+Preloaded are torch's modules, smlaunch's runtime as a rank of train.py or of a trace imports it
+(~75 ms of CPU a rank, ~400 ranks a suite) and smlaunch's CLI as its commands import it
+(tests/support/forked_cli.py): none of them reads the environment, the working directory or the
+arguments when imported (smlaunch's runtime reads them when it runs, as its agents' preload in
 production relies on: container/distributed/zygote.py). Modules that do read the environment at import
 (huggingface_hub reads HF_HUB_OFFLINE and HF_HOME), and entrypoints/train.py (which puts its shipped
 copy on sys.path), are imported by each rank, in the environment its test gives it. A rank that
@@ -18,7 +19,13 @@ import multiprocessing
 PRELOAD = ["torch", "torch.distributed.fsdp", "torch.distributed.tensor", "torch.distributed.tensor.parallel",
            "torch.distributed.checkpoint", "torch.distributed.pipelining", "torch.nn.attention.bias",
            "torch.nn.attention.flex_attention",
-           "container.args", "container.trainer", "container.distributed.runtime", "container.trace.step"]
+           "container.args", "container.trainer", "container.distributed.runtime", "container.trace.step",
+           # the CLI and what its commands import as they run (tests/support/forked_cli.py)
+           "launcher.cli.app", "launcher.cli.jobs", "launcher.cli.metrics", "launcher.cli.jobview",
+           "launcher.cli.metrics_view", "launcher.backends.local", "launcher.backends.live",
+           "launcher.backends.registry", "launcher.config.jobfile", "launcher.local.supervise",
+           "launcher.local.prepare", "launcher.local.process", "launcher.plan.report", "launcher.plan.fits",
+           "launcher.tune.state", "botocore.exceptions"]
 
 
 def start_method() -> str:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
 
 import yaml
 
+from tests.support import forked_cli
 from tests.support.train_runs import ROOT
 
 # train_batch_size is per data-parallel rank (SMP's meaning): 2 replicas x 2 = the reference's 4.
@@ -31,7 +31,12 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def smlaunch(*args: str, env: dict[str, str], timeout: float = 300, cwd: Path | None = None):
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], env=env, cwd=cwd or ROOT,
+    """`python -m launcher.cli ARGS` run to its end: its exit code and output, as subprocess.run captures
+    them; forked from the fork server, which has imported the CLI, unless `env` sets a Python variable of
+    its own (tests/support/forked_cli.py)."""
+    if forked_cli.forkable(env):
+        return forked_cli.run(list(args), env, cwd or ROOT, timeout)
+    return subprocess.run([*forked_cli.COMMAND, *args], env=env, cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
