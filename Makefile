@@ -130,15 +130,14 @@ test: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@# The NUMERICS step (below) runs beside the suite at the lowest priority (nice 19): it takes the cores'
 	@# moments the suite's jobs leave idle while they wait, not the suite's time, and its report follows the
 	@# suite's. Either failing fails the target; an interrupted or failed suite ends it (its process group).
-	@mkdir -p build; MKL_CBWR=COMPATIBLE setsid nice -n 19 $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS) \
-		>$(NUMERICS_LOG) 2>&1 & numerics=$$!; \
+	@mkdir -p build; $(NUMERICS_RUN) >$(NUMERICS_LOG) 2>&1 & numerics=$$!; \
 	trap 'kill -- -$$numerics 2>/dev/null' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
-	echo "SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile" \
-		"--durations=25 --durations-file=$(DURATIONS)"; \
-	SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
-		--durations=25 --durations-file=$(DURATIONS) || exit $$?; \
-	echo "MKL_CBWR=COMPATIBLE nice -n 19 $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS) (beside the suite):"; \
-	wait $$numerics; status=$$?; trap - EXIT; cat $(NUMERICS_LOG); exit $$status
+	echo '$(SUITE_RUN)'; $(SUITE_RUN) || exit $$?; \
+	echo '$(NUMERICS_RUN) (beside the suite):'; wait $$numerics; status=$$?; trap - EXIT; \
+	cat $(NUMERICS_LOG); exit $$status
+SUITE_RUN = SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) \
+	--dist loadfile --durations=25 --durations-file=$(DURATIONS)
+NUMERICS_RUN = MKL_CBWR=COMPATIBLE setsid nice -n 19 $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
 
 # The tests that compare two code paths' floating-point results, once more on MKL's COMPATIBLE code
 # path (other kernels and blocking than this CPU's own): a comparison that holds only where both

@@ -21,7 +21,14 @@ from launcher.wire.training.catalog import EFA_INTERFACES, get_instance_type
 from launcher.wire.training.issues import ConfigError
 from tests.support import hyperpod_reference
 from tests.support.train_runs import ROOT
-from tests.unit.test_kubernetes_manifest import JOB, MIN_KUBERNETES, SECTION, _pod_template, _schema_errors
+from tests.unit.test_kubernetes_manifest import (
+    JOB,
+    MIN_KUBERNETES,
+    SECTION,
+    _pod_template,
+    _schema_errors,
+    _validated,
+)
 
 HYPERPOD = {k: v for k, v in SECTION.items() if k != "runtime_ref"} | {"kind": "HyperPodPyTorchJob"}
 
@@ -31,8 +38,7 @@ def _pods(fields: dict, section: dict = SECTION) -> tuple[dict, dict, dict]:
     against its published models."""
     job = validate_job({**JOB, **fields, "kubernetes": section})
     manifest = train_job(job, "j-1", KubernetesSettings(**section))
-    from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob  # ~0.35 s: where it is used
-    assert TrainerV1alpha1TrainJob.from_dict(manifest).to_dict() == manifest
+    assert _validated(manifest) == manifest
     pod = manifest["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0][
         "template"]["spec"]["template"]["spec"]
     assert _schema_errors(_pod_template(pod), MIN_KUBERNETES) == []
