@@ -26,28 +26,35 @@ QUIET_PIP := $(PY) scripts/uv-pip.py --pip
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# Python writes the bytecode of what it imports, whatever the caller's PYTHONDONTWRITEBYTECODE (the
+# install, below, and the test targets); what a job's processes import, compiled at install
+WRITE_BYTECODE := env -u PYTHONDONTWRITEBYTECODE
+BYTECODE_WARMUP := import container.distributed.forked_ranks, container.toolkit.bootstrap, launcher.cli.app, \
+	launcher.local.supervise
+
 $(UV): | $(PY)
 	$(QUIET_PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
 # torch first, by uv with pip's configuration (scripts/uv-pip.py: its find-links, where the CPU
 # wheel lies, and its constraint), with its few dependencies, whose versions the lock then sets;
 # then the lock exactly as written: --no-deps (nothing resolved), every hash checked; then smlaunch
-# itself, editable, and its own bytecode. Every step compiles what it installs (--compile-bytecode,
-# in parallel; pip took 2 min of a fresh clone's CI to unpack torch, uv 7 s with an empty cache):
-# torch and its dependencies installed with it (sympy, networkx, ...) and found there by the lock's
-# install would have none otherwise, and an editable install has none (a fifth of `validate`'s
-# start-up, BENCHMARKS.md). Where PYTHONDONTWRITEBYTECODE is set (this machine, CI), Python never
-# writes bytecode itself: every process compiled again what had none (`import torch, transformers`:
-# 4.9 s without, 2.7 s with), and a fresh clone's suite took 1,019 s of pytest where the same suite
-# in a compiled venv took 744 s (torch imports sympy, 1,532 of whose modules had no bytecode).
-# torch compiled by uv as it installs, not by a compileall over the whole venv afterwards: 38 s of
-# install against 44 s (2026-11-30; torch's py312_intrinsics.py, for newer Pythons, stays without).
-# The check fails the install where pyproject.toml asks for what the lock lacks.
+# itself, editable. Where PYTHONDONTWRITEBYTECODE is set (this machine, CI), Python never writes
+# bytecode itself: every process compiles again what has none (`import torch, transformers`: 4.9 s
+# without, 2.7 s with; a fresh clone's suite took 1,019 s of pytest where a compiled venv took 744
+# s), so the install leaves bytecode for what smlaunch's own processes import: torch and its
+# dependencies installed with it (sympy, networkx, ...: --compile-bytecode, in parallel), then what
+# the runtime and the CLI import from the lock and smlaunch itself (BYTECODE_WARMUP: the imports
+# written once). The lock's other modules get theirs from the first test process that imports them
+# (the test targets' WRITE_BYTECODE): a whole suite imports a third of the venv's 26,900 modules
+# (transformers 186 of 2,912, kubernetes 309 of 1,933, moto 112 of 1,458), and compiling the whole
+# lock took 20 s of a 35 s install (2026-11-30). The check fails the install where pyproject.toml
+# asks for what the lock lacks.
 $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
 	$(UV_PIP) install --quiet --compile-bytecode $(TORCH)
-	$(UV_PIP) install --quiet --no-deps --require-hashes --compile-bytecode -r $(LOCK)
-	$(UV_PIP) install --quiet --no-deps --compile-bytecode -e .
+	$(UV_PIP) install --quiet --no-deps --require-hashes -r $(LOCK)
+	$(UV_PIP) install --quiet --no-deps -e .
 	$(PY) -m compileall -q -j 0 launcher container
+	$(WRITE_BYTECODE) $(PY) -c '$(BYTECODE_WARMUP)'
 	@$(UV_PIP) --check smlaunch $(LOCK_EXTRAS) || { echo "$(LOCK) is out of date: make lock" >&2; exit 1; }
 	touch $(STAMP)
 
@@ -135,9 +142,9 @@ test: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	echo '$(SUITE_RUN)'; $(SUITE_RUN) || exit $$?; \
 	echo '$(NUMERICS_RUN) (beside the suite):'; wait $$numerics; status=$$?; trap - EXIT; \
 	cat $(NUMERICS_LOG); exit $$status
-SUITE_RUN = SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) \
+SUITE_RUN = $(WRITE_BYTECODE) SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) \
 	--dist loadfile --durations=25 --durations-file=$(DURATIONS)
-NUMERICS_RUN = MKL_CBWR=COMPATIBLE setsid nice -n 19 $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
+NUMERICS_RUN = $(WRITE_BYTECODE) MKL_CBWR=COMPATIBLE setsid nice -n 19 $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
 
 # The tests that compare two code paths' floating-point results, once more on MKL's COMPATIBLE code
 # path (other kernels and blocking than this CPU's own): a comparison that holds only where both
@@ -154,7 +161,7 @@ NUMERICS := tests/unit/test_close.py tests/unit/test_vocab_padding.py tests/unit
 # and runs in under 2 minutes: a tenth of the CLI fuzz's examples (SMLAUNCH_FUZZ_SHARE; make test runs
 # them all). tests/integration and tests/e2e run in `make test`.
 unit: $(STAMP)
-	SMLAUNCH_FUZZ_SHARE=0.1 $(PY) -m pytest -q -n 2 --dist loadfile tests/unit
+	$(WRITE_BYTECODE) SMLAUNCH_FUZZ_SHARE=0.1 $(PY) -m pytest -q -n 2 --dist loadfile tests/unit
 
 # The everyday loop: the unit tests and the integration and e2e modules that differ from main
 # (scripts/changed-tests.sh: this branch's commits, the work tree, new files; CHECK_BASE=<ref> compares
@@ -163,7 +170,8 @@ CHECK_BASE ?=
 check: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@changed=$$(scripts/changed-tests.sh $(CHECK_BASE)) || exit $$?; \
 		echo "make check: tests/unit $${changed:-(no integration or e2e module changed)}" | tr '\n' ' '; echo; \
-		SMLAUNCH_FUZZ_SHARE=0.1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=10 tests/unit $$changed
+		$(WRITE_BYTECODE) SMLAUNCH_FUZZ_SHARE=0.1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=10 tests/unit \
+		$$changed
 
 # Each module's seconds as the last `make test` measured them (its --durations-file), kept in the
 # repository: the scheduler (tests/conftest.py) starts the longest modules first. Run after a green
