@@ -7,6 +7,11 @@ with NUL or lone surrogates (no file name, variable or argument can carry them).
 only an accident or an attack produces: duplicate keys (YAML keeps the last one silently),
 nesting deeper than any job needs, and aliases that expand into more nodes than a job file
 has (a "billion laughs" expands a few lines into gigabytes of hyperparameters).
+
+libyaml scans and parses (PyYAML's binding, which its wheels carry: a job file read ~4.6x faster
+than by PyYAML's Python scanner), and the composing and constructing, where those limits are
+checked, are PyYAML's Python ones over libyaml's events. PyYAML built without libyaml reads with
+its Python scanner (libyaml refuses a few forms it accepts, such as `[a, b:]`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,23 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, SequenceNode
+from yaml.resolver import Resolver
+
+try:
+    from yaml._yaml import CParser as _Parser
+except ImportError:  # PyYAML without libyaml
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    class _Parser(Reader, Scanner, Parser):  # what yaml.SafeLoader reads with
+        def __init__(self, stream: str):
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
 
 MAX_DEPTH = 32  # a job nests about 6 levels (distribution.smdistributed.modelparallel.parameters.x)
 MAX_NODES = 20_000  # scalars, lists and mappings after alias expansion; a job file has a few hundred
@@ -27,6 +48,12 @@ _NOT_JSON = {
     "omap": ("a YAML !!omap", "use a mapping: {a: 1, b: 2}"),
     "pairs": ("a YAML !!pairs", "use a mapping: {a: 1, b: 2}"),
 }
+
+
+# libyaml's problems whose fix is more than the syntax's
+_FIXES = {"found invalid Unicode character escape code": "a \\uD800-\\uDFFF escape is half a character (a lone "
+                                                         "surrogate), and none is above \\U0010FFFF: escape whole "
+                                                         "characters"}
 
 
 class YamlProblem(ValueError):
@@ -48,14 +75,24 @@ def loads(text: str) -> Any:
         raise
     except yaml.MarkedYAMLError as exc:
         problem = exc.problem or exc.context or "not valid YAML"
-        raise YamlProblem(f"invalid YAML: {problem}", "fix the YAML syntax", exc.problem_mark) from None
+        if problem == "exceeded maximum nesting depth":  # libyaml's own bound (1,000), met as it reads ahead
+            _check_bounds(MAX_DEPTH + 1, 0, exc.problem_mark)
+        raise YamlProblem(f"invalid YAML: {problem}", _FIXES.get(problem, "fix the YAML syntax"),
+                          exc.problem_mark) from None
     except yaml.YAMLError as exc:  # the reader's own errors (control characters) carry no mark
         raise YamlProblem(f"invalid YAML: {exc}", "remove the control characters") from None
+    except UnicodeEncodeError as exc:  # libyaml reads UTF-8, which a lone surrogate has no bytes in
+        raise _lone_surrogate(_Mark(text, exc.start)) from None
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(Composer, _Parser, SafeConstructor, Resolver):
+    """yaml.SafeLoader's parts (no Python objects), on libyaml's parser, with the limits above."""
+
     def __init__(self, stream: str):
-        super().__init__(stream)
+        _Parser.__init__(self, stream)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
         self._depth = 0
         self._nodes = 0
 
@@ -100,8 +137,7 @@ class _Loader(yaml.SafeLoader):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise YamlProblem("the text contains a lone surrogate (\\uD800-\\uDFFF), which UTF-8 cannot hold",
-                              "remove it or write the whole character", node.start_mark) from None
+            raise _lone_surrogate(node.start_mark) from None
         return value
 
     def construct_yaml_int(self, node):
@@ -110,6 +146,19 @@ class _Loader(yaml.SafeLoader):
         except ValueError as exc:  # Python refuses to convert integers of more than 4,300 digits
             raise YamlProblem(f"the integer cannot be read ({exc})", "use a smaller number",
                               node.start_mark) from None
+
+
+def _lone_surrogate(mark: Any) -> YamlProblem:
+    return YamlProblem("the text contains a lone surrogate (\\uD800-\\uDFFF), which UTF-8 cannot hold",
+                       "remove it or write the whole character", mark)
+
+
+class _Mark:
+    """The line and column of `text`'s character `index`, as a parser's mark gives them."""
+
+    def __init__(self, text: str, index: int):
+        self.line = text.count("\n", 0, index)
+        self.column = index - (text.rfind("\n", 0, index) + 1)
 
 
 def _refuse(kind: str):

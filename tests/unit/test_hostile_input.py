@@ -7,7 +7,10 @@ refuses what it cannot set. Every error names the file or option, the value and 
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from launcher.cli.app import main
+from launcher.config import safe_yaml
 from launcher.config.jobfile import MAX_EXTENDS, MAX_FILE_BYTES, apply_overrides, load_job_file
 from launcher.config.safe_yaml import MAX_DEPTH, MAX_NODES, YamlProblem, loads
 from launcher.wire.training.issues import ConfigError
@@ -76,6 +80,38 @@ def test_aliases_within_bounds_are_read():
 
 def test_an_alias_inside_its_own_anchor_is_refused():
     assert "refers to the anchor that contains it" in problem_of("a: &r {x: *r}\n").problem
+
+
+def _without_libyaml():
+    """launcher.config.safe_yaml as a PyYAML built without libyaml loads it (yaml._yaml unimportable)."""
+    spec = importlib.util.find_spec(safe_yaml.__name__)
+    module = importlib.util.module_from_spec(spec)
+    saved = sys.modules.get("yaml._yaml")
+    sys.modules["yaml._yaml"] = None  # an import of it raises ImportError
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop("yaml._yaml")
+        if saved is not None:
+            sys.modules["yaml._yaml"] = saved
+    return module
+
+
+@pytest.mark.parametrize("text,words", [
+    ("a: 1\na: 2\n", r"duplicate key 'a' \(first at line 1\)"), ("a: &r {x: *r}\n", "refers to the anchor"),
+    ("[" * 2000 + "]" * 2000, f"nested more than {MAX_DEPTH}"), ("a: 2024-01-31\n", "a YAML date"),
+    ('a: "\\ud800"\n', "lone surrogate"), ("a: \ud800\n", "lone surrogate|#xd800"),
+    ("a: [1, 2\n", "invalid YAML"), ("a: \x07\n", "control characters")])
+def test_libyaml_and_pyyamls_own_parser_refuse_alike(text, words):
+    """libyaml parses (safe_yaml); where PyYAML lacks it, PyYAML's Python parser does, under the same checks."""
+    python = _without_libyaml()
+    assert python._Parser.__module__ == "launcher.config.safe_yaml" and safe_yaml._Parser.__module__ == "yaml._yaml"
+    for module in (safe_yaml, python):
+        with pytest.raises(module.YamlProblem) as info:
+            module.loads(text)
+        assert re.search(words, info.value.problem + info.value.fix), (module._Parser, info.value.problem)
+    seed = (Path(__file__).parents[2] / "configs" / "seed" / "base.yaml").read_text()
+    assert python.loads(seed) == loads(seed) != {}  # the control: both read a job alike
 
 
 def test_nesting_is_bounded_literally_and_through_aliases():
