@@ -103,10 +103,15 @@ EOF
     else
         echo "build-image.sh: building $base from Debian $SUITE and $(ls "$WORK"/wheels/*.whl | wc -l) wheels"
         rm -f "$WORK/rootfs.tar"
+        # The venv's bytecode is checked against its sources' hashes, not their times: mmdebstrap
+        # clamps the times of the files it packs to its start, so bytecode checked by time was stale
+        # and every process of the image compiled torch again (import of the runtime 5.0 s, not 2.8).
+        # torch's py312_intrinsics.py is for Python 3.12 and later: 3.11 cannot compile it.
         mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
             --customize-hook="copy-in $WORK/wheels /tmp" \
             --customize-hook='chroot "$1" python3 -m venv /opt/venv' \
-            --customize-hook='chroot "$1" /opt/venv/bin/pip install --quiet --no-cache-dir --no-index --find-links /tmp/wheels -r /tmp/wheels/requirements.txt' \
+            --customize-hook='chroot "$1" /opt/venv/bin/pip install --quiet --no-cache-dir --no-compile --no-index --find-links /tmp/wheels -r /tmp/wheels/requirements.txt' \
+            --customize-hook='chroot "$1" /opt/venv/bin/python -m compileall -q -j 0 --invalidation-mode checked-hash -x /py312_intrinsics.py /opt/venv/lib' \
             --customize-hook='rm -rf "$1/tmp/wheels"' \
             "$SUITE" "$WORK/rootfs.tar" "deb $MIRROR $SUITE main" \
             || fail "mmdebstrap could not make the root file system (see above)"

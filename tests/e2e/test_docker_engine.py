@@ -7,7 +7,8 @@ in SMLAUNCH_DOCKER_IMAGE. The tests skip only where no engine answers.
 - a failing host fails the job with its reason and stops the other;
 - `smlaunch stop` reaches the ranks as SIGTERM inside the containers, which save a checkpoint;
 - the files the containers write are handed back to the user;
-- no container or network outlives its job.
+- no container or network outlives its job;
+- the image's processes import smlaunch's runtime from bytecode, compiling nothing.
 """
 
 from __future__ import annotations
@@ -54,6 +55,23 @@ def metrics(output_archive: Path) -> list[dict]:
 
 def losses(records: list[dict]) -> list[tuple[int, str, float]]:
     return [(r["step"], key, r[key]) for r in records for key in ("loss", "val_loss") if key in r]
+
+
+# --- the image ---------------------------------------------------------------------------------
+def test_the_images_processes_import_the_runtime_from_bytecode(engine_image):  # noqa: F811
+    """Every host's agent template imports the runtime: torch's modules compiled from source at each
+    start cost 2.3 s more (bytecode checked by time was stale once mmdebstrap clamped the times of
+    the base's files: scripts/build-image.sh)."""
+    engine, image = engine_image
+    limits = (f"--ulimit={k}={v['soft']}:{v['hard']}" for k, v in docker.ULIMITS.items())  # as the runner's
+    verbose = subprocess.run([*engine.cli, "run", "--rm", "--network", "none", *limits, "--entrypoint", "python", image,
+                              "-v", "-c", "import container.distributed.forked_ranks"],
+                             capture_output=True, text=True, check=True, timeout=120).stderr
+    # `python -v` names a module's bytecode quoted, a source it compiles bare
+    from_bytecode = re.findall(r"^# code object from '(\S+)'$", verbose, re.M)
+    compiled = re.findall(r"^# code object from (/\S+\.py)$", verbose, re.M)
+    assert compiled == [], f"{len(compiled)} modules compiled from source in {image}, e.g. {compiled[:3]}"
+    assert len(from_bytecode) > 1000 and any("/torch/" in p for p in from_bytecode)  # the control: -v's lines were read
 
 
 # --- training ----------------------------------------------------------------------------------
