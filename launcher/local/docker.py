@@ -55,6 +55,7 @@ SHM_SIZE = "8gb"  # Docker's 64 MB /dev/shm breaks torch DataLoader workers and 
 # (docs/local-docker.md, "Podman"); both are below any sane host's limit, and NPROC binds only
 # rootless engines (root is exempt).
 ULIMITS = {"nofile": {"soft": 20000, "hard": 20000}, "nproc": {"soft": 4096, "hard": 4096}}
+ULIMIT_FLAGS = tuple(f"--ulimit={k}={v['soft']}:{v['hard']}" for k, v in ULIMITS.items())  # for `run`
 PROBE_TIMEOUT_S = 15  # `docker info` against a socket that never answers
 CREATE_TIMEOUT_S = 300
 DOWN_TIMEOUT_S = 120
@@ -389,7 +390,7 @@ class DockerRunner:
         mounts = [a for i, r in enumerate(roots) for a in ("-v", f"{os.path.abspath(r)}:/job{i}")]
         cmd = [
             *self.engine.cli, "run", "--rm", "--network", "none",
-            *(f"--ulimit={k}={v['soft']}:{v['hard']}" for k, v in ULIMITS.items()),
+            *ULIMIT_FLAGS,
             *mounts, spec.image or DEFAULT_IMAGE,
             "chown", "-R", f"{uid}:{gid}", *(f"/job{i}" for i in range(len(roots))),
         ]

@@ -63,9 +63,8 @@ def test_the_images_processes_import_the_runtime_from_bytecode(engine_image):  #
     start cost 2.3 s more (bytecode checked by time was stale once mmdebstrap clamped the times of
     the base's files: scripts/build-image.sh)."""
     engine, image = engine_image
-    limits = (f"--ulimit={k}={v['soft']}:{v['hard']}" for k, v in docker.ULIMITS.items())  # as the runner's
-    verbose = subprocess.run([*engine.cli, "run", "--rm", "--network", "none", *limits, "--entrypoint", "python", image,
-                              "-v", "-c", "import container.distributed.forked_ranks"],
+    verbose = subprocess.run([*engine.cli, "run", "--rm", "--network", "none", *docker.ULIMIT_FLAGS,
+                              "--entrypoint", "python", image, "-v", "-c", "import container.distributed.forked_ranks"],
                              capture_output=True, text=True, check=True, timeout=120).stderr
     # `python -v` names a module's bytecode quoted, a source it compiles bare
     from_bytecode = re.findall(r"^# code object from '(\S+)'$", verbose, re.M)

@@ -27,7 +27,7 @@ import pytest
 from launcher.backends.kubernetes import KubernetesBackend
 from launcher.config import validate_job
 from launcher.kubernetes.manifest import GRACE_PERIOD_S
-from launcher.local.docker import SHM_SIZE, ULIMITS
+from launcher.local.docker import SHM_SIZE, ULIMIT_FLAGS
 from tests.support.docker_runner import engine_image  # noqa: F401 - the fixture
 from tests.support.fake_kube import FakeKube
 from tests.support.kube_pods import assert_pods_trained_like_one_process
@@ -83,14 +83,12 @@ def _pods(tmp_path, kube, engine, image, train, hyperparameters: dict):
         started = []
         for rank, pod in enumerate(pods):
             env = [arg for k, v in _env(trainer, secret, rank, pods[0]).items() for arg in ("-e", f"{k}={v}")]
-            # the docker runner's limits: podman's defaults exceed this machine's hard limits
-            limits = [arg for k, v in ULIMITS.items() for arg in ("--ulimit", f"{k}={v['soft']}:{v['hard']}")]
             # the container's output to a file, as a kubelet keeps its log: a pipe the test does not
             # read while it polls for step 5 fills at 64 KiB and blocks the pod (test_kubernetes_pods.py)
             with open(tmp_path / f"pod-{rank}.log", "w") as log:
                 started.append(subprocess.Popen(
                     [*engine.cli, "run", "--name", pod, "--hostname", pod, "--network", network, "--shm-size",
-                     SHM_SIZE, *limits,
+                     SHM_SIZE, *ULIMIT_FLAGS,  # the docker runner's: podman's defaults exceed this host's hard limits
                      "-v", f"{claim}:{CLAIM}", "-v", f"{mount}:{CONFIG}:ro", "-v", f"{ROOT}:/src:ro", *env,
                      "--entrypoint", trainer["command"][0], image, *trainer["command"][1:]],
                     stdout=log, stderr=subprocess.STDOUT))
