@@ -11,13 +11,20 @@ W&B's SageMaker integration is off (`sagemaker_disable`): where SM_TRAINING_ENV 
 would merge the raw training environment and hyperparameters, secrets in clear, into the run's
 config, and replace the run id given here with its own (`<job>-<random>-<host>`), which a restart
 could not continue.
+
+wandb makes two temporary directories as it is imported (its media's and its artifacts'), which its
+finalizers remove at the interpreter's exit; a rank leaves without it (os._exit:
+container.distributed.runtime), so the rank removes them as it leaves, or every run would leave them in
+the machine's temporary directory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import tempfile
 
+from container.distributed.runtime import at_rank_exit
 from container.trackers.continuity import RunIds, SentSteps
 from container.trackers.run_info import RunInfo
 from container.trackers.sink import FAILED, STOPPED, TrackerUnavailable, scalars
@@ -44,6 +51,15 @@ def tags(text: str | None) -> list[str] | None:
     return [tag.strip() for tag in text.split(",") if tag.strip()] if text else None
 
 
+def remove_temporary_directories() -> None:
+    """The temporary directories wandb's modules made as they were imported (see above)."""
+    media = sys.modules.get("wandb.sdk.data_types._private")
+    artifact = sys.modules.get("wandb.sdk.artifacts.artifact")
+    for made in (getattr(media, "MEDIA_TMP", None), getattr(getattr(artifact, "Artifact", None), "_TMP_DIR", None)):
+        if isinstance(made, tempfile.TemporaryDirectory):
+            made.cleanup()
+
+
 class WandbRun:
     def __init__(self, hp: TrainingHyperparameters, info: RunInfo, ids: RunIds):
         try:
@@ -52,6 +68,7 @@ class WandbRun:
         except ImportError as exc:
             raise TrackerUnavailable(f"wandb_project is {hp.wandb_project!r} but the wandb package is not "
                                      f"installed ({exc})", INSTALL) from None
+        at_rank_exit(remove_temporary_directories)
         where = {"project": hp.wandb_project, "entity": hp.wandb_entity}
         continued = ids.get(KEY, where)  # the run this training run started before a restart
         with masked_argv():

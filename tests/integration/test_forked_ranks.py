@@ -164,7 +164,8 @@ def test_a_local_jobs_hosts_fork_their_agents_from_the_jobs_one_template(tmp_pat
             other = str(code).replace(host, "algo-2" if host == "algo-1" else "algo-1")
             assert str(code) in paths and other not in paths, paths  # its own code directory, not the first host's
             waiting = [*agent, "--start-method", "fork", "--run-path", "--nnodes", "2", "--nproc_per_node", "1",
-                       "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--node_rank", "0", str(TRAIN)]
+                       "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "--node_rank", "0",
+                       "--log-dir", str(work / "logs-waiting"), str(TRAIN)]  # without it: a /tmp dir torch keeps
             agents[host] = template.start(waiting, work, env)  # node 0 of 2: it waits for a node that never comes
         handlers = {host: _parent_of(a.pid) for host, a in agents.items()}
         assert len(set(handlers.values())) == 2 and {_parent_of(h) for h in handlers.values()} == {server.pid}

@@ -9,6 +9,7 @@ The in-process half is tests/unit/test_trackers.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,9 @@ def tracker_env(monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps its file store behind this
     monkeypatch.delenv("TRAINING_JOB_ARN", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # the ranks' temporary directory, looked at after
     (tmp_path / "wandb").mkdir()
+    (tmp_path / "tmp").mkdir()
 
 
 def test_wandb_offline_and_mlflow_file_store_get_the_records_of_metrics_jsonl(tmp_path, tracker_env, corpus):
@@ -91,6 +94,16 @@ def test_wandb_offline_and_mlflow_file_store_get_the_records_of_metrics_jsonl(tm
             for name in found.data.metrics} == expected
     assert SECRET not in json.dumps(logged)  # neither in the config nor in the command line W&B records
     assert "****" in next(r["environment"]["args"] for r in logged if r["type"] == "environment")
+    # wandb's import made its temporary directories there (tmp*wandb-media, tmp*wandb-artifacts), which rank 0
+    # removed as it left (os._exit skips wandb's removal at exit: the control, a process that imports wandb and
+    # leaves so). torch's inductor cache (torchinductor_<user>) is meant to stay.
+    assert not list((tmp_path / "tmp").glob("*wandb*"))
+    (tmp_path / "control").mkdir()
+    control = subprocess.run([sys.executable, "-c", "import os, wandb.sdk.data_types._private as p; "
+                              "print(p.MEDIA_TMP.name, flush=True); os._exit(0)"],
+                             env={**os.environ, "TMPDIR": str(tmp_path / "control")}, capture_output=True, text=True,
+                             check=True, timeout=120)
+    assert Path(control.stdout.strip()).parent == tmp_path / "control" and Path(control.stdout.strip()).is_dir()
 
 
 # hyperparameters whose names say they are secrets, and one whose name does not (the control)

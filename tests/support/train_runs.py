@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def _rank(local_rank: int, argv: list[str], env: dict[str, str], cwd: str, logs:
     """One rank, in a process forked from the fork server: train.py's `main` as its script runs it."""
     os.environ.clear()
     os.environ.update(env, RANK=str(local_rank), LOCAL_RANK=str(local_rank), GROUP_RANK="0")
+    tempfile.tempdir = None  # the server's, cached: a rank reads TMPDIR as a program does
     os.chdir(cwd)
     log = os.open(Path(logs) / f"rank{local_rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     for stream in (sys.stdout, sys.stderr):
