@@ -172,7 +172,8 @@ def test_ranks_die_with_their_torchrun_agent(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     agent = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", str(free_port()), str(tmp_path / "orphan.py"), str(tmp_path)],
+         "--master_port", str(free_port()), "--log-dir", str(tmp_path / "logs"),  # else a /tmp dir torch keeps
+         str(tmp_path / "orphan.py"), str(tmp_path)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pids: list[int] = []
     try:
