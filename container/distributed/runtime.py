@@ -200,6 +200,24 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
+_EXIT_CLEANUPS: list[Callable[[], None]] = []
+
+
+def at_rank_exit(cleanup: Callable[[], None]) -> None:
+    """`cleanup()` runs as `run_rank` leaves, before the os._exit that skips the interpreter's exit: for
+    what a library of this rank removes there (wandb's temporary directories). No collective."""
+    if cleanup not in _EXIT_CLEANUPS:
+        _EXIT_CLEANUPS.append(cleanup)
+
+
+def _run_exit_cleanups() -> None:
+    for cleanup in _EXIT_CLEANUPS:
+        try:
+            cleanup()
+        except Exception as exc:  # noqa: BLE001 - a cleanup that fails does not change the rank's exit code
+            log.warning("at the rank's exit, %s failed: %s", getattr(cleanup, "__qualname__", cleanup), exc)
+
+
 def run_rank(main: Callable[[list[str]], int], argv: list[str]) -> NoReturn:
     """Run a rank's `main(argv)` and leave the process at once with its exit code; on an
     exception, print its traceback (the bootstrap's failure report reads it) and exit 1, with no
@@ -222,24 +240,6 @@ def run_rank(main: Callable[[list[str]], int], argv: list[str]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     _exit(code)
-
-
-_EXIT_CLEANUPS: list[Callable[[], None]] = []
-
-
-def at_rank_exit(cleanup: Callable[[], None]) -> None:
-    """`cleanup()` runs as `run_rank` leaves, before the os._exit that skips the interpreter's exit: for
-    what a library of this rank removes there (wandb's temporary directories). No collective."""
-    if cleanup not in _EXIT_CLEANUPS:
-        _EXIT_CLEANUPS.append(cleanup)
-
-
-def _run_exit_cleanups() -> None:
-    for cleanup in _EXIT_CLEANUPS:
-        try:
-            cleanup()
-        except Exception as exc:  # noqa: BLE001 - a cleanup that fails does not change the rank's exit code
-            log.warning("at the rank's exit, %s failed: %s", getattr(cleanup, "__qualname__", cleanup), exc)
 
 
 def exit_code(exc: SystemExit) -> int:
