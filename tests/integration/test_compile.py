@@ -8,7 +8,7 @@ blocks and train like eager LoRA. (Compiled MoE or Transformer Engine FP8 is ref
 tests/unit/test_compile_rules.py.)
 
 The first compile costs ~30 s of an idle CPU core; the module's runs share one inductor cache
-(TORCHINDUCTOR_CACHE_DIR)."""
+(TORCHINDUCTOR_CACHE_DIR), and their kernels are scalar C++ (SCALAR_KERNELS)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ from tests.support.train_runs import assert_same_training, run_train, series
 
 SEQ = 64
 VOCAB = 256  # llama3-tiny's
+# Inductor writes its C++ kernels for the vector ISA that ATEN_CPU_CAPABILITY names; "default" is none
+# (scalar loops). What these tests prove is in the graphs, which are the same, and on GPUs the
+# kernels are Triton's: scalar, g++ and inductor's code generation take 19% less of this module's
+# CPU (BENCHMARKS.md). Given to the ranks alone: the fork server's ATen, chosen as it imported
+# torch, stays the machine's for every test after these.
+SCALAR_KERNELS = {"ATEN_CPU_CAPABILITY": "default"}
+
+
+def compiled_run(tmp: Path, nproc: int, **hyperparameters) -> list[dict]:
+    return run_train(tmp, nproc, compile=1, env=SCALAR_KERNELS, **hyperparameters)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,7 +57,7 @@ def test_compiled_blocks_under_fsdp2_with_selective_offloaded_checkpointing_and_
     # 2 ranks, FSDP2 over both; the selective policy inside each block's graph, the offloader's
     # hooks eager around it; the loss over chunks of 48 tokens, so each micro-batch's last chunk
     # (2 x 64 - 2 x 48 = 32 tokens) is a second shape
-    records = run_train(tmp_path, 2, max_steps=3, train_batch_size=2, compile=1, activation_checkpointing=1,
+    records = compiled_run(tmp_path, 2, max_steps=3, train_batch_size=2, activation_checkpointing=1,
                         activation_checkpointing_mode="selective", offload_activations=1, loss_chunk_tokens=48)
     assert_same_training(records, eager)
     assert "recompiles" in records[-1] and "recompiles" not in eager[-1]  # the control: eager counts nothing
@@ -61,7 +71,7 @@ def test_compiled_blocks_under_fsdp2_with_selective_offloaded_checkpointing_and_
 ], ids=["cp2", "pp2"])
 def test_compiled_blocks_under_context_and_pipeline_parallelism_train_like_one_eager_process(tmp_path, eager,
                                                                                             mp_parameters):
-    records = run_train(tmp_path, 2, max_steps=3, compile=1, mp_parameters=mp_parameters)
+    records = compiled_run(tmp_path, 2, max_steps=3, mp_parameters=mp_parameters)
     assert_same_training(records, eager)
     # every rank compiled its blocks (a stage's, or its sequence chunk's) and nothing after the first step
     for rank in range(2):
@@ -81,10 +91,10 @@ def test_compiled_tensor_parallelism_trains_like_one_eager_process_also_from_the
     g = torch.Generator().manual_seed(5)
     (validation / "val.jsonl").write_text("".join(json.dumps({"input_ids": torch.randint(0, VOCAB, (SEQ,), generator=g)
                                                               .tolist()}) + "\n" for _ in range(4)))
-    args = {"max_steps": 3, "compile": 1, "mp_parameters": "tensor_parallel_degree=2", "loss_chunk_tokens": 48,
+    args = {"max_steps": 3, "mp_parameters": "tensor_parallel_degree=2", "loss_chunk_tokens": 48,
             "test_dir": str(validation), "validation_freq": 2, "validation_batches": 1}
     for run in ("first", "again"):
-        records = run_train(tmp_path / run, 2, **args)
+        records = compiled_run(tmp_path / run, 2, **args)
         assert_same_training(records, eager)
         assert any("val_loss" in r for r in records)  # the control that validation ran compiled
 
@@ -93,7 +103,7 @@ def test_compiled_lora_trains_like_eager_lora(tmp_path, eager):
     # adapters on every linear layer of the compiled blocks (LoRALinear's A and B in the graph, the base
     # frozen), without dropout (compiled, its masks are inductor's: refused); one process, 3 steps
     lora = {"max_steps": 3, "use_peft": 1, "lora_target_modules": "all-linear", "lora_dropout": 0}
-    compiled = run_train(tmp_path / "compiled", 1, compile=1, **lora)
+    compiled = compiled_run(tmp_path / "compiled", 1, **lora)
     assert_same_training(compiled, run_train(tmp_path / "eager", 1, **lora))
     assert "recompiles" in compiled[-1]
     # the control: the first loss is the base model's (B starts at zero), the adapters' gradients are not its
@@ -121,7 +131,7 @@ def test_moving_document_boundaries_compile_nothing_new_after_the_first_step(tmp
     steps = 5
     channel = _packed_rows(tmp_path / "train", steps, rows_per_step=2)
     args = {"dataset_type": "jsonl", "training_dir": str(channel), "train_batch_size": 2, "max_steps": steps}
-    compiled = run_train(tmp_path / "compiled", 1, compile=1, **args)
+    compiled = compiled_run(tmp_path / "compiled", 1, **args)
     # at most one recompilation: the block without a mask (step 3's rows); boundaries are values
     assert [r["recompiles"] for r in compiled] == [0, 0, 1, 1, 1]
     # compiled, the documents are masked as eagerly (the eager run of the same rows matches)

@@ -46,11 +46,14 @@ TINY = {
 GRACE_S = 5
 
 
-def run_train(tmp: Path, nproc: int, timeout: int = 240, rank=None, **hyperparameters) -> list[dict]:
+def run_train(tmp: Path, nproc: int, timeout: int = 240, rank=None, env: dict[str, str] | None = None,
+              **hyperparameters) -> list[dict]:
     """Run train.py on `nproc` local ranks; return metrics.jsonl's records. A failed run raises
     AssertionError with the end of every rank's output. A hyperparameter given as None is left
     out (model_preset=None: the model of other hyperparameters). `rank`: what each rank runs, when
-    not `_rank` (a module-level function of the same arguments that ends by calling it)."""
+    not `_rank` (a module-level function of the same arguments that ends by calling it). `env`:
+    variables for the ranks alone, beside the test's environment (the fork server, which outlives
+    the test, never sees them)."""
     tmp.mkdir(parents=True, exist_ok=True)
     args = {key: value for key, value in {**TINY, **hyperparameters}.items() if value is not None}
     argv = []
@@ -59,7 +62,7 @@ def run_train(tmp: Path, nproc: int, timeout: int = 240, rank=None, **hyperparam
     out = tmp / "out"
     argv += ["--output_data_dir", str(out), "--model_dir", str(tmp / "model"),
              "--checkpoint_dir", str(tmp / "checkpoints")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "MASTER_ADDR": "127.0.0.1",
+    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc)}
     env.pop("SAGEMAKER_BASE_DIR", None)
     logs = tmp / "rank-logs"
