@@ -10,7 +10,9 @@ production relies on: container/distributed/zygote.py). Modules that do read the
 (huggingface_hub reads HF_HUB_OFFLINE and HF_HOME), and entrypoints/train.py (which puts its shipped
 copy on sys.path), are imported by each rank, in the environment its test gives it. A rank that
 replaces a runtime function to watch it (tests/support/counted_steps.py) replaces it in the module
-that looks it up when it runs, so the preload changes nothing for it."""
+that looks it up when it runs, so the preload changes nothing for it. The last preload
+(tests/support/frozen.py) puts what the server imported out of its children's collections
+(gc.freeze), as the runtime's agent does before it forks its ranks."""
 
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ PRELOAD = ["torch", "torch.distributed.fsdp", "torch.distributed.tensor", "torch
            "launcher.cli.metrics_view", "launcher.backends.local", "launcher.backends.live",
            "launcher.backends.registry", "launcher.config.jobfile", "launcher.local.supervise",
            "launcher.local.prepare", "launcher.local.process", "launcher.plan.report", "launcher.plan.fits",
-           "launcher.tune.state", "botocore.exceptions"]
+           "launcher.tune.state", "botocore.exceptions",
+           "tests.support.frozen"]  # last: it freezes what the ones before it imported
 
 
 def start_method() -> str:
