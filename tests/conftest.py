@@ -20,6 +20,10 @@ os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 # CPU s with the pools and 161 without (BENCHMARKS.md, the suite's time). The tests' tolerances
 # hold for any thread count; the processes the tests start that set it already set 1.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The cyclic collector of a test process runs less often (Python's default is 700, 10, 10): collection
+# imports ~1M objects and the tests add ~0.5M more (torch's, the SDKs' and hypothesis' caches), and
+# each full collection walked them all (pytest_collection_finish, below).
+gc.set_threshold(50_000, 20, 100)
 
 
 def _one_botocore_loader_per_data_path() -> None:
@@ -99,15 +103,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The collector of a worker walks less. What collection imported (torch, transformers, the SDKs,
-    moto and every test module: ~1M objects) is frozen out of its reach, as the runtime's agent freezes
-    its imports before it forks its ranks, and it runs less often, as the tests add ~0.5M objects more
-    (torch's, the SDKs' and hypothesis' caches): tests/unit's workers spent 5.2-5.6 s each of their
-    ~37 CPU s in the collector (13 full collections of ~0.35 s), and 1.6-2.2 s with both (BENCHMARKS.md).
-    What the tests make is collected as before, later."""
+    """What collection imported (torch, transformers, the SDKs, moto and every test module: ~1M objects)
+    is frozen out of the collector's reach, as the runtime's agent freezes its imports before it forks
+    its ranks. With the thresholds above, tests/unit's workers spent 1.6-2.2 s each in the collector
+    where they spent 5.2-5.6 s of their ~37 CPU s (13 full collections of ~0.35 s; BENCHMARKS.md).
+    What the tests make is collected as before."""
     gc.collect()  # the garbage of collection itself, before the rest is frozen for good
     gc.freeze()
-    gc.set_threshold(50_000, 20, 100)  # Python's default is (700, 10, 10)
 
 
 REGION = "us-east-1"
