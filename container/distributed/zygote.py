@@ -42,7 +42,6 @@ agent (launcher.wire.forked_ranks.process_environ), never from there.
 from __future__ import annotations
 
 import ctypes
-import gc
 import json
 import os
 import select
@@ -52,6 +51,7 @@ import sys
 import traceback
 from typing import NoReturn
 
+from container.uncollected import uncollected
 from launcher.wire.forked_ranks import TEMPLATE_HEADER as HEADER
 
 _PDEATHSIG = 1  # prctl's PR_SET_PDEATHSIG
@@ -214,18 +214,11 @@ def _reap() -> None:
 
 def _import_runtime() -> None:
     """Import the agent's runtime, as `python -m container.distributed.forked_ranks` started with this
-    process's environment and working directory would, with the cyclic collector off: nothing an import
-    makes is garbage, and the collector's passes over the growing heap were a fifth of the import's CPU
-    (~3.0 -> ~2.4 s here; BENCHMARKS.md). What was imported is then frozen out of its reach (gc.freeze),
-    as the agent freezes what it holds before it forks the ranks."""
+    process's environment and working directory would, without the cyclic collector (container.uncollected)."""
     global _runtime, _paths
     _paths = _python_path(os.environ)
-    gc.disable()
-    try:
+    with uncollected():
         from container.distributed import forked_ranks
-    finally:
-        gc.freeze()
-        gc.enable()
     _runtime = forked_ranks
 
 

@@ -20,7 +20,10 @@ def main() -> int:
     """Read the requests on standard input (a JSON line each), print a result line per request in
     their order; 0 every rank traced (or not traced, with why), 1 a trace failed (its result's `error`
     says where, or `exit` is the code of a forked trace that ended without a result)."""
-    from container.trace.step import trace_rank
+    from container.uncollected import uncollected
+
+    with uncollected():  # the runtime imported once, for this process's traces and those it forks
+        from container.trace.step import trace_rank
     from launcher.wire.trace_record import TraceRequest, result_line
 
     requests = [TraceRequest.from_json(line) for line in sys.stdin.read().splitlines() if line.strip()]

@@ -1,5 +1,6 @@
 """The agent template imports the runtime with the cyclic collector off, then freezes what it imported
-and turns the collector back on, also when the import fails (container.distributed.zygote)."""
+and turns the collector back on, also when the import fails (container.distributed.zygote,
+container.uncollected)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import sys
 
 import pytest
 
+from container import uncollected
 from container.distributed import zygote
 
 RUNTIME = "container.distributed.forked_ranks"
 
 
 class Collector:
-    """gc as zygote calls it: the calls, in order."""
+    """gc as container.uncollected calls it: the calls, in order."""
 
     def __init__(self):
         self.calls: list[str] = []
@@ -52,7 +54,7 @@ class Runtime(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 @pytest.fixture
 def collector(monkeypatch):
     recorded = Collector()
-    monkeypatch.setattr(zygote, "gc", recorded)
+    monkeypatch.setattr(uncollected, "gc", recorded)
     monkeypatch.setattr(zygote, "_runtime", None)
     monkeypatch.delitem(sys.modules, RUNTIME, raising=False)
     monkeypatch.delattr(sys.modules["container.distributed"], "forked_ranks", raising=False)
