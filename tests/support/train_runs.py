@@ -62,12 +62,13 @@ def run_train(tmp: Path, nproc: int, timeout: int = 240, rank=None, env: dict[st
     out = tmp / "out"
     argv += ["--output_data_dir", str(out), "--model_dir", str(tmp / "model"),
              "--checkpoint_dir", str(tmp / "checkpoints")]
-    env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc)}
-    env.pop("SAGEMAKER_BASE_DIR", None)
+    ranks_env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(nproc),
+                 "LOCAL_WORLD_SIZE": str(nproc)}
+    ranks_env.pop("SAGEMAKER_BASE_DIR", None)
     logs = tmp / "rank-logs"
     logs.mkdir(exist_ok=True)
-    context = mp.start_processes(rank or _rank, args=(argv, env, str(tmp), str(logs)), nprocs=nproc, join=False,
+    context = mp.start_processes(rank or _rank, args=(argv, ranks_env, str(tmp), str(logs)), nprocs=nproc, join=False,
                                  start_method=forkserver.start_method())
     deadline = time.monotonic() + timeout
     try:
