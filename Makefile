@@ -135,9 +135,11 @@ test: $(STAMP)
 	@# --durations-file=PATH as one word: pytest reads its arguments before tests/conftest.py adds the
 	@# option, and took a PATH that exists (a second `make test`) for the tests to run (so it never
 	@# loaded tests/conftest.py, whose plugin adds the option: "unrecognized arguments")
-	@# The NUMERICS step (below) runs beside the suite at the lowest priority (nice 19): it takes the cores'
-	@# moments the suite's jobs leave idle while they wait, not the suite's time, and its report follows the
-	@# suite's. Either failing fails the target; an interrupted or failed suite ends it (its process group).
+	@# The NUMERICS step (below) runs beside the suite at the lowest priority (scripts/lowest-priority.sh: nice 19
+	@# for its session's scheduling group too, without which it took half the cores while the suite's workers
+	@# collected): it takes the cores' moments the suite's jobs leave idle while they wait, not the suite's time,
+	@# and its report follows the suite's. Either failing fails the target; an interrupted or failed suite ends
+	@# it (its process group).
 	@mkdir -p build; $(NUMERICS_RUN) >$(NUMERICS_LOG) 2>&1 & numerics=$$!; \
 	trap 'kill -- -$$numerics 2>/dev/null' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	echo '$(SUITE_RUN)'; $(SUITE_RUN) || exit $$?; \
@@ -156,7 +158,7 @@ test-image: $(STAMP)
 
 SUITE_RUN = $(WRITE_BYTECODE) SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) \
 	--dist loadfile --durations=25 --durations-file=$(DURATIONS)
-NUMERICS_RUN = $(WRITE_BYTECODE) MKL_CBWR=COMPATIBLE setsid nice -n 19 $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
+NUMERICS_RUN = $(WRITE_BYTECODE) MKL_CBWR=COMPATIBLE setsid scripts/lowest-priority.sh $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
 
 # The tests that compare two code paths' floating-point results, once more on MKL's COMPATIBLE code
 # path (other kernels and blocking than this CPU's own): a comparison that holds only where both

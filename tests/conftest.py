@@ -59,6 +59,7 @@ pytest_plugins = [
     "tests.support.peft_reference",  # LoRA's tests: the tiny Llama peft and the runtime both load
     "tests.support.slurm_cluster",  # the session's local Slurm cluster
     "tests.support.sourcedir",
+    "tests.support.worker_exit",  # an xdist worker leaves without its interpreter's teardown
 ]
 
 # `make test` runs the suite on three workers (pytest-xdist: `-n 3 --dist loadfile`), and here
