@@ -135,16 +135,16 @@ test: $(STAMP)
 	@# --durations-file=PATH as one word: pytest reads its arguments before tests/conftest.py adds the
 	@# option, and took a PATH that exists (a second `make test`) for the tests to run (so it never
 	@# loaded tests/conftest.py, whose plugin adds the option: "unrecognized arguments")
-	@# The NUMERICS step (below) runs beside the suite at the lowest priority (scripts/lowest-priority.sh: nice 19
+	@# The BESIDE step (below) runs beside the suite at the lowest priority (scripts/lowest-priority.sh: nice 19
 	@# for its session's scheduling group too, without which it took half the cores while the suite's workers
 	@# collected): it takes the cores' moments the suite's jobs leave idle while they wait, not the suite's time,
 	@# and its report follows the suite's. Either failing fails the target; an interrupted or failed suite ends
 	@# it (its process group).
-	@mkdir -p build; $(NUMERICS_RUN) >$(NUMERICS_LOG) 2>&1 & numerics=$$!; \
-	trap 'kill -- -$$numerics 2>/dev/null' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	@mkdir -p build; $(BESIDE_RUN) >$(BESIDE_LOG) 2>&1 & beside=$$!; \
+	trap 'kill -- -$$beside 2>/dev/null' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	echo '$(SUITE_RUN)'; $(SUITE_RUN) || exit $$?; \
-	echo '$(NUMERICS_RUN) (beside the suite):'; wait $$numerics; status=$$?; trap - EXIT; \
-	cat $(NUMERICS_LOG); exit $$status
+	echo '$(BESIDE_RUN) (beside the suite):'; wait $$beside; status=$$?; trap - EXIT; \
+	cat $(BESIDE_LOG); exit $$status
 # What the suite needs besides the venv, made side by side (each keeps about one core busy for a few
 # seconds): the SDK v3 and HyperPod reference venvs and the test image; 7 s where they took 11 s one after
 # the other (2026-11-30, BENCHMARKS.md). A collection of the tests made here first, so that the workers'
@@ -157,8 +157,10 @@ test-image: $(STAMP)
 		|| { tail -n 40 build/image/test-build.log; exit 1; }; tail -n 1 build/image/test-build.log
 
 SUITE_RUN = $(WRITE_BYTECODE) SMLAUNCH_DOCKER_IMAGE=$(TEST_IMAGE) SMLAUNCH_FUZZ_SHARE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) \
-	--dist loadfile --durations=25 --durations-file=$(DURATIONS)
-NUMERICS_RUN = $(WRITE_BYTECODE) MKL_CBWR=COMPATIBLE setsid scripts/lowest-priority.sh $(PY) -m pytest -q -n 2 --dist loadfile $(NUMERICS)
+	--dist loadfile --durations=25 --durations-file=$(DURATIONS) $(UNBOUNDED:%=--ignore=%)
+BESIDE_RUN = $(WRITE_BYTECODE) MKL_CBWR=COMPATIBLE setsid scripts/lowest-priority.sh $(PY) -m pytest -q -n 2 --dist loadfile \
+	$(NUMERICS) $(UNBOUNDED)
+BESIDE_LOG := build/beside.log
 
 # The tests that compare two code paths' floating-point results, once more on MKL's COMPATIBLE code
 # path (other kernels and blocking than this CPU's own): a comparison that holds only where both
@@ -166,10 +168,14 @@ NUMERICS_RUN = $(WRITE_BYTECODE) MKL_CBWR=COMPATIBLE setsid scripts/lowest-prior
 # attention window's gradient compared relative to itself, 0/0 here; a padded head's logits
 # compared bitwise). ATEN_CPU_CAPABILITY=default or avx2 and one thread caught neither. ~20 CPU s,
 # which `make test` runs beside the suite (2026-11-30: 14 s of wall after it before).
-NUMERICS_LOG := build/numerics.log
 NUMERICS := tests/unit/test_close.py tests/unit/test_vocab_padding.py tests/unit/test_loss.py \
 	tests/unit/test_document_masking.py tests/unit/test_document_kernels.py tests/unit/test_context_parallel.py \
 	tests/unit/test_moe.py tests/unit/test_model_types.py tests/integration/test_context_parallel.py
+# Modules that only compute, with no bound on their wall time (no process timeout, no deadline: at the
+# lowest priority they wait while the suite is busy), which run beside the suite instead of in it:
+# the traced planner's (fake tensors, where MKL's code path changes nothing). They fill the cores'
+# idle moments (~50 CPU s of a suite's, mid-run: BENCHMARKS.md) instead of taking the suite's.
+UNBOUNDED := tests/integration/test_plan_memory_trace.py tests/integration/test_plan_trace.py
 
 # The inner loop: tests/unit starts no process and opens no socket (its conftest refuses both),
 # and runs in under 2 minutes: a tenth of the CLI fuzz's examples (SMLAUNCH_FUZZ_SHARE; make test runs
