@@ -43,8 +43,8 @@ $(UV): | $(PY)
 # without, 2.7 s with; a fresh clone's suite took 1,019 s of pytest where a compiled venv took 744
 # s), so the install leaves bytecode for what smlaunch's own processes import: torch and its
 # dependencies installed with it (sympy, networkx, ...: --compile-bytecode, in parallel), then what
-# the runtime and the CLI import from the lock and smlaunch itself (BYTECODE_WARMUP: the imports
-# written once). The lock's other modules get theirs from the first test process that imports them
+# the runtime and the CLI import from the lock and smlaunch itself (WARMED, below: BYTECODE_WARMUP's
+# imports, written once). The lock's other modules get theirs from the first test process that imports them
 # (the test targets' WRITE_BYTECODE): a whole suite imports a third of the venv's 26,900 modules
 # (transformers 186 of 2,912, kubernetes 309 of 1,933, moto 112 of 1,458), and compiling the whole
 # lock took 20 s of a 35 s install (2026-11-30). The check fails the install where pyproject.toml
@@ -54,9 +54,16 @@ $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
 	$(UV_PIP) install --quiet --no-deps --require-hashes -r $(LOCK)
 	$(UV_PIP) install --quiet --no-deps -e .
 	$(PY) -m compileall -q -j 0 launcher container
-	$(WRITE_BYTECODE) $(PY) -c '$(BYTECODE_WARMUP)'
 	@$(UV_PIP) --check smlaunch $(LOCK_EXTRAS) || { echo "$(LOCK) is out of date: make lock" >&2; exit 1; }
 	touch $(STAMP)
+
+# The bytecode of what smlaunch's own processes import (BYTECODE_WARMUP), a target of its own: one
+# process on one core for ~3 s, which `make test` runs beside the rest of what the suite needs
+# (TEST_PRELUDE) rather than before it. Every target that runs smlaunch's processes asks for it.
+WARMED := $(VENV)/.bytecode
+$(WARMED): $(STAMP)
+	$(WRITE_BYTECODE) $(PY) -c '$(BYTECODE_WARMUP)'
+	touch $@
 
 # The SageMaker SDK v3 (sagemaker-train on sagemaker-core 2.x): tests/integration/test_model_trainer_parity.py's
 # reference. Both SDKs are the `sagemaker` package, so v3 gets a venv of its own, without the
@@ -64,13 +71,14 @@ $(STAMP): $(PY) pyproject.toml $(LOCK) | $(UV)
 # (requirements/sdk3-pins.in) without them and what ModelTrainer imports (sdk3-deps.in) with
 # theirs, and is installed with --no-deps (pip check there lists what is left out on purpose), without
 # bytecode: only those tests run it, and they write what they import (WRITE_BYTECODE; the install 8.2
-# -> 3.6 s, 2026-11-30).
+# -> 3.6 s, 2026-11-30). The venv has no pip of its own (uv installs into it): ensurepip took 3.2 s of
+# its 3.9 s.
 SDK3_VENV  ?= .venv-sdk3
 SDK3_STAMP := $(SDK3_VENV)/.installed
 SDK3_LOCK  := requirements/sdk3-lock.txt
 
 $(SDK3_STAMP): $(SDK3_LOCK) | $(UV)
-	$(PYTHON) -m venv $(SDK3_VENV)
+	$(PYTHON) -m venv --without-pip $(SDK3_VENV)
 	$(UV_PIP) install --quiet --no-deps --require-hashes --python $(SDK3_VENV)/bin/python -r $(SDK3_LOCK)
 	touch $@
 
@@ -107,7 +115,7 @@ lock: | $(UV)
 		'# from requirements/sdk3-pins.in (without dependencies) and requirements/sdk3-deps.in.'; \
 		cat build/lock/sdk3-pins.txt build/lock/sdk3-deps.txt; } > $(SDK3_LOCK)
 
-install: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
+install: $(WARMED) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 
 # The training image (container/Dockerfile), built by podman or Docker from local material: a
 # Debian base from Debian's packages with this venv's wheels, nothing pulled from a registry
@@ -149,7 +157,7 @@ test: $(STAMP)
 # seconds): the SDK v3 and HyperPod reference venvs and the test image; 7 s where they took 11 s one after
 # the other (2026-11-30, BENCHMARKS.md). A collection of the tests made here first, so that the workers'
 # three collections found the bytecode of what the test modules import, cost as much as it saved.
-TEST_PRELUDE := $(SDK3_STAMP) $(HYPERPOD_STAMP) test-image
+TEST_PRELUDE := $(WARMED) $(SDK3_STAMP) $(HYPERPOD_STAMP) test-image
 
 .PHONY: test-image
 test-image: $(STAMP)
@@ -180,14 +188,14 @@ UNBOUNDED := tests/integration/test_plan_memory_trace.py tests/integration/test_
 # The inner loop: tests/unit starts no process and opens no socket (its conftest refuses both),
 # and runs in under 2 minutes: a tenth of the CLI fuzz's examples (SMLAUNCH_FUZZ_SHARE; make test runs
 # them all). tests/integration and tests/e2e run in `make test`.
-unit: $(STAMP)
+unit: $(WARMED)
 	$(WRITE_BYTECODE) SMLAUNCH_FUZZ_SHARE=0.1 $(PY) -m pytest -q -n 2 --dist loadfile tests/unit
 
 # The everyday loop: the unit tests and the integration and e2e modules that differ from main
 # (scripts/changed-tests.sh: this branch's commits, the work tree, new files; CHECK_BASE=<ref> compares
 # with another), under 5 minutes where few changed. `make test` and CI run everything.
 CHECK_BASE ?=
-check: $(STAMP) $(SDK3_STAMP) $(HYPERPOD_STAMP)
+check: $(WARMED) $(SDK3_STAMP) $(HYPERPOD_STAMP)
 	@changed=$$(scripts/changed-tests.sh $(CHECK_BASE)) || exit $$?; \
 		echo "make check: tests/unit $${changed:-(no integration or e2e module changed)}" | tr '\n' ' '; echo; \
 		$(WRITE_BYTECODE) SMLAUNCH_FUZZ_SHARE=0.1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=10 tests/unit \
@@ -219,11 +227,11 @@ $(DEMO_DATA)/validation/validation.jsonl: $(STAMP)
 # RUNNER=docker: the same job with each host in a container of IMAGE (built first).
 RUNNER ?= process
 
-demo: $(STAMP) $(DEMO_DATA)/train/train.jsonl $(DEMO_DATA)/validation/validation.jsonl $(if $(filter docker,$(RUNNER)),image)
+demo: $(WARMED) $(DEMO_DATA)/train/train.jsonl $(DEMO_DATA)/validation/validation.jsonl $(if $(filter docker,$(RUNNER)),image)
 	$(VENV)/bin/smlaunch submit configs/local/demo.yaml --local --runner $(RUNNER) \
 		$(if $(filter docker,$(RUNNER)),--set image_uri=$(IMAGE))
 
-bench: $(STAMP)
+bench: $(WARMED)
 	$(PY) bench/cli_startup.py
 	$(PY) bench/local_overhead.py
 
