@@ -69,7 +69,10 @@ def test_the_local_job_trains_on_two_slurm_nodes_like_one_process(tmp_path, home
     name, job_id = submitted(proc)
     assert "algo-1 | [metrics] step=4 loss=" in proc.stdout and "algo-2 | " in proc.stdout  # logs followed
 
-    # Slurm ran one bootstrap per node, on n1 and n2, in one allocation of 2 nodes
+    # Slurm ran one bootstrap per node, on n1 and n2, in one allocation of 2 nodes. The job's record is
+    # final when submit returns; Slurm's may still say COMPLETING a moment (its nodes' cleanup): a fresh
+    # clone's suite once read it then, so the test waits for Slurm's end as the restart tests do
+    assert slurm_cluster.wait_ended(job_id, timeout=60) == "COMPLETED"
     shown = slurm_cluster.run("scontrol", "show", "job", "-o", job_id).stdout
     assert "NumNodes=2 " in shown and "JobState=COMPLETED" in shown and "NodeList=n[1-2]" in shown
     steps = (home / "jobs" / name / "logs" / "job.log").read_text()
