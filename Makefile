@@ -154,7 +154,7 @@ test: $(STAMP)
 	echo '$(BESIDE_RUN) (beside the suite):'; wait $$beside; status=$$?; trap - EXIT; \
 	cat $(BESIDE_LOG); exit $$status
 # What the suite needs besides the venv, made side by side (each keeps about one core busy for a few
-# seconds): the SDK v3 and HyperPod reference venvs and the test image; 7 s where they took 11 s one after
+# seconds): the bytecode warm-up, the SDK v3 and HyperPod reference venvs and the test image; 7 s where they took 11 s one after
 # the other (2026-11-30, BENCHMARKS.md). A collection of the tests made here first, so that the workers'
 # three collections found the bytecode of what the test modules import, cost as much as it saved.
 TEST_PRELUDE := $(WARMED) $(SDK3_STAMP) $(HYPERPOD_STAMP) test-image
@@ -235,7 +235,7 @@ bench: $(WARMED)
 	$(PY) bench/cli_startup.py
 	$(PY) bench/local_overhead.py
 
-schema: $(STAMP)
+schema: $(WARMED)
 	$(VENV)/bin/smlaunch schema > configs/schema.json
 
 clean:

@@ -36,8 +36,10 @@ sys.stdout.write("unflushed")
 
 @pytest.mark.parametrize("worker", ["gw0", None])
 def test_a_worker_runs_its_atexit_functions_and_skips_the_teardown(tmp_path, worker):
-    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"} | ({"PYTEST_XDIST_WORKER": worker}
-                                                                                if worker else {})
+    env = dict(os.environ)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    if worker:
+        env["PYTEST_XDIST_WORKER"] = worker
     done = subprocess.run([sys.executable, "-c", PROCESS, str(tmp_path)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
